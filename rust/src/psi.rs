@@ -1,0 +1,593 @@
+//! Per-batch gradients of the FERMI min-max objective for a linear-softmax model.
+//!
+//! Model. Features `x ∈ R^d` are augmented with a constant, `x̃ = (x, 1)`. The parameters
+//! `θ ∈ R^{(d+1)×(l-1)}` (row-major) give logits `z_0 = 0`, `z_v = x̃·θ[:, v-1]` for
+//! `v = 1..l-1`, and class probabilities `F(x) = softmax(z) ∈ Δ^l`. Class 0 is the reference
+//! class, so `l = 2` is exactly logistic regression, `F = (1-σ(z_1), σ(z_1))`.
+//!
+//! Objective (SPEC §2, seed 003 eq. 4 / App. D). For `W ∈ R^{k×l}` and `q_u = ‖W[:,u]‖²`,
+//!
+//! ```text
+//! ψ_i(θ, W) = -Σ_u F_u(x_i) q_u + 2 p_s(s_i)^{-1/2} (W F(x_i))[s_i] - 1
+//! ```
+//!
+//! and training solves `min_θ max_W  L(θ) + λ · (1/m) Σ_i ψ_i(θ, W)`.
+//! Equalized odds uses one `W_y` and `p_{s|y}` per label class; equal opportunity applies the term
+//! only to records of the positive class. The divisor is always the batch size `m`, never a count
+//! that depends on the data, so that sensitivities stay fixed.
+//!
+//! Gradients. With `J = ∂F/∂z` (`J_uv = F_u(δ_uv - F_v)`), the chain rule gives, for any vector
+//! `g = ∇_F G`, `∇_{θ[:,v-1]} G = x̃ · F_v (g_v - F·g)`. For ψ, `∇_F ψ_i = -q + 2 p_s(s_i)^{-1/2}
+//! W[s_i, :]`, whose first part does not depend on `s_i`. Hence the split used for privacy:
+//!
+//! ```text
+//! ∇_θ ψ_i = a_θ,i + b_i,   a_θ,i = x̃ ⊗ J(-q)                  (independent of s)
+//!                          b_i   = x̃ ⊗ J(2 p_s(s_i)^{-1/2} W[s_i,:])   (depends on s)
+//! ∇_W ψ_i = a_W,i + c_i,   a_W,i = -2 W diag(F_i)              (independent of s)
+//!                          c_i   = 2 p_s(s_i)^{-1/2} e_{s_i} F_iᵀ  (depends on s)
+//! ```
+//!
+//! Only `b` and `c` see the sensitive attribute, so only they are clipped and noised (see
+//! `docs/privacy.md` for the sensitivities). Because `b_i = x̃ ⊗ β_i` is an outer product,
+//! `‖b_i‖_F = ‖x̃‖ ‖β_i‖` and clipping costs O(l) per record.
+
+/// Fairness notion enforced by the ψ-term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fairness {
+    /// Independence of prediction and `s` (one `W`, marginal `p_s`).
+    DemographicParity,
+    /// Independence given the label: one `W_y` and `p_{s|y}` per class `y`.
+    EqualizedOdds,
+    /// Independence given `y = positive`; other records do not enter the penalty.
+    EqualOpportunity { positive: u32 },
+}
+
+impl Fairness {
+    /// Number of `W` blocks (`k × l` each).
+    pub fn n_blocks(&self, n_classes: usize) -> usize {
+        match self {
+            Fairness::EqualizedOdds => n_classes,
+            _ => 1,
+        }
+    }
+
+    /// The `W` block a record with label `y` uses, or `None` if it is outside the penalty.
+    #[inline]
+    pub fn block(&self, y: u32) -> Option<usize> {
+        match *self {
+            Fairness::DemographicParity => Some(0),
+            Fairness::EqualizedOdds => Some(y as usize),
+            Fairness::EqualOpportunity { positive } => (y == positive).then_some(0),
+        }
+    }
+}
+
+/// Problem shapes: `d` features, `k` sensitive groups, `l` classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dims {
+    pub d: usize,
+    pub k: usize,
+    pub l: usize,
+}
+
+impl Dims {
+    /// Length of `θ`, `(d+1)(l-1)`.
+    pub fn theta_len(&self) -> usize {
+        (self.d + 1) * (self.l - 1)
+    }
+    /// Length of all `W` blocks, `blocks · k · l`.
+    pub fn w_len(&self, fairness: Fairness) -> usize {
+        fairness.n_blocks(self.l) * self.k * self.l
+    }
+}
+
+/// How records are protected, i.e. what a neighbouring data set may change.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Protect {
+    /// Only the sensitive attribute of one record may change (the paper's setting). The loss
+    /// gradient and the s-independent ψ parts are exact; `b` is clipped to `clip_theta`.
+    Attribute { clip_theta: f64 },
+    /// A whole record may change (DP-SGD style). Every per-record gradient is clipped: the loss
+    /// gradient to `clip_loss`, `∇_θ ψ_i` to `clip_theta` and `∇_W ψ_i` to `clip_w`.
+    Record { clip_loss: f64, clip_theta: f64, clip_w: f64 },
+}
+
+/// The ψ-side inputs of a round: the dual variable and the group proportions.
+#[derive(Clone, Copy, Debug)]
+pub struct PsiInputs<'a> {
+    pub fairness: Fairness,
+    /// `W`, `blocks × k × l`, row-major.
+    pub w: &'a [f64],
+    /// `p(s = r | block)^{-1/2}`, `blocks × k`.
+    pub inv_sqrt_ps: &'a [f64],
+}
+
+/// Gradient sums of one batch, each divided by the fixed denominator `m` (before any noise).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BatchGradients {
+    /// `g`: mean loss gradient w.r.t. θ (clipped per record in `Record` mode).
+    pub loss_grad: Vec<f64>,
+    /// `a_θ`: s-independent part of `∇_θ ψ` (zero in `Record` mode, where it is folded into
+    /// `psi_theta`).
+    pub psi_theta_public: Vec<f64>,
+    /// `Σ b̃_i / m`: clipped s-dependent part of `∇_θ ψ` (all of `∇_θ ψ` in `Record` mode).
+    pub psi_theta: Vec<f64>,
+    /// `a_W`: s-independent part of `∇_W ψ` (zero in `Record` mode).
+    pub psi_w_public: Vec<f64>,
+    /// `Σ c_i / m`: s-dependent part of `∇_W ψ` (all of `∇_W ψ`, clipped, in `Record` mode).
+    pub psi_w: Vec<f64>,
+    /// Mean cross-entropy over the batch.
+    pub loss: f64,
+    /// Mean ψ over the batch (divisor `m`).
+    pub psi: f64,
+    /// How many per-record clippings were active.
+    pub n_clipped: usize,
+}
+
+impl BatchGradients {
+    pub fn zeros(dims: Dims, fairness: Fairness) -> Self {
+        let t = dims.theta_len();
+        let w = dims.w_len(fairness);
+        BatchGradients {
+            loss_grad: vec![0.0; t],
+            psi_theta_public: vec![0.0; t],
+            psi_theta: vec![0.0; t],
+            psi_w_public: vec![0.0; w],
+            psi_w: vec![0.0; w],
+            loss: 0.0,
+            psi: 0.0,
+            n_clipped: 0,
+        }
+    }
+}
+
+/// Writes the class probabilities `F(x)` of one record into `probs` (length `l`).
+#[inline]
+pub fn predict_proba_row(x: &[f64], theta: &[f64], l: usize, probs: &mut [f64]) {
+    let lm1 = l - 1;
+    let d = x.len();
+    probs[0] = 0.0;
+    for v in 1..l {
+        probs[v] = theta[d * lm1 + (v - 1)];
+    }
+    for (j, &xj) in x.iter().enumerate() {
+        if xj != 0.0 {
+            let row = &theta[j * lm1..(j + 1) * lm1];
+            for v in 1..l {
+                probs[v] += xj * row[v - 1];
+            }
+        }
+    }
+    softmax_in_place(probs);
+}
+
+/// Numerically stable softmax.
+#[inline]
+pub fn softmax_in_place(z: &mut [f64]) {
+    let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = 0.0;
+    for v in z.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in z.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// Class probabilities for all rows of `x` (`n × d`, row-major) into `out` (`n × l`).
+pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f64]) {
+    for (row, probs) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(l)) {
+        predict_proba_row(&row[..d], theta, l, probs);
+    }
+}
+
+/// `out_v = F_v (g_v - F·g)` for `v = 1..l-1` (the reference class 0 has no parameters).
+#[inline]
+fn pull_back(probs: &[f64], g: &[f64], out: &mut [f64]) {
+    let fg: f64 = probs.iter().zip(g).map(|(p, gi)| p * gi).sum();
+    for v in 1..probs.len() {
+        out[v - 1] = probs[v] * (g[v] - fg);
+    }
+}
+
+/// `acc += scale · x̃ ⊗ beta` where `x̃ = (x, 1)` and `acc` is `(d+1) × (l-1)`.
+#[inline]
+fn add_outer(acc: &mut [f64], x: &[f64], beta: &[f64], scale: f64) {
+    let lm1 = beta.len();
+    for (j, &xj) in x.iter().enumerate() {
+        let c = scale * xj;
+        if c != 0.0 {
+            for (a, b) in acc[j * lm1..(j + 1) * lm1].iter_mut().zip(beta) {
+                *a += c * b;
+            }
+        }
+    }
+    let d = x.len();
+    for (a, b) in acc[d * lm1..(d + 1) * lm1].iter_mut().zip(beta) {
+        *a += scale * b;
+    }
+}
+
+/// Factor `min(1, c / norm)` that clips a vector of norm `norm` to `c` (1 for a zero vector).
+#[inline]
+pub fn clip_factor(norm: f64, c: f64) -> f64 {
+    if norm > c {
+        c / norm
+    } else {
+        1.0
+    }
+}
+
+/// Gradient sums of one batch of a silo, divided by `denom` (the batch size `m`).
+///
+/// `x` is `n × d` row-major, `y` and `s` are class and group indices, `batch` lists the rows
+/// of the batch. In `Attribute` mode each `b_i` is clipped to norm `clip_theta` before summing;
+/// `c_i` needs no clipping (its change is bounded through `p_s`, see `docs/privacy.md`).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_gradients(
+    x: &[f64],
+    y: &[u32],
+    s: &[u32],
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    batch: &[usize],
+    denom: f64,
+    protect: Protect,
+) -> BatchGradients {
+    let Dims { d, k, l } = dims;
+    let lm1 = l - 1;
+    let blocks = psi.fairness.n_blocks(l);
+    let mut out = BatchGradients::zeros(dims, psi.fairness);
+    let inv_m = 1.0 / denom;
+
+    // q[b][u] = ‖W_b[:, u]‖², shared by every record of the batch.
+    let mut q = vec![0.0; blocks * l];
+    for b in 0..blocks {
+        for r in 0..k {
+            for u in 0..l {
+                let wv = psi.w[(b * k + r) * l + u];
+                q[b * l + u] += wv * wv;
+            }
+        }
+    }
+    // Per-block sum of F over records in the block (a_W = -2 W_b diag(ΣF)/m).
+    let mut prob_sum = vec![0.0; blocks * l];
+
+    let mut probs = vec![0.0; l];
+    let mut g = vec![0.0; l];
+    let mut beta_loss = vec![0.0; lm1];
+    let mut beta_a = vec![0.0; lm1];
+    let mut beta_b = vec![0.0; lm1];
+    let mut w_rec = vec![0.0; k * l];
+
+    for &i in batch {
+        let xi = &x[i * d..(i + 1) * d];
+        let yi = y[i] as usize;
+        let si = s[i] as usize;
+        predict_proba_row(xi, theta, l, &mut probs);
+        let x_norm = (xi.iter().map(|v| v * v).sum::<f64>() + 1.0).sqrt();
+
+        // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. beta = F_v - [y = v] for v ≥ 1.
+        out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
+        for v in 1..l {
+            beta_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
+        }
+        let loss_scale = match protect {
+            Protect::Attribute { .. } => 1.0,
+            Protect::Record { clip_loss, .. } => {
+                let f = clip_factor(x_norm * norm(&beta_loss), clip_loss);
+                if f < 1.0 {
+                    out.n_clipped += 1;
+                }
+                f
+            }
+        };
+        add_outer(&mut out.loss_grad, xi, &beta_loss, loss_scale * inv_m);
+
+        let Some(b) = psi.fairness.block(yi as u32) else {
+            continue;
+        };
+        let wb = &psi.w[b * k * l..(b + 1) * k * l];
+        let qb = &q[b * l..(b + 1) * l];
+        let coef = 2.0 * psi.inv_sqrt_ps[b * k + si];
+
+        // ψ_i = -F·q + coef (W F)[s_i] - 1
+        let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(&probs).map(|(w, p)| w * p).sum();
+        let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
+        out.psi += -fq + coef * wf - 1.0;
+
+        // θ-parts.
+        for u in 0..l {
+            g[u] = -qb[u];
+        }
+        pull_back(&probs, &g, &mut beta_a);
+        for u in 0..l {
+            g[u] = coef * wb[si * l + u];
+        }
+        pull_back(&probs, &g, &mut beta_b);
+
+        match protect {
+            Protect::Attribute { clip_theta } => {
+                add_outer(&mut out.psi_theta_public, xi, &beta_a, inv_m);
+                let f = clip_factor(x_norm * norm(&beta_b), clip_theta);
+                if f < 1.0 {
+                    out.n_clipped += 1;
+                }
+                add_outer(&mut out.psi_theta, xi, &beta_b, f * inv_m);
+                let ps = &mut prob_sum[b * l..(b + 1) * l];
+                for u in 0..l {
+                    ps[u] += probs[u];
+                }
+                let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
+                for u in 0..l {
+                    cw[u] += coef * probs[u] * inv_m;
+                }
+            }
+            Protect::Record { clip_theta, clip_w, .. } => {
+                for v in 0..lm1 {
+                    beta_a[v] += beta_b[v];
+                }
+                let f = clip_factor(x_norm * norm(&beta_a), clip_theta);
+                if f < 1.0 {
+                    out.n_clipped += 1;
+                }
+                add_outer(&mut out.psi_theta, xi, &beta_a, f * inv_m);
+                // Whole ∇_W ψ_i = -2 W_b diag(F) + coef e_{s_i} Fᵀ, clipped in Frobenius norm.
+                for r in 0..k {
+                    for u in 0..l {
+                        w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                    }
+                }
+                for u in 0..l {
+                    w_rec[si * l + u] += coef * probs[u];
+                }
+                let f = clip_factor(norm(&w_rec), clip_w);
+                if f < 1.0 {
+                    out.n_clipped += 1;
+                }
+                let dst = &mut out.psi_w[b * k * l..(b + 1) * k * l];
+                for (o, v) in dst.iter_mut().zip(&w_rec) {
+                    *o += f * v * inv_m;
+                }
+            }
+        }
+    }
+
+    if let Protect::Attribute { .. } = protect {
+        for b in 0..blocks {
+            for r in 0..k {
+                for u in 0..l {
+                    let idx = (b * k + r) * l + u;
+                    out.psi_w_public[idx] = -2.0 * psi.w[idx] * prob_sum[b * l + u] * inv_m;
+                }
+            }
+        }
+    }
+    out.loss *= inv_m;
+    out.psi *= inv_m;
+    out
+}
+
+/// Euclidean norm.
+#[inline]
+pub fn norm(v: &[f64]) -> f64 {
+    v.iter().map(|a| a * a).sum::<f64>().sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> f64 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+
+    struct Case {
+        dims: Dims,
+        x: Vec<f64>,
+        y: Vec<u32>,
+        s: Vec<u32>,
+        theta: Vec<f64>,
+        w: Vec<f64>,
+        inv: Vec<f64>,
+    }
+
+    fn case(d: usize, k: usize, l: usize, n: usize, fairness: Fairness, seed: u64) -> Case {
+        let mut st = seed;
+        let dims = Dims { d, k, l };
+        let x = (0..n * d).map(|_| lcg(&mut st)).collect();
+        let y = (0..n).map(|i| (i % l) as u32).collect();
+        let s = (0..n).map(|i| ((i / l) % k) as u32).collect();
+        let theta = (0..dims.theta_len()).map(|_| lcg(&mut st)).collect();
+        let w = (0..dims.w_len(fairness)).map(|_| lcg(&mut st)).collect();
+        let inv = (0..fairness.n_blocks(l) * k).map(|_| 1.0 + lcg(&mut st).abs() * 2.0).collect();
+        Case { dims, x, y, s, theta, w, inv }
+    }
+
+    /// Mean loss + mean ψ computed directly, for finite differences.
+    fn objective(c: &Case, fairness: Fairness, theta: &[f64], w: &[f64]) -> (f64, f64) {
+        let all: Vec<usize> = (0..c.y.len()).collect();
+        let g = batch_gradients(
+            &c.x,
+            &c.y,
+            &c.s,
+            c.dims,
+            theta,
+            PsiInputs { fairness, w, inv_sqrt_ps: &c.inv },
+            &all,
+            all.len() as f64,
+            Protect::Attribute { clip_theta: f64::INFINITY },
+        );
+        (g.loss, g.psi)
+    }
+
+    #[test]
+    fn predict_proba_row_is_logistic_for_two_classes() {
+        let x = [0.5, -1.0];
+        let theta = [2.0, 1.0, 0.25];
+        let mut p = [0.0; 2];
+        predict_proba_row(&x, &theta, 2, &mut p);
+        let z: f64 = 0.5 * 2.0 - 1.0 + 0.25;
+        let sig = 1.0 / (1.0 + (-z).exp());
+        assert!((p[1] - sig).abs() < 1e-15 && (p[0] - (1.0 - sig)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn predict_proba_fills_every_row() {
+        let x = [0.0, 1.0, 1.0, 0.0];
+        let theta = [1.0, 0.0, 0.0, 3.0, 0.0, 0.0];
+        let mut out = [0.0; 6];
+        predict_proba(&x, 2, &theta, 3, &mut out);
+        for row in out.chunks(3) {
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        }
+        // Row 0 has x = (0, 1): z = (0, 0, 3); row 1 has x = (1, 0): z = (0, 1, 0).
+        assert!(out[2] > out[1] && out[4] > out[5]);
+    }
+
+    #[test]
+    fn softmax_in_place_is_stable_for_large_logits() {
+        let mut z = [1000.0, 1001.0];
+        softmax_in_place(&mut z);
+        assert!((z[1] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12);
+    }
+
+    #[test]
+    fn clip_factor_and_norm() {
+        assert_eq!(clip_factor(0.0, 1.0), 1.0);
+        assert_eq!(clip_factor(4.0, 2.0), 0.5);
+        assert_eq!(norm(&[3.0, 4.0]), 5.0);
+    }
+
+    #[test]
+    fn fairness_blocks() {
+        assert_eq!(Fairness::DemographicParity.n_blocks(4), 1);
+        assert_eq!(Fairness::EqualizedOdds.n_blocks(4), 4);
+        assert_eq!(Fairness::EqualizedOdds.block(3), Some(3));
+        let eo = Fairness::EqualOpportunity { positive: 1 };
+        assert_eq!((eo.block(1), eo.block(0)), (Some(0), None));
+    }
+
+    /// Every analytic gradient equals central finite differences of the objective.
+    #[test]
+    fn batch_gradients_match_finite_differences() {
+        for &fairness in &[
+            Fairness::DemographicParity,
+            Fairness::EqualizedOdds,
+            Fairness::EqualOpportunity { positive: 1 },
+        ] {
+            for &(k, l) in &[(2, 2), (3, 4), (5, 2)] {
+                let c = case(3, k, l, 17, fairness, 7 + k as u64 * 31 + l as u64);
+                let all: Vec<usize> = (0..17).collect();
+                let gr = batch_gradients(
+                    &c.x,
+                    &c.y,
+                    &c.s,
+                    c.dims,
+                    &c.theta,
+                    PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
+                    &all,
+                    17.0,
+                    Protect::Attribute { clip_theta: f64::INFINITY },
+                );
+                let h = 1e-6;
+                for t in 0..c.theta.len() {
+                    let mut tp = c.theta.clone();
+                    tp[t] += h;
+                    let mut tm = c.theta.clone();
+                    tm[t] -= h;
+                    let (lp, pp) = objective(&c, fairness, &tp, &c.w);
+                    let (lm, pm) = objective(&c, fairness, &tm, &c.w);
+                    let fd_loss = (lp - lm) / (2.0 * h);
+                    let fd_psi = (pp - pm) / (2.0 * h);
+                    let an_psi = gr.psi_theta_public[t] + gr.psi_theta[t];
+                    assert!((fd_loss - gr.loss_grad[t]).abs() < 1e-6 * (1.0 + fd_loss.abs()));
+                    assert!((fd_psi - an_psi).abs() < 1e-6 * (1.0 + fd_psi.abs()), "{fairness:?} {k} {l}");
+                }
+                for t in 0..c.w.len() {
+                    let mut wp = c.w.clone();
+                    wp[t] += h;
+                    let mut wm = c.w.clone();
+                    wm[t] -= h;
+                    let fd = (objective(&c, fairness, &c.theta, &wp).1
+                        - objective(&c, fairness, &c.theta, &wm).1)
+                        / (2.0 * h);
+                    let an = gr.psi_w_public[t] + gr.psi_w[t];
+                    assert!((fd - an).abs() < 1e-6 * (1.0 + fd.abs()));
+                }
+            }
+        }
+    }
+
+    /// Clipping bounds every per-record b_i: with a tiny clip the θ-private sum is at most m·C/m.
+    #[test]
+    fn attribute_clipping_bounds_private_theta_part() {
+        let fairness = Fairness::DemographicParity;
+        let c = case(4, 3, 3, 25, fairness, 99);
+        let all: Vec<usize> = (0..25).collect();
+        let clip = 1e-3;
+        let gr = batch_gradients(
+            &c.x,
+            &c.y,
+            &c.s,
+            c.dims,
+            &c.theta,
+            PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
+            &all,
+            25.0,
+            Protect::Attribute { clip_theta: clip },
+        );
+        assert!(norm(&gr.psi_theta) <= clip * (1.0 + 1e-12));
+        assert_eq!(gr.n_clipped, 25);
+    }
+
+    /// In record mode every part is clipped, and without active clipping it sums to the same
+    /// total gradient as attribute mode.
+    #[test]
+    fn record_mode_totals_match_attribute_mode_when_unclipped() {
+        let fairness = Fairness::EqualizedOdds;
+        let c = case(3, 2, 3, 12, fairness, 5);
+        let all: Vec<usize> = (0..12).collect();
+        let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
+        let run = |p| batch_gradients(&c.x, &c.y, &c.s, c.dims, &c.theta, psi, &all, 12.0, p);
+        let a = run(Protect::Attribute { clip_theta: f64::INFINITY });
+        let inf = f64::INFINITY;
+        let r = run(Protect::Record { clip_loss: inf, clip_theta: inf, clip_w: inf });
+        for t in 0..a.psi_theta.len() {
+            assert!((a.psi_theta[t] + a.psi_theta_public[t] - r.psi_theta[t]).abs() < 1e-12);
+            assert!((a.loss_grad[t] - r.loss_grad[t]).abs() < 1e-12);
+        }
+        for t in 0..a.psi_w.len() {
+            assert!((a.psi_w[t] + a.psi_w_public[t] - r.psi_w[t]).abs() < 1e-12);
+        }
+        let tiny = run(Protect::Record { clip_loss: 1e-4, clip_theta: 1e-4, clip_w: 1e-4 });
+        assert!(norm(&tiny.loss_grad) <= 1e-4 + 1e-15);
+        assert!(norm(&tiny.psi_w) <= 1e-4 + 1e-15);
+        assert!(tiny.psi_theta_public.iter().all(|v| *v == 0.0));
+    }
+
+    /// Equal opportunity ignores records outside the positive class.
+    #[test]
+    fn equal_opportunity_ignores_negative_records() {
+        let fairness = Fairness::EqualOpportunity { positive: 1 };
+        let c = case(2, 2, 2, 10, fairness, 3);
+        let negatives: Vec<usize> = (0..10).filter(|&i| c.y[i] == 0).collect();
+        let gr = batch_gradients(
+            &c.x,
+            &c.y,
+            &c.s,
+            c.dims,
+            &c.theta,
+            PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
+            &negatives,
+            5.0,
+            Protect::Attribute { clip_theta: 1.0 },
+        );
+        assert_eq!(gr.psi, 0.0);
+        assert!(gr.psi_w.iter().chain(&gr.psi_theta).all(|v| *v == 0.0));
+        assert!(gr.loss > 0.0);
+    }
+}
