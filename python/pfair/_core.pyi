@@ -1,0 +1,3 @@
+"""Type stubs of the Rust extension module ``pfair._core`` (see ``rust/src/lib.rs``)."""
+
+__version__: str
