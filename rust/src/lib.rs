@@ -11,13 +11,481 @@ pub mod sensitivity;
 
 #[cfg(feature = "python")]
 mod python {
+    use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+    use pyo3::exceptions::PyValueError;
     use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+
+    use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
+    use crate::round::{self, ServerConfig, Silo, SiloConfig};
+    use crate::sampling::Sampling;
+    use crate::sensitivity;
+
+    fn err(msg: impl Into<String>) -> PyErr {
+        PyValueError::new_err(msg.into())
+    }
+
+    // ---------------------------------------------------------------- conversions and checks
+
+    fn fairness_from(name: &str, positive: u32) -> PyResult<Fairness> {
+        match name {
+            "demographic_parity" => Ok(Fairness::DemographicParity),
+            "equalized_odds" => Ok(Fairness::EqualizedOdds),
+            "equal_opportunity" => Ok(Fairness::EqualOpportunity { positive }),
+            other => Err(err(format!(
+                "fairness={other:?} is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
+            ))),
+        }
+    }
+
+    fn protect_from(name: &str, clip_loss: f64, clip_theta: f64, clip_w: f64) -> PyResult<Protect> {
+        for (arg, v) in [("clip_loss", clip_loss), ("clip_theta", clip_theta), ("clip_w", clip_w)] {
+            if !(v > 0.0) {
+                return Err(err(format!("{arg} must be > 0 (use inf for no clipping), got {v}")));
+            }
+        }
+        match name {
+            "attribute" => Ok(Protect::Attribute { clip_theta }),
+            "record" => Ok(Protect::Record { clip_loss, clip_theta, clip_w }),
+            other => Err(err(format!("protect={other:?} is unknown; use 'attribute' or 'record'"))),
+        }
+    }
+
+    fn sampling_from(name: &str, batch_size: usize, sample_rate: f64) -> PyResult<Sampling> {
+        match name {
+            "without_replacement" => {
+                if batch_size == 0 {
+                    return Err(err("batch_size must be >= 1"));
+                }
+                Ok(Sampling::WithoutReplacement { m: batch_size })
+            }
+            "poisson" => {
+                if !(sample_rate > 0.0 && sample_rate <= 1.0) {
+                    return Err(err(format!("sample_rate must be in (0, 1], got {sample_rate}")));
+                }
+                Ok(Sampling::Poisson { q: sample_rate })
+            }
+            "full_batch" => Ok(Sampling::FullBatch),
+            other => Err(err(format!(
+                "sampling={other:?} is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
+            ))),
+        }
+    }
+
+    /// Checks the shapes of the model state against the problem dimensions.
+    fn check_state(dims: Dims, fairness: Fairness, theta: &[f64], w: &[f64], inv: &[f64]) -> PyResult<()> {
+        if dims.k < 2 || dims.l < 2 {
+            return Err(err(format!("need at least 2 groups and 2 classes, got k={} l={}", dims.k, dims.l)));
+        }
+        if theta.len() != dims.theta_len() {
+            return Err(err(format!("theta has length {}, expected (d+1)(l-1) = {}", theta.len(), dims.theta_len())));
+        }
+        if w.len() != dims.w_len(fairness) {
+            return Err(err(format!("W has {} entries, expected {}", w.len(), dims.w_len(fairness))));
+        }
+        let want = fairness.n_blocks(dims.l) * dims.k;
+        if inv.len() != want {
+            return Err(err(format!("inv_sqrt_ps has length {}, expected {want}", inv.len())));
+        }
+        if inv.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(err("inv_sqrt_ps must be finite and > 0 (every group needs records)"));
+        }
+        if theta.iter().chain(w).any(|v| !v.is_finite()) {
+            return Err(err("theta and W must be finite"));
+        }
+        Ok(())
+    }
+
+    /// Copies one silo's arrays, checking shapes and index ranges.
+    fn silo_from(x: PyReadonlyArray2<f64>, y: PyReadonlyArray1<i64>, s: PyReadonlyArray1<i64>, k: usize, l: usize) -> PyResult<Silo> {
+        let xa = x.as_array();
+        let (n, _) = xa.dim();
+        let ya = y.as_array();
+        let sa = s.as_array();
+        if ya.len() != n || sa.len() != n {
+            return Err(err(format!("X has {n} rows but y has {} and s has {}", ya.len(), sa.len())));
+        }
+        let xv: Vec<f64> = xa.iter().copied().collect();
+        if xv.iter().any(|v| !v.is_finite()) {
+            return Err(err("X contains NaN or inf"));
+        }
+        let conv = |a: numpy::ndarray::ArrayView1<i64>, hi: usize, what: &str| -> PyResult<Vec<u32>> {
+            a.iter()
+                .map(|&v| {
+                    if v < 0 || v as usize >= hi {
+                        Err(err(format!("{what} index {v} out of range 0..{hi}")))
+                    } else {
+                        Ok(v as u32)
+                    }
+                })
+                .collect()
+        };
+        Ok(Silo { x: xv, y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
+    }
+
+    fn gradients_dict<'py>(py: Python<'py>, g: psi::BatchGradients) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("loss_grad", g.loss_grad.into_pyarray(py))?;
+        d.set_item("psi_theta_public", g.psi_theta_public.into_pyarray(py))?;
+        d.set_item("psi_theta", g.psi_theta.into_pyarray(py))?;
+        d.set_item("psi_w_public", g.psi_w_public.into_pyarray(py))?;
+        d.set_item("psi_w", g.psi_w.into_pyarray(py))?;
+        d.set_item("loss", g.loss)?;
+        d.set_item("psi", g.psi)?;
+        d.set_item("n_clipped", g.n_clipped)?;
+        Ok(d)
+    }
+
+    // ---------------------------------------------------------------- psi / prediction
+
+    /// Class probabilities `F(x)` of the linear-softmax model, `n × l`.
+    #[pyfunction]
+    fn predict_proba<'py>(
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f64>,
+        theta: PyReadonlyArray1<'py, f64>,
+        n_classes: usize,
+    ) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let xa = x.as_array();
+        let (n, d) = xa.dim();
+        if n_classes < 2 {
+            return Err(err("n_classes must be >= 2"));
+        }
+        let th = theta.as_slice()?.to_vec();
+        if th.len() != (d + 1) * (n_classes - 1) {
+            return Err(err(format!("theta has length {}, expected (d+1)(l-1) = {}", th.len(), (d + 1) * (n_classes - 1))));
+        }
+        let xv: Vec<f64> = match x.as_slice() {
+            Ok(s) => s.to_vec(),
+            Err(_) => xa.iter().copied().collect(),
+        };
+        let out = py.allow_threads(|| {
+            let mut out = vec![0.0; n * n_classes];
+            if d == 0 {
+                let mut p = vec![0.0; n_classes];
+                psi::predict_proba_row(&[], &th, n_classes, &mut p);
+                for row in out.chunks_exact_mut(n_classes) {
+                    row.copy_from_slice(&p);
+                }
+            } else {
+                psi::predict_proba(&xv, d, &th, n_classes, &mut out);
+            }
+            out
+        });
+        Ok(numpy::ndarray::Array2::from_shape_vec((n, n_classes), out)
+            .map_err(|e| err(e.to_string()))?
+            .into_pyarray(py))
+    }
+
+    /// Gradient parts of one batch (no noise), divided by `denom`. For tests and analysis.
+    #[pyfunction]
+    #[pyo3(signature = (x, y, s, theta, w, inv_sqrt_ps, *, n_groups, n_classes, batch, denom,
+                        fairness="demographic_parity", positive=1, protect="attribute",
+                        clip_loss=f64::INFINITY, clip_theta=f64::INFINITY, clip_w=f64::INFINITY))]
+    #[allow(clippy::too_many_arguments)]
+    fn batch_gradients<'py>(
+        py: Python<'py>,
+        x: PyReadonlyArray2<'py, f64>,
+        y: PyReadonlyArray1<'py, i64>,
+        s: PyReadonlyArray1<'py, i64>,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        n_groups: usize,
+        n_classes: usize,
+        batch: PyReadonlyArray1<'py, i64>,
+        denom: f64,
+        fairness: &str,
+        positive: u32,
+        protect: &str,
+        clip_loss: f64,
+        clip_theta: f64,
+        clip_w: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let fairness = fairness_from(fairness, positive)?;
+        let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+        let d = x.as_array().dim().1;
+        let dims = Dims { d, k: n_groups, l: n_classes };
+        let (th, wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
+        check_state(dims, fairness, &th, &wv, &inv)?;
+        let silo = silo_from(x, y, s, n_groups, n_classes)?;
+        let n = silo.len();
+        let idx: Vec<usize> = batch
+            .as_array()
+            .iter()
+            .map(|&i| if i < 0 || i as usize >= n { Err(err(format!("batch index {i} out of range 0..{n}"))) } else { Ok(i as usize) })
+            .collect::<PyResult<_>>()?;
+        if !(denom > 0.0) {
+            return Err(err("denom must be > 0"));
+        }
+        let g = py.allow_threads(|| {
+            psi::batch_gradients(&silo.x, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
+        });
+        gradients_dict(py, g)
+    }
+
+    /// Replace-one sensitivities `(loss, theta, w)` of the noised message parts.
+    #[pyfunction]
+    #[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
+                        protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY))]
+    #[allow(clippy::too_many_arguments)]
+    fn sensitivities(
+        inv_sqrt_ps: PyReadonlyArray1<'_, f64>,
+        n_groups: usize,
+        denom: f64,
+        fairness: &str,
+        positive: u32,
+        protect: &str,
+        clip_loss: f64,
+        clip_theta: f64,
+        clip_w: f64,
+    ) -> PyResult<(f64, f64, f64)> {
+        let fairness = fairness_from(fairness, positive)?;
+        let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+        let inv = inv_sqrt_ps.as_slice()?;
+        if n_groups < 2 || inv.len() % n_groups != 0 || inv.is_empty() {
+            return Err(err("inv_sqrt_ps must hold blocks × n_groups entries with n_groups >= 2"));
+        }
+        if !(denom > 0.0) {
+            return Err(err("denom must be > 0"));
+        }
+        let s = sensitivity::sensitivities(protect, fairness, n_groups, inv, denom);
+        Ok((s.loss, s.theta, s.w))
+    }
+
+    /// Noise stds `σ_p = z √P Δ_p` for sensitivities `parts` and effective multiplier `z`.
+    #[pyfunction]
+    fn noise_stds(parts: Vec<f64>, noise_multiplier: f64) -> PyResult<Vec<f64>> {
+        if !(noise_multiplier >= 0.0) {
+            return Err(err("noise_multiplier must be >= 0"));
+        }
+        Ok(sensitivity::noise_stds(&parts, noise_multiplier))
+    }
+
+    /// Effective noise multiplier `(Σ_p (Δ_p/σ_p)²)^{-1/2}` of jointly released parts.
+    #[pyfunction]
+    fn effective_noise_multiplier(parts: Vec<f64>, stds: Vec<f64>) -> PyResult<f64> {
+        if parts.len() != stds.len() {
+            return Err(err("parts and stds must have the same length"));
+        }
+        Ok(sensitivity::effective_noise_multiplier(&parts, &stds))
+    }
+
+    /// Draws `n` standard-normal numbers from the stream `(seed, silo, round, Noise)`.
+    #[pyfunction]
+    fn gaussian_stream<'py>(py: Python<'py>, seed: u64, silo: u64, round: u64, n: usize) -> Bound<'py, PyArray1<f64>> {
+        let mut v = vec![0.0; n];
+        crate::noise::add_gaussian(&mut crate::noise::stream(seed, silo, round, crate::noise::Purpose::Noise), &mut v, 1.0);
+        v.into_pyarray(py)
+    }
+
+    // ---------------------------------------------------------------- federation and rounds
+
+    /// How one silo samples, clips and noises (see `round::SiloConfig`).
+    #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
+    #[derive(Clone)]
+    struct PySiloConfig {
+        inner: SiloConfig,
+    }
+
+    #[pymethods]
+    impl PySiloConfig {
+        #[new]
+        #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
+                            protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
+                            clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0))]
+        #[allow(clippy::too_many_arguments)]
+        fn new(
+            sampling: &str,
+            batch_size: usize,
+            sample_rate: f64,
+            protect: &str,
+            clip_loss: f64,
+            clip_theta: f64,
+            clip_w: f64,
+            sigma_loss: f64,
+            sigma_theta: f64,
+            sigma_w: f64,
+        ) -> PyResult<Self> {
+            for (arg, v) in [("sigma_loss", sigma_loss), ("sigma_theta", sigma_theta), ("sigma_w", sigma_w)] {
+                if !(v >= 0.0 && v.is_finite()) {
+                    return Err(err(format!("{arg} must be finite and >= 0, got {v}")));
+                }
+            }
+            Ok(PySiloConfig {
+                inner: SiloConfig {
+                    sampling: sampling_from(sampling, batch_size, sample_rate)?,
+                    protect: protect_from(protect, clip_loss, clip_theta, clip_w)?,
+                    sigma_loss,
+                    sigma_theta,
+                    sigma_w,
+                },
+            })
+        }
+
+        fn __repr__(&self) -> String {
+            format!("SiloConfig({:?})", self.inner)
+        }
+    }
+
+    /// The silos' data, held in Rust for the whole training run.
+    #[pyclass(name = "SiloSet", module = "pfair._core")]
+    struct PySiloSet {
+        silos: Vec<Silo>,
+        dims: Dims,
+        fairness: Fairness,
+    }
+
+    #[pymethods]
+    impl PySiloSet {
+        /// `silos` is a list of `(X, y, s)` with `X` float64 `n_j × d`, `y`/`s` int64 indices.
+        #[new]
+        #[pyo3(signature = (silos, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
+        fn new(
+            silos: Vec<(PyReadonlyArray2<'_, f64>, PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, i64>)>,
+            n_groups: usize,
+            n_classes: usize,
+            fairness: &str,
+            positive: u32,
+        ) -> PyResult<Self> {
+            let fairness = fairness_from(fairness, positive)?;
+            if n_groups < 2 || n_classes < 2 {
+                return Err(err(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
+            }
+            if silos.is_empty() {
+                return Err(err("need at least one silo"));
+            }
+            let d = silos[0].0.as_array().dim().1;
+            let mut out = Vec::with_capacity(silos.len());
+            for (j, (x, y, s)) in silos.into_iter().enumerate() {
+                if x.as_array().dim().1 != d {
+                    return Err(err(format!("silo {j} has {} features, silo 0 has {d}", x.as_array().dim().1)));
+                }
+                let silo = silo_from(x, y, s, n_groups, n_classes).map_err(|e| err(format!("silo {j}: {e}")))?;
+                if silo.is_empty() {
+                    return Err(err(format!("silo {j} has no records")));
+                }
+                out.push(silo);
+            }
+            Ok(PySiloSet { silos: out, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+        }
+
+        #[getter]
+        fn sizes(&self) -> Vec<usize> {
+            self.silos.iter().map(|s| s.len()).collect()
+        }
+
+        /// One silo's noised message for `round` (the unit a distributed silo runs).
+        #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, seed, round))]
+        #[allow(clippy::too_many_arguments)]
+        fn step<'py>(
+            &self,
+            py: Python<'py>,
+            silo: usize,
+            theta: PyReadonlyArray1<'py, f64>,
+            w: PyReadonlyArray1<'py, f64>,
+            inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+            config: &PySiloConfig,
+            seed: u64,
+            round: u64,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let data = self.silos.get(silo).ok_or_else(|| err(format!("silo {silo} out of range 0..{}", self.silos.len())))?;
+            let (th, wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
+            check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+            check_batch(&config.inner, data.len(), silo)?;
+            let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+            let msg = py.allow_threads(|| {
+                round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, seed, silo as u64, round)
+            });
+            gradients_dict(py, msg)
+        }
+
+        /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
+        /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
+        #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, lam, lr_theta, lr_w,
+                            w_radius, seed, start, n_rounds, snapshot_round=None))]
+        #[allow(clippy::too_many_arguments)]
+        fn run_rounds<'py>(
+            &self,
+            py: Python<'py>,
+            theta: PyReadonlyArray1<'py, f64>,
+            w: PyReadonlyArray1<'py, f64>,
+            inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+            configs: Vec<PySiloConfig>,
+            weights: Vec<f64>,
+            lam: f64,
+            lr_theta: f64,
+            lr_w: f64,
+            w_radius: f64,
+            seed: u64,
+            start: u64,
+            n_rounds: u64,
+            snapshot_round: Option<u64>,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let (mut th, mut wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
+            check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+            let n = self.silos.len();
+            if configs.len() != n || weights.len() != n {
+                return Err(err(format!("need one config and one weight per silo ({n}), got {} and {}", configs.len(), weights.len())));
+            }
+            if weights.iter().any(|v| !(v.is_finite() && *v >= 0.0)) || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-9 {
+                return Err(err("weights must be >= 0 and sum to 1"));
+            }
+            for (j, c) in configs.iter().enumerate() {
+                check_batch(&c.inner, self.silos[j].len(), j)?;
+            }
+            for (arg, v) in [("lam", lam), ("lr_theta", lr_theta), ("lr_w", lr_w)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(err(format!("{arg} must be finite and >= 0, got {v}")));
+                }
+            }
+            if !(w_radius > 0.0) {
+                return Err(err("w_radius must be > 0 (inf for no projection)"));
+            }
+            let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
+            let server = ServerConfig { lam, lr_theta, lr_w, w_radius };
+            let (silos, dims, fairness) = (&self.silos, self.dims, self.fairness);
+            let out = py.allow_threads(|| {
+                round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &weights, &server, seed, start, n_rounds, snapshot_round)
+            });
+            let d = PyDict::new(py);
+            d.set_item("theta", th.into_pyarray(py))?;
+            d.set_item("w", wv.into_pyarray(py))?;
+            d.set_item("loss", out.loss.into_pyarray(py))?;
+            d.set_item("psi", out.psi.into_pyarray(py))?;
+            d.set_item("clipped", out.clipped)?;
+            match out.snapshot {
+                Some((t, w)) => d.set_item("snapshot", (t.into_pyarray(py), w.into_pyarray(py)))?,
+                None => d.set_item("snapshot", py.None())?,
+            }
+            Ok(d)
+        }
+    }
+
+    fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> PyResult<()> {
+        if let Sampling::WithoutReplacement { m } = cfg.sampling {
+            if m > n {
+                return Err(err(format!("batch_size={m} is larger than silo {silo}, which has {n} records")));
+            }
+        }
+        Ok(())
+    }
 
     /// The extension module `pfair._core`.
     #[pymodule]
     #[pyo3(name = "_core")]
     fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        // ψ kernels, sensitivities, noise
+        m.add_function(wrap_pyfunction!(predict_proba, m)?)?;
+        m.add_function(wrap_pyfunction!(batch_gradients, m)?)?;
+        m.add_function(wrap_pyfunction!(sensitivities, m)?)?;
+        m.add_function(wrap_pyfunction!(noise_stds, m)?)?;
+        m.add_function(wrap_pyfunction!(effective_noise_multiplier, m)?)?;
+        m.add_function(wrap_pyfunction!(gaussian_stream, m)?)?;
+        // federation and rounds
+        m.add_class::<PySiloConfig>()?;
+        m.add_class::<PySiloSet>()?;
         Ok(())
     }
 }
