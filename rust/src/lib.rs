@@ -293,7 +293,8 @@ mod python {
         #[new]
         #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
                             protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
-                            clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0))]
+                            clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
+                            send_psi=true))]
         #[allow(clippy::too_many_arguments)]
         fn new(
             sampling: &str,
@@ -306,6 +307,7 @@ mod python {
             sigma_loss: f64,
             sigma_theta: f64,
             sigma_w: f64,
+            send_psi: bool,
         ) -> PyResult<Self> {
             for (arg, v) in [("sigma_loss", sigma_loss), ("sigma_theta", sigma_theta), ("sigma_w", sigma_w)] {
                 if !(v >= 0.0 && v.is_finite()) {
@@ -319,6 +321,7 @@ mod python {
                     sigma_loss,
                     sigma_theta,
                     sigma_w,
+                    send_psi,
                 },
             })
         }

@@ -120,7 +120,7 @@ pub struct BatchGradients {
     pub loss: f64,
     /// Mean ψ over the batch (divisor `m`).
     pub psi: f64,
-    /// How many per-record clippings were active.
+    /// How many per-record clippings were active (a silo-local diagnostic, never sent).
     pub n_clipped: usize,
 }
 

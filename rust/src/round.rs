@@ -36,6 +36,9 @@ pub struct SiloConfig {
     pub sigma_loss: f64,
     pub sigma_theta: f64,
     pub sigma_w: f64,
+    /// Whether the ψ parts are sent at all. With `λ = 0` they are useless, and a silo that does
+    /// not send them releases nothing that depends on `s` (zero privacy cost in `Attribute` mode).
+    pub send_psi: bool,
 }
 
 /// Server hyper-parameters of one round.
@@ -69,8 +72,15 @@ pub fn silo_step(
     if let Protect::Record { .. } = cfg.protect {
         add_gaussian(&mut rng, &mut msg.loss_grad, cfg.sigma_loss);
     }
-    add_gaussian(&mut rng, &mut msg.psi_theta, cfg.sigma_theta);
-    add_gaussian(&mut rng, &mut msg.psi_w, cfg.sigma_w);
+    if cfg.send_psi {
+        add_gaussian(&mut rng, &mut msg.psi_theta, cfg.sigma_theta);
+        add_gaussian(&mut rng, &mut msg.psi_w, cfg.sigma_w);
+    } else {
+        for part in [&mut msg.psi_theta_public, &mut msg.psi_theta, &mut msg.psi_w_public, &mut msg.psi_w] {
+            part.iter_mut().for_each(|v| *v = 0.0);
+        }
+        msg.psi = 0.0;
+    }
     msg
 }
 
@@ -199,6 +209,7 @@ mod tests {
             sigma_loss: 0.0,
             sigma_theta: sigma,
             sigma_w: sigma,
+            send_psi: true,
         }
     }
 
@@ -239,6 +250,25 @@ mod tests {
         c.sigma_loss = 1.0;
         let noisy = silo_step(&silo, DIMS, &theta, psi, &c, 1, 0, 0);
         assert_ne!(quiet.loss_grad, noisy.loss_grad);
+    }
+
+    #[test]
+    fn silo_without_psi_sends_nothing_that_depends_on_s() {
+        let silo = toy_silo(64, 5);
+        let mut flipped = silo.clone();
+        flipped.s.iter_mut().for_each(|v| *v = 1 - *v);
+        let theta = vec![0.2, -0.1, 0.0];
+        let w = vec![0.5, -0.5, 0.1, 0.3];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let mut c = cfg(1.0);
+        c.send_psi = false;
+        let mut a = silo_step(&silo, DIMS, &theta, psi, &c, 3, 0, 0);
+        let mut b = silo_step(&flipped, DIMS, &theta, psi, &c, 3, 0, 0);
+        // `n_clipped` is a silo-local diagnostic, never part of what is sent.
+        (a.n_clipped, b.n_clipped) = (0, 0);
+        assert_eq!(a, b);
+        assert!(a.psi_w.iter().chain(&a.psi_theta).all(|v| *v == 0.0));
     }
 
     #[test]

@@ -1,0 +1,240 @@
+"""Silos and their data.
+
+A :class:`Federation` is N silos holding disjoint shards ``(X_j, y_j, s_j)``. Labels and
+sensitive groups are encoded once, globally, before anything else happens (SPEC §1): a silo that
+lacks a group still uses the global index, and every group enters the fairness penalty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pfair._validation import as_features, as_vector, encode
+
+FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
+
+
+@dataclass
+class Silo:
+    """One silo's shard: features, label indices, group indices and optional raw attributes."""
+
+    X: np.ndarray
+    y: np.ndarray
+    s: np.ndarray
+    attrs: pd.DataFrame | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+class Federation:
+    """N silos with globally encoded labels and sensitive groups.
+
+    Build one with :meth:`from_arrays` (arrays plus a silo id per record), :meth:`from_dataframe`,
+    :meth:`from_dataset` or :meth:`partition`.
+
+    Attributes
+    ----------
+    silos : list of Silo
+    classes_ : ndarray of the label categories; index ``c`` is class ``c``.
+    groups_ : ndarray of the sensitive categories; index ``r`` is group ``r``.
+    feature_names : list of str
+    """
+
+    def __init__(
+        self,
+        silos: Sequence[Silo],
+        *,
+        classes: Sequence[Any],
+        groups: Sequence[Any],
+        feature_names: Sequence[str] | None = None,
+        sensitive_name: str = "s",
+    ) -> None:
+        if len(silos) == 0:
+            raise ValueError("silos is empty; a federation needs at least one silo")
+        d = silos[0].X.shape[1]
+        for j, silo in enumerate(silos):
+            if len(silo) == 0:
+                raise ValueError(f"silo {j} has no records; drop it or change the silo assignment")
+            if silo.X.shape[1] != d:
+                raise ValueError(f"silo {j} has {silo.X.shape[1]} features but silo 0 has {d}")
+        self.silos = list(silos)
+        self.classes_ = np.asarray(classes)
+        self.groups_ = np.asarray(groups)
+        self.feature_names = list(feature_names) if feature_names is not None else [f"x{i}" for i in range(d)]
+        self.sensitive_name = sensitive_name
+        if len(self.classes_) < 2:
+            raise ValueError("need at least 2 label classes")
+        if len(self.groups_) < 2:
+            raise ValueError("need at least 2 sensitive groups")
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_arrays(
+        cls,
+        X: Any,
+        y: Any,
+        *,
+        sensitive_features: Any,
+        silos: Any,
+        feature_names: Sequence[str] | None = None,
+        attrs: pd.DataFrame | None = None,
+        classes: Sequence[Any] | None = None,
+        groups: Sequence[Any] | None = None,
+    ) -> "Federation":
+        """Split arrays into silos by ``silos`` (one silo id per record, any hashable values).
+
+        ``classes``/``groups`` fix the global encodings (defaults: the sorted distinct values).
+        """
+        if hasattr(X, "columns") and feature_names is None:
+            feature_names = [str(c) for c in X.columns]
+        Xa = as_features(X)
+        n = Xa.shape[0]
+        y_codes, cats_y = encode(as_vector(y, "y", n), "y", classes)
+        s_codes, cats_s = encode(as_vector(sensitive_features, "sensitive_features", n), "sensitive_features", groups)
+        ids = as_vector(silos, "silos", n)
+        silo_names, silo_codes = np.unique(ids, return_inverse=True)
+        order = np.argsort(silo_codes, kind="stable")
+        bounds = np.searchsorted(silo_codes[order], np.arange(len(silo_names) + 1))
+        shards = []
+        for j in range(len(silo_names)):
+            rows = order[bounds[j] : bounds[j + 1]]
+            sub = attrs.iloc[rows].reset_index(drop=True) if attrs is not None else None
+            shards.append(Silo(Xa[rows], y_codes[rows], s_codes[rows], sub))
+        fed = cls(shards, classes=cats_y, groups=cats_s, feature_names=feature_names)
+        fed.silo_names_ = silo_names
+        return fed
+
+    @classmethod
+    def from_dataframe(
+        cls,
+        df: pd.DataFrame,
+        *,
+        label: str,
+        sensitive: str,
+        silo: str,
+        features: Sequence[str] | None = None,
+    ) -> "Federation":
+        """Build from a numeric DataFrame with label, sensitive and silo-id columns."""
+        for arg, col in (("label", label), ("sensitive", sensitive), ("silo", silo)):
+            if col not in df.columns:
+                raise ValueError(f"{arg}={col!r} is not a column of df; columns are {list(df.columns)[:20]}")
+        if features is None:
+            features = [c for c in df.columns if c not in (label, sensitive, silo)]
+        missing = [c for c in features if c not in df.columns]
+        if missing:
+            raise ValueError(f"features {missing} are not columns of df")
+        return cls.from_arrays(df[list(features)], df[label], sensitive_features=df[sensitive], silos=df[silo])
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, silos: Any) -> "Federation":
+        """Build from the training split of a :class:`pfair.datasets.Dataset` and silo ids."""
+        fed = cls.from_arrays(
+            dataset.X_train,
+            dataset.y_train,
+            sensitive_features=dataset.s_train,
+            silos=silos,
+            feature_names=dataset.feature_names,
+            attrs=dataset.attrs_train,
+            classes=np.arange(len(dataset.label_names)),
+            groups=np.arange(len(dataset.group_names)),
+        )
+        fed.label_names = list(dataset.label_names)
+        fed.group_names = list(dataset.group_names)
+        fed.sensitive_name = dataset.sensitive_name
+        return fed
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_silos(self) -> int:
+        return len(self.silos)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.silos[0].X.shape[1])
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.groups_)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes_)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(s) for s in self.silos]
+
+    @property
+    def n_records(self) -> int:
+        return sum(self.sizes)
+
+    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All silos' records stacked (for evaluation in simulations only)."""
+        return (
+            np.concatenate([s.X for s in self.silos]),
+            np.concatenate([s.y for s in self.silos]),
+            np.concatenate([s.s for s in self.silos]),
+        )
+
+    # ------------------------------------------------------------------ group statistics
+    def group_counts(self, fairness: str, positive: int = 1) -> np.ndarray:
+        """Counts of group ``r`` in each ψ block (``blocks × k``), summed over silos.
+
+        Demographic parity: one block, all records. Equalized odds: one block per class ``y``.
+        Equal opportunity: one block, records of class ``positive``.
+        """
+        k, l = self.n_groups, self.n_classes
+        if fairness == "demographic_parity":
+            counts = sum(np.bincount(s.s, minlength=k) for s in self.silos).reshape(1, k)
+        elif fairness == "equalized_odds":
+            counts = sum(np.bincount(s.y * k + s.s, minlength=l * k) for s in self.silos).reshape(l, k)
+        elif fairness == "equal_opportunity":
+            counts = sum(np.bincount(s.s[s.y == positive], minlength=k) for s in self.silos).reshape(1, k)
+        else:
+            raise ValueError(f"fairness={fairness!r} is not supported; choose one of {FAIRNESS_NOTIONS}")
+        return np.asarray(counts, dtype=np.float64)
+
+    def group_proportions(self, fairness: str, positive: int = 1) -> np.ndarray:
+        """``p(s = r | block)`` (``blocks × k``); raises if a group has no records in a block."""
+        counts = self.group_counts(fairness, positive)
+        check_group_counts(counts, fairness, self.groups_, self.classes_, positive)
+        return counts / counts.sum(axis=1, keepdims=True)
+
+    def describe(self) -> pd.DataFrame:
+        """Per-silo size, ``p(s)`` and ``p(y)``."""
+        rows = []
+        for j, silo in enumerate(self.silos):
+            row: dict[str, Any] = {"silo": j, "size": len(silo)}
+            ps = np.bincount(silo.s, minlength=self.n_groups) / len(silo)
+            py = np.bincount(silo.y, minlength=self.n_classes) / len(silo)
+            row.update({f"p(s={g})": v for g, v in zip(self.groups_.tolist(), ps)})
+            row.update({f"p(y={c})": v for c, v in zip(self.classes_.tolist(), py)})
+            rows.append(row)
+        return pd.DataFrame(rows).set_index("silo")
+
+    def __repr__(self) -> str:
+        return (
+            f"Federation(n_silos={self.n_silos}, sizes={self.sizes}, n_features={self.n_features}, "
+            f"n_groups={self.n_groups}, n_classes={self.n_classes})"
+        )
+
+
+def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, classes: np.ndarray, positive: int) -> None:
+    """Every group must have records in every ψ block, or its ``p_s^{-1/2}`` is undefined."""
+    for b, row in enumerate(counts):
+        empty = np.flatnonzero(row <= 0)
+        if empty.size:
+            where = {
+                "demographic_parity": "in the data",
+                "equalized_odds": f"among records with label {classes[b]!r}",
+                "equal_opportunity": f"among records with label {classes[positive]!r}",
+            }[fairness]
+            raise ValueError(
+                f"sensitive group {groups[empty[0]]!r} has no records {where}; every group must be "
+                "present (drop the group from sensitive_features or merge it with another)"
+            )
