@@ -1,0 +1,158 @@
+"""Command line: ``pfair train``, ``pfair privacy``.
+
+``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
+SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
+privacy spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from typing import Any, Sequence
+
+
+def _float_or_none(text: str) -> float | None:
+    return None if text.lower() in ("none", "inf", "off") else float(text)
+
+
+def add_train_parser(sub: Any) -> None:
+    p = sub.add_parser("train", help="train SteFFLe on a bundled data set and report error, fairness, privacy")
+    p.add_argument("--dataset", default="adult", help="bundled data set name (see `pfair datasets`)")
+    p.add_argument("--sensitive", default=None, help="sensitive attribute (data-set specific, e.g. sex, race)")
+    p.add_argument("--silos", type=int, default=3, help="number of silos N")
+    p.add_argument("--heterogeneity", type=float, default=0.0, help="h in [0, 1] of the paper's partitioner")
+    p.add_argument("--partition-by", default=None, help="attribute the partitioner sorts by (default: age)")
+    p.add_argument("--epsilon", type=_float_or_none, default=1.0, help="per-silo epsilon; 'none' = non-private")
+    p.add_argument("--delta", type=float, default=None, help="per-silo delta (default 1/n_j^2)")
+    p.add_argument("--lam", type=float, default=1.0, help="fairness weight lambda")
+    p.add_argument("--fairness", default="demographic_parity",
+                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"])
+    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--lr-theta", type=float, default=0.25)
+    p.add_argument("--lr-w", type=float, default=0.5)
+    p.add_argument("--w-radius", type=_float_or_none, default=2.0)
+    p.add_argument("--clip", type=_float_or_none, default=1.0)
+    p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"])
+    p.add_argument("--protect", default="attribute", choices=["attribute", "record"])
+    p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"])
+    p.add_argument("--p-s", dest="p_s", default="public", choices=["public", "dp"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=train_command)
+
+
+def _silo_ids(ds: Any, n_silos: int, heterogeneity: float, by: str | None, seed: int) -> Any:
+    from pfair import partition
+
+    column = by or ("age" if "age" in ds.attrs_train.columns else None)
+    if column is None:
+        import numpy as np
+
+        values = np.random.default_rng(seed).random(len(ds.y_train))
+    else:
+        if column not in ds.attrs_train.columns:
+            raise ValueError(
+                f"--partition-by {column!r} is not an attribute of {ds.name}; available: {list(ds.attrs_train.columns)}"
+            )
+        values = ds.attrs_train[column].to_numpy(dtype=float)
+    return partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed)
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from pfair import datasets, metrics
+    from pfair.estimators import SteFFLe
+    from pfair.federation import Federation
+
+    t0 = time.perf_counter()
+    kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
+    ds = datasets.load(args.dataset, **kwargs)
+    fed = Federation.from_dataset(ds, _silo_ids(ds, args.silos, args.heterogeneity, args.partition_by, args.seed))
+    model = SteFFLe(
+        fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
+        batch_size=args.batch_size, lr_theta=args.lr_theta, lr_w=args.lr_w, w_radius=args.w_radius,
+        clip=args.clip, sampling=args.sampling, protect=args.protect, calibration=args.calibration,
+        p_s=args.p_s, seed=args.seed, progress=not args.json, track_history=not args.json,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(fed)
+    pred = model.predict(ds.X_test)
+    report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
+    report_df = model.privacy_report_
+    eps_spent = model.epsilon_spent_ if args.epsilon is not None else None
+    delta = float(report_df["delta"].max()) if args.epsilon is not None else None
+    result = {
+        "dataset": ds.name,
+        "fairness": args.fairness,
+        "silos": args.silos,
+        "heterogeneity": args.heterogeneity,
+        "lam": args.lam,
+        "epsilon": args.epsilon,
+        "test_error": report["test_error"],
+        "trivial_error": report["trivial_error"],
+        "dp_violation": report["dp_violation"],
+        "eo_violation": report["eo_violation"],
+        "epsilon_spent": eps_spent,
+        "delta": delta,
+        "noise_multiplier": [float(z) for z in report_df["noise_multiplier"]],
+        "warnings": [str(w.message) for w in caught],
+        "seconds": time.perf_counter() - t0,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} silos {fed.sizes}, "
+          f"h = {args.heterogeneity}")
+    print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
+    print(f"DP violation  {result['dp_violation']:.4f}")
+    print(f"EO violation  {result['eo_violation']:.4f}")
+    if args.epsilon is None:
+        print("privacy       none (epsilon = none)")
+    else:
+        cols = ["n_records", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w", "epsilon_spent", "delta"]
+        print(f"privacy       per-silo ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
+              f"max epsilon spent {eps_spent:.4f}; p_s {args.p_s}; calibration {args.calibration}")
+        print(report_df[cols].to_string(float_format=lambda v: f"{v:.4g}"))
+    print(f"time          {result['seconds']:.1f} s")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pfair", description="Private and fair federated learning (SteFFLe).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_train_parser(sub)
+    from pfair.privacy.cli import add_privacy_parser
+
+    add_privacy_parser(sub)
+    ds = sub.add_parser("datasets", help="list the bundled data sets")
+    ds.set_defaults(func=datasets_command)
+    return parser
+
+
+def datasets_command(args: argparse.Namespace) -> int:
+    from pfair import datasets
+
+    print("\n".join(datasets.list_datasets()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError) as exc:
+        print(f"pfair {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
