@@ -191,24 +191,6 @@ fn pull_back(probs: &[f64], g: &[f64], out: &mut [f64]) {
     }
 }
 
-/// `acc += scale · x̃ ⊗ beta` where `x̃ = (x, 1)` and `acc` is `(d+1) × (l-1)`.
-#[inline]
-fn add_outer(acc: &mut [f64], x: &[f64], beta: &[f64], scale: f64) {
-    let lm1 = beta.len();
-    for (j, &xj) in x.iter().enumerate() {
-        let c = scale * xj;
-        if c != 0.0 {
-            for (a, b) in acc[j * lm1..(j + 1) * lm1].iter_mut().zip(beta) {
-                *a += c * b;
-            }
-        }
-    }
-    let d = x.len();
-    for (a, b) in acc[d * lm1..(d + 1) * lm1].iter_mut().zip(beta) {
-        *a += scale * b;
-    }
-}
-
 /// Factor `min(1, c / norm)` that clips a vector of norm `norm` to `c` (1 for a zero vector).
 #[inline]
 pub fn clip_factor(norm: f64, c: f64) -> f64 {
@@ -224,6 +206,10 @@ pub fn clip_factor(norm: f64, c: f64) -> f64 {
 /// `x` is `n × d` row-major, `y` and `s` are class and group indices, `batch` lists the rows
 /// of the batch. In `Attribute` mode each `b_i` is clipped to norm `clip_theta` before summing;
 /// `c_i` needs no clipping (its change is bounded through `p_s`, see `docs/privacy.md`).
+///
+/// Every θ-part of a record is `x̃ ⊗ β` for some `β ∈ R^{l-1}`, so the kernel makes two passes
+/// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
+/// (already scaled and clipped) `β`s into a packed `(d+1) × 3(l-1)` accumulator.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_gradients(
     x: &[f64],
@@ -255,10 +241,12 @@ pub fn batch_gradients(
     // Per-block sum of F over records in the block (a_W = -2 W_b diag(ΣF)/m).
     let mut prob_sum = vec![0.0; blocks * l];
 
+    // Packed accumulator: row j holds [β_loss | β_a | β_b] sums for feature j (j = d: intercept).
+    let width = 3 * lm1;
+    let mut acc = vec![0.0; (d + 1) * width];
+    let mut coef = vec![0.0; width];
     let mut probs = vec![0.0; l];
     let mut g = vec![0.0; l];
-    let mut beta_loss = vec![0.0; lm1];
-    let mut beta_a = vec![0.0; lm1];
     let mut beta_b = vec![0.0; lm1];
     let mut w_rec = vec![0.0; k * l];
 
@@ -266,95 +254,135 @@ pub fn batch_gradients(
         let xi = &x[i * d..(i + 1) * d];
         let yi = y[i] as usize;
         let si = s[i] as usize;
-        predict_proba_row(xi, theta, l, &mut probs);
-        let x_norm = (xi.iter().map(|v| v * v).sum::<f64>() + 1.0).sqrt();
 
-        // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. beta = F_v - [y = v] for v ≥ 1.
+        // Pass 1: logits and ‖x̃‖².
+        let mut xsq = 1.0;
+        probs[0] = 0.0;
+        probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
+        if lm1 == 1 {
+            let mut z = probs[1];
+            for (xj, tj) in xi.iter().zip(theta) {
+                z += xj * tj;
+                xsq += xj * xj;
+            }
+            probs[1] = z;
+        } else {
+            for (j, &xj) in xi.iter().enumerate() {
+                xsq += xj * xj;
+                for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
+                    *p += xj * t;
+                }
+            }
+        }
+        softmax_in_place(&mut probs);
+        let x_norm = xsq.sqrt();
+
+        // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
         out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
+        let (c_loss, rest) = coef.split_at_mut(lm1);
+        let (c_a, c_b) = rest.split_at_mut(lm1);
         for v in 1..l {
-            beta_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
+            c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
         }
-        let loss_scale = match protect {
-            Protect::Attribute { .. } => 1.0,
-            Protect::Record { clip_loss, .. } => {
-                let f = clip_factor(x_norm * norm(&beta_loss), clip_loss);
-                if f < 1.0 {
-                    out.n_clipped += 1;
-                }
-                f
+        if let Protect::Record { clip_loss, .. } = protect {
+            let f = clip_factor(x_norm * norm(c_loss), clip_loss);
+            if f < 1.0 {
+                out.n_clipped += 1;
             }
-        };
-        add_outer(&mut out.loss_grad, xi, &beta_loss, loss_scale * inv_m);
-
-        let Some(b) = psi.fairness.block(yi as u32) else {
-            continue;
-        };
-        let wb = &psi.w[b * k * l..(b + 1) * k * l];
-        let qb = &q[b * l..(b + 1) * l];
-        let coef = 2.0 * psi.inv_sqrt_ps[b * k + si];
-
-        // ψ_i = -F·q + coef (W F)[s_i] - 1
-        let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(&probs).map(|(w, p)| w * p).sum();
-        let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
-        out.psi += -fq + coef * wf - 1.0;
-
-        // θ-parts.
-        for u in 0..l {
-            g[u] = -qb[u];
+            c_loss.iter_mut().for_each(|v| *v *= f);
         }
-        pull_back(&probs, &g, &mut beta_a);
-        for u in 0..l {
-            g[u] = coef * wb[si * l + u];
-        }
-        pull_back(&probs, &g, &mut beta_b);
+        c_a.iter_mut().for_each(|v| *v = 0.0);
+        c_b.iter_mut().for_each(|v| *v = 0.0);
 
-        match protect {
-            Protect::Attribute { clip_theta } => {
-                add_outer(&mut out.psi_theta_public, xi, &beta_a, inv_m);
-                let f = clip_factor(x_norm * norm(&beta_b), clip_theta);
-                if f < 1.0 {
-                    out.n_clipped += 1;
-                }
-                add_outer(&mut out.psi_theta, xi, &beta_b, f * inv_m);
-                let ps = &mut prob_sum[b * l..(b + 1) * l];
-                for u in 0..l {
-                    ps[u] += probs[u];
-                }
-                let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
-                for u in 0..l {
-                    cw[u] += coef * probs[u] * inv_m;
-                }
+        if let Some(b) = psi.fairness.block(yi as u32) {
+            let wb = &psi.w[b * k * l..(b + 1) * k * l];
+            let qb = &q[b * l..(b + 1) * l];
+            let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
+
+            // ψ_i = -F·q + cf (W F)[s_i] - 1
+            let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(&probs).map(|(w, p)| w * p).sum();
+            let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
+            out.psi += -fq + cf * wf - 1.0;
+
+            for u in 0..l {
+                g[u] = -qb[u];
             }
-            Protect::Record { clip_theta, clip_w, .. } => {
-                for v in 0..lm1 {
-                    beta_a[v] += beta_b[v];
-                }
-                let f = clip_factor(x_norm * norm(&beta_a), clip_theta);
-                if f < 1.0 {
-                    out.n_clipped += 1;
-                }
-                add_outer(&mut out.psi_theta, xi, &beta_a, f * inv_m);
-                // Whole ∇_W ψ_i = -2 W_b diag(F) + coef e_{s_i} Fᵀ, clipped in Frobenius norm.
-                for r in 0..k {
-                    for u in 0..l {
-                        w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+            pull_back(&probs, &g, c_a);
+            for u in 0..l {
+                g[u] = cf * wb[si * l + u];
+            }
+            pull_back(&probs, &g, &mut beta_b);
+
+            match protect {
+                Protect::Attribute { clip_theta } => {
+                    let f = clip_factor(x_norm * norm(&beta_b), clip_theta);
+                    if f < 1.0 {
+                        out.n_clipped += 1;
+                    }
+                    for (c, bb) in c_b.iter_mut().zip(&beta_b) {
+                        *c = f * bb;
+                    }
+                    for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(&probs) {
+                        *ps += p;
+                    }
+                    let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
+                    for (o, p) in cw.iter_mut().zip(&probs) {
+                        *o += cf * p * inv_m;
                     }
                 }
-                for u in 0..l {
-                    w_rec[si * l + u] += coef * probs[u];
-                }
-                let f = clip_factor(norm(&w_rec), clip_w);
-                if f < 1.0 {
-                    out.n_clipped += 1;
-                }
-                let dst = &mut out.psi_w[b * k * l..(b + 1) * k * l];
-                for (o, v) in dst.iter_mut().zip(&w_rec) {
-                    *o += f * v * inv_m;
+                Protect::Record { clip_theta, clip_w, .. } => {
+                    // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
+                    for (c, bb) in c_a.iter_mut().zip(&beta_b) {
+                        *c += bb;
+                    }
+                    let f = clip_factor(x_norm * norm(c_a), clip_theta);
+                    if f < 1.0 {
+                        out.n_clipped += 1;
+                    }
+                    for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
+                        *cb = f * *ca;
+                        *ca = 0.0;
+                    }
+                    // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
+                    for r in 0..k {
+                        for u in 0..l {
+                            w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                        }
+                    }
+                    for u in 0..l {
+                        w_rec[si * l + u] += cf * probs[u];
+                    }
+                    let f = clip_factor(norm(&w_rec), clip_w);
+                    if f < 1.0 {
+                        out.n_clipped += 1;
+                    }
+                    for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(&w_rec) {
+                        *o += f * v * inv_m;
+                    }
                 }
             }
+        }
+
+        // Pass 2: acc[j] += x̃_j · [β_loss | β_a | β_b].
+        for (row, &xj) in acc.chunks_exact_mut(width).zip(xi) {
+            for (a, c) in row.iter_mut().zip(coef.iter()) {
+                *a += xj * c;
+            }
+        }
+        for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
+            *a += c;
         }
     }
 
+    // Unpack the accumulator into the three θ-parts.
+    for j in 0..=d {
+        let row = &acc[j * width..(j + 1) * width];
+        for v in 0..lm1 {
+            out.loss_grad[j * lm1 + v] = row[v] * inv_m;
+            out.psi_theta_public[j * lm1 + v] = row[lm1 + v] * inv_m;
+            out.psi_theta[j * lm1 + v] = row[2 * lm1 + v] * inv_m;
+        }
+    }
     if let Protect::Attribute { .. } = protect {
         for b in 0..blocks {
             for r in 0..k {

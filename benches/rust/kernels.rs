@@ -1,0 +1,65 @@
+//! Criterion benches of the hot path: one silo's batch kernel and one full SteFFLe round
+//! (3 Adult-sized silos, batch 256, 102 features), the unit behind the "< 10 ms per epoch" target.
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use pfair_core::psi::{batch_gradients, Dims, Fairness, Protect, PsiInputs};
+use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig};
+use pfair_core::sampling::Sampling;
+
+fn silo(n: usize, d: usize, seed: u64) -> Silo {
+    let mut st = seed;
+    let mut next = || {
+        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (st >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let x = (0..n * d).map(|_| next() * 2.0 - 1.0).collect();
+    let y = (0..n).map(|_| (next() < 0.24) as u32).collect();
+    let s = (0..n).map(|_| (next() < 0.33) as u32).collect();
+    Silo { x, y, s }
+}
+
+fn bench_kernels(c: &mut Criterion) {
+    let (n, d) = (11_304, 102);
+    let dims = Dims { d, k: 2, l: 2 };
+    let data = silo(n, d, 1);
+    let theta = vec![0.01; dims.theta_len()];
+    let w = vec![0.1, -0.2, 0.3, 0.05];
+    let inv = vec![(1.0f64 / 0.67).sqrt(), (1.0f64 / 0.33).sqrt()];
+    let batch: Vec<usize> = (0..256).map(|i| i * 41 % n).collect();
+    let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+    c.bench_function("batch_gradients adult-like m=256 d=102", |b| {
+        b.iter(|| {
+            black_box(batch_gradients(
+                &data.x, &data.y, &data.s, dims, black_box(&theta), psi, &batch, 256.0,
+                Protect::Attribute { clip_theta: 1.0 },
+            ))
+        })
+    });
+
+    let silos: Vec<Silo> = (0..3).map(|j| silo(n, d, 10 + j)).collect();
+    let cfg = SiloConfig {
+        sampling: Sampling::WithoutReplacement { m: 256 },
+        protect: Protect::Attribute { clip_theta: 1.0 },
+        sigma_loss: 0.0,
+        sigma_theta: 0.05,
+        sigma_w: 0.1,
+        send_psi: true,
+    };
+    let cfgs = vec![cfg; 3];
+    let server = ServerConfig { lam: 1.0, lr_theta: 0.25, lr_w: 0.5, w_radius: 2.0 };
+    let weights = vec![1.0 / 3.0; 3];
+    let rounds_per_epoch = (n as f64 / 256.0).ceil() as u64;
+    c.bench_function("one epoch: 3 silos x 11304 records, batch 256 (45 rounds)", |b| {
+        b.iter(|| {
+            let mut th = theta.clone();
+            let mut wv = w.clone();
+            black_box(run_rounds(
+                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &weights,
+                &server, 7, 0, rounds_per_epoch, None,
+            ))
+        })
+    });
+}
+
+criterion_group!(benches, bench_kernels);
+criterion_main!(benches);
