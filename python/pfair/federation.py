@@ -231,10 +231,10 @@ def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, cl
         if empty.size:
             where = {
                 "demographic_parity": "in the data",
-                "equalized_odds": f"among records with label {classes[b]!r}",
-                "equal_opportunity": f"among records with label {classes[positive]!r}",
+                "equalized_odds": f"among records with label {classes[b].item()!r}",
+                "equal_opportunity": f"among records with label {classes[positive].item()!r}",
             }[fairness]
             raise ValueError(
-                f"sensitive group {groups[empty[0]]!r} has no records {where}; every group must be "
+                f"sensitive group {groups[empty[0]].item()!r} has no records {where}; every group must be "
                 "present (drop the group from sensitive_features or merge it with another)"
             )

@@ -1,0 +1,96 @@
+"""Federation: global encodings, silo splits, group proportions and their errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pfair.federation import Federation
+
+
+def arrays(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = np.array(["no", "yes"])[rng.integers(0, 2, size=n)]
+    s = np.array(["f", "m", "x"])[np.arange(n) % 3]
+    silos = np.array(["a", "b"])[(np.arange(n) * 7) % 2]
+    return X, y, s, silos
+
+
+def test_from_arrays_splits_records_and_encodes_globally():
+    X, y, s, ids = arrays()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    assert fed.n_silos == 2 and sum(fed.sizes) == 60
+    assert list(fed.classes_) == ["no", "yes"] and list(fed.groups_) == ["f", "m", "x"]
+    Xp, yp, sp = fed.pooled()
+    # Every record is in exactly one silo, unchanged.
+    order = np.lexsort(Xp.T)
+    ref = np.lexsort(X.T)
+    np.testing.assert_array_equal(Xp[order], X[ref])
+    np.testing.assert_array_equal(fed.classes_[yp[order]], y[ref])
+    np.testing.assert_array_equal(fed.groups_[sp[order]], s[ref])
+
+
+def test_silo_lacking_a_group_keeps_the_global_index():
+    X, y, s, _ = arrays()
+    ids = np.where(s == "x", 1, 0)  # silo 0 has no group "x"
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    assert set(fed.silos[0].s.tolist()) == {0, 1}
+    assert set(fed.silos[1].s.tolist()) == {2}
+    assert fed.n_groups == 3
+
+
+def test_group_proportions_per_notion():
+    X, y, s, ids = arrays(90)
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    dp = fed.group_proportions("demographic_parity")
+    np.testing.assert_allclose(dp, [[1 / 3, 1 / 3, 1 / 3]])
+    eo = fed.group_proportions("equalized_odds")
+    assert eo.shape == (2, 3)
+    for c, label in enumerate(fed.classes_):
+        counts = pd.Series(s[y == label]).value_counts().reindex(["f", "m", "x"]).to_numpy()
+        np.testing.assert_allclose(eo[c], counts / counts.sum())
+    eopp = fed.group_proportions("equal_opportunity", positive=1)
+    np.testing.assert_allclose(eopp, eo[1:2])
+
+
+def test_absent_group_in_a_class_is_an_error_naming_it():
+    X, y, s, ids = arrays()
+    y = np.where(s == "x", "no", y)  # group x never has label yes
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    fed.group_proportions("demographic_parity")
+    with pytest.raises(ValueError, match="group 'x' has no records among records with label 'yes'"):
+        fed.group_proportions("equalized_odds")
+
+
+def test_from_dataframe_and_errors():
+    X, y, s, ids = arrays()
+    df = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=y, grp=s, silo=ids)
+    fed = Federation.from_dataframe(df, label="label", sensitive="grp", silo="silo")
+    assert fed.feature_names == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="sensitive='nope' is not a column"):
+        Federation.from_dataframe(df, label="label", sensitive="nope", silo="silo")
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda X, y, s, i: (X[:-1], y, s, i), "y has 59 entries but X has 59|has 60 entries but X has 59"),
+        (lambda X, y, s, i: (np.where(np.arange(60)[:, None] == 3, np.nan, X), y, s, i), "NaN or inf"),
+        (lambda X, y, s, i: (X, np.full(60, "a"), s, i), "y has 1 distinct value"),
+        (lambda X, y, s, i: (X, y, np.full(60, "g"), i), "sensitive_features has 1 distinct value"),
+        (lambda X, y, s, i: (X[:, 0], y, s, i), "must be 2-D"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(mutate, message):
+    X, y, s, ids = mutate(*arrays())
+    with pytest.raises(ValueError, match=message):
+        Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+
+
+def test_describe_reports_sizes_and_proportions():
+    X, y, s, ids = arrays()
+    d = Federation.from_arrays(X, y, sensitive_features=s, silos=ids).describe()
+    assert list(d["size"]) == [30, 30]
+    np.testing.assert_allclose(d[["p(s=f)", "p(s=m)", "p(s=x)"]].sum(axis=1), 1.0)
