@@ -2,41 +2,57 @@
 //! (3 Adult-sized silos, batch 256, 102 features), the unit behind the "< 10 ms per epoch" target.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use pfair_core::features::{Csr, Dense, Features};
 use pfair_core::psi::{batch_gradients, Dims, Fairness, Protect, PsiInputs};
 use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig};
 use pfair_core::sampling::Sampling;
 
-fn silo(n: usize, d: usize, seed: u64) -> Silo {
+/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
+fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
     let mut st = seed;
     let mut next = || {
         st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (st >> 11) as f64 / (1u64 << 53) as f64
     };
-    let x = (0..n * d).map(|_| next() * 2.0 - 1.0).collect();
+    let mut x = vec![0.0; n * d];
+    let block = (d - 6) / 8;
+    for row in x.chunks_exact_mut(d) {
+        for v in row.iter_mut().take(6) {
+            *v = next() * 2.0 - 1.0;
+        }
+        for b in 0..8 {
+            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
+        }
+    }
     let y = (0..n).map(|_| (next() < 0.24) as u32).collect();
     let s = (0..n).map(|_| (next() < 0.33) as u32).collect();
-    Silo { x, y, s }
+    (x, y, s)
 }
 
 fn bench_kernels(c: &mut Criterion) {
     let (n, d) = (11_304, 102);
     let dims = Dims { d, k: 2, l: 2 };
-    let data = silo(n, d, 1);
+    let (x, y, s) = silo(n, d, 1);
+    let csr = Csr::from_dense(&x, d);
     let theta = vec![0.01; dims.theta_len()];
     let w = vec![0.1, -0.2, 0.3, 0.05];
     let inv = vec![(1.0f64 / 0.67).sqrt(), (1.0f64 / 0.33).sqrt()];
     let batch: Vec<usize> = (0..256).map(|i| i * 41 % n).collect();
     let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
-    c.bench_function("batch_gradients adult-like m=256 d=102", |b| {
-        b.iter(|| {
-            black_box(batch_gradients(
-                &data.x, &data.y, &data.s, dims, black_box(&theta), psi, &batch, 256.0,
-                Protect::Attribute { clip_theta: 1.0 },
-            ))
-        })
+    let protect = Protect::Attribute { clip_theta: 1.0 };
+    c.bench_function("batch_gradients dense adult-like m=256 d=102", |b| {
+        b.iter(|| black_box(batch_gradients(&Dense { x: &x, d }, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
+    });
+    c.bench_function("batch_gradients csr adult-like m=256 d=102", |b| {
+        b.iter(|| black_box(batch_gradients(&csr, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
     });
 
-    let silos: Vec<Silo> = (0..3).map(|j| silo(n, d, 10 + j)).collect();
+    let silos: Vec<Silo> = (0..3)
+        .map(|j| {
+            let (x, y, s) = silo(n, d, 10 + j);
+            Silo { x: Features::auto(x, d), y, s }
+        })
+        .collect();
     let cfg = SiloConfig {
         sampling: Sampling::WithoutReplacement { m: 256 },
         protect: Protect::Attribute { clip_theta: 1.0 },

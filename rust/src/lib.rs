@@ -3,6 +3,7 @@
 //! exposes them as the extension module `pfair._core`: it converts types, validates shapes,
 //! releases the GIL around long work and maps errors to Python exceptions.
 
+pub mod features;
 pub mod noise;
 pub mod psi;
 pub mod round;
@@ -16,6 +17,7 @@ mod python {
     use pyo3::prelude::*;
     use pyo3::types::PyDict;
 
+    use crate::features::{Dense, Features};
     use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
     use crate::round::{self, ServerConfig, Silo, SiloConfig};
     use crate::sampling::Sampling;
@@ -96,10 +98,11 @@ mod python {
         Ok(())
     }
 
-    /// Copies one silo's arrays, checking shapes and index ranges.
+    /// Copies one silo's arrays, checking shapes and index ranges; features are stored dense or
+    /// CSR, whichever suits their density.
     fn silo_from(x: PyReadonlyArray2<f64>, y: PyReadonlyArray1<i64>, s: PyReadonlyArray1<i64>, k: usize, l: usize) -> PyResult<Silo> {
         let xa = x.as_array();
-        let (n, _) = xa.dim();
+        let (n, d) = xa.dim();
         let ya = y.as_array();
         let sa = s.as_array();
         if ya.len() != n || sa.len() != n {
@@ -120,7 +123,7 @@ mod python {
                 })
                 .collect()
         };
-        Ok(Silo { x: xv, y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
+        Ok(Silo { x: Features::auto(xv, d), y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
     }
 
     fn gradients_dict<'py>(py: Python<'py>, g: psi::BatchGradients) -> PyResult<Bound<'py, PyDict>> {
@@ -208,6 +211,7 @@ mod python {
         let dims = Dims { d, k: n_groups, l: n_classes };
         let (th, wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
         check_state(dims, fairness, &th, &wv, &inv)?;
+        let xv: Vec<f64> = x.as_array().iter().copied().collect();
         let silo = silo_from(x, y, s, n_groups, n_classes)?;
         let n = silo.len();
         let idx: Vec<usize> = batch
@@ -219,7 +223,8 @@ mod python {
             return Err(err("denom must be > 0"));
         }
         let g = py.allow_threads(|| {
-            psi::batch_gradients(&silo.x, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
+            let rows = Dense { x: &xv, d };
+            psi::batch_gradients(&rows, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
         });
         gradients_dict(py, g)
     }

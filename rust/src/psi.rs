@@ -31,6 +31,8 @@
 //! `docs/privacy.md` for the sensitivities). Because `b_i = x̃ ⊗ β_i` is an outer product,
 //! `‖b_i‖_F = ‖x̃‖ ‖β_i‖` and clipping costs O(l) per record.
 
+use crate::features::Rows;
+
 /// Fairness notion enforced by the ψ-term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fairness {
@@ -211,8 +213,8 @@ pub fn clip_factor(norm: f64, c: f64) -> f64 {
 /// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
 /// (already scaled and clipped) `β`s into a packed `(d+1) × 3(l-1)` accumulator.
 #[allow(clippy::too_many_arguments)]
-pub fn batch_gradients(
-    x: &[f64],
+pub fn batch_gradients<R: Rows>(
+    rows: &R,
     y: &[u32],
     s: &[u32],
     dims: Dims,
@@ -223,6 +225,7 @@ pub fn batch_gradients(
     protect: Protect,
 ) -> BatchGradients {
     let Dims { d, k, l } = dims;
+    debug_assert_eq!(rows.n_features(), d);
     let lm1 = l - 1;
     let blocks = psi.fairness.n_blocks(l);
     let mut out = BatchGradients::zeros(dims, psi.fairness);
@@ -251,7 +254,6 @@ pub fn batch_gradients(
     let mut w_rec = vec![0.0; k * l];
 
     for &i in batch {
-        let xi = &x[i * d..(i + 1) * d];
         let yi = y[i] as usize;
         let si = s[i] as usize;
 
@@ -261,18 +263,18 @@ pub fn batch_gradients(
         probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
         if lm1 == 1 {
             let mut z = probs[1];
-            for (xj, tj) in xi.iter().zip(theta) {
-                z += xj * tj;
+            rows.for_each(i, |j, xj| {
+                z += xj * theta[j];
                 xsq += xj * xj;
-            }
+            });
             probs[1] = z;
         } else {
-            for (j, &xj) in xi.iter().enumerate() {
+            rows.for_each(i, |j, xj| {
                 xsq += xj * xj;
                 for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
                     *p += xj * t;
                 }
-            }
+            });
         }
         softmax_in_place(&mut probs);
         let x_norm = xsq.sqrt();
@@ -364,11 +366,11 @@ pub fn batch_gradients(
         }
 
         // Pass 2: acc[j] += x̃_j · [β_loss | β_a | β_b].
-        for (row, &xj) in acc.chunks_exact_mut(width).zip(xi) {
-            for (a, c) in row.iter_mut().zip(coef.iter()) {
+        rows.for_each(i, |j, xj| {
+            for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
                 *a += xj * c;
             }
-        }
+        });
         for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
             *a += c;
         }
@@ -407,6 +409,7 @@ pub fn norm(v: &[f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::{Csr, Dense};
 
     fn lcg(seed: &mut u64) -> f64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -439,7 +442,7 @@ mod tests {
     fn objective(c: &Case, fairness: Fairness, theta: &[f64], w: &[f64]) -> (f64, f64) {
         let all: Vec<usize> = (0..c.y.len()).collect();
         let g = batch_gradients(
-            &c.x,
+            &Dense { x: &c.x, d: c.dims.d },
             &c.y,
             &c.s,
             c.dims,
@@ -511,7 +514,7 @@ mod tests {
                 let c = case(3, k, l, 17, fairness, 7 + k as u64 * 31 + l as u64);
                 let all: Vec<usize> = (0..17).collect();
                 let gr = batch_gradients(
-                    &c.x,
+                    &Dense { x: &c.x, d: c.dims.d },
                     &c.y,
                     &c.s,
                     c.dims,
@@ -558,7 +561,7 @@ mod tests {
         let all: Vec<usize> = (0..25).collect();
         let clip = 1e-3;
         let gr = batch_gradients(
-            &c.x,
+            &Dense { x: &c.x, d: c.dims.d },
             &c.y,
             &c.s,
             c.dims,
@@ -580,7 +583,7 @@ mod tests {
         let c = case(3, 2, 3, 12, fairness, 5);
         let all: Vec<usize> = (0..12).collect();
         let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
-        let run = |p| batch_gradients(&c.x, &c.y, &c.s, c.dims, &c.theta, psi, &all, 12.0, p);
+        let run = |p| batch_gradients(&Dense { x: &c.x, d: 3 }, &c.y, &c.s, c.dims, &c.theta, psi, &all, 12.0, p);
         let a = run(Protect::Attribute { clip_theta: f64::INFINITY });
         let inf = f64::INFINITY;
         let r = run(Protect::Record { clip_loss: inf, clip_theta: inf, clip_w: inf });
@@ -597,6 +600,30 @@ mod tests {
         assert!(tiny.psi_theta_public.iter().all(|v| *v == 0.0));
     }
 
+    /// The CSR layout gives the same gradients as the dense one.
+    #[test]
+    fn sparse_rows_match_dense_rows() {
+        for &(k, l) in &[(2, 2), (3, 4)] {
+            let fairness = Fairness::EqualizedOdds;
+            let mut c = case(6, k, l, 30, fairness, 42);
+            for (idx, v) in c.x.iter_mut().enumerate() {
+                if idx % 3 != 0 {
+                    *v = 0.0;
+                }
+            }
+            let all: Vec<usize> = (0..30).collect();
+            let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
+            let p = Protect::Attribute { clip_theta: 0.5 };
+            let dense = batch_gradients(&Dense { x: &c.x, d: 6 }, &c.y, &c.s, c.dims, &c.theta, psi, &all, 30.0, p);
+            let csr = Csr::from_dense(&c.x, 6);
+            let sparse = batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &all, 30.0, p);
+            for (a, b) in dense.loss_grad.iter().chain(&dense.psi_theta).zip(sparse.loss_grad.iter().chain(&sparse.psi_theta)) {
+                assert!((a - b).abs() < 1e-12);
+            }
+            assert_eq!(dense.psi_w, sparse.psi_w);
+        }
+    }
+
     /// Equal opportunity ignores records outside the positive class.
     #[test]
     fn equal_opportunity_ignores_negative_records() {
@@ -604,7 +631,7 @@ mod tests {
         let c = case(2, 2, 2, 10, fairness, 3);
         let negatives: Vec<usize> = (0..10).filter(|&i| c.y[i] == 0).collect();
         let gr = batch_gradients(
-            &c.x,
+            &Dense { x: &c.x, d: c.dims.d },
             &c.y,
             &c.s,
             c.dims,

@@ -5,14 +5,15 @@
 
 use rayon::prelude::*;
 
+use crate::features::{Dense, Features};
 use crate::noise::{add_gaussian, stream, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
 use crate::sampling::Sampling;
 
-/// The data one silo holds: `n × d` features (row-major), labels and group indices.
+/// The data one silo holds: features (dense or CSR), labels and group indices.
 #[derive(Clone, Debug)]
 pub struct Silo {
-    pub x: Vec<f64>,
+    pub x: Features,
     pub y: Vec<u32>,
     pub s: Vec<u32>,
 }
@@ -67,7 +68,12 @@ pub fn silo_step(
     let n = silo.len();
     let batch = cfg.sampling.draw(&mut stream(seed, silo_id, round, Purpose::Batch), n);
     let denom = cfg.sampling.denominator(n);
-    let mut msg = batch_gradients(&silo.x, &silo.y, &silo.s, dims, theta, psi, &batch, denom, cfg.protect);
+    let mut msg = match &silo.x {
+        Features::Dense { x, d } => {
+            batch_gradients(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, &batch, denom, cfg.protect)
+        }
+        Features::Sparse(csr) => batch_gradients(csr, &silo.y, &silo.s, dims, theta, psi, &batch, denom, cfg.protect),
+    };
     let mut rng = stream(seed, silo_id, round, Purpose::Noise);
     if let Protect::Record { .. } = cfg.protect {
         add_gaussian(&mut rng, &mut msg.loss_grad, cfg.sigma_loss);
@@ -199,7 +205,7 @@ mod tests {
             y.push((x0 + 0.3 * x1 + 0.2 * (next() - 0.5) > 0.4) as u32);
             s.push(si);
         }
-        Silo { x, y, s }
+        Silo { x: Features::auto(x, 2), y, s }
     }
 
     fn cfg(sigma: f64) -> SiloConfig {
