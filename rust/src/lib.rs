@@ -4,6 +4,7 @@
 //! releases the GIL around long work and maps errors to Python exceptions.
 
 pub mod features;
+pub mod hybrid;
 pub mod noise;
 pub mod psi;
 pub mod round;
@@ -18,6 +19,7 @@ mod python {
     use pyo3::types::PyDict;
 
     use crate::features::{Dense, Features};
+    use crate::hybrid::{self, HybridLayout, HybridNoise};
     use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
     use crate::round::{self, ServerConfig, Silo, SiloConfig};
     use crate::sampling::Sampling;
@@ -470,6 +472,181 @@ mod python {
         }
     }
 
+    // ---------------------------------------------------------------- hybrid centralization
+
+    /// All records with their non-sensitive holder (`members`) and sensitive holder (`owner`).
+    #[pyclass(name = "HybridSet", module = "pfair._core")]
+    struct PyHybridSet {
+        layout: HybridLayout,
+        dims: Dims,
+        fairness: Fairness,
+    }
+
+    #[pymethods]
+    impl PyHybridSet {
+        #[new]
+        #[pyo3(signature = (x, y, s, members, owner, *, n_sensitive, n_groups, n_classes,
+                            fairness="demographic_parity", positive=1))]
+        #[allow(clippy::too_many_arguments)]
+        fn new(
+            x: PyReadonlyArray2<'_, f64>,
+            y: PyReadonlyArray1<'_, i64>,
+            s: PyReadonlyArray1<'_, i64>,
+            members: Vec<PyReadonlyArray1<'_, i64>>,
+            owner: PyReadonlyArray1<'_, i64>,
+            n_sensitive: usize,
+            n_groups: usize,
+            n_classes: usize,
+            fairness: &str,
+            positive: u32,
+        ) -> PyResult<Self> {
+            let fairness = fairness_from(fairness, positive)?;
+            if n_groups < 2 || n_classes < 2 {
+                return Err(err("need n_groups >= 2 and n_classes >= 2"));
+            }
+            let d = x.as_array().dim().1;
+            let silo = silo_from(x, y, s, n_groups, n_classes)?;
+            let n = silo.len();
+            let mut seen = vec![false; n];
+            let mut mem = Vec::with_capacity(members.len());
+            for (j, m) in members.iter().enumerate() {
+                let mut ids = Vec::new();
+                for &i in m.as_array().iter() {
+                    if i < 0 || i as usize >= n || seen[i as usize] {
+                        return Err(err(format!("members[{j}] has id {i}: out of range 0..{n} or held by two silos")));
+                    }
+                    seen[i as usize] = true;
+                    ids.push(i as usize);
+                }
+                if ids.is_empty() {
+                    return Err(err(format!("non-sensitive silo {j} has no records")));
+                }
+                mem.push(ids);
+            }
+            if seen.iter().any(|v| !v) {
+                return Err(err("every record must belong to exactly one non-sensitive silo"));
+            }
+            let own = owner.as_array();
+            if own.len() != n {
+                return Err(err(format!("owner has {} entries, expected {n}", own.len())));
+            }
+            let own: Vec<u32> = own
+                .iter()
+                .map(|&c| if c < 0 || c as usize >= n_sensitive { Err(err(format!("owner {c} out of range 0..{n_sensitive}"))) } else { Ok(c as u32) })
+                .collect::<PyResult<_>>()?;
+            let layout = HybridLayout { x: silo.x, y: silo.y, s: silo.s, members: mem, owner: own, n_sensitive };
+            Ok(PyHybridSet { layout, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+        }
+
+        /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
+        /// noised sums (None for a silo that sent nothing).
+        #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
+                            dummy_noise=false, seed, round))]
+        #[allow(clippy::too_many_arguments)]
+        fn messages<'py>(
+            &self,
+            py: Python<'py>,
+            theta: PyReadonlyArray1<'py, f64>,
+            w: PyReadonlyArray1<'py, f64>,
+            inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+            batch_size: usize,
+            clip_theta: f64,
+            sigma_theta: Vec<f64>,
+            sigma_w: Vec<f64>,
+            dummy_noise: bool,
+            seed: u64,
+            round: u64,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let (th, wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
+            let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+            check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+            let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
+            let msgs = py.allow_threads(|| {
+                hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, seed, round)
+            });
+            let d = PyDict::new(py);
+            let public: Vec<Bound<'py, PyDict>> = msgs.public.into_iter().map(|g| gradients_dict(py, g)).collect::<PyResult<_>>()?;
+            d.set_item("public", public)?;
+            let sens: Vec<Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>> = msgs
+                .sensitive
+                .into_iter()
+                .map(|m| m.map(|(u, v)| (u.into_pyarray(py), v.into_pyarray(py))))
+                .collect();
+            d.set_item("sensitive", sens)?;
+            d.set_item("intersection", msgs.intersection)?;
+            d.set_item("union_size", msgs.union_size)?;
+            Ok(d)
+        }
+
+        /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
+        #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
+                            dummy_noise=false, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
+        #[allow(clippy::too_many_arguments)]
+        fn run_rounds<'py>(
+            &self,
+            py: Python<'py>,
+            theta: PyReadonlyArray1<'py, f64>,
+            w: PyReadonlyArray1<'py, f64>,
+            inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+            batch_size: usize,
+            clip_theta: f64,
+            sigma_theta: Vec<f64>,
+            sigma_w: Vec<f64>,
+            dummy_noise: bool,
+            lam: f64,
+            lr_theta: f64,
+            lr_w: f64,
+            w_radius: f64,
+            seed: u64,
+            start: u64,
+            n_rounds: u64,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let (mut th, mut wv, inv) = (theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec());
+            let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+            check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+            for (arg, v) in [("lam", lam), ("lr_theta", lr_theta), ("lr_w", lr_w)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(err(format!("{arg} must be finite and >= 0, got {v}")));
+                }
+            }
+            if !(w_radius > 0.0) {
+                return Err(err("w_radius must be > 0 (inf for no projection)"));
+            }
+            let server = ServerConfig { lam, lr_theta, lr_w, w_radius };
+            let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
+            let (loss, psi) = py.allow_threads(|| {
+                hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, seed, start, n_rounds)
+            });
+            let d = PyDict::new(py);
+            d.set_item("theta", th.into_pyarray(py))?;
+            d.set_item("w", wv.into_pyarray(py))?;
+            d.set_item("loss", loss.into_pyarray(py))?;
+            d.set_item("psi", psi.into_pyarray(py))?;
+            Ok(d)
+        }
+    }
+
+    impl PyHybridSet {
+        fn noise(&self, batch_size: usize, clip_theta: f64, sigma_theta: Vec<f64>, sigma_w: Vec<f64>, dummy_noise: bool) -> PyResult<HybridNoise> {
+            let ns = self.layout.n_sensitive;
+            if sigma_theta.len() != ns || sigma_w.len() != ns {
+                return Err(err(format!("need one sigma_theta and one sigma_w per sensitive silo ({ns})")));
+            }
+            if sigma_theta.iter().chain(&sigma_w).any(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(err("noise stds must be finite and >= 0"));
+            }
+            if !(clip_theta > 0.0) {
+                return Err(err("clip_theta must be > 0 (inf for no clipping)"));
+            }
+            for (j, m) in self.layout.members.iter().enumerate() {
+                if batch_size == 0 || batch_size > m.len() {
+                    return Err(err(format!("batch_size={batch_size} must be in 1..={} (non-sensitive silo {j})", m.len())));
+                }
+            }
+            Ok(HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise })
+        }
+    }
+
     fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> PyResult<()> {
         if let Sampling::WithoutReplacement { m } = cfg.sampling {
             if m > n {
@@ -494,6 +671,7 @@ mod python {
         // federation and rounds
         m.add_class::<PySiloConfig>()?;
         m.add_class::<PySiloSet>()?;
+        m.add_class::<PyHybridSet>()?;
         Ok(())
     }
 }

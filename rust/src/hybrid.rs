@@ -1,0 +1,305 @@
+//! Hybrid centralization (seed 003 §4 and App. F): the features and labels of a record live in
+//! one *non-sensitive* silo, its sensitive attribute in one *sensitive* silo, both indexed by a
+//! universal record id.
+//!
+//! In a round every non-sensitive silo j draws its own batch `B_j` (m records without
+//! replacement) and sends the s-free parts (`g`, `a_θ`, `a_W`, means over `B_j`) in the clear. It
+//! hands `F(x_i)` and `∇F(x_i)` of its batch to the sensitive silos; sensitive silo c computes the
+//! s-dependent parts over the intersection `I_c = (∪_j B_j) ∩ S_c` as clipped SUMS
+//! `u_c = Σ_{I_c} b̃_i` and `v_c = Σ_{I_c} c_i`, and adds Gaussian noise calibrated to the
+//! sensitivity of a sum (`2 C_θ` and `2 (1/ρ₁ + 1/ρ₂)^{1/2}`). Dividing by the union size then
+//! scales the noise to the intersected batch. A sensitive silo whose intersection is empty sends
+//! nothing, or (`dummy_noise`) a zero-mean noise message indistinguishable from a real one.
+//!
+//! The three modes of the paper are special cases of the layout: (a) one silo split into its
+//! non-sensitive and sensitive divisions (one silo of each kind, same records), (b) one central
+//! sensitive silo with N non-sensitive silos, (c) p non-sensitive and s sensitive silos.
+
+use crate::features::{Dense, Features};
+use crate::noise::{add_gaussian, stream, Purpose};
+use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
+use crate::round::{server_update, ServerConfig};
+use crate::sampling::Sampling;
+
+/// All records, with the silo of each kind that holds them.
+#[derive(Clone, Debug)]
+pub struct HybridLayout {
+    pub x: Features,
+    pub y: Vec<u32>,
+    pub s: Vec<u32>,
+    /// Universal ids of the records of each non-sensitive silo.
+    pub members: Vec<Vec<usize>>,
+    /// The sensitive silo holding each record's `s`.
+    pub owner: Vec<u32>,
+    pub n_sensitive: usize,
+}
+
+/// Noise of the sensitive silos: per silo, the std of the noise on the θ-sum and on the W-sum.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HybridNoise {
+    pub batch_size: usize,
+    pub clip_theta: f64,
+    pub sigma_theta: Vec<f64>,
+    pub sigma_w: Vec<f64>,
+    pub dummy_noise: bool,
+}
+
+/// What the server receives in one round, before it averages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HybridMessages {
+    /// Each non-sensitive silo's s-free parts (means over its batch); `psi_theta`/`psi_w` empty.
+    pub public: Vec<BatchGradients>,
+    /// Each sensitive silo's noised sums `(u_c, v_c)`, or `None` if it sent nothing.
+    pub sensitive: Vec<Option<(Vec<f64>, Vec<f64>)>>,
+    /// `|I_c|` per sensitive silo (known to the silos, used for diagnostics only).
+    pub intersection: Vec<usize>,
+    /// `|∪_j B_j|`.
+    pub union_size: usize,
+}
+
+/// Stream id of sensitive silo `c` (distinct from the non-sensitive silos' ids).
+pub fn sensitive_stream_id(n_public: usize, c: usize) -> u64 {
+    (n_public + c) as u64
+}
+
+/// One round of messages (see the module docs).
+pub fn hybrid_messages(
+    layout: &HybridLayout,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    noise: &HybridNoise,
+    seed: u64,
+    round: u64,
+) -> HybridMessages {
+    let protect = Protect::Attribute { clip_theta: noise.clip_theta };
+    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
+    let mut sums: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![0.0; t_len], vec![0.0; w_len]); layout.n_sensitive];
+    let mut counts = vec![0usize; layout.n_sensitive];
+    let mut public = Vec::with_capacity(layout.members.len());
+    let mut union_size = 0;
+    for (j, members) in layout.members.iter().enumerate() {
+        let m = noise.batch_size.min(members.len());
+        let local = Sampling::WithoutReplacement { m }.draw(&mut stream(seed, j as u64, round, Purpose::Batch), members.len());
+        let batch: Vec<usize> = local.iter().map(|&i| members[i]).collect();
+        union_size += batch.len();
+        // Split the batch by sensitive owner; sums (denominator 1) of every part per owner.
+        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); layout.n_sensitive];
+        for &i in &batch {
+            by_owner[layout.owner[i] as usize].push(i);
+        }
+        let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_public: vec![0.0; t_len], psi_w_public: vec![0.0; w_len], ..Default::default() };
+        for (c, ids) in by_owner.iter().enumerate() {
+            if ids.is_empty() {
+                continue;
+            }
+            let part = match &layout.x {
+                Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
+                Features::Sparse(csr) => batch_gradients(csr, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
+            };
+            let inv_m = 1.0 / m as f64;
+            for t in 0..t_len {
+                pub_msg.loss_grad[t] += part.loss_grad[t] * inv_m;
+                pub_msg.psi_theta_public[t] += part.psi_theta_public[t] * inv_m;
+                sums[c].0[t] += part.psi_theta[t];
+            }
+            for t in 0..w_len {
+                pub_msg.psi_w_public[t] += part.psi_w_public[t] * inv_m;
+                sums[c].1[t] += part.psi_w[t];
+            }
+            pub_msg.loss += part.loss * inv_m;
+            pub_msg.psi += part.psi * inv_m;
+            counts[c] += ids.len();
+        }
+        public.push(pub_msg);
+    }
+    let n_public = layout.members.len();
+    let sensitive = sums
+        .into_iter()
+        .enumerate()
+        .map(|(c, (mut u, mut v))| {
+            if counts[c] == 0 && !noise.dummy_noise {
+                return None;
+            }
+            let mut rng = stream(seed, sensitive_stream_id(n_public, c), round, Purpose::Noise);
+            add_gaussian(&mut rng, &mut u, noise.sigma_theta[c]);
+            add_gaussian(&mut rng, &mut v, noise.sigma_w[c]);
+            Some((u, v))
+        })
+        .collect();
+    HybridMessages { public, sensitive, intersection: counts, union_size }
+}
+
+/// Server step of a hybrid round: s-free parts averaged over the non-sensitive silos (equal
+/// batch sizes), s-dependent parts `Σ_c u_c / |∪B|`, then the usual descent-ascent update.
+pub fn hybrid_server_update(theta: &mut [f64], w: &mut [f64], block_len: usize, msgs: &HybridMessages, cfg: &ServerConfig) -> (f64, f64) {
+    let n = msgs.public.len() as f64;
+    let mut agg = BatchGradients {
+        loss_grad: vec![0.0; theta.len()],
+        psi_theta_public: vec![0.0; theta.len()],
+        psi_theta: vec![0.0; theta.len()],
+        psi_w_public: vec![0.0; w.len()],
+        psi_w: vec![0.0; w.len()],
+        ..Default::default()
+    };
+    for p in &msgs.public {
+        for t in 0..theta.len() {
+            agg.loss_grad[t] += p.loss_grad[t] / n;
+            agg.psi_theta_public[t] += p.psi_theta_public[t] / n;
+        }
+        for t in 0..w.len() {
+            agg.psi_w_public[t] += p.psi_w_public[t] / n;
+        }
+        agg.loss += p.loss / n;
+        agg.psi += p.psi / n;
+    }
+    let inv_b = 1.0 / msgs.union_size.max(1) as f64;
+    for (u, v) in msgs.sensitive.iter().flatten() {
+        for t in 0..theta.len() {
+            agg.psi_theta[t] += u[t] * inv_b;
+        }
+        for t in 0..w.len() {
+            agg.psi_w[t] += v[t] * inv_b;
+        }
+    }
+    let (loss, psi) = (agg.loss, agg.psi);
+    server_update(theta, w, block_len, &[agg], &[1.0], cfg);
+    (loss, psi)
+}
+
+/// Runs `n_rounds` hybrid rounds from `start`; returns per-round (loss, ψ).
+#[allow(clippy::too_many_arguments)]
+pub fn run_hybrid_rounds(
+    layout: &HybridLayout,
+    dims: Dims,
+    theta: &mut [f64],
+    w: &mut [f64],
+    psi_tables: (crate::psi::Fairness, &[f64]),
+    noise: &HybridNoise,
+    server: &ServerConfig,
+    seed: u64,
+    start: u64,
+    n_rounds: u64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (fairness, inv_sqrt_ps) = psi_tables;
+    let mut losses = Vec::with_capacity(n_rounds as usize);
+    let mut psis = Vec::with_capacity(n_rounds as usize);
+    for round in start..start + n_rounds {
+        let msgs = {
+            let psi = PsiInputs { fairness, w, inv_sqrt_ps };
+            hybrid_messages(layout, dims, theta, psi, noise, seed, round)
+        };
+        let (l, p) = hybrid_server_update(theta, w, dims.k * dims.l, &msgs, server);
+        losses.push(l);
+        psis.push(p);
+    }
+    (losses, psis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::psi::Fairness;
+    use crate::round::{run_rounds, Silo, SiloConfig};
+
+    fn data(n: usize) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
+        let mut st = 17u64;
+        let mut next = || {
+            st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (st >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        let mut s = Vec::new();
+        for _ in 0..n {
+            let si = (next() < 0.4) as u32;
+            let x0 = next() * 2.0 - 1.0 + si as f64;
+            x.extend([x0, next() * 2.0 - 1.0]);
+            y.push((x0 > 0.3) as u32);
+            s.push(si);
+        }
+        (x, y, s)
+    }
+
+    const DIMS: Dims = Dims { d: 2, k: 2, l: 2 };
+
+    fn layout(n: usize, n_public: usize, n_sensitive: usize) -> HybridLayout {
+        let (x, y, s) = data(n);
+        let members = (0..n_public).map(|j| (0..n).filter(|i| i % n_public == j).collect()).collect();
+        let owner = (0..n).map(|i| ((i / 7) % n_sensitive) as u32).collect();
+        HybridLayout { x: Features::auto(x, 2), y, s, members, owner, n_sensitive }
+    }
+
+    fn quiet(n_sensitive: usize, m: usize) -> HybridNoise {
+        HybridNoise { batch_size: m, clip_theta: f64::INFINITY, sigma_theta: vec![0.0; n_sensitive], sigma_w: vec![0.0; n_sensitive], dummy_noise: false }
+    }
+
+    /// Mode (a) — one silo, its divisions — without noise is exactly standard SteFFLe with one
+    /// silo: the same batches, the same update.
+    #[test]
+    fn divisions_of_one_silo_equal_the_standard_round() {
+        let lay = layout(200, 1, 1);
+        let (x, y, s) = data(200);
+        let silo = Silo { x: Features::auto(x, 2), y, s };
+        let cfg = SiloConfig { sampling: Sampling::WithoutReplacement { m: 32 }, protect: Protect::Attribute { clip_theta: f64::INFINITY }, sigma_loss: 0.0, sigma_theta: 0.0, sigma_w: 0.0, send_psi: true };
+        let server = ServerConfig { lam: 1.0, lr_theta: 0.3, lr_w: 0.3, w_radius: 3.0 };
+        let inv = [1.2, 1.6];
+        let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);
+        let (mut t2, mut w2) = (vec![0.0; 3], vec![0.1; 4]);
+        run_rounds(&[silo], DIMS, &mut t1, &mut w1, (Fairness::DemographicParity, &inv), &[cfg], &[1.0], &server, 5, 0, 20, None);
+        run_hybrid_rounds(&lay, DIMS, &mut t2, &mut w2, (Fairness::DemographicParity, &inv), &quiet(1, 32), &server, 5, 0, 20);
+        for (a, b) in t1.iter().chain(&w1).zip(t2.iter().chain(&w2)) {
+            assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        }
+    }
+
+    /// Without noise, how the sensitive attribute is spread over sensitive silos does not change
+    /// the update (the sums just add up).
+    #[test]
+    fn sensitive_layout_does_not_change_the_noiseless_update() {
+        let inv = [1.2, 1.6];
+        let server = ServerConfig { lam: 1.0, lr_theta: 0.3, lr_w: 0.3, w_radius: 3.0 };
+        let run = |n_s| {
+            let lay = layout(300, 3, n_s);
+            let (mut t, mut w) = (vec![0.0; 3], vec![0.1; 4]);
+            run_hybrid_rounds(&lay, DIMS, &mut t, &mut w, (Fairness::DemographicParity, &inv), &quiet(n_s, 16), &server, 9, 0, 10);
+            (t, w)
+        };
+        let (a, b) = (run(1), run(4));
+        for (x, y) in a.0.iter().chain(&a.1).zip(b.0.iter().chain(&b.1)) {
+            assert!((x - y).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn only_sensitive_silos_add_noise_and_dummies_are_optional() {
+        let lay = layout(100, 2, 5);
+        let w = vec![0.2, -0.1, 0.3, 0.0];
+        let inv = [1.2, 1.6];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let theta = vec![0.1, 0.2, 0.0];
+        let mut noisy = HybridNoise { batch_size: 2, clip_theta: 1.0, sigma_theta: vec![1.0; 5], sigma_w: vec![1.0; 5], dummy_noise: false };
+        let a = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, 1, 0);
+        let b = hybrid_messages(&lay, DIMS, &theta, psi, &quiet(5, 2), 1, 0);
+        assert_eq!(a.public, b.public); // the non-sensitive silos' messages carry no noise
+        assert_eq!(a.union_size, 4);
+        let silent = a.sensitive.iter().filter(|m| m.is_none()).count();
+        assert_eq!(silent, a.intersection.iter().filter(|&&c| c == 0).count());
+        assert!(silent >= 1); // 4 records cannot reach 5 sensitive silos
+        noisy.dummy_noise = true;
+        let c = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, 1, 0);
+        assert!(c.sensitive.iter().all(|m| m.is_some()));
+        for (m, &cnt) in c.sensitive.iter().zip(&c.intersection) {
+            if cnt == 0 {
+                let (u, _) = m.as_ref().unwrap();
+                assert!(u.iter().any(|v| *v != 0.0)); // pure zero-mean noise
+            }
+        }
+    }
+
+    #[test]
+    fn sensitive_stream_ids_do_not_collide_with_public_silos() {
+        assert_eq!(sensitive_stream_id(3, 0), 3);
+        assert_eq!(sensitive_stream_id(3, 2), 5);
+    }
+}
