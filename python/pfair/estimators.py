@@ -111,9 +111,18 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     sampling : {"without_replacement", "poisson", "full_batch"}; the accountant matches it exactly.
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
     calibration : "rdp" (numeric accountant) or "paper" (seed 003 Thm 3.3, reported and warned).
+    p_s : "public" (the paper's assumption: group proportions known) or "dp" (each silo releases a
+        Gaussian-noised histogram of s; see :mod:`pfair.privacy.histogram`).
+    p_s_epsilon_share : with ``p_s="dp"``, the fraction of each silo's ε the histogram uses alone;
+        the training noise is calibrated to the composition of both.
     output : "last" or "random" (the paper's uniformly random iterate).
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
     positive_class : class index of the positive label (equal opportunity).
+    mode : "standard", "divisions", "central_sensitive" or "hybrid": who holds s (see
+        :mod:`pfair.hybrid`; the hybrid modes need ``protect="attribute"``).
+    amplification, dummy_noise : hybrid modes only: account with privacy amplification by
+        subsampling (batch membership hidden from the adversary), and let sensitive silos that
+        hold no record of a round's batch send zero-mean noise.
     seed : int, seeds batches, noise and the random iterate. Same seed, same bits.
     progress : show a progress bar over epochs.
     track_history : evaluate loss/accuracy/fairness on the training data after every epoch.
@@ -146,11 +155,15 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         protect: str = "attribute",
         calibration: str = "rdp",
         p_s: str = "public",
+        p_s_epsilon_share: float = 0.1,
         lr_decay: float = 0.8,
         decay_every: int = 10,
         output: str = "last",
         silo_weights: str = "uniform",
         positive_class: int = 1,
+        mode: str = "standard",
+        amplification: bool = True,
+        dummy_noise: bool = False,
         seed: int = 0,
         progress: bool = False,
         track_history: bool = True,
@@ -171,11 +184,15 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.protect = protect
         self.calibration = calibration
         self.p_s = p_s
+        self.p_s_epsilon_share = p_s_epsilon_share
         self.lr_decay = lr_decay
         self.decay_every = decay_every
         self.output = output
         self.silo_weights = silo_weights
         self.positive_class = positive_class
+        self.mode = mode
+        self.amplification = amplification
+        self.dummy_noise = dummy_noise
         self.seed = seed
         self.progress = progress
         self.track_history = track_history
@@ -201,6 +218,9 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         check_choice(self.p_s, "p_s", ("public", "dp"))
         check_choice(self.output, "output", ("last", "random"))
         check_choice(self.silo_weights, "silo_weights", ("uniform", "size"))
+        from pfair.hybrid import MODES
+
+        check_choice(self.mode, "mode", MODES)
         check_positive(self.lr_decay, "lr_decay")
         check_int(self.decay_every, "decay_every")
         check_int(self.seed, "seed", minimum=0)
@@ -222,12 +242,16 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         *,
         sensitive_features: Any = None,
         silos: Any = None,
+        sensitive_silos: Any = None,
         eval_set: tuple[Any, Any, Any] | None = None,
     ) -> "SteFFLe":
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
-        record; ``None``: one silo). ``eval_set=(X, y, sensitive_features)`` adds test metrics to
+        record; ``None``: one silo). ``sensitive_silos`` (``mode="hybrid"``) gives the sensitive
+        silo of each record. ``eval_set=(X, y, sensitive_features)`` adds test metrics to
         ``history_``."""
         self._validate_params()
+        if self.mode == "hybrid" and sensitive_silos is None:
+            raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
         fed = self._federation(X, y, sensitive_features, silos)
         self.classes_, self.groups_ = fed.classes_, fed.groups_
         self.n_features_in_ = fed.n_features
@@ -242,53 +266,21 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
                         "use a smaller batch_size or fewer silos"
                     )
 
-        from pfair.privacy.calibration import plan_silo_noise, warn_if_over_budget
-        from pfair.privacy.ledger import PrivacyLedger
-
         mean_size = float(np.mean(fed.sizes))
         rounds_per_epoch = 1 if self.sampling == "full_batch" else max(1, math.ceil(mean_size / self.batch_size))
         total_rounds = self.epochs * rounds_per_epoch
-        sends_psi = self.lam > 0
-        inf = math.inf
-        clips = dict(
-            clip_loss=self.clip_loss or inf, clip_theta=self.clip or inf, clip_w=self.clip_w or inf
-        )
+        proportions = self._group_proportions(fed, total_rounds)
+        if self.mode == "standard":
+            runner: Any = _StandardRunner(self, fed, proportions, total_rounds)
+        else:
+            from pfair.hybrid import HybridRunner
 
-        # Group proportions p(s | block): public (paper) or released by every silo as a DP histogram.
-        private = self.epsilon is not None
-        deltas = [self.delta if self.delta is not None else 1.0 / n_j**2 for n_j in fed.sizes]
-        self.ledgers_ = (
-            [PrivacyLedger(epsilon=self.epsilon, delta=deltas[j], name=f"silo {j}") for j in range(fed.n_silos)]
-            if private
-            else []
-        )
-        proportions = self._group_proportions(fed)
+            runner = HybridRunner(self, fed, proportions, sensitive_silos, total_rounds)
+        if self.p_s != "dp":
+            self.ledgers_ = runner.ledgers
+        from pfair.privacy.calibration import warn_if_over_budget
 
-        plans = [
-            plan_silo_noise(
-                silo=j, n_records=n_j, batch_size=self.batch_size, sampling=self.sampling, steps=total_rounds,
-                epsilon=self.epsilon, delta=deltas[j], proportions=proportions, fairness=self.fairness,
-                positive=self.positive_class, protect=self.protect, calibration=self.calibration,
-                sends_psi=sends_psi, **clips,
-            )
-            for j, n_j in enumerate(fed.sizes)
-        ]
-        warn_if_over_budget(plans)
-        configs = [
-            _core.SiloConfig(
-                sampling=self.sampling, batch_size=self.batch_size, sample_rate=p.sample_rate,
-                protect=self.protect, sigma_loss=p.sigma_loss, sigma_theta=p.sigma_theta, sigma_w=p.sigma_w,
-                send_psi=sends_psi, **clips,
-            )
-            for p in plans
-        ]
-        sizes = np.asarray(fed.sizes, dtype=np.float64)
-        weights = (np.full(fed.n_silos, 1.0 / fed.n_silos) if self.silo_weights == "uniform" else sizes / sizes.sum()).tolist()
-        silo_set = _core.SiloSet(
-            [(s.X, s.y, s.s) for s in fed.silos], n_groups=k, n_classes=l, fairness=self.fairness,
-            positive=self.positive_class,
-        )
-        inv_sqrt_ps = np.ascontiguousarray(proportions.ravel() ** -0.5)
+        warn_if_over_budget(runner.plans)
 
         theta = np.zeros((d + 1) * (l - 1))
         blocks = proportions.shape[0]
@@ -305,27 +297,22 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
 
             epochs = tqdm(epochs, desc="SteFFLe", unit="epoch")
         for epoch in epochs:
-            start = epoch * rounds_per_epoch
-            for ledger, plan in zip(self.ledgers_, plans):
+            for ledger, plan in zip(self.ledgers_, runner.plans):
                 if 0 < plan.noise_multiplier < math.inf:  # z = inf: nothing sent depends on s
                     ledger.charge(_round_event(plan, rounds_per_epoch))
             lr = self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
-            out = silo_set.run_rounds(
-                theta, w, inv_sqrt_ps, configs, weights, lam=float(self.lam), lr_theta=lr, lr_w=float(self.lr_w),
-                w_radius=float(self.w_radius or inf), seed=int(self.seed), start=start, n_rounds=rounds_per_epoch,
-                snapshot_round=pick,
+            theta, w, summary, snap = runner.run_epoch(
+                theta, w, lr=lr, start=epoch * rounds_per_epoch, n_rounds=rounds_per_epoch, snapshot_round=pick
             )
-            theta, w = out["theta"], out["w"]
-            if out["snapshot"] is not None:
-                snapshot = out["snapshot"]
+            if snap is not None:
+                snapshot = snap
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(
                     f"training diverged at epoch {epoch}: lower lr_theta (now {lr:g}) or lam, or clip harder"
                 )
             if self.track_history:
                 self.theta_ = theta
-                row = {"epoch": epoch + 1, "lr_theta": lr, "batch_loss": float(np.mean(out["loss"])),
-                       "batch_psi": float(np.mean(out["psi"])), "clipped": int(np.sum(out["clipped"]))}
+                row = {"epoch": epoch + 1, "lr_theta": lr, **summary}
                 row.update(self._evaluate("train", *pooled))
                 if eval_set is not None:
                     row.update(self._evaluate("test", *eval_set))
@@ -341,7 +328,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
             self.W_ = self.W_[0]
         self.n_rounds_ = total_rounds
         self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
-        self.privacy_report_ = self._report(plans)
+        self.privacy_report_ = self._report(runner.plans)
         return self
 
     # ------------------------------------------------------------------ helpers
@@ -356,12 +343,13 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         ids = np.zeros(n, dtype=np.int64) if silos is None else silos
         return Federation.from_arrays(X, y, sensitive_features=sensitive_features, silos=ids)
 
-    def _group_proportions(self, fed: Federation) -> np.ndarray:
+    def _group_proportions(self, fed: Federation, total_rounds: int) -> np.ndarray:
         if self.p_s == "public":
+            self.ledgers_ = []
             return fed.group_proportions(self.fairness, self.positive_class)
         from pfair.privacy.histogram import private_group_proportions
 
-        return private_group_proportions(fed, self, self.ledgers_)
+        return private_group_proportions(self, fed)
 
     def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
         from pfair import metrics
@@ -392,6 +380,65 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     def epsilon_spent_(self) -> float:
         """Largest ε spent by any silo (each silo's guarantee is its own)."""
         return float(self.privacy_report_["epsilon_spent"].max())
+
+
+class _StandardRunner:
+    """Runs SteFFLe epochs with whole-record silos (Algorithm 1); holds each silo's noise plan."""
+
+    def __init__(self, model: SteFFLe, fed: Federation, proportions: np.ndarray, total_rounds: int) -> None:
+        from pfair.privacy.calibration import plan_silo_noise
+        from pfair.privacy.ledger import PrivacyLedger
+
+        inf = math.inf
+        self.model = model
+        self.clips = dict(clip_loss=model.clip_loss or inf, clip_theta=model.clip or inf, clip_w=model.clip_w or inf)
+        sends_psi = model.lam > 0
+        private = model.epsilon is not None
+        deltas = [model.delta if model.delta is not None else 1.0 / n_j**2 for n_j in fed.sizes]
+        prior = getattr(model, "_prior_events", None)  # e.g. the p_s histogram, already in the ledgers
+        self.plans = [
+            plan_silo_noise(
+                silo=j, n_records=n_j, batch_size=model.batch_size, sampling=model.sampling, steps=total_rounds,
+                epsilon=model.epsilon, delta=deltas[j], proportions=proportions, fairness=model.fairness,
+                positive=model.positive_class, protect=model.protect, calibration=model.calibration,
+                sends_psi=sends_psi, prior_events=prior[j] if prior else None, **self.clips,
+            )
+            for j, n_j in enumerate(fed.sizes)
+        ]
+        self.ledgers = (
+            [PrivacyLedger(epsilon=model.epsilon, delta=deltas[j], name=f"silo {j}") for j in range(fed.n_silos)]
+            if private
+            else []
+        )
+        self.configs = [
+            _core.SiloConfig(
+                sampling=model.sampling, batch_size=model.batch_size, sample_rate=p.sample_rate,
+                protect=model.protect, sigma_loss=p.sigma_loss, sigma_theta=p.sigma_theta, sigma_w=p.sigma_w,
+                send_psi=sends_psi, **self.clips,
+            )
+            for p in self.plans
+        ]
+        sizes = np.asarray(fed.sizes, dtype=np.float64)
+        self.weights = (
+            np.full(fed.n_silos, 1.0 / fed.n_silos) if model.silo_weights == "uniform" else sizes / sizes.sum()
+        ).tolist()
+        self.silo_set = _core.SiloSet(
+            [(s.X, s.y, s.s) for s in fed.silos], n_groups=fed.n_groups, n_classes=fed.n_classes,
+            fairness=model.fairness, positive=model.positive_class,
+        )
+        self.inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
+
+    def run_epoch(self, theta: np.ndarray, w: np.ndarray, *, lr: float, start: int, n_rounds: int,
+                  snapshot_round: int | None) -> tuple[np.ndarray, np.ndarray, dict[str, Any], Any]:
+        m = self.model
+        out = self.silo_set.run_rounds(
+            theta, w, self.inv, self.configs, self.weights, lam=float(m.lam), lr_theta=lr, lr_w=float(m.lr_w),
+            w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start, n_rounds=n_rounds,
+            snapshot_round=snapshot_round,
+        )
+        summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
+                   "clipped": int(np.sum(out["clipped"]))}
+        return out["theta"], out["w"], summary, out["snapshot"]
 
 
 def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:

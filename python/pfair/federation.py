@@ -107,6 +107,7 @@ class Federation:
             shards.append(Silo(Xa[rows], y_codes[rows], s_codes[rows], sub))
         fed = cls(shards, classes=cats_y, groups=cats_s, feature_names=feature_names)
         fed.silo_names_ = silo_names
+        fed.row_order_ = order  # input row of each pooled record (pooled order = silo order)
         return fed
 
     @classmethod

@@ -278,12 +278,20 @@ mod python {
         Ok(sensitivity::effective_noise_multiplier(&parts, &stds))
     }
 
-    /// Draws `n` standard-normal numbers from the stream `(seed, silo, round, Noise)`.
+    /// Draws `n` standard-normal numbers from the stream `(seed, silo, round, purpose)`, purpose
+    /// `"noise"` (a round's message noise) or `"histogram"` (the DP histogram of s).
     #[pyfunction]
-    fn gaussian_stream<'py>(py: Python<'py>, seed: u64, silo: u64, round: u64, n: usize) -> Bound<'py, PyArray1<f64>> {
+    #[pyo3(signature = (seed, silo, round, n, *, purpose="noise"))]
+    fn gaussian_stream<'py>(py: Python<'py>, seed: u64, silo: u64, round: u64, n: usize, purpose: &str) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        use crate::noise::{add_gaussian, stream, Purpose};
+        let purpose = match purpose {
+            "noise" => Purpose::Noise,
+            "histogram" => Purpose::Other,
+            other => return Err(err(format!("purpose={other:?} is unknown; use 'noise' or 'histogram'"))),
+        };
         let mut v = vec![0.0; n];
-        crate::noise::add_gaussian(&mut crate::noise::stream(seed, silo, round, crate::noise::Purpose::Noise), &mut v, 1.0);
-        v.into_pyarray(py)
+        add_gaussian(&mut stream(seed, silo, round, purpose), &mut v, 1.0);
+        Ok(v.into_pyarray(py))
     }
 
     // ---------------------------------------------------------------- federation and rounds
