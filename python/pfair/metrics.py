@@ -1,0 +1,586 @@
+"""Fairness and accuracy metrics for classifiers with k >= 2 groups and l >= 2 classes.
+
+Plain functions in the scikit-learn / fairlearn style: ``f(y_true, y_pred, *, sensitive_features)``.
+Labels and groups may be any hashable values that numpy can sort (ints, strings, bools); they are
+encoded internally with :func:`numpy.unique`, so the order of groups is the sorted order of their
+values. All probabilities are empirical frequencies over the records passed in.
+
+Definitions (``P`` is the empirical probability, ``s`` the sensitive attribute, ``y`` the true
+label and ``ŷ`` the prediction):
+
+* demographic parity violation, seed 003 App. E.1 eq. (11)::
+
+      max_{y', s1, s2} | P[ŷ=y' | s=s1] - P[ŷ=y' | s=s2] |
+
+* equalized odds violation, seed 003 App. E.1 eq. (12); by default the per-true-class form::
+
+      max_{y, y', s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
+
+  which is zero exactly when ŷ is independent of s given y (Hardt et al. 2016). The literal
+  one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
+  fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
+* equal opportunity violation: the gap in true-positive rate of ``pos_label`` across groups.
+* accuracy parity violation (seed 002 §4.1): the gap in per-group accuracy.
+* statistical parity difference (seed 004 eq. (4)) and decision-boundary covariance
+  (seed 004 eq. (2), after Zafar et al. 2017).
+
+Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
+per-group quantity, which is how it is computed. Validation happens once, at the public
+boundary, and raises ``ValueError``/``TypeError`` with the argument's name and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "accuracy_parity_violation",
+    "decision_boundary_covariance",
+    "demographic_parity_violation",
+    "equal_opportunity_violation",
+    "equalized_odds_violation",
+    "fairness_report",
+    "misclassification_error",
+    "statistical_parity_difference",
+    "trivial_error",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and encoding (the only place that inspects user input)
+# --------------------------------------------------------------------------------------------
+
+
+def _as_1d(values: Any, name: str) -> np.ndarray:
+    """Return ``values`` as a 1-D numpy array, or raise naming the argument ``name``."""
+    if values is None:
+        raise TypeError(f"{name} is None; pass a 1-D array-like with one entry per record.")
+    if isinstance(values, (str, bytes)) or np.isscalar(values):
+        raise TypeError(
+            f"{name} must be a 1-D array-like with one entry per record, "
+            f"got a scalar of type {type(values).__name__}."
+        )
+    if isinstance(values, (pd.Series, pd.Index)):
+        arr = values.to_numpy()
+    elif isinstance(values, pd.DataFrame):
+        if values.shape[1] != 1:
+            raise ValueError(
+                f"{name} is a DataFrame with {values.shape[1]} columns; pass a single column "
+                "(to use an intersection of attributes, combine the columns into one label first, "
+                "e.g. df.astype(str).agg('|'.join, axis=1))."
+            )
+        arr = values.iloc[:, 0].to_numpy()
+    else:
+        arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(
+            f"{name} must be 1-D (one entry per record), got an array of shape {arr.shape}."
+        )
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty; pass at least one record.")
+    missing = pd.isna(arr)
+    if np.any(missing):
+        first = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{name} contains {int(missing.sum())} missing value(s) (NaN/None), the first at "
+            f"position {first}; drop those records or impute them before computing metrics."
+        )
+    return arr
+
+
+def _check_same_length(**arrays: np.ndarray) -> None:
+    lengths = {name: arr.shape[0] for name, arr in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{name} has {n}" for name, n in lengths.items())
+        raise ValueError(
+            f"Inconsistent numbers of records: {shown}; pass arrays with one entry per record."
+        )
+
+
+def _encode(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return (sorted unique values, integer codes) for ``values``."""
+    try:
+        uniques, codes = np.unique(values, return_inverse=True)
+    except TypeError as exc:  # e.g. a mix of str and int in an object array
+        raise TypeError(
+            f"{name} mixes values that cannot be sorted together ({exc}); "
+            "use a single type for all entries, e.g. all str or all int."
+        ) from None
+    return uniques, codes.reshape(-1)
+
+
+def _encode_labels(
+    y_true: np.ndarray | None, y_pred: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Encode y_true and y_pred with one shared label index (so that y == ŷ is meaningful)."""
+    if y_true is None:
+        labels, pred_codes = _encode(y_pred, "y_pred")
+        return labels, None, pred_codes
+    try:
+        both = np.concatenate([y_true, y_pred])
+    except TypeError:
+        both = np.concatenate([y_true.astype(object), y_pred.astype(object)])
+    labels, codes = _encode(both, "y_true and y_pred")
+    n = y_true.shape[0]
+    return labels, codes[:n], codes[n:]
+
+
+def _encode_groups(sensitive_features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    groups, codes = _encode(sensitive_features, "sensitive_features")
+    if groups.shape[0] < 2:
+        raise ValueError(
+            f"sensitive_features has a single group ({groups.tolist()[0]!r}); a fairness gap needs at "
+            "least 2 groups. Pass the sensitive attribute of a sample that contains 2 or more "
+            "groups."
+        )
+    return groups, codes
+
+
+def _label_code(labels: np.ndarray, label: Hashable, name: str) -> int:
+    hits = np.flatnonzero(np.array([v == label for v in labels.tolist()], dtype=bool))
+    if hits.size == 0:
+        raise ValueError(
+            f"{name}={label!r} is not among the labels found in y_true/y_pred "
+            f"{labels.tolist()}; pass {name}= one of those labels."
+        )
+    return int(hits[0])
+
+
+def _same_kind(labels: np.ndarray, label: Hashable) -> bool:
+    """True if ``label`` is a number and so are all ``labels``, or a str and so are all labels."""
+
+    def kind(v: Any) -> str:
+        if isinstance(v, (bool, np.bool_, int, float, np.number)):
+            return "number"
+        return type(v).__name__
+
+    return {kind(v) for v in labels.tolist()} == {kind(label)}
+
+
+def _group_code(groups: np.ndarray, group: Hashable, name: str) -> int:
+    hits = np.flatnonzero(np.array([g == group for g in groups.tolist()], dtype=bool))
+    if hits.size == 0:
+        raise ValueError(
+            f"{name}={group!r} is not among the groups in sensitive_features "
+            f"{groups.tolist()}; pass {name}= one of those groups."
+        )
+    return int(hits[0])
+
+
+class _Encoded(NamedTuple):
+    """Validated inputs as integer codes; ``labels[c]`` and ``groups[g]`` are the user's values."""
+
+    labels: np.ndarray
+    y_true: np.ndarray | None
+    y_pred: np.ndarray
+    groups: np.ndarray
+    s: np.ndarray
+
+
+def _prepare(
+    y_true: Any, y_pred: Any, sensitive_features: Any, *, need_y_true: bool = True
+) -> _Encoded:
+    """Validate and encode the common inputs (the single validation point of every metric)."""
+    yp = _as_1d(y_pred, "y_pred")
+    yt = _as_1d(y_true, "y_true") if (need_y_true or y_true is not None) else None
+    sf = _as_1d(sensitive_features, "sensitive_features")
+    arrays = {"y_pred": yp, "sensitive_features": sf}
+    if yt is not None:
+        arrays = {"y_true": yt, **arrays}
+    _check_same_length(**arrays)
+    labels, yt_codes, yp_codes = _encode_labels(yt, yp)
+    groups, s_codes = _encode_groups(sf)
+    return _Encoded(labels, yt_codes, yp_codes, groups, s_codes)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure computations on integer codes
+# --------------------------------------------------------------------------------------------
+
+
+def _counts(row_codes: np.ndarray, col_codes: np.ndarray, n_rows: int, n_cols: int) -> np.ndarray:
+    """Contingency table: entry [r, c] counts records with row code r and column code c."""
+    flat = np.bincount(row_codes * n_cols + col_codes, minlength=n_rows * n_cols)
+    return flat.reshape(n_rows, n_cols).astype(np.float64)
+
+
+def _rate_table(group_codes: np.ndarray, hit: np.ndarray, k: int) -> np.ndarray:
+    """Counts table with two columns [miss, hit] per group, used for one-vs-rest rates."""
+    return _counts(group_codes, hit, k, 2)
+
+
+def _max_gap_over_present_groups(counts: np.ndarray) -> float | None:
+    """``counts[g, c]``: records of group g with predicted class c, within one conditioning set.
+
+    Returns max over c of (max - min over groups present) of P[ŷ=c | g], or None when fewer than
+    two groups are present (the gap is undefined).
+    """
+    totals = counts.sum(axis=1)
+    present = totals > 0
+    if np.count_nonzero(present) < 2:
+        return None
+    rates = counts[present] / totals[present, None]
+    return float(np.max(rates.max(axis=0) - rates.min(axis=0)))
+
+
+def _names(values: np.ndarray, mask: np.ndarray) -> list:
+    return values[mask].tolist()
+
+
+def _dp_gap(e: _Encoded) -> float:
+    gap = _max_gap_over_present_groups(_counts(e.s, e.y_pred, e.groups.size, e.labels.size))
+    assert gap is not None  # every group found by np.unique has at least one record
+    return gap
+
+
+def _eo_gap(e: _Encoded, conditioning: str) -> float:
+    assert e.y_true is not None
+    k, n_labels = e.groups.size, e.labels.size
+    gaps = []
+    if conditioning == "per_class":
+        for y in np.unique(e.y_true):
+            in_class = e.y_true == y
+            counts = _counts(e.s[in_class], e.y_pred[in_class], k, n_labels)
+            gaps.append(_max_gap_over_present_groups(counts))
+    else:  # one_vs_rest: TPR (y = c) and pooled FPR (y != c) of each class c
+        for c in range(n_labels):
+            hit = (e.y_pred == c).astype(np.int64)
+            for cond in (e.y_true == c, e.y_true != c):
+                gaps.append(_max_gap_over_present_groups(_rate_table(e.s[cond], hit[cond], k)))
+    defined = [g for g in gaps if g is not None]
+    if not defined:
+        raise ValueError(
+            "equalized odds violation is undefined: no true class in y_true has records from 2 or "
+            f"more groups of sensitive_features (groups {e.groups.tolist()}). Pass a sample in "
+            "which at least one class occurs in at least 2 groups."
+        )
+    return float(max(defined))
+
+
+def _eopp_gap(e: _Encoded, pos_label: Hashable) -> float:
+    assert e.y_true is not None
+    p = _label_code(e.labels, pos_label, "pos_label")
+    positives = e.y_true == p
+    table = _rate_table(e.s[positives], (e.y_pred[positives] == p).astype(np.int64), e.groups.size)
+    present = table.sum(axis=1) > 0
+    gap = _max_gap_over_present_groups(table)
+    if gap is None:
+        raise ValueError(
+            f"equal opportunity violation is undefined: y_true has records of pos_label="
+            f"{pos_label!r} only in group(s) {_names(e.groups, present)} of sensitive_features "
+            f"(groups without such records: {_names(e.groups, ~present)}); a true-positive-rate "
+            "gap needs 2 groups with positives. Pass a larger sample or another pos_label."
+        )
+    return gap
+
+
+def _accuracy_gap(e: _Encoded) -> float:
+    assert e.y_true is not None
+    correct = (e.y_true == e.y_pred).astype(np.int64)
+    gap = _max_gap_over_present_groups(_rate_table(e.s, correct, e.groups.size))
+    assert gap is not None
+    return gap
+
+
+def _error(y_true_codes: np.ndarray, y_pred_codes: np.ndarray) -> float:
+    return float(np.mean(y_true_codes != y_pred_codes))
+
+
+def _trivial_error(y_true_codes: np.ndarray) -> float:
+    return float(1.0 - np.bincount(y_true_codes).max() / y_true_codes.shape[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Public metrics
+# --------------------------------------------------------------------------------------------
+
+
+def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
+    r"""Demographic parity violation (seed 003, App. E.1, eq. 11).
+
+    .. math::
+
+        \max_{y' \in \mathcal{Y}} \max_{s_1, s_2 \in \mathcal{S}}
+        \left| P[\hat y = y' \mid s = s_1] - P[\hat y = y' \mid s = s_2] \right|
+
+    over every predicted class ``y'`` and every pair of groups. It is 0 exactly when the
+    distribution of predictions is the same in every group, and at most 1.
+
+    For binary predictions the maximum over ``y' ∈ {0, 1}`` equals the positive-rate gap, so this
+    equals ``fairlearn.metrics.demographic_parity_difference``.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,) or None
+        Ignored; accepted so that every metric has the signature
+        ``f(y_true, y_pred, *, sensitive_features)``. If given, its length is checked.
+    y_pred : array-like of shape (n,)
+        Predicted labels (any hashable, sortable values).
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+
+    Returns
+    -------
+    float in [0, 1].
+    """
+    return _dp_gap(_prepare(y_true, y_pred, sensitive_features, need_y_true=False))
+
+
+def equalized_odds_violation(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, conditioning: str = "per_class"
+) -> float:
+    r"""Equalized odds violation (seed 003, App. E.1, eq. 12).
+
+    ``conditioning="per_class"`` (default)::
+
+        max_{y, y'} max_{s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
+
+    over every true class ``y``, predicted class ``y'`` and pair of groups. It is 0 exactly when
+    the prediction is independent of the group given the true label (equalized odds, Hardt et al.
+    2016; seed 002 §4.1).
+
+    ``conditioning="one_vs_rest"`` is eq. 12 as printed in seed 003::
+
+        max_{y'} max_{s1, s2} max( | P[ŷ=y' | s=s1, y=y'] - P[ŷ=y' | s=s2, y=y'] |,
+                                   | P[ŷ=y' | s=s1, y≠y'] - P[ŷ=y' | s=s2, y≠y'] | )
+
+    i.e. the worst true-positive-rate and false-positive-rate gap of each class against the rest.
+    For binary labels both forms are the same number and equal
+    ``fairlearn.metrics.equalized_odds_difference`` (worst of the TPR and FPR gaps). For l > 2
+    they differ: the pooled ``y ≠ y'`` rate mixes the other classes in group-specific
+    proportions, so it can be non-zero even when equalized odds holds exactly.
+
+    A conditional rate ``P[· | s=g, y]`` is defined only when group ``g`` has records of class
+    ``y``; groups absent from a conditioning set are left out of that set's gap. If no
+    conditioning set contains two groups, the violation is undefined and ``ValueError`` is raised.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n,)
+        True and predicted labels (any hashable, sortable values, one shared label set).
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+    conditioning : {"per_class", "one_vs_rest"}
+        Which form of eq. 12 to compute (see above).
+
+    Returns
+    -------
+    float in [0, 1].
+    """
+    if conditioning not in ("per_class", "one_vs_rest"):
+        raise ValueError(
+            f"conditioning={conditioning!r} is not supported; pass 'per_class' or 'one_vs_rest'."
+        )
+    return _eo_gap(_prepare(y_true, y_pred, sensitive_features), conditioning)
+
+
+def equal_opportunity_violation(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
+) -> float:
+    r"""Equal opportunity violation: the gap in true-positive rate across groups.
+
+    .. math::
+
+        \max_{s_1, s_2} \left| P[\hat y = p \mid s = s_1, y = p]
+                              - P[\hat y = p \mid s = s_2, y = p] \right|,
+        \quad p = \text{pos\_label}.
+
+    Groups without any record of class ``pos_label`` have no true-positive rate and are left
+    out; if fewer than two groups have such records, ``ValueError`` names them. For binary tasks
+    this equals ``MetricFrame(metrics=true_positive_rate, ...).difference()`` in fairlearn.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n,)
+        True and predicted labels.
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+    pos_label : hashable, default 1
+        The advantaged ("positive") label; must occur in y_true or y_pred. With l > 2 classes
+        this is the one-vs-rest TPR of that class.
+
+    Returns
+    -------
+    float in [0, 1].
+    """
+    return _eopp_gap(_prepare(y_true, y_pred, sensitive_features), pos_label)
+
+
+def accuracy_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
+    r"""Accuracy parity violation (seed 002, §4.1): the gap in per-group accuracy.
+
+    .. math::
+
+        \max_{s_1, s_2} \left| P[\hat y = y \mid s = s_1] - P[\hat y = y \mid s = s_2] \right|
+
+    Seed 002 states accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
+    largest pairwise violation of it (the same number with error rates in place of accuracies).
+
+    Returns
+    -------
+    float in [0, 1].
+    """
+    return _accuracy_gap(_prepare(y_true, y_pred, sensitive_features))
+
+
+def statistical_parity_difference(
+    y_pred: Any,
+    *,
+    sensitive_features: Any,
+    pos_label: Hashable = 1,
+    group: Hashable | None = None,
+    reference_group: Hashable | None = None,
+) -> float:
+    r"""Statistical parity difference (SPD, seed 004 eq. 4); signed.
+
+    .. math::
+
+        \mathrm{SPD} = P[\hat y = p \mid s = \text{group}]
+                       - P[\hat y = p \mid s = \text{reference\_group}],
+        \quad p = \text{pos\_label}.
+
+    With two groups the defaults are ``reference_group`` = the first and ``group`` = the second
+    group in sorted order, which for ``s ∈ {0, 1}`` is seed 004's
+    ``|{ŷ=1, s=1}|/|{s=1}| - |{ŷ=1, s=0}|/|{s=0}|``. With k > 2 groups both must be given.
+
+    Relation to the demographic parity violation: ``|SPD| <= demographic_parity_violation``,
+    with equality for binary predictions and two groups (the DP violation is the largest
+    |SPD| over all pairs of groups and all predicted classes).
+
+    Parameters
+    ----------
+    y_pred : array-like of shape (n,)
+        Predicted labels.
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+    pos_label : hashable, default 1
+        The label whose rate is compared. If it never occurs in y_pred but is of the same kind
+        (number or str) as the predictions, its rate is 0 in every group and SPD = 0 (a model
+        that predicts the other class for everyone); a pos_label of another kind is an error.
+    group, reference_group : hashable, optional
+        The two groups compared (see above).
+
+    Returns
+    -------
+    float in [-1, 1].
+    """
+    e = _prepare(None, y_pred, sensitive_features, need_y_true=False)
+    if _same_kind(e.labels, pos_label) and not any(v == pos_label for v in e.labels.tolist()):
+        # A model that never predicts pos_label (e.g. the constant "trivial fair model") has
+        # positive rate 0 in every group; only a pos_label of another kind is a caller error.
+        hit = np.zeros_like(e.y_pred)
+    else:
+        hit = (e.y_pred == _label_code(e.labels, pos_label, "pos_label")).astype(np.int64)
+    if group is None and reference_group is None:
+        if e.groups.size != 2:
+            raise ValueError(
+                f"sensitive_features has {e.groups.size} groups {e.groups.tolist()}; with more "
+                "than 2 groups pass group= and reference_group= to choose the pair, or use "
+                "demographic_parity_violation for the worst pair."
+            )
+        g, r = 1, 0
+    elif group is None or reference_group is None:
+        raise ValueError(
+            "pass both group= and reference_group= (or neither, when there are exactly 2 groups)."
+        )
+    else:
+        g = _group_code(e.groups, group, "group")
+        r = _group_code(e.groups, reference_group, "reference_group")
+    table = _rate_table(e.s, hit, e.groups.size)
+    rates = table[:, 1] / table.sum(axis=1)
+    return float(rates[g] - rates[r])
+
+
+def decision_boundary_covariance(
+    scores: Any, *, sensitive_features: Any, per_group: bool = False
+) -> float | np.ndarray:
+    r"""Decision-boundary covariance (seed 004 eq. 2, after Zafar et al. 2017).
+
+    The empirical (1/n, population) covariance between group membership and the signed distance
+    ``d_i`` of each record to the decision boundary (for a linear model ``d_i = θᵀa_i``; pass
+    e.g. ``decision_function`` outputs or logits)::
+
+        Cov_g = (1/n) Σ_i (1[s_i = g] - p_g) d_i,      p_g = (1/n) Σ_i 1[s_i = g]
+
+    Groups are one-hot encoded in sorted order. With two groups, ``Cov_1`` is seed 004's
+    ``(1/n) Σ (s_i - s̄) d_i`` for ``s ∈ {0, 1}`` and ``Cov_0 = -Cov_1``. The entries always sum
+    to 0.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n,)
+        Real-valued signed distances to the decision boundary.
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+    per_group : bool, default False
+        If False, return ``max_g |Cov_g|`` (a float ≥ 0; for two groups the ``|Cov(s, d)|`` that
+        seed 004 constrains to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
+        shape (k,), in the sorted order of the groups.
+    """
+    d = _as_1d(scores, "scores")
+    sf = _as_1d(sensitive_features, "sensitive_features")
+    _check_same_length(scores=d, sensitive_features=sf)
+    if np.iscomplexobj(d) or not (np.issubdtype(d.dtype, np.number) or d.dtype == bool):
+        raise TypeError(
+            f"scores must be real numbers (signed distances to the decision boundary), got dtype "
+            f"{d.dtype}; pass e.g. model.decision_function(X) or logits as floats."
+        )
+    d = d.astype(np.float64)
+    if not np.all(np.isfinite(d)):
+        raise ValueError("scores contains inf; pass finite signed distances.")
+    groups, s = _encode_groups(sf)
+    n = d.shape[0]
+    onehot = np.zeros((n, groups.size))
+    onehot[np.arange(n), s] = 1.0
+    centred = onehot - onehot.mean(axis=0)
+    cov = centred.T @ d / n
+    if per_group:
+        return cov
+    return float(np.max(np.abs(cov)))
+
+
+def misclassification_error(y_true: Any, y_pred: Any) -> float:
+    r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of seed 003 §5)."""
+    yt = _as_1d(y_true, "y_true")
+    yp = _as_1d(y_pred, "y_pred")
+    _check_same_length(y_true=yt, y_pred=yp)
+    _, t, p = _encode_labels(yt, yp)
+    assert t is not None
+    return _error(t, p)
+
+
+def trivial_error(y_true: Any) -> float:
+    r"""Error of the best constant predictor: ``1 - max_y P[y]`` (1 - majority-label frequency).
+
+    A model that predicts one class for everyone has zero DP/EO violation and this error; a fair
+    model is useful only where its error is clearly below it (SPEC §9).
+    """
+    _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")
+    return _trivial_error(codes)
+
+
+def fairness_report(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
+) -> dict[str, float]:
+    """Bundle of the headline metrics for one model on one evaluation set.
+
+    Returns a dict with keys ``test_error`` (:func:`misclassification_error`), ``trivial_error``,
+    ``dp_violation``, ``eo_violation`` (per-class form), ``eopp_violation`` (for ``pos_label``)
+    and ``accuracy_parity_violation``. Raises like the individual metrics.
+    """
+    e = _prepare(y_true, y_pred, sensitive_features)
+    assert e.y_true is not None
+    return {
+        "test_error": _error(e.y_true, e.y_pred),
+        "trivial_error": _trivial_error(e.y_true),
+        "dp_violation": _dp_gap(e),
+        "eo_violation": _eo_gap(e, "per_class"),
+        "eopp_violation": _eopp_gap(e, pos_label),
+        "accuracy_parity_violation": _accuracy_gap(e),
+    }

@@ -1,0 +1,482 @@
+"""Tests for pfair.metrics: agreement with fairlearn, hand-computed examples, invariances, errors."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from fairlearn.metrics import (
+    MetricFrame,
+    demographic_parity_difference,
+    equalized_odds_difference,
+    true_positive_rate,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pfair.metrics import (
+    accuracy_parity_violation,
+    decision_boundary_covariance,
+    demographic_parity_violation,
+    equal_opportunity_violation,
+    equalized_odds_violation,
+    fairness_report,
+    misclassification_error,
+    statistical_parity_difference,
+    trivial_error,
+)
+
+FAIRLEARN = settings(max_examples=150, deadline=None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies
+# ----------------------------------------------------------------------------------------------
+
+
+@st.composite
+def tasks(draw, n_labels=None, n_groups=None, max_extra=60):
+    """(y_true, y_pred, s) in which every (group, true class) cell has at least one record.
+
+    Defaults: l = 2 classes, k in {2, 3, 4} groups.
+    The covering block makes every conditional rate defined, so fairlearn (which returns 0 for an
+    undefined TPR) and pfair compute over the same groups.
+    """
+    l = draw(n_labels if n_labels is not None else st.just(2))
+    k = draw(n_groups if n_groups is not None else st.integers(2, 4))
+    cover_s = np.repeat(np.arange(k), l)
+    cover_y = np.tile(np.arange(l), k)
+    cover_p = np.array(draw(st.lists(st.integers(0, l - 1), min_size=k * l, max_size=k * l)))
+    m = draw(st.integers(0, max_extra))
+    extra = st.lists(st.integers(0, 10**6), min_size=m, max_size=m)
+    ys = np.array(draw(extra), dtype=np.int64) % l
+    ps = np.array(draw(extra), dtype=np.int64) % l
+    ss = np.array(draw(extra), dtype=np.int64) % k
+    y = np.concatenate([cover_y, ys])
+    p = np.concatenate([cover_p, ps])
+    s = np.concatenate([cover_s, ss])
+    perm = np.array(draw(st.permutations(range(y.size))))
+    return y[perm], p[perm], s[perm]
+
+
+def _from_table(table):
+    """Arrays (y_true, y_pred, s) from counts ``table[group][true class][predicted class]``."""
+    y, p, s = [], [], []
+    for g, rows in enumerate(table):
+        for true_class, counts in enumerate(rows):
+            for pred_class, n in enumerate(counts):
+                y += [true_class] * n
+                p += [pred_class] * n
+                s += [g] * n
+    return np.array(y), np.array(p), np.array(s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Agreement with fairlearn on binary tasks, k in {2, 3, 4}
+# ----------------------------------------------------------------------------------------------
+
+
+@FAIRLEARN
+@given(tasks())
+def test_dp_matches_fairlearn_demographic_parity_difference(task):
+    y, p, s = task
+    ours = demographic_parity_violation(y, p, sensitive_features=s)
+    theirs = demographic_parity_difference(y, p, sensitive_features=s)
+    assert ours == pytest.approx(theirs, abs=1e-12)
+
+
+@FAIRLEARN
+@given(tasks())
+def test_eo_matches_fairlearn_equalized_odds_difference(task):
+    # fairlearn's default is agg="worst_case": max(TPR gap, FPR gap) between groups. For l = 2,
+    # y' = 1 gives the TPR (y = 1) and FPR (y = 0) gaps and y' = 0 gives the same two gaps again
+    # (1 - rate), so both forms of eq. 12 equal it.
+    y, p, s = task
+    theirs = equalized_odds_difference(y, p, sensitive_features=s)
+    assert equalized_odds_violation(y, p, sensitive_features=s) == pytest.approx(theirs, abs=1e-12)
+    assert equalized_odds_violation(
+        y, p, sensitive_features=s, conditioning="one_vs_rest"
+    ) == pytest.approx(theirs, abs=1e-12)
+
+
+@FAIRLEARN
+@given(tasks())
+def test_eopp_matches_fairlearn_tpr_difference(task):
+    y, p, s = task
+    frame = MetricFrame(metrics=true_positive_rate, y_true=y, y_pred=p, sensitive_features=s)
+    ours = equal_opportunity_violation(y, p, sensitive_features=s, pos_label=1)
+    assert ours == pytest.approx(frame.difference(method="between_groups"), abs=1e-12)
+
+
+@FAIRLEARN
+@given(tasks())
+def test_accuracy_parity_matches_fairlearn_accuracy_difference(task):
+    from sklearn.metrics import accuracy_score
+
+    y, p, s = task
+    frame = MetricFrame(metrics=accuracy_score, y_true=y, y_pred=p, sensitive_features=s)
+    ours = accuracy_parity_violation(y, p, sensitive_features=s)
+    assert ours == pytest.approx(frame.difference(method="between_groups"), abs=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hand-computed example, k = 3 groups, l = 3 classes
+# ----------------------------------------------------------------------------------------------
+
+# HAND[g][y] = counts of predictions (ŷ=0, ŷ=1, ŷ=2) among records of group g and true class y.
+HAND = [
+    [(2, 1, 0), (0, 2, 1), (1, 0, 2)],  # group 0: 9 records
+    [(1, 2, 0), (1, 1, 0), (0, 1, 1)],  # group 1: 7 records
+    [(3, 0, 1), (0, 1, 1), (0, 1, 1)],  # group 2: 8 records
+]
+
+
+def _exact(x):
+    return pytest.approx(float(x), abs=1e-12)
+
+
+def test_hand_example_dp():
+    # P[ŷ | s]: g0 (3,3,3)/9, g1 (2,4,1)/7, g2 (3,2,3)/8.
+    # ŷ=0: 3/8 - 2/7 = 5/56; ŷ=1: 4/7 - 1/4 = 9/28; ŷ=2: 3/8 - 1/7 = 13/56.  Max: 9/28.
+    y, p, s = _from_table(HAND)
+    assert demographic_parity_violation(y, p, sensitive_features=s) == _exact(Fraction(9, 28))
+
+
+def test_hand_example_eo_per_class():
+    # y=0: g0 (2/3,1/3,0), g1 (1/3,2/3,0), g2 (3/4,0,1/4) -> gaps 5/12, 2/3, 1/4
+    # y=1: g0 (0,2/3,1/3), g1 (1/2,1/2,0), g2 (0,1/2,1/2) -> gaps 1/2, 1/6, 1/2
+    # y=2: g0 (1/3,0,2/3), g1 (0,1/2,1/2), g2 (0,1/2,1/2) -> gaps 1/3, 1/2, 1/6.  Max: 2/3.
+    y, p, s = _from_table(HAND)
+    assert equalized_odds_violation(y, p, sensitive_features=s) == _exact(Fraction(2, 3))
+
+
+def test_hand_example_eo_one_vs_rest():
+    # class 0: TPR 2/3, 1/3, 3/4 (gap 5/12); P[ŷ=0 | y≠0] 1/6, 1/4, 0 (gap 1/4)
+    # class 1: TPR 2/3, 1/2, 1/2 (gap 1/6); P[ŷ=1 | y≠1] 1/6, 3/5, 1/6 (gap 13/30)
+    # class 2: TPR 2/3, 1/2, 1/2 (gap 1/6); P[ŷ=2 | y≠2] 1/6, 0, 1/3 (gap 1/3).  Max: 13/30.
+    y, p, s = _from_table(HAND)
+    got = equalized_odds_violation(y, p, sensitive_features=s, conditioning="one_vs_rest")
+    assert got == _exact(Fraction(13, 30))
+
+
+def test_hand_example_eopp_accuracy_error_trivial():
+    y, p, s = _from_table(HAND)
+    # TPR of class 1: 2/3, 1/2, 1/2; of class 0: 2/3, 1/3, 3/4.
+    assert equal_opportunity_violation(y, p, sensitive_features=s) == _exact(Fraction(1, 6))
+    got = equal_opportunity_violation(y, p, sensitive_features=s, pos_label=0)
+    assert got == _exact(Fraction(5, 12))
+    # accuracy per group: 6/9, 3/7, 5/8 -> 2/3 - 3/7 = 5/21
+    assert accuracy_parity_violation(y, p, sensitive_features=s) == _exact(Fraction(5, 21))
+    # 14 of 24 correct
+    assert misclassification_error(y, p) == _exact(Fraction(10, 24))
+    # true class counts 10, 7, 7 of 24 -> best constant predictor errs on 14
+    assert trivial_error(y) == _exact(Fraction(14, 24))
+
+
+def test_hand_example_spd():
+    _, p, s = _from_table(HAND)
+    # P[ŷ=1 | s=2] - P[ŷ=1 | s=0] = 2/8 - 3/9
+    got = statistical_parity_difference(p, sensitive_features=s, group=2, reference_group=0)
+    assert got == _exact(Fraction(2, 8) - Fraction(3, 9))
+
+
+def test_hand_example_report():
+    y, p, s = _from_table(HAND)
+    report = fairness_report(y, p, sensitive_features=s)
+    assert list(report) == [
+        "test_error",
+        "trivial_error",
+        "dp_violation",
+        "eo_violation",
+        "eopp_violation",
+        "accuracy_parity_violation",
+    ]
+    expected = [
+        Fraction(5, 12),
+        Fraction(7, 12),
+        Fraction(9, 28),
+        Fraction(2, 3),
+        Fraction(1, 6),
+        Fraction(5, 21),
+    ]
+    assert list(report.values()) == [_exact(v) for v in expected]
+
+
+def test_hand_example_decision_boundary_covariance():
+    # mean d = 1/3, p_g = 1/3, group sums of d: 0, 3, -1 -> Cov_g = sum_g/6 - 1/9
+    d = [1.0, -1.0, 2.0, 1.0, -3.0, 2.0]
+    s = ["a", "a", "b", "b", "c", "c"]
+    vec = decision_boundary_covariance(d, sensitive_features=s, per_group=True)
+    np.testing.assert_allclose(vec, [-1 / 9, 7 / 18, -5 / 18], atol=1e-12)
+    assert decision_boundary_covariance(d, sensitive_features=s) == _exact(Fraction(7, 18))
+
+
+def test_eo_forms_differ_when_equalized_odds_holds():
+    # Same P[ŷ | y] in both groups (class 0 -> half 0, half 1; class 1 -> 1; class 2 -> 2) but
+    # different class mixes: per-class EO is 0; the pooled y≠1 rate is 1/4 vs 1/8.
+    table = [
+        [(1, 1, 0), (0, 2, 0), (0, 0, 2)],
+        [(1, 1, 0), (0, 2, 0), (0, 0, 6)],
+    ]
+    y, p, s = _from_table(table)
+    assert equalized_odds_violation(y, p, sensitive_features=s) == 0.0
+    got = equalized_odds_violation(y, p, sensitive_features=s, conditioning="one_vs_rest")
+    assert got == _exact(Fraction(1, 8))
+
+
+def test_spd_of_a_model_that_never_predicts_pos_label_is_zero():
+    assert statistical_parity_difference([0, 0, 0, 0], sensitive_features=S) == 0.0
+    assert statistical_parity_difference(["no"] * 4, sensitive_features=S, pos_label="yes") == 0.0
+
+
+def test_binary_two_groups_spd_and_covariance_match_seed_004():
+    s = np.array([0, 0, 0, 1, 1, 1, 1])
+    p = np.array([1, 0, 0, 1, 1, 1, 0])
+    # |{ŷ=1, s=1}| / |{s=1}| - |{ŷ=1, s=0}| / |{s=0}| = 3/4 - 1/3
+    assert statistical_parity_difference(p, sensitive_features=s) == _exact(
+        Fraction(3, 4) - Fraction(1, 3)
+    )
+    assert demographic_parity_violation(None, p, sensitive_features=s) == _exact(
+        Fraction(3, 4) - Fraction(1, 3)
+    )
+    d = np.array([0.5, -1.0, 2.0, 0.25, 3.0, -0.5, 1.0])
+    seed_cov = np.mean((s - s.mean()) * d)
+    vec = decision_boundary_covariance(d, sensitive_features=s, per_group=True)
+    np.testing.assert_allclose(vec, [-seed_cov, seed_cov], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Properties: relabelling invariance, constant predictors, bounds, consistency
+# ----------------------------------------------------------------------------------------------
+
+MULTI = tasks(n_labels=st.integers(2, 4), n_groups=st.integers(2, 5))
+
+
+@settings(max_examples=100, deadline=None)
+@given(MULTI, st.randoms(use_true_random=False))
+def test_invariant_to_relabelling_groups_and_classes(task, rnd):
+    y, p, s = task
+    k, l = s.max() + 1, max(y.max(), p.max()) + 1
+    group_names = [f"group-{i}" for i in range(k)]
+    rnd.shuffle(group_names)
+    class_names = [f"class-{i}" for i in range(l)]
+    rnd.shuffle(class_names)
+    s2 = np.array(group_names, dtype=object)[s]
+    y2 = np.array(class_names, dtype=object)[y]
+    p2 = np.array(class_names, dtype=object)[p]
+    pos = 1
+    before = fairness_report(y, p, sensitive_features=s, pos_label=pos)
+    after = fairness_report(y2, p2, sensitive_features=s2, pos_label=class_names[pos])
+    assert after == pytest.approx(before, abs=1e-12)
+    for conditioning in ("per_class", "one_vs_rest"):
+        a = equalized_odds_violation(y, p, sensitive_features=s, conditioning=conditioning)
+        b = equalized_odds_violation(y2, p2, sensitive_features=s2, conditioning=conditioning)
+        assert a == pytest.approx(b, abs=1e-12)
+    d = np.linspace(-1.0, 2.0, y.size) ** 2
+    assert decision_boundary_covariance(d, sensitive_features=s) == pytest.approx(
+        decision_boundary_covariance(d, sensitive_features=s2), abs=1e-12
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(MULTI, st.integers(0, 3))
+def test_constant_predictor_has_zero_violations(task, constant):
+    y, _, s = task
+    p = np.full_like(y, constant)
+    for conditioning in ("per_class", "one_vs_rest"):
+        assert equalized_odds_violation(y, p, sensitive_features=s, conditioning=conditioning) == 0
+    assert demographic_parity_violation(y, p, sensitive_features=s) == 0
+    assert equal_opportunity_violation(y, p, sensitive_features=s, pos_label=1) == 0
+    if constant == 1:
+        assert (
+            statistical_parity_difference(p, sensitive_features=s, group=1, reference_group=0) == 0
+        )
+    # the best constant predictor's error is the trivial error
+    best = np.bincount(y).argmax()
+    assert misclassification_error(y, np.full_like(y, best)) == pytest.approx(trivial_error(y))
+
+
+@settings(max_examples=100, deadline=None)
+@given(MULTI)
+def test_bounds_and_spd_below_dp(task):
+    y, p, s = task
+    report = fairness_report(y, p, sensitive_features=s)
+    for value in report.values():
+        assert 0.0 <= value <= 1.0
+    assert report["test_error"] >= 0.0
+    dp = report["dp_violation"]
+    for g in np.unique(s):
+        for r in np.unique(s):
+            spd = statistical_parity_difference(
+                p, sensitive_features=s, pos_label=0, group=g, reference_group=r
+            )
+            assert abs(spd) <= dp + 1e-12
+    vec = decision_boundary_covariance(p.astype(float), sensitive_features=s, per_group=True)
+    assert vec.sum() == pytest.approx(0.0, abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tasks(n_groups=st.just(2)))
+def test_binary_two_groups_abs_spd_equals_dp(task):
+    y, p, s = task
+    dp = demographic_parity_violation(y, p, sensitive_features=s)
+    assert abs(statistical_parity_difference(p, sensitive_features=s)) == pytest.approx(dp)
+
+
+def test_accepts_pandas_lists_and_column_vectors():
+    y, p, s = _from_table(HAND)
+    expected = fairness_report(y, p, sensitive_features=s)
+    got = fairness_report(
+        pd.Series(y).tolist(),
+        pd.Series(p),
+        sensitive_features=pd.DataFrame({"race": s}),
+    )
+    assert got == expected
+    assert demographic_parity_violation(
+        y.reshape(-1, 1), p.reshape(-1, 1), sensitive_features=s.reshape(-1, 1)
+    ) == pytest.approx(expected["dp_violation"])
+
+
+def test_groups_absent_within_a_class_are_left_out():
+    # class 1 occurs only in group "b": EO uses class 0 only; eopp for class 0 is defined.
+    y = ["0", "0", "0", "0", "1", "1"]
+    p = ["0", "1", "1", "1", "1", "0"]
+    s = ["a", "a", "b", "b", "b", "b"]
+    # class 0: group a (1/2, 1/2), group b (0, 1) -> 1/2
+    assert equalized_odds_violation(y, p, sensitive_features=s) == _exact(Fraction(1, 2))
+    assert equal_opportunity_violation(y, p, sensitive_features=s, pos_label="0") == _exact(
+        Fraction(1, 2)
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors name the argument and the fix
+# ----------------------------------------------------------------------------------------------
+
+Y = [0, 1, 1, 0]
+P = [0, 1, 0, 0]
+S = [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "call, exc, pattern",
+    [
+        (
+            lambda: demographic_parity_violation(Y, P[:3], sensitive_features=S),
+            ValueError,
+            r"y_true has 4, y_pred has 3, sensitive_features has 4",
+        ),
+        (
+            lambda: equalized_odds_violation(Y, P, sensitive_features=S[:2]),
+            ValueError,
+            r"sensitive_features has 2",
+        ),
+        (lambda: misclassification_error([], []), ValueError, r"y_true is empty"),
+        (lambda: trivial_error([]), ValueError, r"y_true is empty"),
+        (
+            lambda: accuracy_parity_violation(Y, [0, np.nan, 1, 0], sensitive_features=S),
+            ValueError,
+            r"y_pred contains 1 missing value.*position 1",
+        ),
+        (
+            lambda: demographic_parity_violation(Y, P, sensitive_features=[0, None, 1, 1]),
+            ValueError,
+            r"sensitive_features contains 1 missing",
+        ),
+        (
+            lambda: equalized_odds_violation(Y, P, sensitive_features=[3, 3, 3, 3]),
+            ValueError,
+            r"sensitive_features has a single group \(3\).*at least 2 groups",
+        ),
+        (
+            lambda: equal_opportunity_violation(Y, P, sensitive_features=S, pos_label="yes"),
+            ValueError,
+            r"pos_label='yes' is not among the labels .*\[0, 1\]",
+        ),
+        (
+            lambda: equal_opportunity_violation([0, 1, 0, 0], P, sensitive_features=S),
+            ValueError,
+            r"pos_label=1 only in group\(s\) \[0\].*without such records: \[1\]",
+        ),
+        (
+            lambda: equalized_odds_violation([0, 0, 1, 1], P, sensitive_features=S),
+            ValueError,
+            r"equalized odds violation is undefined",
+        ),
+        (
+            lambda: equalized_odds_violation(Y, P, sensitive_features=S, conditioning="pairs"),
+            ValueError,
+            r"conditioning='pairs'.*'per_class' or 'one_vs_rest'",
+        ),
+        (
+            lambda: equalized_odds_violation(None, P, sensitive_features=S),
+            TypeError,
+            r"y_true is None",
+        ),
+        (lambda: misclassification_error(1, P), TypeError, r"y_true must be a 1-D array-like"),
+        (lambda: misclassification_error("0110", P), TypeError, r"y_true must be a 1-D"),
+        (
+            lambda: demographic_parity_violation(Y, np.zeros((4, 2)), sensitive_features=S),
+            ValueError,
+            r"y_pred must be 1-D .*shape \(4, 2\)",
+        ),
+        (
+            lambda: demographic_parity_violation(
+                Y, P, sensitive_features=pd.DataFrame({"a": S, "b": S})
+            ),
+            ValueError,
+            r"sensitive_features is a DataFrame with 2 columns",
+        ),
+        (
+            lambda: misclassification_error(np.array([0, "a", 1, 0], dtype=object), P),
+            TypeError,
+            r"y_true and y_pred mixes values",
+        ),
+        (
+            lambda: statistical_parity_difference([0, 1, 1], sensitive_features=[0, 1, 2]),
+            ValueError,
+            r"3 groups.*pass group= and reference_group=",
+        ),
+        (
+            lambda: statistical_parity_difference(P, sensitive_features=S, group=1),
+            ValueError,
+            r"pass both group= and reference_group=",
+        ),
+        (
+            lambda: statistical_parity_difference(
+                P, sensitive_features=S, group=1, reference_group="z"
+            ),
+            ValueError,
+            r"reference_group='z' is not among the groups",
+        ),
+        (
+            lambda: decision_boundary_covariance(["x", "y", "z", "w"], sensitive_features=S),
+            TypeError,
+            r"scores must be real numbers",
+        ),
+        (
+            lambda: decision_boundary_covariance([0.0, np.inf, 1.0, 2.0], sensitive_features=S),
+            ValueError,
+            r"scores contains inf",
+        ),
+        (
+            lambda: decision_boundary_covariance([0.0, 1.0, 1.0], sensitive_features=S),
+            ValueError,
+            r"scores has 3, sensitive_features has 4",
+        ),
+        (
+            lambda: fairness_report(Y, P, sensitive_features=S, pos_label=2),
+            ValueError,
+            r"pos_label=2 is not among",
+        ),
+        (
+            lambda: statistical_parity_difference(P, sensitive_features=S, pos_label="1"),
+            ValueError,
+            r"pos_label='1' is not among the labels",
+        ),
+    ],
+)
+def test_errors_name_the_argument(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
