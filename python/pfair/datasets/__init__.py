@@ -16,16 +16,18 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
+import pandas as pd
+
 from ._base import Dataset
 from ._csv import load_csv
 from ._synthetic import make_synthetic
-from .adult import load_adult
-from .bank import load_bank
-from .census_kdd import load_census_kdd
-from .compas import load_compas
-from .credit_card import load_credit_card
-from .german import load_german
-from .law_school import load_law_school
+from .adult import adult_frame, load_adult
+from .bank import bank_frame, load_bank
+from .census_kdd import census_kdd_frame, load_census_kdd
+from .compas import compas_frame, load_compas
+from .credit_card import credit_card_frame, load_credit_card
+from .german import german_frame, load_german
+from .law_school import law_school_frame, load_law_school
 
 LOADERS: Dict[str, Callable[..., Dataset]] = {
     "adult": load_adult,
@@ -36,6 +38,20 @@ LOADERS: Dict[str, Callable[..., Dataset]] = {
     "german": load_german,
     "law_school": load_law_school,
 }
+
+FRAMES: Dict[str, Callable[[], pd.DataFrame]] = {
+    "adult": adult_frame,
+    "bank": bank_frame,
+    "census_kdd": census_kdd_frame,
+    "compas": compas_frame,
+    "credit_card": credit_card_frame,
+    "german": german_frame,
+    "law_school": law_school_frame,
+}
+
+
+def _key(name: str) -> str:
+    return str(name).strip().lower().replace("-", "_")
 
 
 def list_datasets() -> list:
@@ -50,12 +66,21 @@ def load(name: str, **kwargs) -> Dataset:
     """Load a bundled data set by name (``-`` and ``_`` are interchangeable, case ignored), or
     ``"synthetic"`` (forwarded to `make_synthetic`).  Keyword arguments go to the loader, e.g.
     ``load("compas", sensitive="race_all", seed=3)``."""
-    key = str(name).strip().lower().replace("-", "_")
+    key = _key(name)
     if key == "synthetic":
         return make_synthetic(**kwargs)
     if key not in LOADERS:
         raise ValueError(f"name: unknown data set {name!r}; choose from {list_datasets()} or 'synthetic'")
     return LOADERS[key](**kwargs)
+
+
+def load_frame(name: str) -> pd.DataFrame:
+    """The raw table a bundled loader starts from: every row of the source file(s), before rows
+    with missing values are dropped, before encoding and splitting (a new shallow copy per call)."""
+    key = _key(name)
+    if key not in FRAMES:
+        raise ValueError(f"name: unknown data set {name!r}; choose from {list_datasets()}")
+    return FRAMES[key]()
 
 
 __all__ = [
@@ -68,6 +93,7 @@ __all__ = [
     "load_compas",
     "load_credit_card",
     "load_csv",
+    "load_frame",
     "load_german",
     "load_law_school",
     "make_synthetic",
