@@ -76,7 +76,7 @@ def load(name: str, **kwargs) -> Dataset:
 
 def load_frame(name: str) -> pd.DataFrame:
     """The raw table a bundled loader starts from: every row of the source file(s), before rows
-    with missing values are dropped, before encoding and splitting (a new shallow copy per call)."""
+    with missing values are dropped, before encoding and splitting (a new copy per call)."""
     key = _key(name)
     if key not in FRAMES:
         raise ValueError(f"name: unknown data set {name!r}; choose from {list_datasets()}")

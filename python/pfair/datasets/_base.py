@@ -41,10 +41,10 @@ class Dataset:
     X_test: np.ndarray
     y_test: np.ndarray
     s_test: np.ndarray
-    feature_names: list
-    label_names: list
+    feature_names: list[str]
+    label_names: list[str]
     sensitive_name: str
-    group_names: list
+    group_names: list[str]
     attrs_train: pd.DataFrame = field(repr=False)
     attrs_test: pd.DataFrame = field(repr=False)
 

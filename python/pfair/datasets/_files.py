@@ -31,14 +31,14 @@ def data_path(filename: str) -> Path:
 def cached_table(reader: F) -> F:
     """Parse a bundled file once per process.
 
-    Loaders only read the cached frame (they select, copy or derive new columns), never modify it
-    in place, so sharing it is safe; each reader returns a fresh copy to make that hold for users.
+    Each call returns a deep copy of the cached frame, so a caller that edits it in place (with or
+    without pandas copy-on-write) cannot change what the next loader sees.
     """
     cached = functools.lru_cache(maxsize=None)(reader)
 
     @functools.wraps(reader)
     def wrapper() -> pd.DataFrame:
-        return cached().copy(deep=False)
+        return cached().copy(deep=True)
 
     wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

@@ -53,6 +53,7 @@ def credit_card_frame() -> pd.DataFrame:
     frame["sex"] = frame["SEX"].map(SEX_NAMES)
     frame["education"] = frame["EDUCATION"].map(EDUCATION_NAMES)
     frame["marriage"] = frame["MARRIAGE"].map(MARRIAGE_NAMES)
+    frame["age"] = frame["AGE"]  # the name partitioners look for (SPEC §5)
     return frame
 
 
@@ -73,8 +74,8 @@ def load_credit_card(
     reproducible for a ``seed``.  By default (``one_hot_pay=True``) the six repayment statuses are
     one-hot encoded, which with ``sensitive="sex"`` gives exactly the 85 features seed 003 (App. E)
     reports; ``one_hot_pay=False`` standardises them as ordinal numbers instead (27 features).
-    ``attrs_*`` hold the raw numerics (``AGE`` is the partition
-    attribute of the paper's heterogeneity experiments) and sex, education, marriage.
+    ``attrs_*`` hold ``age`` (the partition attribute of the paper's heterogeneity experiments),
+    the raw numerics and sex, education, marriage.
     """
     if sensitive not in SENSITIVE:
         raise ValueError(f"sensitive must be one of {SENSITIVE}, got {sensitive!r}")
@@ -94,6 +95,6 @@ def load_credit_card(
     return build_dataset(
         "credit_card", frame, y=y, label_names=LABEL_NAMES, s=s, group_names=groups,
         sensitive_name=sensitive, numeric=numeric, categorical=categorical,
-        sensitive_columns=source, attr_columns=NUMERIC + CATEGORICAL,
+        sensitive_columns=source, attr_columns=["age"] + NUMERIC + CATEGORICAL,
         include_sensitive=include_sensitive, test_size=test_size, seed=seed,
     )
