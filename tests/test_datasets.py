@@ -188,7 +188,9 @@ def test_bank_published_figures():
     assert ds.group_names == ["<25|>60", "25-60"]
     assert _group_counts(ds)["<25|>60"] == 194
     assert get("bank_age5").n_groups == 5
-    assert _group_counts(get("bank_marital")) == {"divorced": 528, "married": 2_797, "single": 1_196}
+    assert _group_counts(get("bank_marital")) == {
+        "divorced": 528, "married": 2_797, "single": 1_196
+    }
     assert "duration" not in load("bank", drop_duration=True).feature_names
 
 

@@ -70,7 +70,9 @@ def load(name: str, **kwargs) -> Dataset:
     if key == "synthetic":
         return make_synthetic(**kwargs)
     if key not in LOADERS:
-        raise ValueError(f"name: unknown data set {name!r}; choose from {list_datasets()} or 'synthetic'")
+        raise ValueError(
+            f"name: unknown data set {name!r}; choose from {list_datasets()} or 'synthetic'"
+        )
     return LOADERS[key](**kwargs)
 
 

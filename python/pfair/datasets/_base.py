@@ -133,8 +133,8 @@ def encode_categories(
     """Map a column to int64 indices 0..m-1 fixed from ALL its values.
 
     Without ``order`` the categories are the sorted distinct values (numbers numerically, anything
-    else by its string form), so the encoding is deterministic.  With ``order`` the given sequence is
-    the index map and any value outside it raises ``ValueError``.
+    else by its string form), so the encoding is deterministic.  With ``order`` the given sequence
+    is the index map and any value outside it raises ``ValueError``.
     """
     if order is None:
         uniques = pd.unique(values.dropna())
@@ -198,7 +198,7 @@ def encode_features(
     train_idx: np.ndarray,
     test_idx: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, list]:
-    """One-hot ``categorical`` columns and standardise ``numeric`` ones; return X_train, X_test, names.
+    """One-hot ``categorical`` and standardise ``numeric`` columns; return X_train, X_test, names.
 
     Numeric column j becomes (v - mean_train) / std_train, both computed on ``train_idx`` rows only
     (population std; a constant column gets std 1, i.e. it is only centred).  Categorical column c
@@ -264,7 +264,7 @@ def build_dataset(
     """
     y = np.asarray(y, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
-    k, l = len(group_names), len(label_names)
+    k, l = len(group_names), len(label_names)  # noqa: E741 (SPEC §1 names)
     if len(frame) != y.shape[0] or y.shape != s.shape:
         raise ValueError("frame, y and s must have the same number of rows")
     if l < 2:

