@@ -1,0 +1,145 @@
+"""`load_csv`: the shipped data sets' preprocessing, applied to a user's own table."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+from pandas.api import types as ptypes
+
+from ._base import Dataset, build_dataset, encode_categories
+
+
+def _as_list(value, argument: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        raise ValueError(f"{argument} must be a column name or a list of column names") from None
+
+
+def _check_columns(frame: pd.DataFrame, columns: Sequence, argument: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{argument}: column(s) {missing!r} not in the data (columns: {list(frame.columns)!r})"
+        )
+
+
+def load_csv(
+    path_or_dataframe: Union[str, os.PathLike, pd.DataFrame],
+    *,
+    label: str,
+    sensitive: str,
+    categorical: Optional[Sequence[str]] = None,
+    positive_label=None,
+    drop: Optional[Sequence[str]] = None,
+    test_size: float = 0.25,
+    seed: int = 0,
+    include_sensitive: bool = False,
+    stratify: bool = True,
+    name: Optional[str] = None,
+) -> Dataset:
+    """Build a `Dataset` from a CSV file (anything ``pandas.read_csv`` reads) or a DataFrame.
+
+    - ``label``: the label column.  Without ``positive_label`` its sorted distinct values become
+      classes 0..l-1 (multi-class allowed); with it, y = 1 where the label equals
+      ``positive_label`` and 0 elsewhere (label_names ``["not <positive>", "<positive>"]``).
+    - ``sensitive``: the sensitive column, any dtype; its sorted distinct values become groups
+      0..k-1.  It never enters X unless ``include_sensitive``.  Bin continuous attributes first.
+    - ``categorical``: columns to one-hot encode.  ``None`` (default) auto-detects: columns of
+      object, string, category or bool dtype are categorical, all others numeric.  When a list is
+      given, it is taken as complete: a non-numeric column not in it raises ``ValueError``.
+    - ``drop``: columns to ignore.  Every remaining column is a feature.
+    - Rows with a missing value in any used column are dropped (``dropna``); there is no imputation.
+    - Split: stratified by (y, s) (``stratify=True``) or plain random, 3:1 for ``test_size=0.25``,
+      reproducible for a ``seed``.  Numeric features are standardised with the training split's
+      mean and std; categorical ones are one-hot over the categories of the whole table.
+    - ``attrs_*``: the raw numeric feature columns plus the raw sensitive column.
+
+    Errors (``ValueError``, naming the argument): a missing column; a label or sensitive column
+    with fewer than 2 distinct values; ``positive_label`` absent from the label column; an
+    undeclared non-numeric column; a group without records in one of the splits.
+    """
+    if isinstance(path_or_dataframe, pd.DataFrame):
+        frame = path_or_dataframe
+        default_name = "dataframe"
+    else:
+        frame = pd.read_csv(path_or_dataframe)
+        default_name = os.path.splitext(os.path.basename(os.fspath(path_or_dataframe)))[0]
+    if not isinstance(label, str) or not label:
+        raise ValueError("label must be a column name")
+    if not isinstance(sensitive, str) or not sensitive:
+        raise ValueError("sensitive must be a column name")
+    _check_columns(frame, [label], "label")
+    _check_columns(frame, [sensitive], "sensitive")
+    if label == sensitive:
+        raise ValueError("label and sensitive must be different columns")
+    drop_cols = _as_list(drop, "drop")
+    _check_columns(frame, drop_cols, "drop")
+    if label in drop_cols or sensitive in drop_cols:
+        raise ValueError("drop: cannot drop the label or the sensitive column")
+
+    features = [c for c in frame.columns if c not in drop_cols and c not in (label, sensitive)]
+    if categorical is None:
+        cat_cols = [
+            c for c in features
+            if not ptypes.is_numeric_dtype(frame[c]) or ptypes.is_bool_dtype(frame[c])
+        ]
+    else:
+        cat_cols = _as_list(categorical, "categorical")
+        _check_columns(frame, cat_cols, "categorical")
+        bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols]
+        if bad:
+            raise ValueError(
+                f"categorical: {bad!r} are the label, the sensitive or dropped columns"
+            )
+        undeclared = [
+            c for c in features
+            if c not in cat_cols
+            and (not ptypes.is_numeric_dtype(frame[c]) or ptypes.is_bool_dtype(frame[c]))
+        ]
+        if undeclared:
+            raise ValueError(
+                f"categorical: non-numeric column(s) {undeclared!r} are not declared categorical; "
+                "add them to categorical, drop them, or pass categorical=None to auto-detect"
+            )
+    num_cols = [c for c in features if c not in cat_cols]
+
+    used = [label, sensitive] + features
+    frame = frame[used].dropna().reset_index(drop=True)
+    if len(frame) == 0:
+        raise ValueError("no rows left after dropping rows with missing values")
+
+    n_labels = frame[label].nunique()
+    if n_labels < 2:
+        raise ValueError(f"label: column {label!r} has {n_labels} distinct value(s), need >= 2")
+    n_groups = frame[sensitive].nunique()
+    if n_groups < 2:
+        raise ValueError(
+            f"sensitive: column {sensitive!r} has {n_groups} distinct value(s), need >= 2"
+        )
+    if positive_label is None:
+        y, label_names = encode_categories(frame[label], argument=f"label {label!r}")
+    else:
+        is_pos = (frame[label] == positive_label).to_numpy()
+        if not is_pos.any():
+            raise ValueError(
+                f"positive_label: {positive_label!r} does not occur in label column {label!r}"
+            )
+        if is_pos.all():
+            raise ValueError(f"positive_label: every row of {label!r} equals {positive_label!r}")
+        y = is_pos.astype(np.int64)
+        label_names = [f"not {positive_label}", str(positive_label)]
+    s, group_names = encode_categories(frame[sensitive], argument=f"sensitive {sensitive!r}")
+    return build_dataset(
+        name or default_name, frame, y=y, label_names=label_names, s=s, group_names=group_names,
+        sensitive_name=sensitive, numeric=num_cols, categorical=cat_cols,
+        sensitive_columns=[sensitive], attr_columns=num_cols + [sensitive],
+        include_sensitive=include_sensitive, test_size=test_size, seed=seed, stratify=stratify,
+    )
