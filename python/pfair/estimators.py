@@ -69,7 +69,8 @@ class LinearSoftmaxMixin:
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class, in the original label categories."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def score(self, X: Any, y: Any) -> float:
         """Accuracy."""
