@@ -3,6 +3,7 @@
 //! exposes them as the extension module `pfair._core`: it converts types, validates shapes,
 //! releases the GIL around long work and maps errors to Python exceptions.
 
+pub mod accounting;
 pub mod noise;
 pub mod psi;
 pub mod round;
