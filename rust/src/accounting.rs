@@ -301,10 +301,13 @@ fn poisson_log_a_int(q: f64, z: f64, alpha: u64) -> f64 {
     let (lq, l1q) = (q.ln(), (-q).ln_1p());
     let a = alpha as f64;
     let mut log_a = f64::NEG_INFINITY;
+    // log C(α, i) by the recurrence C(α, i+1) = C(α, i)·(α − i)/(i + 1) (no lgamma per term).
+    let mut lc = 0.0;
     for i in 0..=alpha {
         let fi = i as f64;
-        let term = log_abs_binom(a, fi) + fi * lq + (a - fi) * l1q + (fi * fi - fi) / (2.0 * z * z);
+        let term = lc + fi * lq + (a - fi) * l1q + (fi * fi - fi) / (2.0 * z * z);
         log_a = log_add(log_a, term);
+        lc += ((a - fi) / (fi + 1.0)).ln();
     }
     log_a
 }
@@ -323,10 +326,10 @@ fn poisson_log_a_frac(q: f64, z: f64, alpha: f64) -> f64 {
     let s2z = std::f64::consts::SQRT_2 * z;
     let (mut a0, mut a1) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
     let (mut last0, mut last1) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    let mut lc = 0.0; // log|C(α, i)|, updated by the recurrence |C(α, i+1)| = |C(α, i)|·|α − i|/(i + 1)
     for i in 0..MAX_FRAC_TERMS {
         let fi = i as f64;
         let j = alpha - fi;
-        let lc = log_abs_binom(alpha, fi);
         let t0 = lc + fi * lq + j * l1q;
         let t1 = lc + j * lq + fi * l1q;
         let e0 = 0.5f64.ln() + log_erfc((fi - x0) / s2z);
@@ -341,6 +344,7 @@ fn poisson_log_a_frac(q: f64, z: f64, alpha: f64) -> f64 {
         }
         last0 = s0;
         last1 = s1;
+        lc += (alpha - fi).abs().ln() - (fi + 1.0).ln();
     }
     f64::INFINITY
 }
@@ -414,10 +418,14 @@ fn wor_log_a_int(q: f64, z: f64, alpha: u64, diffs: &[f64]) -> f64 {
     let log_e2m1 = eps(2.0) + (-(-eps(2.0)).exp()).ln_1p();
     let ln4 = 4f64.ln();
     let mut log_a = 0.0;
+    let mut lc = log_abs_binom(a, 2.0); // log C(α, i), advanced by the recurrence below
     for i in 2..=alpha {
         let fi = i as f64;
+        if i > 2 {
+            lc += ((a - fi + 1.0) / fi).ln();
+        }
         let s = if i == 2 {
-            2.0 * lq + log_abs_binom(a, 2.0) + (ln4 + log_e2m1).min(eps(2.0) + LN_2)
+            2.0 * lq + lc + (ln4 + log_e2m1).min(eps(2.0) + LN_2)
         } else {
             let bound = if alpha <= WOR_EXACT_MAX_ORDER {
                 let lo = diffs[(2 * (i / 2) - 1) as usize];
@@ -426,7 +434,7 @@ fn wor_log_a_int(q: f64, z: f64, alpha: u64, diffs: &[f64]) -> f64 {
             } else {
                 LN_2 + cgf(fi - 1.0)
             };
-            bound + fi * lq + log_abs_binom(a, fi)
+            bound + fi * lq + lc
         };
         log_a = log_add(log_a, s);
     }
