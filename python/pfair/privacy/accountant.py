@@ -1,0 +1,225 @@
+"""Public (ε, δ) accountant: thin, validated wrappers over the Rust core (``pfair._core``).
+
+Units. A *noise multiplier* ``z`` is ``noise std / L2 sensitivity`` of the released statistic
+under the adjacency the sampling scheme names:
+
+``"without_replacement"`` (default) and ``"full_batch"``
+    replace-one adjacency (one record's sensitive attribute changes, the record stays), so
+    ``z = σ / Δ_replace``; this is pfair's adjacency (``rust/src/sensitivity.rs``).
+``"poisson"``
+    add/remove-one adjacency, ``z = σ / Δ_add_remove`` — the textbook sampled-Gaussian bound
+    (Mironov, Talwar, Zhang 2019) kept for cross-checks with dp-accounting/opacus. It is NOT a
+    valid accountant for replace-one adjacency.
+``"poisson_replace_one"``
+    Poisson sampling under replace-one adjacency, with ``z`` measured against the add/remove
+    sensitivity (largest norm of one record's contribution); see ``docs/accounting.md``.
+
+The math (per step, order α > 1, then ``steps``-fold composition by addition):
+
+* full batch: ``ε(α) = α / (2 z²)`` (Mironov 2017, Prop. 7);
+* without replacement, rate ``q = m/n``: Wang, Balle, Kasiviswanathan 2019, Thm. 9/27, Cor. 10;
+* Poisson, rate ``q``: ``ε(α) = log A_α / (α − 1)`` (Mironov, Talwar, Zhang 2019, Sec. 3.3);
+* RDP → (ε, δ): ``ε = min_α [R(α) + log(1 − 1/α) − log(δ α)/(α − 1)]`` (Balle et al. 2020, Thm. 21).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Optional, Sequence, Tuple
+
+from pfair import _core
+
+__all__ = [
+    "SAMPLING_SCHEMES",
+    "default_orders",
+    "delta_for",
+    "epsilon_for",
+    "epsilon_from_rdp",
+    "delta_from_rdp",
+    "noise_multiplier_for",
+    "rdp_curve",
+    "validate_event_args",
+]
+
+SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch")
+
+
+def _real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} must not be NaN")
+    return v
+
+
+def _sampling(sampling: object) -> str:
+    if not isinstance(sampling, str):
+        raise TypeError(f"sampling must be a str, one of {SAMPLING_SCHEMES}; got {sampling!r}")
+    if sampling not in SAMPLING_SCHEMES:
+        raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}; got {sampling!r}")
+    return sampling
+
+
+def _steps(steps: object) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, Integral):
+        raise TypeError(f"steps must be an int (number of noisy releases); got {steps!r}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1 (number of noisy releases); got {steps}")
+    return int(steps)
+
+
+def _sample_rate(q: object, sampling: str) -> float:
+    v = _real("sample_rate", q)
+    if not 0.0 < v <= 1.0:
+        raise ValueError(f"sample_rate must be in (0, 1] (batch size / silo size); got {v}")
+    if sampling == "full_batch" and v != 1.0:
+        raise ValueError(
+            f"sample_rate must be 1.0 with sampling='full_batch'; got {v} "
+            "(use sampling='without_replacement' for fixed-size mini-batches)"
+        )
+    return v
+
+
+def _noise_multiplier(z: object) -> float:
+    v = _real("noise_multiplier", z)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"noise_multiplier must be finite and > 0 (noise std / L2 sensitivity); got {v}")
+    return v
+
+
+def _delta(d: object) -> float:
+    v = _real("delta", d)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"delta must be in (0, 1), typically 1/n^2 for a silo of n records; got {v}")
+    return v
+
+
+def _epsilon(e: object) -> float:
+    v = _real("epsilon", e)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"epsilon must be finite and > 0; got {v}")
+    return v
+
+
+def _orders(orders: Optional[Sequence[float]]) -> Optional[list]:
+    if orders is None:
+        return None
+    out = [float(a) for a in orders]
+    if not out or any(not (a > 1.0 and math.isfinite(a)) for a in out):
+        raise ValueError("orders must be a non-empty sequence of finite RDP orders > 1")
+    return out
+
+
+def validate_event_args(*, sampling: str, sample_rate: float, noise_multiplier: float, steps: int) -> Tuple[str, float, float, int]:
+    """Validates one mechanism's parameters; returns them normalised (used by the ledger)."""
+    s = _sampling(sampling)
+    return s, _sample_rate(sample_rate, s), _noise_multiplier(noise_multiplier), _steps(steps)
+
+
+def default_orders() -> list:
+    """The default RDP orders (dp-accounting's defaults, extended)."""
+    return list(_core.default_orders())
+
+
+def rdp_curve(
+    *,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    sampling: str = "without_replacement",
+    orders: Optional[Sequence[float]] = None,
+) -> Tuple[list, list]:
+    """Total RDP ``R(α) = steps · ε_step(α)`` at each order; returns ``(orders, rdp)``."""
+    s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
+    o = _orders(orders) or default_orders()
+    return o, list(_core.rdp_curve(s, q, z, t, o))
+
+
+def epsilon_from_rdp(*, orders: Sequence[float], rdp: Sequence[float], delta: float) -> Tuple[float, float]:
+    """``(ε, optimal order)`` implied by an RDP curve at ``delta`` (Balle et al. 2020, Thm. 21)."""
+    return tuple(_core.epsilon_from_rdp(_orders(orders), [float(r) for r in rdp], _delta(delta)))  # type: ignore[return-value]
+
+
+def delta_from_rdp(*, orders: Sequence[float], rdp: Sequence[float], epsilon: float) -> Tuple[float, float]:
+    """``(δ, optimal order)`` implied by an RDP curve at ``epsilon`` (Balle et al. 2020, Thm. 21)."""
+    return tuple(_core.delta_from_rdp(_orders(orders), [float(r) for r in rdp], _epsilon(epsilon)))  # type: ignore[return-value]
+
+
+def epsilon_for(
+    *,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    sampling: str = "without_replacement",
+    return_order: bool = False,
+):
+    """ε spent by ``steps`` Gaussian releases with noise multiplier ``noise_multiplier``.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``noise std / L2 sensitivity`` under the adjacency of ``sampling`` (module docstring).
+    sample_rate : float
+        ``q = batch size / silo size`` in (0, 1]; exactly 1 for ``"full_batch"``.
+    steps : int
+        Number of noisy releases (rounds the silo answers).
+    delta : float
+        Target δ in (0, 1).
+    sampling : str
+        ``"without_replacement"`` (default), ``"poisson"``, ``"poisson_replace_one"``, ``"full_batch"``.
+    return_order : bool
+        Also return the optimal RDP order.
+
+    Returns
+    -------
+    float, or (float, float) with ``return_order=True``
+        ``ε = min_α [steps·ε_step(α) + log(1 − 1/α) − log(δα)/(α−1)]``.
+    """
+    s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
+    eps, order = _core.epsilon_for(z, q, t, _delta(delta), s)
+    return (eps, order) if return_order else eps
+
+
+def delta_for(
+    *,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    epsilon: float,
+    sampling: str = "without_replacement",
+    return_order: bool = False,
+):
+    """δ at which ``steps`` Gaussian releases are ``epsilon``-DP (inverse of :func:`epsilon_for`).
+
+    ``log δ = min_α [(α−1)(R(α) − ε + log(1 − 1/α)) − log α]`` (Balle et al. 2020, Thm. 21), capped
+    at 1. Units and arguments as in :func:`epsilon_for`.
+    """
+    s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
+    d, order = _core.delta_for(z, q, t, _epsilon(epsilon), s)
+    return (d, order) if return_order else d
+
+
+def noise_multiplier_for(
+    *,
+    epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    sampling: str = "without_replacement",
+) -> float:
+    """Noise multiplier ``z`` (noise std / L2 sensitivity) so that ``steps`` releases are (ε, δ)-DP.
+
+    Bisection over ``z ∈ [1e-3, 1e6]`` (geometric, bracket grown by doubling from ``z = 1``),
+    always keeping the feasible end, so the returned ``z`` satisfies
+    ``0.995·epsilon ≤ epsilon_for(z) ≤ epsilon`` (contract: ≤ target and within 2%).
+
+    Raises
+    ------
+    ValueError
+        Bad argument (message names it), or a target unreachable inside the bracket.
+    """
+    s = _sampling(sampling)
+    return float(_core.noise_multiplier_for(_epsilon(epsilon), _delta(delta), _sample_rate(sample_rate, s), _steps(steps), s))

@@ -1,0 +1,72 @@
+"""``pfair privacy``: calibrate a noise multiplier for a silo, or price one.
+
+    pfair privacy --epsilon 1 --delta 1e-5 --batch 256 --silo-size 12000 --epochs 40
+    pfair privacy --noise-multiplier 2.0 --delta 1e-5 --batch 256 --silo-size 12000 --epochs 40
+
+``q = batch / silo_size`` and ``steps = epochs · ceil(silo_size / batch)``. The main CLI calls
+:func:`add_privacy_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from pfair.privacy.accountant import SAMPLING_SCHEMES, epsilon_for, noise_multiplier_for
+
+__all__ = ["add_privacy_parser", "privacy_command"]
+
+
+def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``privacy`` subcommand on an argparse ``subparsers`` object."""
+    p = subparsers.add_parser("privacy", help="calibrate or price a silo's DP noise (RDP accountant)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--epsilon", type=float, help="target epsilon: print the calibrated noise multiplier")
+    target.add_argument("--noise-multiplier", type=float, help="noise std / L2 sensitivity: print the epsilon spent")
+    p.add_argument("--delta", type=float, default=None, help="target delta (default 1/silo_size^2)")
+    p.add_argument("--batch", type=int, required=True, help="batch size m")
+    p.add_argument("--silo-size", type=int, required=True, help="records in the silo n")
+    p.add_argument("--epochs", type=int, required=True, help="passes over the silo")
+    p.add_argument("--sampling", choices=SAMPLING_SCHEMES, default="without_replacement")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=privacy_command)
+    return p
+
+
+def privacy_command(args) -> int:
+    """Run ``pfair privacy`` on parsed ``args``; prints the result and returns 0."""
+    if args.batch < 1 or args.silo_size < 1 or args.batch > args.silo_size:
+        raise SystemExit("--batch must be in [1, --silo-size]")
+    if args.epochs < 1:
+        raise SystemExit("--epochs must be >= 1")
+    q = args.batch / args.silo_size
+    if args.sampling == "full_batch":
+        if args.batch != args.silo_size:
+            raise SystemExit("--sampling full_batch needs --batch equal to --silo-size")
+        q = 1.0
+    steps = args.epochs * math.ceil(args.silo_size / args.batch)
+    delta = args.delta if args.delta is not None else 1.0 / args.silo_size**2
+    out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling}
+    try:
+        if args.epsilon is not None:
+            z = noise_multiplier_for(epsilon=args.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=args.sampling)
+            eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=delta, sampling=args.sampling)
+            out.update(target_epsilon=args.epsilon, noise_multiplier=z, epsilon=eps)
+        else:
+            eps, order = epsilon_for(
+                noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps, delta=delta,
+                sampling=args.sampling, return_order=True,
+            )
+            out.update(noise_multiplier=args.noise_multiplier, epsilon=eps, optimal_order=order)
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"pfair privacy: {e}")
+    if args.json:
+        print(json.dumps(out))
+    elif args.epsilon is not None:
+        print(f"noise multiplier {out['noise_multiplier']:.4f} (epsilon {out['epsilon']:.4f} <= {args.epsilon}, "
+              f"delta {delta:.3g}, q {q:.5f}, steps {steps}, {args.sampling})")
+    else:
+        print(f"epsilon {out['epsilon']:.4f} (delta {delta:.3g}, noise multiplier {args.noise_multiplier}, "
+              f"q {q:.5f}, steps {steps}, {args.sampling})")
+    return 0
