@@ -56,13 +56,14 @@ def _n_silos(n_silos: Any, n: int) -> int:
     return int(n_silos)
 
 
-def _numeric(name: str, x: Any) -> np.ndarray:
-    """A contiguous float64 copy-or-view of a 1-D numeric array without NaN."""
+def _numeric(name: str, x: Any, check_nan: bool = True) -> np.ndarray:
+    """A contiguous float64 view (or copy) of a 1-D numeric array, checked for NaN unless the Rust
+    side checks it anyway (``check_nan=False``, saving a pass over large inputs)."""
     a = _one_d(name, x)
     if a.dtype.kind not in "biuf":
         raise ValueError(f"{name}: must be numeric, got dtype {a.dtype}")
     a = np.ascontiguousarray(a, dtype=np.float64)
-    if np.isnan(a).any():
+    if check_nan and np.isnan(a).any():
         raise ValueError(f"{name}: contains NaN (first at index {int(np.argmax(np.isnan(a)))})")
     return a
 
@@ -128,7 +129,7 @@ def heterogeneous(
     -------
     ``int64`` array of length n with values in ``[0, n_silos)``.
     """
-    v = _numeric("values", values)
+    v = _numeric("values", values, check_nan=False)  # rust/src/partition.rs rejects NaN
     k = _n_silos(n_silos, v.shape[0])
     h = float(heterogeneity)
     if not 0.0 <= h <= 1.0:

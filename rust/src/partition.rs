@@ -185,7 +185,9 @@ fn resolve_sizes(n: usize, n_silos: usize, sizes: Option<&[i64]>) -> Result<Vec<
 /// Fisher–Yates: a uniformly random permutation of `data` in place.
 pub fn fisher_yates<T, R: Rng + ?Sized>(data: &mut [T], rng: &mut R) {
     for i in (1..data.len()).rev() {
-        data.swap(i, rng.gen_range(0..=i));
+        // 32-bit draws where they suffice: half the random bytes of a usize draw.
+        let j = if i <= u32::MAX as usize { rng.gen_range(0..=i as u32) as usize } else { rng.gen_range(0..=i) };
+        data.swap(i, j);
     }
 }
 
@@ -207,10 +209,21 @@ pub fn choose_front<T, R: Rng + ?Sized>(data: &mut [T], m: usize, rng: &mut R) {
 /// sizes, every arrangement is equally likely, so the result is a uniform permutation; the work is
 /// `O(len)`, parallel, and the random accesses stay inside cache-sized buckets.
 pub fn shuffle<T: Copy + Send + Sync>(data: &mut [T], seed: u64, tag: u64) {
-    let len = data.len();
-    if len <= SHUFFLE_LEAF {
+    if data.len() <= SHUFFLE_LEAF {
         fisher_yates(data, &mut stream(seed, 0, tag, Purpose::Other));
         return;
+    }
+    let permuted = shuffled(data, seed, tag);
+    data.par_chunks_mut(CHUNK).zip(permuted.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// [`shuffle`] into a new vector: the same permutation of `data`, without the copy back.
+pub fn shuffled<T: Copy + Send + Sync>(data: &[T], seed: u64, tag: u64) -> Vec<T> {
+    let len = data.len();
+    if len <= SHUFFLE_LEAF {
+        let mut out = data.to_vec();
+        fisher_yates(&mut out, &mut stream(seed, 0, tag, Purpose::Other));
+        return out;
     }
     let n_buckets = len.div_ceil(SHUFFLE_LEAF);
     let mut bucket = vec![0u32; len];
@@ -220,13 +233,12 @@ pub fn shuffle<T: Copy + Send + Sync>(data: &mut [T], seed: u64, tag: u64) {
             *id = rng.gen_range(0..n_buckets as u32);
         }
     });
-    let (laid_out, starts) = counting_scatter(data, &bucket, n_buckets);
+    let (mut laid_out, starts) = counting_scatter(data, &bucket, n_buckets);
     drop(bucket);
-    let mut laid_out = laid_out;
     split_by_starts(&mut laid_out, &starts).into_par_iter().enumerate().for_each(|(b, part)| {
         fisher_yates(part, &mut stream(seed, BUCKET_STREAM | b as u64, tag, Purpose::Other));
     });
-    data.par_chunks_mut(CHUNK).zip(laid_out.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+    laid_out
 }
 
 /// Stable parallel counting sort: `src` rearranged so that items of bucket 0 come first, then
@@ -260,7 +272,8 @@ pub fn counting_scatter<T: Copy + Send + Sync>(
         }
     }
     starts[n_buckets] = next;
-    let mut out: Vec<T> = src.to_vec(); // every position is overwritten below
+    let len = src.len();
+    let mut out: Vec<T> = Vec::with_capacity(len);
     let dst = SharedMut(out.as_mut_ptr());
     src.par_chunks(CHUNK).zip(bucket.par_chunks(CHUNK)).zip(offsets.par_iter_mut()).for_each(
         |((items, ids), at)| {
@@ -272,6 +285,9 @@ pub fn counting_scatter<T: Copy + Send + Sync>(
             }
         },
     );
+    // SAFETY: the (chunk, bucket) ranges partition `0..len`, so every position of the spare
+    // capacity was written exactly once above, and `T: Copy` has no drop to run.
+    unsafe { out.set_len(len) };
     (out, starts)
 }
 
@@ -340,14 +356,37 @@ fn sort_key(v: f64) -> u64 {
     }
 }
 
-/// The record indices ordered by `values`, ties broken by index (a stable order). Parallel
-/// unstable sort of `(key, index)` pairs, `O(n log n)`.
+/// The record indices ordered by `values`, ties broken by index (a stable order), `O(n)` work.
+///
+/// Parallel LSD radix sort of `(key, index)` pairs on 11-bit digits of the order-preserving key,
+/// each pass a stable [`counting_scatter`]; passes whose digit is the same for every record are
+/// skipped (for integer-valued attributes such as age most are). Stability of every pass keeps
+/// equal keys in index order. Short inputs use a comparison sort of the pairs.
 pub fn stable_order(values: &[f64]) -> Vec<u32> {
+    let n = values.len();
     let mut pairs: Vec<(u64, u32)> =
         values.par_iter().enumerate().map(|(i, &v)| (sort_key(v), i as u32)).collect();
-    pairs.par_sort_unstable();
+    if n < RADIX_MIN {
+        pairs.sort_unstable();
+    } else {
+        const BITS: u32 = 11;
+        let mut digit = vec![0u32; n];
+        for shift in (0..64).step_by(BITS as usize) {
+            digit.par_iter_mut().zip(pairs.par_iter()).for_each(|(d, &(key, _))| {
+                *d = ((key >> shift) & ((1 << BITS) - 1)) as u32;
+            });
+            let first = digit[0];
+            if digit.par_iter().all(|&d| d == first) {
+                continue;
+            }
+            pairs = counting_scatter(&pairs, &digit, 1 << BITS).0;
+        }
+    }
     pairs.into_par_iter().map(|(_, i)| i).collect()
 }
+
+/// Below this many records [`stable_order`] uses a comparison sort.
+const RADIX_MIN: usize = 1 << 16;
 
 /// The paper's heterogeneity partitioner (seed 003, App. E.2.3, Algorithm 3): one silo id in
 /// `0..n_silos` per record.
@@ -400,7 +439,7 @@ pub fn heterogeneous(
     for k in 0..n_silos {
         pool.extend_from_slice(&order[starts[k] + taken[k]..starts[k + 1]]);
     }
-    shuffle(&mut pool, seed, TAG_POOL);
+    let pool = shuffled(&pool, seed, TAG_POOL);
 
     let mut runs: Vec<(&[u32], i64)> = Vec::with_capacity(2 * n_silos);
     let mut at = 0usize;
@@ -890,6 +929,18 @@ mod tests {
     #[test]
     fn stable_order_breaks_ties_by_index() {
         assert_eq!(stable_order(&[2.0, 1.0, 2.0, -0.0, 0.0, 1.0]), vec![3, 4, 1, 5, 0, 2]);
+        // The radix path, with ties, negatives and infinities, against a stable comparison sort.
+        let mut rng = stream(6, 0, 0, Purpose::Other);
+        let v: Vec<f64> = (0..RADIX_MIN + 999)
+            .map(|i| match i % 7 {
+                0 => f64::INFINITY,
+                1 => -3.5,
+                _ => (rng.gen::<f64>() - 0.5) * 1e3,
+            })
+            .collect();
+        let mut want: Vec<u32> = (0..v.len() as u32).collect();
+        want.sort_by(|&a, &b| v[a as usize].total_cmp(&v[b as usize]));
+        assert_eq!(stable_order(&v), want);
     }
 
     #[test]
