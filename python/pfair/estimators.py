@@ -406,8 +406,14 @@ class _StandardRunner:
             )
             for j, n_j in enumerate(fed.sizes)
         ]
+        # In "paper" mode the closed form may deliver more than the target (it is warned about
+        # and reported); the ledger then enforces what is actually delivered.
         self.ledgers = (
-            [PrivacyLedger(epsilon=model.epsilon, delta=deltas[j], name=f"silo {j}") for j in range(fed.n_silos)]
+            [
+                PrivacyLedger(epsilon=max(model.epsilon, p.epsilon) if model.calibration == "paper" else model.epsilon,
+                              delta=deltas[j], silo=j)
+                for j, p in enumerate(self.plans)
+            ]
             if private
             else []
         )
@@ -451,10 +457,6 @@ def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 def _round_event(plan: Any, steps: int) -> Any:
-    """The ledger event for ``steps`` rounds of a silo's noise plan."""
-    from pfair.privacy.ledger import MechanismEvent
+    from pfair.privacy.calibration import round_event
 
-    return MechanismEvent(
-        name="steffle_rounds", sampling=plan.sampling, sample_rate=plan.sample_rate,
-        noise_multiplier=plan.noise_multiplier, steps=steps,
-    )
+    return round_event(plan, steps)

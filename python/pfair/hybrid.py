@@ -128,7 +128,7 @@ class HybridRunner:
                 stds = _core.noise_stds([d_theta, d_w], z)
                 eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=total_rounds, delta=delta, sampling=sampling)
             if private:
-                self.ledgers.append(PrivacyLedger(epsilon=model.epsilon, delta=delta, name=f"sensitive silo {c}"))
+                self.ledgers.append(PrivacyLedger(epsilon=model.epsilon, delta=delta, silo=f"sensitive {c}"))
             self.plans.append(SiloNoise(
                 silo=c, n_records=int(sizes_c[c]), sampling=sampling, sample_rate=q, steps=total_rounds,
                 denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta, sensitivity_w=d_w,

@@ -233,10 +233,12 @@ mod python {
         gradients_dict(py, g)
     }
 
-    /// Replace-one sensitivities `(loss, theta, w)` of the noised message parts.
+    /// Sensitivities `(loss, theta, w)` of the noised message parts: `relation="replace_one"` gives
+    /// the replace-one sensitivities, `"add_remove"` the largest contribution of one record.
     #[pyfunction]
     #[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
-                        protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY))]
+                        protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY,
+                        relation="replace_one"))]
     #[allow(clippy::too_many_arguments)]
     fn sensitivities(
         inv_sqrt_ps: PyReadonlyArray1<'_, f64>,
@@ -248,6 +250,7 @@ mod python {
         clip_loss: f64,
         clip_theta: f64,
         clip_w: f64,
+        relation: &str,
     ) -> PyResult<(f64, f64, f64)> {
         let fairness = fairness_from(fairness, positive)?;
         let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
@@ -255,10 +258,17 @@ mod python {
         if n_groups < 2 || inv.len() % n_groups != 0 || inv.is_empty() {
             return Err(err("inv_sqrt_ps must hold blocks × n_groups entries with n_groups >= 2"));
         }
+        if inv.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(err("inv_sqrt_ps must be finite and > 0 (every group needs records)"));
+        }
         if !(denom > 0.0) {
             return Err(err("denom must be > 0"));
         }
-        let s = sensitivity::sensitivities(protect, fairness, n_groups, inv, denom);
+        let s = match relation {
+            "replace_one" => sensitivity::sensitivities(protect, fairness, n_groups, inv, denom),
+            "add_remove" => sensitivity::contribution_bounds(protect, inv, denom),
+            other => return Err(err(format!("relation={other:?} is unknown; use 'replace_one' or 'add_remove'"))),
+        };
         Ok((s.loss, s.theta, s.w))
     }
 

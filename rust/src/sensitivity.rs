@@ -68,6 +68,27 @@ pub fn sensitivities(
     }
 }
 
+/// Largest norm of ONE record's contribution to each noised part (its "add/remove"
+/// sensitivity), in the order (loss, ψ_θ, ψ_W). This is what the Poisson replace-one bound of
+/// `accounting.rs` measures its noise multiplier against: a record that is not sampled
+/// contributes nothing, one that is contributes at most this much.
+///
+/// * `Attribute`: `‖b̃_i‖ ≤ C_θ`, and `‖c_i‖ = 2 ‖F_i‖ p(s_i)^{-1/2} ≤ 2 max_{b,r} p(r|b)^{-1/2}`.
+/// * `Record`: each clipped part has norm at most its clip.
+///
+/// All divided by the batch denominator.
+pub fn contribution_bounds(protect: Protect, inv_sqrt_ps: &[f64], denom: f64) -> Sensitivities {
+    match protect {
+        Protect::Attribute { clip_theta } => {
+            let worst = inv_sqrt_ps.iter().cloned().fold(0.0, f64::max);
+            Sensitivities { loss: 0.0, theta: clip_theta / denom, w: 2.0 * worst / denom }
+        }
+        Protect::Record { clip_loss, clip_theta, clip_w } => {
+            Sensitivities { loss: clip_loss / denom, theta: clip_theta / denom, w: clip_w / denom }
+        }
+    }
+}
+
 /// Noise standard deviations `σ_p = z √P Δ_p` giving effective noise multiplier `z`.
 pub fn noise_stds(parts: &[f64], z: f64) -> Vec<f64> {
     let scale = z * (parts.len() as f64).sqrt();
@@ -121,6 +142,19 @@ mod tests {
         let p = Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 };
         let s = sensitivities(p, Fairness::DemographicParity, 2, &[1.0, 1.0], 4.0);
         assert_eq!(s.parts(p), vec![0.5, 1.0, 1.5]);
+    }
+
+    #[test]
+    fn contribution_bounds_are_one_record_worth() {
+        let inv: Vec<f64> = [0.25f64, 0.75].iter().map(|p| p.powf(-0.5)).collect();
+        let a = contribution_bounds(Protect::Attribute { clip_theta: 1.0 }, &inv, 4.0);
+        assert_eq!(a.theta, 0.25);
+        assert!((a.w - 2.0 * 2.0 / 4.0).abs() < 1e-12);
+        let p = Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 };
+        let r = contribution_bounds(p, &inv, 2.0);
+        // In record mode the replace-one sensitivity is exactly twice the contribution bound.
+        let s = sensitivities(p, Fairness::DemographicParity, 2, &inv, 2.0);
+        assert_eq!((2.0 * r.loss, 2.0 * r.theta, 2.0 * r.w), (s.loss, s.theta, s.w));
     }
 
     #[test]

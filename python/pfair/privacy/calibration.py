@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from pfair import _core
-from pfair.privacy.accountant import epsilon_for, noise_multiplier_for
+from pfair.privacy.accountant import default_orders, epsilon_from_rdp, noise_multiplier_for, rdp_curve
+from pfair.privacy.ledger import MechanismEvent
 from pfair.privacy.paper import paper_noise_stds
 
 
@@ -66,6 +67,51 @@ def _denominator(sampling: str, n: int, batch_size: int) -> tuple[float, float]:
     return q, float(batch_size) if sampling == "without_replacement" else q * n
 
 
+def accounting_scheme(sampling: str) -> str:
+    """The accountant's scheme for a batch sampling scheme under pfair's replace-one adjacency.
+
+    Poisson batches use the replace-one bound of ``docs/accounting.md`` (noise multiplier against
+    the add/remove sensitivity, i.e. the largest contribution of one record); the plain
+    ``"poisson"`` bound is add/remove-one only and does not cover pfair's neighbours.
+    """
+    return "poisson_replace_one" if sampling == "poisson" else sampling
+
+
+def composed_epsilon(events: list[MechanismEvent], delta: float) -> float:
+    """ε at ``delta`` of the RDP composition of ``events`` (Balle et al. 2020 conversion)."""
+    orders = default_orders()
+    total = np.zeros(len(orders))
+    for e in events:
+        total += np.asarray(rdp_curve(noise_multiplier=e.noise_multiplier, sample_rate=e.sample_rate,
+                                      steps=e.steps, sampling=e.sampling, orders=orders)[1])
+    return float(epsilon_from_rdp(orders=orders, rdp=total.tolist(), delta=delta)[0])
+
+
+def noise_multiplier_after(prior: list[MechanismEvent], *, epsilon: float, delta: float, sample_rate: float,
+                           steps: int, sampling: str) -> float:
+    """Smallest z (to 0.5%) such that ``prior`` + ``steps`` rounds at z compose to at most ``epsilon``.
+
+    Geometric bisection on z; ε of the composition decreases in z. The returned z always meets
+    the target (the upper end of the final bracket).
+    """
+    def eps(z: float) -> float:
+        event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
+                               noise_multiplier=z, steps=steps)
+        return composed_epsilon(list(prior) + [event], delta)
+
+    if composed_epsilon(list(prior), delta) >= epsilon:
+        raise ValueError(f"the earlier releases already spend epsilon >= {epsilon}; nothing is left for training")
+    lo, hi = 1e-3, 1.0
+    while eps(hi) > epsilon:
+        lo, hi = hi, hi * 4
+        if hi > 1e7:
+            raise ValueError(f"epsilon={epsilon} cannot be met after the earlier releases")
+    while hi / lo > 1.005:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
+    return hi
+
+
 def plan_silo_noise(
     *,
     silo: int,
@@ -84,28 +130,26 @@ def plan_silo_noise(
     clip_w: float,
     calibration: str,
     sends_psi: bool,
+    prior_events: list[MechanismEvent] | None = None,
 ) -> SiloNoise:
-    """Noise plan of one silo for ``steps`` rounds (see the module docstring)."""
+    """Noise plan of one silo for ``steps`` rounds (see the module docstring).
+
+    ``prior_events`` (e.g. the DP histogram of s) are composed with the rounds: the training noise
+    is calibrated so that everything together meets (ε, δ).
+    """
     q, denom = _denominator(sampling, n_records, batch_size)
+    scheme = accounting_scheme(sampling)
     inv_sqrt_ps = np.ascontiguousarray(proportions, dtype=np.float64).ravel() ** -0.5
-    k = proportions.shape[1]
-    d_loss, d_theta, d_w = _core.sensitivities(
-        inv_sqrt_ps,
-        n_groups=k,
-        denom=denom,
-        fairness=fairness,
-        positive=positive,
-        protect=protect,
-        clip_loss=clip_loss,
-        clip_theta=clip_theta,
-        clip_w=clip_w,
-    )
-    # Parts that depend on what a neighbour may change, in the order (loss, θ, W).
-    parts = []
-    if protect == "record":
-        parts.append(d_loss)
-    if sends_psi:
-        parts += [d_theta, d_w]
+    kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
+              clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+    d_loss, d_theta, d_w = _core.sensitivities(inv_sqrt_ps, **kw)
+    # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).
+    relation = "add_remove" if scheme == "poisson_replace_one" else "replace_one"
+    a_loss, a_theta, a_w = _core.sensitivities(inv_sqrt_ps, relation=relation, **kw)
+    # Noised parts: those that depend on what a neighbour may change, in the order (loss, θ, W).
+    names = (["loss"] if protect == "record" else []) + (["theta", "w"] if sends_psi else [])
+    acct = {"loss": a_loss, "theta": a_theta, "w": a_w}
+    parts = [acct[p] for p in names]
     base = dict(
         silo=silo, n_records=n_records, sampling=sampling, sample_rate=q, steps=steps, denominator=denom,
         sensitivity_loss=d_loss if protect == "record" else 0.0, sensitivity_theta=d_theta if sends_psi else 0.0,
@@ -114,11 +158,16 @@ def plan_silo_noise(
     )
     if epsilon is None:
         return SiloNoise(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
-    if not parts:  # nothing sent depends on the protected data: no noise, no cost
-        return SiloNoise(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=0.0)
+    prior = list(prior_events or [])
+    if not parts:  # nothing sent depends on the protected data: no noise, no cost beyond the prior
+        spent = composed_epsilon(prior, delta) if prior else 0.0
+        return SiloNoise(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=spent)
 
     if calibration == "rdp":
-        z = noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=sampling)
+        if prior:
+            z = noise_multiplier_after(prior, epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
+        else:
+            z = noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
         stds = _core.noise_stds(parts, z)
     else:  # "paper": seed 003 Thm 3.3 closed form, then measured
         rho = float(proportions.min())
@@ -127,8 +176,9 @@ def plan_silo_noise(
         )
         stds = [sigma_theta, sigma_w]
         z = _core.effective_noise_multiplier(parts, stds)
-    spent = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=delta, sampling=sampling)
-    sig = dict(zip(["loss"] * (protect == "record") + ["theta", "w"] * sends_psi, stds))
+    event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
+    spent = composed_epsilon(prior + [event], delta)
+    sig = dict(zip(names, stds))
     return SiloNoise(
         **base,
         noise_multiplier=z,
@@ -137,6 +187,12 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
+
+
+def round_event(plan: SiloNoise, steps: int) -> MechanismEvent:
+    """The ledger event for ``steps`` rounds of a silo's noise plan."""
+    return MechanismEvent(name="steffle_rounds", sampling=accounting_scheme(plan.sampling),
+                          sample_rate=plan.sample_rate, noise_multiplier=plan.noise_multiplier, steps=steps)
 
 
 def warn_if_over_budget(plans: list[SiloNoise]) -> None:

@@ -34,9 +34,7 @@ HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
 
 def histogram_event(noise_multiplier: float) -> MechanismEvent:
     """The ledger event of one released histogram with noise multiplier ``z_h``."""
-    return MechanismEvent(
-        name="p_s_histogram", sampling="full_batch", sample_rate=1.0, noise_multiplier=noise_multiplier, steps=1
-    )
+    return MechanismEvent.gaussian_histogram(noise_multiplier=noise_multiplier, name="p_s_histogram")
 
 
 def noisy_counts(counts: np.ndarray, sigma: float, *, seed: int, silo: int) -> np.ndarray:
@@ -69,7 +67,7 @@ def private_group_proportions(model: Any, fed: Any) -> np.ndarray:
         z_h = noise_multiplier_for(epsilon=share * model.epsilon, delta=delta, sample_rate=1.0, steps=1,
                                    sampling="full_batch")
         event = histogram_event(z_h)
-        ledger = PrivacyLedger(epsilon=model.epsilon, delta=delta, name=f"silo {j}")
+        ledger = PrivacyLedger(epsilon=model.epsilon, delta=delta, silo=j)
         ledger.charge(event)
         model.ledgers_.append(ledger)
         model._prior_events.append([event])

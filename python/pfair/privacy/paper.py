@@ -21,6 +21,9 @@ from __future__ import annotations
 import math
 from typing import Sequence, Tuple
 
+import numpy as np
+
+from pfair import _core
 from pfair.privacy.accountant import _delta, _epsilon, _real, _steps, epsilon_for
 
 __all__ = ["paper_noise_stds", "effective_noise_multiplier", "paper_delivered_epsilon"]
@@ -48,9 +51,9 @@ def paper_noise_stds(*, epsilon: float, delta: float, n: int, steps: int, rho: f
 
 
 def effective_noise_multiplier(sensitivities: Sequence[float], stds: Sequence[float]) -> float:
-    """``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}`` of parts released together (one Gaussian mechanism)."""
-    s = sum((d / sd) ** 2 for d, sd in zip(sensitivities, stds))
-    return math.inf if s == 0 else 1.0 / math.sqrt(s)
+    """``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}`` of parts released together (one Gaussian mechanism);
+    computed by the Rust core (``rust/src/sensitivity.rs``)."""
+    return float(_core.effective_noise_multiplier([float(d) for d in sensitivities], [float(s) for s in stds]))
 
 
 def paper_delivered_epsilon(
@@ -75,8 +78,8 @@ def paper_delivered_epsilon(
         raise ValueError("group_proportions must hold >= 2 positive proportions")
     steps = epochs * math.ceil(n / batch)
     sigma_theta, sigma_w = paper_noise_stds(epsilon=epsilon, delta=delta, n=n, steps=steps, rho=ps[0], clip=clip)
-    d_theta = 2.0 * clip / batch
-    d_w = (2.0 / batch) * math.sqrt(1.0 / ps[0] + 1.0 / ps[1])
+    inv = np.asarray(ps, dtype=np.float64) ** -0.5
+    _, d_theta, d_w = _core.sensitivities(inv, n_groups=len(ps), denom=float(batch), clip_theta=float(clip))
     z = effective_noise_multiplier([d_theta, d_w], [sigma_theta, sigma_w])
     q = batch / n
     delivered = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=delta, sampling=sampling)
