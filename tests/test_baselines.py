@@ -104,7 +104,7 @@ def test_named_configurations_are_steffle_with_fixed_parameters():
 def test_pfld_multipliers_rise_and_violation_falls():
     X, y, s = biased_data(6000, seed=1)
     unconstrained = CentralERM(epochs=8, batch_size=200).fit(X, y, sensitive_features=s)
-    model = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=5.0, lr_dual=2.0, seed=0).fit(
+    model = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=0).fit(
         X, y, sensitive_features=s)
     h = model.history_
     lam = h["max_multiplier"].to_numpy()
@@ -115,7 +115,7 @@ def test_pfld_multipliers_rise_and_violation_falls():
     assert h["train_dp_violation"].iloc[-1] < 0.5 * dp_free
     rep = model.privacy_report_.iloc[0]
     assert rep["epsilon_spent"] <= 3.0 + 1e-9 and rep["sigma_primal"] > 0 and rep["sigma_dual"] > 0
-    other = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=5.0, lr_dual=2.0, seed=1).fit(
+    other = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=1).fit(
         X, y, sensitive_features=s)
     assert not np.allclose(other.theta_, model.theta_)
 
