@@ -1,0 +1,145 @@
+"""Input handling and evaluation shared by the baselines.
+
+The baselines accept the same inputs as :class:`pfair.SteFFLe`: a :class:`~pfair.Federation`, or
+arrays ``X, y, sensitive_features`` with ``silos=`` (one silo id per record; ``None``: one silo).
+Labels and groups are encoded once, globally (SPEC §1). Two baselines need a little more:
+the non-fair ones do not need ``sensitive_features`` at all, and PF-LD accepts *missing*
+sensitive values (seed 002 §7), marked ``-1``, ``NaN`` or ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pfair import _core
+from pfair._validation import as_features, as_vector, encode
+from pfair.federation import Federation
+
+MISSING = -1
+
+
+@dataclass
+class Shards:
+    """Globally encoded silo shards. ``s`` holds group indices, ``-1`` where s is missing or was
+    not given (``has_s`` is False when no sensitive features were passed at all)."""
+
+    X: list[np.ndarray]
+    y: list[np.ndarray]
+    s: list[np.ndarray]
+    classes: np.ndarray
+    groups: np.ndarray
+    has_s: bool
+
+    @property
+    def n_silos(self) -> int:
+        return len(self.X)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [len(v) for v in self.y]
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X[0].shape[1])
+
+    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.concatenate(self.X), np.concatenate(self.y), np.concatenate(self.s)
+
+
+def _is_missing(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "f":
+        return np.isnan(values) | (values == MISSING)
+    if values.dtype.kind in "iu":
+        return values == MISSING
+    if values.dtype.kind == "O":
+        return np.array([v is None or v == MISSING or (isinstance(v, float) and np.isnan(v)) for v in values])
+    return np.zeros(values.shape[0], dtype=bool)
+
+
+def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Group indices (``-1`` for missing when ``allow_missing``) and the sorted group categories."""
+    if hasattr(values, "to_numpy"):
+        values = values.to_numpy()
+    arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"sensitive_features must be 1-D, got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"sensitive_features has {arr.shape[0]} entries but X has {n} rows; they must match")
+    missing = _is_missing(arr)
+    if missing.any() and not allow_missing:
+        raise ValueError(
+            f"sensitive_features has {int(missing.sum())} missing values (-1, NaN or None); this estimator "
+            "needs every record's group (PFLD accepts missing values)"
+        )
+    if missing.all():
+        raise ValueError("sensitive_features is missing for every record; at least 2 groups must be observed")
+    codes = np.full(n, MISSING, dtype=np.int64)
+    known, cats = encode(arr[~missing], "sensitive_features")
+    codes[~missing] = known
+    return codes, cats
+
+
+def shards_from(
+    X: Any, y: Any, sensitive_features: Any, silos: Any, *, need_s: bool, allow_missing: bool = False
+) -> Shards:
+    """Split the inputs of ``fit`` into encoded shards (see the module docstring)."""
+    if isinstance(X, Federation):
+        if y is not None or sensitive_features is not None or silos is not None:
+            raise ValueError("pass either a Federation, or X, y, sensitive_features and silos; not both")
+        fed = X
+        return Shards([s.X for s in fed.silos], [s.y for s in fed.silos], [s.s for s in fed.silos],
+                      fed.classes_, fed.groups_, True)
+    if y is None:
+        raise ValueError("fit(X, y, ...) needs y (or pass a Federation as X)")
+    if need_s and sensitive_features is None:
+        raise ValueError("fit(X, y, sensitive_features=s, ...) needs sensitive_features for this estimator")
+    Xa = as_features(X)
+    n = Xa.shape[0]
+    y_codes, classes = encode(as_vector(y, "y", n), "y")
+    if sensitive_features is None:
+        s_codes, groups, has_s = np.full(n, MISSING, dtype=np.int64), np.array([0, 1]), False
+    else:
+        s_codes, groups = encode_groups(sensitive_features, n, allow_missing=allow_missing)
+        has_s = True
+    ids = np.zeros(n, dtype=np.int64) if silos is None else as_vector(silos, "silos", n)
+    names, codes = np.unique(ids, return_inverse=True)
+    parts = [np.flatnonzero(codes == j) for j in range(len(names))]
+    return Shards([Xa[p] for p in parts], [y_codes[p] for p in parts], [s_codes[p] for p in parts],
+                  classes, groups, has_s)
+
+
+def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s: np.ndarray | None,
+             split: str = "train") -> dict[str, float]:
+    """Loss, error and (where s is known) DP/EO violations of a linear-softmax model; ``y`` and
+    ``s`` are indices (``s = -1``: missing, left out of the fairness metrics)."""
+    from pfair import metrics
+
+    proba = _core.predict_proba(np.ascontiguousarray(X), theta, n_classes)
+    pred = np.argmax(proba, axis=1)
+    out = {
+        f"{split}_loss": float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None)))),
+        f"{split}_error": float(np.mean(pred != y)),
+    }
+    if s is not None:
+        known = s >= 0
+        if len(np.unique(s[known])) >= 2:
+            out[f"{split}_dp_violation"] = metrics.demographic_parity_violation(
+                y[known], pred[known], sensitive_features=s[known])
+            out[f"{split}_eo_violation"] = metrics.equalized_odds_violation(
+                y[known], pred[known], sensitive_features=s[known])
+    return out
+
+
+def non_private_report(name: str, n_silos: int) -> Any:
+    """``privacy_report_`` of a baseline that gives no DP guarantee (ε = ∞ for every silo)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {"silo": range(n_silos), "mechanism": name, "epsilon_spent": np.inf, "delta": np.nan,
+         "noise_multiplier": 0.0, "private": False}
+    ).set_index("silo")

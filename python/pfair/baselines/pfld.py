@@ -1,0 +1,306 @@
+r"""PF-LD: private and fair Lagrangian dual (Tran, Fioretto, Van Hentenryck; seed 002).
+
+Fairness as constraints, one per (block b, group a, component u):
+
+    v_{b,a,u}(θ) = μ_{b,u}(θ) − μ_{b,a,u}(θ) = 0,
+
+where μ_{b,u} is the mean of h_u over the *population* of block b and μ_{b,a,u} its mean over
+the records of block b in group a (seed 002 eq. 1-2). The notions (for l ≥ 2 classes,
+k ≥ 2 groups):
+
+* ``"demographic_parity"``: one block (every record), h_u = F_u(x), u = 1..l-1;
+* ``"equalized_odds"``: one block per label y, h_u = F_u(x), u = 1..l-1;
+* ``"accuracy_parity"``: one block, one component, h = cross-entropy loss.
+
+(For l = 2 these are exactly seed 002's constraints on the score F_1; u = 0 is redundant
+because Σ_u F_u = 1.) The Lagrangian (seed 002 eq. 4) is ``L(θ) + Σ_i λ_i |v_i(θ)|`` with
+λ_i ∈ [0, λ_max]. Every step draws a batch B of m records and takes the primal step
+
+    θ ← θ − α [ ∇L_B(θ) + Σ_i λ_i σ_i (P_i − Q_i) + N(0, (z_p Δ_p)² I) ]              (seed 002 eq. 10)
+
+    P_i = Σ_{j∈B_b} ∇h_u(x_j) / (m n_b/n),        Q_i = Σ_{j∈B_b, s_j=a} clip_{C_p}(∇h_u(x_j)) / (m n_{b,a}/n)
+
+and after every epoch the dual step releases the noisy signed violations on the whole data
+
+    ṽ_i = Σ_{j∈D_b} h̄_u(j)/n_b − Σ_{j∈D_b, s_j=a} h̄_u(j)/n_{b,a} + N(0, (z_d Δ_d)²),   h̄ = clip_{C_d}(h)   (eq. 13)
+
+and sets ``λ_i ← min(λ_max, λ_i + η_λ |ṽ_i|)``, ``σ_i ← sign(ṽ_i)``.
+
+Privacy (attribute DP, central: neighbours differ in one record's *reported* s; labels,
+features, which records report s, and the group counts n_{b,a} are public, as SteFFLe's
+``p_s="public"``). Record j of block b moving from group r to r′ changes the s-dependent part
+−Σ λσQ of the primal message by at most
+
+    Δ_p = U C_p λ_max / m · max_{b, r≠r′} (n/n_{b,r} + n/n_{b,r′})
+
+(U = l−1 components, 1 for accuracy parity), and the dual vector by at most
+
+    Δ_d = H · max_{b, r≠r′} (1/n_{b,r}² + 1/n_{b,r′}²)^{1/2},
+    H² = min((l−1)C_d², C_d, 1) for h = F (since Σ_{u≥1} F_u ≤ 1), H = C_d for the loss.
+
+The primal steps are a subsampled Gaussian mechanism (batches without replacement, replace-one
+relation, q = m/n); the dual steps are full-batch Gaussian mechanisms. Each part gets its own
+share of the budget (``dual_share`` of ε, δ/2 each), is calibrated with
+:func:`pfair.privacy.noise_multiplier_for`, and the two are added (basic composition), so the
+reported ε is an upper bound. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
+loss and the population terms but no group term; the counts n_{b,a} count reporters only, which
+is where seed 002's Δ/r comes from.
+
+Deviations from seed 002 (see ``docs/baselines.md``): fixed public denominators instead of the
+batch group sizes |B_{G_i}| (which depend on s, making the paper's sensitivity data-dependent);
+the sign of |v_i| in the primal subgradient comes from the last *released* dual vector (the
+paper's batch sign depends on s and can flip the whole term, which Theorem 1 does not cover);
+in the dual step h is clipped on both the population and the group side; Δ's use n_{b,a}
+rather than min|G| − 1; the data are pooled (seed 003 compared PF-LD as a central method).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pfair import _core
+from pfair._validation import check_choice, check_int, check_positive
+from pfair.baselines._common import evaluate, shards_from
+from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+
+PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
+
+
+class PFLD(_ParamsMixin, LinearSoftmaxMixin):
+    """Private and fair Lagrangian dual (seed 002, Alg. 1 with eqs. 10 and 13); see the module
+    docstring for the math, the sensitivities and the deviations.
+
+    Parameters
+    ----------
+    fairness : {"demographic_parity", "equalized_odds", "accuracy_parity"}
+    epsilon, delta : central (ε, δ)-DP target w.r.t. the sensitive attribute; ``epsilon=None``:
+        the non-private F-LD. ``delta=None``: 1/n².
+    epochs : int; each epoch is ``ceil(n/batch_size)`` primal steps followed by one dual step
+        (none after the last epoch, whose multipliers would never be used).
+    batch_size : int, m (fixed-size batches drawn without replacement).
+    lr : α, primal step size.  lr_dual : η_λ, dual step size.  lam_max : λ_max (0: plain ERM).
+    clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (seed 002 used 10).
+    clip_dual : C_d, clip of |h| in the dual violations (seed 002 used 5).
+    dual_share : fraction of ε given to the dual steps (the rest goes to the primal steps).
+    sampling : {"without_replacement", "full_batch"}.
+    seed : int; seeds batches and noise.  track_history : per-epoch metrics in ``history_``.
+
+    Attributes
+    ----------
+    theta_, coef_, intercept_, classes_, groups_, n_features_in_
+    multipliers_ : λ, shape ``(blocks, k, U)``; ``signs_`` the σ used last.
+    history_ : per epoch: loss/error/violations on the training data (simulation diagnostics,
+        not released), ``max_multiplier``, ``mean_multiplier``, ``released_violation`` (max |ṽ|).
+    privacy_report_ : one row (the data are central): sensitivities, noise multipliers and stds,
+        steps, ε target and ε spent.
+    """
+
+    def __init__(self, *, fairness: str = "demographic_parity", epsilon: float | None = 1.0,
+                 delta: float | None = None, epochs: int = 40, batch_size: int = 256, lr: float = 0.25,
+                 lr_dual: float = 0.5, lam_max: float = 2.0, clip_primal: float | None = 1.0,
+                 clip_dual: float | None = 1.0, dual_share: float = 0.25, sampling: str = "without_replacement",
+                 seed: int = 0, track_history: bool = True) -> None:
+        self.fairness = fairness
+        self.epsilon = epsilon
+        self.delta = delta
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.lr_dual = lr_dual
+        self.lam_max = lam_max
+        self.clip_primal = clip_primal
+        self.clip_dual = clip_dual
+        self.dual_share = dual_share
+        self.sampling = sampling
+        self.seed = seed
+        self.track_history = track_history
+
+    def _validate_params(self) -> None:
+        check_choice(self.fairness, "fairness", PFLD_FAIRNESS)
+        check_positive(self.epsilon, "epsilon", allow_none=True)
+        if self.delta is not None:
+            check_positive(self.delta, "delta")
+            if not self.delta < 1:
+                raise ValueError(f"delta must be in (0, 1), got {self.delta}; a common choice is 1/n²")
+        check_int(self.epochs, "epochs")
+        check_int(self.batch_size, "batch_size")
+        check_positive(self.lr, "lr")
+        check_positive(self.lr_dual, "lr_dual", allow_zero=True)
+        check_positive(self.lam_max, "lam_max", allow_zero=True)
+        check_positive(self.clip_primal, "clip_primal", allow_none=True)
+        check_positive(self.clip_dual, "clip_dual", allow_none=True)
+        check_positive(self.dual_share, "dual_share")
+        if not self.dual_share < 1:
+            raise ValueError(f"dual_share must be in (0, 1), got {self.dual_share}")
+        check_choice(self.sampling, "sampling", ("without_replacement", "full_batch"))
+        check_int(self.seed, "seed", minimum=0)
+        if self.epsilon is not None:
+            for name in ("clip_primal", "clip_dual"):
+                if getattr(self, name) is None:
+                    raise ValueError(f"{name} must be set when epsilon is set: sensitivity needs a clip bound")
+
+    # ------------------------------------------------------------------ model pieces
+    def _jacobian_rows(self, F: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """∂h_u/∂z for the free logits z_1..z_{l-1}: shape ``(n, U, l-1)``. ∇_θ h_u = x̃ ⊗ row."""
+        if self.fairness == "accuracy_parity":
+            r = F.copy()
+            r[np.arange(len(y)), y] -= 1.0
+            return r[:, None, 1:]
+        Fu = F[:, 1:]
+        return Fu[:, :, None] * (np.eye(Fu.shape[1])[None] - Fu[:, None, :])
+
+    def _h(self, F: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """h values, shape ``(n, U)``: F_1..F_{l-1}, or the loss for accuracy parity."""
+        if self.fairness == "accuracy_parity":
+            return -np.log(np.clip(F[np.arange(len(y)), y], 1e-300, None))[:, None]
+        return F[:, 1:]
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None) -> "PFLD":
+        """Fit on a Federation or arrays. ``sensitive_features`` may contain missing values (−1, NaN,
+        None). ``silos`` is accepted and the data are pooled (PF-LD is a central method)."""
+        self._validate_params()
+        sh = shards_from(X, y, sensitive_features, silos, need_s=True, allow_missing=True)
+        Xa, ya, sa = sh.pooled()
+        n, d = Xa.shape
+        k, l = len(sh.groups), len(sh.classes)
+        self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d
+        m = n if self.sampling == "full_batch" else self.batch_size
+        if m > n:
+            raise ValueError(f"batch_size={m} is larger than the data ({n} records)")
+        blocks = l if self.fairness == "equalized_odds" else 1
+        U = 1 if self.fairness == "accuracy_parity" else l - 1
+        block = ya if blocks > 1 else np.zeros(n, dtype=np.int64)
+        known = sa >= 0
+        n_b = np.bincount(block, minlength=blocks).astype(float)
+        n_ba = np.zeros((blocks, k))
+        np.add.at(n_ba, (block[known], sa[known]), 1.0)
+        for b, a in zip(*np.nonzero(n_ba == 0)):
+            where = f" among records with label {sh.classes[b]!r}" if blocks > 1 else ""
+            raise ValueError(f"sensitive group {sh.groups[a]!r} has no (reported) records{where}; every group "
+                             "must be present (merge or drop it)")
+
+        steps = 1 if self.sampling == "full_batch" else max(1, math.ceil(n / m))
+        private = self.epsilon is not None
+        delta = self.delta if self.delta is not None else 1.0 / n**2
+        q = m / n
+        t_primal, t_dual = (self.epochs - 1) * steps, self.epochs - 1  # epoch 0 has λ = 0: nothing s-dependent
+        cp = self.clip_primal if self.clip_primal is not None else math.inf
+        cd = self.clip_dual if self.clip_dual is not None else math.inf
+        inv_pairs = _two_largest_sum(n / n_ba)
+        delta_p = U * cp * self.lam_max / m * inv_pairs
+        H = (min((l - 1) * cd**2, cd, 1.0) ** 0.5) if self.fairness != "accuracy_parity" else cd
+        delta_d = H * _two_largest_sum(1.0 / n_ba**2) ** 0.5
+        z_p = z_d = 0.0
+        eps_spent = math.inf
+        if private:
+            from pfair.privacy import epsilon_for, noise_multiplier_for
+
+            primal_sampling = "full_batch" if self.sampling == "full_batch" else "without_replacement"
+            eps_p, eps_d = (1 - self.dual_share) * self.epsilon, self.dual_share * self.epsilon
+            z_p = noise_multiplier_for(epsilon=eps_p, delta=delta / 2, sample_rate=q, steps=t_primal,
+                                       sampling=primal_sampling) if t_primal > 0 else 0.0
+            z_d = noise_multiplier_for(epsilon=eps_d, delta=delta / 2, sample_rate=1.0, steps=t_dual,
+                                       sampling="full_batch") if t_dual > 0 else 0.0
+            eps_spent = (
+                (epsilon_for(noise_multiplier=z_p, sample_rate=q, steps=t_primal, delta=delta / 2,
+                             sampling=primal_sampling) if t_primal > 0 else 0.0)
+                + (epsilon_for(noise_multiplier=z_d, sample_rate=1.0, steps=t_dual, delta=delta / 2,
+                               sampling="full_batch") if t_dual > 0 else 0.0)
+            )
+        sigma_p, sigma_d = z_p * delta_p, z_d * delta_d
+
+        rng = np.random.default_rng(self.seed)
+        Xt = np.hstack([Xa, np.ones((n, 1))])
+        theta = np.zeros((d + 1) * (l - 1))
+        lam = np.zeros((blocks, k, U))
+        sign = np.zeros((blocks, k, U))
+        pop_w = n / (m * n_b)  # population weights per block: 1/(m n_b/n)
+        grp_w = n / (m * n_ba)  # group weights per (block, group)
+        history: list[dict[str, Any]] = []
+        released = np.nan
+        for epoch in range(self.epochs):
+            for _ in range(steps):
+                idx = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
+                theta = self._primal_step(theta, Xt[idx], ya[idx], sa[idx], block[idx], lam, sign, pop_w, grp_w,
+                                          cp, sigma_p, rng, d, l)
+            if not np.all(np.isfinite(theta)):
+                raise FloatingPointError(f"PF-LD diverged at epoch {epoch}: lower lr (now {self.lr:g}) or lam_max")
+            if epoch < self.epochs - 1 and self.lam_max > 0:
+                v = self._violations(theta, Xa, ya, sa, block, n_b, n_ba, cd, l)
+                v_tilde = v + (rng.normal(0.0, sigma_d, size=v.shape) if sigma_d > 0 else 0.0)
+                lam = np.minimum(self.lam_max, lam + self.lr_dual * np.abs(v_tilde))
+                sign = np.sign(v_tilde)
+                released = float(np.max(np.abs(v_tilde)))
+            self.theta_ = theta
+            if self.track_history:
+                row = {"epoch": epoch + 1, "max_multiplier": float(lam.max()), "mean_multiplier": float(lam.mean()),
+                       "released_violation": released}
+                row.update(evaluate(theta, l, Xa, ya, sa))
+                history.append(row)
+
+        self.theta_ = theta
+        self.multipliers_ = lam
+        self.signs_ = sign
+        self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
+        self.privacy_report_ = pd.DataFrame([{
+            "silo": "central", "neighbouring": "replace one record's reported s (central, attribute DP)",
+            "private": private, "sampling": self.sampling, "sample_rate": q, "primal_steps": t_primal,
+            "dual_steps": t_dual, "sensitivity_primal": delta_p, "sensitivity_dual": delta_d,
+            "noise_multiplier_primal": z_p, "noise_multiplier_dual": z_d, "sigma_primal": sigma_p,
+            "sigma_dual": sigma_d, "target_epsilon": self.epsilon, "delta": delta if private else np.nan,
+            "epsilon_spent": eps_spent if private else math.inf, "composition": "basic (primal + dual)",
+            "missing_s": int((~known).sum()),
+        }]).set_index("silo")
+        return self
+
+    def _primal_step(self, theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray, sb: np.ndarray, bb: np.ndarray,
+                     lam: np.ndarray, sign: np.ndarray, pop_w: np.ndarray, grp_w: np.ndarray, cp: float,
+                     sigma_p: float, rng: np.random.Generator, d: int, l: int) -> np.ndarray:
+        m = len(yb)
+        F = _core.predict_proba(np.ascontiguousarray(Xb[:, :d]), theta, l)
+        resid = F.copy()
+        resid[np.arange(m), yb] -= 1.0
+        coef = resid[:, 1:] / m  # ∇ mean cross-entropy = X̃ᵀ coef
+        ls = lam * sign  # (blocks, k, U)
+        if np.any(ls != 0):
+            J = self._jacobian_rows(F, yb)  # (m, U, l-1)
+            # Population part (no s): Σ_a λσ at the record's block, weight 1/(m n_b/n).
+            pop = ls.sum(axis=1)[bb] * pop_w[bb][:, None]  # (m, U)
+            coef = coef + np.einsum("ju,juv->jv", pop, J)
+            # Group part (uses s): per-record clipped ∇h, weight 1/(m n_{b,a}/n).
+            has = sb >= 0
+            jn = np.linalg.norm(J, axis=2) * np.linalg.norm(Xb, axis=1)[:, None]
+            fac = np.minimum(1.0, cp / np.maximum(jn, 1e-300))
+            grp = np.zeros((m, J.shape[1]))
+            grp[has] = ls[bb[has], sb[has]] * grp_w[bb[has], sb[has]][:, None] * fac[has]
+            s_part = -(Xb.T @ np.einsum("ju,juv->jv", grp, J)).ravel()
+            if sigma_p > 0:
+                s_part = s_part + rng.normal(0.0, sigma_p, size=s_part.shape)
+            return theta - self.lr * ((Xb.T @ coef).ravel() + s_part)
+        return theta - self.lr * (Xb.T @ coef).ravel()
+
+    def _violations(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, s: np.ndarray, block: np.ndarray,
+                    n_b: np.ndarray, n_ba: np.ndarray, cd: float, l: int) -> np.ndarray:
+        """Signed violations v_{b,a,u} on the whole data with h clipped to [-C_d, C_d]."""
+        F = _core.predict_proba(np.ascontiguousarray(X), theta, l)
+        h = np.clip(self._h(F, y), -cd, cd)
+        blocks, k = n_ba.shape
+        pop = np.zeros((blocks, h.shape[1]))
+        np.add.at(pop, block, h)
+        pop /= n_b[:, None]
+        grp = np.zeros((blocks, k, h.shape[1]))
+        has = s >= 0
+        np.add.at(grp, (block[has], s[has]), h[has])
+        grp /= n_ba[:, :, None]
+        return pop[:, None, :] - grp
+
+
+def _two_largest_sum(a: np.ndarray) -> float:
+    """max over rows b of the sum of the two largest entries of row b (the worst pair r ≠ r′)."""
+    top = np.sort(a, axis=1)[:, -2:]
+    return float(top.sum(axis=1).max())
