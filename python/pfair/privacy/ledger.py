@@ -14,7 +14,10 @@ with the noise multiplier measured against the add/remove sensitivity.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import List, Optional
+
+import numpy as np
 
 from pfair import _core
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
@@ -64,6 +67,13 @@ class MechanismEvent:
         return (self.sampling, self.sample_rate, self.noise_multiplier, self.steps)
 
 
+@lru_cache(maxsize=256)
+def _per_step_rdp(sampling: str, sample_rate: float, noise_multiplier: float, orders: tuple) -> np.ndarray:
+    """RDP of ONE step of a mechanism at each order (RDP composes additively, so ``steps``
+    steps cost ``steps`` times this). Cached: a silo charges the same mechanism every epoch."""
+    return np.asarray(_core.rdp_curve(sampling, sample_rate, noise_multiplier, 1, list(orders)), dtype=np.float64)
+
+
 class PrivacyLedger:
     """A silo's (ε, δ) budget and its recorded mechanisms.
 
@@ -80,17 +90,20 @@ class PrivacyLedger:
         self.delta = _delta(delta)
         self.silo = silo
         self.events: List[MechanismEvent] = []
-        self._orders = list(_core.default_orders())
+        self._orders = tuple(_core.default_orders())
+        self._rdp = np.zeros(len(self._orders))  # running RDP total of the recorded events
 
-    def _epsilon_of(self, events: List[MechanismEvent]) -> float:
-        if not events:
+    def _curve(self, event: MechanismEvent) -> np.ndarray:
+        return event.steps * _per_step_rdp(event.sampling, event.sample_rate, event.noise_multiplier, self._orders)
+
+    def _epsilon_at(self, rdp: np.ndarray) -> float:
+        if not rdp.any():
             return 0.0
-        rdp = _core.rdp_composed([e.as_tuple() for e in events], self._orders)
-        return float(_core.epsilon_from_rdp(self._orders, rdp, self.delta)[0])
+        return float(_core.epsilon_from_rdp(list(self._orders), rdp.tolist(), self.delta)[0])
 
     def epsilon_spent(self) -> float:
         """ε of all recorded events at the budget's δ (0 if none)."""
-        return self._epsilon_of(self.events)
+        return self._epsilon_at(self._rdp)
 
     def remaining(self) -> float:
         """Budget left, ``epsilon − epsilon_spent()`` (never below 0)."""
@@ -100,7 +113,7 @@ class PrivacyLedger:
         """Whether recording ``event`` would make ε exceed the budget."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
-        return self._epsilon_of(self.events + [event]) > self.epsilon
+        return self._epsilon_at(self._rdp + self._curve(event)) > self.epsilon
 
     def charge(self, event: MechanismEvent) -> float:
         """Record ``event`` if it fits the budget; return the new ε spent.
@@ -110,7 +123,8 @@ class PrivacyLedger:
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
         spent = self.epsilon_spent()
-        after = self._epsilon_of(self.events + [event])
+        curve = self._curve(event)
+        after = self._epsilon_at(self._rdp + curve)
         if after > self.epsilon:
             who = "silo" if self.silo is None else f"silo {self.silo!r}"
             raise PrivacyBudgetExceeded(
@@ -120,6 +134,7 @@ class PrivacyLedger:
                 f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
             )
         self.events.append(event)
+        self._rdp = self._rdp + curve
         return after
 
     def to_dict(self) -> dict:
