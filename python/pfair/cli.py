@@ -1,4 +1,4 @@
-"""Command line: ``pfair train``, ``pfair privacy``.
+"""Command line: ``pfair train``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``.
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
 SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
@@ -42,9 +42,45 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"])
     p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"])
     p.add_argument("--p-s", dest="p_s", default="public", choices=["public", "dp"])
+    p.add_argument("--mode", default="standard", choices=["standard", "divisions", "central_sensitive", "hybrid"],
+                   help="who holds s (hybrid centralization, see pfair.hybrid)")
+    p.add_argument("--sensitive-silos", type=int, default=None,
+                   help="--mode hybrid: number of sensitive silos (records assigned to them at random)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
     p.set_defaults(func=train_command)
+
+
+def add_privacy_report_parser(sub: Any) -> None:
+    p = sub.add_parser("privacy-report", help="print the per-silo privacy report of a run saved with `pfair train --out`")
+    p.add_argument("run", help="JSON file written by `pfair train --out`")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=privacy_report_command)
+
+
+REPORT_COLUMNS = ["n_records", "sampling", "sample_rate", "steps", "noise_multiplier", "sigma_loss", "sigma_theta",
+                  "sigma_w", "target_epsilon", "epsilon_spent", "delta", "p_s", "calibration", "protect"]
+
+
+def privacy_report_command(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    try:
+        with open(args.run) as fh:
+            run = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"run file {args.run!r} does not exist; write one with `pfair train ... --out FILE`") from None
+    if "privacy_report" not in run:
+        raise ValueError(f"{args.run!r} has no privacy_report; it was not written by `pfair train --out`")
+    if args.json:
+        print(json.dumps(run["privacy_report"]))
+        return 0
+    df = pd.DataFrame(run["privacy_report"]).set_index("silo")
+    print(f"{run['dataset']}: mode {run.get('mode', 'standard')}, epsilon target {run['epsilon']}, "
+          f"p_s {df['p_s'].iloc[0]}")
+    print(df[[c for c in REPORT_COLUMNS if c in df.columns]].to_string(float_format=lambda v: f"{v:.4g}"))
+    return 0
 
 
 def _silo_ids(ds: Any, n_silos: int, heterogeneity: float, by: str | None, seed: int) -> Any:
@@ -69,19 +105,25 @@ def train_command(args: argparse.Namespace) -> int:
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
 
+    import numpy as np
+
     t0 = time.perf_counter()
     kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
     ds = datasets.load(args.dataset, **kwargs)
     fed = Federation.from_dataset(ds, _silo_ids(ds, args.silos, args.heterogeneity, args.partition_by, args.seed))
+    sensitive_silos = None
+    if args.mode == "hybrid":
+        n_sens = args.sensitive_silos or 2
+        sensitive_silos = np.random.default_rng(args.seed).integers(0, n_sens, size=fed.n_records)
     model = SteFFLe(
         fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
         batch_size=args.batch_size, lr_theta=args.lr_theta, lr_w=args.lr_w, w_radius=args.w_radius,
         clip=args.clip, sampling=args.sampling, protect=args.protect, calibration=args.calibration,
-        p_s=args.p_s, seed=args.seed, progress=not args.json, track_history=not args.json,
+        p_s=args.p_s, mode=args.mode, seed=args.seed, progress=not args.json, track_history=not args.json,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(fed)
+        model.fit(fed, sensitive_silos=sensitive_silos)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
     report_df = model.privacy_report_
@@ -91,6 +133,7 @@ def train_command(args: argparse.Namespace) -> int:
         "dataset": ds.name,
         "fairness": args.fairness,
         "silos": args.silos,
+        "mode": args.mode,
         "heterogeneity": args.heterogeneity,
         "lam": args.lam,
         "epsilon": args.epsilon,
@@ -104,6 +147,10 @@ def train_command(args: argparse.Namespace) -> int:
         "warnings": [str(w.message) for w in caught],
         "seconds": time.perf_counter() - t0,
     }
+    if args.out:
+        rows = report_df.reset_index().replace({np.inf: None}).to_dict(orient="records")
+        with open(args.out, "w") as fh:
+            json.dump({**result, "privacy_report": rows}, fh, indent=1, default=float)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -118,7 +165,8 @@ def train_command(args: argparse.Namespace) -> int:
         print("privacy       none (epsilon = none)")
     else:
         cols = ["n_records", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w", "epsilon_spent", "delta"]
-        print(f"privacy       per-silo ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
+        who = "silo" if args.mode == "standard" else "sensitive silo"
+        print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
               f"max epsilon spent {eps_spent:.4f}; p_s {args.p_s}; calibration {args.calibration}")
         print(report_df[cols].to_string(float_format=lambda v: f"{v:.4g}"))
     print(f"time          {result['seconds']:.1f} s")
@@ -132,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pfair.privacy.cli import add_privacy_parser
 
     add_privacy_parser(sub)
+    add_privacy_report_parser(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets")
     ds.set_defaults(func=datasets_command)
     return parser
