@@ -93,4 +93,38 @@ def test_describe_reports_sizes_and_proportions():
     X, y, s, ids = arrays()
     d = Federation.from_arrays(X, y, sensitive_features=s, silos=ids).describe()
     assert list(d["size"]) == [30, 30]
-    np.testing.assert_allclose(d[["p(s=f)", "p(s=m)", "p(s=x)"]].sum(axis=1), 1.0)
+    p_s = d[[c for c in d.columns if c.startswith("p(s=")]]
+    np.testing.assert_allclose(p_s.sum(axis=1), 1.0)
+    assert "s_tv" in d.attrs["heterogeneity"]
+
+
+@pytest.fixture(scope="module")
+def adult():
+    from pfair.datasets import load_adult
+
+    return load_adult()
+
+
+def test_partition_of_adult_is_exact_and_heterogeneity_grows_with_h(adult):
+    scores = []
+    for h in (0.0, 0.5, 1.0):
+        fed = Federation.partition(adult, 4, heterogeneity=h, by="age", seed=0)
+        n = adult.X_train.shape[0]
+        assert sorted(fed.sizes) == sorted([n // 4 + (j < n % 4) for j in range(4)])
+        d = fed.describe()
+        assert "mean(age)" in d.columns
+        scores.append(d.attrs["heterogeneity"]["attribute_eta2"])
+    assert scores[0] < 0.01 < scores[1] < scores[2]
+    # h = 1: silos are contiguous age blocks, so their mean ages are strictly ordered.
+    assert d["mean(age)"].is_monotonic_increasing
+
+
+def test_partition_dirichlet_skews_labels_and_respects_sizes(adult):
+    skewed = Federation.partition_dirichlet(adult, 3, alpha=0.1, by="label", seed=1)
+    flat = Federation.partition_dirichlet(adult, 3, alpha=1000.0, by="label", seed=1)
+    assert skewed.describe().attrs["heterogeneity"]["y_tv"] > 5 * flat.describe().attrs["heterogeneity"]["y_tv"]
+    n = adult.X_train.shape[0]
+    sized = Federation.partition_dirichlet(adult, 3, alpha=0.5, by="sensitive", sizes=[n - 2000, 1500, 500], seed=0)
+    assert sized.sizes == [n - 2000, 1500, 500]
+    with pytest.raises(ValueError, match="by='nope' is not a raw attribute"):
+        Federation.partition(adult, 3, by="nope")

@@ -149,6 +149,54 @@ class Federation:
         fed.sensitive_name = dataset.sensitive_name
         return fed
 
+    @classmethod
+    def partition(
+        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str = "age", seed: int = 0
+    ) -> "Federation":
+        """Split a data set's training records with the paper's heterogeneity partitioner
+        (:func:`pfair.partition.heterogeneous`, seed 003 Alg. 3): sort by the raw attribute ``by``,
+        silo k takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at
+        random. ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``."""
+        from pfair import partition
+
+        values = _attribute(dataset, by)
+        ids = partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed)
+        fed = cls.from_dataset(dataset, ids)
+        fed.partition_by = by
+        return fed
+
+    @classmethod
+    def partition_dirichlet(
+        cls,
+        dataset: Any,
+        n_silos: int = 3,
+        *,
+        alpha: float,
+        by: str = "label",
+        sizes: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> "Federation":
+        """Split with Dirichlet(``alpha``) skew (:func:`pfair.partition.dirichlet`) of ``by``:
+        ``"label"``, ``"sensitive"`` or a categorical raw attribute. Small ``alpha``: skewed silos;
+        large: homogeneous. ``sizes`` fixes the silo sizes exactly (e.g.
+        :func:`pfair.partition.power_law_sizes`)."""
+        from pfair import partition
+
+        if by == "label":
+            groups = dataset.y_train
+        elif by == "sensitive":
+            groups = dataset.s_train
+        else:
+            groups = _attribute(dataset, by)
+        ids = partition.dirichlet(groups, n_silos, alpha=alpha, seed=seed, sizes=sizes)
+        if np.unique(ids).shape[0] < n_silos:
+            raise ValueError(
+                f"alpha={alpha} left some of the {n_silos} silos empty; raise alpha or pass sizes= to fix silo sizes"
+            )
+        fed = cls.from_dataset(dataset, ids)
+        fed.partition_by = by if by not in ("label", "sensitive") else None
+        return fed
+
     # ------------------------------------------------------------------ properties
     @property
     def n_silos(self) -> int:
@@ -207,22 +255,36 @@ class Federation:
         return counts / counts.sum(axis=1, keepdims=True)
 
     def describe(self) -> pd.DataFrame:
-        """Per-silo size, ``p(s)`` and ``p(y)``."""
-        rows = []
-        for j, silo in enumerate(self.silos):
-            row: dict[str, Any] = {"silo": j, "size": len(silo)}
-            ps = np.bincount(silo.s, minlength=self.n_groups) / len(silo)
-            py = np.bincount(silo.y, minlength=self.n_classes) / len(silo)
-            row.update({f"p(s={g})": v for g, v in zip(self.groups_.tolist(), ps)})
-            row.update({f"p(y={c})": v for c, v in zip(self.classes_.tolist(), py)})
-            rows.append(row)
-        return pd.DataFrame(rows).set_index("silo")
+        """Per-silo size, ``p(s)``, ``p(y)`` and the partition attribute's mean
+        (:func:`pfair.partition.describe_partition`); ``df.attrs["heterogeneity"]`` holds the
+        heterogeneity between silos (total-variation distance of p(s) and p(y) from the pooled
+        distribution, and the between-silo share of the partition attribute's variance)."""
+        from pfair.partition import describe_partition
+
+        _, y, s = self.pooled()
+        ids = np.repeat(np.arange(self.n_silos), self.sizes)
+        by = getattr(self, "partition_by", None)
+        attribute = None
+        if by is not None and all(silo.attrs is not None and by in silo.attrs for silo in self.silos):
+            attribute = np.concatenate([silo.attrs[by].to_numpy(dtype=float) for silo in self.silos])
+        df = describe_partition(ids, y=y, sensitive_features=s, attribute=attribute)
+        if attribute is not None:
+            df = df.rename(columns={"attribute_mean": f"mean({by})"})
+        return df
 
     def __repr__(self) -> str:
         return (
             f"Federation(n_silos={self.n_silos}, sizes={self.sizes}, n_features={self.n_features}, "
             f"n_groups={self.n_groups}, n_classes={self.n_classes})"
         )
+
+
+def _attribute(dataset: Any, by: str) -> np.ndarray:
+    attrs = dataset.attrs_train
+    if by not in attrs.columns:
+        raise ValueError(f"by={by!r} is not a raw attribute of {dataset.name}; available: {list(attrs.columns)}")
+    col = attrs[by]
+    return col.to_numpy(dtype=float) if np.issubdtype(col.dtype, np.number) else col.to_numpy()
 
 
 def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, classes: np.ndarray, positive: int) -> None:

@@ -1,0 +1,156 @@
+"""Hybrid centralization (SPEC §6): modes (a)–(c) train, noise only where s lives, account exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pfair import SteFFLe, _core, metrics
+from pfair.hybrid import layout_for, sensitive_sample_rates
+from pfair.privacy import epsilon_for
+
+
+def data(n=2400, seed=0):
+    rng = np.random.default_rng(seed)
+    s = (rng.random(n) < 0.35).astype(int)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = (X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n) > 0.5).astype(int)
+    return X, y, s, rng.integers(0, 3, size=n)
+
+
+FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3)
+
+
+def test_divisions_mode_equals_standard_without_noise():
+    X, y, s, silos = data()
+    std = SteFFLe(lam=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    div = SteFFLe(lam=1.0, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    np.testing.assert_allclose(div.theta_, std.theta_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(div.W_, std.W_, rtol=1e-9, atol=1e-12)
+
+
+def test_central_and_hybrid_modes_equal_standard_without_noise():
+    X, y, s, silos = data()
+    std = SteFFLe(lam=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    central = SteFFLe(lam=1.0, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    hybrid = SteFFLe(lam=1.0, mode="hybrid", **FAST).fit(
+        X, y, sensitive_features=s, silos=silos, sensitive_silos=np.arange(len(y)) % 4
+    )
+    # Equal batch sizes: the union mean equals the mean of the silos' means.
+    for m in (central, hybrid):
+        np.testing.assert_allclose(m.theta_, std.theta_, rtol=1e-9, atol=1e-12)
+
+
+def test_only_sensitive_silos_noise_and_a_change_of_s_moves_only_its_owner():
+    X, y, s, silos = data(600)
+    n = len(y)
+    members = [np.flatnonzero(silos == j) for j in range(3)]
+    owner = np.arange(n) % 2
+    theta = np.array([0.8, 0.1, 0.0, -0.2])
+    w = np.array([0.3, -0.2, 0.5, 0.1])
+    inv = np.array([0.65, 0.35]) ** -0.5
+    hs = _core.HybridSet(X, y, s, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
+    kw = dict(batch_size=50, clip_theta=1.0, seed=9, round=4)
+    quiet = hs.messages(theta, w, inv, sigma_theta=[0.0, 0.0], sigma_w=[0.0, 0.0], **kw)
+    noisy = hs.messages(theta, w, inv, sigma_theta=[0.5, 0.5], sigma_w=[0.5, 0.5], **kw)
+    for a, b in zip(quiet["public"], noisy["public"]):  # non-sensitive silos: exact, no noise
+        for key in ("loss_grad", "psi_theta_public", "psi_w_public"):
+            np.testing.assert_array_equal(a[key], b[key])
+    for (u0, v0), (u1, v1) in zip(quiet["sensitive"], noisy["sensitive"]):
+        assert not np.allclose(u0, u1) and not np.allclose(v0, v1)
+    assert quiet["union_size"] == 150 and sum(quiet["intersection"]) == 150
+
+    # Flip the s of one sampled record: only its owner's sums move, within the sum sensitivities.
+    sampled = [i for i in range(n) if owner[i] == 1]
+    for i in sampled[:40]:
+        s2 = s.copy()
+        s2[i] = 1 - s2[i]
+        hs2 = _core.HybridSet(X, y, s2, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
+        flip = hs2.messages(theta, w, inv, sigma_theta=[0.0, 0.0], sigma_w=[0.0, 0.0], **kw)
+        for a, b in zip(quiet["public"], flip["public"]):
+            np.testing.assert_array_equal(a["loss_grad"], b["loss_grad"])
+        np.testing.assert_array_equal(quiet["sensitive"][0][0], flip["sensitive"][0][0])
+        _, d_theta, d_w = _core.sensitivities(inv, n_groups=2, denom=1.0, clip_theta=1.0)
+        assert np.linalg.norm(quiet["sensitive"][1][0] - flip["sensitive"][1][0]) <= d_theta * (1 + 1e-12)
+        assert np.linalg.norm(quiet["sensitive"][1][1] - flip["sensitive"][1][1]) <= d_w * (1 + 1e-12)
+
+
+def test_dummy_noise_from_silos_without_records_in_the_batch():
+    X, y, s, silos = data(300)
+    members = [np.flatnonzero(silos == j) for j in range(3)]
+    owner = np.zeros(len(y), dtype=int)
+    owner[:5] = 1  # sensitive silo 1 holds 5 records: often absent from the batch
+    hs = _core.HybridSet(X, y, s, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
+    args = (np.zeros(4), np.zeros(4), np.array([1.4, 1.6]))
+    kw = dict(batch_size=4, clip_theta=1.0, sigma_theta=[1.0, 1.0], sigma_w=[1.0, 1.0], seed=0)
+    silent = [r for r in range(30) if hs.messages(*args, round=r, **kw)["intersection"][1] == 0]
+    assert silent
+    assert hs.messages(*args, round=silent[0], **kw)["sensitive"][1] is None
+    dummy = hs.messages(*args, round=silent[0], dummy_noise=True, **kw)["sensitive"][1]
+    assert dummy is not None and np.abs(dummy[0]).sum() > 0
+
+
+def test_ledgers_belong_to_sensitive_silos_with_the_right_rates():
+    X, y, s, _ = data(3000)
+    silos = np.repeat([0, 1, 2], [1500, 1000, 500])
+    sens = np.where(silos == 2, 1, 0)  # sensitive silo 1 holds exactly the records of silo 2
+    m = SteFFLe(epsilon=1.0, mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
+    rep = m.privacy_report_
+    assert len(m.ledgers_) == 2 and list(rep["n_records"]) == [2500, 500]
+    # q_c = the largest inclusion probability m/n_j among the silos holding c's records.
+    np.testing.assert_allclose(rep["sample_rate"], [64 / 1000, 64 / 500])
+    for c, row in rep.iterrows():
+        assert row["epsilon_spent"] <= 1.0
+        again = epsilon_for(noise_multiplier=row["noise_multiplier"], sample_rate=row["sample_rate"],
+                            steps=int(row["steps"]), delta=row["delta"])
+        assert m.ledgers_[c].epsilon_spent() == pytest.approx(again, rel=1e-9)
+    # Noise is calibrated to the sums' sensitivities (denominator 1).
+    assert rep["denominator"].eq(1.0).all()
+    np.testing.assert_allclose(rep["sigma_theta"], rep["noise_multiplier"] * np.sqrt(2) * 2 * 1.0)
+
+
+def test_sample_rates_without_amplification_are_one():
+    lay = layout_for("central_sensitive", [100, 50], None)
+    np.testing.assert_allclose(sensitive_sample_rates(lay, 10, True), [0.2])
+    np.testing.assert_allclose(sensitive_sample_rates(lay, 10, False), [1.0])
+    X, y, s, silos = data()
+    m = SteFFLe(epsilon=3.0, mode="central_sensitive", amplification=False, **FAST)
+    m.fit(X, y, sensitive_features=s, silos=silos)
+    assert (m.privacy_report_["sampling"] == "full_batch").all()
+    assert (m.privacy_report_["epsilon_spent"] <= 3.0).all()
+
+
+def test_hybrid_mode_errors():
+    X, y, s, silos = data(600)
+    with pytest.raises(ValueError, match="mode='hybrid' needs sensitive_silos"):
+        SteFFLe(mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    with pytest.raises(ValueError, match="protect='attribute'"):
+        SteFFLe(mode="divisions", protect="record", epsilon=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    with pytest.raises(ValueError, match="mode='nope' is not supported"):
+        SteFFLe(mode="nope", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    with pytest.raises(ValueError, match="sensitive_silos has 5 entries"):
+        SteFFLe(mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=[0, 1, 0, 1, 0])
+
+
+@pytest.fixture(scope="module")
+def adult_federation():
+    import pfair
+
+    data_ = pfair.datasets.load_adult()
+    return data_, pfair.Federation.partition(data_, 3, heterogeneity=0.0, by="age", seed=0)
+
+
+@pytest.mark.parametrize("mode", ["divisions", "central_sensitive", "hybrid"])
+def test_modes_train_on_adult_as_well_as_the_standard_mode(adult_federation, mode):
+    data_, fed = adult_federation
+    kw = dict(lam=1.0, epsilon=1.0, epochs=10, seed=0, track_history=False)
+    std = SteFFLe(**kw).fit(fed)
+    sens = np.arange(fed.n_records) % 5 if mode == "hybrid" else None
+    m = SteFFLe(mode=mode, **kw).fit(fed, sensitive_silos=sens)
+    err_std = 1 - std.score(data_.X_test, data_.y_test)
+    err = 1 - m.score(data_.X_test, data_.y_test)
+    trivial = metrics.trivial_error(data_.y_test)
+    assert err < trivial - 0.05
+    assert abs(err - err_std) < 0.015, (mode, err, err_std)
+    assert (m.privacy_report_["epsilon_spent"] <= 1.0).all()
