@@ -1,10 +1,169 @@
 """Type stubs of the Rust extension module ``pfair._core`` (see ``rust/src/lib.rs``)."""
 
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
 __version__: str
+
+# ---- psi kernels, sensitivities, noise (rust/src/psi.rs, sensitivity.rs, noise.rs) ----------
+# theta has length (d+1)(l-1) (reference-class softmax); W has blocks*k*l entries; inv_sqrt_ps
+# holds p(s=r|block)^(-1/2), blocks*k entries. Errors raise ValueError naming the argument.
+
+def predict_proba(x: npt.NDArray[np.float64], theta: npt.NDArray[np.float64], n_classes: int) -> npt.NDArray[np.float64]: ...
+def batch_gradients(
+    x: npt.NDArray[np.float64],
+    y: npt.NDArray[np.int64],
+    s: npt.NDArray[np.int64],
+    theta: npt.NDArray[np.float64],
+    w: npt.NDArray[np.float64],
+    inv_sqrt_ps: npt.NDArray[np.float64],
+    *,
+    n_groups: int,
+    n_classes: int,
+    batch: npt.NDArray[np.int64],
+    denom: float,
+    fairness: str = "demographic_parity",
+    positive: int = 1,
+    protect: str = "attribute",
+    clip_loss: float = ...,
+    clip_theta: float = ...,
+    clip_w: float = ...,
+) -> Dict[str, Any]:
+    """Keys: loss_grad, psi_theta_public, psi_theta, psi_w_public, psi_w (arrays), loss, psi, n_clipped."""
+
+def sensitivities(
+    inv_sqrt_ps: npt.NDArray[np.float64],
+    *,
+    n_groups: int,
+    denom: float,
+    fairness: str = "demographic_parity",
+    positive: int = 1,
+    protect: str = "attribute",
+    clip_loss: float = ...,
+    clip_theta: float = 1.0,
+    clip_w: float = ...,
+    relation: str = "replace_one",
+) -> Tuple[float, float, float]:
+    """(loss, theta, w) sensitivities; relation "replace_one" or "add_remove"."""
+
+def noise_stds(parts: Sequence[float], noise_multiplier: float) -> List[float]: ...
+def effective_noise_multiplier(parts: Sequence[float], stds: Sequence[float]) -> float: ...
+def gaussian_stream(seed: int, silo: int, round: int, n: int, *, purpose: str = "noise") -> npt.NDArray[np.float64]: ...
+
+# ---- federation and rounds (rust/src/round.rs, hybrid.rs) -----------------------------------
+
+class SiloConfig:
+    def __init__(
+        self,
+        *,
+        sampling: str = "without_replacement",
+        batch_size: int = 256,
+        sample_rate: float = 1.0,
+        protect: str = "attribute",
+        clip_loss: float = ...,
+        clip_theta: float = ...,
+        clip_w: float = ...,
+        sigma_loss: float = 0.0,
+        sigma_theta: float = 0.0,
+        sigma_w: float = 0.0,
+        send_psi: bool = True,
+    ) -> None: ...
+
+class SiloSet:
+    sizes: List[int]
+    def __init__(
+        self,
+        silos: Sequence[Tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+        *,
+        n_groups: int,
+        n_classes: int,
+        fairness: str = "demographic_parity",
+        positive: int = 1,
+    ) -> None: ...
+    def step(
+        self,
+        silo: int,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        config: SiloConfig,
+        *,
+        seed: int,
+        round: int,
+    ) -> Dict[str, Any]: ...
+    def run_rounds(
+        self,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        configs: Sequence[SiloConfig],
+        weights: Sequence[float],
+        *,
+        lam: float,
+        lr_theta: float,
+        lr_w: float,
+        w_radius: float,
+        seed: int,
+        start: int,
+        n_rounds: int,
+        snapshot_round: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """Keys: theta, w, loss, psi, clipped, snapshot ((theta, w) or None)."""
+
+class HybridSet:
+    def __init__(
+        self,
+        x: npt.NDArray[np.float64],
+        y: npt.NDArray[np.int64],
+        s: npt.NDArray[np.int64],
+        members: Sequence[npt.NDArray[np.int64]],
+        owner: npt.NDArray[np.int64],
+        *,
+        n_sensitive: int,
+        n_groups: int,
+        n_classes: int,
+        fairness: str = "demographic_parity",
+        positive: int = 1,
+    ) -> None: ...
+    def messages(
+        self,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        *,
+        batch_size: int,
+        clip_theta: float,
+        sigma_theta: Sequence[float],
+        sigma_w: Sequence[float],
+        dummy_noise: bool = False,
+        seed: int,
+        round: int,
+    ) -> Dict[str, Any]:
+        """Keys: public (list of dicts), sensitive (list of (u, v) or None), intersection, union_size."""
+    def run_rounds(
+        self,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        *,
+        batch_size: int,
+        clip_theta: float,
+        sigma_theta: Sequence[float],
+        sigma_w: Sequence[float],
+        dummy_noise: bool = False,
+        lam: float,
+        lr_theta: float,
+        lr_w: float,
+        w_radius: float,
+        seed: int,
+        start: int,
+        n_rounds: int,
+    ) -> Dict[str, Any]: ...
 
 # ---- accounting (rust/src/accounting.rs) ----------------------------------------------------
 # Errors raise ValueError("<argument>: <message>"). Noise multiplier = noise std / L2 sensitivity.
-from typing import List, Optional, Sequence, Tuple
 
 CALIBRATION_TOL: float
 
@@ -31,8 +190,6 @@ def delta_for(
 ) -> Tuple[float, float]: ...
 def noise_multiplier_for(epsilon: float, delta: float, sample_rate: float, steps: int, sampling: str) -> float: ...
 # ---- partition (rust/src/partition.rs); the public API is pfair.partition ----
-import numpy as np
-import numpy.typing as npt
 
 def partition_heterogeneous(
     values: npt.NDArray[np.float64],
