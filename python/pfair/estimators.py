@@ -248,7 +248,8 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     ) -> "SteFFLe":
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
         record; ``None``: one silo). ``sensitive_silos`` (``mode="hybrid"``) gives the sensitive
-        silo of each record. ``eval_set=(X, y, sensitive_features)`` adds test metrics to
+        silo of each record, in the order of the input rows (for a Federation built by
+        ``from_arrays``/``from_dataset``/``partition``: the order of the rows it was built from). ``eval_set=(X, y, sensitive_features)`` adds test metrics to
         ``history_``."""
         self._validate_params()
         if self.mode == "hybrid" and sensitive_silos is None:

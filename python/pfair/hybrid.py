@@ -158,5 +158,5 @@ class HybridRunner:
                 n_rounds=snapshot_round - start + 1,
             )
             snap = (part["theta"], part["w"])
-        summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])), "clipped": -1}
+        summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"]))}
         return out["theta"], out["w"], summary, snap
