@@ -74,7 +74,7 @@ def test_estimated_proportions_are_close_to_the_truth():
     X, y, s, silos = data(30000)
     m = SteFFLe(epsilon=1.0, p_s="dp", **FAST)
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-    est = m._group_proportions(fed, 10)
+    est = m._group_proportions(fed)
     np.testing.assert_allclose(est, fed.group_proportions("demographic_parity"), atol=0.01)
 
 

@@ -249,8 +249,8 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
         record; ``None``: one silo). ``sensitive_silos`` (``mode="hybrid"``) gives the sensitive
         silo of each record, in the order of the input rows (for a Federation built by
-        ``from_arrays``/``from_dataset``/``partition``: the order of the rows it was built from). ``eval_set=(X, y, sensitive_features)`` adds test metrics to
-        ``history_``."""
+        ``from_arrays``/``from_dataset``/``partition``: the order of the rows it was built from).
+        ``eval_set=(X, y, sensitive_features)`` adds test metrics to ``history_``."""
         self._validate_params()
         if self.mode == "hybrid" and sensitive_silos is None:
             raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
@@ -271,7 +271,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         mean_size = float(np.mean(fed.sizes))
         rounds_per_epoch = 1 if self.sampling == "full_batch" else max(1, math.ceil(mean_size / self.batch_size))
         total_rounds = self.epochs * rounds_per_epoch
-        proportions = self._group_proportions(fed, total_rounds)
+        proportions = self._group_proportions(fed)
         if self.mode == "standard":
             runner: Any = _StandardRunner(self, fed, proportions, total_rounds)
         else:
@@ -345,7 +345,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         ids = np.zeros(n, dtype=np.int64) if silos is None else silos
         return Federation.from_arrays(X, y, sensitive_features=sensitive_features, silos=ids)
 
-    def _group_proportions(self, fed: Federation, total_rounds: int) -> np.ndarray:
+    def _group_proportions(self, fed: Federation) -> np.ndarray:
         if self.p_s == "public":
             self.ledgers_ = []
             return fed.group_proportions(self.fairness, self.positive_class)
