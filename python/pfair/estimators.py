@@ -132,7 +132,9 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     ----------
     theta_, coef_, intercept_, W_, classes_, groups_, n_features_in_
     history_ : DataFrame, one row per epoch (loss, ψ, train error and violations; test ones if
-        ``eval_set`` was given to ``fit``).
+        ``eval_set`` was given to ``fit``). These diagnostics are computed by the simulation on the
+        pooled training data; they are NOT part of any silo's private transcript, so publishing
+        them is not covered by the (ε, δ) guarantee (set ``track_history=False`` in deployments).
     privacy_report_ : DataFrame, one row per silo (σ's, noise multiplier, steps, ε spent, δ, ...).
     ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger`.
     """
