@@ -141,22 +141,20 @@ class HybridRunner:
     def run_epoch(self, theta: np.ndarray, w: np.ndarray, *, lr: float, start: int, n_rounds: int,
                   snapshot_round: int | None) -> tuple[np.ndarray, np.ndarray, dict[str, Any], Any]:
         m = self.model
-        out = self.hset.run_rounds(
-            theta, w, self.inv, batch_size=m.batch_size, clip_theta=self.clip,
-            sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
-            dummy_noise=m.dummy_noise, lam=float(m.lam), lr_theta=lr, lr_w=float(m.lr_w),
-            w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start, n_rounds=n_rounds,
-        )
-        snap = None
-        if snapshot_round is not None and start <= snapshot_round < start + n_rounds:
-            # Replay up to the snapshot round (deterministic streams make this exact).
-            part = self.hset.run_rounds(
+
+        def rounds(count: int) -> dict[str, Any]:
+            return self.hset.run_rounds(
                 theta, w, self.inv, batch_size=m.batch_size, clip_theta=self.clip,
                 sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
                 dummy_noise=m.dummy_noise, lam=float(m.lam), lr_theta=lr, lr_w=float(m.lr_w),
-                w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start,
-                n_rounds=snapshot_round - start + 1,
+                w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start, n_rounds=count,
             )
+
+        out = rounds(n_rounds)
+        snap = None
+        if snapshot_round is not None and start <= snapshot_round < start + n_rounds:
+            # Replay up to the snapshot round (the seeded streams make this exact).
+            part = rounds(snapshot_round - start + 1)
             snap = (part["theta"], part["w"])
         summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"]))}
         return out["theta"], out["w"], summary, snap

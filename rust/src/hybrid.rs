@@ -200,25 +200,11 @@ pub fn run_hybrid_rounds(
 mod tests {
     use super::*;
     use crate::psi::Fairness;
+    use crate::round::tests::toy_data;
     use crate::round::{run_rounds, Silo, SiloConfig};
 
     fn data(n: usize) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
-        let mut st = 17u64;
-        let mut next = || {
-            st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (st >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let mut x = Vec::new();
-        let mut y = Vec::new();
-        let mut s = Vec::new();
-        for _ in 0..n {
-            let si = (next() < 0.4) as u32;
-            let x0 = next() * 2.0 - 1.0 + si as f64;
-            x.extend([x0, next() * 2.0 - 1.0]);
-            y.push((x0 > 0.3) as u32);
-            s.push(si);
-        }
-        (x, y, s)
+        toy_data(n, 17)
     }
 
     const DIMS: Dims = Dims { d: 2, k: 2, l: 2 };

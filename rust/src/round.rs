@@ -184,11 +184,12 @@ pub fn run_rounds(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::psi::{norm, Fairness};
 
-    fn toy_silo(n: usize, seed: u64) -> Silo {
+    /// A toy silo for tests: two features, the first shifted by the group, labels from both.
+    pub(crate) fn toy_data(n: usize, seed: u64) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
         let mut st = seed;
         let mut next = || {
             st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -205,6 +206,11 @@ mod tests {
             y.push((x0 + 0.3 * x1 + 0.2 * (next() - 0.5) > 0.4) as u32);
             s.push(si);
         }
+        (x, y, s)
+    }
+
+    fn toy_silo(n: usize, seed: u64) -> Silo {
+        let (x, y, s) = toy_data(n, seed);
         Silo { x: Features::auto(x, 2), y, s }
     }
 
