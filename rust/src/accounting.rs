@@ -15,8 +15,8 @@
 //!
 //! Every RDP value is a per-step Rényi divergence bound `ε(α)` at order `α > 1`; composition adds
 //! them (Mironov 2017, Prop. 1); the (ε, δ) conversion is Balle et al. 2020, Thm. 21.
-//! Numerics: all sums are done in log space; the WOR bound follows dp-accounting's evaluation
-//! order term by term so both libraries agree to rounding.
+//! Numerics: all sums are done in log space. The WOR bound's forward differences are evaluated
+//! exactly (as Gaussian integrals, see [`wor_even_differences`]), not by float64 differencing.
 
 use std::f64::consts::{LN_2, PI};
 use std::fmt;
@@ -376,37 +376,144 @@ fn rdp_poisson_unchecked(q: f64, z: f64, alpha: f64) -> f64 {
 /// the same); the remaining `2 e^{(j−1)ε(j)}` term is still a valid bound.
 const WOR_EXACT_MAX_ORDER: u64 = 256;
 
-/// `log |Δ^{k+1} F(0)|` for `k = 0..=n+1`, where `F(j) = exp((j−1) ε(j))`, `ε(j) = j/(2z²)`, is
-/// the Gaussian's moment sequence and `Δ` the forward difference (WBK 2019, Thm. 27 uses the
-/// even-order differences). Computed by repeated differencing in signed log space, in the same
-/// order of operations as dp-accounting's `_get_forward_diffs`, so both round identically.
-fn wor_forward_differences(z: f64, n: usize) -> Vec<f64> {
-    let cgf = |x: f64| x * (x + 1.0) / (2.0 * z * z);
-    let len = n + 3;
-    // v[0] = log F(0) = 0; v[j] = log F(j) = cgf(j − 1).
-    let mut v: Vec<f64> = (0..len).map(|j| if j == 0 { 0.0 } else { cgf(j as f64 - 1.0) }).collect();
-    let mut pos = vec![true; len];
-    let mut out = vec![0.0; n + 2];
-    for (k, slot) in out.iter_mut().enumerate() {
-        let m = n + 2 - k;
-        for j in 0..m {
-            if pos[j] == pos[j + 1] {
-                let (s, mag) = log_sub_sign(v[j + 1], v[j]);
-                v[j] = mag;
-                pos[j] = if pos[j + 1] { s } else { !s };
-            } else {
-                v[j] = log_add(v[j], v[j + 1]);
-                pos[j] = pos[j + 1];
+/// `log|e^y − 1|`, accurate near 0 and for large `|y|` (`−∞` at `y = 0`).
+#[inline]
+fn log_abs_expm1(y: f64) -> f64 {
+    if y > 40.0 {
+        y + (-(-y).exp()).ln_1p()
+    } else if y > 0.0 {
+        y.exp_m1().ln()
+    } else if y > -1.0 {
+        (-y.exp_m1()).ln()
+    } else {
+        (-y.exp()).ln_1p()
+    }
+}
+
+/// First and second derivative of [`log_abs_expm1`]: `1/(1 − e^{−y})` and `−e^{−y}/(1 − e^{−y})²`.
+#[inline]
+fn log_abs_expm1_derivatives(y: f64) -> (f64, f64) {
+    if y < -30.0 {
+        let e = y.exp();
+        return (-e, -e);
+    }
+    let u = (-y).exp_m1(); // e^{−y} − 1
+    (-1.0 / u, -(1.0 + u) / (u * u))
+}
+
+/// `log E[(e^Y − 1)^p]` for `Y ~ N(−s²/2, s²)`, `s = 1/z`, and even `p ≥ 2`.
+///
+/// Why this is the forward difference: `E[e^{jY}] = e^{−js²/2 + j²s²/2} = F(j)`, so by the binomial
+/// theorem `Δ^p F(0) = Σ_j C(p,j)(−1)^{p−j} F(j) = E[(e^Y − 1)^p]`. The alternating sum loses
+/// about `log10(E[(e^Y+1)^p] / E[(e^Y−1)^p])` digits to cancellation (all of them for z ≳ 10 and
+/// p ≳ 20), the integral loses none: its integrand `φ(y)(e^y − 1)^p` is non-negative and entire.
+///
+/// Method: `g(y) = log φ(y) + p·log|e^y − 1|` is strictly concave on each side of 0
+/// (`g'' ≤ −1/s²`), so each side has one mode, found by safeguarded Newton. The trapezoid rule
+/// with step `w/5` (`w = (−g''(mode))^{−1/2}`, the mode's width) walks out from each mode until
+/// `g` has fallen 46 nats (relative 1e-20). For an entire, Gaussian-tailed integrand the rule
+/// converges faster than any power of the step, so this is exact to rounding (checked against
+/// 400-digit arithmetic in `tests/test_accounting.py`). When a side's walk reaches 0 before its
+/// tail is negligible, both sides are summed on one uniform grid across 0 instead.
+fn log_moment_expm1(z: f64, p: f64) -> f64 {
+    let s2 = 1.0 / (z * z);
+    let mu = -0.5 * s2;
+    let norm = -0.5 * (2.0 * PI * s2).ln();
+    let g = |y: f64| norm - (y - mu) * (y - mu) / (2.0 * s2) + p * log_abs_expm1(y);
+    let derivs = |y: f64| {
+        let (d1, d2) = log_abs_expm1_derivatives(y);
+        (-(y - mu) / s2 + p * d1, -1.0 / s2 + p * d2)
+    };
+    // Mode of one side: g' is decreasing there, +∞ at the left end and −∞ at the right end.
+    let mode = |right: bool| -> f64 {
+        let (mut lo, mut hi) = if right { (0.0, 1.0) } else { (-1.0, 0.0) };
+        if right {
+            while derivs(hi).0 > 0.0 {
+                lo = hi;
+                hi *= 2.0;
+            }
+        } else {
+            while derivs(lo).0 < 0.0 {
+                hi = lo;
+                lo *= 2.0;
             }
         }
-        *slot = v[0];
+        let mut y = 0.5 * (lo + hi);
+        for _ in 0..200 {
+            let (d1, d2) = derivs(y);
+            if d1 > 0.0 { lo = y } else { hi = y }
+            let newton = y - d1 / d2;
+            let next = if newton > lo && newton < hi { newton } else { 0.5 * (lo + hi) };
+            if (next - y).abs() <= 1e-15 * y.abs().max(1e-300) || hi - lo <= 1e-15 * y.abs() {
+                return next;
+            }
+            y = next;
+        }
+        y
+    };
+    const DROP: f64 = 46.0;
+    // Walk from the mode in both directions; returns (log of the side's integral, step, far ends,
+    // whether the walk reached 0 before the tail was negligible).
+    let side = |right: bool| -> (f64, f64, f64, f64, bool) {
+        let y0 = mode(right);
+        let g0 = g(y0);
+        let h = 0.2 / (-derivs(y0).1).sqrt();
+        let mut sum = 1.0;
+        let mut hit_zero = false;
+        let mut ends = [y0, y0];
+        for (e, dir) in [1.0f64, -1.0].into_iter().enumerate() {
+            let mut k = 1.0;
+            loop {
+                let y = y0 + dir * k * h;
+                if (y > 0.0) != right || y == 0.0 {
+                    hit_zero = true;
+                    break;
+                }
+                let v = g(y) - g0;
+                ends[e] = y;
+                if v < -DROP {
+                    break;
+                }
+                sum += v.exp();
+                k += 1.0;
+            }
+        }
+        (g0 + (h * sum).ln(), h, ends[1].min(ends[0]), ends[0].max(ends[1]), hit_zero)
+    };
+    let (left, h_l, far_l, _, zero_l) = side(false);
+    let (right, h_r, _, far_r, zero_r) = side(true);
+    if !(zero_l || zero_r) {
+        return log_add(left, right);
+    }
+    // Modes near 0: one uniform grid over both sides (the integrand is smooth across 0).
+    let h = h_l.min(h_r);
+    let n = ((far_r - far_l) / h).ceil() as usize + 1;
+    let gmax = (0..=n).map(|k| g(far_l + k as f64 * h)).fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = (0..=n).map(|k| (g(far_l + k as f64 * h) - gmax).exp()).sum();
+    gmax + (h * sum).ln()
+}
+
+/// `log Δ^{2m} F(0)` for `m = 0..=m_max`, where `F(j) = exp((j−1) ε(j))`, `ε(j) = j/(2z²)`, is
+/// the Gaussian's moment sequence and `Δ` the forward difference (WBK 2019, Thm. 27 uses the
+/// even-order differences). `Δ⁰F(0) = 1`, `Δ²F(0) = e^{1/z²} − 1` in closed form, the rest by
+/// [`log_moment_expm1`]. (dp-accounting takes these differences by repeated float64
+/// differencing, which returns rounding noise for z ≳ 10 beyond order ~15; see
+/// `docs/accounting.md`.)
+fn wor_even_differences(z: f64, m_max: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(m_max + 1);
+    out.push(0.0);
+    if m_max >= 1 {
+        out.push((1.0 / (z * z)).exp_m1().ln());
+    }
+    for m in 2..=m_max {
+        out.push(log_moment_expm1(z, 2.0 * m as f64));
     }
     out
 }
 
-/// `log` of the bracket `1 + Σ_{j≥2} …` of WBK 2019 Thm. 9/27 for integer `α ≥ 1`. `diffs` must
-/// come from [`wor_forward_differences`] with `n ≥ α` when `α ≤ 256`.
-fn wor_log_a_int(q: f64, z: f64, alpha: u64, diffs: &[f64]) -> f64 {
+/// `log` of the bracket `1 + Σ_{j≥2} …` of WBK 2019 Thm. 9/27 for integer `α ≥ 1`. `even` must
+/// come from [`wor_even_differences`] with `2·m_max ≥ α` when `α ≤ 256`.
+fn wor_log_a_int(q: f64, z: f64, alpha: u64, even: &[f64]) -> f64 {
     if alpha <= 1 {
         return 0.0;
     }
@@ -428,8 +535,8 @@ fn wor_log_a_int(q: f64, z: f64, alpha: u64, diffs: &[f64]) -> f64 {
             2.0 * lq + lc + (ln4 + log_e2m1).min(eps(2.0) + LN_2)
         } else {
             let bound = if alpha <= WOR_EXACT_MAX_ORDER {
-                let lo = diffs[(2 * (i / 2) - 1) as usize];
-                let hi = diffs[(2 * i.div_ceil(2) - 1) as usize];
+                let lo = even[(i / 2) as usize];
+                let hi = even[i.div_ceil(2) as usize];
                 (ln4 + 0.5 * (lo + hi)).min(LN_2 + cgf(fi - 1.0))
             } else {
                 LN_2 + cgf(fi - 1.0)
@@ -444,7 +551,7 @@ fn wor_log_a_int(q: f64, z: f64, alpha: u64, diffs: &[f64]) -> f64 {
 /// Precomputed state for WOR bounds at one noise multiplier: the forward differences up to the
 /// largest integer order that needs them.
 struct WorTable {
-    diffs: Vec<f64>,
+    even: Vec<f64>,
 }
 
 impl WorTable {
@@ -456,7 +563,7 @@ impl WorTable {
             .max()
             .unwrap_or(2)
             .max(2);
-        WorTable { diffs: wor_forward_differences(z, need as usize) }
+        WorTable { even: wor_even_differences(z, need.div_ceil(2) as usize) }
     }
 
     fn rdp(&self, q: f64, z: f64, alpha: f64) -> f64 {
@@ -464,13 +571,13 @@ impl WorTable {
             return alpha / (2.0 * z * z);
         }
         if is_integer(alpha) {
-            wor_log_a_int(q, z, alpha as u64, &self.diffs) / (alpha - 1.0)
+            wor_log_a_int(q, z, alpha as u64, &self.even) / (alpha - 1.0)
         } else {
             // WBK 2019, Cor. 10: (α−1)ε(α) is convex in α, so interpolate linearly between the
             // neighbouring integers' (α−1)ε(α) = log A.
             let (f, c) = (alpha.floor(), alpha.ceil());
-            let x = wor_log_a_int(q, z, f as u64, &self.diffs);
-            let y = wor_log_a_int(q, z, c as u64, &self.diffs);
+            let x = wor_log_a_int(q, z, f as u64, &self.even);
+            let y = wor_log_a_int(q, z, c as u64, &self.even);
             let t = alpha - f;
             ((1.0 - t) * x + t * y) / (alpha - 1.0)
         }
@@ -486,8 +593,9 @@ impl WorTable {
 /// `(α−1) ε(α) ≤ log(1 + q² C(α,2) min{4(e^{ε(2)}−1), 2e^{ε(2)}}
 ///              + Σ_{j=3}^{α} q^j C(α,j) min{4 (Δ^{2⌊j/2⌋}F(0) Δ^{2⌈j/2⌉}F(0))^{1/2}, 2e^{(j−1)ε(j)}})`,
 ///
-/// with `ε(j) = j/(2z²)` and `F(j) = e^{(j−1)ε(j)}`. Matches dp-accounting's
-/// `SampledWithoutReplacementDpEvent` with `NeighboringRelation.REPLACE_ONE`.
+/// with `ε(j) = j/(2z²)` and `F(j) = e^{(j−1)ε(j)}`. Equals dp-accounting's
+/// `SampledWithoutReplacementDpEvent` with `NeighboringRelation.REPLACE_ONE` wherever float64
+/// differencing of `F` is well conditioned, and is the exact bound (tighter) where it is not.
 pub fn rdp_without_replacement(q: f64, z: f64, alpha: f64) -> Result<f64> {
     check_rate(q)?;
     check_z(z)?;
@@ -839,19 +947,51 @@ mod tests {
         assert!(poisson_log_a_frac(q, z, 3.5).is_finite());
     }
 
+    /// `Δ^k F(0)` by the alternating binomial sum, in plain float64 (fine where it is well
+    /// conditioned: small z and k).
+    fn binomial_difference(z: f64, k: usize) -> f64 {
+        let mut s = 0.0;
+        for j in 0..=k {
+            let c = (0..j).fold(1.0, |acc, t| acc * (k - t) as f64 / (t + 1) as f64);
+            let f = ((j as f64 - 1.0) * j as f64 / (2.0 * z * z)).exp();
+            s += c * if (k - j) % 2 == 0 { 1.0 } else { -1.0 } * f;
+        }
+        s
+    }
+
     #[test]
-    fn forward_differences_match_the_binomial_formula() {
-        // Δ^k F(0) = Σ_j C(k,j)(−1)^{k−j} F(j) with F(j) = exp((j−1) j /(2z²)).
-        let z = 1.5;
-        let d = wor_forward_differences(z, 6);
-        for k in 1..=6usize {
-            let mut s = 0.0;
-            for j in 0..=k {
-                let c = (0..j).fold(1.0, |acc, t| acc * (k - t) as f64 / (t + 1) as f64);
-                let f = ((j as f64 - 1.0) * j as f64 / (2.0 * z * z)).exp();
-                s += c * if (k - j) % 2 == 0 { 1.0 } else { -1.0 } * f;
+    fn even_differences_match_the_binomial_formula_where_it_is_well_conditioned() {
+        for z in [0.8, 1.5, 3.0] {
+            let d = wor_even_differences(z, 6);
+            assert_eq!(d[0], 0.0);
+            for m in 1..=6usize {
+                let want = binomial_difference(z, 2 * m);
+                assert!(rel(d[m], want.ln()) < 1e-10, "z={z} m={m}: {} vs {}", d[m], want.ln());
             }
-            assert!(rel(d[k - 1].exp(), s.abs()) < 1e-9, "k={k}");
+        }
+    }
+
+    #[test]
+    fn even_differences_stay_exact_where_float_differencing_fails() {
+        // For z → ∞, Y ~ N(−s²/2, s²) with s = 1/z is nearly N(0, s²) and e^Y − 1 ≈ Y, so
+        // Δ^{2m}F(0) = E[(e^Y − 1)^{2m}] ≈ (2m−1)!! s^{2m}, with a relative correction of about
+        // m³s² (from (e^y − 1)/y ≈ e^{y/2} at the modes y ≈ ±s√(2m)); float differencing gives
+        // noise here.
+        let z = 1e5;
+        let d = wor_even_differences(z, 128);
+        let mut log_dfact = 0.0; // log (2m−1)!!
+        for m in 1..=128usize {
+            log_dfact += ((2 * m - 1) as f64).ln();
+            let approx = log_dfact - 2.0 * m as f64 * z.ln();
+            assert!((d[m] - approx).abs() < 1e-3, "m={m}: {} vs {approx}", d[m]);
+        }
+        // The moments E|e^Y − 1|^p are log-convex in p (Lyapunov), so the second differences of
+        // log Δ^{2m}F(0) in m are ≥ 0 at every z; rounding noise breaks this at once.
+        for z in [0.3, 2.0, 10.0, 50.0, 300.0] {
+            let d = wor_even_differences(z, 128);
+            for m in 1..127 {
+                assert!(d[m + 1] - 2.0 * d[m] + d[m - 1] >= -1e-9 * d[m].abs().max(1.0), "z={z} m={m}");
+            }
         }
     }
 
@@ -863,7 +1003,7 @@ mod tests {
         let want = (q * q * (4.0 * e2.exp_m1()).min(2.0 * e2.exp())).ln_1p();
         assert!(rel(rdp_without_replacement(q, z, 2.0).unwrap(), want) < 1e-12);
         let t = WorTable::new(z, &[2.0]);
-        assert!(rel(wor_log_a_int(q, z, 2, &t.diffs), want) < 1e-12);
+        assert!(rel(wor_log_a_int(q, z, 2, &t.even), want) < 1e-12);
     }
 
     #[test]
