@@ -182,6 +182,24 @@ def test_poisson_matches_opacus_rdp_analysis(q, sigma):
             assert e_all >= float(e_all_ref) * (1 - 1e-6) or e_all == 0.0
 
 
+def test_ledger_charged_epoch_by_epoch_equals_one_charge_of_all_steps():
+    # A silo calibrates for T rounds at once and charges them epoch by epoch; the two must agree
+    # bit for bit, or a budget equal to the calibrated epsilon refuses the last epoch.
+    for sampling, q, z in [("public_batch", 256 / 12211, 3.3), ("without_replacement", 64 / 700, 3.3),
+                           ("full_batch", 1.0, 60.0)]:
+        hist = MechanismEvent.gaussian_histogram(noise_multiplier=7.0)
+        whole = PrivacyLedger(epsilon=100.0, delta=1e-8)
+        whole.charge(hist)
+        whole.charge(MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z, steps=40 * 48))
+        parts = PrivacyLedger(epsilon=whole.epsilon_spent(), delta=1e-8)
+        parts.charge(hist)
+        for _ in range(40):
+            parts.charge(MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z, steps=48))
+        assert parts.epsilon_spent() == whole.epsilon_spent()
+        with pytest.raises(PrivacyBudgetExceeded):
+            parts.charge(MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z, steps=1))
+
+
 def test_heterogeneous_composition_matches_dp_accounting():
     acc = RdpAccountant(ORDERS, NR.REPLACE_ONE)
     acc.compose(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(12211, 256, dpa.GaussianDpEvent(3.0)), 1920))
@@ -384,13 +402,18 @@ def test_paper_closed_form_under_noises_adult_sized_silos():
     assert s_theta == s_w  # clip = 1
     d_theta, d_w = 2 / m, (2 / m) * math.sqrt(1 / 0.33 + 1 / 0.67)
     z = ((d_theta / s_theta) ** 2 + (d_w / s_w) ** 2) ** -0.5
-    delivered = epsilon_for(noise_multiplier=z, sample_rate=m / n, steps=steps, delta=delta)
+    # The paper's messages carry the exact loss gradient, so the batch is public.
+    delivered = epsilon_for(noise_multiplier=z, sample_rate=m / n, steps=steps, delta=delta, sampling="public_batch")
     rep = paper_delivered_epsilon(epsilon=1.0, delta=delta, n=n, batch=m, epochs=40, clip=1.0, group_proportions=(0.33, 0.67))
     assert math.isclose(rep["noise_multiplier"], z) and math.isclose(rep["delivered_epsilon"], delivered)
     print(f"paper closed form, Adult-sized silo: z = {z:.3f}, delivered epsilon = {delivered:.3f} (target 1)")
-    assert delivered > 1.0
+    assert delivered > 5.0
+    # Even under the hidden-batch bound its theorem assumed, it under-noises (SPEC §4: ~1.7).
+    hidden = paper_delivered_epsilon(epsilon=1.0, delta=delta, n=n, batch=m, epochs=40, clip=1.0,
+                                     group_proportions=(0.33, 0.67), sampling="without_replacement")
+    assert 1.5 < hidden["delivered_epsilon"] < 2.0
     # The numeric calibration meets the target with more noise.
-    z_num = noise_multiplier_for(epsilon=1.0, delta=delta, sample_rate=m / n, steps=steps)
+    z_num = noise_multiplier_for(epsilon=1.0, delta=delta, sample_rate=m / n, steps=steps, sampling="public_batch")
     assert z_num > z
 
 

@@ -48,8 +48,14 @@ def test_privacy_command_both_directions(capsys):
     res = json.loads(out)
     z = res["noise_multiplier"]
     steps = 40 * -(-12000 // 256)
-    eps = epsilon_for(noise_multiplier=z, sample_rate=256 / 12000, steps=steps, delta=1e-5)
+    # The default is SteFFLe's account in attribute mode (the batch is public).
+    assert res["sampling"] == "public_batch"
+    eps = epsilon_for(noise_multiplier=z, sample_rate=256 / 12000, steps=steps, delta=1e-5, sampling="public_batch")
     assert 0.98 <= eps <= 1.0
+    # The hidden-batch bound, on request, needs less noise for the same target.
+    code, out, _ = run(capsys, "privacy", "--epsilon", "1", "--delta", "1e-5", "--batch", "256", "--silo-size",
+                       "12000", "--epochs", "40", "--sampling", "without_replacement", "--json")
+    assert code == 0 and json.loads(out)["noise_multiplier"] < z / 2
 
 
 def test_bad_arguments_exit_with_a_message(capsys):

@@ -69,9 +69,11 @@ def test_privacy_report_per_silo_with_unequal_sizes():
     assert rep["noise_multiplier"].is_monotonic_increasing
     for _, row in rep.iterrows():
         assert 0.98 <= row["epsilon_spent"] <= 1.0
-        # The ledger's figure is the accountant's figure for the same mechanism.
+        # The ledger's figure is the accountant's figure for the same mechanism. Attribute mode
+        # sends exact s-free sums, so the batch is public and no hidden-sample bound applies.
+        assert row["accounting"] == "public_batch"
         again = epsilon_for(noise_multiplier=row["noise_multiplier"], sample_rate=row["sample_rate"],
-                            steps=int(row["steps"]), delta=1e-5)
+                            steps=int(row["steps"]), delta=1e-5, sampling="public_batch")
         assert row["epsilon_spent"] == pytest.approx(again, rel=1e-9)
         # The noise stds follow from the sensitivities: sigma_p = z * sqrt(2) * Delta_p.
         assert row["sigma_theta"] == pytest.approx(row["noise_multiplier"] * math.sqrt(2) * row["sensitivity_theta"])
@@ -109,11 +111,15 @@ def test_a_silo_refuses_to_exceed_its_budget():
     assert ledger.epsilon_spent() <= 1.0  # the refused event was not recorded
 
 
-def test_paper_calibration_reports_the_delivered_epsilon_and_warns():
+@pytest.mark.parametrize("epochs", [8, 40])
+def test_paper_calibration_reports_the_delivered_epsilon_and_warns(epochs):
+    # The ledger's budget is the delivered epsilon; charging it epoch by epoch must land exactly
+    # on it (no rounding drift that makes the last epoch refuse).
     X, y, s, silos = unfair_data(n=6000)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        m = SteFFLe(epsilon=1.0, calibration="paper", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+        m = SteFFLe(epsilon=1.0, calibration="paper", **{**FAST, "epochs": epochs}).fit(
+            X, y, sensitive_features=s, silos=silos)
     rep = m.privacy_report_
     over = rep["epsilon"] > 1.0
     assert any(issubclass(w.category, PrivacyWarning) for w in caught) == bool(over.any())
@@ -172,6 +178,10 @@ BAD = [
     (dict(epochs=0), lambda *a: a, ValueError, "epochs must be >= 1"),
     (dict(epsilon=1.0, clip=None), lambda *a: a, ValueError, "clip must be set when epsilon is set"),
     (dict(epochs=1.5), lambda *a: a, TypeError, "epochs must be an integer"),
+    (dict(epsilon=1.0, calibration="paper", p_s="dp"), lambda *a: a, ValueError,
+     "calibration='paper' ignores the cost of a private p_s"),
+    (dict(epsilon=1.0, calibration="paper", mode="central_sensitive"), lambda *a: a, ValueError,
+     "calibrates with the numeric accountant only"),
 ]
 
 

@@ -102,8 +102,9 @@ def test_ledgers_belong_to_sensitive_silos_with_the_right_rates():
     np.testing.assert_allclose(rep["sample_rate"], [64 / 1000, 64 / 500])
     for c, row in rep.iterrows():
         assert row["epsilon_spent"] <= 1.0
+        assert row["accounting"] == "public_batch"  # the non-sensitive silos' sums reveal the batch
         again = epsilon_for(noise_multiplier=row["noise_multiplier"], sample_rate=row["sample_rate"],
-                            steps=int(row["steps"]), delta=row["delta"])
+                            steps=int(row["steps"]), delta=row["delta"], sampling="public_batch")
         assert m.ledgers_[c].epsilon_spent() == pytest.approx(again, rel=1e-9)
     # Noise is calibrated to the sums' sensitivities (denominator 1).
     assert rep["denominator"].eq(1.0).all()
@@ -117,7 +118,7 @@ def test_sample_rates_without_amplification_are_one():
     X, y, s, silos = data()
     m = SteFFLe(epsilon=3.0, mode="central_sensitive", amplification=False, **FAST)
     m.fit(X, y, sensitive_features=s, silos=silos)
-    assert (m.privacy_report_["sampling"] == "full_batch").all()
+    assert (m.privacy_report_["accounting"] == "full_batch").all()
     assert (m.privacy_report_["epsilon_spent"] <= 3.0).all()
 
 

@@ -121,9 +121,9 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     positive_class : class index of the positive label (equal opportunity).
     mode : "standard", "divisions", "central_sensitive" or "hybrid": who holds s (see
         :mod:`pfair.hybrid`; the hybrid modes need ``protect="attribute"``).
-    amplification, dummy_noise : hybrid modes only: account with privacy amplification by
-        subsampling (batch membership hidden from the adversary), and let sensitive silos that
-        hold no record of a round's batch send zero-mean noise.
+    amplification, dummy_noise : hybrid modes only: account with the chance that a record is not
+        in a round's batch (the public-batch bound; the batch itself is never assumed secret), and
+        let sensitive silos that hold no record of a round's batch send zero-mean noise.
     seed : int, seeds batches, noise and the random iterate. Same seed, same bits.
     progress : show a progress bar over epochs.
     track_history : evaluate loss/accuracy/fairness on the training data after every epoch.
@@ -234,6 +234,9 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
                     raise ValueError(f"{name} must be set when epsilon is set: sensitivity needs a clip norm")
             if self.calibration == "paper" and self.protect == "record":
                 raise ValueError("calibration='paper' exists only for protect='attribute' (the paper's setting)")
+            if self.calibration == "paper" and self.p_s == "dp":
+                raise ValueError("calibration='paper' ignores the cost of a private p_s histogram; use "
+                                 "calibration='rdp' with p_s='dp', or p_s='public' with calibration='paper'")
         if self.p_s == "dp" and self.epsilon is None:
             raise ValueError("p_s='dp' needs epsilon (a private histogram needs a budget); use p_s='public'")
 

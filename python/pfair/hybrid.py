@@ -16,12 +16,14 @@ In every hybrid mode sensitive silo c releases noised SUMS of the clipped s-depe
 its intersected batch (``rust/src/hybrid.rs``). The sum of one record's part changes by at most
 ``Δ_θ = 2 C_θ`` and ``Δ_W = 2 (1/ρ₁ + 1/ρ₂)^{1/2}`` when its s changes (docs/privacy.md with m = 1).
 A record of non-sensitive silo j enters the batch with probability ``q_j = m / n_j`` (sampling
-without replacement); the other silos' batches are independent of it, so sensitive silo c is
-accounted as a subsampled Gaussian mechanism with ``q_c = max_j q_j`` over the silos j that hold
-its records. This uses privacy amplification by subsampling and so assumes, as the paper does,
-that batch membership is not revealed to the adversary (the non-sensitive silos do not collude
-with the server); ``amplification=False`` drops that assumption and accounts every round as a
-full Gaussian mechanism (q = 1). Only the sensitive silos hold s, so only they spend budget.
+without replacement), independently in every round. The batch itself is NOT secret: the
+non-sensitive silos send exact sums over it, which reveal its members to anyone who knows the
+non-sensitive data. So sensitive silo c is accounted with the public-batch bound
+(``docs/accounting.md``): in a round its record is drawn with probability ``q_c = max_j q_j`` over
+the silos j that hold its records, and then the round is a Gaussian mechanism. That is the only
+amplification used (the paper's subsampling amplification would need a hidden batch).
+``amplification=False`` gives up even that and charges every round as a full Gaussian
+mechanism (q = 1). Only the sensitive silos hold s, so only they spend budget.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class HybridRunner:
             raise ValueError(f"mode={model.mode!r} samples fixed-size batches; use sampling='without_replacement'")
         if model.p_s != "public":
             raise ValueError(f"mode={model.mode!r} supports p_s='public' only")
+        if model.calibration != "rdp":
+            raise ValueError(f"mode={model.mode!r} calibrates with the numeric accountant only; use calibration='rdp' "
+                             "(the paper's closed form exists for the standard mode)")
         X, y, s = fed.pooled()
         ids = None
         if sensitive_silos is not None:
@@ -116,7 +121,7 @@ class HybridRunner:
         self.plans, self.ledgers = [], []
         for c in range(layout.n_sensitive):
             delta = model.delta if model.delta is not None else 1.0 / max(int(sizes_c[c]), 2) ** 2
-            sampling = "without_replacement" if rates[c] < 1 else "full_batch"
+            scheme = "public_batch" if rates[c] < 1 else "full_batch"
             q = float(rates[c])
             if not private:
                 z, stds, eps = 0.0, [0.0, 0.0], math.inf
@@ -124,17 +129,17 @@ class HybridRunner:
                 z, stds, eps = math.inf, [0.0, 0.0], 0.0
             else:
                 z = noise_multiplier_for(epsilon=model.epsilon, delta=delta, sample_rate=q, steps=total_rounds,
-                                         sampling=sampling)
+                                         sampling=scheme)
                 stds = _core.noise_stds([d_theta, d_w], z)
-                eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=total_rounds, delta=delta, sampling=sampling)
+                eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=total_rounds, delta=delta, sampling=scheme)
             if private:
                 self.ledgers.append(PrivacyLedger(epsilon=model.epsilon, delta=delta, silo=f"sensitive {c}"))
             self.plans.append(SiloNoise(
-                silo=c, n_records=int(sizes_c[c]), sampling=sampling, sample_rate=q, steps=total_rounds,
+                silo=c, n_records=int(sizes_c[c]), sampling="without_replacement", sample_rate=q, steps=total_rounds,
                 denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta, sensitivity_w=d_w,
                 noise_multiplier=z, sigma_loss=0.0, sigma_theta=stds[0], sigma_w=stds[1],
                 target_epsilon=model.epsilon, delta=delta, epsilon=eps, calibration="rdp", protect="attribute",
-                sends_psi=model.lam > 0,
+                sends_psi=model.lam > 0, accounting=scheme,
             ))
         self.layout = layout
 

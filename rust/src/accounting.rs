@@ -33,17 +33,22 @@ pub enum Scheme {
     PoissonReplaceOne,
     /// Every record in every step (`q = 1`); replace-one adjacency.
     FullBatch,
+    /// Each record enters a step's batch with probability `q` (independently across steps), and
+    /// WHO is in the batch is public: the rest of the message reveals it. Replace-one adjacency,
+    /// no secrecy of the sample assumed. See [`rdp_public_batch`].
+    PublicBatch,
 }
 
 impl Scheme {
     /// Parses the public names `"without_replacement"`, `"poisson"`, `"poisson_replace_one"`,
-    /// `"full_batch"`.
+    /// `"full_batch"`, `"public_batch"`.
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "without_replacement" => Ok(Scheme::WithoutReplacement),
             "poisson" => Ok(Scheme::Poisson),
             "poisson_replace_one" => Ok(Scheme::PoissonReplaceOne),
             "full_batch" => Ok(Scheme::FullBatch),
+            "public_batch" => Ok(Scheme::PublicBatch),
             other => Err(AccountingError::UnknownSampling(other.to_string())),
         }
     }
@@ -55,6 +60,7 @@ impl Scheme {
             Scheme::Poisson => "poisson",
             Scheme::PoissonReplaceOne => "poisson_replace_one",
             Scheme::FullBatch => "full_batch",
+            Scheme::PublicBatch => "public_batch",
         }
     }
 }
@@ -139,7 +145,7 @@ impl fmt::Display for AccountingError {
             AccountingError::RdpValue(r) => write!(f, "rdp values must not be NaN; got {r}"),
             AccountingError::UnknownSampling(s) => write!(
                 f,
-                "sampling must be one of 'without_replacement', 'poisson', 'poisson_replace_one', 'full_batch'; got {s:?}"
+                "sampling must be one of 'without_replacement', 'poisson', 'poisson_replace_one', 'full_batch', 'public_batch'; got {s:?}"
             ),
             AccountingError::Unreachable { epsilon, z_max, epsilon_at_z_max } => write!(
                 f,
@@ -603,6 +609,42 @@ pub fn rdp_without_replacement(q: f64, z: f64, alpha: f64) -> Result<f64> {
     Ok(WorTable::new(z, &[alpha]).rdp(q, z, alpha))
 }
 
+/// RDP at order `α` of one step of a Gaussian mechanism on a random batch whose membership is
+/// PUBLIC, under replace-one adjacency: the protected record is in the batch with probability `q`
+/// (and then the step is a Gaussian mechanism with noise multiplier `z`), otherwise the step does
+/// not depend on it at all. `z` = noise std / replace-one sensitivity of the batch statistic.
+///
+/// `ε(α) = log(1 − q + q·e^{α(α−1)/(2z²)}) / (α − 1)`, exactly.
+///
+/// Why (and why not the subsampled bounds): a SteFFLe silo in attribute mode sends the
+/// s-independent parts of its message (loss gradient, a_θ, a_W) without noise. They are sums over
+/// the batch of known functions of (x, y), so an adversary who knows the non-sensitive data can
+/// read off the batch B. Amplification by subsampling (WBK 2019, MTZ 2019) needs B to stay
+/// hidden, and both bounds assume a base mechanism that is private for ANY change of a record,
+/// which exact sums of (x, y) are not. So give the adversary B outright: the output (B, O) is a
+/// post-processing-free refinement of O, so `D_α(O | O') ≤ D_α((B, O) | (B, O'))`, and since B has
+/// the same law under both neighbours, `e^{(α−1) D_α((B,O)‖(B,O'))} = E_B[e^{(α−1) D_α(O|B ‖ O'|B)}]`.
+/// Given B the two outputs coincide when the record is not in B, and are Gaussians whose means
+/// differ by at most the sensitivity when it is, with `D_α = α/(2z²)` (Mironov 2017, Prop. 7).
+/// Hence `e^{(α−1)ε(α)} = (1 − q) + q e^{(α−1)α/(2z²)}`. This is the joint-convexity bound of
+/// `docs/accounting.md` and, when B is revealed, it is attained. Steps compose by adding RDP.
+pub fn rdp_public_batch(q: f64, z: f64, alpha: f64) -> Result<f64> {
+    check_rate(q)?;
+    check_z(z)?;
+    check_order(alpha)?;
+    Ok(rdp_public_batch_unchecked(q, z, alpha))
+}
+
+fn rdp_public_batch_unchecked(q: f64, z: f64, alpha: f64) -> f64 {
+    let x = (alpha - 1.0) * alpha / (2.0 * z * z);
+    if q == 1.0 {
+        return alpha / (2.0 * z * z);
+    }
+    // log(1 + q (e^x − 1)), without overflow for large x.
+    let log_m = if x < 30.0 { (q * x.exp_m1()).ln_1p() } else { log_add((-q).ln_1p(), q.ln() + x) };
+    log_m / (alpha - 1.0)
+}
+
 /// RDP at order `α` of the Poisson-sampled Gaussian mechanism under REPLACE-ONE adjacency where
 /// the replaced record is always present (pfair's adjacency: one record's `s` changes). `z` is
 /// measured against the ADD/REMOVE sensitivity `Δ_ar` = the largest norm of one record's
@@ -677,6 +719,7 @@ pub fn rdp_curve(event: &Event, orders: &[f64]) -> Result<Vec<f64>> {
     let (q, z, t) = (event.q, event.z, event.steps as f64);
     let per_step: Vec<f64> = match event.scheme {
         Scheme::FullBatch => orders.iter().map(|a| a / (2.0 * z * z)).collect(),
+        Scheme::PublicBatch => orders.iter().map(|&a| rdp_public_batch_unchecked(q, z, a)).collect(),
         Scheme::Poisson => orders.iter().map(|&a| rdp_poisson_unchecked(q, z, a)).collect(),
         Scheme::PoissonReplaceOne => {
             orders.iter().map(|&a| rdp_poisson_replace_one_unchecked(q, z, a)).collect()
@@ -1061,6 +1104,44 @@ mod tests {
         }
         // q = 1: replace-one sensitivity 2Δ_ar, Gaussian bound 2α/z².
         assert!(rel(rdp_poisson_replace_one(1.0, 2.0, 3.0).unwrap(), 6.0 / 4.0) < 1e-12);
+    }
+
+    #[test]
+    fn public_batch_is_the_mixture_of_gaussian_and_nothing() {
+        // e^{(α−1)ε} = 1 − q + q e^{(α−1)α/(2z²)}: check against the two cases it mixes.
+        for (q, z) in [(0.01, 1.0), (0.2, 3.0), (0.5, 0.7), (1e-4, 40.0)] {
+            for a in [1.5, 2.0, 7.5, 64.0, 1024.0] {
+                let r = rdp_public_batch(q, z, a).unwrap();
+                let g = a / (2.0 * z * z);
+                let want = ((1.0 - q) + q * ((a - 1.0) * g).exp()).ln() / (a - 1.0);
+                if want.is_finite() {
+                    // the naive log(1 + tiny) above keeps only ~1e-16 / tiny of relative precision
+                    let tol = 1e-12 + 1e-15 / (q * (a - 1.0) * g).min(1.0);
+                    assert!(rel(r, want) < tol, "q={q} z={z} a={a}: {r} vs {want}");
+                }
+                // Between "never in the batch" (0) and the unsampled Gaussian, and at most q·g
+                // below it: amplification without secrecy is only the chance of not being drawn.
+                assert!(r > 0.0 && r <= g * (1.0 + 1e-12), "q={q} z={z} a={a}");
+                assert!(r >= g + q.ln() / (a - 1.0) - 1e-12, "q={q} z={z} a={a}");
+            }
+        }
+        assert_eq!(rdp_public_batch(1.0, 2.0, 3.0).unwrap(), 3.0 / 8.0);
+        // Overflow-free for huge exponents: ε → α/(2z²) + log(q)/(α−1).
+        let r = rdp_public_batch(0.1, 0.05, 1024.0).unwrap();
+        assert!(rel(r, 1024.0 / (2.0 * 0.0025) + 0.1f64.ln() / 1023.0) < 1e-12);
+        assert_eq!(Scheme::parse("public_batch").unwrap(), Scheme::PublicBatch);
+        assert_eq!(Scheme::PublicBatch.name(), "public_batch");
+    }
+
+    #[test]
+    fn public_batch_costs_more_than_a_hidden_batch() {
+        // Revealing who was sampled can only help the adversary: for the parameters SteFFLe uses
+        // the public-batch account is far above WBK's hidden-batch one.
+        let (q, z, t) = (256.0 / 11306.0, 10.66, 1800u64);
+        let orders = default_orders();
+        let hidden = epsilon_for(z, q, t, 1.0 / 11306f64.powi(2), Scheme::WithoutReplacement, &orders).unwrap().0;
+        let public = epsilon_for(z, q, t, 1.0 / 11306f64.powi(2), Scheme::PublicBatch, &orders).unwrap().0;
+        assert!(hidden < 1.01 && public > 3.0 * hidden, "hidden {hidden}, public {public}");
     }
 
     #[test]

@@ -726,6 +726,12 @@ mod python {
             acc::rdp_poisson_replace_one(sample_rate, noise_multiplier, order).map_err(value_error)
         }
 
+        /// Per-step RDP of a Gaussian on a batch whose membership is public, replace-one.
+        #[pyfunction]
+        pub fn rdp_public_batch(sample_rate: f64, noise_multiplier: f64, order: f64) -> PyResult<f64> {
+            acc::rdp_public_batch(sample_rate, noise_multiplier, order).map_err(value_error)
+        }
+
         /// Total RDP of `steps` steps of one scheme, per order.
         #[pyfunction]
         #[pyo3(signature = (sampling, sample_rate, noise_multiplier, steps, orders=None))]
@@ -827,6 +833,7 @@ mod python {
             m.add_function(wrap_pyfunction!(rdp_poisson, m)?)?;
             m.add_function(wrap_pyfunction!(rdp_without_replacement, m)?)?;
             m.add_function(wrap_pyfunction!(rdp_poisson_replace_one, m)?)?;
+            m.add_function(wrap_pyfunction!(rdp_public_batch, m)?)?;
             m.add_function(wrap_pyfunction!(rdp_curve, m)?)?;
             m.add_function(wrap_pyfunction!(rdp_composed, m)?)?;
             m.add_function(wrap_pyfunction!(epsilon_from_rdp, m)?)?;

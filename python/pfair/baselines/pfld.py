@@ -38,8 +38,11 @@ features, which records report s, and the group counts n_{b,a} are public, as St
     Δ_d = H · max_{b, r≠r′} (1/n_{b,r}² + 1/n_{b,r′}²)^{1/2},
     H² = min((l−1)C_d², C_d, 1) for h = F (since Σ_{u≥1} F_u ≤ 1), H = C_d for the loss.
 
-The primal steps are a subsampled Gaussian mechanism (batches without replacement, replace-one
-relation, q = m/n); the dual steps are full-batch Gaussian mechanisms. Each part gets its own
+The primal steps are Gaussian mechanisms on a public batch: the step also carries the batch's
+unclipped loss gradient, which reveals who was drawn, so amplification by a hidden sample is not
+available and each record only benefits from being drawn with probability q = m/n per step
+(the ``"public_batch"`` bound of ``docs/accounting.md``). The dual steps are full-batch Gaussian
+mechanisms. Each part gets its own
 share of the budget (``dual_share`` of ε, δ/2 each), is calibrated with
 :func:`pfair.privacy.noise_multiplier_for`, and the two are added (basic composition), so the
 reported ε is an upper bound. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
@@ -200,7 +203,7 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         if private:
             from pfair.privacy import epsilon_for, noise_multiplier_for
 
-            primal_sampling = "full_batch" if self.sampling == "full_batch" else "without_replacement"
+            primal_sampling = "full_batch" if self.sampling == "full_batch" else "public_batch"
             eps_p, eps_d = (1 - self.dual_share) * self.epsilon, self.dual_share * self.epsilon
             z_p = noise_multiplier_for(epsilon=eps_p, delta=delta / 2, sample_rate=q, steps=t_primal,
                                        sampling=primal_sampling) if t_primal > 0 else 0.0

@@ -13,12 +13,19 @@ under the adjacency the sampling scheme names:
 ``"poisson_replace_one"``
     Poisson sampling under replace-one adjacency, with ``z`` measured against the add/remove
     sensitivity (largest norm of one record's contribution); see ``docs/accounting.md``.
+``"public_batch"``
+    each record is in a step's batch with probability ``q``, and the batch's membership is
+    PUBLIC (the rest of the message reveals it); replace-one adjacency, ``z = σ / Δ_replace``.
+    This is what a SteFFLe silo in attribute mode is: its s-free parts are exact sums over the
+    batch, so the subsampled bounds above (which need a hidden batch) do not apply to it.
 
 The math (per step, order α > 1, then ``steps``-fold composition by addition):
 
 * full batch: ``ε(α) = α / (2 z²)`` (Mironov 2017, Prop. 7);
 * without replacement, rate ``q = m/n``: Wang, Balle, Kasiviswanathan 2019, Thm. 9/27, Cor. 10;
 * Poisson, rate ``q``: ``ε(α) = log A_α / (α − 1)`` (Mironov, Talwar, Zhang 2019, Sec. 3.3);
+* public batch, rate ``q``: ``ε(α) = log(1 − q + q e^{α(α−1)/(2z²)}) / (α − 1)`` (the Rényi
+  divergence when the adversary sees the batch; derivation in ``docs/accounting.md``);
 * RDP → (ε, δ): ``ε = min_α [R(α) + log(1 − 1/α) − log(δ α)/(α − 1)]`` (Balle et al. 2020, Thm. 21).
 """
 
@@ -42,7 +49,7 @@ __all__ = [
     "validate_event_args",
 ]
 
-SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch")
+SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch", "public_batch")
 
 
 def _real(name: str, value: object) -> float:

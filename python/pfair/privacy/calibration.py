@@ -3,8 +3,8 @@
 A silo's message in round t has noised parts p (ψ_θ and ψ_W; also the loss gradient when whole
 records are protected) with replace-one sensitivities Δ_p (``rust/src/sensitivity.rs``,
 ``docs/privacy.md``). Released together with noise stds σ_p they form one Gaussian mechanism with
-effective noise multiplier ``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}``, composed over the T rounds under the
-silo's sampling scheme. ``calibration="rdp"`` picks the smallest z whose RDP account meets
+effective noise multiplier ``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}``, composed over the T rounds with the
+bound :func:`accounting_scheme` picks. ``calibration="rdp"`` picks the smallest z whose RDP account meets
 (ε, δ) and sets ``σ_p = z √P Δ_p``; ``calibration="paper"`` uses the closed form of seed 003
 Thm 3.3 and then *measures* the ε that those σ's really deliver with the same accountant.
 """
@@ -54,6 +54,7 @@ class SiloNoise:
     calibration: str
     protect: str
     sends_psi: bool
+    accounting: str
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -67,13 +68,23 @@ def _denominator(sampling: str, n: int, batch_size: int) -> tuple[float, float]:
     return q, float(batch_size) if sampling == "without_replacement" else q * n
 
 
-def accounting_scheme(sampling: str) -> str:
-    """The accountant's scheme for a batch sampling scheme under pfair's replace-one adjacency.
+def accounting_scheme(sampling: str, protect: str) -> str:
+    """The accountant's bound for a silo's rounds under pfair's replace-one adjacency.
 
-    Poisson batches use the replace-one bound of ``docs/accounting.md`` (noise multiplier against
-    the add/remove sensitivity, i.e. the largest contribution of one record); the plain
-    ``"poisson"`` bound is add/remove-one only and does not cover pfair's neighbours.
+    * ``protect="attribute"``: the s-free parts of each message (loss gradient, a_θ, a_W) are
+      sent exactly, and they reveal which records are in the batch. Amplification by a hidden
+      sample is therefore not available; the rounds are accounted as ``"public_batch"`` (each
+      record is in the batch with probability q, and then the round is a Gaussian mechanism),
+      or ``"full_batch"``.
+    * ``protect="record"``: everything sent is clipped and noised, the batch stays hidden, and
+      the subsampled bounds apply: WBK 2019 for ``"without_replacement"``, and for Poisson batches
+      the replace-one bound of ``docs/accounting.md`` (noise multiplier against the add/remove
+      sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
     """
+    if sampling == "full_batch":
+        return "full_batch"
+    if protect == "attribute":
+        return "public_batch"
     return "poisson_replace_one" if sampling == "poisson" else sampling
 
 
@@ -138,7 +149,7 @@ def plan_silo_noise(
     is calibrated so that everything together meets (ε, δ).
     """
     q, denom = _denominator(sampling, n_records, batch_size)
-    scheme = accounting_scheme(sampling)
+    scheme = accounting_scheme(sampling, protect)
     inv_sqrt_ps = np.ascontiguousarray(proportions, dtype=np.float64).ravel() ** -0.5
     kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
@@ -154,7 +165,7 @@ def plan_silo_noise(
         silo=silo, n_records=n_records, sampling=sampling, sample_rate=q, steps=steps, denominator=denom,
         sensitivity_loss=d_loss if protect == "record" else 0.0, sensitivity_theta=d_theta if sends_psi else 0.0,
         sensitivity_w=d_w if sends_psi else 0.0, target_epsilon=epsilon, delta=delta, calibration=calibration,
-        protect=protect, sends_psi=sends_psi,
+        protect=protect, sends_psi=sends_psi, accounting=scheme,
     )
     if epsilon is None:
         return SiloNoise(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
@@ -191,8 +202,8 @@ def plan_silo_noise(
 
 def round_event(plan: SiloNoise, steps: int) -> MechanismEvent:
     """The ledger event for ``steps`` rounds of a silo's noise plan."""
-    return MechanismEvent(name="steffle_rounds", sampling=accounting_scheme(plan.sampling),
-                          sample_rate=plan.sample_rate, noise_multiplier=plan.noise_multiplier, steps=steps)
+    return MechanismEvent(name="steffle_rounds", sampling=plan.accounting, sample_rate=plan.sample_rate,
+                          noise_multiplier=plan.noise_multiplier, steps=steps)
 
 
 def warn_if_over_budget(plans: list[SiloNoise]) -> None:

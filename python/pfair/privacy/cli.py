@@ -3,8 +3,10 @@
     pfair privacy --epsilon 1 --delta 1e-5 --batch 256 --silo-size 12000 --epochs 40
     pfair privacy --noise-multiplier 2.0 --delta 1e-5 --batch 256 --silo-size 12000 --epochs 40
 
-``q = batch / silo_size`` and ``steps = epochs · ceil(silo_size / batch)``. The main CLI calls
-:func:`add_privacy_parser`.
+``q = batch / silo_size`` and ``steps = epochs · ceil(silo_size / batch)``. The default
+``--sampling public_batch`` is how a SteFFLe silo protecting the sensitive attribute is accounted
+(its s-free parts reveal the batch); ``without_replacement`` and ``poisson_replace_one`` assume a
+hidden batch and fit ``protect="record"``. The main CLI calls :func:`add_privacy_parser`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ from pfair.privacy.accountant import SAMPLING_SCHEMES, epsilon_for, noise_multip
 
 __all__ = ["add_privacy_parser", "privacy_command"]
 
+#: What each scheme assumes, and what its noise multiplier is measured against.
+SCHEME_NOTES = {
+    "public_batch": "batch membership public, as in SteFFLe with protect='attribute'; z = std / replace-one sensitivity",
+    "without_replacement": "hidden fixed-size batch (all of the message noised, e.g. protect='record'); "
+                           "z = std / replace-one sensitivity",
+    "poisson_replace_one": "hidden Poisson batch, replace-one neighbours; z = std / add-remove sensitivity",
+    "poisson": "hidden Poisson batch, ADD/REMOVE neighbours only (not pfair's adjacency); "
+               "z = std / add-remove sensitivity",
+    "full_batch": "every record in every step; z = std / replace-one sensitivity",
+}
+
 
 def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``privacy`` subcommand on an argparse ``subparsers`` object."""
@@ -28,7 +41,8 @@ def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, required=True, help="batch size m")
     p.add_argument("--silo-size", type=int, required=True, help="records in the silo n")
     p.add_argument("--epochs", type=int, required=True, help="passes over the silo")
-    p.add_argument("--sampling", choices=SAMPLING_SCHEMES, default="without_replacement")
+    p.add_argument("--sampling", choices=SAMPLING_SCHEMES, default="public_batch",
+                   help="accounting bound (default public_batch: SteFFLe protecting s; see the module docs)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=privacy_command)
     return p
@@ -47,7 +61,8 @@ def privacy_command(args) -> int:
         q = 1.0
     steps = args.epochs * math.ceil(args.silo_size / args.batch)
     delta = args.delta if args.delta is not None else 1.0 / args.silo_size**2
-    out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling}
+    out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling,
+           "assumes": SCHEME_NOTES[args.sampling]}
     try:
         if args.epsilon is not None:
             z = noise_multiplier_for(epsilon=args.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=args.sampling)
@@ -69,4 +84,6 @@ def privacy_command(args) -> int:
     else:
         print(f"epsilon {out['epsilon']:.4f} (delta {delta:.3g}, noise multiplier {args.noise_multiplier}, "
               f"q {q:.5f}, steps {steps}, {args.sampling})")
+    if not args.json:
+        print(f"  {args.sampling}: {out['assumes']}")
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -91,10 +91,23 @@ class PrivacyLedger:
         self.silo = silo
         self.events: List[MechanismEvent] = []
         self._orders = tuple(_core.default_orders())
-        self._rdp = np.zeros(len(self._orders))  # running RDP total of the recorded events
+        # Steps recorded per distinct mechanism (in first-charged order). The total RDP is
+        # Σ steps · per-step curve, so charging T rounds epoch by epoch costs exactly what a
+        # calibration for T rounds computed (summing per-epoch curves drifts by a few ulps).
+        self._steps: Dict[tuple, int] = {}
+        self._rdp = np.zeros(len(self._orders))
 
-    def _curve(self, event: MechanismEvent) -> np.ndarray:
-        return event.steps * _per_step_rdp(event.sampling, event.sample_rate, event.noise_multiplier, self._orders)
+    def _total(self, steps: Dict[tuple, int]) -> np.ndarray:
+        total = np.zeros(len(self._orders))
+        for (sampling, q, z), t in steps.items():
+            total = total + t * _per_step_rdp(sampling, q, z, self._orders)
+        return total
+
+    def _with(self, event: MechanismEvent) -> Dict[tuple, int]:
+        key = (event.sampling, event.sample_rate, event.noise_multiplier)
+        steps = dict(self._steps)
+        steps[key] = steps.get(key, 0) + event.steps
+        return steps
 
     def _epsilon_at(self, rdp: np.ndarray) -> float:
         if not rdp.any():
@@ -113,7 +126,7 @@ class PrivacyLedger:
         """Whether recording ``event`` would make ε exceed the budget."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
-        return self._epsilon_at(self._rdp + self._curve(event)) > self.epsilon
+        return self._epsilon_at(self._total(self._with(event))) > self.epsilon
 
     def charge(self, event: MechanismEvent) -> float:
         """Record ``event`` if it fits the budget; return the new ε spent.
@@ -123,8 +136,9 @@ class PrivacyLedger:
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
         spent = self.epsilon_spent()
-        curve = self._curve(event)
-        after = self._epsilon_at(self._rdp + curve)
+        steps = self._with(event)
+        total = self._total(steps)
+        after = self._epsilon_at(total)
         if after > self.epsilon:
             who = "silo" if self.silo is None else f"silo {self.silo!r}"
             raise PrivacyBudgetExceeded(
@@ -134,7 +148,7 @@ class PrivacyLedger:
                 f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
             )
         self.events.append(event)
-        self._rdp = self._rdp + curve
+        self._steps, self._rdp = steps, total
         return after
 
     def to_dict(self) -> dict:
@@ -147,7 +161,7 @@ class PrivacyLedger:
             "epsilon_spent": spent,
             "epsilon_remaining": max(0.0, self.epsilon - spent),
             "events": [asdict(e) for e in self.events],
-            "accountant": "RDP (WBK 2019 / MTZ 2019) + Balle et al. 2020 conversion, replace-one adjacency",
+            "accountant": "RDP (public batch / WBK 2019 / MTZ 2019) + Balle et al. 2020 conversion, replace-one adjacency",
         }
 
     def __repr__(self) -> str:

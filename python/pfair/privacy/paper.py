@@ -65,9 +65,13 @@ def paper_delivered_epsilon(
     epochs: int,
     clip: float,
     group_proportions: Sequence[float],
-    sampling: str = "without_replacement",
+    sampling: str = "public_batch",
 ) -> dict:
     """Price the paper's σ's with pfair's exact sensitivities and the numeric accountant.
+
+    ``sampling="public_batch"`` (default) is the account that holds for the paper's algorithm,
+    whose messages carry the batch's exact loss gradient; ``"without_replacement"`` prices it
+    under the hidden-batch bound the paper's theorem assumed.
 
     Uses ``T = epochs · ceil(n / batch)``, ``q = batch / n``, ``ρ = min p_s``,
     ``Δ_θ = 2 clip / batch``, ``Δ_W = (2/batch)(1/ρ₁ + 1/ρ₂)^{1/2}`` (two smallest proportions).
