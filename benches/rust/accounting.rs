@@ -10,6 +10,7 @@ fn calibration(c: &mut Criterion) {
         ("poisson", Scheme::Poisson, q),
         ("poisson_replace_one", Scheme::PoissonReplaceOne, q),
         ("full_batch", Scheme::FullBatch, 1.0),
+        ("public_batch", Scheme::PublicBatch, q),
     ] {
         c.bench_function(&format!("noise_multiplier_for/{name}/T=1e4"), |b| {
             b.iter(|| noise_multiplier_for(black_box(1.0), 1e-5, rate, 10_000, scheme).unwrap())
