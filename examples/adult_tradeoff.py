@@ -21,10 +21,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.5, 1.0, 1.5, 2.0])
     ap.add_argument("--epsilons", type=str, nargs="+", default=["none", "1"])
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--lr-theta", type=float, default=0.25)
     args = ap.parse_args()
     data = pfair.datasets.load_adult()
     trivial = metrics.trivial_error(data.y_test)
-    print(f"Adult: {data.X_train.shape[0]} training / {data.X_test.shape[0]} test records; trivial error {trivial:.4f}\n")
+    print(f"Adult: {data.X_train.shape[0]} training / {data.X_test.shape[0]} test records; trivial error {trivial:.4f}; "
+          f"batch {args.batch_size}, lr_theta {args.lr_theta}\n")
     print("| ε | λ | test error | DP violation | EO violation | max ε spent |")
     print("|---|---|---|---|---|---|")
     for eps_text in args.epsilons:
@@ -33,7 +36,8 @@ def main() -> None:
             rows = []
             for seed in range(args.seeds):
                 fed = pfair.Federation.partition(data, 3, heterogeneity=0.0, by="age", seed=seed)
-                model = pfair.SteFFLe(lam=lam, epsilon=eps, seed=seed, track_history=False).fit(fed)
+                model = pfair.SteFFLe(lam=lam, epsilon=eps, seed=seed, batch_size=args.batch_size,
+                                      lr_theta=args.lr_theta, track_history=False).fit(fed)
                 r = metrics.fairness_report(data.y_test, model.predict(data.X_test), sensitive_features=data.s_test)
                 spent = model.epsilon_spent_ if eps is not None else float("nan")
                 rows.append((r["test_error"], r["dp_violation"], r["eo_violation"], spent))

@@ -51,24 +51,32 @@ def build(k, l, fairness, n, m, seed, theta_scale, w_scale, x_scale):
     return rng, X, y, s, theta, W, inv, batch, i
 
 
-def grads(X, y, s, theta, W, inv, batch, *, k, l, fairness, **kw):
+def grads(X, y, s, theta, W, inv, batch, *, k, l, fairness, denom=None, **kw):
     return _core.batch_gradients(
-        X, y, s, theta, W, inv, n_groups=k, n_classes=l, batch=batch, denom=float(len(batch)),
-        fairness=fairness, positive=1, **kw,
+        X, y, s, theta, W, inv, n_groups=k, n_classes=l, batch=batch,
+        denom=float(len(batch)) if denom is None else denom, fairness=fairness, positive=1, **kw,
     )
 
 
+def denominator(kind: str, n: int, m: int, rng: np.random.Generator) -> float:
+    """The fixed divisor of each batch scheme: m (without replacement), n (full batch), or the
+    expected size q·n of a Poisson batch, which need not equal the realised batch size."""
+    return {"fixed": float(m), "full": float(n), "poisson": float(rng.uniform(0.5, n))}[kind]
+
+
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems(), st.integers(0, 4))
-def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
+@given(problems(), st.integers(0, 4), st.sampled_from(["fixed", "full", "poisson"]))
+def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kind):
     k, l, fairness, n, m, seed, ts, ws, xs, (_, clip_theta, _) = problem
     rng, X, y, s, theta, W, inv, batch, i = build(k, l, fairness, n, m, seed, ts, ws, xs)
+    denom = denominator(kind, n, m, rng)
     s2 = s.copy()
     s2[i] = new_group % k
-    a = grads(X, y, s, theta, W, inv, batch, k=k, l=l, fairness=fairness, clip_theta=clip_theta)
-    b = grads(X, y, s2, theta, W, inv, batch, k=k, l=l, fairness=fairness, clip_theta=clip_theta)
+    kw = dict(k=k, l=l, fairness=fairness, clip_theta=clip_theta, denom=denom)
+    a = grads(X, y, s, theta, W, inv, batch, **kw)
+    b = grads(X, y, s2, theta, W, inv, batch, **kw)
     _, d_theta, d_w = _core.sensitivities(
-        inv, n_groups=k, denom=float(m), fairness=fairness, positive=1, protect="attribute", clip_theta=clip_theta
+        inv, n_groups=k, denom=denom, fairness=fairness, positive=1, protect="attribute", clip_theta=clip_theta
     )
     assert np.linalg.norm(a["psi_theta"] - b["psi_theta"]) <= d_theta * SLACK
     assert np.linalg.norm(a["psi_w"] - b["psi_w"]) <= d_w * SLACK
@@ -78,19 +86,21 @@ def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
 
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_record_mode_change_never_exceeds_sensitivity(problem):
+@given(problems(), st.sampled_from(["fixed", "full", "poisson"]))
+def test_record_mode_change_never_exceeds_sensitivity(problem, kind):
     k, l, fairness, n, m, seed, ts, ws, xs, (c_loss, c_theta, c_w) = problem
     rng, X, y, s, theta, W, inv, batch, i = build(k, l, fairness, n, m, seed, ts, ws, xs)
+    denom = denominator(kind, n, m, rng)
     X2, y2, s2 = X.copy(), y.copy(), s.copy()
     X2[i] = rng.normal(size=X.shape[1]) * xs * 10
     y2[i] = rng.integers(0, l)
     s2[i] = rng.integers(0, k)
-    kw = dict(k=k, l=l, fairness=fairness, protect="record", clip_loss=c_loss, clip_theta=c_theta, clip_w=c_w)
+    kw = dict(k=k, l=l, fairness=fairness, protect="record", clip_loss=c_loss, clip_theta=c_theta, clip_w=c_w,
+              denom=denom)
     a = grads(X, y, s, theta, W, inv, batch, **kw)
     b = grads(X2, y2, s2, theta, W, inv, batch, **kw)
     d_loss, d_theta, d_w = _core.sensitivities(
-        inv, n_groups=k, denom=float(m), fairness=fairness, positive=1, protect="record",
+        inv, n_groups=k, denom=denom, fairness=fairness, positive=1, protect="record",
         clip_loss=c_loss, clip_theta=c_theta, clip_w=c_w,
     )
     assert np.linalg.norm(a["loss_grad"] - b["loss_grad"]) <= d_loss * SLACK
@@ -133,6 +143,45 @@ def test_sensitivity_bounds_are_attained():
         best_theta, best_w = _best_ratios(fairness)
         assert 0.95 <= best_theta <= SLACK, (fairness, best_theta)
         assert 0.95 <= best_w <= SLACK, (fairness, best_w)
+
+
+@pytest.mark.parametrize("fairness", NOTIONS)
+def test_record_mode_bounds_are_attained(fairness):
+    # Each clipped per-record part can be turned to the opposite direction by replacing the record,
+    # so Δ = 2C/m is attained. Loss and θ-part: a uniform model (θ = 0, the same F everywhere) and
+    # x → −x with |x| large (the intercept becomes negligible). W-part: a confident model (F ≈ e_1
+    # for both records) whose column W[:, 1] = (p_r^{-1/2} e_r + p_r'^{-1/2} e_r')/2 makes the two
+    # groups' gradients −2W[:,1] + 2 p^{-1/2} e_s exact opposites.
+    k, l, m, clip = 3, 2, 4, 0.05
+    blocks = l if fairness == "equalized_odds" else 1
+    props = np.tile([0.2, 0.3, 0.5], (blocks, 1))
+    inv = (props**-0.5).ravel()
+    y = np.ones(m, dtype=np.int64)
+    s = np.zeros(m, dtype=np.int64)
+    batch = np.arange(m)
+    kw = dict(k=k, l=l, fairness=fairness, protect="record", clip_loss=clip, clip_theta=clip, clip_w=clip)
+    d_loss, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=float(m), fairness=fairness, positive=1,
+                                               protect="record", clip_loss=clip, clip_theta=clip, clip_w=clip)
+    X = np.tile([[1e4, 0.0]], (m, 1))
+    X2 = X.copy()
+    X2[0] = [-1e4, 0.0]
+    W = np.tile(np.array([[1.0, 0.5], [-1.0, 0.0], [0.3, 0.0]]).ravel(), blocks)  # gives a non-zero θ-part
+    a = grads(X, y, s, np.zeros(3), W, inv, batch, **kw)
+    b = grads(X2, y, s, np.zeros(3), W, inv, batch, **kw)
+    assert np.linalg.norm(a["loss_grad"] - b["loss_grad"]) / d_loss > 0.999
+    assert np.linalg.norm(a["psi_theta"] - b["psi_theta"]) / d_theta > 0.999
+    # W-part: confident on class 1 (θ large), the record moves from group 0 to group 1.
+    Xc = np.tile([[100.0, 0.0]], (m, 1))
+    theta = np.array([1.0, 0.0, 0.0])
+    col = 0.5 * (inv[0] * np.eye(k)[0] + inv[1] * np.eye(k)[1])
+    Wc = np.zeros((k, l))
+    Wc[:, 1] = col
+    Wc = np.tile(Wc.ravel(), blocks)
+    s2 = s.copy()
+    s2[0] = 1
+    a = grads(Xc, y, s, theta, Wc, inv, batch, **kw)
+    b = grads(Xc, y, s2, theta, Wc, inv, batch, **kw)
+    assert np.linalg.norm(a["psi_w"] - b["psi_w"]) / d_w > 0.999
 
 
 def test_noise_stds_give_the_requested_effective_multiplier():

@@ -40,3 +40,20 @@ def test_one_steffle_epoch_on_adult(benchmark, adult_round_inputs):
 
     out = benchmark(epoch)
     assert len(out["loss"]) == rounds
+
+
+@pytest.fixture(scope="module")
+def adult_federation():
+    data = pfair.datasets.load_adult()
+    return pfair.Federation.partition(data, 3, heterogeneity=0.0, by="age", seed=0)
+
+
+@pytest.mark.parametrize("epochs", [1, 10])
+def test_steffle_fit_on_adult(benchmark, adult_federation, epochs):
+    # The estimator end to end: calibration, ledgers, handing the silos to Rust, then the epochs.
+    # The difference between the two sizes is the cost of 9 epochs; the rest is set-up.
+    def fit():
+        return pfair.SteFFLe(lam=1.0, epsilon=1.0, epochs=epochs, track_history=False).fit(adult_federation)
+
+    model = benchmark(fit)
+    assert model.privacy_report_["epsilon_spent"].max() <= 1.0
