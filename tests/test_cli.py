@@ -35,6 +35,30 @@ def test_train_json_has_the_promised_keys_and_honest_privacy(capsys, tmp_path):
     assert len(rows) == 3 and all(r["epsilon_spent"] <= 1.0 for r in rows)
 
 
+@pytest.mark.parametrize("mode, extra, n_ledgers", [
+    ("divisions", [], 3),  # one sensitive division per silo
+    ("central_sensitive", [], 1),  # one central sensitive silo
+    ("hybrid", ["--sensitive-silos", "2", "--dummy-noise"], 2),
+])
+def test_train_runs_every_hybrid_mode_and_reports_its_sensitive_silos(capsys, tmp_path, mode, extra, n_ledgers):
+    out_file = tmp_path / "run.json"
+    code, out, _ = run(capsys, "train", "--dataset", "german", "--silos", "3", "--epsilon", "2", "--lam", "1.0",
+                       "--epochs", "2", "--batch-size", "32", "--mode", mode, *extra, "--json", "--out", str(out_file))
+    assert code == 0
+    result = json.loads(out)
+    assert result["mode"] == mode and result["test_error"] < 1.0
+    assert len(result["noise_multiplier"]) == n_ledgers and result["epsilon_spent"] <= 2.0
+    rows = json.loads(out_file.read_text())["privacy_report"]
+    assert {r["accounting"] for r in rows} == {"public_batch"}
+    # --no-amplification charges every round in full.
+    code, out, _ = run(capsys, "train", "--dataset", "german", "--silos", "3", "--epsilon", "2", "--lam", "1.0",
+                       "--epochs", "2", "--batch-size", "32", "--mode", mode, *extra, "--no-amplification",
+                       "--json", "--out", str(out_file))
+    assert code == 0
+    rows = json.loads(out_file.read_text())["privacy_report"]
+    assert {r["accounting"] for r in rows} == {"full_batch"} and all(r["sample_rate"] == 1.0 for r in rows)
+
+
 def test_train_text_output_and_nonprivate(capsys):
     code, out, err = run(capsys, "train", "--dataset", "adult", "--epsilon", "none", "--lam", "0", "--epochs", "2")
     assert code == 0

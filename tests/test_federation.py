@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pfair import partition
 from pfair.federation import Federation
 
 
@@ -91,11 +92,15 @@ def test_bad_inputs_raise_clear_errors(mutate, message):
 
 def test_describe_reports_sizes_and_proportions():
     X, y, s, ids = arrays()
-    d = Federation.from_arrays(X, y, sensitive_features=s, silos=ids).describe()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    d = fed.describe()
     assert list(d["size"]) == [30, 30]
+    # Columns carry the group and class names, not their codes.
+    assert [c for c in d.columns if c.startswith("p(s=")] == [f"p(s={g})" for g in fed.groups_]
+    assert [c for c in d.columns if c.startswith("p(y=")] == [f"p(y={c})" for c in fed.classes_]
     p_s = d[[c for c in d.columns if c.startswith("p(s=")]]
     np.testing.assert_allclose(p_s.sum(axis=1), 1.0)
-    assert "s_tv" in d.attrs["heterogeneity"]
+    assert (d["tv(s)"] >= 0).all() and "s_tv" in d.attrs["heterogeneity"]
 
 
 @pytest.fixture(scope="module")
@@ -126,5 +131,21 @@ def test_partition_dirichlet_skews_labels_and_respects_sizes(adult):
     n = adult.X_train.shape[0]
     sized = Federation.partition_dirichlet(adult, 3, alpha=0.5, by="sensitive", sizes=[n - 2000, 1500, 500], seed=0)
     assert sized.sizes == [n - 2000, 1500, 500]
+    powered = Federation.partition(adult, 4, heterogeneity=0.75, by="age", seed=0,
+                                   sizes=partition.power_law_sizes(n, 4, exponent=1.5))
+    assert sum(powered.sizes) == n and powered.sizes == sorted(powered.sizes, reverse=True)
     with pytest.raises(ValueError, match="by='nope' is not a raw attribute"):
         Federation.partition(adult, 3, by="nope")
+
+
+def test_a_declared_group_with_no_records_is_refused_for_every_notion():
+    # A group fixed by the global encoding (groups=) but absent from the data cannot enter the
+    # penalty (its p_s^{-1/2} is undefined): fitting must say which group and why.
+    from pfair import SteFFLe
+
+    X, y, s, ids = arrays()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids, groups=sorted(set(s)) + ["absent"])
+    assert fed.n_groups == len(set(s)) + 1
+    for fairness in ("demographic_parity", "equalized_odds", "equal_opportunity"):
+        with pytest.raises(ValueError, match="group 'absent' has no records"):
+            SteFFLe(fairness=fairness, epochs=1, batch_size=8).fit(fed)

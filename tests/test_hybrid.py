@@ -155,3 +155,12 @@ def test_modes_train_on_adult_as_well_as_the_standard_mode(adult_federation, mod
     assert err < trivial - 0.05
     assert abs(err - err_std) < 0.015, (mode, err, err_std)
     assert (m.privacy_report_["epsilon_spent"] <= 1.0).all()
+
+
+def test_hybrid_modes_refuse_options_they_cannot_honour():
+    X, y, s, silos = data()
+    with pytest.raises(ValueError, match="silo_weights does not apply"):
+        SteFFLe(epsilon=1.0, mode="central_sensitive", silo_weights="size", **FAST).fit(
+            X, y, sensitive_features=s, silos=silos)
+    with pytest.raises(ValueError, match="numeric accountant only"):
+        SteFFLe(epsilon=1.0, mode="divisions", calibration="paper", **FAST).fit(X, y, sensitive_features=s, silos=silos)

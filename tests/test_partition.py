@@ -192,7 +192,7 @@ def test_describe_partition():
     age, y, s = _adult_like(9_000, seed=7)
     ids = partition.heterogeneous(age, 3, heterogeneity=0.75, seed=0)
     df = partition.describe_partition(ids, y=y, sensitive_features=s, attribute=age)
-    assert list(df.columns) == ["size", "p(s=0)", "p(s=1)", "p(y=0)", "p(y=1)", "attribute_mean"]
+    assert list(df.columns) == ["size", "p(s=0)", "p(s=1)", "tv(s)", "p(y=0)", "p(y=1)", "tv(y)", "attribute_mean"]
     np.testing.assert_array_equal(df["size"], [3000, 3000, 3000])
     for k in range(3):
         assert df.loc[k, "p(y=1)"] == pytest.approx(y[ids == k].mean())
@@ -201,6 +201,11 @@ def test_describe_partition():
     assert (np.diff(df["attribute_mean"]) > 0).all()  # sorted blocks show through at h = 0.75
     h = df.attrs["heterogeneity"]
     assert set(h) == {"s_tv", "y_tv", "attribute_eta2"} and h["attribute_eta2"] > 0.3
+    # Per-silo TV distances from the pooled mix, size-weighted, are the Rust score.
+    for col, key in (("tv(s)", "s_tv"), ("tv(y)", "y_tv")):
+        assert np.average(df[col], weights=df["size"]) == pytest.approx(h[key], rel=1e-12)
+        p1 = df[f"p({col[3]}=1)"]
+        np.testing.assert_allclose(df[col], np.abs(p1 - df.attrs["global"][f"p({col[3]}=1)"]))
     assert df.attrs["global"]["p(y=1)"] == pytest.approx(y.mean())
 
 

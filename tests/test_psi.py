@@ -142,3 +142,21 @@ def test_max_over_w_for_equalized_odds_is_label_weighted_conditional_chi2():
     P = softmax_probs(X, theta, l)
     expected = sum((y == c).mean() * chi2_penalty(P[y == c], s[y == c], k) for c in range(l))
     assert value == pytest.approx(expected, rel=1e-6)
+
+
+def test_max_over_w_for_equal_opportunity_is_the_positive_class_term():
+    """Only records with y = positive enter ψ (divisor m): max_W mean ψ = p̂(y=1) χ²(p̂_{ŷ,s|y=1} ‖ p̂_{ŷ|y=1} p̂_{s|y=1})."""
+    rng = np.random.default_rng(4)
+    n, k, l = 400, 3, 3
+    X = rng.normal(size=(n, 2))
+    s = rng.integers(0, k, size=n)
+    X[:, 0] += s
+    y = rng.integers(0, l, size=n)
+    theta = rng.normal(size=3 * (l - 1))
+    theta.reshape(3, l - 1)[0] = [1.5, -1.0]
+    pos = y == 1
+    inv = ((np.bincount(s[pos], minlength=k) / pos.sum()) ** -0.5).reshape(1, k)
+    _, value = _ascend_w(X, y, s, theta, inv, k=k, l=l, fairness="equal_opportunity")
+    expected = pos.mean() * chi2_penalty(softmax_probs(X, theta, l)[pos], s[pos], k)
+    assert expected > 0.005
+    assert value == pytest.approx(expected, rel=1e-6)

@@ -46,6 +46,10 @@ def add_train_parser(sub: Any) -> None:
                    help="who holds s (hybrid centralization, see pfair.hybrid)")
     p.add_argument("--sensitive-silos", type=int, default=None,
                    help="--mode hybrid: number of sensitive silos (records assigned to them at random)")
+    p.add_argument("--dummy-noise", action="store_true",
+                   help="hybrid modes: sensitive silos with no record in a round's batch send zero-mean noise")
+    p.add_argument("--no-amplification", dest="amplification", action="store_false",
+                   help="hybrid modes: charge every round in full (q = 1) instead of the public-batch rate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
@@ -117,7 +121,8 @@ def train_command(args: argparse.Namespace) -> int:
         fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
         batch_size=args.batch_size, lr_theta=args.lr_theta, lr_w=args.lr_w, w_radius=args.w_radius,
         clip=args.clip, sampling=args.sampling, protect=args.protect, calibration=args.calibration,
-        p_s=args.p_s, mode=args.mode, seed=args.seed, progress=not args.json, track_history=not args.json,
+        p_s=args.p_s, mode=args.mode, amplification=args.amplification, dummy_noise=args.dummy_noise, seed=args.seed,
+        progress=not args.json, track_history=not args.json,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -151,16 +151,19 @@ class Federation:
 
     @classmethod
     def partition(
-        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str = "age", seed: int = 0
+        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str = "age", seed: int = 0,
+        sizes: Sequence[int] | None = None,
     ) -> "Federation":
         """Split a data set's training records with the paper's heterogeneity partitioner
         (:func:`pfair.partition.heterogeneous`, seed 003 Alg. 3): sort by the raw attribute ``by``,
         silo k takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at
-        random. ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``."""
+        random. ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``.
+        ``sizes`` gives unequal silo sizes (summing to the number of training records, e.g.
+        :func:`pfair.partition.power_law_sizes`); default: equal sizes."""
         from pfair import partition
 
         values = _attribute(dataset, by)
-        ids = partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed)
+        ids = partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed, sizes=sizes)
         fed = cls.from_dataset(dataset, ids)
         fed.partition_by = by
         return fed
@@ -255,10 +258,11 @@ class Federation:
         return counts / counts.sum(axis=1, keepdims=True)
 
     def describe(self) -> pd.DataFrame:
-        """Per-silo size, ``p(s)``, ``p(y)`` and the partition attribute's mean
-        (:func:`pfair.partition.describe_partition`); ``df.attrs["heterogeneity"]`` holds the
-        heterogeneity between silos (total-variation distance of p(s) and p(y) from the pooled
-        distribution, and the between-silo share of the partition attribute's variance)."""
+        """Per-silo size, ``p(s=…)`` and ``p(y=…)`` (by group and class name), each silo's
+        heterogeneity ``tv(s)``, ``tv(y)`` (total-variation distance from the pooled mix) and the
+        partition attribute's mean (:func:`pfair.partition.describe_partition`).
+        ``df.attrs["heterogeneity"]`` holds the federation-wide scores (size-weighted mean TV of
+        p(s) and p(y), and the between-silo share η² of the partition attribute's variance)."""
         from pfair.partition import describe_partition
 
         _, y, s = self.pooled()
@@ -267,7 +271,7 @@ class Federation:
         attribute = None
         if by is not None and all(silo.attrs is not None and by in silo.attrs for silo in self.silos):
             attribute = np.concatenate([silo.attrs[by].to_numpy(dtype=float) for silo in self.silos])
-        df = describe_partition(ids, y=y, sensitive_features=s, attribute=attribute)
+        df = describe_partition(ids, y=self.classes_[y], sensitive_features=self.groups_[s], attribute=attribute)
         if attribute is not None:
             df = df.rename(columns={"attribute_mean": f"mean({by})"})
         return df

@@ -92,6 +92,9 @@ class HybridRunner:
             raise ValueError(f"mode={model.mode!r} samples fixed-size batches; use sampling='without_replacement'")
         if model.p_s != "public":
             raise ValueError(f"mode={model.mode!r} supports p_s='public' only")
+        if model.silo_weights != "uniform":
+            raise ValueError(f"mode={model.mode!r} averages over the union of the silos' batches, so silo_weights "
+                             "does not apply; leave silo_weights='uniform'")
         if model.calibration != "rdp":
             raise ValueError(f"mode={model.mode!r} calibrates with the numeric accountant only; use calibration='rdp' "
                              "(the paper's closed form exists for the standard mode)")

@@ -249,8 +249,10 @@ def describe_partition(
     """Per-silo statistics: one row per silo ``0..max(silo_ids)``.
 
     Columns: ``size``; ``p(s=r)`` for each group r of ``sensitive_features``; ``p(y=c)`` for each
-    class c of ``y``; ``attribute_mean`` if ``attribute`` is given. Empty silos have NaN
-    proportions. ``df.attrs["heterogeneity"]`` holds the scores of :func:`heterogeneity_score`:
+    class c of ``y``; ``tv(s)`` and ``tv(y)``, each silo's total-variation distance
+    ``½ Σ_c |p̂(c | k) − p̂(c)|`` from the pooled mix (its heterogeneity); ``attribute_mean`` if
+    ``attribute`` is given. Empty silos have NaN proportions. ``df.attrs["heterogeneity"]`` holds
+    the scores of :func:`heterogeneity_score` (``s_tv`` is the size-weighted mean of ``tv(s)``):
     ``"s_tv"``, ``"y_tv"`` and ``"attribute_eta2"`` (those whose column was given);
     ``df.attrs["global"]`` the pooled proportions and mean.
     """
@@ -273,10 +275,12 @@ def describe_partition(
         np.add.at(table, (s, codes), 1.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             table /= size[:, None]
+        share = np.bincount(codes, minlength=categories.shape[0]) / n
         for j, c in enumerate(categories):
             key = f"p({prefix}={c})"
             df[key] = table[:, j]
-            pooled[key] = float(np.mean(codes == j))
+            pooled[key] = float(share[j])
+        df[f"tv({prefix})"] = 0.5 * np.abs(table - share).sum(axis=1)
         scores[f"{prefix}_tv"] = float(_core.partition_heterogeneity_tv(s, codes))
 
     if sensitive_features is not None:

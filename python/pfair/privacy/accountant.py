@@ -176,14 +176,21 @@ def epsilon_for(
     delta : float
         Target δ in (0, 1).
     sampling : str
-        ``"without_replacement"`` (default), ``"poisson"``, ``"poisson_replace_one"``, ``"full_batch"``.
+        ``"without_replacement"`` (default), ``"poisson"``, ``"poisson_replace_one"``,
+        ``"full_batch"``, ``"public_batch"``. The per-step bound ε_step(α) is, respectively:
+        Wang, Balle, Kasiviswanathan 2019, Thm. 9 (Gaussian form Thm. 27, fractional orders
+        Cor. 10); Mironov, Talwar, Zhang 2019, Sec. 3.3; the replace-one bound of
+        ``docs/accounting.md`` (weak triangle inequality, Mironov 2017 Prop. 11, and joint
+        convexity); α/(2z²) (Mironov 2017, Prop. 7); ``log(1 − q + q e^{α(α−1)/(2z²)})/(α − 1)``
+        (public batch, ``docs/accounting.md``). Composition adds RDP (Mironov 2017, Prop. 1).
     return_order : bool
         Also return the optimal RDP order.
 
     Returns
     -------
     float, or (float, float) with ``return_order=True``
-        ``ε = min_α [steps·ε_step(α) + log(1 − 1/α) − log(δα)/(α−1)]``.
+        ``ε = min_α [steps·ε_step(α) + log(1 − 1/α) − log(δα)/(α−1)]`` over the default orders
+        (Balle, Barthe, Gaboardi, Hsu, Sato 2020, Thm. 21).
     """
     s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
     eps, order = _core.epsilon_for(z, q, t, _delta(delta), s)
@@ -219,9 +226,12 @@ def noise_multiplier_for(
 ) -> float:
     """Noise multiplier ``z`` (noise std / L2 sensitivity) so that ``steps`` releases are (ε, δ)-DP.
 
-    Bisection over ``z ∈ [1e-3, 1e6]`` (geometric, bracket grown by doubling from ``z = 1``),
-    always keeping the feasible end, so the returned ``z`` satisfies
-    ``0.995·epsilon ≤ epsilon_for(z) ≤ epsilon`` (contract: ≤ target and within 2%).
+    ε(z) is :func:`epsilon_for` (RDP bounds cited there, composed over ``steps`` and converted
+    with Balle et al. 2020, Thm. 21); it does not increase with z. The bracket ``z ∈ [1e-3, 1e6]``
+    is grown by doubling from ``z = 1`` and narrowed by safeguarded secant steps in
+    (log z, log ε), always keeping the feasible end, so the returned ``z`` satisfies
+    ``0.995·epsilon ≤ epsilon_for(z) ≤ epsilon`` (contract: ≤ target and within 2%). Method and
+    timings: ``docs/accounting.md``.
 
     Raises
     ------
