@@ -164,3 +164,21 @@ def test_hybrid_modes_refuse_options_they_cannot_honour():
             X, y, sensitive_features=s, silos=silos)
     with pytest.raises(ValueError, match="numeric accountant only"):
         SteFFLe(epsilon=1.0, mode="divisions", calibration="paper", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+
+
+def test_ledger_rates_of_the_divisions_and_central_modes():
+    X, y, s, _ = data(3000)
+    silos = np.repeat([0, 1, 2], [1500, 1000, 500])
+    # (a) each silo's sensitive division accounts its own silo's rate m / n_j.
+    div = SteFFLe(epsilon=1.0, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    np.testing.assert_allclose(div.privacy_report_["sample_rate"], [64 / 1500, 64 / 1000, 64 / 500])
+    # (b) the central sensitive silo holds every record: the worst rate, max_j m / n_j.
+    cen = SteFFLe(epsilon=1.0, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    np.testing.assert_allclose(cen.privacy_report_["sample_rate"], [64 / 500])
+    for m in (div, cen):
+        rep = m.privacy_report_
+        assert (rep["accounting"] == "public_batch").all() and len(m.ledgers_) == len(rep)
+        for c, row in rep.iterrows():
+            again = epsilon_for(noise_multiplier=row["noise_multiplier"], sample_rate=row["sample_rate"],
+                                steps=int(row["steps"]), delta=row["delta"], sampling="public_batch")
+            assert m.ledgers_[c].epsilon_spent() == pytest.approx(again, rel=1e-9) and again <= 1.0
