@@ -83,32 +83,18 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _federation(ds: Any, n_silos: int, heterogeneity: float, by: str | None, seed: int) -> Any:
-    """Silos from the paper's partitioner, sorted by ``by`` (default: age, when the data has it)."""
-    import numpy as np
-
-    from pfair.federation import Federation
-
-    column = by or ("age" if "age" in ds.attrs_train.columns else None)
-    if column is not None:
-        return Federation.partition(ds, n_silos, heterogeneity=heterogeneity, by=column, seed=seed)
-    if heterogeneity != 0:
-        raise ValueError(f"--heterogeneity needs --partition-by: {ds.name} has no 'age' attribute; "
-                         f"available: {list(ds.attrs_train.columns)}")
-    ids = np.random.default_rng(seed).integers(0, n_silos, size=len(ds.y_train))
-    return Federation.from_dataset(ds, ids)
-
-
 def train_command(args: argparse.Namespace) -> int:
     from pfair import datasets, metrics
     from pfair.estimators import SteFFLe
+    from pfair.federation import Federation
 
     import numpy as np
 
     t0 = time.perf_counter()
     kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
     ds = datasets.load(args.dataset, **kwargs)
-    fed = _federation(ds, args.silos, args.heterogeneity, args.partition_by, args.seed)
+    fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
+                                 seed=args.seed)
     sensitive_silos = None
     if args.mode == "hybrid":
         n_sens = args.sensitive_silos or 2
