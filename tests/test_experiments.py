@@ -329,3 +329,12 @@ def test_cli_bad_fairness_and_missing_results_exit_2(capsys, tmp_path):
     assert exc.value.code == 2 and "--fairness" in capsys.readouterr().err
     assert main(["summary", str(tmp_path / "nothing")]) == 2
     assert "no runs.csv" in capsys.readouterr().err
+
+
+def test_two_sweeps_cannot_write_into_the_same_directory(tmp_path):
+    from pfair.experiments.sweep import _exclusive
+
+    with _exclusive(tmp_path):
+        with pytest.raises(ValueError, match="another sweep is running"):
+            run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)
+    assert run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY).ran == 2

@@ -315,7 +315,6 @@ def _check_or_write_settings(out: Path, settings: dict[str, Any]) -> None:
         raise ValueError(f"out: {runs} exists but {path} does not, so its settings are unknown; "
                          "use another --out directory")
     else:
-        out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(settings, indent=1) + "\n")
 
 
@@ -486,6 +485,29 @@ def _single_threaded_children() -> Iterator[None]:
                 os.environ[n] = v
 
 
+LOCK_FILE = ".sweep.lock"
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out`` for the sweep: two sweeps appending to the same
+    ``runs.csv`` would run the same cells twice. (POSIX ``flock``; elsewhere no lock.)"""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(out / LOCK_FILE, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"out: another sweep is running into {out}; wait for it or use another --out") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _executor(jobs: int, dataset_names: Sequence[str]) -> ProcessPoolExecutor:
     import multiprocessing
 
@@ -539,9 +561,15 @@ def run_sweep(
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"out: {out_dir} exists and is not a directory")
-    _check_or_write_settings(out_dir, _settings(epochs, batch_size, overrides))
+    out_dir.mkdir(parents=True, exist_ok=True)
     file = out_dir / RUNS_FILE
+    with _exclusive(out_dir):
+        _check_or_write_settings(out_dir, _settings(epochs, batch_size, overrides))
+        return _run(cells, file, epochs, batch_size, overrides, jobs, progress, retry_failed, t0)
 
+
+def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides: Mapping[str, Mapping[str, Any]],
+         jobs: int, progress: bool, retry_failed: bool, t0: float) -> SweepResult:
     done: set[tuple[str, ...]] = set()
     if file.exists() and file.stat().st_size > 0:
         previous = load_runs(file)
