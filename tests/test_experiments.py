@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pfair.cli import main
 from pfair.experiments import expand_grid, load_runs, parse_values, plot_results, run_sweep, summarize
 from pfair.experiments.methods import METHODS, get_method
-from pfair.experiments.summary import front, matched_reduction, pareto_mask, tradeoff_points, violation_at
+from pfair.experiments.summary import (front, matched_reduction, mean_violation, pareto_mask, tradeoff_points,
+                                      violation_at)
 from pfair.experiments.sweep import COLUMNS, KEY_COLUMNS, cell_key
 
 # A small, fast grid on German credit (750 training records): 2 epochs, batches of 32.
@@ -217,6 +218,14 @@ def test_matched_error_and_reduction_on_hand_built_fronts():
     r = matched_reduction(([0.10, 0.20], [0.30, 0.10]), ([0.18], [0.40]))
     assert r["matched_error"] == pytest.approx(0.18)
     assert r["reference_violation"] == pytest.approx(0.14) and r["reduction"] == pytest.approx(1 - 0.14 / 0.40)
+    # over the error range [e*, 0.25]: exact integrals of the piecewise-linear V's
+    r = matched_reduction(steffle, baseline, upper_error=0.25)
+    assert r["reference_mean_violation"] == pytest.approx((0.05 * 0.035 + 0.02 * 0.05) / 0.10)
+    assert r["mean_violation"] == pytest.approx((0.125 * 0.03 + 0.10 * 0.07) / 0.10)
+    assert r["range_reduction"] == pytest.approx(1 - 0.00275 / 0.01075)
+    assert math.isnan(matched_reduction(steffle, baseline)["range_reduction"])  # no upper error given
+    assert mean_violation([0.1, 0.2], [0.3, 0.1], 0.1, 0.2) == pytest.approx(0.2)
+    assert math.isnan(mean_violation([0.1, 0.2], [0.3, 0.1], 0.05, 0.2))  # V undefined at the lower end
     assert matched_reduction(([0.1], [0.0]), ([0.1], [0.0]))["reduction"] == 0.0
     assert matched_reduction(([0.1], [0.1]), ([0.1], [0.0]))["reduction"] == -math.inf
 
@@ -254,6 +263,9 @@ def test_summary_table_on_hand_built_runs():
     assert pf["reference_violation"] == pytest.approx(0.20 - 0.10 / 3)  # V_S(0.16) on (0.15,0.2)-(0.18,0.1)
     assert pf["violation"] == pytest.approx(0.30)
     assert pf["reduction"] == pytest.approx(1 - (0.20 - 0.10 / 3) / 0.30)
+    assert pf["reference_mean_violation"] == pytest.approx(((0.20 - 0.10 / 3 + 0.10) / 2 * 0.02 + 0.10 * 0.07) / 0.09)
+    assert pf["mean_violation"] == pytest.approx((0.25 * 0.04 + 0.20 * 0.05) / 0.09)
+    assert pf["range_reduction"] == pytest.approx(1 - ((0.20 - 0.10 / 3 + 0.10) / 2 * 0.02 + 0.007) / 0.02)
     fa = at1.loc["fedavg"]
     assert fa["matched_error"] == pytest.approx(0.15) and fa["reduction"] == pytest.approx(1 - 0.20 / 0.25)
     assert at1.loc["steffle", "status"] == "reference"

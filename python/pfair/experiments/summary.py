@@ -35,6 +35,15 @@ convex). Beyond e_max a model with lower error is allowed at e.
 the lowest error both fronts reach; *reduction* = 1 − V_S(e*) / V_B(e*), the paper's "x% lower
 violation at the same accuracy" (positive: SteFFLe's violation is lower). If V_B(e*) = 0 the
 reduction is 0 when V_S(e*) = 0 too and −∞ otherwise.
+
+*Reduction over the error range.* The reduction at e* looks at the most accurate end of the
+fronts only, where the fairness penalty is weakest. To compare the whole trade-off, the mean
+violations over the errors both methods reach below the trivial one,
+
+    V̄_m = (1 / (e_hi − e*)) ∫_{e*}^{e_hi} V_m(e) de,      e_hi = e_triv − margin,
+
+are reported with ``range_reduction`` = 1 − V̄_S / V̄_B (same conventions; NaN when e* = e_hi).
+The integral is exact: the V's are piecewise linear.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ __all__ = [
     "front",
     "violation_at",
     "matched_reduction",
+    "mean_violation",
     "tradeoff_points",
     "summarize",
     "format_summary",
@@ -103,25 +113,49 @@ def violation_at(front_errors: Any, front_violations: Any, error: float) -> floa
     return float(np.interp(error, fe, fv))
 
 
-def matched_reduction(ref_front: tuple[Any, Any], other_front: tuple[Any, Any]) -> dict[str, float]:
-    """Compare two fronts at their matched error e* = max(lowest errors).
+def mean_violation(front_errors: Any, front_violations: Any, lo: float, hi: float) -> float:
+    """(1/(hi − lo)) ∫_lo^hi V(e) de for a front's V (:func:`violation_at`); NaN if ``hi <= lo``
+    or V is undefined at ``lo``. Exact: V is linear between the front's errors and flat beyond."""
+    fe = np.asarray(front_errors, dtype=float)
+    if not hi > lo or math.isnan(violation_at(fe, front_violations, lo)):
+        return math.nan
+    xs = np.unique(np.concatenate([[lo, hi], fe[(fe > lo) & (fe < hi)]]))
+    ys = np.array([violation_at(fe, front_violations, x) for x in xs])
+    return float(np.sum((ys[1:] + ys[:-1]) * np.diff(xs)) / 2 / (hi - lo))
 
-    Returns ``matched_error`` (e*), ``reference_violation`` V_ref(e*), ``violation`` V_other(e*)
-    and ``reduction`` = 1 − V_ref(e*)/V_other(e*) (0 if both are 0, −inf if only V_other is 0).
-    Everything is NaN when a front is empty."""
+
+def _reduction(v_ref: float, v_other: float) -> float:
+    """1 − v_ref / v_other; 0 if both are 0, −inf if only ``v_other`` is 0, NaN if either is."""
+    if math.isnan(v_ref) or math.isnan(v_other):
+        return math.nan
+    if v_other > 0:
+        return 1.0 - v_ref / v_other
+    return 0.0 if v_ref == 0 else -math.inf
+
+
+def matched_reduction(ref_front: tuple[Any, Any], other_front: tuple[Any, Any],
+                      upper_error: float = math.nan) -> dict[str, float]:
+    """Compare two fronts (each ``(errors, violations)`` as returned by :func:`front`).
+
+    Returns ``matched_error`` e* = max(lowest errors), ``reference_violation`` V_ref(e*),
+    ``violation`` V_other(e*), ``reduction`` = 1 − V_ref(e*)/V_other(e*) (0 if both are 0, −inf
+    if only V_other is 0) and, over [e*, ``upper_error``] (normally the trivial error),
+    ``reference_mean_violation``, ``mean_violation`` and ``range_reduction`` = 1 − V̄_ref/V̄_other
+    (NaN if ``upper_error <= e*`` or is NaN). Everything is NaN when a front is empty."""
     re, rv = (np.asarray(a, dtype=float) for a in ref_front)
     oe, ov = (np.asarray(a, dtype=float) for a in other_front)
+    out = dict.fromkeys(("matched_error", "reference_violation", "violation", "reduction",
+                         "reference_mean_violation", "mean_violation", "range_reduction"), math.nan)
     if re.size == 0 or oe.size == 0:
-        return {"matched_error": math.nan, "reference_violation": math.nan, "violation": math.nan,
-                "reduction": math.nan}
+        return out
     e_star = float(max(re[0], oe[0]))
     v_ref = violation_at(re, rv, e_star)
     v_oth = violation_at(oe, ov, e_star)
-    if v_oth > 0:
-        reduction = 1.0 - v_ref / v_oth
-    else:
-        reduction = 0.0 if v_ref == 0 else -math.inf
-    return {"matched_error": e_star, "reference_violation": v_ref, "violation": v_oth, "reduction": reduction}
+    m_ref = mean_violation(re, rv, e_star, upper_error)
+    m_oth = mean_violation(oe, ov, e_star, upper_error)
+    out.update(matched_error=e_star, reference_violation=v_ref, violation=v_oth, reduction=_reduction(v_ref, v_oth),
+               reference_mean_violation=m_ref, mean_violation=m_oth, range_reduction=_reduction(m_ref, m_oth))
+    return out
 
 
 def _runs(runs: Any) -> pd.DataFrame:
@@ -194,8 +228,10 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
     ``front_size``; ``min_error`` (e_min of the front) and ``min_violation`` (its lowest
     violation); ``collapsed`` (every point has error ≥ trivial − margin);
     ``matched_error`` e*, ``violation`` V_method(e*), ``reference_violation`` V_ref(e*),
-    ``reduction`` 1 − V_ref(e*)/V_method(e*); ``status``: ``compared``, ``reference``,
-    ``collapsed`` (this method), ``reference collapsed`` or ``no reference``.
+    ``reduction`` 1 − V_ref(e*)/V_method(e*); ``mean_violation``, ``reference_mean_violation``
+    and ``range_reduction``, the same for the mean over the error range [e*, trivial − margin];
+    ``status``: ``compared``, ``reference``, ``collapsed`` (this method), ``reference
+    collapsed`` or ``no reference``.
 
     For the reference's own row, ``matched_error`` is its e_min and ``violation`` V_ref(e_min).
     """
@@ -229,8 +265,8 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
         for method, (fe, fv) in fronts.items():
             row: dict[str, Any] = dict(zip(SETTING_COLUMNS, setting))
             row.update(method=method, reference=reference, trivial_error=trivial, **info[method])
-            cmp = {"matched_error": math.nan, "violation": math.nan, "reference_violation": math.nan,
-                   "reduction": math.nan}
+            cmp = dict.fromkeys(("matched_error", "violation", "reference_violation", "reduction",
+                                 "mean_violation", "reference_mean_violation", "range_reduction"), math.nan)
             if method == reference:
                 status = "collapsed" if info[method]["collapsed"] else "reference"
                 if len(fe):
@@ -242,35 +278,47 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
             elif len(ref[0]) == 0:
                 status = "reference collapsed"
             else:
-                cmp.update(matched_reduction(ref, (fe, fv)))
+                cmp.update(matched_reduction(ref, (fe, fv), upper_error=trivial - margin))
                 status = "compared"
             row.update(cmp, status=status)
             rows.append(row)
     columns = SETTING_COLUMNS + ["method", "reference", "private", "trivial_error", "n_points", "n_seeds",
                                  "front_size", "min_error", "min_violation", "collapsed", "matched_error",
-                                 "violation", "reference_violation", "reduction", "status"]
+                                 "violation", "reference_violation", "reduction", "mean_violation",
+                                 "reference_mean_violation", "range_reduction", "status"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def format_summary(table: pd.DataFrame) -> str:
-    """The summary as text: one block per setting, one line per method."""
+    """The summary as text: a legend, then one block per setting and one line per method."""
     if table.empty:
-        return "no finished runs to summarise"
-    lines = []
+        return "no finished runs to summarise\n"
+    ref = table["reference"].iloc[0]
+    lines = [
+        f"Violation V at matched test error e* = max(lowest errors of {ref} and the method) on their Pareto "
+        f"fronts;",
+        f"reduction = 1 - V_{ref}(e*) / V_method(e*) (positive: {ref} is fairer at the same error); mean V and "
+        "range reduction:",
+        "the same averaged over errors in [e*, trivial error]. Means over seeds; see docs/experiments.md.",
+        "",
+    ]
     for setting, grp in table.groupby(SETTING_COLUMNS, sort=False):
         ds, fair, eps, h, n = setting
         eps_text = "non-private" if math.isinf(eps) else f"ε = {eps:g}"
         lines.append(f"{ds} · {fair} · {eps_text} · h = {h:g} · N = {n} · trivial error "
-                     f"{grp['trivial_error'].iloc[0]:.4f}  (reference: {grp['reference'].iloc[0]})")
+                     f"{grp['trivial_error'].iloc[0]:.4f}")
         view = pd.DataFrame({
             "method": grp["method"] + np.where(grp["private"], "", " (non-private)"),
             "points": grp["n_points"],
             "seeds": grp["n_seeds"],
             "min error": grp["min_error"].map(_num),
-            "matched error": grp["matched_error"].map(_num),
-            "violation": grp["violation"].map(_num),
-            "ref. violation": grp["reference_violation"].map(_num),
+            "e*": grp["matched_error"].map(_num),
+            "V(e*)": grp["violation"].map(_num),
+            f"V_{ref}(e*)": grp["reference_violation"].map(_num),
             "reduction": grp["reduction"].map(_pct),
+            "mean V": grp["mean_violation"].map(_num),
+            f"mean V_{ref}": grp["reference_mean_violation"].map(_num),
+            "range reduction": grp["range_reduction"].map(_pct),
             "status": grp["status"].replace({"collapsed": "collapsed to the trivial predictor"}),
         })
         lines.append(view.to_string(index=False))

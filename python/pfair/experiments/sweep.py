@@ -16,7 +16,8 @@ the noise and any random initialisation. Metrics are measured on the data set's 
 split. So a cell's row depends only on its key and on the sweep's fixed settings (epochs, batch
 size, hyper-parameter overrides), which ``sweep.json`` records next to ``runs.csv``: resuming
 into a directory whose settings differ is refused, and cells whose key is already in
-``runs.csv`` are skipped.
+``runs.csv`` are skipped. The data set and the fairness notion are part of the key, so one
+directory may hold sweeps of several data sets and notions without mixing their rows.
 
 The parent process appends each finished row to ``runs.csv`` at once (and flushes), so an
 interrupted sweep keeps everything that finished. Workers are separate processes (spawned, so no
