@@ -17,6 +17,8 @@ or ``pfair sweep ...``, ``pfair summary results/``, ``pfair plot results/``. Mod
 """
 
 from pfair.experiments.methods import METHODS, MethodSpec
+from pfair.experiments.plots import plot_results  # matplotlib is imported only when drawing
+from pfair.experiments.summary import format_summary, summarize, tradeoff_points
 from pfair.experiments.sweep import SweepResult, expand_grid, load_runs, parse_values, run_sweep
 
 __all__ = [
@@ -24,21 +26,11 @@ __all__ = [
     "MethodSpec",
     "SweepResult",
     "expand_grid",
+    "format_summary",
     "load_runs",
     "parse_values",
     "plot_results",
     "run_sweep",
     "summarize",
+    "tradeoff_points",
 ]
-
-
-def __getattr__(name: str):  # summary and plots import lazily (plots need matplotlib)
-    if name == "summarize":
-        from pfair.experiments.summary import summarize
-
-        return summarize
-    if name == "plot_results":
-        from pfair.experiments.plots import plot_results
-
-        return plot_results
-    raise AttributeError(f"module 'pfair.experiments' has no attribute {name!r}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["METHODS", "MethodSpec", "get_method", "check_methods", "FAIRNESS_CHOICES", "violation_column"]
@@ -90,7 +90,6 @@ class MethodSpec:
     federated: bool
     fairness_aware: bool
     description: str
-    fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def parameters(self) -> list[str]:
         """Names of the estimator's ``__init__`` parameters."""
@@ -121,7 +120,6 @@ class MethodSpec:
             kwargs["epsilon"] = float(epsilon)
         if self.knob is not None:
             kwargs[self.knob] = self.hyper_parameter(knob)
-        kwargs.update(self.fixed)
         for name, value in (overrides or {}).items():
             if name not in accepted:
                 raise ValueError(f"param: {name!r} is not a parameter of {self.name} "
