@@ -212,6 +212,8 @@ def add_experiment_parsers(sub: Any) -> None:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
+    """``pfair sweep``: :func:`pfair.experiments.run_sweep`; exit 130 when interrupted, 1 when every
+    cell it ran failed."""
     from pfair.experiments import run_sweep
 
     try:
@@ -234,6 +236,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 
 def summary_command(args: argparse.Namespace) -> int:
+    """``pfair summary``: print :func:`pfair.experiments.summarize` and write it to summary.csv."""
     from pathlib import Path
 
     from pfair.experiments.summary import format_summary, summarize
@@ -248,6 +251,7 @@ def summary_command(args: argparse.Namespace) -> int:
 
 
 def plot_command(args: argparse.Namespace) -> int:
+    """``pfair plot``: :func:`pfair.experiments.plot_results`; prints the files written."""
     from pfair.experiments import plot_results
 
     try:
