@@ -1,8 +1,14 @@
-"""Command line: ``pfair train``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``.
+"""Command line: ``pfair train``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``,
+``pfair sweep``, ``pfair summary``, ``pfair plot``.
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
 SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
 privacy spent.
+
+``pfair sweep --dataset adult --methods steffle,pfld,fedavg --epsilon 1 3 9 --heterogeneity 0 0.75
+--silos 3 --lam 0:2:11 --seeds 15 --out results/`` runs a grid of fits in parallel into
+``results/runs.csv`` (resumable); ``pfair summary results/`` and ``pfair plot results/`` turn it
+into the summary table and the figures (see :mod:`pfair.experiments` and docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -87,32 +93,18 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _federation(ds: Any, n_silos: int, heterogeneity: float, by: str | None, seed: int) -> Any:
-    """Silos from the paper's partitioner, sorted by ``by`` (default: age, when the data has it)."""
-    import numpy as np
-
-    from pfair.federation import Federation
-
-    column = by or ("age" if "age" in ds.attrs_train.columns else None)
-    if column is not None:
-        return Federation.partition(ds, n_silos, heterogeneity=heterogeneity, by=column, seed=seed)
-    if heterogeneity != 0:
-        raise ValueError(f"--heterogeneity needs --partition-by: {ds.name} has no 'age' attribute; "
-                         f"available: {list(ds.attrs_train.columns)}")
-    ids = np.random.default_rng(seed).integers(0, n_silos, size=len(ds.y_train))
-    return Federation.from_dataset(ds, ids)
-
-
 def train_command(args: argparse.Namespace) -> int:
     from pfair import datasets, metrics
     from pfair.estimators import SteFFLe
+    from pfair.federation import Federation
 
     import numpy as np
 
     t0 = time.perf_counter()
     kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
     ds = datasets.load(args.dataset, **kwargs)
-    fed = _federation(ds, args.silos, args.heterogeneity, args.partition_by, args.seed)
+    fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
+                                 seed=args.seed)
     sensitive_silos = None
     if args.mode == "hybrid":
         n_sens = args.sensitive_silos or 2
@@ -176,6 +168,107 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_experiment_parsers(sub: Any) -> None:
+    """``pfair sweep``, ``pfair summary`` and ``pfair plot`` (thin wrappers of :mod:`pfair.experiments`)."""
+    from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS
+
+    p = sub.add_parser("sweep", help="run a grid of methods x settings x seeds in parallel into DIR/runs.csv (resumable)",
+                       description="Run every cell (method, dataset, fairness, epsilon, heterogeneity, silos, knob, "
+                                   "seed) of a grid not yet in OUT/runs.csv. Numeric options take numbers or "
+                                   "start:stop:count (numpy.linspace), e.g. --lam 0:2:11.")
+    p.add_argument("--dataset", nargs="+", default=["adult"], help="bundled data set name(s) (see `pfair datasets`)")
+    p.add_argument("--methods", default="steffle,pfld,fedavg",
+                   help=f"comma-separated methods: {', '.join(METHODS)}")
+    p.add_argument("--fairness", nargs="+", default=["demographic_parity"], choices=list(FAIRNESS_CHOICES))
+    p.add_argument("--epsilon", nargs="+", default=["1", "3", "9"],
+                   help="per-silo epsilon of the private methods (non-private ones run once with inf)")
+    p.add_argument("--heterogeneity", nargs="+", default=["0", "0.75"], help="h in [0, 1] of the partitioner")
+    p.add_argument("--silos", nargs="+", default=["3"], help="number(s) of silos N >= 1")
+    p.add_argument("--lam", nargs="+", default=["0:2:11"],
+                   help="knob values: lambda (lam_max for pfld, rho_o/10 for single_shot); none for fedavg, "
+                        "central_erm")
+    p.add_argument("--seeds", type=int, default=15, help="number of seeds (0..seeds-1); a seed drives partition, "
+                                                        "batches and noise")
+    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--param", action="append", default=[], metavar="METHOD.NAME=VALUE",
+                   help="override a method's hyper-parameter, e.g. single_shot.outer_steps=50 (repeatable)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    p.add_argument("--out", default="results", help="results directory (default: results)")
+    p.add_argument("--retry-failed", action="store_true", help="run again the cells whose fit raised")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=sweep_command)
+
+    p = sub.add_parser("summary", help="violation at matched test error and SteFFLe's reduction vs each baseline")
+    p.add_argument("path", help="results directory of `pfair sweep` (or its runs.csv)")
+    p.add_argument("--reference", default="steffle", help="method the others are compared with (default steffle)")
+    p.add_argument("--margin", type=float, default=0.0,
+                   help="points with error >= trivial error - margin count as collapsed (default 0)")
+    p.add_argument("--csv", default=None, help="where to write the table (default PATH/summary.csv)")
+    p.set_defaults(func=summary_command)
+
+    p = sub.add_parser("plot", help="trade-off, heterogeneity and silo-count figures (PNG and SVG)")
+    p.add_argument("path", help="results directory of `pfair sweep` (or its runs.csv)")
+    p.add_argument("--out", default=None, help="figure directory (default PATH/plots)")
+    p.add_argument("--method", default="steffle", help="method of the heterogeneity and silo-count figures")
+    p.add_argument("--epsilon", type=float, default=1.0, help="epsilon of those figures (default 1)")
+    p.add_argument("--format", nargs="+", default=["png", "svg"], dest="formats")
+    p.set_defaults(func=plot_command)
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """``pfair sweep``: :func:`pfair.experiments.run_sweep`; exit 130 when interrupted, 1 when every
+    cell it ran failed."""
+    from pfair.experiments import run_sweep
+
+    try:
+        result = run_sweep(
+            args.out, methods=args.methods, datasets=args.dataset, fairness=args.fairness, epsilons=args.epsilon,
+            heterogeneities=args.heterogeneity, silos=args.silos, lams=args.lam, seeds=args.seeds,
+            epochs=args.epochs, batch_size=args.batch_size, params=args.param, jobs=args.jobs,
+            progress=not args.no_progress, retry_failed=args.retry_failed,
+        )
+    except KeyboardInterrupt:
+        print(f"\npfair sweep: interrupted; finished cells are kept in {args.out}/runs.csv; "
+              "run the same command again to resume", file=sys.stderr)
+        return 130
+    print(f"ran {result.ran} cells ({result.skipped} already in {result.path}) in {result.seconds:.1f} s; "
+          f"{len(result.runs)} rows in total")
+    if result.failed:
+        print(f"warning: {result.failed} of {result.ran} cells failed (see the error column); first: "
+              f"{result.first_error}", file=sys.stderr)
+    return 1 if result.ran and result.failed == result.ran else 0
+
+
+def summary_command(args: argparse.Namespace) -> int:
+    """``pfair summary``: print :func:`pfair.experiments.summarize` and write it to summary.csv."""
+    from pathlib import Path
+
+    from pfair.experiments.summary import format_summary, summarize
+
+    table = summarize(args.path, reference=args.reference, margin=args.margin)
+    base = Path(args.path)
+    target = Path(args.csv) if args.csv else (base if base.is_dir() else base.parent) / "summary.csv"
+    table.to_csv(target, index=False)
+    print(format_summary(table), end="")
+    print(f"written to {target}")
+    return 0
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    """``pfair plot``: :func:`pfair.experiments.plot_results`; prints the files written."""
+    from pfair.experiments import plot_results
+
+    try:
+        paths = plot_results(args.path, out=args.out, formats=args.formats, method=args.method, epsilon=args.epsilon)
+    except ImportError as exc:
+        print(f"pfair plot: error: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pfair", description="Private and fair federated learning (SteFFLe).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -184,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_privacy_parser(sub)
     add_privacy_report_parser(sub)
+    add_experiment_parsers(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets")
     ds.set_defaults(func=datasets_command)
     return parser

@@ -169,6 +169,23 @@ class Federation:
         return fed
 
     @classmethod
+    def for_dataset(
+        cls, dataset: Any, n_silos: int, *, heterogeneity: float = 0.0, by: str | None = None, seed: int = 0
+    ) -> "Federation":
+        """Silos for a data set as the command line and the sweeps build them: the paper's
+        partitioner (:meth:`partition`) sorted by ``by``, default ``"age"`` when the data set has
+        that raw attribute; without a partition attribute, each record goes to a uniformly random
+        silo (seeded by ``seed``), which is only allowed with ``heterogeneity=0``."""
+        column = by or ("age" if "age" in dataset.attrs_train.columns else None)
+        if column is not None:
+            return cls.partition(dataset, n_silos, heterogeneity=heterogeneity, by=column, seed=seed)
+        if heterogeneity != 0:
+            raise ValueError(f"heterogeneity={heterogeneity} needs a partition attribute (by=, --partition-by): "
+                             f"{dataset.name} has no 'age' attribute; available: {list(dataset.attrs_train.columns)}")
+        ids = np.random.default_rng(seed).integers(0, n_silos, size=len(dataset.y_train))
+        return cls.from_dataset(dataset, ids)
+
+    @classmethod
     def partition_dirichlet(
         cls,
         dataset: Any,

@@ -1,0 +1,215 @@
+"""Figures of a sweep: trade-off curves per setting, and the heterogeneity and silo-count sweeps.
+
+Every panel plots test error (y) against the fairness violation (x) of the sweep's notion, one
+point per knob value: the mean over seeds, with ±1 standard deviation (over seeds) error bars
+on both axes. Every panel draws the trivial error (the constant majority-class predictor on the
+test set) as a horizontal line: a point on or above it is no better than predicting one class
+for everyone.
+
+* ``tradeoff_<dataset>_<fairness>_N<silos>``: one panel per (h, ε), one colour per method; the
+  points are joined in knob order (thin line) and each method's Pareto front (the same front as
+  :mod:`pfair.experiments.summary`: points below the trivial error, non-dominated) is drawn
+  bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
+* ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (seed 003 Fig. 2): the
+  reference method's trade-off curves coloured by h, at one ε (default 1), when the sweep has at
+  least two values of h.
+* ``silos_<dataset>_<fairness>_<method>_eps<ε>``: the same coloured by the number of silos N, one
+  panel per h (the paper shows h = 0 and h = 0.75), when the sweep has at least two values of N.
+
+Figures are drawn with matplotlib's Agg canvas (no display needed) and saved as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pfair.experiments.methods import METHODS
+from pfair.experiments.summary import front, tradeoff_points
+
+__all__ = ["plot_results", "METHOD_COLOURS"]
+
+#: One colour per method, fixed so that figures are comparable.
+METHOD_COLOURS: dict[str, str] = {
+    "steffle": "#d62728", "pfld": "#1f77b4", "fedavg": "#7f7f7f", "central_erm": "#17becf",
+    "fermi": "#2ca02c", "dp_fermi": "#9467bd", "nonprivate_steffle": "#ff7f0e", "single_shot": "#8c564b",
+}
+
+_VIOLATION_LABEL = {"demographic_parity": "demographic parity violation",
+                    "equalized_odds": "equalized odds violation"}
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - matplotlib is in the test extra
+        raise ImportError("plots need matplotlib: pip install 'pfair[plot]'") from None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    return matplotlib, Figure, FigureCanvasAgg
+
+
+def _new_figure(n_rows: int, n_cols: int, width: float = 4.6, height: float = 3.6) -> tuple[Any, np.ndarray]:
+    _, Figure, FigureCanvasAgg = _matplotlib()
+    fig = Figure(figsize=(width * n_cols + 1.2, height * n_rows + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.asarray(fig.subplots(n_rows, n_cols, squeeze=False))
+    return fig, axes
+
+
+def _save(fig: Any, out: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    paths = []
+    for fmt in formats:
+        path = out / f"{stem}.{fmt}"
+        fig.savefig(path, format=fmt, dpi=130)
+        paths.append(path)
+    return paths
+
+
+def _trivial_line(ax: Any, trivial: float) -> None:
+    ax.axhline(trivial, color="black", linestyle=":", linewidth=1.2, label=f"trivial error {trivial:.3f}", zorder=1)
+
+
+def _curve(ax: Any, pts: pd.DataFrame, colour: Any, label: str, dashed: bool, trivial: float | None,
+           highlight_front: bool) -> None:
+    """One method's (or one setting's) points in knob order, error bars, and its front in bold."""
+    pts = pts.sort_values("knob", na_position="first")
+    x, y = pts["violation"].to_numpy(), pts["test_error"].to_numpy()
+    style = "--" if dashed else "-"
+    ax.errorbar(x, y, xerr=pts["violation_std"].to_numpy(), yerr=pts["test_error_std"].to_numpy(), color=colour,
+                linestyle=style, linewidth=0.9, marker="o", markersize=3.5, elinewidth=0.7, capsize=2,
+                alpha=0.55 if highlight_front else 0.9, label=None if highlight_front else label, zorder=2)
+    if highlight_front:
+        keep = y < trivial if trivial is not None else np.ones(len(y), dtype=bool)
+        fe, fv = front(y[keep], x[keep])
+        if len(fe):
+            ax.plot(fv, fe, color=colour, linestyle=style, linewidth=2.4, marker="o", markersize=6,
+                    markeredgecolor="black", markeredgewidth=0.6, label=label, zorder=3)
+        else:
+            ax.plot([], [], color=colour, linestyle=style, label=f"{label} (collapsed)")
+
+
+def _panel_title(eps: float, h: float, n: int) -> str:
+    eps_text = "non-private" if math.isinf(eps) else f"ε = {eps:g}"
+    return f"{eps_text}, h = {h:g}, N = {n}"
+
+
+def _finish(ax: Any, fairness: str, legend: bool = True) -> None:
+    ax.set_xlabel(_VIOLATION_LABEL.get(fairness, "violation"))
+    ax.set_ylabel("test error")
+    ax.grid(True, linewidth=0.3, alpha=0.5)
+    if legend:
+        ax.legend(fontsize=7, loc="best")
+
+
+def _figure_legend(fig: Any, axes: np.ndarray) -> None:
+    """One legend below the panels, with every label of every panel once."""
+    seen: dict[str, Any] = {}
+    for ax in axes.ravel():
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=min(4, max(1, len(seen))),
+               fontsize=8, frameon=False)
+
+
+def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str]) -> list[Path]:
+    paths = []
+    for (ds, fair, n), grp in points.groupby(["dataset", "fairness", "silos"], sort=True):
+        hs = sorted(grp["heterogeneity"].unique())
+        finite = sorted(e for e in grp["epsilon"].unique() if math.isfinite(e))
+        eps_cols = finite or [math.inf]
+        fig, axes = _new_figure(len(hs), len(eps_cols))
+        for i, h in enumerate(hs):
+            for j, eps in enumerate(eps_cols):
+                ax = axes[i, j]
+                here = grp[(grp["heterogeneity"] == h) & ((grp["epsilon"] == eps) | np.isinf(grp["epsilon"]))]
+                trivial = float(here["trivial_error"].mean()) if len(here) else math.nan
+                for method in [m for m in METHODS if m in set(here["method"])] + sorted(
+                        set(here["method"]) - set(METHODS)):
+                    pts = here[here["method"] == method]
+                    spec = METHODS.get(method)
+                    private = spec.private if spec else bool(np.isfinite(pts["epsilon"]).all())
+                    label = method if private else f"{method} (non-private)"
+                    _curve(ax, pts, METHOD_COLOURS.get(method, "#333333"), label, not private, trivial, True)
+                if math.isfinite(trivial):
+                    _trivial_line(ax, trivial)
+                ax.set_title(_panel_title(eps, h, n), fontsize=10)
+                _finish(ax, fair, legend=False)
+        _figure_legend(fig, axes)
+        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off (mean ± std over seeds; bold: Pareto front)")
+        paths += _save(fig, out, f"tradeoff_{ds}_{fair}_N{n}", formats)
+    return paths
+
+
+def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial: float, label: str) -> None:
+    """One curve per value of ``by``, coloured along viridis from its smallest to its largest value."""
+    matplotlib, _, _ = _matplotlib()
+    values = sorted(pts[by].unique())
+    cmap = matplotlib.colormaps["viridis"]
+    span = max(values) - min(values)
+    for v in values:
+        colour = cmap(0.9 * (v - min(values)) / span if span > 0 else 0.0)
+        _curve(ax, pts[pts[by] == v], colour, f"{label} = {v:g}", False, None, False)
+    _trivial_line(ax, trivial)
+    _finish(ax, fairness)
+
+
+def _pick_epsilon(eps_values: Sequence[float], wanted: float) -> float | None:
+    return wanted if wanted in eps_values else None
+
+
+def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], method: str,
+                   epsilon: float) -> list[Path]:
+    paths = []
+    pts_m = points[points["method"] == method]
+    eps_text = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
+    for (ds, fair), grp in pts_m.groupby(["dataset", "fairness"], sort=True):
+        eps = _pick_epsilon(list(grp["epsilon"].unique()), epsilon)
+        if eps is None:
+            continue
+        grp = grp[grp["epsilon"] == eps]
+        trivial = float(grp["trivial_error"].mean())
+        for n, by_n in grp.groupby("silos", sort=True):
+            if by_n["heterogeneity"].nunique() < 2:
+                continue
+            fig, axes = _new_figure(1, 1, width=5.6, height=4.2)
+            _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h")
+            axes[0, 0].set_title(f"{ds}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h", fontsize=10)
+            paths += _save(fig, out, f"heterogeneity_{ds}_{fair}_{method}_eps{eps_text}_N{n}", formats)
+        hs = [h for h, by_h in grp.groupby("heterogeneity", sort=True) if by_h["silos"].nunique() >= 2]
+        if hs:
+            fig, axes = _new_figure(1, len(hs), width=5.6, height=4.2)
+            for ax, h in zip(axes[0], hs):
+                _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N")
+                ax.set_title(f"{ds}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N", fontsize=10)
+            paths += _save(fig, out, f"silos_{ds}_{fair}_{method}_eps{eps_text}", formats)
+    return paths
+
+
+def plot_results(path: str | os.PathLike, *, out: str | os.PathLike | None = None,
+                 formats: Sequence[str] = ("png", "svg"), method: str = "steffle", epsilon: float = 1.0
+                 ) -> list[Path]:
+    """Draw every figure of the sweep in ``path`` (a results directory or its ``runs.csv``).
+
+    ``out``: where to save (default ``<results>/plots``). ``formats``: file types (PNG and SVG).
+    ``method``, ``epsilon``: whose curves and which ε the heterogeneity and silo-count figures
+    show (default SteFFLe at ε = 1, the paper's Fig. 2). Returns the paths written."""
+    from pfair.experiments.sweep import load_runs
+
+    src = Path(path)
+    runs = load_runs(src)
+    points = tradeoff_points(runs)
+    if points.empty:
+        raise ValueError(f"path: {src} has no finished runs to plot")
+    results_dir = src if src.is_dir() else src.parent
+    out_dir = Path(out) if out is not None else results_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = _tradeoff_figures(points, out_dir, formats)
+    paths += _sweep_figures(points, out_dir, formats, method, float(epsilon))
+    return paths

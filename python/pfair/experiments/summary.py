@@ -1,0 +1,338 @@
+r"""The summary table: fairness violation at matched test error, and SteFFLe's reduction.
+
+Definitions (also in ``docs/experiments.md``). Throughout, "error" is the mean test error over
+seeds and "violation" the mean violation (DP or EO, per the row's ``fairness``) over seeds.
+
+*Setting.* ``(dataset, fairness, ε, h, N)``. A non-private method (run once with ε = ∞) belongs
+to every finite-ε setting of its ``(dataset, fairness, h, N)`` as a reference.
+
+*Points.* For a method in a setting, one point per knob value: ``(error, violation)``, averaged
+over the seeds that finished without error.
+
+*Collapsed points.* A point whose error is ``≥ e_triv − margin``, where ``e_triv`` is the error
+of the constant majority-class predictor on the test set, is no better than that constant
+predictor (which has zero violation and is available to everyone for free); it is left out of
+the front. A method all of whose points are collapsed is flagged ``collapsed`` ("collapsed to
+the trivial predictor") and not compared. ``margin = 0`` by default, which is exactly "the whole
+front has error ≥ the trivial error"; a positive margin asks for error *clearly* below it.
+
+*Front.* The Pareto front P_m of the remaining points: those not dominated by another point
+(q dominates p when ``err_q ≤ err_p`` and ``viol_q ≤ viol_p`` with one inequality strict). Sorted
+by error, the front's violations strictly decrease.
+
+*Violation at error e* (a non-increasing function):
+
+    V_m(e) = undefined (NaN)                             for e < e_min(m), the front's lowest error,
+           = linear interpolation of the front at e      for e_min(m) ≤ e ≤ e_max(m),
+           = the front's lowest violation                for e > e_max(m).
+
+The interpolation is achievable: predicting with one of two classifiers chosen at random (with
+probabilities t, 1 − t) has error exactly the mixture of their errors and a DP or EO violation
+at most the mixture of their violations (each group rate mixes linearly; |·| and max are
+convex). Beyond e_max a model with lower error is allowed at e.
+
+*Matched error* of SteFFLe (the ``reference``) and a baseline B: e* = max(e_min(S), e_min(B)),
+the lowest error both fronts reach; *reduction* = 1 − V_S(e*) / V_B(e*), the paper's "x% lower
+violation at the same accuracy" (positive: SteFFLe's violation is lower). If V_B(e*) = 0 the
+reduction is 0 when V_S(e*) = 0 too and −∞ otherwise.
+
+*Reduction over the error range.* The reduction at e* looks at the most accurate end of the
+fronts only, where the fairness penalty is weakest. To compare the whole trade-off, the mean
+violations over the errors both methods reach below the trivial one,
+
+    V̄_m = (1 / (e_hi − e*)) ∫_{e*}^{e_hi} V_m(e) de,      e_hi = e_triv − margin,
+
+are reported with ``range_reduction`` = 1 − V̄_S / V̄_B (same conventions; NaN when e* = e_hi).
+The integral is exact: the V's are piecewise linear.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS
+
+__all__ = [
+    "SETTING_COLUMNS",
+    "pareto_mask",
+    "front",
+    "violation_at",
+    "matched_reduction",
+    "mean_violation",
+    "tradeoff_points",
+    "summarize",
+    "format_summary",
+]
+
+SETTING_COLUMNS = ["dataset", "fairness", "epsilon", "heterogeneity", "silos"]
+
+
+def pareto_mask(errors: Any, violations: Any) -> np.ndarray:
+    """Boolean mask of the non-dominated points when both coordinates are minimised.
+
+    Point p is dominated when another point q has ``err_q ≤ err_p`` and ``viol_q ≤ viol_p`` with
+    at least one strict inequality. Exact duplicates do not dominate each other (both are kept).
+    NaN points are never on the front."""
+    e = np.asarray(errors, dtype=float)
+    v = np.asarray(violations, dtype=float)
+    if e.shape != v.shape or e.ndim != 1:
+        raise ValueError(f"errors and violations must be 1-D of equal length, got {e.shape} and {v.shape}")
+    ok = np.isfinite(e) & np.isfinite(v)
+    mask = np.zeros(e.shape, dtype=bool)
+    for i in np.flatnonzero(ok):
+        le = (e[ok] <= e[i]) & (v[ok] <= v[i])
+        strict = (e[ok] < e[i]) | (v[ok] < v[i])
+        mask[i] = not np.any(le & strict)
+    return mask
+
+
+def front(errors: Any, violations: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto front as ``(errors, violations)`` sorted by increasing error (then strictly
+    decreasing violation), duplicates removed."""
+    e = np.asarray(errors, dtype=float)
+    v = np.asarray(violations, dtype=float)
+    m = pareto_mask(e, v)
+    pts = sorted(set(zip(e[m].tolist(), v[m].tolist())))
+    return np.array([p[0] for p in pts], dtype=float), np.array([p[1] for p in pts], dtype=float)
+
+
+def violation_at(front_errors: Any, front_violations: Any, error: float) -> float:
+    """V(e) of a front (sorted by error, as returned by :func:`front`): NaN below the front's
+    lowest error, linear interpolation inside, the lowest violation beyond its highest error."""
+    fe = np.asarray(front_errors, dtype=float)
+    fv = np.asarray(front_violations, dtype=float)
+    if fe.size == 0 or not math.isfinite(error) or error < fe[0]:
+        return math.nan
+    if error >= fe[-1]:
+        return float(fv[-1])
+    return float(np.interp(error, fe, fv))
+
+
+def mean_violation(front_errors: Any, front_violations: Any, lo: float, hi: float) -> float:
+    """(1/(hi − lo)) ∫_lo^hi V(e) de for a front's V (:func:`violation_at`); NaN if ``hi <= lo``
+    or V is undefined at ``lo``. Exact: V is linear between the front's errors and flat beyond."""
+    fe = np.asarray(front_errors, dtype=float)
+    if not hi > lo or math.isnan(violation_at(fe, front_violations, lo)):
+        return math.nan
+    xs = np.unique(np.concatenate([[lo, hi], fe[(fe > lo) & (fe < hi)]]))
+    ys = np.array([violation_at(fe, front_violations, x) for x in xs])
+    return float(np.sum((ys[1:] + ys[:-1]) * np.diff(xs)) / 2 / (hi - lo))
+
+
+def _reduction(v_ref: float, v_other: float) -> float:
+    """1 − v_ref / v_other; 0 if both are 0, −inf if only ``v_other`` is 0, NaN if either is."""
+    if math.isnan(v_ref) or math.isnan(v_other):
+        return math.nan
+    if v_other > 0:
+        return 1.0 - v_ref / v_other
+    return 0.0 if v_ref == 0 else -math.inf
+
+
+def matched_reduction(ref_front: tuple[Any, Any], other_front: tuple[Any, Any],
+                      upper_error: float = math.nan) -> dict[str, float]:
+    """Compare two fronts (each ``(errors, violations)`` as returned by :func:`front`).
+
+    Returns ``matched_error`` e* = max(lowest errors), ``reference_violation`` V_ref(e*),
+    ``violation`` V_other(e*), ``reduction`` = 1 − V_ref(e*)/V_other(e*) (0 if both are 0, −inf
+    if only V_other is 0) and, over [e*, ``upper_error``] (normally the trivial error),
+    ``reference_mean_violation``, ``mean_violation`` and ``range_reduction`` = 1 − V̄_ref/V̄_other
+    (NaN if ``upper_error <= e*`` or is NaN). Everything is NaN when a front is empty."""
+    re, rv = (np.asarray(a, dtype=float) for a in ref_front)
+    oe, ov = (np.asarray(a, dtype=float) for a in other_front)
+    out = dict.fromkeys(("matched_error", "reference_violation", "violation", "reduction",
+                         "reference_mean_violation", "mean_violation", "range_reduction"), math.nan)
+    if re.size == 0 or oe.size == 0:
+        return out
+    e_star = float(max(re[0], oe[0]))
+    v_ref = violation_at(re, rv, e_star)
+    v_oth = violation_at(oe, ov, e_star)
+    m_ref = mean_violation(re, rv, e_star, upper_error)
+    m_oth = mean_violation(oe, ov, e_star, upper_error)
+    out.update(matched_error=e_star, reference_violation=v_ref, violation=v_oth, reduction=_reduction(v_ref, v_oth),
+               reference_mean_violation=m_ref, mean_violation=m_oth, range_reduction=_reduction(m_ref, m_oth))
+    return out
+
+
+def _runs(runs: Any) -> pd.DataFrame:
+    if isinstance(runs, pd.DataFrame):
+        return runs
+    if isinstance(runs, (str, os.PathLike)):
+        from pfair.experiments.sweep import load_runs
+
+        return load_runs(runs)
+    raise TypeError(f"runs must be a DataFrame or the path of a sweep's results, got {type(runs).__name__}")
+
+
+def tradeoff_points(runs: Any) -> pd.DataFrame:
+    """Mean and standard deviation over seeds of each (setting, method, knob): one row per point.
+
+    Columns: the setting columns, ``method``, ``knob``, ``test_error``, ``test_error_std``,
+    ``violation``, ``violation_std`` (for the row's ``fairness``), ``dp_violation``,
+    ``eo_violation``, ``epsilon_spent`` (max over seeds), ``trivial_error``, ``n_seeds``. Rows
+    whose fit raised are left out. Non-private methods keep ``epsilon = inf`` here (see
+    :func:`summarize` for their placement in ε settings). Standard deviations use ddof = 0."""
+    df = _runs(runs)
+    if "error" in df.columns:
+        df = df[df["error"].fillna("").astype(str) == ""]
+    df = df.copy()
+    unknown = sorted(set(df["fairness"]) - set(FAIRNESS_CHOICES))
+    if unknown:
+        raise ValueError(f"runs: unknown fairness notions {unknown}; expected {list(FAIRNESS_CHOICES)}")
+    df["violation"] = np.where(df["fairness"] == "equalized_odds", df["eo_violation"], df["dp_violation"])
+    keys = SETTING_COLUMNS + ["method", "knob"]
+    df["knob"] = df["knob"].fillna(-1.0)  # group NaN knobs together; restored below
+    g = df.groupby(keys, sort=True, dropna=False)
+    out = g.agg(
+        test_error=("test_error", "mean"),
+        test_error_std=("test_error", lambda x: float(np.std(x))),
+        violation=("violation", "mean"),
+        violation_std=("violation", lambda x: float(np.std(x))),
+        dp_violation=("dp_violation", "mean"),
+        eo_violation=("eo_violation", "mean"),
+        epsilon_spent=("epsilon_spent", "max"),
+        trivial_error=("trivial_error", "mean"),
+        n_seeds=("seed", "nunique"),
+    ).reset_index()
+    out.loc[out["knob"] < 0, "knob"] = np.nan
+    return out
+
+
+def _settings_of(points: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """Every (dataset, fairness, ε, h, N): each finite ε present, or ε = inf if none is."""
+    settings = []
+    for (ds, fair, h, n), grp in points.groupby(["dataset", "fairness", "heterogeneity", "silos"], sort=True):
+        finite = sorted(e for e in grp["epsilon"].unique() if math.isfinite(e))
+        for eps in finite or [math.inf]:
+            settings.append((ds, fair, eps, h, n))
+    return settings
+
+
+def _order(methods: Any) -> list[str]:
+    names = list(METHODS)
+    return sorted(set(methods), key=lambda m: (names.index(m) if m in names else len(names), m))
+
+
+def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> pd.DataFrame:
+    """The summary table of a sweep (``runs``: a DataFrame of ``runs.csv`` rows or its path).
+
+    One row per (setting, method), with the definitions of the module docstring:
+
+    ``dataset, fairness, epsilon, heterogeneity, silos`` — the setting; ``method``;
+    ``reference`` — the method compared against (default ``steffle``); ``private``;
+    ``trivial_error``; ``n_points`` (knob values), ``n_seeds`` (fewest seeds of a point);
+    ``front_size``; ``min_error`` (e_min of the front) and ``min_violation`` (its lowest
+    violation); ``collapsed`` (every point has error ≥ trivial − margin);
+    ``matched_error`` e*, ``violation`` V_method(e*), ``reference_violation`` V_ref(e*),
+    ``reduction`` 1 − V_ref(e*)/V_method(e*); ``mean_violation``, ``reference_mean_violation``
+    and ``range_reduction``, the same for the mean over the error range [e*, trivial − margin];
+    ``status``: ``compared``, ``reference``, ``collapsed`` (this method), ``reference
+    collapsed`` or ``no reference``.
+
+    For the reference's own row, ``matched_error`` is its e_min and ``violation`` V_ref(e_min).
+    """
+    if margin < 0 or not math.isfinite(margin):
+        raise ValueError(f"margin must be >= 0 and finite, got {margin}")
+    points = tradeoff_points(runs)
+    rows = []
+    for setting in _settings_of(points):
+        ds, fair, eps, h, n = setting
+        here = points[(points["dataset"] == ds) & (points["fairness"] == fair) & (points["heterogeneity"] == h)
+                      & (points["silos"] == n) & ((points["epsilon"] == eps) | np.isinf(points["epsilon"]))]
+        if here.empty:
+            continue
+        trivial = float(here["trivial_error"].mean())
+        fronts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        info: dict[str, dict[str, Any]] = {}
+        for method in _order(here["method"]):
+            pts = here[here["method"] == method]
+            usable = pts[pts["test_error"] < trivial - margin]
+            fe, fv = front(usable["test_error"], usable["violation"])
+            fronts[method] = (fe, fv)
+            spec = METHODS.get(method)
+            info[method] = {
+                "private": bool(spec.private) if spec else bool(np.isfinite(pts["epsilon"]).all()),
+                "n_points": len(pts), "n_seeds": int(pts["n_seeds"].min()), "front_size": len(fe),
+                "min_error": float(fe[0]) if len(fe) else math.nan,
+                "min_violation": float(fv[-1]) if len(fv) else math.nan,
+                "collapsed": len(fe) == 0,
+            }
+        ref = fronts.get(reference)
+        for method, (fe, fv) in fronts.items():
+            row: dict[str, Any] = dict(zip(SETTING_COLUMNS, setting))
+            row.update(method=method, reference=reference, trivial_error=trivial, **info[method])
+            cmp = dict.fromkeys(("matched_error", "violation", "reference_violation", "reduction",
+                                 "mean_violation", "reference_mean_violation", "range_reduction"), math.nan)
+            if method == reference:
+                status = "collapsed" if info[method]["collapsed"] else "reference"
+                if len(fe):
+                    cmp.update(matched_error=float(fe[0]), violation=float(fv[0]), reference_violation=float(fv[0]))
+            elif info[method]["collapsed"]:
+                status = "collapsed"
+            elif ref is None:
+                status = "no reference"
+            elif len(ref[0]) == 0:
+                status = "reference collapsed"
+            else:
+                cmp.update(matched_reduction(ref, (fe, fv), upper_error=trivial - margin))
+                status = "compared"
+            row.update(cmp, status=status)
+            rows.append(row)
+    columns = SETTING_COLUMNS + ["method", "reference", "private", "trivial_error", "n_points", "n_seeds",
+                                 "front_size", "min_error", "min_violation", "collapsed", "matched_error",
+                                 "violation", "reference_violation", "reduction", "mean_violation",
+                                 "reference_mean_violation", "range_reduction", "status"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def format_summary(table: pd.DataFrame) -> str:
+    """The summary as text: a legend, then one block per setting and one line per method."""
+    if table.empty:
+        return "no finished runs to summarise\n"
+    ref = table["reference"].iloc[0]
+    lines = [
+        f"Violation V at matched test error e* = max(lowest errors of {ref} and the method) on their Pareto "
+        f"fronts;",
+        f"reduction = 1 - V_{ref}(e*) / V_method(e*) (positive: {ref} is fairer at the same error); mean V and "
+        "range reduction:",
+        "the same averaged over errors in [e*, trivial error]. Means over seeds; see docs/experiments.md.",
+        "",
+    ]
+    for setting, grp in table.groupby(SETTING_COLUMNS, sort=False):
+        ds, fair, eps, h, n = setting
+        eps_text = "non-private" if math.isinf(eps) else f"ε = {eps:g}"
+        lines.append(f"{ds} · {fair} · {eps_text} · h = {h:g} · N = {n} · trivial error "
+                     f"{grp['trivial_error'].iloc[0]:.4f}")
+        view = pd.DataFrame({
+            "method": grp["method"] + np.where(grp["private"], "", " (non-private)"),
+            "points": grp["n_points"],
+            "seeds": grp["n_seeds"],
+            "min error": grp["min_error"].map(_num),
+            "e*": grp["matched_error"].map(_num),
+            "V(e*)": grp["violation"].map(_num),
+            f"V_{ref}(e*)": grp["reference_violation"].map(_num),
+            "reduction": grp["reduction"].map(_pct),
+            "mean V": grp["mean_violation"].map(_num),
+            f"mean V_{ref}": grp["reference_mean_violation"].map(_num),
+            "range reduction": grp["range_reduction"].map(_pct),
+            "status": grp["status"].replace({"collapsed": "collapsed to the trivial predictor"}),
+        })
+        lines.append(view.to_string(index=False))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _num(v: float) -> str:
+    return "—" if not np.isfinite(v) else f"{v:.4f}"
+
+
+def _pct(v: float) -> str:
+    if np.isnan(v):
+        return "—"
+    if np.isinf(v):
+        return "-inf"
+    return f"{100 * v:+.1f}%"

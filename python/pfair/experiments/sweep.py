@@ -1,0 +1,651 @@
+"""Sweeps: expand a grid into cells, run them in parallel, append one CSV row per cell, resume.
+
+A *cell* is one fit: ``(method, dataset, fairness, epsilon, heterogeneity, silos, knob, seed)``.
+:func:`expand_grid` builds the cells of the Cartesian product of the grid's axes with two
+collapses that avoid running the same fit twice:
+
+* a method without a knob (``fedavg``, ``central_erm``) runs once per other grid point, with
+  ``knob = NaN``, instead of once per knob value;
+* a method that is not private (``fedavg``, ``central_erm``, ``fermi``, ``nonprivate_steffle``,
+  ``single_shot``) runs once with ``epsilon = inf`` instead of once per ε (summaries and plots
+  show it in every ε panel as a reference).
+
+The seed drives everything random in a cell: the partition into silos
+(:meth:`pfair.Federation.for_dataset`, sorted by age where the data set has it), the batches,
+the noise and any random initialisation. Metrics are measured on the data set's fixed test
+split. So a cell's row depends only on its key and on the sweep's fixed settings (epochs, batch
+size, hyper-parameter overrides), which ``sweep.json`` records next to ``runs.csv``: resuming
+into a directory whose settings differ is refused, and cells whose key is already in
+``runs.csv`` are skipped. The data set and the fairness notion are part of the key, so one
+directory may hold sweeps of several data sets and notions without mixing their rows.
+
+The parent process appends each finished row to ``runs.csv`` at once (and flushes), so an
+interrupted sweep keeps everything that finished. Workers are separate processes (spawned, so no
+Rust thread pool is forked) with ``RAYON_NUM_THREADS=1`` and single-threaded BLAS, one per core,
+each loading every data set once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, get_method, violation_column
+
+__all__ = [
+    "Cell", "SweepResult", "COLUMNS", "KEY_COLUMNS", "RUNS_FILE", "SETTINGS_FILE",
+    "expand_grid", "parse_values", "run_cell", "run_sweep", "load_runs", "cell_key", "parse_params",
+]
+
+RUNS_FILE = "runs.csv"
+SETTINGS_FILE = "sweep.json"
+SCHEMA = 1
+
+#: Columns that identify a cell; two rows with equal keys are the same fit.
+KEY_COLUMNS = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed"]
+
+#: Every column of ``runs.csv``, in order (see ``docs/experiments.md`` for their meaning).
+COLUMNS = KEY_COLUMNS + [
+    "knob_name", "hyper_parameter", "private", "federated",
+    "test_error", "trivial_error", "dp_violation", "eo_violation", "violation",
+    "epsilon_spent", "seconds", "epochs", "batch_size", "n_train", "n_test",
+    "warnings", "warning_messages", "error", "finished_at",
+]
+
+
+# ---------------------------------------------------------------------------------------- grid
+@dataclass(frozen=True)
+class Cell:
+    """One fit of a sweep. ``epsilon`` is ``inf`` for non-private methods, ``knob`` NaN for
+    methods without a knob."""
+
+    method: str
+    dataset: str
+    fairness: str
+    epsilon: float
+    heterogeneity: float
+    silos: int
+    knob: float
+    seed: int
+
+    def key(self) -> tuple[str, ...]:
+        """The cell's key (see :func:`cell_key`)."""
+        return cell_key(asdict(self))
+
+
+def _fmt(value: Any) -> str:
+    """Canonical text of a key value: floats to 12 significant digits (so values read back from
+    the CSV match the grid's), ``nan``, ``inf``; integers and strings as they are."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return f"{v:.12g}"
+    return str(value)
+
+
+def cell_key(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The key of a row or cell: its :data:`KEY_COLUMNS` as canonical text."""
+    out = []
+    for col in KEY_COLUMNS:
+        value = row[col]
+        if col in ("silos", "seed"):
+            value = int(value)
+        elif col in ("epsilon", "heterogeneity", "knob"):
+            value = float(value)
+        out.append(_fmt(value))
+    return tuple(out)
+
+
+def parse_values(spec: Any, name: str, *, integer: bool = False) -> list[float]:
+    """Numbers from a grid axis: a number, a list of numbers, or ``"start:stop:count"`` strings,
+    each meaning ``numpy.linspace(start, stop, count)`` (both ends included), e.g. ``"0:2:11"``
+    is 0, 0.2, ..., 2. Strings may also be plain numbers or comma-separated lists. Values are
+    rounded to 12 significant digits (so 0.6000000000000001 becomes 0.6) and de-duplicated,
+    keeping the first occurrence. ``integer=True`` requires whole numbers.
+
+    Raises ``ValueError`` naming ``name`` on bad syntax."""
+    items = spec if isinstance(spec, (list, tuple, np.ndarray)) else [spec]
+    hint = f"{name}: expected numbers or start:stop:count (numpy.linspace), e.g. 0:2:11 or 0 0.5 1"
+    values: list[float] = []
+    for item in items:
+        if isinstance(item, str):
+            for token in [t for t in item.replace(",", " ").split() if t]:
+                if ":" in token:
+                    parts = token.split(":")
+                    try:
+                        start, stop, count = float(parts[0]), float(parts[1]), parts[2]
+                        n = int(count)
+                        if len(parts) != 3 or n < 1 or str(n) != count.strip():
+                            raise ValueError
+                    except (ValueError, IndexError):
+                        raise ValueError(f"{hint}; got {token!r}") from None
+                    values.extend(np.linspace(start, stop, n).tolist())
+                else:
+                    try:
+                        values.append(float(token))
+                    except ValueError:
+                        raise ValueError(f"{hint}; got {token!r}") from None
+        elif isinstance(item, (int, float, np.integer, np.floating)) and not isinstance(item, bool):
+            values.append(float(item))
+        else:
+            raise ValueError(f"{hint}; got {item!r}")
+    out: list[float] = []
+    for v in values:
+        if not math.isfinite(v):
+            raise ValueError(f"{name}: values must be finite, got {v}")
+        v = float(f"{v:.12g}")
+        if integer and v != int(v):
+            raise ValueError(f"{name}: values must be whole numbers, got {v:g}")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise ValueError(f"{hint}; got nothing")
+    return out
+
+
+def _check_datasets(names: Any) -> list[str]:
+    from pfair.datasets import list_datasets
+
+    names = [names] if isinstance(names, str) else list(names)
+    valid = list_datasets()
+    out = []
+    for raw in names:
+        for name in str(raw).split(","):
+            key = name.strip().lower().replace("-", "_")
+            if not key:
+                continue
+            if key not in valid:
+                raise ValueError(f"dataset: unknown data set {name!r}; choose from {', '.join(valid)}")
+            if key not in out:
+                out.append(key)
+    if not out:
+        raise ValueError(f"dataset: no data set given; choose from {', '.join(valid)}")
+    return out
+
+
+def _check_fairness(fairness: Any) -> list[str]:
+    items = [fairness] if isinstance(fairness, str) else list(fairness)
+    out = []
+    for f in items:
+        if f not in FAIRNESS_CHOICES:
+            raise ValueError(f"fairness: {f!r} is not supported; choose from {', '.join(FAIRNESS_CHOICES)}")
+        if f not in out:
+            out.append(f)
+    if not out:
+        raise ValueError(f"fairness: no notion given; choose from {', '.join(FAIRNESS_CHOICES)}")
+    return out
+
+
+def _check_seeds(seeds: Any) -> list[int]:
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds: the number of seeds must be >= 1, got {seeds} (seeds are 0..seeds-1)")
+        return list(range(int(seeds)))
+    out = [int(s) for s in parse_values(seeds, "seeds", integer=True)]
+    if any(s < 0 for s in out):
+        raise ValueError(f"seeds: seeds must be >= 0, got {out}")
+    return out
+
+
+def expand_grid(
+    *,
+    methods: Any,
+    datasets: Any,
+    fairness: Any = "demographic_parity",
+    epsilons: Any = (1.0,),
+    heterogeneities: Any = (0.0,),
+    silos: Any = (3,),
+    knobs: Any = "0:2:11",
+    seeds: Any = 15,
+) -> list[Cell]:
+    """Every cell of a grid, seeds outermost (an interrupted sweep has whole seeds done first).
+
+    ``methods``: names of :data:`pfair.experiments.methods.METHODS` (list or comma-separated).
+    ``datasets``: bundled data set names. ``fairness``: one or more of ``demographic_parity``,
+    ``equalized_odds``. ``epsilons`` (> 0), ``heterogeneities`` (in [0, 1]), ``silos`` (whole,
+    >= 1) and ``knobs`` (>= 0): numbers or ``start:stop:count`` strings (:func:`parse_values`).
+    ``seeds``: a count n (seeds 0..n-1) or explicit seeds.
+
+    A method without a knob gets one cell per other grid point (knob NaN); a non-private method
+    gets one cell per other grid point with ε = inf. All arguments are validated here; errors
+    are ``ValueError`` naming the argument and the valid choices."""
+    method_names = check_methods(methods)
+    dataset_names = _check_datasets(datasets)
+    notions = _check_fairness(fairness)
+    eps = parse_values(epsilons, "epsilon")
+    if any(e <= 0 for e in eps):
+        raise ValueError(f"epsilon: values must be > 0, got {eps}")
+    hs = parse_values(heterogeneities, "heterogeneity")
+    if any(not 0 <= h <= 1 for h in hs):
+        raise ValueError(f"heterogeneity: values must be in [0, 1], got {hs}")
+    ns = [int(n) for n in parse_values(silos, "silos", integer=True)]
+    if any(n < 1 for n in ns):
+        raise ValueError(f"silos: the number of silos must be >= 1, got {ns}")
+    ks = parse_values(knobs, "lam")
+    if any(k < 0 for k in ks):
+        raise ValueError(f"lam: knob values must be >= 0, got {ks}")
+    seed_list = _check_seeds(seeds)
+
+    cells: list[Cell] = []
+    for seed in seed_list:
+        for dataset in dataset_names:
+            for notion in notions:
+                for h in hs:
+                    for n in ns:
+                        for name in method_names:
+                            spec = METHODS[name]
+                            for e in (eps if spec.private else [math.inf]):
+                                for k in (ks if spec.knob is not None else [math.nan]):
+                                    cells.append(Cell(name, dataset, notion, e, h, n, k, seed))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------- settings
+def parse_params(items: Any) -> dict[str, dict[str, Any]]:
+    """Hyper-parameter overrides ``{method: {name: value}}`` from ``"method.name=value"`` strings
+    (values parsed as JSON, so ``0.1``, ``true``, ``null``, ``"x"``; anything else is a string)
+    or from such a dict. Method and parameter names are validated."""
+    if items is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(items, Mapping):
+        pairs = [(m, n, v) for m, d in items.items() for n, v in dict(d).items()]
+    else:
+        pairs = []
+        for item in ([items] if isinstance(items, str) else items):
+            target, sep, text = str(item).partition("=")
+            method, dot, name = target.partition(".")
+            if not sep or not dot or not name:
+                raise ValueError(f"param: expected METHOD.NAME=VALUE (e.g. steffle.lr_theta=0.1), got {item!r}")
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = text
+            pairs.append((method.strip(), name.strip(), value))
+    for method, name, value in pairs:
+        spec = get_method(method)
+        if name not in spec.parameters():
+            raise ValueError(f"param: {name!r} is not a parameter of {method}; valid: {sorted(spec.parameters())}")
+        if name in ("seed", "epsilon", "fairness") or name == spec.knob:
+            raise ValueError(f"param: {method}.{name} is set by the sweep grid itself; use the grid options")
+        out.setdefault(method, {})[name] = value
+    return out
+
+
+def _settings(epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    from pfair import __version__
+
+    return {"schema": SCHEMA, "epochs": int(epochs), "batch_size": int(batch_size),
+            "params": {m: dict(sorted(p.items())) for m, p in sorted(params.items())}, "pfair_version": __version__}
+
+
+_CHECKED_SETTINGS = ("schema", "epochs", "batch_size", "params")
+
+
+def _check_or_write_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Write ``sweep.json``, or check that the one already there has the same fixed settings."""
+    path = out / SETTINGS_FILE
+    runs = out / RUNS_FILE
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = {k: (old.get(k), settings[k]) for k in _CHECKED_SETTINGS if old.get(k) != settings[k]}
+        if diff:
+            text = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
+            raise ValueError(f"out: {out} holds a sweep run with other fixed settings ({text}); its rows are not "
+                             "comparable with this sweep's: use the same settings to resume, or another --out")
+    elif runs.exists() and runs.stat().st_size > 0:
+        raise ValueError(f"out: {runs} exists but {path} does not, so its settings are unknown; "
+                         "use another --out directory")
+    else:
+        path.write_text(json.dumps(settings, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------------------------------- worker
+_DATASETS: dict[str, Any] = {}
+
+
+def _dataset(name: str) -> Any:
+    """The data set ``name``, loaded once per process."""
+    if name not in _DATASETS:
+        from pfair import datasets
+
+        _DATASETS[name] = datasets.load(name)
+    return _DATASETS[name]
+
+
+def _init_worker(dataset_names: Sequence[str]) -> None:
+    """Worker initializer: one Rust thread (before any Rust parallel code runs in this process;
+    the sweep already runs one worker per core) and the data sets loaded up front."""
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    warnings.simplefilter("ignore")  # warnings of the fits are recorded per row, not printed
+    for name in dataset_names:
+        _dataset(name)
+
+
+def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]] | None = None
+             ) -> dict[str, Any]:
+    """Fit one cell and return its ``runs.csv`` row (a dict over :data:`COLUMNS`).
+
+    Exceptions of the fit (e.g. a batch larger than a silo, divergence) do not propagate: the row
+    gets NaN metrics and the message in ``error``. Warnings are counted in ``warnings`` and their
+    distinct messages joined in ``warning_messages``."""
+    from pfair import metrics
+    from pfair.federation import Federation
+
+    spec = get_method(cell.method)
+    row: dict[str, Any] = {c: math.nan for c in COLUMNS}
+    row.update(asdict(cell))
+    row.update(knob_name=spec.knob or "", hyper_parameter=spec.hyper_parameter(cell.knob), private=spec.private,
+               federated=spec.federated, epochs=int(epochs), batch_size=int(batch_size), warnings=0,
+               warning_messages="", error="")
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ds = _dataset(cell.dataset)
+            row.update(n_train=ds.n_train, n_test=ds.n_test)
+            fed = Federation.for_dataset(ds, cell.silos, heterogeneity=cell.heterogeneity, seed=cell.seed)
+            model = spec.build(knob=cell.knob, fairness=cell.fairness, epsilon=cell.epsilon, epochs=epochs,
+                               batch_size=batch_size, seed=cell.seed, overrides=(params or {}).get(cell.method))
+            model.fit(fed)
+            pred = model.predict(ds.X_test)
+            report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
+            row.update({k: float(report[k]) for k in ("test_error", "trivial_error", "dp_violation", "eo_violation")})
+            row["violation"] = row[violation_column(cell.fairness)]
+            row["epsilon_spent"] = (float(model.privacy_report_["epsilon_spent"].max()) if spec.private
+                                    else math.inf)
+        except Exception as exc:  # noqa: BLE001 - recorded in the row; the sweep goes on
+            row["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            with contextlib.suppress(Exception):
+                row["trivial_error"] = metrics.trivial_error(_dataset(cell.dataset).y_test)
+    row["seconds"] = time.perf_counter() - t0
+    messages = list(dict.fromkeys(str(w.message).replace("\n", " ") for w in caught))
+    row["warnings"] = len(caught)
+    row["warning_messages"] = " | ".join(messages)[:500]
+    row["finished_at"] = time.time()
+    return row
+
+
+# ---------------------------------------------------------------------------------------- CSV
+def _runs_path(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    return p / RUNS_FILE if p.is_dir() or p.suffix != ".csv" else p
+
+
+def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataFrame:
+    """The rows of ``runs.csv`` (``path`` is the file or its directory), one per cell: a cell
+    run twice (``retry_failed``) keeps its last row; a row cut short by an interruption is
+    dropped. ``drop_failed=True`` also drops rows whose fit raised (non-empty ``error``)."""
+    file = _runs_path(path)
+    if not file.exists():
+        raise ValueError(f"path: no {RUNS_FILE} at {file}; run `pfair sweep --out DIR` first")
+    df = pd.read_csv(file, dtype={c: str for c in ("method", "dataset", "fairness", "knob_name", "warning_messages",
+                                                   "error")})
+    missing = [c for c in KEY_COLUMNS + ["finished_at"] if c not in df.columns]
+    if missing:
+        raise ValueError(f"path: {file} is not a sweep's runs.csv (missing columns {missing})")
+    df = df[df["finished_at"].notna() & df["seed"].notna()].copy()
+    df["silos"] = df["silos"].astype(int)
+    df["seed"] = df["seed"].astype(int)
+    for col in ("error", "warning_messages", "knob_name"):
+        if col in df.columns:
+            df[col] = df[col].fillna("").astype(str)
+    df["_key"] = [cell_key(r) for r in df[KEY_COLUMNS].to_dict(orient="records")]
+    df = df.drop_duplicates("_key", keep="last").drop(columns="_key").reset_index(drop=True)
+    if drop_failed and "error" in df.columns:
+        df = df[df["error"] == ""].reset_index(drop=True)
+    return df
+
+
+class _RowWriter:
+    """Appends rows to ``runs.csv`` and flushes after each one."""
+
+    def __init__(self, file: Path) -> None:
+        exists = file.exists() and file.stat().st_size > 0
+        if exists:
+            with open(file, newline="") as fh:
+                header = next(csv.reader(fh), [])
+            if header != COLUMNS:
+                raise ValueError(f"out: {file} has columns {header}, not this version's {COLUMNS}; "
+                                 "use another --out directory")
+            with open(file, "rb") as fh:  # a row cut short by an interruption: start on a new line
+                fh.seek(-1, os.SEEK_END)
+                needs_newline = fh.read(1) != b"\n"
+        self._fh = open(file, "a", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=COLUMNS)
+        if not exists:
+            self._writer.writeheader()
+        elif needs_newline:
+            self._fh.write("\r\n")
+        self._fh.flush()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._writer.writerow({c: _csv_value(row.get(c, math.nan)) for c in COLUMNS})
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))  # round-trips exactly; nan and inf as text
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------- runner
+@dataclass
+class SweepResult:
+    """What :func:`run_sweep` did: ``runs`` is every row of ``runs.csv`` afterwards (see
+    :func:`load_runs`); ``ran``/``skipped``/``failed`` count this call's cells."""
+
+    runs: pd.DataFrame
+    path: Path
+    ran: int
+    skipped: int
+    failed: int
+    seconds: float
+    first_error: str = ""
+
+
+@contextlib.contextmanager
+def _single_threaded_children() -> Iterator[None]:
+    """Environment inherited by the workers: one Rust (rayon) thread and single-threaded BLAS,
+    since the sweep already runs one worker per core."""
+    names = ("RAYON_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {n: os.environ.get(n) for n in names}
+    os.environ.update({n: "1" for n in names})
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
+LOCK_FILE = ".sweep.lock"
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``out`` for the sweep: two sweeps appending to the same
+    ``runs.csv`` would run the same cells twice. (POSIX ``flock``; elsewhere no lock.)"""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(out / LOCK_FILE, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"out: another sweep is running into {out}; wait for it or use another --out") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _executor(jobs: int, dataset_names: Sequence[str]) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    # spawn, not fork: a forked child would inherit a Rust thread pool whose threads it lacks
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(list(dataset_names),))
+
+
+def run_sweep(
+    out: str | os.PathLike,
+    *,
+    methods: Any,
+    datasets: Any,
+    fairness: Any = "demographic_parity",
+    epsilons: Any = (1.0, 3.0, 9.0),
+    heterogeneities: Any = (0.0, 0.75),
+    silos: Any = (3,),
+    lams: Any = "0:2:11",
+    seeds: Any = 15,
+    epochs: int = 40,
+    batch_size: int = 256,
+    params: Any = None,
+    jobs: int | None = None,
+    progress: bool = True,
+    retry_failed: bool = False,
+) -> SweepResult:
+    """Run every cell of a grid that ``out/runs.csv`` does not hold yet; return all rows.
+
+    Parameters
+    ----------
+    out : results directory; gets ``runs.csv`` (one row per cell, :data:`COLUMNS`) and
+        ``sweep.json`` (the fixed settings, checked when resuming).
+    methods, datasets, fairness, epsilons, heterogeneities, silos, seeds : the grid (see
+        :func:`expand_grid`); ``lams`` is the knob axis (``"0:2:11"`` = numpy.linspace(0, 2, 11),
+        or numbers).
+    epochs, batch_size : passed to every method that has them (not to ``single_shot``).
+    params : hyper-parameter overrides, ``{"steffle": {"lr_theta": 0.1}}`` or
+        ``["steffle.lr_theta=0.1"]`` (:func:`parse_params`).
+    jobs : worker processes (default ``os.cpu_count()``); 1 runs in this process.
+    progress : show a tqdm progress bar over cells.
+    retry_failed : run again the cells whose row has an ``error`` (by default a failed cell
+        counts as done, since a deterministic failure would fail again).
+    """
+    t0 = time.perf_counter()
+    cells = expand_grid(methods=methods, datasets=datasets, fairness=fairness, epsilons=epsilons,
+                        heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds)
+    epochs = _check_positive_int(epochs, "epochs")
+    batch_size = _check_positive_int(batch_size, "batch_size")
+    jobs = _check_positive_int((os.cpu_count() or 1) if jobs is None else jobs, "jobs")
+    overrides = parse_params(params)
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out: {out_dir} exists and is not a directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    file = out_dir / RUNS_FILE
+    with _exclusive(out_dir):
+        _check_or_write_settings(out_dir, _settings(epochs, batch_size, overrides))
+        return _run(cells, file, epochs, batch_size, overrides, jobs, progress, retry_failed, t0)
+
+
+def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides: Mapping[str, Mapping[str, Any]],
+         jobs: int, progress: bool, retry_failed: bool, t0: float) -> SweepResult:
+    done: set[tuple[str, ...]] = set()
+    if file.exists() and file.stat().st_size > 0:
+        previous = load_runs(file)
+        if retry_failed:
+            previous = previous[previous["error"] == ""]
+        done = {cell_key(r) for r in previous[KEY_COLUMNS].to_dict(orient="records")}
+    todo = [c for c in cells if c.key() not in done]
+    skipped = len(cells) - len(todo)
+
+    writer = _RowWriter(file)
+    failed, first_error = 0, ""
+    bar = _progress_bar(len(todo), progress)
+    dataset_names = sorted({c.dataset for c in todo})
+    try:
+        for row in _execute(todo, epochs, batch_size, overrides, jobs, dataset_names):
+            writer.write(row)
+            if row["error"]:
+                failed += 1
+                first_error = first_error or f"{row['method']} (seed {row['seed']}): {row['error']}"
+                bar.set_postfix(failed=failed)
+            bar.update(1)
+    finally:
+        bar.close()
+        writer.close()
+    return SweepResult(load_runs(file), file, len(todo), skipped, failed, time.perf_counter() - t0, first_error)
+
+
+def _execute(todo: Sequence[Cell], epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]],
+             jobs: int, dataset_names: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Rows of the cells as they finish: in this process for ``jobs=1``, else in a process pool
+    with at most ``2·jobs`` cells in flight (so an interruption wastes little)."""
+    if not todo:
+        return
+    if jobs == 1:
+        for cell in todo:
+            yield run_cell(cell, epochs, batch_size, params)
+        return
+    pending: set[Future] = set()
+    queue = iter(todo)
+    # Workers are spawned on demand by submit, and inherit the environment at that moment.
+    with _single_threaded_children():
+        executor = _executor(min(jobs, len(todo)), dataset_names)
+        try:
+            for cell in _take(queue, 2 * jobs):
+                pending.add(executor.submit(run_cell, cell, epochs, batch_size, params))
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for cell in _take(queue, len(finished)):
+                    pending.add(executor.submit(run_cell, cell, epochs, batch_size, params))
+                for future in finished:
+                    yield future.result()
+        except BaseException:  # interrupted (or the consumer stopped): do not wait for cells in flight
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        executor.shutdown(wait=True)
+
+
+def _take(it: Iterator[Cell], n: int) -> list[Cell]:
+    out = []
+    for _ in range(n):
+        try:
+            out.append(next(it))
+        except StopIteration:
+            break
+    return out
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="sweep", unit="cell", disable=not enabled, dynamic_ncols=True)
+
+
+def _check_positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: must be a whole number >= 1, got {value!r}")
+    return int(value)
+
