@@ -142,7 +142,9 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str]) -
                 ax.set_title(_panel_title(eps, h, n), fontsize=10)
                 _finish(ax, fair, legend=False)
         _figure_legend(fig, axes)
-        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off (mean ± std over seeds; bold: Pareto front)")
+        # Two lines, so that a one-panel figure does not clip the title.
+        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off\nmean ± std over seeds; bold: Pareto front",
+                     fontsize=11)
         paths += _save(fig, out, f"tradeoff_{ds}_{fair}_N{n}", formats)
     return paths
 
