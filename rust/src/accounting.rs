@@ -16,7 +16,7 @@
 //! Every RDP value is a per-step Rényi divergence bound `ε(α)` at order `α > 1`; composition adds
 //! them (Mironov 2017, Prop. 1); the (ε, δ) conversion is Balle et al. 2020, Thm. 21.
 //! Numerics: all sums are done in log space. The WOR bound's forward differences are evaluated
-//! exactly (as Gaussian integrals, see [`wor_even_differences`]), not by float64 differencing.
+//! exactly (as Gaussian integrals, see [`wor_even_difference`]), not by float64 differencing.
 
 use std::f64::consts::{LN_2, PI};
 use std::fmt;
@@ -256,18 +256,6 @@ fn log_add(x: f64, y: f64) -> f64 {
     (a - b).exp().ln_1p() + b
 }
 
-/// `(sign, log|e^x − e^y|)`, sign `true` when `e^x ≥ e^y`.
-#[inline]
-fn log_sub_sign(x: f64, y: f64) -> (bool, f64) {
-    if x > y {
-        (true, x + (-(y - x).exp()).ln_1p())
-    } else if x < y {
-        (false, y + (-(x - y).exp()).ln_1p())
-    } else {
-        (true, f64::NEG_INFINITY)
-    }
-}
-
 /// `log|C(α, k)|` for real `α` and integer `k ≥ 0`, via `log|Γ|` (reflection handled by libm).
 #[inline]
 fn log_abs_binom(alpha: f64, k: f64) -> f64 {
@@ -499,17 +487,12 @@ fn log_moment_expm1(z: f64, p: f64) -> f64 {
     gmax + (h * sum).ln()
 }
 
-/// `log Δ^{2m} F(0)` for `m = 0..=m_max`, where `F(j) = exp((j−1) ε(j))`, `ε(j) = j/(2z²)`, is
-/// the Gaussian's moment sequence and `Δ` the forward difference (WBK 2019, Thm. 27 uses the
-/// even-order differences). `Δ⁰F(0) = 1`, `Δ²F(0) = e^{1/z²} − 1` in closed form, the rest by
+/// `log Δ^{2m} F(0)`, where `F(j) = exp((j−1) ε(j))`, `ε(j) = j/(2z²)`, is the Gaussian's
+/// moment sequence and `Δ` the forward difference (WBK 2019, Thm. 27 uses the even-order
+/// differences). `Δ⁰F(0) = 1`, `Δ²F(0) = e^{1/z²} − 1` in closed form, the rest by
 /// [`log_moment_expm1`]. (dp-accounting takes these differences by repeated float64
 /// differencing, which returns rounding noise for z ≳ 10 beyond order ~15; see
 /// `docs/accounting.md`.)
-fn wor_even_differences(z: f64, m_max: usize) -> Vec<f64> {
-    (0..=m_max).map(|m| wor_even_difference(z, m)).collect()
-}
-
-/// Entry `m` of [`wor_even_differences`].
 fn wor_even_difference(z: f64, m: usize) -> f64 {
     match m {
         0 => 0.0,
@@ -519,7 +502,7 @@ fn wor_even_difference(z: f64, m: usize) -> f64 {
 }
 
 /// `log` of the bracket `1 + Σ_{j≥2} …` of WBK 2019 Thm. 9/27 for integer `α ≥ 1`. `even` must
-/// come from [`wor_even_differences`] with `2·m_max ≥ α` when `α ≤ 256`.
+/// hold [`wor_even_difference`] for `m = 0..=m_max` with `2·m_max ≥ α` when `α ≤ 256`.
 fn wor_log_a_int(q: f64, z: f64, alpha: u64, even: &[f64]) -> f64 {
     if alpha <= 1 {
         return 0.0;
@@ -581,7 +564,8 @@ impl WorTable {
         }
     }
 
-    fn rdp(&self, q: f64, z: f64, alpha: f64) -> f64 {
+    fn rdp(&self, q: f64, alpha: f64) -> f64 {
+        let z = self.z;
         if q == 1.0 {
             return alpha / (2.0 * z * z);
         }
@@ -615,7 +599,7 @@ pub fn rdp_without_replacement(q: f64, z: f64, alpha: f64) -> Result<f64> {
     check_rate(q)?;
     check_z(z)?;
     check_order(alpha)?;
-    Ok(WorTable::new(z, &[alpha]).rdp(q, z, alpha))
+    Ok(WorTable::new(z, &[alpha]).rdp(q, alpha))
 }
 
 /// RDP at order `α` of one step of a Gaussian mechanism on a random batch whose membership is
@@ -735,7 +719,7 @@ pub fn rdp_curve(event: &Event, orders: &[f64]) -> Result<Vec<f64>> {
         }
         Scheme::WithoutReplacement => {
             let table = WorTable::new(z, orders);
-            orders.iter().map(|&a| table.rdp(q, z, a)).collect()
+            orders.iter().map(|&a| table.rdp(q, a)).collect()
         }
     };
     Ok(per_step.into_iter().map(|r| r * t).collect())
@@ -822,7 +806,7 @@ fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: 
             Scheme::WithoutReplacement => {
                 let table = wor.as_mut().expect("table exists for WOR");
                 table.ensure(a);
-                table.rdp(q, z, a)
+                table.rdp(q, a)
             }
         };
         let eps = epsilon_at_order(a, per_step * t, delta);
@@ -1011,9 +995,6 @@ mod tests {
     fn log_helpers_are_exact_on_easy_values() {
         assert!((log_add(2f64.ln(), 3f64.ln()) - 5f64.ln()).abs() < 1e-15);
         assert_eq!(log_add(f64::NEG_INFINITY, 1.0), 1.0);
-        let (s, m) = log_sub_sign(3f64.ln(), 5f64.ln());
-        assert!(!s && (m - 2f64.ln()).abs() < 1e-15);
-        assert_eq!(log_sub_sign(1.0, 1.0), (true, f64::NEG_INFINITY));
         assert!((log_abs_binom(10.0, 3.0) - 120f64.ln()).abs() < 1e-12);
         // C(2.5, 4) = 2.5·1.5·0.5·(−0.5)/24 < 0: the magnitude is returned.
         assert!((log_abs_binom(2.5, 4.0) - (0.9375f64 / 24.0).ln()).abs() < 1e-12);
@@ -1052,6 +1033,11 @@ mod tests {
         );
         assert!(a <= b && b <= c, "{a} {b} {c}");
         assert!(poisson_log_a_frac(q, z, 3.5).is_finite());
+    }
+
+    /// [`wor_even_difference`] for `m = 0..=m_max`.
+    fn wor_even_differences(z: f64, m_max: usize) -> Vec<f64> {
+        (0..=m_max).map(|m| wor_even_difference(z, m)).collect()
     }
 
     /// `Δ^k F(0)` by the alternating binomial sum, in plain float64 (fine where it is well
