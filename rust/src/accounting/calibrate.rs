@@ -1,0 +1,168 @@
+//! Calibration: the noise multiplier that meets a target (ε, δ) after `steps` steps of a scheme.
+
+use super::bounds::StepBound;
+use super::convert::epsilon_at_order;
+use super::{
+    check_delta, check_epsilon, check_orders, check_scheme_rate, default_orders, AccountingError, Result, Scheme,
+};
+
+/// Orders without improvement after which [`epsilon_scan`] stops.
+const SCAN_PATIENCE: usize = 16;
+
+/// ε after `steps` steps at noise multiplier `z`, as [`epsilon_for`](super::epsilon_for), but
+/// scanning the ascending `orders` and stopping once ε(α) has not improved for [`SCAN_PATIENCE`]
+/// orders (the RDP term grows with α while the conversion term shrinks, so ε(α) falls, then
+/// rises). The WOR differences are computed only as far as the scan goes (the
+/// [`StepBound`] keeps them), which is what makes calibration fast.
+/// A minimum over fewer orders is still a valid ε, and never below the full one, so a noise
+/// multiplier calibrated with it never under-noises; `test_noise_multiplier_for_contract` checks
+/// that it stays within the 2% contract of the full ε.
+fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: &[f64]) -> f64 {
+    let t = steps as f64;
+    let mut step = StepBound::new(scheme, q, z);
+    let (mut best, mut since) = (f64::INFINITY, 0);
+    for &a in orders {
+        let eps = epsilon_at_order(a, step.rdp(a) * t, delta);
+        if eps < best {
+            (best, since) = (eps, 0);
+        } else {
+            since += 1;
+            if since >= SCAN_PATIENCE {
+                break;
+            }
+        }
+    }
+    best.max(0.0)
+}
+
+/// Calibration bracket for [`noise_multiplier_for`]: `z ∈ [Z_MIN, Z_MAX]`.
+pub const Z_MIN: f64 = 1e-3;
+/// Upper end of the calibration bracket.
+pub const Z_MAX: f64 = 1e6;
+/// Calibration stops once `ε(z) ≥ (1 − CALIBRATION_TOL) · target` (contract: within 2%).
+pub const CALIBRATION_TOL: f64 = 0.005;
+
+/// The smallest-found noise multiplier `z` whose ε (at `delta`, over `steps` steps of `scheme` at
+/// rate `q`, default orders) is at most `epsilon` and at least `(1 − 0.005)·epsilon`.
+///
+/// Method: ε(z) is non-increasing in `z`. Starting at `z = 1`, the bracket is doubled (or halved)
+/// until it straddles the target inside `[Z_MIN, Z_MAX] = [1e-3, 1e6]`, then narrowed by
+/// safeguarded secant steps in (log z, log ε), always keeping `hi` feasible (`ε(hi) ≤ epsilon`)
+/// — so the returned value never under-noises. During the search ε is evaluated by scanning the
+/// orders upwards and stopping past the minimum ([`epsilon_scan`]), which can only over-state ε. Errors: [`AccountingError::Unreachable`] if `ε(Z_MAX) > epsilon`,
+/// [`AccountingError::TargetTooLoose`] if `ε(Z_MIN) ≤ epsilon`.
+pub fn noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, scheme: Scheme) -> Result<f64> {
+    noise_multiplier_for_orders(epsilon, delta, q, steps, scheme, &default_orders())
+}
+
+/// [`noise_multiplier_for`] with an explicit order list.
+pub fn noise_multiplier_for_orders(
+    epsilon: f64,
+    delta: f64,
+    q: f64,
+    steps: u64,
+    scheme: Scheme,
+    orders: &[f64],
+) -> Result<f64> {
+    check_epsilon(epsilon)?;
+    check_delta(delta)?;
+    check_scheme_rate(scheme, q)?;
+    if steps == 0 {
+        return Err(AccountingError::Steps);
+    }
+    check_orders(orders)?;
+    let mut sorted = orders.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let eps_at = |z: f64| -> Result<f64> { Ok(epsilon_scan(z, q, steps, delta, scheme, &sorted)) };
+
+    let (mut lo, mut hi);
+    let e1 = eps_at(1.0)?;
+    let (mut e_lo, mut e_hi);
+    if e1 > epsilon {
+        (lo, e_lo, hi) = (1.0, e1, 2.0);
+        loop {
+            e_hi = eps_at(hi)?;
+            if e_hi <= epsilon {
+                break;
+            }
+            if hi >= Z_MAX {
+                return Err(AccountingError::Unreachable { epsilon, z_max: Z_MAX, epsilon_at_z_max: e_hi });
+            }
+            (lo, e_lo) = (hi, e_hi);
+            hi = (hi * 2.0).min(Z_MAX);
+        }
+    } else {
+        (hi, e_hi, lo) = (1.0, e1, 0.5);
+        loop {
+            e_lo = eps_at(lo)?;
+            if e_lo > epsilon {
+                break;
+            }
+            if lo <= Z_MIN {
+                return Err(AccountingError::TargetTooLoose { epsilon, z_min: Z_MIN, epsilon_at_z_min: e_lo });
+            }
+            (hi, e_hi) = (lo, e_lo);
+            lo = (lo / 2.0).max(Z_MIN);
+        }
+    }
+    // Invariant: ε(lo) > target ≥ ε(hi). ε(z) is close to a power law, so a secant step in
+    // (log z, log ε) aimed at the middle of the accepted band usually lands in one or two steps;
+    // it is kept away from the bracket's ends, and every third step is a plain geometric
+    // bisection, so the bracket always shrinks.
+    let goal = (1.0 - 0.5 * CALIBRATION_TOL) * epsilon;
+    for step in 0..200 {
+        if e_hi >= (1.0 - CALIBRATION_TOL) * epsilon {
+            return Ok(hi);
+        }
+        let (a, b) = (lo.ln(), hi.ln());
+        let mut u = 0.5 * (a + b);
+        if step % 3 != 2 && e_lo.is_finite() && e_hi > 0.0 {
+            let (fa, fb) = ((e_lo / goal).ln(), (e_hi / goal).ln());
+            let w = b - a;
+            u = (a + fa * w / (fa - fb)).clamp(a + 0.02 * w, b - 0.02 * w);
+        }
+        let mid = u.exp();
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        let e_mid = eps_at(mid)?;
+        if e_mid <= epsilon {
+            (hi, e_hi) = (mid, e_mid);
+        } else {
+            (lo, e_lo) = (mid, e_mid);
+        }
+    }
+    if e_hi >= 0.98 * epsilon {
+        Ok(hi)
+    } else {
+        Err(AccountingError::NotConverged { epsilon, best: e_hi })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::epsilon_for;
+
+    #[test]
+    fn noise_multiplier_for_meets_the_target_from_below_within_tolerance() {
+        for s in [Scheme::WithoutReplacement, Scheme::Poisson, Scheme::PoissonReplaceOne, Scheme::FullBatch] {
+            let q = if s == Scheme::FullBatch { 1.0 } else { 256.0 / 12211.0 };
+            for target in [0.5, 1.0, 9.0] {
+                let z = noise_multiplier_for(target, 1e-6, q, 1920, s).unwrap();
+                let (eps, _) = epsilon_for(z, q, 1920, 1e-6, s, &default_orders()).unwrap();
+                assert!(eps <= target && eps >= 0.98 * target, "{s:?} {target}: z={z} eps={eps}");
+            }
+        }
+    }
+
+    #[test]
+    fn noise_multiplier_for_fails_clearly_outside_the_bracket() {
+        // ε so small that even z = 1e6 cannot reach it.
+        let e = noise_multiplier_for(1e-9, 1e-10, 1.0, 1_000_000, Scheme::FullBatch).unwrap_err();
+        assert!(matches!(e, AccountingError::Unreachable { .. }), "{e}");
+        // ε so large that z = 1e-3 already meets it.
+        let e = noise_multiplier_for(1e9, 0.5, 1e-4, 1, Scheme::Poisson).unwrap_err();
+        assert!(matches!(e, AccountingError::TargetTooLoose { .. }), "{e}");
+    }
+}

@@ -1,0 +1,178 @@
+//! Conversions and checks shared by the bindings: names to enums, NumPy arrays to the core's
+//! types, and every argument check that more than one binding makes (each lives here once).
+
+use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::errors::BindResult;
+use crate::features::Features;
+use crate::psi::{BatchGradients, Dims, Fairness, Protect};
+use crate::round::{ServerConfig, Silo};
+use crate::sampling::Sampling;
+
+pub(super) fn fairness_from(name: &str, positive: u32) -> BindResult<Fairness> {
+    match name {
+        "demographic_parity" => Ok(Fairness::DemographicParity),
+        "equalized_odds" => Ok(Fairness::EqualizedOdds),
+        "equal_opportunity" => Ok(Fairness::EqualOpportunity { positive }),
+        other => Err(format!(
+            "fairness={other:?} is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
+        )
+        .into()),
+    }
+}
+
+pub(super) fn protect_from(name: &str, clip_loss: f64, clip_theta: f64, clip_w: f64) -> BindResult<Protect> {
+    for (arg, v) in [("clip_loss", clip_loss), ("clip_theta", clip_theta), ("clip_w", clip_w)] {
+        if !(v > 0.0) {
+            return Err(format!("{arg} must be > 0 (use inf for no clipping), got {v}").into());
+        }
+    }
+    match name {
+        "attribute" => Ok(Protect::Attribute { clip_theta }),
+        "record" => Ok(Protect::Record { clip_loss, clip_theta, clip_w }),
+        other => Err(format!("protect={other:?} is unknown; use 'attribute' or 'record'").into()),
+    }
+}
+
+pub(super) fn sampling_from(name: &str, batch_size: usize, sample_rate: f64) -> BindResult<Sampling> {
+    match name {
+        "without_replacement" => {
+            if batch_size == 0 {
+                return Err("batch_size must be >= 1".into());
+            }
+            Ok(Sampling::WithoutReplacement { m: batch_size })
+        }
+        "poisson" => {
+            if !(sample_rate > 0.0 && sample_rate <= 1.0) {
+                return Err(format!("sample_rate must be in (0, 1], got {sample_rate}").into());
+            }
+            Ok(Sampling::Poisson { q: sample_rate })
+        }
+        "full_batch" => Ok(Sampling::FullBatch),
+        other => Err(format!(
+            "sampling={other:?} is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
+        )
+        .into()),
+    }
+}
+
+/// Each `(name, value)` must be finite and ≥ 0 (noise stds, learning rates, λ).
+pub(super) fn check_finite_non_negative(args: &[(&str, f64)]) -> BindResult<()> {
+    for &(arg, v) in args {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("{arg} must be finite and >= 0, got {v}").into());
+        }
+    }
+    Ok(())
+}
+
+/// The server's update parameters, checked.
+pub(super) fn server_from(lam: f64, lr_theta: f64, lr_w: f64, w_radius: f64) -> BindResult<ServerConfig> {
+    check_finite_non_negative(&[("lam", lam), ("lr_theta", lr_theta), ("lr_w", lr_w)])?;
+    if !(w_radius > 0.0) {
+        return Err("w_radius must be > 0 (inf for no projection)".into());
+    }
+    Ok(ServerConfig { lam, lr_theta, lr_w, w_radius })
+}
+
+pub(super) fn check_denom(denom: f64) -> BindResult<()> {
+    if !(denom > 0.0) {
+        return Err("denom must be > 0".into());
+    }
+    Ok(())
+}
+
+pub(super) fn check_theta_len(len: usize, want: usize) -> BindResult<()> {
+    if len != want {
+        return Err(format!("theta has length {len}, expected (d+1)(l-1) = {want}").into());
+    }
+    Ok(())
+}
+
+/// Every `1/√p` entry must be finite and > 0.
+pub(super) fn check_inv_sqrt_ps(inv: &[f64]) -> BindResult<()> {
+    if inv.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+        return Err("inv_sqrt_ps must be finite and > 0 (every group needs records)".into());
+    }
+    Ok(())
+}
+
+/// `v` as an index into `0..hi`.
+pub(super) fn index_in(v: i64, hi: usize, what: &str) -> BindResult<usize> {
+    if v < 0 || v as usize >= hi {
+        Err(format!("{what} index {v} out of range 0..{hi}").into())
+    } else {
+        Ok(v as usize)
+    }
+}
+
+/// Copies the model state `(theta, W, inv_sqrt_ps)` out of its (contiguous) arrays.
+pub(super) fn state_vecs(
+    theta: &PyReadonlyArray1<'_, f64>,
+    w: &PyReadonlyArray1<'_, f64>,
+    inv_sqrt_ps: &PyReadonlyArray1<'_, f64>,
+) -> PyResult<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    Ok((theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec()))
+}
+
+/// Checks the shapes of the model state against the problem dimensions.
+pub(super) fn check_state(dims: Dims, fairness: Fairness, theta: &[f64], w: &[f64], inv: &[f64]) -> BindResult<()> {
+    if dims.k < 2 || dims.l < 2 {
+        return Err(format!("need at least 2 groups and 2 classes, got k={} l={}", dims.k, dims.l).into());
+    }
+    check_theta_len(theta.len(), dims.theta_len())?;
+    if w.len() != dims.w_len(fairness) {
+        return Err(format!("W has {} entries, expected {}", w.len(), dims.w_len(fairness)).into());
+    }
+    let want = fairness.n_blocks(dims.l) * dims.k;
+    if inv.len() != want {
+        return Err(format!("inv_sqrt_ps has length {}, expected {want}", inv.len()).into());
+    }
+    check_inv_sqrt_ps(inv)?;
+    if theta.iter().chain(w).any(|v| !v.is_finite()) {
+        return Err("theta and W must be finite".into());
+    }
+    Ok(())
+}
+
+/// Copies one silo's arrays, checking shapes and index ranges; features are stored dense or
+/// CSR, whichever suits their density.
+pub(super) fn silo_from(
+    x: PyReadonlyArray2<f64>,
+    y: PyReadonlyArray1<i64>,
+    s: PyReadonlyArray1<i64>,
+    k: usize,
+    l: usize,
+) -> BindResult<Silo> {
+    let xa = x.as_array();
+    let (n, d) = xa.dim();
+    let ya = y.as_array();
+    let sa = s.as_array();
+    if ya.len() != n || sa.len() != n {
+        return Err(format!("X has {n} rows but y has {} and s has {}", ya.len(), sa.len()).into());
+    }
+    let xv: Vec<f64> = xa.iter().copied().collect();
+    if xv.iter().any(|v| !v.is_finite()) {
+        return Err("X contains NaN or inf".into());
+    }
+    let conv = |a: numpy::ndarray::ArrayView1<i64>, hi: usize, what: &str| -> BindResult<Vec<u32>> {
+        a.iter().map(|&v| index_in(v, hi, what).map(|i| i as u32)).collect()
+    };
+    Ok(Silo { x: Features::auto(xv, d), y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
+}
+
+/// A batch's gradient parts as the dict the Python layer reads.
+pub(super) fn gradients_dict<'py>(py: Python<'py>, g: BatchGradients) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("loss_grad", g.loss_grad.into_pyarray(py))?;
+    d.set_item("psi_theta_public", g.psi_theta_public.into_pyarray(py))?;
+    d.set_item("psi_theta", g.psi_theta.into_pyarray(py))?;
+    d.set_item("psi_w_public", g.psi_w_public.into_pyarray(py))?;
+    d.set_item("psi_w", g.psi_w.into_pyarray(py))?;
+    d.set_item("loss", g.loss)?;
+    d.set_item("psi", g.psi)?;
+    d.set_item("n_clipped", g.n_clipped)?;
+    Ok(d)
+}

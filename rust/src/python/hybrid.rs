@@ -1,0 +1,186 @@
+//! Hybrid centralization (`crate::hybrid`): `HybridSet`.
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::convert::{check_state, fairness_from, gradients_dict, server_from, silo_from, state_vecs};
+use super::errors::{value_error, BindResult};
+use crate::hybrid::{self, HybridLayout, HybridNoise};
+use crate::psi::{Dims, Fairness, PsiInputs};
+
+/// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
+type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
+
+/// All records with their non-sensitive holder (`members`) and sensitive holder (`owner`).
+#[pyclass(name = "HybridSet", module = "pfair._core")]
+pub(super) struct PyHybridSet {
+    layout: HybridLayout,
+    dims: Dims,
+    fairness: Fairness,
+}
+
+#[pymethods]
+impl PyHybridSet {
+    #[new]
+    #[pyo3(signature = (x, y, s, members, owner, *, n_sensitive, n_groups, n_classes,
+                        fairness="demographic_parity", positive=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        x: PyReadonlyArray2<'_, f64>,
+        y: PyReadonlyArray1<'_, i64>,
+        s: PyReadonlyArray1<'_, i64>,
+        members: Vec<PyReadonlyArray1<'_, i64>>,
+        owner: PyReadonlyArray1<'_, i64>,
+        n_sensitive: usize,
+        n_groups: usize,
+        n_classes: usize,
+        fairness: &str,
+        positive: u32,
+    ) -> PyResult<Self> {
+        let fairness = fairness_from(fairness, positive)?;
+        if n_groups < 2 || n_classes < 2 {
+            return Err(value_error("need n_groups >= 2 and n_classes >= 2"));
+        }
+        let d = x.as_array().dim().1;
+        let silo = silo_from(x, y, s, n_groups, n_classes)?;
+        let n = silo.len();
+        let mut seen = vec![false; n];
+        let mut mem = Vec::with_capacity(members.len());
+        for (j, m) in members.iter().enumerate() {
+            let mut ids = Vec::new();
+            for &i in m.as_array().iter() {
+                if i < 0 || i as usize >= n || seen[i as usize] {
+                    return Err(value_error(format!("members[{j}] has id {i}: out of range 0..{n} or held by two silos")));
+                }
+                seen[i as usize] = true;
+                ids.push(i as usize);
+            }
+            if ids.is_empty() {
+                return Err(value_error(format!("non-sensitive silo {j} has no records")));
+            }
+            mem.push(ids);
+        }
+        if seen.iter().any(|v| !v) {
+            return Err(value_error("every record must belong to exactly one non-sensitive silo"));
+        }
+        let own = owner.as_array();
+        if own.len() != n {
+            return Err(value_error(format!("owner has {} entries, expected {n}", own.len())));
+        }
+        let own: Vec<u32> = own
+            .iter()
+            .map(|&c| {
+                if c < 0 || c as usize >= n_sensitive {
+                    Err(value_error(format!("owner {c} out of range 0..{n_sensitive}")))
+                } else {
+                    Ok(c as u32)
+                }
+            })
+            .collect::<PyResult<_>>()?;
+        let layout = HybridLayout { x: silo.x, y: silo.y, s: silo.s, members: mem, owner: own, n_sensitive };
+        Ok(PyHybridSet { layout, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+    }
+
+    /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
+    /// noised sums (None for a silo that sent nothing).
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
+                        dummy_noise=false, seed, round))]
+    #[allow(clippy::too_many_arguments)]
+    fn messages<'py>(
+        &self,
+        py: Python<'py>,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        batch_size: usize,
+        clip_theta: f64,
+        sigma_theta: Vec<f64>,
+        sigma_w: Vec<f64>,
+        dummy_noise: bool,
+        seed: u64,
+        round: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
+        let msgs = py.allow_threads(|| {
+            hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, seed, round)
+        });
+        let d = PyDict::new(py);
+        let public: Vec<Bound<'py, PyDict>> = msgs.public.into_iter().map(|g| gradients_dict(py, g)).collect::<PyResult<_>>()?;
+        d.set_item("public", public)?;
+        let sens: Vec<SensitiveMessage<'py>> = msgs
+            .sensitive
+            .into_iter()
+            .map(|m| m.map(|(u, v)| (u.into_pyarray(py), v.into_pyarray(py))))
+            .collect();
+        d.set_item("sensitive", sens)?;
+        d.set_item("intersection", msgs.intersection)?;
+        d.set_item("union_size", msgs.union_size)?;
+        Ok(d)
+    }
+
+    /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
+                        dummy_noise=false, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_rounds<'py>(
+        &self,
+        py: Python<'py>,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        batch_size: usize,
+        clip_theta: f64,
+        sigma_theta: Vec<f64>,
+        sigma_w: Vec<f64>,
+        dummy_noise: bool,
+        lam: f64,
+        lr_theta: f64,
+        lr_w: f64,
+        w_radius: f64,
+        seed: u64,
+        start: u64,
+        n_rounds: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+        let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
+        let (loss, psi) = py.allow_threads(|| {
+            hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, seed, start, n_rounds)
+        });
+        let d = PyDict::new(py);
+        d.set_item("theta", th.into_pyarray(py))?;
+        d.set_item("w", wv.into_pyarray(py))?;
+        d.set_item("loss", loss.into_pyarray(py))?;
+        d.set_item("psi", psi.into_pyarray(py))?;
+        Ok(d)
+    }
+}
+
+impl PyHybridSet {
+    /// The round's noise settings, checked against the layout (shared by `messages` and
+    /// `run_rounds`).
+    fn noise(&self, batch_size: usize, clip_theta: f64, sigma_theta: Vec<f64>, sigma_w: Vec<f64>, dummy_noise: bool) -> BindResult<HybridNoise> {
+        let ns = self.layout.n_sensitive;
+        if sigma_theta.len() != ns || sigma_w.len() != ns {
+            return Err(format!("need one sigma_theta and one sigma_w per sensitive silo ({ns})").into());
+        }
+        if sigma_theta.iter().chain(&sigma_w).any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err("noise stds must be finite and >= 0".into());
+        }
+        if !(clip_theta > 0.0) {
+            return Err("clip_theta must be > 0 (inf for no clipping)".into());
+        }
+        for (j, m) in self.layout.members.iter().enumerate() {
+            if batch_size == 0 || batch_size > m.len() {
+                return Err(format!("batch_size={batch_size} must be in 1..={} (non-sensitive silo {j})", m.len()).into());
+            }
+        }
+        Ok(HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise })
+    }
+}

@@ -1,0 +1,54 @@
+//! The binding layer: the extension module `pfair._core`. Each file wraps one part of the core
+//! (`psi`: ψ kernels, sensitivities and noise; `round`: silos and rounds; `hybrid`: hybrid
+//! centralization; `accounting`; `partition`), `convert` holds the conversions and checks they
+//! share, and `errors` the one mapping of errors to Python `ValueError`.
+
+use pyo3::prelude::*;
+
+mod accounting;
+mod convert;
+mod errors;
+mod hybrid;
+mod partition;
+mod psi;
+mod round;
+
+/// The extension module `pfair._core`.
+#[pymodule]
+#[pyo3(name = "_core")]
+fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // ψ kernels, sensitivities, noise
+    m.add_function(wrap_pyfunction!(psi::predict_proba, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::batch_gradients, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::sensitivities, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::noise_stds, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::effective_noise_multiplier, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::gaussian_stream, m)?)?;
+    // federation and rounds
+    m.add_class::<round::PySiloConfig>()?;
+    m.add_class::<round::PySiloSet>()?;
+    m.add_class::<hybrid::PyHybridSet>()?;
+    // privacy accounting
+    m.add_function(wrap_pyfunction!(accounting::default_orders, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_gaussian, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_poisson, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_without_replacement, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_poisson_replace_one, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_public_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_curve, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::rdp_composed, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::epsilon_from_rdp, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::delta_from_rdp, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::epsilon_for, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::delta_for, m)?)?;
+    m.add_function(wrap_pyfunction!(accounting::noise_multiplier_for, m)?)?;
+    m.add("CALIBRATION_TOL", crate::accounting::CALIBRATION_TOL)?;
+    // partitioners
+    m.add_function(wrap_pyfunction!(partition::partition_heterogeneous, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::partition_dirichlet, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::partition_power_law_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::partition_heterogeneity_tv, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::partition_heterogeneity_eta2, m)?)?;
+    Ok(())
+}

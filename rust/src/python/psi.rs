@@ -1,0 +1,171 @@
+//! ψ kernels and prediction, sensitivities and noise (`crate::psi`, `crate::sensitivity`,
+//! `crate::noise`).
+
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::convert::{
+    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, fairness_from, gradients_dict, index_in,
+    protect_from, silo_from, state_vecs,
+};
+use super::errors::value_error;
+use crate::features::Dense;
+use crate::psi::{self, Dims, PsiInputs};
+use crate::sensitivity;
+
+/// Class probabilities `F(x)` of the linear-softmax model, `n × l`.
+#[pyfunction]
+pub(super) fn predict_proba<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    theta: PyReadonlyArray1<'py, f64>,
+    n_classes: usize,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let xa = x.as_array();
+    let (n, d) = xa.dim();
+    if n_classes < 2 {
+        return Err(value_error("n_classes must be >= 2"));
+    }
+    let th = theta.as_slice()?.to_vec();
+    check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
+    let xv: Vec<f64> = match x.as_slice() {
+        Ok(s) => s.to_vec(),
+        Err(_) => xa.iter().copied().collect(),
+    };
+    let out = py.allow_threads(|| {
+        let mut out = vec![0.0; n * n_classes];
+        if d == 0 {
+            let mut p = vec![0.0; n_classes];
+            psi::predict_proba_row(&[], &th, n_classes, &mut p);
+            for row in out.chunks_exact_mut(n_classes) {
+                row.copy_from_slice(&p);
+            }
+        } else {
+            psi::predict_proba(&xv, d, &th, n_classes, &mut out);
+        }
+        out
+    });
+    Ok(numpy::ndarray::Array2::from_shape_vec((n, n_classes), out)
+        .map_err(|e| value_error(e.to_string()))?
+        .into_pyarray(py))
+}
+
+/// Gradient parts of one batch (no noise), divided by `denom`. For tests and analysis.
+#[pyfunction]
+#[pyo3(signature = (x, y, s, theta, w, inv_sqrt_ps, *, n_groups, n_classes, batch, denom,
+                    fairness="demographic_parity", positive=1, protect="attribute",
+                    clip_loss=f64::INFINITY, clip_theta=f64::INFINITY, clip_w=f64::INFINITY))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn batch_gradients<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    y: PyReadonlyArray1<'py, i64>,
+    s: PyReadonlyArray1<'py, i64>,
+    theta: PyReadonlyArray1<'py, f64>,
+    w: PyReadonlyArray1<'py, f64>,
+    inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+    n_groups: usize,
+    n_classes: usize,
+    batch: PyReadonlyArray1<'py, i64>,
+    denom: f64,
+    fairness: &str,
+    positive: u32,
+    protect: &str,
+    clip_loss: f64,
+    clip_theta: f64,
+    clip_w: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let fairness = fairness_from(fairness, positive)?;
+    let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+    let d = x.as_array().dim().1;
+    let dims = Dims { d, k: n_groups, l: n_classes };
+    let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+    check_state(dims, fairness, &th, &wv, &inv)?;
+    let xv: Vec<f64> = x.as_array().iter().copied().collect();
+    let silo = silo_from(x, y, s, n_groups, n_classes)?;
+    let n = silo.len();
+    let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<Result<_, _>>()?;
+    check_denom(denom)?;
+    let g = py.allow_threads(|| {
+        let rows = Dense { x: &xv, d };
+        psi::batch_gradients(&rows, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
+    });
+    gradients_dict(py, g)
+}
+
+/// Sensitivities `(loss, theta, w)` of the noised message parts: `relation="replace_one"` gives
+/// the replace-one sensitivities, `"add_remove"` the largest contribution of one record.
+#[pyfunction]
+#[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
+                    protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY,
+                    relation="replace_one"))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sensitivities(
+    inv_sqrt_ps: PyReadonlyArray1<'_, f64>,
+    n_groups: usize,
+    denom: f64,
+    fairness: &str,
+    positive: u32,
+    protect: &str,
+    clip_loss: f64,
+    clip_theta: f64,
+    clip_w: f64,
+    relation: &str,
+) -> PyResult<(f64, f64, f64)> {
+    let fairness = fairness_from(fairness, positive)?;
+    let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+    let inv = inv_sqrt_ps.as_slice()?;
+    if n_groups < 2 || inv.len() % n_groups != 0 || inv.is_empty() {
+        return Err(value_error("inv_sqrt_ps must hold blocks × n_groups entries with n_groups >= 2"));
+    }
+    check_inv_sqrt_ps(inv)?;
+    check_denom(denom)?;
+    let s = match relation {
+        "replace_one" => sensitivity::sensitivities(protect, fairness, n_groups, inv, denom),
+        "add_remove" => sensitivity::contribution_bounds(protect, inv, denom),
+        other => return Err(value_error(format!("relation={other:?} is unknown; use 'replace_one' or 'add_remove'"))),
+    };
+    Ok((s.loss, s.theta, s.w))
+}
+
+/// Noise stds `σ_p = z √P Δ_p` for sensitivities `parts` and effective multiplier `z`.
+#[pyfunction]
+pub(super) fn noise_stds(parts: Vec<f64>, noise_multiplier: f64) -> PyResult<Vec<f64>> {
+    if !(noise_multiplier >= 0.0) {
+        return Err(value_error("noise_multiplier must be >= 0"));
+    }
+    Ok(sensitivity::noise_stds(&parts, noise_multiplier))
+}
+
+/// Effective noise multiplier `(Σ_p (Δ_p/σ_p)²)^{-1/2}` of jointly released parts.
+#[pyfunction]
+pub(super) fn effective_noise_multiplier(parts: Vec<f64>, stds: Vec<f64>) -> PyResult<f64> {
+    if parts.len() != stds.len() {
+        return Err(value_error("parts and stds must have the same length"));
+    }
+    Ok(sensitivity::effective_noise_multiplier(&parts, &stds))
+}
+
+/// Draws `n` standard-normal numbers from the stream `(seed, silo, round, purpose)`, purpose
+/// `"noise"` (a round's message noise) or `"histogram"` (the DP histogram of s).
+#[pyfunction]
+#[pyo3(signature = (seed, silo, round, n, *, purpose="noise"))]
+pub(super) fn gaussian_stream<'py>(
+    py: Python<'py>,
+    seed: u64,
+    silo: u64,
+    round: u64,
+    n: usize,
+    purpose: &str,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    use crate::noise::{add_gaussian, stream, Purpose};
+    let purpose = match purpose {
+        "noise" => Purpose::Noise,
+        "histogram" => Purpose::Other,
+        other => return Err(value_error(format!("purpose={other:?} is unknown; use 'noise' or 'histogram'"))),
+    };
+    let mut v = vec![0.0; n];
+    add_gaussian(&mut stream(seed, silo, round, purpose), &mut v, 1.0);
+    Ok(v.into_pyarray(py))
+}

@@ -1,0 +1,204 @@
+//! Federation and rounds (`crate::round`): `SiloConfig` and `SiloSet`.
+
+use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::convert::{
+    check_finite_non_negative, check_state, fairness_from, gradients_dict, protect_from, sampling_from, server_from,
+    silo_from, state_vecs,
+};
+use super::errors::{value_error, BindResult};
+use crate::psi::{Dims, Fairness, PsiInputs};
+use crate::round::{self, Silo, SiloConfig};
+use crate::sampling::Sampling;
+
+/// How one silo samples, clips and noises (see `round::SiloConfig`).
+#[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
+#[derive(Clone)]
+pub(super) struct PySiloConfig {
+    inner: SiloConfig,
+}
+
+#[pymethods]
+impl PySiloConfig {
+    #[new]
+    #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
+                        protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
+                        clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
+                        send_psi=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        sampling: &str,
+        batch_size: usize,
+        sample_rate: f64,
+        protect: &str,
+        clip_loss: f64,
+        clip_theta: f64,
+        clip_w: f64,
+        sigma_loss: f64,
+        sigma_theta: f64,
+        sigma_w: f64,
+        send_psi: bool,
+    ) -> PyResult<Self> {
+        check_finite_non_negative(&[("sigma_loss", sigma_loss), ("sigma_theta", sigma_theta), ("sigma_w", sigma_w)])?;
+        Ok(PySiloConfig {
+            inner: SiloConfig {
+                sampling: sampling_from(sampling, batch_size, sample_rate)?,
+                protect: protect_from(protect, clip_loss, clip_theta, clip_w)?,
+                sigma_loss,
+                sigma_theta,
+                sigma_w,
+                send_psi,
+            },
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("SiloConfig({:?})", self.inner)
+    }
+}
+
+/// A without-replacement batch must fit in its silo.
+fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult<()> {
+    if let Sampling::WithoutReplacement { m } = cfg.sampling {
+        if m > n {
+            return Err(format!("batch_size={m} is larger than silo {silo}, which has {n} records").into());
+        }
+    }
+    Ok(())
+}
+
+/// The silos' data, held in Rust for the whole training run.
+#[pyclass(name = "SiloSet", module = "pfair._core")]
+pub(super) struct PySiloSet {
+    silos: Vec<Silo>,
+    dims: Dims,
+    fairness: Fairness,
+}
+
+#[pymethods]
+impl PySiloSet {
+    /// `silos` is a list of `(X, y, s)` with `X` float64 `n_j × d`, `y`/`s` int64 indices.
+    #[new]
+    #[pyo3(signature = (silos, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
+    fn new(
+        silos: Vec<(PyReadonlyArray2<'_, f64>, PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, i64>)>,
+        n_groups: usize,
+        n_classes: usize,
+        fairness: &str,
+        positive: u32,
+    ) -> PyResult<Self> {
+        let fairness = fairness_from(fairness, positive)?;
+        if n_groups < 2 || n_classes < 2 {
+            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
+        }
+        if silos.is_empty() {
+            return Err(value_error("need at least one silo"));
+        }
+        let d = silos[0].0.as_array().dim().1;
+        let mut out = Vec::with_capacity(silos.len());
+        for (j, (x, y, s)) in silos.into_iter().enumerate() {
+            if x.as_array().dim().1 != d {
+                return Err(value_error(format!("silo {j} has {} features, silo 0 has {d}", x.as_array().dim().1)));
+            }
+            // The text names the inner error's type, as it did when that error was a `PyErr`.
+            let silo = silo_from(x, y, s, n_groups, n_classes).map_err(|e| value_error(format!("silo {j}: ValueError: {e}")))?;
+            if silo.is_empty() {
+                return Err(value_error(format!("silo {j} has no records")));
+            }
+            out.push(silo);
+        }
+        Ok(PySiloSet { silos: out, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+    }
+
+    #[getter]
+    fn sizes(&self) -> Vec<usize> {
+        self.silos.iter().map(|s| s.len()).collect()
+    }
+
+    /// One silo's noised message for `round` (the unit a distributed silo runs).
+    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, seed, round))]
+    #[allow(clippy::too_many_arguments)]
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        silo: usize,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        config: &PySiloConfig,
+        seed: u64,
+        round: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let data = self
+            .silos
+            .get(silo)
+            .ok_or_else(|| value_error(format!("silo {silo} out of range 0..{}", self.silos.len())))?;
+        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        check_batch(&config.inner, data.len(), silo)?;
+        let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+        let msg = py.allow_threads(|| {
+            round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, seed, silo as u64, round)
+        });
+        gradients_dict(py, msg)
+    }
+
+    /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
+    /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, lam, lr_theta, lr_w,
+                        w_radius, seed, start, n_rounds, snapshot_round=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_rounds<'py>(
+        &self,
+        py: Python<'py>,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        configs: Vec<PySiloConfig>,
+        weights: Vec<f64>,
+        lam: f64,
+        lr_theta: f64,
+        lr_w: f64,
+        w_radius: f64,
+        seed: u64,
+        start: u64,
+        n_rounds: u64,
+        snapshot_round: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let n = self.silos.len();
+        if configs.len() != n || weights.len() != n {
+            return Err(value_error(format!(
+                "need one config and one weight per silo ({n}), got {} and {}",
+                configs.len(),
+                weights.len()
+            )));
+        }
+        if weights.iter().any(|v| !(v.is_finite() && *v >= 0.0)) || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-9 {
+            return Err(value_error("weights must be >= 0 and sum to 1"));
+        }
+        for (j, c) in configs.iter().enumerate() {
+            check_batch(&c.inner, self.silos[j].len(), j)?;
+        }
+        let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+        let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
+        let (silos, dims, fairness) = (&self.silos, self.dims, self.fairness);
+        let out = py.allow_threads(|| {
+            round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &weights, &server, seed, start, n_rounds, snapshot_round)
+        });
+        let d = PyDict::new(py);
+        d.set_item("theta", th.into_pyarray(py))?;
+        d.set_item("w", wv.into_pyarray(py))?;
+        d.set_item("loss", out.loss.into_pyarray(py))?;
+        d.set_item("psi", out.psi.into_pyarray(py))?;
+        d.set_item("clipped", out.clipped)?;
+        match out.snapshot {
+            Some((t, w)) => d.set_item("snapshot", (t.into_pyarray(py), w.into_pyarray(py)))?,
+            None => d.set_item("snapshot", py.None())?,
+        }
+        Ok(d)
+    }
+}
