@@ -4,7 +4,8 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pfair_core::features::{Csr, Dense, Features};
 use pfair_core::psi::{batch_gradients, Dims, Fairness, Protect, PsiInputs};
-use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig};
+use pfair_core::noise::NoiseKey;
+use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
 /// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
@@ -64,14 +65,17 @@ fn bench_kernels(c: &mut Criterion) {
     let cfgs = vec![cfg; 3];
     let server = ServerConfig { lam: 1.0, lr_theta: 0.25, lr_w: 0.5, w_radius: 2.0 };
     let weights = vec![1.0 / 3.0; 3];
+    let keys: Vec<SiloKeys> = (0..3)
+        .map(|_| SiloKeys { batch: NoiseKey::Seeded(7), noise: NoiseKey::from_entropy().unwrap() })
+        .collect();
     let rounds_per_epoch = (n as f64 / 256.0).ceil() as u64;
     c.bench_function("one epoch: 3 silos x 11304 records, batch 256 (45 rounds)", |b| {
         b.iter(|| {
             let mut th = theta.clone();
             let mut wv = w.clone();
             black_box(run_rounds(
-                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &weights,
-                &server, 7, 0, rounds_per_epoch, None,
+                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys,
+                &weights, &server, 0, rounds_per_epoch, None,
             ))
         })
     });

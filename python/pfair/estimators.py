@@ -1,4 +1,4 @@
-"""scikit-learn style estimators. :class:`SteFFLe` is the paper's algorithm (seed 003, Alg. 1).
+"""scikit-learn style estimators. :class:`SteFFLe` is SteFFLe (Lowy et al. 2023, Alg. 1).
 
 SteFFLe solves ``min_θ max_W  L(θ) + λ · mean_i ψ_i(θ, W)`` (the FERMI objective) by noisy
 federated stochastic gradient descent-ascent. In round t every silo j draws a batch, computes its
@@ -21,10 +21,9 @@ import numpy as np
 import pandas as pd
 
 from pfair import _core
-from pfair._validation import as_features, as_vector, check_choice, check_int, check_positive
-from pfair.federation import FAIRNESS_NOTIONS, Federation
-
-SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+from pfair._validation import as_features, as_vector
+from pfair.federation import Federation
+from pfair.settings import SteFFLeSettings
 
 
 class _ParamsMixin:
@@ -94,14 +93,16 @@ class LinearSoftmaxMixin:
 
 
 class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
-    """Private and fair federated logistic/softmax regression (SteFFLe, seed 003 Alg. 1).
+    """Private and fair federated logistic/softmax regression (SteFFLe; Lowy, Gupta, Razaviyayn et
+    al., "Stochastic Differentially Private and Fair Learning", 2023, Alg. 1).
 
     Parameters
     ----------
     fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
     lam : float, λ ≥ 0, weight of the fairness penalty (0: no penalty, and nothing sent depends on s).
-    epsilon, delta : per-silo ISRL-DP target. ``epsilon=None``: non-private. ``delta=None``: 1/n_j² for
-        silo j.
+    epsilon, delta : each silo's ISRL-DP budget over all its fits. ``epsilon=None``: non-private.
+        ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
+        left (the budget lives in the silos' ledgers).
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
     batch_size : int, m, the fixed batch size (``sampling="poisson"``: the expected size).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
@@ -111,9 +112,13 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         ``protect="record"``.
     sampling : {"without_replacement", "poisson", "full_batch"}; the accountant matches it exactly.
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
-    calibration : "rdp" (numeric accountant) or "paper" (seed 003 Thm 3.3, reported and warned).
-    p_s : "public" (the paper's assumption: group proportions known) or "dp" (each silo releases a
-        Gaussian-noised histogram of s; see :mod:`pfair.privacy.histogram`).
+    calibration : "rdp" (numeric accountant) or "paper" (the paper's closed form; its rounds past the
+        budget are refused, so training may stop early — warned).
+    p_s : group proportions of the ψ-term. Public proportions (an array of k, or classes × k for
+        equalized odds, or a mapping group → proportion); ``"dp"`` (each silo releases a DP
+        histogram of s, charged to its ledger; the default when ``epsilon`` is set); ``"pooled"``
+        (exact proportions of the pooled data: the paper's assumption, NOT covered by the
+        guarantee, warned; the default of a non-private fit).
     p_s_epsilon_share : with ``p_s="dp"``, the fraction of each silo's ε the histogram uses alone;
         the training noise is calibrated to the composition of both.
     output : "last" or "random" (the paper's uniformly random iterate).
@@ -124,19 +129,28 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     amplification, dummy_noise : hybrid modes only: account with the chance that a record is not
         in a round's batch (the public-batch bound; the batch itself is never assumed secret), and
         let sensitive silos that hold no record of a round's batch send zero-mean noise.
-    seed : int, seeds batches, noise and the random iterate. Same seed, same bits.
+    seed : int, seeds what is public anyway: the batch order in attribute mode and the random
+        iterate. The noise never depends on it.
+    noise_seed : int or None. None (default): every silo draws its noise keys from the operating
+        system's entropy, fresh per fit. An int makes the noise reproducible, for simulations only:
+        anyone who knows it can remove the noise, so the guarantee does not hold against them (a
+        ``PrivacyWarning`` is raised and the privacy report says so).
+    exact_diagnostics : record statistics of the silos' exact data (batch loss, ψ, clip counts,
+        training-set fairness) in ``history_`` of a private fit; outside the guarantee (warned).
     progress : show a progress bar over epochs.
-    track_history : evaluate loss/accuracy/fairness on the training data after every epoch.
+    track_history : keep one row per epoch in ``history_``.
 
     Attributes
     ----------
     theta_, coef_, intercept_, W_, classes_, groups_, n_features_in_
-    history_ : DataFrame, one row per epoch (loss, ψ, train error and violations; test ones if
-        ``eval_set`` was given to ``fit``). These diagnostics are computed by the simulation on the
-        pooled training data; they are NOT part of any silo's private transcript, so publishing
-        them is not covered by the (ε, δ) guarantee (set ``track_history=False`` in deployments).
-    privacy_report_ : DataFrame, one row per silo (σ's, noise multiplier, steps, ε spent, δ, ...).
-    ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger`.
+    history_ : DataFrame, one row per epoch. A private fit records released values only: the step
+        size, how many silos answered, the norms of θ, W and of the update, and metrics on
+        ``eval_set`` (data the caller holds, not the silos'). Non-private fits and
+        ``exact_diagnostics=True`` add the batch loss, ψ, clip counts and training-set metrics.
+    privacy_report_ : DataFrame, one row per silo (σ's, noise multiplier, steps, ε spent over all its
+        fits, δ, where p_s came from, whether the noise is secret).
+    ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger` (persistent; save them with
+        ``ledger.save(path)`` and pass them back with ``fit(..., ledgers=[...])``).
     """
 
     def __init__(
@@ -157,7 +171,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         sampling: str = "without_replacement",
         protect: str = "attribute",
         calibration: str = "rdp",
-        p_s: str = "public",
+        p_s: Any = None,
         p_s_epsilon_share: float = 0.1,
         lr_decay: float = 0.8,
         decay_every: int = 10,
@@ -168,6 +182,8 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         amplification: bool = True,
         dummy_noise: bool = False,
         seed: int = 0,
+        noise_seed: int | None = None,
+        exact_diagnostics: bool = False,
         progress: bool = False,
         track_history: bool = True,
     ) -> None:
@@ -197,48 +213,14 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.amplification = amplification
         self.dummy_noise = dummy_noise
         self.seed = seed
+        self.noise_seed = noise_seed
+        self.exact_diagnostics = exact_diagnostics
         self.progress = progress
         self.track_history = track_history
 
-    # ------------------------------------------------------------------ validation
-    def _validate_params(self) -> None:
-        check_choice(self.fairness, "fairness", FAIRNESS_NOTIONS)
-        check_positive(self.lam, "lam", allow_zero=True)
-        check_positive(self.epsilon, "epsilon", allow_none=True)
-        if self.delta is not None:
-            check_positive(self.delta, "delta")
-            if not 0 < self.delta < 1:
-                raise ValueError(f"delta must be in (0, 1), got {self.delta}; a common choice is 1/n²")
-        check_int(self.epochs, "epochs")
-        check_int(self.batch_size, "batch_size")
-        check_positive(self.lr_theta, "lr_theta", allow_zero=True)
-        check_positive(self.lr_w, "lr_w", allow_zero=True)
-        for name in ("w_radius", "clip", "clip_loss", "clip_w"):
-            check_positive(getattr(self, name), name, allow_none=True)
-        check_choice(self.sampling, "sampling", SAMPLINGS)
-        check_choice(self.protect, "protect", ("attribute", "record"))
-        check_choice(self.calibration, "calibration", ("rdp", "paper"))
-        check_choice(self.p_s, "p_s", ("public", "dp"))
-        check_choice(self.output, "output", ("last", "random"))
-        check_choice(self.silo_weights, "silo_weights", ("uniform", "size"))
-        from pfair.hybrid import MODES
-
-        check_choice(self.mode, "mode", MODES)
-        check_positive(self.lr_decay, "lr_decay")
-        check_int(self.decay_every, "decay_every")
-        check_int(self.seed, "seed", minimum=0)
-        if self.epsilon is not None:
-            needed = ["clip"] + (["clip_loss", "clip_w"] if self.protect == "record" else [])
-            for name in needed:
-                if getattr(self, name) is None:
-                    raise ValueError(f"{name} must be set when epsilon is set: sensitivity needs a clip norm")
-            if self.calibration == "paper" and self.protect == "record":
-                raise ValueError("calibration='paper' exists only for protect='attribute' (the paper's setting)")
-            if self.calibration == "paper" and self.p_s == "dp":
-                raise ValueError("calibration='paper' ignores the cost of a private p_s histogram; use "
-                                 "calibration='rdp' with p_s='dp', or p_s='public' with calibration='paper'")
-        if self.p_s == "dp" and self.epsilon is None:
-            raise ValueError("p_s='dp' needs epsilon (a private histogram needs a budget); use p_s='public'")
+    def settings(self) -> SteFFLeSettings:
+        """The validated, frozen settings of the next fit."""
+        return SteFFLeSettings.from_params(self.get_params())
 
     # ------------------------------------------------------------------ fit
     def fit(
@@ -250,92 +232,73 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         silos: Any = None,
         sensitive_silos: Any = None,
         eval_set: tuple[Any, Any, Any] | None = None,
+        ledgers: Any = None,
+        resume: bool = False,
     ) -> "SteFFLe":
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
         record; ``None``: one silo). ``sensitive_silos`` (``mode="hybrid"``) gives the sensitive
         silo of each record, in the order of the input rows (for a Federation built by
         ``from_arrays``/``from_dataset``/``partition``: the order of the rows it was built from).
-        ``eval_set=(X, y, sensitive_features)`` adds test metrics to ``history_``."""
-        self._validate_params()
-        if self.mode == "hybrid" and sensitive_silos is None:
-            raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
+        ``eval_set=(X, y, sensitive_features)`` adds metrics on data you hold to ``history_``.
+
+        ``ledgers``: None (default) charges the ledgers the Federation's silos hold (created on
+        their first private fit; arrays build a new Federation, hence new ledgers), a list of one
+        :class:`~pfair.privacy.PrivacyLedger` or JSON path per silo (a path that does not exist yet
+        becomes a new ledger written there), or ``"new"`` for fresh ledgers (simulations only).
+        ``resume=True`` continues this estimator's interrupted fit (same data, settings and
+        ledgers) where the ledgers say it stopped; no round is charged twice."""
+        st = self.settings()
         fed = self._federation(X, y, sensitive_features, silos)
+        if st.mode == "hybrid" and sensitive_silos is None:
+            raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
         self.classes_, self.groups_ = fed.classes_, fed.groups_
         self.n_features_in_ = fed.n_features
-        k, l, d = fed.n_groups, fed.n_classes, fed.n_features
-        if self.fairness == "equal_opportunity" and not 0 <= self.positive_class < l:
-            raise ValueError(f"positive_class={self.positive_class} is not a class index in 0..{l - 1}")
-        if self.sampling != "full_batch":
-            for j, n_j in enumerate(fed.sizes):
-                if self.batch_size > n_j:
-                    raise ValueError(
-                        f"batch_size={self.batch_size} is larger than silo {j}, which has {n_j} records; "
-                        "use a smaller batch_size or fewer silos"
-                    )
+        pooled = fed.pooled() if st.track_history and (st.exact_diagnostics or not st.private) else None
 
-        mean_size = float(np.mean(fed.sizes))
-        rounds_per_epoch = 1 if self.sampling == "full_batch" else max(1, math.ceil(mean_size / self.batch_size))
-        total_rounds = self.epochs * rounds_per_epoch
-        proportions = self._group_proportions(fed)
-        if self.mode == "standard":
-            runner: Any = _StandardRunner(self, fed, proportions, total_rounds)
-        else:
+        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
+            if not st.track_history:
+                return None
+            self.theta_ = np.asarray(theta)
+            row = dict(info)
+            if pooled is not None:
+                row.update(self._evaluate("train", *pooled))
+            if eval_set is not None:
+                row.update(self._evaluate("test", *eval_set))
+            return row
+
+        if st.mode != "standard":
             from pfair.hybrid import HybridRunner
 
-            runner = HybridRunner(self, fed, proportions, sensitive_silos, total_rounds)
-        if self.p_s != "dp":
-            self.ledgers_ = runner.ledgers
-        from pfair.privacy.calibration import warn_if_over_budget
+            if resume:
+                raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
+            runner = HybridRunner(st, fed, sensitive_silos, ledgers=ledgers)
+            state = runner.run(on_epoch=on_epoch, progress=st.progress)
+            plans, self.ledgers_ = runner.plans, runner.ledgers
+        else:
+            from pfair.protocol.simulation import Simulation
 
-        warn_if_over_budget(runner.plans)
-
-        theta = np.zeros((d + 1) * (l - 1))
-        blocks = proportions.shape[0]
-        w = np.zeros(blocks * k * l)
-        rng = np.random.default_rng(self.seed)
-        pick = int(rng.integers(0, total_rounds)) if self.output == "random" else None
-        snapshot = None
-        history: list[dict[str, Any]] = []
-        pooled = fed.pooled() if self.track_history else None
-
-        epochs = range(self.epochs)
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            epochs = tqdm(epochs, desc="SteFFLe", unit="epoch")
-        for epoch in epochs:
-            for ledger, plan in zip(self.ledgers_, runner.plans):
-                if 0 < plan.noise_multiplier < math.inf:  # z = inf: nothing sent depends on s
-                    ledger.charge(_round_event(plan, rounds_per_epoch))
-            lr = self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
-            theta, w, summary, snap = runner.run_epoch(
-                theta, w, lr=lr, start=epoch * rounds_per_epoch, n_rounds=rounds_per_epoch, snapshot_round=pick
-            )
-            if snap is not None:
-                snapshot = snap
-            if not np.all(np.isfinite(theta)):
-                raise FloatingPointError(
-                    f"training diverged at epoch {epoch}: lower lr_theta (now {lr:g}) or lam, or clip harder"
-                )
-            if self.track_history:
-                self.theta_ = theta
-                row = {"epoch": epoch + 1, "lr_theta": lr, **summary}
-                row.update(self._evaluate("train", *pooled))
-                if eval_set is not None:
-                    row.update(self._evaluate("test", *eval_set))
-                history.append(row)
-                if self.progress:
-                    epochs.set_postfix(loss=f"{row['train_loss']:.4f}", dp=f"{row['train_dp_violation']:.4f}")
-
-        if snapshot is not None:
-            theta, w = snapshot
+            previous = getattr(self, "_run_state", None) if resume else None
+            if resume and previous is None:
+                raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
+            sim = Simulation(st, fed, ledgers=ledgers)
+            try:
+                state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress)
+            finally:
+                # An interrupted fit can be resumed from its last completed epoch.
+                self._run_state = sim.state if sim.state is not None else previous
+            plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
+            self.group_proportions_ = state.proportions
+            self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
+        theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
+        k, l = fed.n_groups, fed.n_classes
+        blocks = l if st.fairness == "equalized_odds" else 1
         self.theta_ = np.asarray(theta)
         self.W_ = np.asarray(w).reshape(blocks, k, l)
         if blocks == 1:
             self.W_ = self.W_[0]
-        self.n_rounds_ = total_rounds
-        self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
-        self.privacy_report_ = self._report(runner.plans)
+        self.epochs_done_ = state.epochs_done
+        self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
+        self.privacy_report_ = self._report(plans, st)
         return self
 
     # ------------------------------------------------------------------ helpers
@@ -349,14 +312,6 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         n = as_features(X).shape[0]
         ids = np.zeros(n, dtype=np.int64) if silos is None else silos
         return Federation.from_arrays(X, y, sensitive_features=sensitive_features, silos=ids)
-
-    def _group_proportions(self, fed: Federation) -> np.ndarray:
-        if self.p_s == "public":
-            self.ledgers_ = []
-            return fed.group_proportions(self.fairness, self.positive_class)
-        from pfair.privacy.histogram import private_group_proportions
-
-        return private_group_proportions(self, fed)
 
     def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
         from pfair import metrics
@@ -374,12 +329,21 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
             f"{split}_eo_violation": metrics.equalized_odds_violation(y_idx, pred, sensitive_features=s_arr),
         }
 
-    def _report(self, plans: list) -> pd.DataFrame:
+    def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:
         rows = []
+        ledgers = self.ledgers_ if st.private else []
         for j, plan in enumerate(plans):
             row = plan.as_dict()
-            row["epsilon_spent"] = self.ledgers_[j].epsilon_spent() if self.ledgers_ else math.inf
-            row["p_s"] = self.p_s
+            row["epsilon_spent"] = ledgers[j].epsilon_spent() if ledgers else math.inf
+            row["p_s"] = st.p_s_source
+            row["noise"] = "secret" if st.noise_seed is None else f"reproducible (noise_seed={st.noise_seed})"
+            covered = st.private and st.noise_seed is None and st.p_s_source != "pooled"
+            row["guarantee"] = ("none (non-private)" if not st.private else
+                                "covered" if covered else
+                                "not covered: " + ", ".join(
+                                    r for r, bad in (("noise_seed is known", st.noise_seed is not None),
+                                                     ("p_s pooled from exact data", st.p_s_source == "pooled"))
+                                    if bad))
             rows.append(row)
         return pd.DataFrame(rows).set_index("silo")
 
@@ -387,71 +351,6 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     def epsilon_spent_(self) -> float:
         """Largest ε spent by any silo (each silo's guarantee is its own)."""
         return float(self.privacy_report_["epsilon_spent"].max())
-
-
-class _StandardRunner:
-    """Runs SteFFLe epochs with whole-record silos (Algorithm 1); holds each silo's noise plan."""
-
-    def __init__(self, model: SteFFLe, fed: Federation, proportions: np.ndarray, total_rounds: int) -> None:
-        from pfair.privacy.calibration import plan_silo_noise
-        from pfair.privacy.ledger import PrivacyLedger
-
-        inf = math.inf
-        self.model = model
-        self.clips = dict(clip_loss=model.clip_loss or inf, clip_theta=model.clip or inf, clip_w=model.clip_w or inf)
-        sends_psi = model.lam > 0
-        private = model.epsilon is not None
-        deltas = [model.delta if model.delta is not None else 1.0 / n_j**2 for n_j in fed.sizes]
-        prior = getattr(model, "_prior_events", None)  # e.g. the p_s histogram, already in the ledgers
-        self.plans = [
-            plan_silo_noise(
-                silo=j, n_records=n_j, batch_size=model.batch_size, sampling=model.sampling, steps=total_rounds,
-                epsilon=model.epsilon, delta=deltas[j], proportions=proportions, fairness=model.fairness,
-                positive=model.positive_class, protect=model.protect, calibration=model.calibration,
-                sends_psi=sends_psi, prior_events=prior[j] if prior else None, **self.clips,
-            )
-            for j, n_j in enumerate(fed.sizes)
-        ]
-        # In "paper" mode the closed form may deliver more than the target (it is warned about
-        # and reported); the ledger then enforces what is actually delivered.
-        self.ledgers = (
-            [
-                PrivacyLedger(epsilon=max(model.epsilon, p.epsilon) if model.calibration == "paper" else model.epsilon,
-                              delta=deltas[j], silo=j)
-                for j, p in enumerate(self.plans)
-            ]
-            if private
-            else []
-        )
-        self.configs = [
-            _core.SiloConfig(
-                sampling=model.sampling, batch_size=model.batch_size, sample_rate=p.sample_rate,
-                protect=model.protect, sigma_loss=p.sigma_loss, sigma_theta=p.sigma_theta, sigma_w=p.sigma_w,
-                send_psi=sends_psi, **self.clips,
-            )
-            for p in self.plans
-        ]
-        sizes = np.asarray(fed.sizes, dtype=np.float64)
-        self.weights = (
-            np.full(fed.n_silos, 1.0 / fed.n_silos) if model.silo_weights == "uniform" else sizes / sizes.sum()
-        ).tolist()
-        self.silo_set = _core.SiloSet(
-            [(s.X, s.y, s.s) for s in fed.silos], n_groups=fed.n_groups, n_classes=fed.n_classes,
-            fairness=model.fairness, positive=model.positive_class,
-        )
-        self.inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
-
-    def run_epoch(self, theta: np.ndarray, w: np.ndarray, *, lr: float, start: int, n_rounds: int,
-                  snapshot_round: int | None) -> tuple[np.ndarray, np.ndarray, dict[str, Any], Any]:
-        m = self.model
-        out = self.silo_set.run_rounds(
-            theta, w, self.inv, self.configs, self.weights, lam=float(m.lam), lr_theta=lr, lr_w=float(m.lr_w),
-            w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start, n_rounds=n_rounds,
-            snapshot_round=snapshot_round,
-        )
-        summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
-                   "clipped": int(np.sum(out["clipped"]))}
-        return out["theta"], out["w"], summary, out["snapshot"]
 
 
 def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -462,7 +361,4 @@ def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
         raise ValueError(f"y contains {exc.args[0]!r}, a label not seen in fit") from None
 
 
-def _round_event(plan: Any, steps: int) -> Any:
-    from pfair.privacy.calibration import round_event
 
-    return round_event(plan, steps)

@@ -20,15 +20,29 @@ FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 
 @dataclass
 class Silo:
-    """One silo's shard: features, label indices, group indices and optional raw attributes."""
+    """One silo's shard: features, label indices, group indices and optional raw attributes.
+
+    ``ledger`` is the silo's persistent privacy ledger (:class:`pfair.privacy.PrivacyLedger`),
+    created by its first private fit and charged by every later one, so a budget spent on one fit
+    is not available to the next."""
 
     X: np.ndarray
     y: np.ndarray
     s: np.ndarray
     attrs: pd.DataFrame | None = field(default=None, repr=False)
+    ledger: Any = field(default=None, repr=False)
+    _fingerprint: str | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the silo's data (:func:`pfair.privacy.ledger.data_fingerprint`), cached."""
+        if self._fingerprint is None:
+            from pfair.privacy.ledger import data_fingerprint
+
+            self._fingerprint = data_fingerprint(self.X, self.y, self.s)
+        return self._fingerprint
 
 
 class Federation:

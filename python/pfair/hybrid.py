@@ -36,7 +36,7 @@ import numpy as np
 
 from pfair import _core
 
-MODES = ("standard", "divisions", "central_sensitive", "hybrid")
+from pfair.settings import MODES
 
 
 @dataclass(frozen=True)
@@ -79,25 +79,40 @@ def sensitive_sample_rates(layout: HybridLayout, batch_size: int, amplification:
 
 
 class HybridRunner:
-    """Runs SteFFLe epochs in a hybrid mode; holds the sensitive silos' noise plans and ledgers."""
+    """Runs SteFFLe in a hybrid mode; holds the sensitive silos' noise plans, keys and ledgers.
 
-    def __init__(self, model: Any, fed: Any, proportions: np.ndarray, sensitive_silos: Any, total_rounds: int) -> None:
-        from pfair.privacy.accountant import epsilon_for, noise_multiplier_for
-        from pfair.privacy.calibration import SiloNoise
-        from pfair.privacy.ledger import PrivacyLedger
+    The non-sensitive silos' batches come from the public ``seed`` (their exact sums reveal the
+    batch anyway); each sensitive silo's noise comes from its own secret key (or ``noise_seed``).
+    ``ledgers``: None (in ``"divisions"`` mode the federation silos' persistent ledgers, otherwise
+    new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo.
+    """
 
-        if model.protect != "attribute":
-            raise ValueError(f"mode={model.mode!r} protects the sensitive attribute only; use protect='attribute'")
-        if model.sampling != "without_replacement":
-            raise ValueError(f"mode={model.mode!r} samples fixed-size batches; use sampling='without_replacement'")
-        if model.p_s != "public":
-            raise ValueError(f"mode={model.mode!r} supports p_s='public' only")
-        if model.silo_weights != "uniform":
-            raise ValueError(f"mode={model.mode!r} averages over the union of the silos' batches, so silo_weights "
+    def __init__(self, settings: Any, fed: Any, sensitive_silos: Any, *, ledgers: Any = None) -> None:
+        from pfair.privacy.accountant import noise_multiplier_for
+        from pfair.privacy.calibration import SiloNoise, noise_multiplier_after
+        from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
+        from pfair.privacy.proportions import public_proportions
+
+        st = settings
+        mode = st.mode
+        if st.protect != "attribute":
+            raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
+        if st.sampling != "without_replacement":
+            raise ValueError(f"mode={mode!r} samples fixed-size batches; use sampling='without_replacement'")
+        if st.p_s_source == "dp":
+            raise ValueError(f"mode={mode!r} needs public group proportions (p_s=[...]) or p_s='pooled' (the "
+                             "paper's assumption, not covered by the guarantee); its sensitive silos do not "
+                             "release DP histograms")
+        if st.silo_weights != "uniform":
+            raise ValueError(f"mode={mode!r} averages over the union of the silos' batches, so silo_weights "
                              "does not apply; leave silo_weights='uniform'")
-        if model.calibration != "rdp":
-            raise ValueError(f"mode={model.mode!r} calibrates with the numeric accountant only; use calibration='rdp' "
+        if st.calibration != "rdp":
+            raise ValueError(f"mode={mode!r} calibrates with the numeric accountant only; use calibration='rdp' "
                              "(the paper's closed form exists for the standard mode)")
+        for j, n_j in enumerate(fed.sizes):
+            if st.batch_size > n_j:
+                raise ValueError(f"batch_size={st.batch_size} is larger than silo {j}, which has {n_j} records; "
+                                 "use a smaller batch_size or fewer silos")
         X, y, s = fed.pooled()
         ids = None
         if sensitive_silos is not None:
@@ -105,64 +120,140 @@ class HybridRunner:
             order = getattr(fed, "row_order_", None)
             if order is not None and ids.shape[0] == order.shape[0]:
                 ids = ids[order]  # align with the pooled (silo-sorted) order of the records
-        layout = layout_for(model.mode, fed.sizes, ids)
+        layout = layout_for(mode, fed.sizes, ids)
         k, l = fed.n_groups, fed.n_classes
+        self.settings, self.fed = st, fed
+        self.rounds_per_epoch = max(1, math.ceil(float(np.mean(fed.sizes)) / st.batch_size))
+        self.total_rounds = st.epochs * self.rounds_per_epoch
         self.hset = _core.HybridSet(
             X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
-            fairness=model.fairness, positive=model.positive_class,
+            fairness=st.fairness, positive=st.positive_class,
         )
-        self.model = model
+        if st.p_s_source == "public":
+            proportions = public_proportions(st.p_s, fairness=st.fairness, groups=fed.groups_, classes=fed.classes_,
+                                             positive=st.positive_class)
+        else:
+            proportions = fed.group_proportions(st.fairness, st.positive_class)
+        self.proportions = proportions
         self.inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
-        self.clip = float(model.clip) if model.clip is not None else math.inf
+        self.clip = float(st.clip) if st.clip is not None else math.inf
         _, d_theta, d_w = _core.sensitivities(
-            self.inv, n_groups=k, denom=1.0, fairness=model.fairness, positive=model.positive_class,
-            clip_theta=self.clip,
+            self.inv, n_groups=k, denom=1.0, fairness=st.fairness, positive=st.positive_class, clip_theta=self.clip,
         )
-        rates = sensitive_sample_rates(layout, model.batch_size, model.amplification)
+        rates = sensitive_sample_rates(layout, st.batch_size, st.amplification)
         sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
-        private = model.epsilon is not None
-        self.plans, self.ledgers = [], []
+        deltas = [st.delta_for(max(int(sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
+        self.ledgers = self._ledgers(ledgers, layout, X, y, s, deltas, data_fingerprint, PrivacyLedger)
+        self.keys = [(_core.NoiseKey.seeded(st.noise_seed) if st.noise_seed is not None else _core.NoiseKey.secret())
+                     for _ in range(layout.n_sensitive)]
+        self.plans = []
         for c in range(layout.n_sensitive):
-            delta = model.delta if model.delta is not None else 1.0 / max(int(sizes_c[c]), 2) ** 2
             scheme = "public_batch" if rates[c] < 1 else "full_batch"
             q = float(rates[c])
-            if not private:
+            if not st.private:
                 z, stds, eps = 0.0, [0.0, 0.0], math.inf
-            elif model.lam == 0:  # nothing that depends on s is sent
-                z, stds, eps = math.inf, [0.0, 0.0], 0.0
+            elif not st.sends_psi:  # nothing that depends on s is sent
+                z, stds, eps = math.inf, [0.0, 0.0], self.ledgers[c].epsilon_spent()
             else:
-                z = noise_multiplier_for(epsilon=model.epsilon, delta=delta, sample_rate=q, steps=total_rounds,
-                                         sampling=scheme)
+                ledger = self.ledgers[c]
+                if ledger.epsilon_spent() >= st.epsilon:
+                    from pfair.exceptions import PrivacyBudgetExceeded
+
+                    raise PrivacyBudgetExceeded(f"sensitive silo {c}: its ledger has no budget left")
+                if ledger.events:
+                    z = noise_multiplier_after(ledger.epsilon_with, epsilon=st.epsilon, sample_rate=q,
+                                               steps=self.total_rounds, sampling=scheme)
+                else:
+                    z = noise_multiplier_for(epsilon=st.epsilon, delta=deltas[c], sample_rate=q,
+                                             steps=self.total_rounds, sampling=scheme)
                 stds = _core.noise_stds([d_theta, d_w], z)
-                eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=total_rounds, delta=delta, sampling=scheme)
-            if private:
-                self.ledgers.append(PrivacyLedger(epsilon=model.epsilon, delta=delta, silo=f"sensitive {c}"))
+                from pfair.privacy.ledger import MechanismEvent
+
+                eps = ledger.epsilon_with([MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q,
+                                                          noise_multiplier=z, steps=self.total_rounds)])
             self.plans.append(SiloNoise(
-                silo=c, n_records=int(sizes_c[c]), sampling="without_replacement", sample_rate=q, steps=total_rounds,
-                denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta, sensitivity_w=d_w,
-                noise_multiplier=z, sigma_loss=0.0, sigma_theta=stds[0], sigma_w=stds[1],
-                target_epsilon=model.epsilon, delta=delta, epsilon=eps, calibration="rdp", protect="attribute",
-                sends_psi=model.lam > 0, accounting=scheme,
+                silo=c, n_records=int(sizes_c[c]), sampling="without_replacement", sample_rate=q,
+                steps=self.total_rounds, denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta,
+                sensitivity_w=d_w, noise_multiplier=z, sigma_loss=0.0, sigma_theta=stds[0], sigma_w=stds[1],
+                target_epsilon=st.epsilon, delta=deltas[c], epsilon=eps, calibration="rdp", protect="attribute",
+                sends_psi=st.sends_psi, accounting=scheme,
             ))
         self.layout = layout
+        import uuid
 
-    def run_epoch(self, theta: np.ndarray, w: np.ndarray, *, lr: float, start: int, n_rounds: int,
-                  snapshot_round: int | None) -> tuple[np.ndarray, np.ndarray, dict[str, Any], Any]:
-        m = self.model
+        self.run_id = uuid.uuid4().hex
+        for ledger, plan in zip(self.ledgers, self.plans):
+            if ledger is not None and 0 < plan.noise_multiplier < math.inf:
+                ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
+                                 noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
 
-        def rounds(count: int) -> dict[str, Any]:
-            return self.hset.run_rounds(
-                theta, w, self.inv, batch_size=m.batch_size, clip_theta=self.clip,
-                sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
-                dummy_noise=m.dummy_noise, lam=float(m.lam), lr_theta=lr, lr_w=float(m.lr_w),
-                w_radius=float(m.w_radius or math.inf), seed=int(m.seed), start=start, n_rounds=count,
-            )
+    def _ledgers(self, ledgers: Any, layout: HybridLayout, X: Any, y: Any, s: Any, deltas: list, fingerprint: Any,
+                 ledger_cls: Any) -> list:
+        st, n_s = self.settings, layout.n_sensitive
+        if not st.private:
+            return [None] * n_s
+        if ledgers is None and st.mode == "divisions":
+            from pfair.protocol.simulation import resolve_ledgers
 
-        out = rounds(n_rounds)
-        snap = None
-        if snapshot_round is not None and start <= snapshot_round < start + n_rounds:
-            # Replay up to the snapshot round (the seeded streams make this exact).
-            part = rounds(snapshot_round - start + 1)
-            snap = (part["theta"], part["w"])
-        summary = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"]))}
-        return out["theta"], out["w"], summary, snap
+            return resolve_ledgers(st, self.fed, None)
+        if ledgers is None or (isinstance(ledgers, str) and ledgers == "new"):
+            out = [ledger_cls(epsilon=st.epsilon, delta=deltas[c], silo=f"sensitive {c}") for c in range(n_s)]
+        else:
+            if isinstance(ledgers, str) or len(ledgers) != n_s:
+                raise ValueError(f"ledgers must be 'new', None or a list of {n_s} ledgers (one per sensitive silo)")
+            out = [item if isinstance(item, ledger_cls) else ledger_cls.load(item) for item in ledgers]
+        for c, ledger in enumerate(out):
+            rows = np.flatnonzero(layout.owner == c)
+            ledger.bind(fingerprint(X[rows], y[rows], s[rows]))
+        return out
+
+    def run(self, *, on_epoch: Any = None, progress: bool = False) -> Any:
+        """Train; returns a :class:`pfair.protocol.simulation.RunState`."""
+        from pfair.protocol.simulation import RunState
+
+        st = self.settings
+        d, k, l = self.fed.n_features, self.fed.n_groups, self.fed.n_classes
+        blocks = l if st.fairness == "equalized_odds" else 1
+        theta, w = np.zeros((d + 1) * (l - 1)), np.zeros(blocks * k * l)
+        state = RunState([self.run_id], self.plans, self.proportions, 0, theta, w)
+        R = self.rounds_per_epoch
+        pick = int(np.random.default_rng(st.seed).integers(0, self.total_rounds)) if st.output == "random" else None
+        epochs: Any = range(st.epochs)
+        if progress:
+            from tqdm.auto import tqdm
+
+            epochs = tqdm(epochs, desc="SteFFLe", unit="epoch")
+        for epoch in epochs:
+            start = epoch * R
+            for ledger, plan in zip(self.ledgers, self.plans):
+                if ledger is not None and 0 < plan.noise_multiplier < math.inf:
+                    ledger.charge_rounds(self.run_id, start, R)
+            lr = st.lr_at(epoch)
+            before = theta
+
+            def rounds(count: int) -> dict[str, Any]:
+                return self.hset.run_rounds(
+                    theta, w, self.inv, batch_size=st.batch_size, clip_theta=self.clip,
+                    sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
+                    dummy_noise=st.dummy_noise, noise_keys=self.keys, lam=float(st.lam), lr_theta=lr,
+                    lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
+                    n_rounds=count,
+                )
+
+            out = rounds(R)
+            if pick is not None and start <= pick < start + R:
+                # Replay up to the snapshot round (the keyed streams make this exact).
+                part = rounds(pick - start + 1)
+                state.snapshot = (part["theta"], part["w"])
+            theta, w = out["theta"], out["w"]
+            if not np.all(np.isfinite(theta)):
+                raise FloatingPointError(f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam")
+            info = {"epoch": epoch + 1, "lr_theta": lr, "theta_norm": float(np.linalg.norm(theta)),
+                    "w_norm": float(np.linalg.norm(w)), "update_norm": float(np.linalg.norm(theta - before))}
+            if st.exact_diagnostics or not st.private:
+                info.update({"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"]))})
+            row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
+            if row is not None:
+                state.history.append(row)
+            state.epochs_done, state.theta, state.w = epoch + 1, theta, w
+        return state

@@ -16,7 +16,7 @@
 //! sensitive silo with N non-sensitive silos, (c) p non-sensitive and s sensitive silos.
 
 use crate::features::{Dense, Features};
-use crate::noise::{add_gaussian, stream, Purpose};
+use crate::noise::{add_gaussian, stream, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
 use crate::round::{server_update, ServerConfig};
 use crate::sampling::Sampling;
@@ -34,7 +34,8 @@ pub struct HybridLayout {
     pub n_sensitive: usize,
 }
 
-/// Noise of the sensitive silos: per silo, the std of the noise on the θ-sum and on the W-sum.
+/// Noise of the sensitive silos: per silo, the std of the noise on the θ-sum and on the W-sum,
+/// and the key its noise streams come from (secret unless reproducible noise was asked for).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HybridNoise {
     pub batch_size: usize,
@@ -42,13 +43,14 @@ pub struct HybridNoise {
     pub sigma_theta: Vec<f64>,
     pub sigma_w: Vec<f64>,
     pub dummy_noise: bool,
+    pub keys: Vec<NoiseKey>,
 }
 
 /// What the server receives in one round, before it averages.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HybridMessages {
     /// Each non-sensitive silo's s-free parts (means over its batch); `psi_theta`/`psi_w` empty.
-    pub public: Vec<BatchGradients>,
+    pub non_sensitive: Vec<BatchGradients>,
     /// Each sensitive silo's noised sums `(u_c, v_c)`, or `None` if it sent nothing.
     pub sensitive: Vec<Option<(Vec<f64>, Vec<f64>)>>,
     /// `|I_c|` per sensitive silo (known to the silos, used for diagnostics only).
@@ -62,7 +64,9 @@ pub fn sensitive_stream_id(n_public: usize, c: usize) -> u64 {
     (n_public + c) as u64
 }
 
-/// One round of messages (see the module docs).
+/// One round of messages (see the module docs). The non-sensitive silos' batches come from the
+/// public `seed` (the exact s-free parts reveal them anyway); the sensitive silos' noise from
+/// `noise.keys`.
 pub fn hybrid_messages(
     layout: &HybridLayout,
     dims: Dims,
@@ -76,7 +80,7 @@ pub fn hybrid_messages(
     let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
     let mut sums: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![0.0; t_len], vec![0.0; w_len]); layout.n_sensitive];
     let mut counts = vec![0usize; layout.n_sensitive];
-    let mut public = Vec::with_capacity(layout.members.len());
+    let mut non_sensitive = Vec::with_capacity(layout.members.len());
     let mut union_size = 0;
     for (j, members) in layout.members.iter().enumerate() {
         let m = noise.batch_size.min(members.len());
@@ -88,7 +92,7 @@ pub fn hybrid_messages(
         for &i in &batch {
             by_owner[layout.owner[i] as usize].push(i);
         }
-        let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_public: vec![0.0; t_len], psi_w_public: vec![0.0; w_len], ..Default::default() };
+        let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
         for (c, ids) in by_owner.iter().enumerate() {
             if ids.is_empty() {
                 continue;
@@ -100,18 +104,18 @@ pub fn hybrid_messages(
             let inv_m = 1.0 / m as f64;
             for t in 0..t_len {
                 pub_msg.loss_grad[t] += part.loss_grad[t] * inv_m;
-                pub_msg.psi_theta_public[t] += part.psi_theta_public[t] * inv_m;
+                pub_msg.psi_theta_sfree[t] += part.psi_theta_sfree[t] * inv_m;
                 sums[c].0[t] += part.psi_theta[t];
             }
             for t in 0..w_len {
-                pub_msg.psi_w_public[t] += part.psi_w_public[t] * inv_m;
+                pub_msg.psi_w_sfree[t] += part.psi_w_sfree[t] * inv_m;
                 sums[c].1[t] += part.psi_w[t];
             }
             pub_msg.loss += part.loss * inv_m;
             pub_msg.psi += part.psi * inv_m;
             counts[c] += ids.len();
         }
-        public.push(pub_msg);
+        non_sensitive.push(pub_msg);
     }
     let n_public = layout.members.len();
     let sensitive = sums
@@ -121,34 +125,34 @@ pub fn hybrid_messages(
             if counts[c] == 0 && !noise.dummy_noise {
                 return None;
             }
-            let mut rng = stream(seed, sensitive_stream_id(n_public, c), round, Purpose::Noise);
+            let mut rng = noise.keys[c].stream(sensitive_stream_id(n_public, c), round, Purpose::Noise);
             add_gaussian(&mut rng, &mut u, noise.sigma_theta[c]);
             add_gaussian(&mut rng, &mut v, noise.sigma_w[c]);
             Some((u, v))
         })
         .collect();
-    HybridMessages { public, sensitive, intersection: counts, union_size }
+    HybridMessages { non_sensitive, sensitive, intersection: counts, union_size }
 }
 
 /// Server step of a hybrid round: s-free parts averaged over the non-sensitive silos (equal
 /// batch sizes), s-dependent parts `Σ_c u_c / |∪B|`, then the usual descent-ascent update.
 pub fn hybrid_server_update(theta: &mut [f64], w: &mut [f64], block_len: usize, msgs: &HybridMessages, cfg: &ServerConfig) -> (f64, f64) {
-    let n = msgs.public.len() as f64;
+    let n = msgs.non_sensitive.len() as f64;
     let mut agg = BatchGradients {
         loss_grad: vec![0.0; theta.len()],
-        psi_theta_public: vec![0.0; theta.len()],
+        psi_theta_sfree: vec![0.0; theta.len()],
         psi_theta: vec![0.0; theta.len()],
-        psi_w_public: vec![0.0; w.len()],
+        psi_w_sfree: vec![0.0; w.len()],
         psi_w: vec![0.0; w.len()],
         ..Default::default()
     };
-    for p in &msgs.public {
+    for p in &msgs.non_sensitive {
         for t in 0..theta.len() {
             agg.loss_grad[t] += p.loss_grad[t] / n;
-            agg.psi_theta_public[t] += p.psi_theta_public[t] / n;
+            agg.psi_theta_sfree[t] += p.psi_theta_sfree[t] / n;
         }
         for t in 0..w.len() {
-            agg.psi_w_public[t] += p.psi_w_public[t] / n;
+            agg.psi_w_sfree[t] += p.psi_w_sfree[t] / n;
         }
         agg.loss += p.loss / n;
         agg.psi += p.psi / n;
@@ -201,7 +205,7 @@ mod tests {
     use super::*;
     use crate::psi::Fairness;
     use crate::round::tests::toy_data;
-    use crate::round::{run_rounds, Silo, SiloConfig};
+    use crate::round::{run_rounds, Silo, SiloConfig, SiloKeys};
 
     fn data(n: usize) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
         toy_data(n, 17)
@@ -217,7 +221,7 @@ mod tests {
     }
 
     fn quiet(n_sensitive: usize, m: usize) -> HybridNoise {
-        HybridNoise { batch_size: m, clip_theta: f64::INFINITY, sigma_theta: vec![0.0; n_sensitive], sigma_w: vec![0.0; n_sensitive], dummy_noise: false }
+        HybridNoise { batch_size: m, clip_theta: f64::INFINITY, sigma_theta: vec![0.0; n_sensitive], sigma_w: vec![0.0; n_sensitive], dummy_noise: false, keys: vec![NoiseKey::Seeded(0); n_sensitive] }
     }
 
     /// Mode (a) — one silo, its divisions — without noise is exactly standard SteFFLe with one
@@ -227,12 +231,13 @@ mod tests {
         let lay = layout(200, 1, 1);
         let (x, y, s) = data(200);
         let silo = Silo { x: Features::auto(x, 2), y, s };
+        let keys = SiloKeys::seeded(5);
         let cfg = SiloConfig { sampling: Sampling::WithoutReplacement { m: 32 }, protect: Protect::Attribute { clip_theta: f64::INFINITY }, sigma_loss: 0.0, sigma_theta: 0.0, sigma_w: 0.0, send_psi: true };
         let server = ServerConfig { lam: 1.0, lr_theta: 0.3, lr_w: 0.3, w_radius: 3.0 };
         let inv = [1.2, 1.6];
         let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);
         let (mut t2, mut w2) = (vec![0.0; 3], vec![0.1; 4]);
-        run_rounds(&[silo], DIMS, &mut t1, &mut w1, (Fairness::DemographicParity, &inv), &[cfg], &[1.0], &server, 5, 0, 20, None);
+        run_rounds(&[silo], DIMS, &mut t1, &mut w1, (Fairness::DemographicParity, &inv), &[cfg], &[keys], &[1.0], &server, 0, 20, None);
         run_hybrid_rounds(&lay, DIMS, &mut t2, &mut w2, (Fairness::DemographicParity, &inv), &quiet(1, 32), &server, 5, 0, 20);
         for (a, b) in t1.iter().chain(&w1).zip(t2.iter().chain(&w2)) {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
@@ -264,10 +269,10 @@ mod tests {
         let inv = [1.2, 1.6];
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let theta = vec![0.1, 0.2, 0.0];
-        let mut noisy = HybridNoise { batch_size: 2, clip_theta: 1.0, sigma_theta: vec![1.0; 5], sigma_w: vec![1.0; 5], dummy_noise: false };
+        let mut noisy = HybridNoise { batch_size: 2, clip_theta: 1.0, sigma_theta: vec![1.0; 5], sigma_w: vec![1.0; 5], dummy_noise: false, keys: vec![NoiseKey::from_entropy().unwrap(); 5] };
         let a = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, 1, 0);
         let b = hybrid_messages(&lay, DIMS, &theta, psi, &quiet(5, 2), 1, 0);
-        assert_eq!(a.public, b.public); // the non-sensitive silos' messages carry no noise
+        assert_eq!(a.non_sensitive, b.non_sensitive); // the non-sensitive silos' messages carry no noise
         assert_eq!(a.union_size, 4);
         let silent = a.sensitive.iter().filter(|m| m.is_none()).count();
         assert_eq!(silent, a.intersection.iter().filter(|&&c| c == 0).count());

@@ -111,11 +111,11 @@ pub struct BatchGradients {
     pub loss_grad: Vec<f64>,
     /// `a_θ`: s-independent part of `∇_θ ψ` (zero in `Record` mode, where it is folded into
     /// `psi_theta`).
-    pub psi_theta_public: Vec<f64>,
+    pub psi_theta_sfree: Vec<f64>,
     /// `Σ b̃_i / m`: clipped s-dependent part of `∇_θ ψ` (all of `∇_θ ψ` in `Record` mode).
     pub psi_theta: Vec<f64>,
     /// `a_W`: s-independent part of `∇_W ψ` (zero in `Record` mode).
-    pub psi_w_public: Vec<f64>,
+    pub psi_w_sfree: Vec<f64>,
     /// `Σ c_i / m`: s-dependent part of `∇_W ψ` (all of `∇_W ψ`, clipped, in `Record` mode).
     pub psi_w: Vec<f64>,
     /// Mean cross-entropy over the batch.
@@ -132,9 +132,9 @@ impl BatchGradients {
         let w = dims.w_len(fairness);
         BatchGradients {
             loss_grad: vec![0.0; t],
-            psi_theta_public: vec![0.0; t],
+            psi_theta_sfree: vec![0.0; t],
             psi_theta: vec![0.0; t],
-            psi_w_public: vec![0.0; w],
+            psi_w_sfree: vec![0.0; w],
             psi_w: vec![0.0; w],
             loss: 0.0,
             psi: 0.0,
@@ -381,7 +381,7 @@ pub fn batch_gradients<R: Rows>(
         let row = &acc[j * width..(j + 1) * width];
         for v in 0..lm1 {
             out.loss_grad[j * lm1 + v] = row[v] * inv_m;
-            out.psi_theta_public[j * lm1 + v] = row[lm1 + v] * inv_m;
+            out.psi_theta_sfree[j * lm1 + v] = row[lm1 + v] * inv_m;
             out.psi_theta[j * lm1 + v] = row[2 * lm1 + v] * inv_m;
         }
     }
@@ -390,7 +390,7 @@ pub fn batch_gradients<R: Rows>(
             for r in 0..k {
                 for u in 0..l {
                     let idx = (b * k + r) * l + u;
-                    out.psi_w_public[idx] = -2.0 * psi.w[idx] * prob_sum[b * l + u] * inv_m;
+                    out.psi_w_sfree[idx] = -2.0 * psi.w[idx] * prob_sum[b * l + u] * inv_m;
                 }
             }
         }
@@ -534,7 +534,7 @@ mod tests {
                     let (lm, pm) = objective(&c, fairness, &tm, &c.w);
                     let fd_loss = (lp - lm) / (2.0 * h);
                     let fd_psi = (pp - pm) / (2.0 * h);
-                    let an_psi = gr.psi_theta_public[t] + gr.psi_theta[t];
+                    let an_psi = gr.psi_theta_sfree[t] + gr.psi_theta[t];
                     assert!((fd_loss - gr.loss_grad[t]).abs() < 1e-6 * (1.0 + fd_loss.abs()));
                     assert!((fd_psi - an_psi).abs() < 1e-6 * (1.0 + fd_psi.abs()), "{fairness:?} {k} {l}");
                 }
@@ -546,7 +546,7 @@ mod tests {
                     let fd = (objective(&c, fairness, &c.theta, &wp).1
                         - objective(&c, fairness, &c.theta, &wm).1)
                         / (2.0 * h);
-                    let an = gr.psi_w_public[t] + gr.psi_w[t];
+                    let an = gr.psi_w_sfree[t] + gr.psi_w[t];
                     assert!((fd - an).abs() < 1e-6 * (1.0 + fd.abs()));
                 }
             }
@@ -588,16 +588,16 @@ mod tests {
         let inf = f64::INFINITY;
         let r = run(Protect::Record { clip_loss: inf, clip_theta: inf, clip_w: inf });
         for t in 0..a.psi_theta.len() {
-            assert!((a.psi_theta[t] + a.psi_theta_public[t] - r.psi_theta[t]).abs() < 1e-12);
+            assert!((a.psi_theta[t] + a.psi_theta_sfree[t] - r.psi_theta[t]).abs() < 1e-12);
             assert!((a.loss_grad[t] - r.loss_grad[t]).abs() < 1e-12);
         }
         for t in 0..a.psi_w.len() {
-            assert!((a.psi_w[t] + a.psi_w_public[t] - r.psi_w[t]).abs() < 1e-12);
+            assert!((a.psi_w[t] + a.psi_w_sfree[t] - r.psi_w[t]).abs() < 1e-12);
         }
         let tiny = run(Protect::Record { clip_loss: 1e-4, clip_theta: 1e-4, clip_w: 1e-4 });
         assert!(norm(&tiny.loss_grad) <= 1e-4 + 1e-15);
         assert!(norm(&tiny.psi_w) <= 1e-4 + 1e-15);
-        assert!(tiny.psi_theta_public.iter().all(|v| *v == 0.0));
+        assert!(tiny.psi_theta_sfree.iter().all(|v| *v == 0.0));
     }
 
     /// The CSR layout gives the same gradients as the dense one.

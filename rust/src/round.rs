@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use crate::features::{Dense, Features};
-use crate::noise::{add_gaussian, stream, Purpose};
+use crate::noise::{add_gaussian, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
 use crate::sampling::Sampling;
 
@@ -52,29 +52,35 @@ pub struct ServerConfig {
     pub w_radius: f64,
 }
 
-/// A silo's message for round `round`: its batch gradients with Gaussian noise added to the
-/// protected parts. Randomness comes from the streams `(seed, silo, round, Batch|Noise)`.
-#[allow(clippy::too_many_arguments)]
-pub fn silo_step(
-    silo: &Silo,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
-    cfg: &SiloConfig,
-    seed: u64,
-    silo_id: u64,
-    round: u64,
-) -> BatchGradients {
-    let n = silo.len();
-    let batch = cfg.sampling.draw(&mut stream(seed, silo_id, round, Purpose::Batch), n);
-    let denom = cfg.sampling.denominator(n);
-    let mut msg = match &silo.x {
-        Features::Dense { x, d } => {
-            batch_gradients(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, &batch, denom, cfg.protect)
-        }
-        Features::Sparse(csr) => batch_gradients(csr, &silo.y, &silo.s, dims, theta, psi, &batch, denom, cfg.protect),
-    };
-    let mut rng = stream(seed, silo_id, round, Purpose::Noise);
+/// The keys of one silo's random streams in a fit.
+///
+/// `noise` keys the Gaussian noise (secret by default). `batch` keys the batch draw: in
+/// attribute mode the batch is public anyway (the exact s-free parts reveal it), so it may come
+/// from the user's seed; in record mode the hidden batch is part of the privacy argument
+/// (amplification by subsampling), so `batch` must be as secret as `noise`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiloKeys {
+    pub batch: NoiseKey,
+    pub noise: NoiseKey,
+}
+
+impl SiloKeys {
+    /// Both streams keyed by one public seed (reproducible; no secrecy).
+    pub fn seeded(seed: u64) -> Self {
+        SiloKeys { batch: NoiseKey::Seeded(seed), noise: NoiseKey::Seeded(seed) }
+    }
+}
+
+/// The batch of silo `silo_id` (with `n` records) in round `round`.
+pub fn draw_batch(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, n: usize) -> Vec<usize> {
+    cfg.sampling.draw(&mut keys.batch.stream(silo_id, round, Purpose::Batch), n)
+}
+
+/// Adds the round's Gaussian noise to the protected parts of `msg` (the loss gradient in
+/// `Record` mode, then `h_θ`, then `h_W`, all from the stream `(silo, round, Noise)`), or, when
+/// the ψ parts are not sent, zeroes them.
+pub fn noise_message(msg: &mut BatchGradients, cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64) {
+    let mut rng = keys.noise.stream(silo_id, round, Purpose::Noise);
     if let Protect::Record { .. } = cfg.protect {
         add_gaussian(&mut rng, &mut msg.loss_grad, cfg.sigma_loss);
     }
@@ -82,11 +88,47 @@ pub fn silo_step(
         add_gaussian(&mut rng, &mut msg.psi_theta, cfg.sigma_theta);
         add_gaussian(&mut rng, &mut msg.psi_w, cfg.sigma_w);
     } else {
-        for part in [&mut msg.psi_theta_public, &mut msg.psi_theta, &mut msg.psi_w_public, &mut msg.psi_w] {
+        for part in [&mut msg.psi_theta_sfree, &mut msg.psi_theta, &mut msg.psi_w_sfree, &mut msg.psi_w] {
             part.iter_mut().for_each(|v| *v = 0.0);
         }
         msg.psi = 0.0;
     }
+}
+
+/// Exact gradient parts of one batch of a silo (no noise), divided by `denom`.
+#[allow(clippy::too_many_arguments)]
+pub fn silo_parts(
+    silo: &Silo,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    batch: &[usize],
+    denom: f64,
+    protect: Protect,
+) -> BatchGradients {
+    match &silo.x {
+        Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
+        Features::Sparse(csr) => batch_gradients(csr, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
+    }
+}
+
+/// A silo's message for round `round`: [`draw_batch`], the exact parts ([`silo_parts`]), then
+/// [`noise_message`]. `loss`, `psi` and `n_clipped` of the result are silo-local diagnostics.
+#[allow(clippy::too_many_arguments)]
+pub fn silo_step(
+    silo: &Silo,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    cfg: &SiloConfig,
+    keys: &SiloKeys,
+    silo_id: u64,
+    round: u64,
+) -> BatchGradients {
+    let n = silo.len();
+    let batch = draw_batch(cfg, keys, silo_id, round, n);
+    let mut msg = silo_parts(silo, dims, theta, psi, &batch, cfg.sampling.denominator(n), cfg.protect);
+    noise_message(&mut msg, cfg, keys, silo_id, round);
     msg
 }
 
@@ -117,12 +159,12 @@ pub fn server_update(
     for (m, &om) in messages.iter().zip(weights) {
         let a = cfg.lr_theta * om;
         for t in 0..theta.len() {
-            theta[t] -= a * (m.loss_grad[t] + cfg.lam * (m.psi_theta_public[t] + m.psi_theta[t]));
+            theta[t] -= a * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
         }
         let b = cfg.lam * cfg.lr_w * om;
         if b != 0.0 {
             for t in 0..w.len() {
-                w[t] += b * (m.psi_w_public[t] + m.psi_w[t]);
+                w[t] += b * (m.psi_w_sfree[t] + m.psi_w[t]);
             }
         }
     }
@@ -142,7 +184,8 @@ pub struct RoundsOutcome {
     pub snapshot: Option<(Vec<f64>, Vec<f64>)>,
 }
 
-/// Runs rounds `start .. start + n_rounds` in place on `(theta, w)`; silos work in parallel.
+/// Runs rounds `start .. start + n_rounds` in place on `(theta, w)`; silos work in parallel,
+/// silo `j` with `silo_cfgs[j]` and `keys[j]`. Silos of weight 0 are skipped.
 #[allow(clippy::too_many_arguments)]
 pub fn run_rounds(
     silos: &[Silo],
@@ -151,9 +194,9 @@ pub fn run_rounds(
     w: &mut [f64],
     psi_tables: (crate::psi::Fairness, &[f64]),
     silo_cfgs: &[SiloConfig],
+    keys: &[SiloKeys],
     weights: &[f64],
     server: &ServerConfig,
-    seed: u64,
     start: u64,
     n_rounds: u64,
     snapshot_round: Option<u64>,
@@ -161,21 +204,22 @@ pub fn run_rounds(
     let (fairness, inv_sqrt_ps) = psi_tables;
     let block_len = dims.k * dims.l;
     let mut out = RoundsOutcome::default();
+    // A silo with weight 0 (one that refused, e.g. out of budget) is not asked at all.
+    let active: Vec<usize> = (0..silos.len()).filter(|&j| weights[j] > 0.0).collect();
+    let active_weights: Vec<f64> = active.iter().map(|&j| weights[j]).collect();
     for round in start..start + n_rounds {
         let messages: Vec<BatchGradients> = {
             let theta_ro: &[f64] = theta;
             let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            silos
+            active
                 .par_iter()
-                .zip(silo_cfgs.par_iter())
-                .enumerate()
-                .map(|(j, (silo, cfg))| silo_step(silo, dims, theta_ro, psi, cfg, seed, j as u64, round))
+                .map(|&j| silo_step(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round))
                 .collect()
         };
-        out.loss.push(messages.iter().zip(weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.iter().zip(weights).map(|(m, om)| om * m.psi).sum());
+        out.loss.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
+        out.psi.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
         out.clipped.push(messages.iter().map(|m| m.n_clipped).sum());
-        server_update(theta, w, block_len, &messages, weights, server);
+        server_update(theta, w, block_len, &messages, &active_weights, server);
         if snapshot_round == Some(round) {
             out.snapshot = Some((theta.to_vec(), w.to_vec()));
         }
@@ -234,18 +278,19 @@ pub(crate) mod tests {
         let w = vec![0.3, -0.1, 0.2, 0.4];
         let inv = vec![1.5, 1.2];
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
-        let a = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), 7, 0, 3);
-        let b = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), 7, 0, 3);
-        let c = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), 7, 0, 4);
-        let d = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), 7, 1, 3);
+        let k = SiloKeys::seeded(7);
+        let a = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 3);
+        let b = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 3);
+        let c = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 4);
+        let d = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 1, 3);
         assert_eq!(a, b);
         assert_ne!(a.psi_w, c.psi_w);
         assert_ne!(a.psi_w, d.psi_w);
         // Noise only on the s-dependent parts: the exact parts agree with a noiseless step.
-        let quiet = silo_step(&silo, DIMS, &theta, psi, &cfg(0.0), 7, 0, 3);
+        let quiet = silo_step(&silo, DIMS, &theta, psi, &cfg(0.0), &k, 0, 3);
         assert_eq!(a.loss_grad, quiet.loss_grad);
-        assert_eq!(a.psi_theta_public, quiet.psi_theta_public);
-        assert_eq!(a.psi_w_public, quiet.psi_w_public);
+        assert_eq!(a.psi_theta_sfree, quiet.psi_theta_sfree);
+        assert_eq!(a.psi_w_sfree, quiet.psi_w_sfree);
         assert_ne!(a.psi_theta, quiet.psi_theta);
     }
 
@@ -258,9 +303,10 @@ pub(crate) mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let mut c = cfg(0.0);
         c.protect = Protect::Record { clip_loss: 1.0, clip_theta: 1.0, clip_w: 1.0 };
-        let quiet = silo_step(&silo, DIMS, &theta, psi, &c, 1, 0, 0);
+        let k = SiloKeys::seeded(1);
+        let quiet = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
         c.sigma_loss = 1.0;
-        let noisy = silo_step(&silo, DIMS, &theta, psi, &c, 1, 0, 0);
+        let noisy = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
         assert_ne!(quiet.loss_grad, noisy.loss_grad);
     }
 
@@ -275,12 +321,48 @@ pub(crate) mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let mut c = cfg(1.0);
         c.send_psi = false;
-        let mut a = silo_step(&silo, DIMS, &theta, psi, &c, 3, 0, 0);
-        let mut b = silo_step(&flipped, DIMS, &theta, psi, &c, 3, 0, 0);
+        let k = SiloKeys::seeded(3);
+        let mut a = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
+        let mut b = silo_step(&flipped, DIMS, &theta, psi, &c, &k, 0, 0);
         // `n_clipped` is a silo-local diagnostic, never part of what is sent.
         (a.n_clipped, b.n_clipped) = (0, 0);
         assert_eq!(a, b);
         assert!(a.psi_w.iter().chain(&a.psi_theta).all(|v| *v == 0.0));
+    }
+
+    #[test]
+    fn secret_keys_give_fresh_noise_and_keep_public_batches() {
+        let silo = toy_silo(100, 1);
+        let theta = vec![0.1, -0.2, 0.05];
+        let w = vec![0.3, -0.1, 0.2, 0.4];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let secret = || SiloKeys { batch: NoiseKey::Seeded(7), noise: NoiseKey::from_entropy().unwrap() };
+        let (k1, k2) = (secret(), secret());
+        let a = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k1, 0, 3);
+        let b = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k2, 0, 3);
+        // Same public batch (the exact parts agree) but independent noise.
+        assert_eq!(a.loss_grad, b.loss_grad);
+        assert_ne!(a.psi_theta, b.psi_theta);
+        // The seeded key of the same seed reproduces the seeded stream exactly.
+        let s1 = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &SiloKeys::seeded(7), 0, 3);
+        assert_ne!(s1.psi_w, a.psi_w);
+    }
+
+    #[test]
+    fn silo_step_is_draw_parts_noise() {
+        let silo = toy_silo(80, 4);
+        let theta = vec![0.3, 0.1, -0.2];
+        let w = vec![0.3, -0.1, 0.2, 0.4];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let k = SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() };
+        let c = cfg(0.7);
+        let whole = silo_step(&silo, DIMS, &theta, psi, &c, &k, 2, 9);
+        let batch = draw_batch(&c, &k, 2, 9, silo.len());
+        let mut pieces = silo_parts(&silo, DIMS, &theta, psi, &batch, c.sampling.denominator(silo.len()), c.protect);
+        noise_message(&mut pieces, &c, &k, 2, 9);
+        assert_eq!(whole, pieces);
     }
 
     #[test]
@@ -299,9 +381,9 @@ pub(crate) mod tests {
         let mut w = vec![0.0, 0.0];
         let m = BatchGradients {
             loss_grad: vec![1.0, 2.0],
-            psi_theta_public: vec![0.5, 0.0],
+            psi_theta_sfree: vec![0.5, 0.0],
             psi_theta: vec![0.0, 1.0],
-            psi_w_public: vec![1.0, 0.0],
+            psi_w_sfree: vec![1.0, 0.0],
             psi_w: vec![0.0, 2.0],
             ..Default::default()
         };
@@ -323,7 +405,7 @@ pub(crate) mod tests {
             let mut w = vec![0.0; 4];
             let o = run_rounds(
                 &silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs,
-                &[0.5, 0.5], &server, 11, 0, 200, Some(99),
+                &[SiloKeys::seeded(11), SiloKeys::seeded(11)], &[0.5, 0.5], &server, 0, 200, Some(99),
             );
             (theta, w, o)
         };

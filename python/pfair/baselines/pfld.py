@@ -90,7 +90,11 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
     clip_dual : C_d, clip of |h| in the dual violations (seed 002 used 5).
     dual_share : fraction of ε given to the dual steps (the rest goes to the primal steps).
     sampling : {"without_replacement", "full_batch"}.
-    seed : int; seeds batches and noise.  track_history : per-epoch metrics in ``history_``.
+    seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).
+    noise_seed : int or None. None: noise from a secret key drawn from the operating system's
+        entropy. An int makes the noise reproducible for simulations; the guarantee then does not
+        hold against anyone who knows it (``PrivacyWarning``).
+    track_history : per-epoch metrics in ``history_``.
 
     Attributes
     ----------
@@ -106,7 +110,7 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
                  delta: float | None = None, epochs: int = 40, batch_size: int = 256, lr: float = 0.25,
                  lr_dual: float = 0.5, lam_max: float = 2.0, clip_primal: float | None = 1.0,
                  clip_dual: float | None = 1.0, dual_share: float = 0.25, sampling: str = "without_replacement",
-                 seed: int = 0, track_history: bool = True) -> None:
+                 seed: int = 0, noise_seed: int | None = None, track_history: bool = True) -> None:
         self.fairness = fairness
         self.epsilon = epsilon
         self.delta = delta
@@ -120,6 +124,7 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         self.dual_share = dual_share
         self.sampling = sampling
         self.seed = seed
+        self.noise_seed = noise_seed
         self.track_history = track_history
 
     def _validate_params(self) -> None:
@@ -141,6 +146,8 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             raise ValueError(f"dual_share must be in (0, 1), got {self.dual_share}")
         check_choice(self.sampling, "sampling", ("without_replacement", "full_batch"))
         check_int(self.seed, "seed", minimum=0)
+        if self.noise_seed is not None:
+            check_int(self.noise_seed, "noise_seed", minimum=0)
         if self.epsilon is not None:
             for name in ("clip_primal", "clip_dual"):
                 if getattr(self, name) is None:
@@ -217,7 +224,9 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             )
         sigma_p, sigma_d = z_p * delta_p, z_d * delta_d
 
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(self.seed)  # batches only
+        key = self._noise_key(private)
+        noise_round = iter(range(2**62))
         Xt = np.hstack([Xa, np.ones((n, 1))])
         theta = np.zeros((d + 1) * (l - 1))
         lam = np.zeros((blocks, k, U))
@@ -230,12 +239,13 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             for _ in range(steps):
                 idx = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
                 theta = self._primal_step(theta, Xt[idx], ya[idx], sa[idx], block[idx], lam, sign, pop_w, grp_w,
-                                          cp, sigma_p, rng, d, l)
+                                          cp, sigma_p, key, next(noise_round), d, l)
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(f"PF-LD diverged at epoch {epoch}: lower lr (now {self.lr:g}) or lam_max")
             if epoch < self.epochs - 1 and self.lam_max > 0:
                 v = self._violations(theta, Xa, ya, sa, block, n_b, n_ba, cd, l)
-                v_tilde = v + (rng.normal(0.0, sigma_d, size=v.shape) if sigma_d > 0 else 0.0)
+                v_tilde = v + (sigma_d * _core.gaussian_stream(key, 1, epoch, v.size).reshape(v.shape)
+                               if sigma_d > 0 else 0.0)
                 lam = np.minimum(self.lam_max, lam + self.lr_dual * np.abs(v_tilde))
                 sign = np.sign(v_tilde)
                 released = float(np.max(np.abs(v_tilde)))
@@ -257,13 +267,14 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             "noise_multiplier_primal": z_p, "noise_multiplier_dual": z_d, "sigma_primal": sigma_p,
             "sigma_dual": sigma_d, "target_epsilon": self.epsilon, "delta": delta if private else np.nan,
             "epsilon_spent": eps_spent if private else math.inf, "composition": "basic (primal + dual)",
+            "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
         }]).set_index("silo")
         return self
 
     def _primal_step(self, theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray, sb: np.ndarray, bb: np.ndarray,
                      lam: np.ndarray, sign: np.ndarray, pop_w: np.ndarray, grp_w: np.ndarray, cp: float,
-                     sigma_p: float, rng: np.random.Generator, d: int, l: int) -> np.ndarray:
+                     sigma_p: float, key: Any, step: int, d: int, l: int) -> np.ndarray:
         m = len(yb)
         F = _core.predict_proba(np.ascontiguousarray(Xb[:, :d]), theta, l)
         resid = F.copy()
@@ -283,9 +294,22 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             grp[has] = ls[bb[has], sb[has]] * grp_w[bb[has], sb[has]][:, None] * fac[has]
             s_part = -(Xb.T @ np.einsum("ju,juv->jv", grp, J)).ravel()
             if sigma_p > 0:
-                s_part = s_part + rng.normal(0.0, sigma_p, size=s_part.shape)
+                s_part = s_part + sigma_p * _core.gaussian_stream(key, 0, step, s_part.size)
             return theta - self.lr * ((Xb.T @ coef).ravel() + s_part)
         return theta - self.lr * (Xb.T @ coef).ravel()
+
+    def _noise_key(self, private: bool) -> Any:
+        """Secret key from the OS, or ``noise_seed``'s (warned when private)."""
+        if self.noise_seed is None:
+            return _core.NoiseKey.secret()
+        if private:
+            import warnings
+
+            from pfair.exceptions import PrivacyWarning
+
+            warnings.warn(f"noise_seed={self.noise_seed} makes PF-LD's noise reproducible: the guarantee does not "
+                          "hold against anyone who knows it", PrivacyWarning, stacklevel=3)
+        return _core.NoiseKey.seeded(self.noise_seed)
 
     def _violations(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, s: np.ndarray, block: np.ndarray,
                     n_b: np.ndarray, n_ba: np.ndarray, cd: float, l: int) -> np.ndarray:

@@ -23,7 +23,8 @@ import pandas as pd
 from pfair import _core
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import Shards, evaluate, non_private_report, shards_from
-from pfair.estimators import SAMPLINGS, LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.settings import SAMPLINGS
 
 
 class _SGDBase(_ParamsMixin, LinearSoftmaxMixin):
@@ -135,8 +136,9 @@ class CentralERM(_SGDBase):
         history = []
         for epoch in range(self.epochs):
             lr = self._lr(epoch)
-            out = silo_set.run_rounds(theta, w, inv, configs, [1.0], lam=0.0, lr_theta=lr, lr_w=0.0,
-                                      w_radius=math.inf, seed=int(self.seed), start=epoch * steps, n_rounds=steps)
+            key = _core.NoiseKey.seeded(int(self.seed))  # batch order only: nothing here is noised
+            out = silo_set.run_rounds(theta, w, inv, configs, [1.0], batch_keys=[key], noise_keys=[key], lam=0.0,
+                                      lr_theta=lr, lr_w=0.0, w_radius=math.inf, start=epoch * steps, n_rounds=steps)
             theta = out["theta"]
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(f"SGD diverged at epoch {epoch}: lower lr (now {lr:g})")
@@ -203,6 +205,7 @@ class FedAvg(_SGDBase):
         theta = np.zeros((sh.n_features + 1) * (l - 1))
         w, inv = np.zeros(2 * l), np.ones(2)
         rounds = math.ceil(self._steps_per_epoch(float(np.mean(sh.sizes))) / self.local_steps)
+        key = _core.NoiseKey.seeded(int(self.seed))  # batch order only: FedAvg adds no noise
         pooled = sh.pooled()
         history = []
         for epoch in range(self.epochs):
@@ -213,7 +216,7 @@ class FedAvg(_SGDBase):
                 for j in range(sh.n_silos):
                     local = theta.copy()
                     for step in range(self.local_steps):
-                        msg = silo_set.step(j, local, w, inv, configs[j], seed=int(self.seed),
+                        msg = silo_set.step(j, local, w, inv, configs[j], batch_key=key, noise_key=key,
                                             round=r * self.local_steps + step)
                         local = local - lr * msg["loss_grad"]
                         losses.append(msg["loss"])

@@ -14,17 +14,17 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass
+from typing import Callable, Optional
 
 import numpy as np
 
 from pfair import _core
+from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
 from pfair.privacy.accountant import default_orders, epsilon_from_rdp, noise_multiplier_for, rdp_curve
-from pfair.privacy.ledger import MechanismEvent
+from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 
-
-class PrivacyWarning(UserWarning):
-    """The delivered privacy is weaker than the target (only possible with ``calibration="paper"``)."""
+__all__ = ["PrivacyWarning", "SiloNoise", "accounting_scheme", "plan_silo_noise", "round_event"]
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,11 @@ def composed_epsilon(events: list[MechanismEvent], delta: float) -> float:
     return float(epsilon_from_rdp(orders=orders, rdp=total.tolist(), delta=delta)[0])
 
 
-def noise_multiplier_after(prior: list[MechanismEvent], *, epsilon: float, delta: float, sample_rate: float,
+def noise_multiplier_after(spent_with: Callable[[list], float], *, epsilon: float, sample_rate: float,
                            steps: int, sampling: str) -> float:
-    """Smallest z (to 0.5%) such that ``prior`` + ``steps`` rounds at z compose to at most ``epsilon``.
+    """Smallest z (to 0.5%) such that what is spent already plus ``steps`` rounds at z compose to at
+    most ``epsilon``; ``spent_with(events)`` is the ε of the recorded events plus ``events``
+    (:meth:`PrivacyLedger.epsilon_with`).
 
     Geometric bisection on z; ε of the composition decreases in z. The returned z always meets
     the target (the upper end of the final bracket).
@@ -108,15 +110,16 @@ def noise_multiplier_after(prior: list[MechanismEvent], *, epsilon: float, delta
     def eps(z: float) -> float:
         event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
                                noise_multiplier=z, steps=steps)
-        return composed_epsilon(list(prior) + [event], delta)
+        return spent_with([event])
 
-    if composed_epsilon(list(prior), delta) >= epsilon:
-        raise ValueError(f"the earlier releases already spend epsilon >= {epsilon}; nothing is left for training")
     lo, hi = 1e-3, 1.0
     while eps(hi) > epsilon:
         lo, hi = hi, hi * 4
         if hi > 1e7:
-            raise ValueError(f"epsilon={epsilon} cannot be met after the earlier releases")
+            raise PrivacyBudgetExceeded(
+                f"epsilon={epsilon:g} cannot be met after the earlier releases: what is left of the budget would "
+                "need a noise multiplier above 1e7 (pure noise). The silo refuses to train again"
+            )
     while hi / lo > 1.005:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
@@ -141,12 +144,14 @@ def plan_silo_noise(
     clip_w: float,
     calibration: str,
     sends_psi: bool,
-    prior_events: list[MechanismEvent] | None = None,
+    ledger: Optional[PrivacyLedger] = None,
 ) -> SiloNoise:
     """Noise plan of one silo for ``steps`` rounds (see the module docstring).
 
-    ``prior_events`` (e.g. the DP histogram of s) are composed with the rounds: the training noise
-    is calibrated so that everything together meets (ε, δ).
+    ``proportions`` must be released values (public, or the DP histogram's). What ``ledger``
+    has recorded already (earlier fits, the DP histogram of s) is composed with the rounds: the
+    training noise is calibrated so that everything together meets (ε, δ) with ``δ`` the
+    ledger's. A ledger with nothing left raises :class:`PrivacyBudgetExceeded` before any round.
     """
     q, denom = _denominator(sampling, n_records, batch_size)
     scheme = accounting_scheme(sampling, protect)
@@ -169,14 +174,30 @@ def plan_silo_noise(
     )
     if epsilon is None:
         return SiloNoise(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
-    prior = list(prior_events or [])
+    if ledger is None:
+        ledger = PrivacyLedger(epsilon=epsilon, delta=delta, silo=silo)
+    spent_before = ledger.epsilon_spent()
     if not parts:  # nothing sent depends on the protected data: no noise, no cost beyond the prior
-        spent = composed_epsilon(prior, delta) if prior else 0.0
-        return SiloNoise(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=spent)
+        return SiloNoise(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
+                         epsilon=spent_before)
+    if spent_before >= epsilon:
+        raise PrivacyBudgetExceeded(
+            f"silo {silo}: its ledger has spent epsilon={spent_before:.4g} of its budget {epsilon:g} already "
+            "(earlier fits or releases); nothing is left for training. Use new silos' ledgers only in a "
+            "simulation (ledgers='new'), or accept that this silo's data cannot be used again"
+        )
 
+    if spent_before > 0:
+        warnings.warn(
+            f"silo {silo}: its ledger has spent epsilon={spent_before:.4g} of the budget {epsilon:g} already (earlier "
+            "fits or releases); this fit gets only what is left, so its noise is larger",
+            PrivacyWarning,
+            stacklevel=4,
+        )
     if calibration == "rdp":
-        if prior:
-            z = noise_multiplier_after(prior, epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
+        if ledger.events:
+            z = noise_multiplier_after(ledger.epsilon_with, epsilon=epsilon, sample_rate=q, steps=steps,
+                                       sampling=scheme)
         else:
             z = noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
         stds = _core.noise_stds(parts, z)
@@ -188,7 +209,7 @@ def plan_silo_noise(
         stds = [sigma_theta, sigma_w]
         z = _core.effective_noise_multiplier(parts, stds)
     event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
-    spent = composed_epsilon(prior + [event], delta)
+    spent = ledger.epsilon_with([event])
     sig = dict(zip(names, stds))
     return SiloNoise(
         **base,
@@ -207,13 +228,15 @@ def round_event(plan: SiloNoise, steps: int) -> MechanismEvent:
 
 
 def warn_if_over_budget(plans: list[SiloNoise]) -> None:
-    """Warn when a silo's delivered ε exceeds its target (possible only in ``"paper"`` mode)."""
+    """Warn when a silo's planned rounds would exceed its target (possible only in ``"paper"``
+    mode): its ledger keeps the budget at the target and refuses the rounds past it."""
     for p in plans:
         if p.target_epsilon is not None and p.epsilon > p.target_epsilon * (1 + 1e-9):
             warnings.warn(
-                f"silo {p.silo}: calibration={p.calibration!r} noise delivers epsilon={p.epsilon:.3g} "
-                f"under the exact accountant, above the target {p.target_epsilon:g} at delta={p.delta:.3g}; "
-                "use calibration='rdp' for the requested guarantee",
+                f"silo {p.silo}: calibration={p.calibration!r} noise would deliver epsilon={p.epsilon:.3g} over "
+                f"{p.steps} rounds under the exact accountant, above the budget {p.target_epsilon:g} at "
+                f"delta={p.delta:.3g}; the silo refuses the rounds past its budget, so training stops early. "
+                "Use calibration='rdp' for the requested guarantee and every round",
                 PrivacyWarning,
                 stacklevel=3,
             )

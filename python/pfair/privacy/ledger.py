@@ -1,10 +1,20 @@
 """Per-silo privacy ledger: a silo's (ε, δ) budget and the mechanisms charged against it.
 
-Each silo is its own accountant (ISRL-DP, SPEC §4). A :class:`PrivacyLedger` holds the budget and
-the list of recorded :class:`MechanismEvent`; the RDP of all events is composed by addition and
-converted to ε at the budget's δ (Balle et al. 2020). :meth:`PrivacyLedger.charge` refuses — by
-raising :class:`PrivacyBudgetExceeded` *before* recording — any event that would push ε past the
-budget, so a silo that has spent its budget stops answering.
+Each silo is its own accountant (ISRL-DP). A :class:`PrivacyLedger` holds the budget and the list
+of recorded :class:`MechanismEvent`; the RDP of all events is composed by addition and converted to
+ε at the budget's δ (Balle et al. 2020). :meth:`PrivacyLedger.charge` refuses — by raising
+:class:`PrivacyBudgetExceeded` *before* recording — any event that would push ε past the budget,
+so a silo that has spent its budget stops answering.
+
+A ledger outlives a fit. It is bound to its silo's data by a fingerprint (a hash of the silo's
+features, labels and groups), serialises to a plain dict or a JSON file (:meth:`save`,
+:meth:`load`; with a ``path`` every charge is written through atomically), and keeps
+
+* ``runs``: each training run's mechanism and the next round it may answer, so a round is charged
+  exactly once (a second request for it raises :class:`ReplayRefused`) and a resumed run goes on
+  where the ledger says it stopped, without charging again;
+* ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
+  for free (post-processing) instead of paying for them again.
 
 Adjacency is replace-one (one record's sensitive attribute). Hence events with
 ``sampling="poisson"`` (the add/remove-one bound) are refused; use ``"poisson_replace_one"``
@@ -13,20 +23,36 @@ with the noise multiplier measured against the add/remove sensitivity.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from pfair import _core
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
-__all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger"]
+__all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "data_fingerprint"]
+
+LEDGER_FORMAT = 1
 
 
-class PrivacyBudgetExceeded(RuntimeError):
-    """Raised when charging a mechanism would exceed a silo's (ε, δ) budget."""
+def data_fingerprint(X: np.ndarray, y: np.ndarray, s: np.ndarray) -> str:
+    """SHA-256 of a silo's data (shapes, features as float64, label and group indices as int64).
+    Binds a ledger to the data it accounts for; it is never sent anywhere."""
+    h = hashlib.sha256()
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    h.update(np.asarray(X.shape, dtype=np.int64).tobytes())
+    h.update(memoryview(X).cast("B"))
+    for v in (y, s):
+        h.update(np.ascontiguousarray(v, dtype=np.int64).tobytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,16 +106,25 @@ class PrivacyLedger:
     Parameters
     ----------
     epsilon, delta : float
-        The budget: the silo's whole transcript must be (epsilon, delta)-DP.
+        The budget: the silo's whole transcript, over every fit, must be (epsilon, delta)-DP.
     silo : str or int, optional
         Name used in messages and reports.
+    fingerprint : str, optional
+        :func:`data_fingerprint` of the silo's data; set by :meth:`bind` on first use.
+    path : str or Path, optional
+        A JSON file the ledger is written to after every change (atomically).
     """
 
-    def __init__(self, *, epsilon: float, delta: float, silo: Optional[object] = None) -> None:
+    def __init__(self, *, epsilon: float, delta: float, silo: Optional[object] = None,
+                 fingerprint: Optional[str] = None, path: Optional[os.PathLike | str] = None) -> None:
         self.epsilon = _epsilon(epsilon)
         self.delta = _delta(delta)
         self.silo = silo
+        self.fingerprint = fingerprint
+        self.path = Path(path) if path is not None else None
         self.events: List[MechanismEvent] = []
+        self.runs: Dict[str, Dict[str, Any]] = {}
+        self.releases: Dict[str, Any] = {}
         self._orders = tuple(_core.default_orders())
         # Steps recorded per distinct mechanism (in first-charged order). The total RDP is
         # Σ steps · per-step curve, so charging T rounds epoch by epoch costs exactly what a
@@ -97,6 +132,7 @@ class PrivacyLedger:
         self._steps: Dict[tuple, int] = {}
         self._rdp = np.zeros(len(self._orders))
 
+    # ------------------------------------------------------------------ accounting
     def _total(self, steps: Dict[tuple, int]) -> np.ndarray:
         total = np.zeros(len(self._orders))
         for (sampling, q, z), t in steps.items():
@@ -122,6 +158,14 @@ class PrivacyLedger:
         """Budget left, ``epsilon − epsilon_spent()`` (never below 0)."""
         return max(0.0, self.epsilon - self.epsilon_spent())
 
+    def epsilon_with(self, events: List[MechanismEvent]) -> float:
+        """ε spent if ``events`` were recorded on top of what is recorded now."""
+        steps = dict(self._steps)
+        for e in events:
+            key = (e.sampling, e.sample_rate, e.noise_multiplier)
+            steps[key] = steps.get(key, 0) + e.steps
+        return self._epsilon_at(self._total(steps))
+
     def would_exceed(self, event: MechanismEvent) -> bool:
         """Whether recording ``event`` would make ε exceed the budget."""
         if not isinstance(event, MechanismEvent):
@@ -133,36 +177,172 @@ class PrivacyLedger:
 
         Raises :class:`PrivacyBudgetExceeded` (nothing is recorded) if it does not fit.
         """
+        steps, total, after = self._admit(event)
+        self._record(event, steps, total)
+        self._write_through()
+        return after
+
+    def _admit(self, event: MechanismEvent) -> tuple:
+        """The ledger state after ``event``, or :class:`PrivacyBudgetExceeded` if it does not fit."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
-        spent = self.epsilon_spent()
         steps = self._with(event)
         total = self._total(steps)
         after = self._epsilon_at(total)
         if after > self.epsilon:
-            who = "silo" if self.silo is None else f"silo {self.silo!r}"
+            spent = self.epsilon_spent()
             raise PrivacyBudgetExceeded(
-                f"{who}: charging {event.name!r} ({event.sampling}, sample_rate={event.sample_rate:g}, "
+                f"{self._who()}: charging {event.name!r} ({event.sampling}, sample_rate={event.sample_rate:g}, "
                 f"noise_multiplier={event.noise_multiplier:g}, steps={event.steps}) would raise epsilon "
                 f"from {spent:.4g} to {after:.4g}, over the budget epsilon={self.epsilon:g} at delta={self.delta:g}; "
                 f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
             )
+        return steps, total, after
+
+    def _record(self, event: MechanismEvent, steps: Dict[tuple, int], total: np.ndarray) -> None:
         self.events.append(event)
         self._steps, self._rdp = steps, total
+
+    # ------------------------------------------------------------------ runs and rounds
+    def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
+                  planned_steps: int) -> None:
+        """Register a training run: the mechanism of each of its rounds and how many it plans.
+        Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
+        registered before must come with the same mechanism (that is a resume)."""
+        record = {"sampling": sampling, "sample_rate": float(sample_rate),
+                  "noise_multiplier": float(noise_multiplier), "planned_steps": int(planned_steps)}
+        old = self.runs.get(run_id)
+        if old is not None:
+            same = {k: old[k] for k in record} == record
+            if not same:
+                raise LedgerMismatch(f"{self._who()}: run {run_id!r} was registered with {old}, not {record}; "
+                                     "a resumed run must keep its noise plan")
+            return
+        MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
+                       noise_multiplier=noise_multiplier, steps=1)  # validates the mechanism
+        self.runs[run_id] = {**record, "next_round": 0}
+        self._write_through()
+
+    def next_round(self, run_id: str) -> int:
+        """The first round of ``run_id`` not yet answered (0 for an unknown run)."""
+        return int(self.runs.get(run_id, {}).get("next_round", 0))
+
+    def charge_rounds(self, run_id: str, first_round: int, count: int = 1) -> float:
+        """Charge rounds ``first_round .. first_round + count`` of a registered run, in order.
+
+        Raises :class:`ReplayRefused` if any of them was answered already (or a round is skipped),
+        :class:`PrivacyBudgetExceeded` if they do not fit the budget; nothing is recorded then.
+        Returns the new ε spent."""
+        run = self.runs.get(run_id)
+        if run is None:
+            raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
+        count = int(count)
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        nxt = run["next_round"]
+        if first_round != nxt:
+            what = "was already answered" if first_round < nxt else f"skips rounds {nxt}..{first_round - 1}"
+            raise ReplayRefused(
+                f"{self._who()}: round {first_round} of run {run_id!r} {what}; the ledger answers each round "
+                f"once and in order (next: round {nxt})"
+            )
+        if nxt + count > run["planned_steps"]:
+            raise PrivacyBudgetExceeded(
+                f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
+                f"{nxt}..{nxt + count - 1} go past that plan, which its noise was not calibrated for"
+            )
+        event = MechanismEvent(name="steffle_rounds", sampling=run["sampling"], sample_rate=run["sample_rate"],
+                               noise_multiplier=run["noise_multiplier"], steps=count)
+        steps, total, after = self._admit(event)
+        self._record(event, steps, total)
+        run["next_round"] = nxt + count
+        self._write_through()
         return after
 
+    def _write_through(self) -> None:
+        if self.path is not None:
+            self.save(self.path)
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, fingerprint: str) -> "PrivacyLedger":
+        """Bind the ledger to a silo's data; refuse a ledger bound to other data."""
+        if self.fingerprint is None:
+            self.fingerprint = fingerprint
+            self._write_through()
+        elif self.fingerprint != fingerprint:
+            raise LedgerMismatch(
+                f"{self._who()}: this ledger accounts for other data (fingerprint {self.fingerprint[:12]}…, "
+                f"the silo's data has {fingerprint[:12]}…); pass the ledger that belongs to this silo"
+            )
+        return self
+
+    def release(self, name: str, value: Any = None) -> Any:
+        """Remember (with ``value``) or look up (without) a value the silo has released."""
+        if value is None:
+            return self.releases.get(name)
+        self.releases[name] = value
+        self._write_through()
+        return value
+
+    def _who(self) -> str:
+        return "silo" if self.silo is None else f"silo {self.silo!r}"
+
+    # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
-        """A plain-dict report (budget, spent, remaining, events)."""
+        """Everything needed to restore the ledger, plus a report (spent, remaining)."""
         spent = self.epsilon_spent()
         return {
+            "format": LEDGER_FORMAT,
             "silo": self.silo,
             "epsilon_budget": self.epsilon,
             "delta": self.delta,
+            "fingerprint": self.fingerprint,
             "epsilon_spent": spent,
             "epsilon_remaining": max(0.0, self.epsilon - spent),
             "events": [asdict(e) for e in self.events],
+            "runs": {k: dict(v) for k, v in self.runs.items()},
+            "releases": {k: np.asarray(v).tolist() for k, v in self.releases.items()},
             "accountant": "RDP (public batch / WBK 2019 / MTZ 2019) + Balle et al. 2020 conversion, replace-one adjacency",
         }
 
+    @classmethod
+    def from_dict(cls, data: dict, *, path: Optional[os.PathLike | str] = None) -> "PrivacyLedger":
+        """Restore a ledger from :meth:`to_dict`; the events are replayed and checked against the budget."""
+        if data.get("format") != LEDGER_FORMAT:
+            raise ValueError(f"unknown ledger format {data.get('format')!r}; this pfair writes format {LEDGER_FORMAT}")
+        silo = data.get("silo")
+        ledger = cls(epsilon=data["epsilon_budget"], delta=data["delta"], silo=silo,
+                     fingerprint=data.get("fingerprint"))
+        for e in data.get("events", []):
+            event = MechanismEvent(**e)
+            ledger._record(event, *ledger._admit(event)[:2])  # refuses events past the budget
+        ledger.runs = {k: dict(v) for k, v in data.get("runs", {}).items()}
+        ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
+        ledger.path = Path(path) if path is not None else None
+        return ledger
+
+    def save(self, path: os.PathLike | str) -> None:
+        """Write the ledger as JSON, atomically (a crash never leaves half a ledger)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_dict(), f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: os.PathLike | str) -> "PrivacyLedger":
+        """Read a ledger written by :meth:`save`; later changes are written back to ``path``."""
+        with open(path) as f:
+            return cls.from_dict(json.load(f), path=path)
+
     def __repr__(self) -> str:
-        return f"PrivacyLedger(silo={self.silo!r}, epsilon={self.epsilon}, delta={self.delta}, events={len(self.events)})"
+        return (f"PrivacyLedger(silo={self.silo!r}, epsilon={self.epsilon}, delta={self.delta}, "
+                f"spent={self.epsilon_spent():.4g}, events={len(self.events)})")

@@ -167,9 +167,9 @@ pub(super) fn silo_from(
 pub(super) fn gradients_dict<'py>(py: Python<'py>, g: BatchGradients) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("loss_grad", g.loss_grad.into_pyarray(py))?;
-    d.set_item("psi_theta_public", g.psi_theta_public.into_pyarray(py))?;
+    d.set_item("psi_theta_sfree", g.psi_theta_sfree.into_pyarray(py))?;
     d.set_item("psi_theta", g.psi_theta.into_pyarray(py))?;
-    d.set_item("psi_w_public", g.psi_w_public.into_pyarray(py))?;
+    d.set_item("psi_w_sfree", g.psi_w_sfree.into_pyarray(py))?;
     d.set_item("psi_w", g.psi_w.into_pyarray(py))?;
     d.set_item("loss", g.loss)?;
     d.set_item("psi", g.psi)?;

@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 
 use super::convert::{check_state, fairness_from, gradients_dict, server_from, silo_from, state_vecs};
 use super::errors::{value_error, BindResult};
+use super::noise::PyNoiseKey;
 use crate::hybrid::{self, HybridLayout, HybridNoise};
 use crate::psi::{Dims, Fairness, PsiInputs};
 
@@ -85,7 +86,7 @@ impl PyHybridSet {
     /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
     /// noised sums (None for a silo that sent nothing).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, seed, round))]
+                        dummy_noise=false, noise_keys, seed, round))]
     #[allow(clippy::too_many_arguments)]
     fn messages<'py>(
         &self,
@@ -98,19 +99,21 @@ impl PyHybridSet {
         sigma_theta: Vec<f64>,
         sigma_w: Vec<f64>,
         dummy_noise: bool,
+        noise_keys: Vec<PyNoiseKey>,
         seed: u64,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
             hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, seed, round)
         });
         let d = PyDict::new(py);
-        let public: Vec<Bound<'py, PyDict>> = msgs.public.into_iter().map(|g| gradients_dict(py, g)).collect::<PyResult<_>>()?;
-        d.set_item("public", public)?;
+        let non_sensitive: Vec<Bound<'py, PyDict>> =
+            msgs.non_sensitive.into_iter().map(|g| gradients_dict(py, g)).collect::<PyResult<_>>()?;
+        d.set_item("non_sensitive", non_sensitive)?;
         let sens: Vec<SensitiveMessage<'py>> = msgs
             .sensitive
             .into_iter()
@@ -124,7 +127,7 @@ impl PyHybridSet {
 
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
+                        dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -137,6 +140,7 @@ impl PyHybridSet {
         sigma_theta: Vec<f64>,
         sigma_w: Vec<f64>,
         dummy_noise: bool,
+        noise_keys: Vec<PyNoiseKey>,
         lam: f64,
         lr_theta: f64,
         lr_w: f64,
@@ -146,7 +150,7 @@ impl PyHybridSet {
         n_rounds: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise)?;
+        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let server = server_from(lam, lr_theta, lr_w, w_radius)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
@@ -165,11 +169,20 @@ impl PyHybridSet {
 impl PyHybridSet {
     /// The round's noise settings, checked against the layout (shared by `messages` and
     /// `run_rounds`).
-    fn noise(&self, batch_size: usize, clip_theta: f64, sigma_theta: Vec<f64>, sigma_w: Vec<f64>, dummy_noise: bool) -> BindResult<HybridNoise> {
+    fn noise(
+        &self,
+        batch_size: usize,
+        clip_theta: f64,
+        sigma_theta: Vec<f64>,
+        sigma_w: Vec<f64>,
+        dummy_noise: bool,
+        noise_keys: Vec<PyNoiseKey>,
+    ) -> BindResult<HybridNoise> {
         let ns = self.layout.n_sensitive;
-        if sigma_theta.len() != ns || sigma_w.len() != ns {
-            return Err(format!("need one sigma_theta and one sigma_w per sensitive silo ({ns})").into());
+        if sigma_theta.len() != ns || sigma_w.len() != ns || noise_keys.len() != ns {
+            return Err(format!("need one sigma_theta, one sigma_w and one noise key per sensitive silo ({ns})").into());
         }
+        let keys = noise_keys.into_iter().map(|k| k.inner).collect();
         if sigma_theta.iter().chain(&sigma_w).any(|v| !(v.is_finite() && *v >= 0.0)) {
             return Err("noise stds must be finite and >= 0".into());
         }
@@ -181,6 +194,6 @@ impl PyHybridSet {
                 return Err(format!("batch_size={batch_size} must be in 1..={} (non-sensitive silo {j})", m.len()).into());
             }
         }
-        Ok(HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise })
+        Ok(HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys })
     }
 }

@@ -1,5 +1,5 @@
 //! The binding layer: the extension module `pfair._core`. Each file wraps one part of the core
-//! (`psi`: ψ kernels, sensitivities and noise; `round`: silos and rounds; `hybrid`: hybrid
+//! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and keyed draws; `round`: silos and rounds; `hybrid`: hybrid
 //! centralization; `accounting`; `partition`), `convert` holds the conversions and checks they
 //! share, and `errors` the one mapping of errors to Python `ValueError`.
 
@@ -9,6 +9,7 @@ mod accounting;
 mod convert;
 mod errors;
 mod hybrid;
+mod noise;
 mod partition;
 mod psi;
 mod round;
@@ -24,10 +25,15 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(psi::sensitivities, m)?)?;
     m.add_function(wrap_pyfunction!(psi::noise_stds, m)?)?;
     m.add_function(wrap_pyfunction!(psi::effective_noise_multiplier, m)?)?;
-    m.add_function(wrap_pyfunction!(psi::gaussian_stream, m)?)?;
+    // noise keys and keyed draws
+    m.add_class::<noise::PyNoiseKey>()?;
+    m.add_function(wrap_pyfunction!(noise::gaussian_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(noise::draw_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(noise::noise_message, m)?)?;
     // federation and rounds
     m.add_class::<round::PySiloConfig>()?;
     m.add_class::<round::PySiloSet>()?;
+    m.add_function(wrap_pyfunction!(round::server_update, m)?)?;
     m.add_class::<hybrid::PyHybridSet>()?;
     // privacy accounting
     m.add_function(wrap_pyfunction!(accounting::default_orders, m)?)?;

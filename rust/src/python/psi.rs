@@ -1,7 +1,7 @@
 //! ψ kernels and prediction, sensitivities and noise (`crate::psi`, `crate::sensitivity`,
 //! `crate::noise`).
 
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -145,27 +145,4 @@ pub(super) fn effective_noise_multiplier(parts: Vec<f64>, stds: Vec<f64>) -> PyR
         return Err(value_error("parts and stds must have the same length"));
     }
     Ok(sensitivity::effective_noise_multiplier(&parts, &stds))
-}
-
-/// Draws `n` standard-normal numbers from the stream `(seed, silo, round, purpose)`, purpose
-/// `"noise"` (a round's message noise) or `"histogram"` (the DP histogram of s).
-#[pyfunction]
-#[pyo3(signature = (seed, silo, round, n, *, purpose="noise"))]
-pub(super) fn gaussian_stream<'py>(
-    py: Python<'py>,
-    seed: u64,
-    silo: u64,
-    round: u64,
-    n: usize,
-    purpose: &str,
-) -> PyResult<Bound<'py, PyArray1<f64>>> {
-    use crate::noise::{add_gaussian, stream, Purpose};
-    let purpose = match purpose {
-        "noise" => Purpose::Noise,
-        "histogram" => Purpose::Other,
-        other => return Err(value_error(format!("purpose={other:?} is unknown; use 'noise' or 'histogram'"))),
-    };
-    let mut v = vec![0.0; n];
-    add_gaussian(&mut stream(seed, silo, round, purpose), &mut v, 1.0);
-    Ok(v.into_pyarray(py))
 }

@@ -5,19 +5,20 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    check_finite_non_negative, check_state, fairness_from, gradients_dict, protect_from, sampling_from, server_from,
-    silo_from, state_vecs,
+    check_finite_non_negative, check_state, fairness_from, gradients_dict, index_in, protect_from, sampling_from,
+    server_from, silo_from, state_vecs,
 };
 use super::errors::{value_error, BindResult};
-use crate::psi::{Dims, Fairness, PsiInputs};
-use crate::round::{self, Silo, SiloConfig};
+use super::noise::PyNoiseKey;
+use crate::psi::{BatchGradients, Dims, Fairness, PsiInputs};
+use crate::round::{self, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
 #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
 #[derive(Clone)]
 pub(super) struct PySiloConfig {
-    inner: SiloConfig,
+    pub(super) inner: SiloConfig,
 }
 
 #[pymethods]
@@ -117,8 +118,9 @@ impl PySiloSet {
         self.silos.iter().map(|s| s.len()).collect()
     }
 
-    /// One silo's noised message for `round` (the unit a distributed silo runs).
-    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, seed, round))]
+    /// One silo's noised message for `round` (batch from `batch_key`, noise from `noise_key`).
+    /// `loss`, `psi` and `n_clipped` in the result are silo-local diagnostics.
+    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, batch_key, noise_key, round))]
     #[allow(clippy::too_many_arguments)]
     fn step<'py>(
         &self,
@@ -128,27 +130,53 @@ impl PySiloSet {
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         config: &PySiloConfig,
-        seed: u64,
+        batch_key: &PyNoiseKey,
+        noise_key: &PyNoiseKey,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let data = self
-            .silos
-            .get(silo)
-            .ok_or_else(|| value_error(format!("silo {silo} out of range 0..{}", self.silos.len())))?;
+        let data = self.silo(silo)?;
         let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         check_batch(&config.inner, data.len(), silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+        let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
         let msg = py.allow_threads(|| {
-            round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, seed, silo as u64, round)
+            round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, &keys, silo as u64, round)
         });
         gradients_dict(py, msg)
     }
 
+    /// The exact parts of silo `silo`'s records `batch` (no noise), divided by the config's fixed
+    /// denominator, clipped as its protection mode requires: the linear model's gradient provider.
+    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, batch, config))]
+    #[allow(clippy::too_many_arguments)]
+    fn parts<'py>(
+        &self,
+        py: Python<'py>,
+        silo: usize,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        batch: PyReadonlyArray1<'py, i64>,
+        config: &PySiloConfig,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let data = self.silo(silo)?;
+        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let n = data.len();
+        let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
+        let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+        let denom = cfg.sampling.denominator(n);
+        let g = py.allow_threads(|| {
+            round::silo_parts(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, cfg.protect)
+        });
+        gradients_dict(py, g)
+    }
+
     /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, lam, lr_theta, lr_w,
-                        w_radius, seed, start, n_rounds, snapshot_round=None))]
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, batch_keys, noise_keys, lam, lr_theta,
+                        lr_w, w_radius, start, n_rounds, snapshot_round=None))]
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -158,11 +186,12 @@ impl PySiloSet {
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         configs: Vec<PySiloConfig>,
         weights: Vec<f64>,
+        batch_keys: Vec<PyNoiseKey>,
+        noise_keys: Vec<PyNoiseKey>,
         lam: f64,
         lr_theta: f64,
         lr_w: f64,
         w_radius: f64,
-        seed: u64,
         start: u64,
         n_rounds: u64,
         snapshot_round: Option<u64>,
@@ -170,11 +199,13 @@ impl PySiloSet {
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let n = self.silos.len();
-        if configs.len() != n || weights.len() != n {
+        if configs.len() != n || weights.len() != n || batch_keys.len() != n || noise_keys.len() != n {
             return Err(value_error(format!(
-                "need one config and one weight per silo ({n}), got {} and {}",
+                "need one config, one weight and one key of each kind per silo ({n}), got {}, {}, {} and {}",
                 configs.len(),
-                weights.len()
+                weights.len(),
+                batch_keys.len(),
+                noise_keys.len()
             )));
         }
         if weights.iter().any(|v| !(v.is_finite() && *v >= 0.0)) || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-9 {
@@ -185,9 +216,14 @@ impl PySiloSet {
         }
         let server = server_from(lam, lr_theta, lr_w, w_radius)?;
         let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
+        let keys: Vec<SiloKeys> = batch_keys
+            .iter()
+            .zip(&noise_keys)
+            .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
+            .collect();
         let (silos, dims, fairness) = (&self.silos, self.dims, self.fairness);
         let out = py.allow_threads(|| {
-            round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &weights, &server, seed, start, n_rounds, snapshot_round)
+            round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &keys, &weights, &server, start, n_rounds, snapshot_round)
         });
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
@@ -201,4 +237,54 @@ impl PySiloSet {
         }
         Ok(d)
     }
+}
+
+impl PySiloSet {
+    fn silo(&self, silo: usize) -> BindResult<&Silo> {
+        self.silos.get(silo).ok_or_else(|| format!("silo {silo} out of range 0..{}", self.silos.len()).into())
+    }
+}
+
+/// Server step of one round (`round::server_update`) from the silos' messages, each the five
+/// parts `(loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)`, with weights summing to
+/// 1. Returns the new `(theta, W)`.
+#[pyfunction]
+#[pyo3(signature = (theta, w, block_len, messages, weights, *, lam, lr_theta, lr_w, w_radius))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(super) fn server_update<'py>(
+    py: Python<'py>,
+    theta: PyReadonlyArray1<'py, f64>,
+    w: PyReadonlyArray1<'py, f64>,
+    block_len: usize,
+    messages: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)>,
+    weights: Vec<f64>,
+    lam: f64,
+    lr_theta: f64,
+    lr_w: f64,
+    w_radius: f64,
+) -> PyResult<(Bound<'py, numpy::PyArray1<f64>>, Bound<'py, numpy::PyArray1<f64>>)> {
+    let mut th: Vec<f64> = theta.as_array().iter().copied().collect();
+    let mut wv: Vec<f64> = w.as_array().iter().copied().collect();
+    let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+    if messages.len() != weights.len() {
+        return Err(value_error(format!("got {} messages but {} weights", messages.len(), weights.len())));
+    }
+    if weights.iter().any(|v| !(v.is_finite() && *v >= 0.0)) || (weights.iter().sum::<f64>() - 1.0).abs() > 1e-9 {
+        return Err(value_error("weights must be >= 0 and sum to 1"));
+    }
+    if block_len == 0 || wv.len() % block_len != 0 {
+        return Err(value_error(format!("W has {} entries, not a multiple of block_len={block_len}", wv.len())));
+    }
+    let mut msgs = Vec::with_capacity(messages.len());
+    for (j, (g, at, ht, aw, hw)) in messages.into_iter().enumerate() {
+        if g.len() != th.len() || at.len() != th.len() || ht.len() != th.len() || aw.len() != wv.len() || hw.len() != wv.len() {
+            return Err(value_error(format!("message {j}: the θ parts need length {} and the W parts {}", th.len(), wv.len())));
+        }
+        if g.iter().chain(&at).chain(&ht).chain(&aw).chain(&hw).any(|v| !v.is_finite()) {
+            return Err(value_error(format!("message {j} has NaN or inf")));
+        }
+        msgs.push(BatchGradients { loss_grad: g, psi_theta_sfree: at, psi_theta: ht, psi_w_sfree: aw, psi_w: hw, ..Default::default() });
+    }
+    round::server_update(&mut th, &mut wv, block_len, &msgs, &weights, &server);
+    Ok((th.into_pyarray(py), wv.into_pyarray(py)))
 }

@@ -1,0 +1,22 @@
+"""pfair's warnings and exceptions, in one place."""
+
+from __future__ import annotations
+
+
+class PrivacyWarning(UserWarning):
+    """The guarantee is weaker than it looks: reproducible noise, proportions computed from
+    private data, exact diagnostics, or noise that delivers more ε than its target."""
+
+
+class PrivacyBudgetExceeded(RuntimeError):
+    """Raised when a silo would send a message past its (ε, δ) budget; nothing was sent or recorded."""
+
+
+class ReplayRefused(RuntimeError):
+    """Raised when a silo is asked again for a round it already answered (a second answer would be
+    a fresh release of the same round, which the ledger has not planned for)."""
+
+
+class LedgerMismatch(ValueError):
+    """Raised when a ledger is used with data other than the data it was bound to, or with another
+    budget than its own."""

@@ -1,0 +1,66 @@
+"""What a silo sends in a round, and what it keeps.
+
+A :class:`SiloMessage` holds exactly the parts the privacy analysis covers (``docs/privacy.md``):
+
+============================  ==========================================  ===========================
+field                          attribute mode (``protect="attribute"``)    record mode
+============================  ==========================================  ===========================
+``loss_grad``  g               exact mean of ∇ℓ over the batch (no s)      clipped, noised
+``psi_theta_sfree``  a_θ       exact (no s)                                zero (folded into h_θ)
+``psi_theta``  h_θ             clipped Σ b_i / m + N(0, σ_θ²)              clipped ∇_θψ, noised
+``psi_w_sfree``  a_W           exact (no s)                                zero (folded into h_W)
+``psi_w``  h_W                 Σ c_i / m + N(0, σ_W²)                      clipped ∇_Wψ, noised
+============================  ==========================================  ===========================
+
+plus the round and the silo's id. :class:`LocalDiagnostics` (batch loss, ψ, clip count) read the
+silo's exact data; they never leave the silo and are not part of any message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PARTS = ("loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w")
+
+
+@dataclass(frozen=True)
+class SiloMessage:
+    """One silo's reply to round ``round``: the five parts of :data:`PARTS` as float64 vectors."""
+
+    silo: Any
+    round: int
+    loss_grad: np.ndarray
+    psi_theta_sfree: np.ndarray
+    psi_theta: np.ndarray
+    psi_w_sfree: np.ndarray
+    psi_w: np.ndarray
+
+    def parts(self) -> tuple[np.ndarray, ...]:
+        """The five parts in the order of :data:`PARTS` (the order ``server_update`` takes)."""
+        return tuple(getattr(self, p) for p in PARTS)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays for a transport (e.g. a Flower ``ArrayRecord``)."""
+        return {p: np.asarray(getattr(self, p)) for p in PARTS}
+
+    @classmethod
+    def from_arrays(cls, silo: Any, round: int, arrays: dict[str, Any]) -> "SiloMessage":
+        missing = [p for p in PARTS if p not in arrays]
+        if missing:
+            raise ValueError(f"a silo message needs the parts {list(PARTS)}; missing {missing}")
+        return cls(silo=silo, round=int(round), **{p: np.asarray(arrays[p]) for p in PARTS})
+
+
+@dataclass(frozen=True)
+class LocalDiagnostics:
+    """What a silo's step saw of its own exact data. Never sent; outside the DP guarantee."""
+
+    round: int
+    batch_size: int
+    loss: float
+    psi: float
+    n_clipped: int
+    extra: dict = field(default_factory=dict)

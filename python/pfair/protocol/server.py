@@ -1,0 +1,149 @@
+"""The server as a party of the protocol: check every reply, then one Rust ``server_update``.
+
+:meth:`ServerParty.update` is the whole server side of a round. It validates each
+:class:`~pfair.protocol.SiloMessage` (its silo is expected, the round is the current one, every
+part is present with the right length, float, finite, and the noised parts' norms are within what
+the clip norms and noise scales make possible), drops what fails (logged, never averaged in),
+renormalises the weights of the silos that answered, and calls the Rust ``server_update``:
+
+    θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],     W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
+
+with ``η_θ`` decayed by ``lr_decay`` every ``decay_every`` epochs and each W block projected on the
+Frobenius ball of radius D. The simulation's fast path runs the same Rust function.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from pfair import _core
+from pfair.protocol.messages import PARTS, SiloMessage
+from pfair.settings import SteFFLeSettings
+
+log = logging.getLogger("pfair.server")
+
+#: A noised part's norm exceeds ``bound + σ (√D + TAIL)`` with probability below e^{-TAIL²/2}.
+TAIL = 8.0
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """What a silo's reply may look like: part lengths and the largest plausible norms of the
+    s-dependent parts (``inf``: not checked)."""
+
+    lengths: dict
+    max_norms: dict
+
+
+def reply_limits(*, theta_len: int, w_len: int, settings: SteFFLeSettings, plan: Any,
+                 inv_sqrt_ps: np.ndarray) -> ReplyLimits:
+    """Limits for a silo with noise ``plan`` (a :class:`~pfair.privacy.calibration.SiloNoise`).
+
+    Without noise, ``‖h_θ‖ ≤ C_θ · n_j / m`` (every record clipped to C_θ, at most n_j of them,
+    divided by the fixed m) and ``‖h_W‖ ≤ 2 max p^{-1/2} · n_j / m`` (‖c_i‖ ≤ 2 p(s_i)^{-1/2}); in
+    record mode ``‖h_W‖ ≤ C_W n_j / m`` and ``‖g‖ ≤ C_loss n_j / m``. Gaussian noise of std σ in
+    D coordinates adds at most ``σ(√D + 8)`` except with probability < 1.3e-14.
+    """
+    lengths = {"loss_grad": theta_len, "psi_theta_sfree": theta_len, "psi_theta": theta_len,
+               "psi_w_sfree": w_len, "psi_w": w_len}
+    inf = math.inf
+    norms = {p: inf for p in PARTS}
+    if plan is not None and settings.clip is not None:
+        scale = plan.n_records / plan.denominator
+        c = settings.clips()
+        w_bound = (c["clip_w"] if settings.protect == "record" else 2.0 * float(np.max(inv_sqrt_ps))) * scale
+        norms["psi_theta"] = c["clip_theta"] * scale + plan.sigma_theta * (math.sqrt(theta_len) + TAIL)
+        norms["psi_w"] = w_bound + plan.sigma_w * (math.sqrt(w_len) + TAIL)
+        if settings.protect == "record":
+            norms["loss_grad"] = c["clip_loss"] * scale + plan.sigma_loss * (math.sqrt(theta_len) + TAIL)
+    return ReplyLimits(lengths, norms)
+
+
+def check_message(msg: Any, *, silo: Any, round: int, limits: ReplyLimits) -> str | None:
+    """Why ``msg`` must be rejected, or None if it is acceptable."""
+    if not isinstance(msg, SiloMessage):
+        return f"not a SiloMessage but {type(msg).__name__}"
+    if msg.silo != silo:
+        return f"claims to come from silo {msg.silo!r}, expected {silo!r}"
+    if msg.round != round:
+        return f"answers round {msg.round}, the current round is {round}"
+    for p in PARTS:
+        v = getattr(msg, p)
+        if not isinstance(v, np.ndarray) or v.ndim != 1:
+            return f"part {p} is not a 1-D array"
+        if v.dtype.kind != "f":
+            return f"part {p} has dtype {v.dtype}, expected float"
+        if v.shape[0] != limits.lengths[p]:
+            return f"part {p} has length {v.shape[0]}, expected {limits.lengths[p]}"
+        if not np.all(np.isfinite(v)):
+            return f"part {p} has NaN or inf"
+        nrm = float(np.linalg.norm(v))
+        if nrm > limits.max_norms[p]:
+            return f"part {p} has norm {nrm:.4g}, more than the clip norms and noise allow ({limits.max_norms[p]:.4g})"
+    return None
+
+
+class ServerParty:
+    """The server of a SteFFLe run (see the module docstring).
+
+    Parameters
+    ----------
+    settings : SteFFLeSettings
+    weights : one weight ω_j per silo (summing to 1: uniform, or by size)
+    limits : one :class:`ReplyLimits` per silo
+    block_len : k·l, the size of one W block
+    rounds_per_epoch : for the step-size schedule
+    """
+
+    def __init__(self, *, settings: SteFFLeSettings, weights: Sequence[float], limits: Sequence[ReplyLimits],
+                 block_len: int, rounds_per_epoch: int) -> None:
+        self.settings = settings
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.limits = list(limits)
+        self.block_len = int(block_len)
+        self.rounds_per_epoch = int(rounds_per_epoch)
+        self.rejected: list[tuple[int, Any, str]] = []
+
+    def lr_theta(self, round: int) -> float:
+        return self.settings.lr_at(round // self.rounds_per_epoch)
+
+    def accept(self, messages: Sequence[tuple[Any, Any]], round: int) -> list[tuple[int, SiloMessage]]:
+        """The valid ``(silo, message)`` pairs of a round; the others are logged and recorded in
+        :attr:`rejected` (a failed silo may send ``None``)."""
+        ok = []
+        for silo, msg in messages:
+            if msg is None:
+                reason = "no reply"
+            elif not (isinstance(silo, (int, np.integer)) and 0 <= silo < len(self.limits)):
+                reason = f"unknown silo {silo!r}"
+            else:
+                reason = check_message(msg, silo=silo, round=round, limits=self.limits[silo])
+            if reason is None:
+                ok.append((int(silo), msg))
+            else:
+                log.warning("round %d: rejected the reply of silo %r: %s", round, silo, reason)
+                self.rejected.append((round, silo, reason))
+        return ok
+
+    def update(self, theta: np.ndarray, w: np.ndarray, messages: Sequence[tuple[Any, Any]],
+               round: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """One server step from the replies ``(silo, message)`` of ``round``; returns the new
+        ``(θ, W)`` and the silos whose replies were used. With no valid reply θ and W stay."""
+        ok = self.accept(messages, round)
+        if not ok:
+            log.warning("round %d: no valid reply; the model is unchanged", round)
+            return np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), []
+        om = self.weights[[j for j, _ in ok]]
+        om = om / om.sum()
+        st = self.settings
+        th, wv = _core.server_update(
+            np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64), self.block_len,
+            [m.parts() for _, m in ok], om.tolist(), lam=float(st.lam), lr_theta=self.lr_theta(round),
+            lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+        )
+        return th, wv, [j for j, _ in ok]

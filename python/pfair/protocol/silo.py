@@ -1,0 +1,191 @@
+"""One silo as a party of the protocol: its data, entropy, ledger and gradient provider.
+
+A :class:`SiloParty` is what a hospital runs. It holds
+
+* its records (a view; never sent),
+* its keys (:class:`SiloKeys`): noise from the operating system's entropy, fresh per party, unless
+  reproducible noise was asked for (``noise_seed=``); the batch order from the public ``seed`` in
+  attribute mode (the exact s-free parts reveal the batch anyway) and from the secret key in
+  record mode (where the hidden batch is part of the privacy argument),
+* its persistent :class:`~pfair.privacy.PrivacyLedger`, which it charges *before* it computes a
+  reply and which refuses any round past the budget or any round asked for twice,
+* a gradient provider (:mod:`pfair.providers`).
+
+:meth:`SiloParty.step` is the whole silo side of a round: charge → draw the batch → exact parts →
+clip/noise the s-dependent parts with the silo's own key → :class:`SiloMessage`. Diagnostics of
+the exact data stay in :attr:`SiloParty.diagnostics`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pfair import _core
+from pfair.exceptions import LedgerMismatch
+from pfair.privacy.calibration import SiloNoise, plan_silo_noise
+from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.proportions import (
+    HISTOGRAM_SENSITIVITY,
+    group_counts,
+    histogram_event,
+    histogram_noise_multiplier,
+    release_name,
+)
+from pfair.protocol.messages import LocalDiagnostics, SiloMessage
+from pfair.settings import SteFFLeSettings
+
+
+@dataclass(frozen=True)
+class SiloKeys:
+    """The two keys of a silo's random streams (``_core.NoiseKey``); see the module docstring."""
+
+    batch: Any
+    noise: Any
+
+    @classmethod
+    def for_silo(cls, settings: SteFFLeSettings) -> "SiloKeys":
+        """Fresh secret noise (or ``noise_seed``'s, when asked for) and the batch key the
+        protection mode allows."""
+        noise = (_core.NoiseKey.seeded(settings.noise_seed) if settings.noise_seed is not None
+                 else _core.NoiseKey.secret())
+        batch = _core.NoiseKey.seeded(settings.seed) if settings.protect == "attribute" else noise
+        return cls(batch=batch, noise=noise)
+
+
+def silo_config(settings: SteFFLeSettings, n_records: int, plan: SiloNoise | None) -> Any:
+    """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan)."""
+    sig = (plan.sigma_loss, plan.sigma_theta, plan.sigma_w) if plan is not None else (0.0, 0.0, 0.0)
+    rate = 1.0 if settings.sampling == "full_batch" else min(1.0, settings.batch_size / n_records)
+    return _core.SiloConfig(
+        sampling=settings.sampling, batch_size=settings.batch_size, sample_rate=rate, protect=settings.protect,
+        sigma_loss=sig[0], sigma_theta=sig[1], sigma_w=sig[2], send_psi=settings.sends_psi, **settings.clips(),
+    )
+
+
+class SiloParty:
+    """One silo (see the module docstring).
+
+    Parameters
+    ----------
+    silo_id : int
+        The silo's index in the federation (part of the stream derivation and of its messages).
+    y, s : arrays
+        The silo's label and group indices (for its DP histogram; they never leave the party).
+    settings : SteFFLeSettings
+    provider : a :class:`pfair.providers.GradientProvider` over the silo's records
+    ledger : PrivacyLedger or None (non-private fits)
+    keys : SiloKeys, default fresh from :meth:`SiloKeys.for_silo`
+    n_groups, n_classes : the global encodings' sizes
+    """
+
+    def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
+                 ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None) -> None:
+        self.silo_id = int(silo_id)
+        self._y, self._s = y, s
+        self.settings = settings
+        self.provider = provider
+        self.ledger = ledger
+        self.n_groups, self.n_classes = int(n_groups), int(n_classes)
+        self.keys = keys if keys is not None else SiloKeys.for_silo(settings)
+        self.n_records = int(provider.n_records)
+        self.plan: SiloNoise | None = None
+        self.config = silo_config(settings, self.n_records, None)
+        self.run_id: str | None = None
+        self.inv_sqrt_ps: np.ndarray | None = None
+        self.diagnostics: list[LocalDiagnostics] = []
+        self._last: SiloMessage | None = None
+        if ledger is not None and settings.private and abs(ledger.delta - settings.delta_for(self.n_records)) > 0:
+            raise LedgerMismatch(
+                f"silo {silo_id}: its ledger's delta is {ledger.delta:g} but this fit asks for "
+                f"{settings.delta_for(self.n_records):g}; a silo's delta is fixed when its ledger is made "
+                f"(pass delta={ledger.delta:g})"
+            )
+
+    # ------------------------------------------------------------------ the p_s round
+    def release_group_counts(self) -> np.ndarray:
+        """This silo's DP histogram of s per ψ block (``p_s="dp"``), charged to its ledger once:
+        an earlier release of the same statistic is returned again at no cost."""
+        st = self.settings
+        if self.ledger is None:
+            raise ValueError("p_s='dp' needs a private fit (epsilon) and a ledger")
+        name = release_name(st.fairness, st.positive_class)
+        earlier = self.ledger.release(name)
+        if earlier is not None:
+            return np.asarray(earlier, dtype=np.float64)
+        z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=self.ledger.delta)
+        counts = group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
+                              fairness=st.fairness, positive=st.positive_class)
+        self.ledger.charge(histogram_event(z_h))  # refuses before anything is released
+        noise = _core.gaussian_stream(self.keys.noise, self.silo_id, 0, counts.size, purpose="histogram")
+        released = counts + z_h * HISTOGRAM_SENSITIVITY * noise.reshape(counts.shape)
+        self.ledger.release(name, released)
+        return released
+
+    # ------------------------------------------------------------------ planning
+    def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None) -> SiloNoise:
+        """Calibrate this silo's noise for ``total_rounds`` rounds from the released
+        ``proportions`` and what its ledger has spent, and register the run in the ledger.
+        Pass the ``run_id`` of an earlier, interrupted run to resume it."""
+        st = self.settings
+        plan = plan_silo_noise(
+            silo=self.silo_id, n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
+            steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_records) if st.private else None,
+            proportions=proportions, fairness=st.fairness, positive=st.positive_class, protect=st.protect,
+            calibration=st.calibration, sends_psi=st.sends_psi, ledger=self.ledger if st.private else None,
+            **st.clips(),
+        )
+        return self.adopt(plan, proportions, run_id)
+
+    def adopt(self, plan: SiloNoise, proportions: np.ndarray, run_id: str | None = None) -> SiloNoise:
+        """Use ``plan`` (e.g. restored from an interrupted run) and register its run."""
+        self.plan = plan
+        self.config = silo_config(self.settings, self.n_records, plan)
+        self.inv_sqrt_ps = np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
+        self.run_id = run_id or uuid.uuid4().hex
+        if self.charges:
+            self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
+                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+        return plan
+
+    @property
+    def charges(self) -> bool:
+        """Whether this silo's rounds cost privacy (private, and something sent depends on s)."""
+        return (self.ledger is not None and self.plan is not None
+                and 0 < self.plan.noise_multiplier < float("inf"))
+
+    def charge(self, first_round: int, count: int = 1) -> None:
+        """Charge rounds ``first_round ..`` to the ledger, before they are computed. Raises
+        :class:`~pfair.privacy.PrivacyBudgetExceeded` or :class:`~pfair.exceptions.ReplayRefused`."""
+        if self.charges:
+            self.ledger.charge_rounds(self.run_id, first_round, count)
+
+    # ------------------------------------------------------------------ a round
+    def step(self, theta: np.ndarray, w: np.ndarray, round: int) -> SiloMessage:
+        """The silo's reply to round ``round`` at the server's ``(θ, W)``.
+
+        The same round asked again right after it was answered gets the same message (nothing new
+        is released); any other repeated or skipped round is refused by the ledger."""
+        if self.plan is None:
+            raise RuntimeError(f"silo {self.silo_id} has no noise plan; call plan_rounds first")
+        if self._last is not None and self._last.round == round:
+            return self._last
+        self.charge(int(round), 1)
+        batch = self.draw_batch(round)
+        parts = self.provider.parts(theta, w, self.inv_sqrt_ps, batch)
+        noised = _core.noise_message(
+            parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w, self.config,
+            key=self.keys.noise, silo=self.silo_id, round=int(round),
+        )
+        msg = SiloMessage(self.silo_id, int(round), *noised)
+        self.diagnostics.append(LocalDiagnostics(int(round), int(len(batch)), float(parts.loss), float(parts.psi),
+                                                 int(parts.n_clipped)))
+        self._last = msg
+        return msg
+
+    def draw_batch(self, round: int) -> np.ndarray:
+        """Row indices of the batch of ``round`` (keyed by the batch key; see :class:`SiloKeys`)."""
+        return _core.draw_batch(self.config, self.n_records, key=self.keys.batch, silo=self.silo_id, round=int(round))

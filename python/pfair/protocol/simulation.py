@@ -1,0 +1,271 @@
+"""The in-process simulation: N :class:`SiloParty` objects and one :class:`ServerParty`.
+
+:class:`Simulation` builds the parties from frozen settings and a :class:`~pfair.Federation`,
+runs the p_s round (public proportions, each silo's DP histogram, or the pooled exact ones), lets
+every silo calibrate its noise against its own ledger, and loops over epochs. Each epoch every
+silo charges its ledger for the epoch's rounds *before* they are computed; a silo that refuses
+(budget spent) is dropped and the others are reweighted.
+
+Two ways to run the rounds, with identical arithmetic:
+
+* ``fast=True`` (linear model): all silos' steps and the server update of an epoch in one Rust
+  call (``SiloSet.run_rounds``), each silo with its own keys; a test checks it equals the
+  party-by-party loop bit for bit.
+* ``fast=False``: :meth:`SiloParty.step` → :meth:`ServerParty.update` round by round, exactly as a
+  deployment runs them (any gradient provider).
+
+Training history of a private fit holds only released values (θ and W after each epoch, the
+silos that answered, metrics on the user's ``eval_set``) unless ``exact_diagnostics=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pfair import _core
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning
+from pfair.privacy.calibration import warn_if_over_budget
+from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.proportions import combine_histograms, public_proportions
+from pfair.protocol.server import ServerParty, reply_limits
+from pfair.protocol.silo import SiloParty, silo_config
+from pfair.providers.linear import LinearProvider
+from pfair.settings import SteFFLeSettings
+
+
+@dataclass
+class RunState:
+    """Where a run stands after each epoch; what :meth:`Simulation.run` needs to resume."""
+
+    run_ids: list
+    plans: list
+    proportions: np.ndarray
+    epochs_done: int
+    theta: np.ndarray
+    w: np.ndarray
+    snapshot: Any = None
+    history: list = field(default_factory=list)
+    fingerprints: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+
+def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
+    """Each silo's ledger for a fit: the ones passed (objects or JSON paths), fresh ones
+    (``"new"``, for simulations), or by default the ledger the federation's silo already holds
+    (created on its first private fit), so budgets persist across fits on one Federation."""
+    n = fed.n_silos
+    if not settings.private:
+        if ledgers not in (None, "new"):
+            raise ValueError("ledgers= applies to private fits only (epsilon is None)")
+        return [None] * n
+    deltas = [settings.delta_for(size) for size in fed.sizes]
+    if isinstance(ledgers, str) and ledgers == "new":
+        out = [PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j) for j in range(n)]
+    elif ledgers is None:
+        out = []
+        for j, silo in enumerate(fed.silos):
+            if silo.ledger is None:
+                silo.ledger = PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j)
+            out.append(silo.ledger)
+    else:
+        if isinstance(ledgers, (str, bytes)) or not isinstance(ledgers, Sequence) or len(ledgers) != n:
+            raise ValueError(f"ledgers must be 'new', None or a list of {n} PrivacyLedger objects or JSON paths "
+                             "(one per silo)")
+        out = []
+        for j, item in enumerate(ledgers):
+            if isinstance(item, PrivacyLedger):
+                out.append(item)
+                continue
+            import os
+
+            if not isinstance(item, (str, os.PathLike)):
+                raise TypeError(f"ledgers[{j}] must be a PrivacyLedger or a path, got {type(item).__name__}")
+            if os.path.exists(item):
+                out.append(PrivacyLedger.load(item))
+            else:
+                out.append(PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j, path=item))
+    for j, (ledger, silo) in enumerate(zip(out, fed.silos)):
+        ledger.bind(silo.fingerprint())
+        if settings.epsilon > ledger.epsilon * (1 + 1e-12):
+            raise LedgerMismatch(
+                f"silo {j}: epsilon={settings.epsilon:g} is more than its ledger's budget {ledger.epsilon:g}; a silo's "
+                "budget is fixed when its ledger is made"
+            )
+    return out
+
+
+class Simulation:
+    """Runs SteFFLe in process (see the module docstring)."""
+
+    def __init__(self, settings: SteFFLeSettings, fed: Any, *, ledgers: Any = None, fast: bool = True,
+                 provider_factory: Callable[..., Any] | None = None) -> None:
+        st = settings
+        self.settings, self.fed = st, fed
+        k, l, d = fed.n_groups, fed.n_classes, fed.n_features
+        self.dims = (d, k, l)
+        if st.fairness == "equal_opportunity" and not 0 <= st.positive_class < l:
+            raise ValueError(f"positive_class={st.positive_class} is not a class index in 0..{l - 1}")
+        if st.sampling != "full_batch":
+            for j, n_j in enumerate(fed.sizes):
+                if st.batch_size > n_j:
+                    raise ValueError(f"batch_size={st.batch_size} is larger than silo {j}, which has {n_j} records; "
+                                     "use a smaller batch_size or fewer silos")
+        mean_size = float(np.mean(fed.sizes))
+        self.rounds_per_epoch = 1 if st.sampling == "full_batch" else max(1, math.ceil(mean_size / st.batch_size))
+        self.total_rounds = st.epochs * self.rounds_per_epoch
+        self.blocks = l if st.fairness == "equalized_odds" else 1
+        self.state: RunState | None = None
+        self.plans: list = []
+        self.ledgers = resolve_ledgers(st, fed, ledgers)
+        self.silo_set = _core.SiloSet([(s.X, s.y, s.s) for s in fed.silos], n_groups=k, n_classes=l,
+                                      fairness=st.fairness, positive=st.positive_class)
+        self.fast = fast and provider_factory is None
+        self.parties = []
+        for j, silo in enumerate(fed.silos):
+            cfg = silo_config(st, len(silo), None)
+            provider = (provider_factory(j, silo, cfg) if provider_factory is not None
+                        else LinearProvider(self.silo_set, j, cfg))
+            self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
+                                          ledger=self.ledgers[j], n_groups=k, n_classes=l))
+
+    # ------------------------------------------------------------------ the p_s round
+    def group_proportions(self) -> np.ndarray:
+        """Released ``p(s | block)``: public, from the silos' DP histograms, or pooled (exact)."""
+        st, fed = self.settings, self.fed
+        src = st.p_s_source
+        if src == "public":
+            return public_proportions(st.p_s, fairness=st.fairness, groups=fed.groups_, classes=fed.classes_,
+                                      positive=st.positive_class)
+        if src == "dp":
+            return combine_histograms([p.release_group_counts() for p in self.parties])
+        return fed.group_proportions(st.fairness, st.positive_class)
+
+    # ------------------------------------------------------------------ the run
+    def run(self, *, resume: RunState | None = None, on_epoch: Callable[[int, np.ndarray, np.ndarray, dict], dict] | None = None,
+            progress: bool = False) -> RunState:
+        """Train; returns the final :class:`RunState`. ``on_epoch(epoch, θ, W, info)`` returns the
+        history row of an epoch (the estimator evaluates there). With ``resume`` (the state of an
+        interrupted run on the same silos and ledgers) the run goes on where the ledgers say it
+        stopped, charging no round twice."""
+        st, fed = self.settings, self.fed
+        d, k, l = self.dims
+        R = self.rounds_per_epoch
+        if resume is None:
+            proportions = self.group_proportions()
+            plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
+            theta = np.zeros((d + 1) * (l - 1))
+            w = np.zeros(self.blocks * k * l)
+            state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
+                             fingerprints=[s.fingerprint() for s in fed.silos], settings=st.as_dict())
+        else:
+            state = resume
+            if state.fingerprints != [s.fingerprint() for s in fed.silos]:
+                raise ValueError("resume: the federation's data differ from the interrupted run's")
+            if state.settings != st.as_dict():
+                raise ValueError("resume: the settings differ from the interrupted run's; resume with the same ones")
+            proportions = state.proportions
+            plans = [p.adopt(plan, proportions, run_id) for p, plan, run_id in
+                     zip(self.parties, state.plans, state.run_ids)]
+        warn_if_over_budget(plans)
+        self.plans, self.state = plans, state
+        inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
+        sizes = np.asarray(fed.sizes, dtype=np.float64)
+        weights = np.full(fed.n_silos, 1.0 / fed.n_silos) if st.silo_weights == "uniform" else sizes / sizes.sum()
+        limits = [reply_limits(theta_len=(d + 1) * (l - 1), w_len=self.blocks * k * l, settings=st, plan=plan,
+                               inv_sqrt_ps=inv) for plan in plans]
+        server = ServerParty(settings=st, weights=weights, limits=limits, block_len=k * l, rounds_per_epoch=R)
+        self.server = server
+        # The random iterate is chosen by the public seed: which round is returned reveals nothing.
+        pick = int(np.random.default_rng(st.seed).integers(0, self.total_rounds)) if st.output == "random" else None
+
+        # Where to go on: after the last epoch done, and past any round a ledger already charged
+        # (rounds charged but lost in an interruption are never answered again).
+        next_rounds = [p.ledger.next_round(p.run_id) for p in self.parties if p.charges]
+        start_epoch = max([state.epochs_done] + [math.ceil(r / R) for r in next_rounds])
+        theta, w = state.theta.copy(), state.w.copy()
+        refused: set[int] = set()
+        epochs: Any = range(start_epoch, st.epochs)
+        if progress:
+            from tqdm.auto import tqdm
+
+            epochs = tqdm(epochs, desc="SteFFLe", unit="epoch", total=st.epochs, initial=start_epoch)
+        for epoch in epochs:
+            start = epoch * R
+            active = []
+            for j, p in enumerate(self.parties):
+                if j in refused:
+                    continue
+                if self.fast:
+                    try:
+                        p.charge(start, R)
+                    except PrivacyBudgetExceeded as exc:
+                        refused.add(j)
+                        warnings.warn(f"silo {j} refused epoch {epoch + 1} and stops answering: {exc}",
+                                      PrivacyWarning, stacklevel=3)
+                        continue
+                active.append(j)
+            if not active:
+                warnings.warn(f"every silo has refused; training stopped after {epoch} of {st.epochs} epochs",
+                              PrivacyWarning, stacklevel=3)
+                break
+            lr = st.lr_at(epoch)
+            before = theta
+            if self.fast:
+                om = np.zeros(fed.n_silos)
+                om[active] = weights[active] / weights[active].sum()
+                out = self.silo_set.run_rounds(
+                    theta, w, inv, [p.config for p in self.parties], om.tolist(),
+                    batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
+                    lam=float(st.lam), lr_theta=lr, lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+                    start=start, n_rounds=R, snapshot_round=pick,
+                )
+                theta, w = out["theta"], out["w"]
+                if out["snapshot"] is not None:
+                    state.snapshot = out["snapshot"]
+                exact = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
+                         "clipped": int(np.sum(out["clipped"]))}
+                answered = len(active)
+            else:
+                answered = 0
+                for r in range(start, start + R):
+                    replies = []
+                    for j in active:
+                        if j in refused:
+                            continue
+                        try:
+                            replies.append((j, self.parties[j].step(theta, w, r)))
+                        except PrivacyBudgetExceeded as exc:
+                            refused.add(j)
+                            warnings.warn(f"silo {j} refused round {r} and stops answering: {exc}",
+                                          PrivacyWarning, stacklevel=3)
+                    theta, w, used = server.update(theta, w, replies, r)
+                    answered = max(answered, len(used))
+                    if pick == r:
+                        state.snapshot = (theta.copy(), w.copy())
+                diag = [dg for p in self.parties for dg in p.diagnostics if start <= dg.round < start + R]
+                exact = {"batch_loss": float(np.mean([dg.loss for dg in diag])) if diag else math.nan,
+                         "batch_psi": float(np.mean([dg.psi for dg in diag])) if diag else math.nan,
+                         "clipped": int(sum(dg.n_clipped for dg in diag))}
+            if not np.all(np.isfinite(theta)):
+                raise FloatingPointError(
+                    f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam, or clip harder"
+                )
+            info = {"epoch": epoch + 1, "lr_theta": lr, "silos_answering": answered,
+                    "theta_norm": float(np.linalg.norm(theta)), "w_norm": float(np.linalg.norm(w)),
+                    "update_norm": float(np.linalg.norm(theta - before))}
+            if st.exact_diagnostics or not st.private:
+                info.update(exact)
+            state.epochs_done, state.theta, state.w = epoch + 1, theta, w
+            row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
+            if row is not None:
+                state.history.append(row)
+                if progress and hasattr(epochs, "set_postfix"):
+                    epochs.set_postfix({k2: f"{v:.4g}" for k2, v in row.items()
+                                        if k2 in ("train_loss", "test_error", "update_norm")})
+        state.run_ids = [p.run_id for p in self.parties]
+        return state

@@ -1,0 +1,234 @@
+"""Frozen settings of a SteFFLe fit: validated once, read by every layer below the estimator.
+
+:class:`SteFFLe` holds hyper-parameters the scikit-learn way; :meth:`SteFFLeSettings.from_params`
+validates them once (messages name the argument and the fix) and freezes them. The simulation, the
+silo and server parties, the noise planner and the Flower apps read this object, never the
+estimator, so a setting such as ``lam`` or ``epsilon`` can be followed from ``SteFFLe(...)`` to the
+Rust kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from pfair._validation import check_choice, check_int, check_positive
+from pfair.exceptions import PrivacyWarning
+
+from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
+SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+MODES = ("standard", "divisions", "central_sensitive", "hybrid")
+P_S_SOURCES = ("dp", "pooled")
+
+
+def default_delta(n_records: int) -> float:
+    """The default δ of a silo with ``n_records`` records: ``1/n²`` (smaller than the chance of
+    picking any one record). Needs at least 2 records."""
+    n = int(n_records)
+    if n < 2:
+        raise ValueError(
+            f"a silo with {n} record(s) has no default delta (1/n² would be {1 / max(n, 1) ** 2:g}, not a "
+            "meaningful privacy level); merge it with another silo or pass delta= explicitly (e.g. 1e-6)"
+        )
+    return 1.0 / float(n) ** 2
+
+
+def parse_public_proportions(value: Any) -> np.ndarray | dict:
+    """Validate user-supplied public group proportions (the shape is checked against the data in
+    :func:`pfair.privacy.proportions.public_proportions`). Returns a float array or a dict."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise ValueError("p_s is an empty mapping; give one proportion per sensitive group")
+        return dict(value)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"p_s must be 'dp', 'pooled', an array of public group proportions or a mapping group -> "
+            f"proportion; got {type(value).__name__}"
+        ) from None
+    if arr.ndim not in (1, 2) or arr.size < 2:
+        raise ValueError(f"p_s as proportions must be 1-D (k groups) or 2-D (classes × k), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError("p_s proportions must be finite and > 0 (every group needs a positive share)")
+    return arr
+
+
+@dataclass(frozen=True)
+class SteFFLeSettings:
+    """Every setting of a fit, validated. See :class:`pfair.SteFFLe` for their meaning."""
+
+    fairness: str = "demographic_parity"
+    lam: float = 1.0
+    epsilon: float | None = None
+    delta: float | None = None
+    epochs: int = 40
+    batch_size: int = 256
+    lr_theta: float = 0.25
+    lr_w: float = 0.5
+    w_radius: float | None = 2.0
+    clip: float | None = 1.0
+    clip_loss: float | None = 1.0
+    clip_w: float | None = 2.0
+    sampling: str = "without_replacement"
+    protect: str = "attribute"
+    calibration: str = "rdp"
+    p_s: Any = None
+    p_s_epsilon_share: float = 0.1
+    lr_decay: float = 0.8
+    decay_every: int = 10
+    output: str = "last"
+    silo_weights: str = "uniform"
+    positive_class: int = 1
+    mode: str = "standard"
+    amplification: bool = True
+    dummy_noise: bool = False
+    seed: int = 0
+    noise_seed: int | None = None
+    exact_diagnostics: bool = False
+    progress: bool = False
+    track_history: bool = True
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def private(self) -> bool:
+        return self.epsilon is not None
+
+    @property
+    def sends_psi(self) -> bool:
+        """Whether the ψ parts are sent (λ > 0); otherwise nothing sent depends on s."""
+        return self.lam > 0
+
+    @property
+    def p_s_source(self) -> str:
+        """``"public"`` (user-supplied), ``"dp"`` or ``"pooled"``."""
+        if isinstance(self.p_s, str):
+            return self.p_s
+        return "public"
+
+    @property
+    def reproducible_noise(self) -> bool:
+        return self.noise_seed is not None
+
+    def clips(self) -> dict[str, float]:
+        """Clip norms as the kernels take them (``inf``: no clipping)."""
+        inf = math.inf
+        return dict(clip_loss=self.clip_loss or inf, clip_theta=self.clip or inf, clip_w=self.clip_w or inf)
+
+    def lr_at(self, epoch: int) -> float:
+        """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
+        return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
+
+    def delta_for(self, n_records: int) -> float:
+        return self.delta if self.delta is not None else default_delta(n_records)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        if not isinstance(self.p_s, (str, type(None))):
+            d["p_s"] = "public"
+        return d
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "SteFFLeSettings":
+        """Validate estimator parameters (names as in :class:`pfair.SteFFLe`) and freeze them."""
+        p = dict(params)
+        check_choice(p["fairness"], "fairness", FAIRNESS_NOTIONS)
+        check_positive(p["lam"], "lam", allow_zero=True)
+        check_positive(p["epsilon"], "epsilon", allow_none=True)
+        if p["delta"] is not None:
+            check_positive(p["delta"], "delta")
+            if not 0 < p["delta"] < 1:
+                raise ValueError(f"delta must be in (0, 1), got {p['delta']}; a common choice is 1/n²")
+        check_int(p["epochs"], "epochs")
+        check_int(p["batch_size"], "batch_size")
+        check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
+        check_positive(p["lr_w"], "lr_w", allow_zero=True)
+        for name in ("w_radius", "clip", "clip_loss", "clip_w"):
+            check_positive(p[name], name, allow_none=True)
+        check_choice(p["sampling"], "sampling", SAMPLINGS)
+        check_choice(p["protect"], "protect", ("attribute", "record"))
+        check_choice(p["calibration"], "calibration", ("rdp", "paper"))
+        check_choice(p["output"], "output", ("last", "random"))
+        check_choice(p["silo_weights"], "silo_weights", ("uniform", "size"))
+        check_choice(p["mode"], "mode", MODES)
+        check_positive(p["lr_decay"], "lr_decay")
+        check_int(p["decay_every"], "decay_every")
+        check_int(p["seed"], "seed", minimum=0)
+        if p.get("noise_seed") is not None:
+            check_int(p["noise_seed"], "noise_seed", minimum=0)
+        share = p["p_s_epsilon_share"]
+        check_positive(share, "p_s_epsilon_share")
+        if not 0 < share < 1:
+            raise ValueError(f"p_s_epsilon_share must be in (0, 1), got {share}")
+
+        private = p["epsilon"] is not None
+        p_s = p["p_s"]
+        if p_s is None:
+            p_s = "dp" if private else "pooled"
+        elif isinstance(p_s, str):
+            if p_s == "public":
+                raise ValueError(
+                    "p_s='public' used to mean proportions computed from every silo's exact s, which are "
+                    "not public: pass the public proportions themselves (p_s=[0.33, 0.67], e.g. from a "
+                    "census), p_s='dp' (each silo releases a DP histogram; the default when private) or "
+                    "p_s='pooled' (exact pooled proportions, for reproducing the paper; not covered by the "
+                    "guarantee)"
+                )
+            check_choice(p_s, "p_s", P_S_SOURCES)
+        else:
+            p_s = parse_public_proportions(p_s)
+        p["p_s"] = p_s
+
+        if private:
+            needed = ["clip"] + (["clip_loss", "clip_w"] if p["protect"] == "record" else [])
+            for name in needed:
+                if p[name] is None:
+                    raise ValueError(f"{name} must be set when epsilon is set: sensitivity needs a clip norm")
+            if p["calibration"] == "paper" and p["protect"] == "record":
+                raise ValueError("calibration='paper' exists only for protect='attribute' (the paper's setting)")
+            if p["calibration"] == "paper" and isinstance(p_s, str) and p_s == "dp":
+                raise ValueError("calibration='paper' ignores the cost of a private p_s histogram; use "
+                                 "calibration='rdp' with p_s='dp', or public proportions (p_s=[...]) or "
+                                 "p_s='pooled' with calibration='paper'")
+        if isinstance(p_s, str) and p_s == "dp" and not private:
+            raise ValueError("p_s='dp' needs epsilon (a private histogram needs a budget); pass public "
+                             "proportions or p_s='pooled' for a non-private fit")
+        settings = cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
+        settings.warn_about_guarantee()
+        return settings
+
+    def warn_about_guarantee(self) -> None:
+        """A :class:`PrivacyWarning` for every setting that weakens what a private fit claims."""
+        if not self.private:
+            return
+        if self.noise_seed is not None:
+            warnings.warn(
+                f"noise_seed={self.noise_seed} makes the noise reproducible: anyone who knows it can remove the "
+                "noise (replay the fit for each candidate s, or subtract two fits), so the (epsilon, delta) "
+                "guarantee does not hold against them. Use it for simulations only; leave noise_seed=None "
+                "for secret noise from the operating system",
+                PrivacyWarning,
+                stacklevel=4,
+            )
+        if self.p_s_source == "pooled":
+            warnings.warn(
+                "p_s='pooled' computes the group proportions from every silo's exact sensitive attribute and "
+                "shares them; that release is not covered by the (epsilon, delta) guarantee. Pass public "
+                "proportions (p_s=[...]) or use p_s='dp'",
+                PrivacyWarning,
+                stacklevel=4,
+            )
+        if self.exact_diagnostics:
+            warnings.warn(
+                "exact_diagnostics=True records statistics of the silos' exact data (batch loss, psi, clip "
+                "counts, training fairness) in history_; they are outside the (epsilon, delta) guarantee",
+                PrivacyWarning,
+                stacklevel=4,
+            )

@@ -1,0 +1,201 @@
+"""Persistent ledgers: a silo's budget outlives a fit, a process and an interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from pfair import Federation, SteFFLe
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning, ReplayRefused
+from pfair.privacy import MechanismEvent, PrivacyLedger
+from pfair.privacy.ledger import data_fingerprint
+
+
+def data(n=900, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
+    return X, y, s, rng.integers(0, 3, size=n)
+
+
+FAST = dict(lam=1.0, epochs=4, batch_size=50, p_s=[0.5, 0.5], seed=0, track_history=False)
+
+
+def fed():
+    X, y, s, silos = data()
+    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+
+
+def test_refitting_the_same_silos_spends_only_what_is_left_and_then_refuses():
+    f = fed()
+    first = SteFFLe(epsilon=1.0, **FAST).fit(f)
+    spent = first.privacy_report_["epsilon_spent"]
+    assert (spent > 0.95).all() and (spent <= 1.0).all()
+    # The budget lives in the silos' ledgers: a second fit gets the sliver that is left (warned),
+    # so its noise is far larger, and the silos' total stays within the budget.
+    with pytest.warns(PrivacyWarning, match="spent"):
+        second = SteFFLe(epsilon=1.0, **FAST).fit(f)
+    assert (second.privacy_report_["noise_multiplier"] > 3 * first.privacy_report_["noise_multiplier"]).all()
+    assert all(0.99 < ledger.epsilon_spent() <= 1.0 for ledger in second.ledgers_)
+    assert second.ledgers_ == first.ledgers_ and all(len(ledger.runs) == 2 for ledger in second.ledgers_)
+    # A ledger with nothing left refuses before any round.
+    exhausted = []
+    for ledger in first.ledgers_:
+        d = ledger.to_dict()
+        d["epsilon_budget"] = d["epsilon_spent"]
+        exhausted.append(PrivacyLedger.from_dict(d))
+    eps = min(ledger.epsilon for ledger in exhausted)
+    with pytest.raises(PrivacyBudgetExceeded, match="nothing is left"):
+        SteFFLe(epsilon=eps, **FAST).fit(f, ledgers=exhausted)
+    # Simulations may ask for fresh ledgers explicitly.
+    again = SteFFLe(epsilon=1.0, **FAST).fit(f, ledgers="new")
+    assert (again.privacy_report_["epsilon_spent"] <= 1.0).all()
+
+
+def test_a_second_fit_gets_only_the_remaining_budget():
+    f = fed()
+    budget = [PrivacyLedger(epsilon=2.0, delta=1e-5, silo=j) for j in range(3)]
+    SteFFLe(epsilon=1.0, delta=1e-5, **FAST).fit(f, ledgers=budget)
+    with pytest.warns(PrivacyWarning, match="what is left"):
+        b = SteFFLe(epsilon=2.0, delta=1e-5, **FAST).fit(f, ledgers=budget)
+    for ledger in budget:
+        assert 1.9 < ledger.epsilon_spent() <= 2.0
+        assert len(ledger.runs) == 2
+    # The second fit had only what the first left, so it noised more than a fresh ε = 2 fit.
+    fresh = SteFFLe(epsilon=2.0, delta=1e-5, **FAST).fit(f, ledgers="new")
+    assert (b.privacy_report_["noise_multiplier"] > 1.05 * fresh.privacy_report_["noise_multiplier"]).all()
+    with pytest.raises(LedgerMismatch, match="budget"):
+        SteFFLe(epsilon=3.0, delta=1e-5, **FAST).fit(f, ledgers=budget)
+
+
+def test_ledger_round_trips_through_dict_and_file(tmp_path):
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5, silo="a", fingerprint="f" * 64)
+    ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=20.0))
+    ledger.begin_run("r1", sampling="public_batch", sample_rate=0.1, noise_multiplier=30.0, planned_steps=50)
+    ledger.charge_rounds("r1", 0, 10)
+    ledger.release("p_s_histogram:demographic_parity", np.array([[3.5, 7.25]]))
+    back = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+    assert back.epsilon_spent() == ledger.epsilon_spent()
+    assert back.next_round("r1") == 10 and back.fingerprint == "f" * 64
+    np.testing.assert_array_equal(back.release("p_s_histogram:demographic_parity"), [[3.5, 7.25]])
+    path = tmp_path / "silo_a.json"
+    ledger.save(path)
+    loaded = PrivacyLedger.load(path)
+    loaded.charge_rounds("r1", 10, 5)  # written through to the file
+    assert PrivacyLedger.load(path).next_round("r1") == 15
+    # A tampered file whose events exceed the budget is refused.
+    d = json.loads(path.read_text())
+    d["epsilon_budget"] = 1e-3
+    with pytest.raises(PrivacyBudgetExceeded):
+        PrivacyLedger.from_dict(d)
+
+
+def test_rounds_are_charged_once_and_in_order():
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5)
+    ledger.begin_run("r", sampling="public_batch", sample_rate=0.1, noise_multiplier=30.0, planned_steps=20)
+    ledger.charge_rounds("r", 0, 5)
+    spent = ledger.epsilon_spent()
+    with pytest.raises(ReplayRefused, match="already answered"):
+        ledger.charge_rounds("r", 3, 1)
+    with pytest.raises(ReplayRefused, match="skips"):
+        ledger.charge_rounds("r", 7, 1)
+    with pytest.raises(PrivacyBudgetExceeded, match="planned 20"):
+        ledger.charge_rounds("r", 5, 16)
+    assert ledger.epsilon_spent() == spent and ledger.next_round("r") == 5
+    with pytest.raises(LedgerMismatch, match="noise plan"):
+        ledger.begin_run("r", sampling="public_batch", sample_rate=0.1, noise_multiplier=10.0, planned_steps=20)
+
+
+def test_a_ledger_is_bound_to_its_data():
+    f = fed()
+    X2, y2, s2, silos2 = data(seed=1)
+    other = Federation.from_arrays(X2, y2, sensitive_features=s2, silos=silos2)
+    m = SteFFLe(epsilon=1.0, **FAST).fit(f, ledgers="new")
+    assert m.ledgers_[0].fingerprint == data_fingerprint(f.silos[0].X, f.silos[0].y, f.silos[0].s)
+    with pytest.raises(LedgerMismatch, match="other data"):
+        SteFFLe(epsilon=1.0, **FAST).fit(other, ledgers=m.ledgers_)
+
+
+def test_paper_calibration_keeps_the_budget_and_stops_when_refused():
+    X, y, s, silos = data(n=3000)
+    kw = dict(FAST, epochs=30, batch_size=100, p_s=[0.5, 0.5])
+    with pytest.warns(PrivacyWarning, match="refuse"):
+        m = SteFFLe(epsilon=1.0, calibration="paper", **kw).fit(X, y, sensitive_features=s, silos=silos)
+    assert (m.privacy_report_["epsilon_spent"] <= 1.0).all()
+    assert all(ledger.epsilon == 1.0 for ledger in m.ledgers_)
+    assert m.epochs_done_ < 30
+
+
+def test_budget_survives_a_process(tmp_path):
+    """A fit in another process charges ledgers on disk; this process sees the spend and refuses."""
+    X, y, s, silos = data()
+    np.savez(tmp_path / "d.npz", X=X, y=y, s=s, silos=silos)
+    paths = [str(tmp_path / f"silo{j}.json") for j in range(3)]
+    script = textwrap.dedent(f"""
+        import numpy as np, pfair
+        d = np.load({str(tmp_path / 'd.npz')!r})
+        m = pfair.SteFFLe(epsilon=1.0, delta=1e-5, **{FAST!r}).fit(
+            d['X'], d['y'], sensitive_features=d['s'], silos=d['silos'], ledgers={paths!r})
+        print(m.epsilon_spent_, m.privacy_report_["noise_multiplier"].min())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    spent, z_first = map(float, out.stdout.strip().splitlines()[-1].split())
+    assert 0.95 < spent <= 1.0
+    assert all(os.path.exists(p) for p in paths)
+    with pytest.warns(PrivacyWarning, match="spent"):
+        m = SteFFLe(epsilon=1.0, delta=1e-5, **FAST).fit(X, y, sensitive_features=s, silos=silos, ledgers=paths)
+    for p in paths:
+        ledger = PrivacyLedger.load(p)
+        assert len(ledger.runs) == 2 and 0.99 < ledger.epsilon_spent() <= 1.0
+    assert (m.privacy_report_["noise_multiplier"] > 3 * z_first).all()
+
+
+def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(monkeypatch):
+    """Interrupt a fit in its third epoch, resume it: the ledgers hold exactly the planned rounds,
+    and with reproducible noise the result equals the uninterrupted fit bit for bit."""
+    from pfair.protocol import simulation
+
+    kw = dict(FAST, epochs=5, noise_seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
+        f = fed()
+        m = SteFFLe(epsilon=1.0, **kw)
+        real = simulation.Simulation.run
+        calls = {"n": 0}
+
+        def interrupted(self, **a):
+            user = a.get("on_epoch")
+
+            def on_epoch(epoch, theta, w, info):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise KeyboardInterrupt
+                return user(epoch, theta, w, info) if user else info
+
+            return real(self, **{**a, "on_epoch": on_epoch})
+
+        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            m.fit(f)
+        monkeypatch.setattr(simulation.Simulation, "run", real)
+        assert m._run_state.epochs_done == 3
+        m.fit(f, resume=True)
+    rounds = whole.n_rounds_
+    for ledger in m.ledgers_:
+        (run,) = ledger.runs.values()
+        assert run["next_round"] == rounds == run["planned_steps"]
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
+    with pytest.warns(PrivacyWarning, match="spent"):
+        m.fit(f)  # a new run (not a resume) gets only what is left
