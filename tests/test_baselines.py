@@ -3,10 +3,13 @@ implicit gradient and fairness penalty, input validation and determinism."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
-from pfair import metrics
+from pfair import _core, metrics
+from pfair.exceptions import PrivacyWarning
 from pfair.baselines import (
     DPFERMI,
     FERMI,
@@ -162,7 +165,7 @@ def test_pfld_sensitivities_bound_realised_changes(fairness, l):
             model.lr = 1.0
             # lr = 1 and theta = 0 difference isolates the message; the loss/population parts cancel
             out = model._primal_step(theta, Xt[idx], y[idx], sv[idx], block[idx], lam, sign, n / (40 * n_b),
-                                     n / (40 * n_ba), 0.3, 0.0, rng, d, l)
+                                     n / (40 * n_ba), 0.3, 0.0, _core.NoiseKey.secret(), 0, d, l)
             steps.append(out)
         worst_p = max(worst_p, np.linalg.norm(steps[0] - steps[1]) / rep["sensitivity_primal"])
         v = [model._violations(theta, X, y, sv, block, n_b, n_ba, 0.4, l) for sv in (s, s2)]
@@ -178,8 +181,10 @@ def test_pfld_missing_sensitive_values():
     s_minus = s.copy()
     s_minus[::3] = -1
     full = PFLD(epsilon=2.0, epochs=3, batch_size=100).fit(X, y, sensitive_features=s)
-    a = PFLD(epsilon=2.0, epochs=3, batch_size=100).fit(X, y, sensitive_features=s_missing)
-    b = PFLD(epsilon=2.0, epochs=3, batch_size=100).fit(X, y, sensitive_features=s_minus)
+    with pytest.warns(PrivacyWarning, match="noise_seed"):
+        a = PFLD(epsilon=2.0, epochs=3, batch_size=100, noise_seed=1).fit(X, y, sensitive_features=s_missing)
+    with pytest.warns(PrivacyWarning, match="noise_seed"):
+        b = PFLD(epsilon=2.0, epochs=3, batch_size=100, noise_seed=1).fit(X, y, sensitive_features=s_minus)
     assert np.array_equal(a.theta_, b.theta_)
     assert a.privacy_report_.iloc[0]["missing_s"] == 667
     # fewer reporters, larger sensitivity (seed 002 §7: Δ/r)
@@ -266,19 +271,30 @@ def test_bad_data_raise_clear_errors():
         CentralERM(epochs=1, batch_size=50).fit(X, y).predict(X[:, :2])
 
 
+def test_pfld_noise_is_secret_by_default():
+    X, y, s = biased_data(400)
+    a = PFLD(epsilon=1.0, epochs=2, batch_size=50, seed=4).fit(X, y, sensitive_features=s)
+    b = PFLD(epsilon=1.0, epochs=2, batch_size=50, seed=4).fit(X, y, sensitive_features=s)
+    assert not np.array_equal(a.theta_, b.theta_)
+    assert a.privacy_report_.iloc[0]["noise"] == "secret"
+
+
 @pytest.mark.parametrize(
     "make",
     [
         lambda: CentralERM(epochs=2, batch_size=50, seed=4),
         lambda: FedAvg(epochs=2, batch_size=50, local_steps=2, seed=4),
-        lambda: PFLD(epsilon=1.0, epochs=2, batch_size=50, seed=4),
+        lambda: PFLD(epsilon=None, epochs=2, batch_size=50, seed=4),
+        lambda: PFLD(epsilon=1.0, epochs=2, batch_size=50, seed=4, noise_seed=9),
         lambda: SingleShotSyntheticFL(outer_steps=5, synthetic_size=12, seed=4),
     ],
 )
 def test_same_seed_same_bits(make):
     X, y, s = biased_data(400)
     silos = np.arange(400) % 2
-    a = make().fit(X, y, sensitive_features=s, silos=silos)
-    b = make().fit(X, y, sensitive_features=s, silos=silos)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)  # noise_seed: reproducible noise, warned
+        a = make().fit(X, y, sensitive_features=s, silos=silos)
+        b = make().fit(X, y, sensitive_features=s, silos=silos)
     assert np.array_equal(a.theta_, b.theta_)
     assert a.predict_proba(X).shape == (400, 2) and a.coef_.shape == (1, 3)

@@ -1,14 +1,23 @@
-"""p_s="dp": silos release Gaussian histograms of s, charged to the same ledger as training."""
+"""Group proportions from released values only: public, a DP histogram per silo, or pooled (warned).
+
+The DP histogram is charged to the same ledger as training; everything derived from p_s (Δ_W, σ_W,
+the check that every group is present) uses released values, so a neighbouring data set (one
+record's s changed) never changes a noise scale and never raises a different error.
+"""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 
 from pfair import SteFFLe, _core
+from pfair.exceptions import PrivacyWarning
 from pfair.federation import Federation
 from pfair.privacy.calibration import composed_epsilon
-from pfair.privacy.histogram import HISTOGRAM_SENSITIVITY, noisy_counts, silo_counts
+from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, group_counts, public_proportions
+from pfair.protocol.simulation import Simulation
 
 
 def data(n=3000, seed=0, k=3):
@@ -26,9 +35,9 @@ FAST = dict(epochs=5, batch_size=64, seed=0)
 @pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds"])
 def test_histogram_and_training_compose_within_budget(fairness):
     X, y, s, silos = data()
-    m = SteFFLe(epsilon=1.0, p_s="dp", fairness=fairness, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    m = SteFFLe(epsilon=1.0, fairness=fairness, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     rep = m.privacy_report_
-    assert (rep["p_s"] == "dp").all()
+    assert (rep["p_s"] == "dp").all()  # the default of a private fit
     for j, ledger in enumerate(m.ledgers_):
         names = [e.name for e in ledger.events]
         assert names[0] == "p_s_histogram" and names.count("p_s_histogram") == 1
@@ -44,43 +53,115 @@ def test_histogram_and_training_compose_within_budget(fairness):
 
 def test_training_noise_is_larger_when_part_of_the_budget_went_to_the_histogram():
     X, y, s, silos = data()
-    public = SteFFLe(epsilon=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    public = SteFFLe(epsilon=1.0, p_s=[0.5, 0.3, 0.2], **FAST).fit(X, y, sensitive_features=s, silos=silos)
     private = SteFFLe(epsilon=1.0, p_s="dp", **FAST).fit(X, y, sensitive_features=s, silos=silos)
     assert (private.privacy_report_["noise_multiplier"] > public.privacy_report_["noise_multiplier"]).all()
 
 
-def test_released_counts_are_noised_with_sensitivity_sqrt2_and_reproducible():
+def test_released_counts_are_noised_with_sensitivity_sqrt2_from_the_silos_secret_key():
     X, y, s, silos = data()
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-    counts = silo_counts(fed, 0, "equalized_odds", 1)
+    silo = fed.silos[0]
+    counts = group_counts(silo.y, silo.s, n_groups=3, n_classes=2, fairness="equalized_odds", positive=1)
     assert counts.shape == (2, 3) and counts.sum() == fed.sizes[0]
-    a = noisy_counts(counts, 2.0, seed=4, silo=0)
-    b = noisy_counts(counts, 2.0, seed=4, silo=0)
-    c = noisy_counts(counts, 2.0, seed=4, silo=1)
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, c)
-    # One record's s change moves one unit between two cells of its block: L2 change sqrt(2).
-    s2 = fed.silos[0].s.copy()
+    # One record's s change moves one unit between two cells of its block: L2 change √2.
+    s2 = silo.s.copy()
     s2[0] = (s2[0] + 1) % 3
-    fed.silos[0].s, old = s2, fed.silos[0].s
-    moved = silo_counts(fed, 0, "equalized_odds", 1)
-    fed.silos[0].s = old
+    moved = group_counts(silo.y, s2, n_groups=3, n_classes=2, fairness="equalized_odds", positive=1)
     assert np.linalg.norm(moved - counts) == pytest.approx(HISTOGRAM_SENSITIVITY)
-    # The stream differs from the training noise stream of round 0.
-    assert not np.array_equal(_core.gaussian_stream(4, 0, 0, 6, purpose="histogram"), _core.gaussian_stream(4, 0, 0, 6))
+    # Two fits release different histograms (secret keys); the noise has the calibrated scale.
+    rel = []
+    for _ in range(2):
+        sim = Simulation(SteFFLe(epsilon=1.0, fairness="equalized_odds", **FAST).settings(), fed, ledgers="new")
+        rel.append(sim.parties[0].release_group_counts())
+    assert not np.array_equal(rel[0], rel[1])
+    event = sim.ledgers[0].events[0]
+    sigma = event.noise_multiplier * HISTOGRAM_SENSITIVITY
+    assert np.all(np.abs(rel[0] - counts) < 8 * sigma)
+    # The histogram stream is not the training noise stream of round 0.
+    key = _core.NoiseKey.seeded(4)
+    assert not np.array_equal(_core.gaussian_stream(key, 0, 0, 6, purpose="histogram"),
+                              _core.gaussian_stream(key, 0, 0, 6))
+
+
+def test_a_released_histogram_is_reused_by_later_fits_at_no_cost():
+    X, y, s, silos = data()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    first = SteFFLe(epsilon=2.0, epochs=1, batch_size=64).fit(fed)
+    with pytest.warns(PrivacyWarning, match="spent"):
+        second = SteFFLe(epsilon=2.0, epochs=1, batch_size=64).fit(fed)
+    np.testing.assert_array_equal(first.group_proportions_, second.group_proportions_)
+    assert all([e.name for e in ledger.events].count("p_s_histogram") == 1 for ledger in second.ledgers_)
 
 
 def test_estimated_proportions_are_close_to_the_truth():
     X, y, s, silos = data(30000)
-    m = SteFFLe(epsilon=1.0, p_s="dp", **FAST)
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-    est = m._group_proportions(fed)
-    np.testing.assert_allclose(est, fed.group_proportions("demographic_parity"), atol=0.01)
+    sim = Simulation(SteFFLe(epsilon=1.0, **FAST).settings(), fed, ledgers="new")
+    np.testing.assert_allclose(sim.group_proportions(), fed.group_proportions("demographic_parity"), atol=0.01)
 
 
-def test_p_s_dp_errors():
+@pytest.mark.parametrize("p_s", [[0.5, 0.3, 0.2], "dp"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds"])
+def test_neighbouring_data_get_identical_noise_scales_and_no_data_dependent_error(p_s, fairness):
+    """Change one record's s (to a group that then has no record with that label): the planned
+    noise scales are identical, and neither neighbour raises. With p_s="dp" the scales are a
+    function of the released histogram only; we hand both neighbours the same release."""
+    X, y, s, silos = data(600, k=3)
+    # Make group 2 absent among label-1 records of the neighbour: only record i has (y=1, s=2).
+    keep = ~((y == 1) & (s == 2))
+    X, y, s, silos = X[keep], y[keep], s[keep], silos[keep]
+    i = int(np.flatnonzero(y == 1)[0])
+    s_nb = s.copy()
+    s_nb[i] = 2
+    p = p_s if isinstance(p_s, str) else ([p_s, p_s] if fairness == "equalized_odds" else p_s)
+    plans = []
+    for sv in (s, s_nb):
+        fed = Federation.from_arrays(X, y, sensitive_features=sv, silos=silos, groups=[0, 1, 2])
+        st = SteFFLe(epsilon=1.0, fairness=fairness, p_s=p, **FAST).settings()
+        sim = Simulation(st, fed, ledgers="new")
+        if p_s == "dp":
+            released = np.full((2 if fairness == "equalized_odds" else 1, 3), 50.0)
+            props = released / released.sum(axis=1, keepdims=True)
+        else:
+            props = sim.group_proportions()
+        plans.append([party.plan_rounds(props, sim.total_rounds) for party in sim.parties])
+    for a, b in zip(*plans):
+        assert (a.sigma_theta, a.sigma_w, a.noise_multiplier) == (b.sigma_theta, b.sigma_w, b.noise_multiplier)
+    if fairness == "equalized_odds":
+        # Pooled exact proportions would have been a perfect distinguisher: one neighbour raises.
+        fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos, groups=[0, 1, 2])
+        with pytest.raises(ValueError, match="has no records"):
+            fed.group_proportions("equalized_odds")
+
+
+def test_public_proportions_are_validated():
+    groups, classes = np.array(["a", "b"]), np.array([0, 1])
+    kw = dict(groups=groups, classes=classes, positive=1)
+    np.testing.assert_allclose(public_proportions({"a": 1, "b": 3}, fairness="demographic_parity", **kw), [[0.25, 0.75]])
+    np.testing.assert_allclose(public_proportions([[1, 1], [1, 3]], fairness="equalized_odds", **kw),
+                               [[0.5, 0.5], [0.25, 0.75]])
+    with pytest.raises(ValueError, match="no proportion for groups"):
+        public_proportions({"a": 1}, fairness="demographic_parity", **kw)
+    with pytest.raises(ValueError, match="one row of proportions per class|for each of the 2 classes"):
+        public_proportions([0.5, 0.5], fairness="equalized_odds", **kw)
+    with pytest.raises(ValueError, match="3 proportions but there are 2"):
+        public_proportions([0.2, 0.3, 0.5], fairness="demographic_parity", **kw)
+    with pytest.raises(ValueError, match="finite and > 0"):
+        SteFFLe(p_s=[0.0, 1.0]).settings()
+
+
+def test_p_s_errors_and_warnings():
     X, y, s, silos = data(600)
     with pytest.raises(ValueError, match="p_s='dp' needs epsilon"):
         SteFFLe(p_s="dp", **FAST).fit(X, y, sensitive_features=s, silos=silos)
     with pytest.raises(ValueError, match="p_s_epsilon_share must be in"):
         SteFFLe(p_s="dp", epsilon=1.0, p_s_epsilon_share=1.5, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    with pytest.raises(ValueError, match="not public: pass the public proportions"):
+        SteFFLe(p_s="public").settings()
+    with pytest.warns(PrivacyWarning, match="pooled"):
+        m = SteFFLe(p_s="pooled", epsilon=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    assert (m.privacy_report_["guarantee"] == "not covered: p_s pooled from exact data").all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        SteFFLe(epsilon=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)  # the default warns of nothing

@@ -63,8 +63,8 @@ def test_gradients_match_finite_differences_of_reference(fairness, k, l):
         fd_psi_w[t] = (f(theta, W + e.reshape(W.shape))[1] - f(theta, W - e.reshape(W.shape))[1]) / (2 * h)
 
     assert relative_error(g["loss_grad"], fd_loss) < 1e-6
-    assert relative_error(g["psi_theta_public"] + g["psi_theta"], fd_psi_theta) < 1e-6
-    assert relative_error(g["psi_w_public"] + g["psi_w"], fd_psi_w) < 1e-6
+    assert relative_error(g["psi_theta_sfree"] + g["psi_theta"], fd_psi_theta) < 1e-6
+    assert relative_error(g["psi_w_sfree"] + g["psi_w"], fd_psi_w) < 1e-6
     loss, psi = f(theta, W)
     assert g["loss"] == pytest.approx(loss, rel=1e-12)
     assert g["psi"] == pytest.approx(psi, rel=1e-10, abs=1e-12)
@@ -77,7 +77,7 @@ def test_public_parts_do_not_depend_on_s(fairness):
     X, y, s, theta, W, inv = random_problem(rng, n=30, d=3, k=k, l=l, fairness=fairness)
     a = rust_gradients(X, y, s, theta, W, inv, k=k, l=l, fairness=fairness)
     b = rust_gradients(X, y, rng.integers(0, k, size=30), theta, W, inv, k=k, l=l, fairness=fairness)
-    for key in ("loss_grad", "psi_theta_public", "psi_w_public"):
+    for key in ("loss_grad", "psi_theta_sfree", "psi_w_sfree"):
         np.testing.assert_array_equal(a[key], b[key])
     assert not np.allclose(a["psi_w"], b["psi_w"])
 
@@ -104,7 +104,7 @@ def _ascend_w(X, y, s, theta, inv, *, k, l, fairness, steps=3000, lr=0.5):
     W = np.zeros((blocks, k, l))
     for _ in range(steps):
         g = rust_gradients(X, y, s, theta, W, inv, k=k, l=l, fairness=fairness)
-        W = W + lr * (g["psi_w_public"] + g["psi_w"]).reshape(W.shape)
+        W = W + lr * (g["psi_w_sfree"] + g["psi_w"]).reshape(W.shape)
     return W, rust_gradients(X, y, s, theta, W, inv, k=k, l=l, fairness=fairness)["psi"]
 
 

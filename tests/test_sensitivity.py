@@ -81,7 +81,7 @@ def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kin
     assert np.linalg.norm(a["psi_theta"] - b["psi_theta"]) <= d_theta * SLACK
     assert np.linalg.norm(a["psi_w"] - b["psi_w"]) <= d_w * SLACK
     # What is sent without noise must not move at all.
-    for key in ("loss_grad", "psi_theta_public", "psi_w_public"):
+    for key in ("loss_grad", "psi_theta_sfree", "psi_w_sfree"):
         np.testing.assert_array_equal(a[key], b[key])
 
 

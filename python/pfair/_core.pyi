@@ -31,7 +31,7 @@ def batch_gradients(
     clip_theta: float = ...,
     clip_w: float = ...,
 ) -> Dict[str, Any]:
-    """Keys: loss_grad, psi_theta_public, psi_theta, psi_w_public, psi_w (arrays), loss, psi, n_clipped."""
+    """Keys: loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w (arrays), loss, psi, n_clipped."""
 
 def sensitivities(
     inv_sqrt_ps: npt.NDArray[np.float64],
@@ -50,7 +50,34 @@ def sensitivities(
 
 def noise_stds(parts: Sequence[float], noise_multiplier: float) -> List[float]: ...
 def effective_noise_multiplier(parts: Sequence[float], stds: Sequence[float]) -> float: ...
-def gaussian_stream(seed: int, silo: int, round: int, n: int, *, purpose: str = "noise") -> npt.NDArray[np.float64]: ...
+
+# ---- noise keys and keyed draws (rust/src/noise.rs, round.rs) -------------------------------
+
+class NoiseKey:
+    """Key of a silo's random streams: secret (OS entropy; never printed or pickled) or seeded."""
+
+    @staticmethod
+    def secret() -> NoiseKey: ...
+    @staticmethod
+    def seeded(seed: int) -> NoiseKey: ...
+    @property
+    def is_secret(self) -> bool: ...
+
+def gaussian_stream(key: NoiseKey, silo: int, round: int, n: int, *, purpose: str = "noise") -> npt.NDArray[np.float64]: ...
+def draw_batch(config: SiloConfig, n: int, *, key: NoiseKey, silo: int, round: int) -> npt.NDArray[np.int64]: ...
+def noise_message(
+    loss_grad: npt.NDArray[np.float64],
+    psi_theta_sfree: npt.NDArray[np.float64],
+    psi_theta: npt.NDArray[np.float64],
+    psi_w_sfree: npt.NDArray[np.float64],
+    psi_w: npt.NDArray[np.float64],
+    config: SiloConfig,
+    *,
+    key: NoiseKey,
+    silo: int,
+    round: int,
+) -> Tuple[npt.NDArray[np.float64], ...]:
+    """The five parts with the round's noise added (new arrays)."""
 
 # ---- federation and rounds (rust/src/round.rs, hybrid.rs) -----------------------------------
 
@@ -90,9 +117,21 @@ class SiloSet:
         inv_sqrt_ps: npt.NDArray[np.float64],
         config: SiloConfig,
         *,
-        seed: int,
+        batch_key: NoiseKey,
+        noise_key: NoiseKey,
         round: int,
-    ) -> Dict[str, Any]: ...
+    ) -> Dict[str, Any]:
+        """Keys: the five parts, and the silo-local diagnostics loss, psi, n_clipped."""
+    def parts(
+        self,
+        silo: int,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        batch: npt.NDArray[np.int64],
+        config: SiloConfig,
+    ) -> Dict[str, Any]:
+        """Exact parts of the records ``batch`` (no noise), and loss, psi, n_clipped."""
     def run_rounds(
         self,
         theta: npt.NDArray[np.float64],
@@ -101,16 +140,30 @@ class SiloSet:
         configs: Sequence[SiloConfig],
         weights: Sequence[float],
         *,
+        batch_keys: Sequence[NoiseKey],
+        noise_keys: Sequence[NoiseKey],
         lam: float,
         lr_theta: float,
         lr_w: float,
         w_radius: float,
-        seed: int,
         start: int,
         n_rounds: int,
         snapshot_round: Optional[int] = None,
     ) -> Dict[str, Any]:
-        """Keys: theta, w, loss, psi, clipped, snapshot ((theta, w) or None)."""
+        """Keys: theta, w, loss, psi, clipped, snapshot ((theta, w) or None). Silos of weight 0 are skipped."""
+
+def server_update(
+    theta: npt.NDArray[np.float64],
+    w: npt.NDArray[np.float64],
+    block_len: int,
+    messages: Sequence[Tuple[npt.NDArray[np.float64], ...]],
+    weights: Sequence[float],
+    *,
+    lam: float,
+    lr_theta: float,
+    lr_w: float,
+    w_radius: float,
+) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 
 class HybridSet:
     def __init__(
@@ -138,10 +191,11 @@ class HybridSet:
         sigma_theta: Sequence[float],
         sigma_w: Sequence[float],
         dummy_noise: bool = False,
+        noise_keys: Sequence[NoiseKey],
         seed: int,
         round: int,
     ) -> Dict[str, Any]:
-        """Keys: public (list of dicts), sensitive (list of (u, v) or None), intersection, union_size."""
+        """Keys: non_sensitive (list of dicts), sensitive (list of (u, v) or None), intersection, union_size."""
     def run_rounds(
         self,
         theta: npt.NDArray[np.float64],
@@ -153,6 +207,7 @@ class HybridSet:
         sigma_theta: Sequence[float],
         sigma_w: Sequence[float],
         dummy_noise: bool = False,
+        noise_keys: Sequence[NoiseKey],
         lam: float,
         lr_theta: float,
         lr_w: float,

@@ -47,7 +47,10 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"])
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"])
     p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"])
-    p.add_argument("--p-s", dest="p_s", default="public", choices=["public", "dp"])
+    p.add_argument("--p-s", dest="p_s", type=_p_s_arg, default=None,
+                   help="group proportions: 'dp' (each silo releases a DP histogram; default when private), "
+                        "'pooled' (exact pooled proportions: paper reproduction, not covered by the guarantee), "
+                        "or public proportions as comma-separated numbers, e.g. 0.33,0.67")
     p.add_argument("--mode", default="standard", choices=["standard", "divisions", "central_sensitive", "hybrid"],
                    help="who holds s (hybrid centralization, see pfair.hybrid)")
     p.add_argument("--sensitive-silos", type=int, default=None,
@@ -56,7 +59,10 @@ def add_train_parser(sub: Any) -> None:
                    help="hybrid modes: sensitive silos with no record in a round's batch send zero-mean noise")
     p.add_argument("--no-amplification", dest="amplification", action="store_false",
                    help="hybrid modes: charge every round in full (q = 1) instead of the public-batch rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the partition and the (public) batch order")
+    p.add_argument("--noise-seed", type=int, default=None,
+                   help="make the noise reproducible (simulations only: the guarantee does not hold against "
+                        "anyone who knows it); default: secret noise from the operating system")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
     p.set_defaults(func=train_command)
@@ -69,8 +75,20 @@ def add_privacy_report_parser(sub: Any) -> None:
     p.set_defaults(func=privacy_report_command)
 
 
-REPORT_COLUMNS = ["n_records", "sampling", "sample_rate", "steps", "noise_multiplier", "sigma_loss", "sigma_theta",
-                  "sigma_w", "target_epsilon", "epsilon_spent", "delta", "p_s", "calibration", "protect"]
+REPORT_COLUMNS = ["n_records", "sampling", "accounting", "sample_rate", "steps", "noise_multiplier", "sigma_loss",
+                  "sigma_theta", "sigma_w", "target_epsilon", "epsilon_spent", "delta", "p_s", "noise", "guarantee",
+                  "calibration", "protect"]
+
+
+def _p_s_arg(text: str) -> Any:
+    if text in ("dp", "pooled"):
+        return text
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--p-s {text!r}: use 'dp', 'pooled' or comma-separated proportions such as 0.33,0.67") from None
+    return values
 
 
 def privacy_report_command(args: argparse.Namespace) -> int:
@@ -114,7 +132,7 @@ def train_command(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lr_theta=args.lr_theta, lr_w=args.lr_w, w_radius=args.w_radius,
         clip=args.clip, sampling=args.sampling, protect=args.protect, calibration=args.calibration,
         p_s=args.p_s, mode=args.mode, amplification=args.amplification, dummy_noise=args.dummy_noise, seed=args.seed,
-        progress=not args.json, track_history=not args.json,
+        noise_seed=args.noise_seed, progress=not args.json, track_history=not args.json,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -162,7 +180,8 @@ def train_command(args: argparse.Namespace) -> int:
         cols = ["n_records", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w", "epsilon_spent", "delta"]
         who = "silo" if args.mode == "standard" else "sensitive silo"
         print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
-              f"max epsilon spent {eps_spent:.4f}; p_s {args.p_s}; calibration {args.calibration}")
+              f"max epsilon spent {eps_spent:.4f}; p_s {report_df['p_s'].iloc[0]}; noise {report_df['noise'].iloc[0]}; "
+              f"calibration {args.calibration}")
         print(report_df[cols].to_string(float_format=lambda v: f"{v:.4g}"))
     print(f"time          {result['seconds']:.1f} s")
     return 0

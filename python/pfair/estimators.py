@@ -219,8 +219,10 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.track_history = track_history
 
     def settings(self) -> SteFFLeSettings:
-        """The validated, frozen settings of the next fit."""
-        return SteFFLeSettings.from_params(self.get_params())
+        """The validated, frozen settings of the next fit (every SteFFLe hyper-parameter, including
+        those a named configuration fixes)."""
+        names = [p for p in inspect.signature(SteFFLe.__init__).parameters if p != "self"]
+        return SteFFLeSettings.from_params({name: getattr(self, name) for name in names})
 
     # ------------------------------------------------------------------ fit
     def fit(

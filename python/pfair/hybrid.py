@@ -99,10 +99,10 @@ class HybridRunner:
             raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
         if st.sampling != "without_replacement":
             raise ValueError(f"mode={mode!r} samples fixed-size batches; use sampling='without_replacement'")
-        if st.p_s_source == "dp":
-            raise ValueError(f"mode={mode!r} needs public group proportions (p_s=[...]) or p_s='pooled' (the "
-                             "paper's assumption, not covered by the guarantee); its sensitive silos do not "
-                             "release DP histograms")
+        if st.p_s_source == "dp" and st.fairness != "demographic_parity":
+            raise ValueError(f"mode={mode!r} with fairness={st.fairness!r} needs p(s | y), but a sensitive silo does "
+                             "not hold y: pass public proportions (p_s=[[...], ...]) or p_s='pooled' (the paper's "
+                             "assumption, not covered by the guarantee)")
         if st.silo_weights != "uniform":
             raise ValueError(f"mode={mode!r} averages over the union of the silos' batches, so silo_weights "
                              "does not apply; leave silo_weights='uniform'")
@@ -129,9 +129,20 @@ class HybridRunner:
             X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
             fairness=st.fairness, positive=st.positive_class,
         )
+        sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
+        deltas = [st.delta_for(max(int(sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
+        self.ledgers = self._ledgers(ledgers, layout, X, y, s, deltas, data_fingerprint, PrivacyLedger)
+        self.keys = [(_core.NoiseKey.seeded(st.noise_seed) if st.noise_seed is not None else _core.NoiseKey.secret())
+                     for _ in range(layout.n_sensitive)]
+        from pfair.privacy.calibration import warn_if_spent
+
+        for c, ledger in enumerate(self.ledgers):
+            warn_if_spent(f"sensitive {c}", ledger)
         if st.p_s_source == "public":
             proportions = public_proportions(st.p_s, fairness=st.fairness, groups=fed.groups_, classes=fed.classes_,
                                              positive=st.positive_class)
+        elif st.p_s_source == "dp":
+            proportions = self._released_proportions(layout, s, k)
         else:
             proportions = fed.group_proportions(st.fairness, st.positive_class)
         self.proportions = proportions
@@ -141,11 +152,6 @@ class HybridRunner:
             self.inv, n_groups=k, denom=1.0, fairness=st.fairness, positive=st.positive_class, clip_theta=self.clip,
         )
         rates = sensitive_sample_rates(layout, st.batch_size, st.amplification)
-        sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
-        deltas = [st.delta_for(max(int(sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
-        self.ledgers = self._ledgers(ledgers, layout, X, y, s, deltas, data_fingerprint, PrivacyLedger)
-        self.keys = [(_core.NoiseKey.seeded(st.noise_seed) if st.noise_seed is not None else _core.NoiseKey.secret())
-                     for _ in range(layout.n_sensitive)]
         self.plans = []
         for c in range(layout.n_sensitive):
             scheme = "public_batch" if rates[c] < 1 else "full_batch"
@@ -186,6 +192,21 @@ class HybridRunner:
             if ledger is not None and 0 < plan.noise_multiplier < math.inf:
                 ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+
+    def _released_proportions(self, layout: HybridLayout, s: np.ndarray, k: int) -> np.ndarray:
+        """``p_s="dp"``: each sensitive silo releases a DP histogram of its records' s (sensitivity
+        √2, a share of its ε, charged to its ledger); the server combines the noisy counts."""
+        from pfair.privacy.proportions import (HISTOGRAM_SENSITIVITY, combine_histograms, histogram_event,
+                                               histogram_noise_multiplier)
+
+        st, released = self.settings, []
+        for c, (ledger, key) in enumerate(zip(self.ledgers, self.keys)):
+            counts = np.bincount(s[layout.owner == c], minlength=k).reshape(1, k).astype(float)
+            z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=ledger.delta)
+            ledger.charge(histogram_event(z_h))
+            noise = _core.gaussian_stream(key, c, 0, k, purpose="histogram")
+            released.append(counts + z_h * HISTOGRAM_SENSITIVITY * noise.reshape(1, k))
+        return combine_histograms(released)
 
     def _ledgers(self, ledgers: Any, layout: HybridLayout, X: Any, y: Any, s: Any, deltas: list, fingerprint: Any,
                  ledger_cls: Any) -> list:

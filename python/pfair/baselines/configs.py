@@ -1,4 +1,4 @@
-"""Named configurations of :class:`pfair.SteFFLe` for the comparison rows of seed 003 (§5).
+"""Named configurations of :class:`pfair.SteFFLe` for the comparison rows of Lowy et al. (2023, §5).
 
 These are *not* re-implementations: each class is SteFFLe with some hyper-parameters fixed
 (and, for the central rows, all silos pooled into one before fitting). Their ``__init__``
@@ -6,7 +6,7 @@ signature is SteFFLe's minus the fixed names, so ``get_params``/``set_params`` k
 they follow SteFFLe as it gains options.
 
 =====================  ==========  ==============  =========================================
-class                  silos       privacy         seed 003 legend
+class                  silos       privacy         legend in Lowy et al. (2023)
 =====================  ==========  ==============  =========================================
 ``FERMI``              pooled (1)  none (ε=None)   "Non-Private Centralized" (Lowy et al. 2022)
 ``DPFERMI``            pooled (1)  ε (central DP)  "Central DP SteFFLe" / DP-FERMI (Lowy 2023)
@@ -70,7 +70,7 @@ FERMI = _configure(
 
     Solves ``min_θ max_W L(θ) + λ mean_i ψ_i(θ, W)`` by stochastic gradient descent-ascent with no
     noise. Parameters are SteFFLe's except ``epsilon`` (fixed to None) and ``mode``.""",
-    {"epsilon": None, "mode": "standard", "p_s": "public"},
+    {"epsilon": None, "mode": "standard", "p_s": "pooled"},
     central=True,
 )
 

@@ -108,8 +108,10 @@ class MethodSpec:
         passed to the methods that take them; ``overrides`` are passed last and win."""
         accepted = set(self.parameters())
         kwargs: dict[str, Any] = {"seed": int(seed)}
+        # A sweep is a simulation run by one analyst: its noise is keyed by the cell's seed
+        # (``noise_seed``) so that cells are reproducible and resumable. ``runs.csv`` says so.
         for name, value in (("epochs", int(epochs)), ("batch_size", int(batch_size)),
-                            ("track_history", False), ("progress", False)):
+                            ("track_history", False), ("progress", False), ("noise_seed", int(seed))):
             if name in accepted:
                 kwargs[name] = value
         if self.fairness_aware:

@@ -12,7 +12,9 @@ collapses that avoid running the same fit twice:
 
 The seed drives everything random in a cell: the partition into silos
 (:meth:`pfair.Federation.for_dataset`, sorted by age where the data set has it), the batches,
-the noise and any random initialisation. Metrics are measured on the data set's fixed test
+the noise (passed as ``noise_seed``: a sweep is a simulation by one analyst, and its reproducible
+noise is not a deployment's secret noise — the ``noise`` column of ``runs.csv`` says so) and any
+random initialisation. Metrics are measured on the data set's fixed test
 split. So a cell's row depends only on its key and on the sweep's fixed settings (epochs, batch
 size, hyper-parameter overrides), which ``sweep.json`` records next to ``runs.csv``: resuming
 into a directory whose settings differ is refused, and cells whose key is already in
@@ -60,7 +62,7 @@ KEY_COLUMNS = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "sil
 COLUMNS = KEY_COLUMNS + [
     "knob_name", "hyper_parameter", "private", "federated",
     "test_error", "trivial_error", "dp_violation", "eo_violation", "violation",
-    "epsilon_spent", "seconds", "epochs", "batch_size", "n_train", "n_test",
+    "epsilon_spent", "noise", "seconds", "epochs", "batch_size", "n_train", "n_test",
     "warnings", "warning_messages", "error", "finished_at",
 ]
 
@@ -367,6 +369,9 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             model = spec.build(knob=cell.knob, fairness=cell.fairness, epsilon=cell.epsilon, epochs=epochs,
                                batch_size=batch_size, seed=cell.seed, overrides=(params or {}).get(cell.method))
             model.fit(fed)
+            seeded = getattr(model, "noise_seed", None)
+            row["noise"] = ("none" if not spec.private else
+                            f"reproducible (noise_seed={seeded})" if seeded is not None else "secret")
             pred = model.predict(ds.X_test)
             report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
             row.update({k: float(report[k]) for k in ("test_error", "trivial_error", "dp_violation", "eo_violation")})

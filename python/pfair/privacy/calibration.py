@@ -187,13 +187,6 @@ def plan_silo_noise(
             "simulation (ledgers='new'), or accept that this silo's data cannot be used again"
         )
 
-    if spent_before > 0:
-        warnings.warn(
-            f"silo {silo}: its ledger has spent epsilon={spent_before:.4g} of the budget {epsilon:g} already (earlier "
-            "fits or releases); this fit gets only what is left, so its noise is larger",
-            PrivacyWarning,
-            stacklevel=4,
-        )
     if calibration == "rdp":
         if ledger.events:
             z = noise_multiplier_after(ledger.epsilon_with, epsilon=epsilon, sample_rate=q, steps=steps,
@@ -219,6 +212,18 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
+
+
+def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:
+    """Warn, when a fit starts, that a silo's ledger carries spending from earlier fits: the fit
+    gets only what is left, so its noise is larger."""
+    if ledger is not None and ledger.events:
+        warnings.warn(
+            f"silo {silo}: its ledger has spent epsilon={ledger.epsilon_spent():.4g} of the budget {ledger.epsilon:g} "
+            "already (earlier fits or releases); this fit gets only what is left, so its noise is larger",
+            PrivacyWarning,
+            stacklevel=4,
+        )
 
 
 def round_event(plan: SiloNoise, steps: int) -> MechanismEvent:

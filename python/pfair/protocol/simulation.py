@@ -29,7 +29,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning
-from pfair.privacy.calibration import warn_if_over_budget
+from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import combine_histograms, public_proportions
 from pfair.protocol.server import ServerParty, reply_limits
@@ -138,6 +138,9 @@ class Simulation:
         """Released ``p(s | block)``: public, from the silos' DP histograms, or pooled (exact)."""
         st, fed = self.settings, self.fed
         src = st.p_s_source
+        if not st.sends_psi:
+            # λ = 0: the ψ parts are never sent, so p_s is never used; nothing is released for it.
+            return np.full((self.blocks, fed.n_groups), 1.0 / fed.n_groups)
         if src == "public":
             return public_proportions(st.p_s, fairness=st.fairness, groups=fed.groups_, classes=fed.classes_,
                                       positive=st.positive_class)
@@ -156,6 +159,8 @@ class Simulation:
         d, k, l = self.dims
         R = self.rounds_per_epoch
         if resume is None:
+            for party in self.parties:
+                warn_if_spent(party.silo_id, party.ledger)
             proportions = self.group_proportions()
             plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
             theta = np.zeros((d + 1) * (l - 1))
