@@ -69,6 +69,7 @@ from pfair import _core
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, shards_from
 from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.settings import default_delta
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 
@@ -196,7 +197,7 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
 
         steps = 1 if self.sampling == "full_batch" else max(1, math.ceil(n / m))
         private = self.epsilon is not None
-        delta = self.delta if self.delta is not None else 1.0 / n**2
+        delta = self.delta if self.delta is not None else default_delta(n)
         q = m / n
         t_primal, t_dual = (self.epochs - 1) * steps, self.epochs - 1  # epoch 0 has λ = 0: nothing s-dependent
         cp = self.clip_primal if self.clip_primal is not None else math.inf

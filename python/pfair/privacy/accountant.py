@@ -3,7 +3,7 @@
 Units. A *noise multiplier* ``z`` is ``noise std / L2 sensitivity`` of the released statistic
 under the adjacency the sampling scheme names:
 
-``"without_replacement"`` (default) and ``"full_batch"``
+``"without_replacement"`` and ``"full_batch"``
     replace-one adjacency (one record's sensitive attribute changes, the record stays), so
     ``z = σ / Δ_replace``; this is pfair's adjacency (``rust/src/sensitivity.rs``).
 ``"poisson"``
@@ -135,7 +135,7 @@ def rdp_curve(
     noise_multiplier: float,
     sample_rate: float,
     steps: int,
-    sampling: str = "without_replacement",
+    sampling: str,
     orders: Optional[Sequence[float]] = None,
 ) -> Tuple[list, list]:
     """Total RDP ``R(α) = steps · ε_step(α)`` at each order; returns ``(orders, rdp)``."""
@@ -160,7 +160,7 @@ def epsilon_for(
     sample_rate: float,
     steps: int,
     delta: float,
-    sampling: str = "without_replacement",
+    sampling: str,
     return_order: bool = False,
 ):
     """ε spent by ``steps`` Gaussian releases with noise multiplier ``noise_multiplier``.
@@ -175,9 +175,11 @@ def epsilon_for(
         Number of noisy releases (rounds the silo answers).
     delta : float
         Target δ in (0, 1).
-    sampling : str
-        ``"without_replacement"`` (default), ``"poisson"``, ``"poisson_replace_one"``,
-        ``"full_batch"``, ``"public_batch"``. The per-step bound ε_step(α) is, respectively:
+    sampling : str, required
+        ``"without_replacement"``, ``"poisson"``, ``"poisson_replace_one"``, ``"full_batch"``,
+        ``"public_batch"``. There is no default on purpose: the hidden-batch bounds
+        (``"without_replacement"``, ``"poisson*"``) hold only when nothing sent reveals the
+        batch; a SteFFLe silo protecting s sends exact s-free sums, so it is ``"public_batch"``. The per-step bound ε_step(α) is, respectively:
         Wang, Balle, Kasiviswanathan 2019, Thm. 9 (Gaussian form Thm. 27, fractional orders
         Cor. 10); Mironov, Talwar, Zhang 2019, Sec. 3.3; the replace-one bound of
         ``docs/accounting.md`` (weak triangle inequality, Mironov 2017 Prop. 11, and joint
@@ -203,7 +205,7 @@ def delta_for(
     sample_rate: float,
     steps: int,
     epsilon: float,
-    sampling: str = "without_replacement",
+    sampling: str,
     return_order: bool = False,
 ):
     """δ at which ``steps`` Gaussian releases are ``epsilon``-DP (inverse of :func:`epsilon_for`).
@@ -222,7 +224,7 @@ def noise_multiplier_for(
     delta: float,
     sample_rate: float,
     steps: int,
-    sampling: str = "without_replacement",
+    sampling: str,
 ) -> float:
     """Noise multiplier ``z`` (noise std / L2 sensitivity) so that ``steps`` releases are (ε, δ)-DP.
 

@@ -16,6 +16,7 @@ import json
 import math
 
 from pfair.privacy.accountant import SAMPLING_SCHEMES, epsilon_for, noise_multiplier_for
+from pfair.settings import default_delta
 
 __all__ = ["add_privacy_parser", "privacy_command"]
 
@@ -60,7 +61,7 @@ def privacy_command(args) -> int:
             raise SystemExit("--sampling full_batch needs --batch equal to --silo-size")
         q = 1.0
     steps = args.epochs * math.ceil(args.silo_size / args.batch)
-    delta = args.delta if args.delta is not None else 1.0 / args.silo_size**2
+    delta = args.delta if args.delta is not None else default_delta(args.silo_size)
     out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling,
            "assumes": SCHEME_NOTES[args.sampling]}
     try:

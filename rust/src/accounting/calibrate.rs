@@ -132,7 +132,10 @@ pub fn noise_multiplier_for_orders(
             (lo, e_lo) = (mid, e_mid);
         }
     }
-    if e_hi >= 0.98 * epsilon {
+    // ε(z) may jump past the target (the optimal order switches as z grows, e.g. to one where
+    // δ alone already covers the release): then no z lands within 2% below it, and the feasible
+    // end of a bracket narrowed to rounding, hi, is the smallest z that meets the target.
+    if e_hi >= 0.98 * epsilon || hi / lo - 1.0 < 1e-9 {
         Ok(hi)
     } else {
         Err(AccountingError::NotConverged { epsilon, best: e_hi })
@@ -154,6 +157,16 @@ mod tests {
                 assert!(eps <= target && eps >= 0.98 * target, "{s:?} {target}: z={z} eps={eps}");
             }
         }
+    }
+
+    #[test]
+    fn a_jump_past_the_target_returns_the_smallest_feasible_z() {
+        // ε(z) falls from ≈ 0.59 to 0 between z = 0.68 and z = 0.80: no z meets 0.5 within 2%.
+        let (q, delta) = (1e-4, 3.9e-4);
+        let z = noise_multiplier_for(0.5, delta, q, 1, Scheme::WithoutReplacement).unwrap();
+        let eps = |z: f64| epsilon_for(z, q, 1, delta, Scheme::WithoutReplacement, &default_orders()).unwrap().0;
+        assert!(eps(z) <= 0.5, "z={z} eps={}", eps(z));
+        assert!(eps(z * (1.0 - 1e-6)) > 0.5, "z={z} is not the smallest feasible z");
     }
 
     #[test]
