@@ -1,4 +1,6 @@
-"""scikit-learn style estimators. :class:`SteFFLe` is SteFFLe (Lowy et al. 2023, Alg. 1).
+"""scikit-learn style estimators. :class:`SteFFLe` is Algorithm 1 of Gupta, Poornash, Razaviyayn
+and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
+Data" (2024).
 
 SteFFLe solves ``min_θ max_W  L(θ) + λ · mean_i ψ_i(θ, W)`` (the FERMI objective) by noisy
 federated stochastic gradient descent-ascent. In round t every silo j draws a batch, computes its
@@ -93,8 +95,9 @@ class LinearSoftmaxMixin:
 
 
 class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
-    """Private and fair federated logistic/softmax regression (SteFFLe; Lowy, Gupta, Razaviyayn et
-    al., "Stochastic Differentially Private and Fair Learning", 2023, Alg. 1).
+    """Private and fair federated logistic/softmax regression: SteFFLe (Gupta, Poornash, Razaviyayn
+    and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
+    Data", 2024, Alg. 1).
 
     Parameters
     ----------

@@ -1,4 +1,6 @@
-"""Named configurations of :class:`pfair.SteFFLe` for the comparison rows of Lowy et al. (2023, §5).
+"""Named configurations of :class:`pfair.SteFFLe` for the comparison rows of Gupta, Poornash, Razaviyayn
+and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
+Data" (2024, §5).
 
 These are *not* re-implementations: each class is SteFFLe with some hyper-parameters fixed
 (and, for the central rows, all silos pooled into one before fitting). Their ``__init__``
@@ -6,7 +8,7 @@ signature is SteFFLe's minus the fixed names, so ``get_params``/``set_params`` k
 they follow SteFFLe as it gains options.
 
 =====================  ==========  ==============  =========================================
-class                  silos       privacy         legend in Lowy et al. (2023)
+class                  silos       privacy         legend in Gupta et al. (2024)
 =====================  ==========  ==============  =========================================
 ``FERMI``              pooled (1)  none (ε=None)   "Non-Private Centralized" (Lowy et al. 2022)
 ``DPFERMI``            pooled (1)  ε (central DP)  "Central DP SteFFLe" / DP-FERMI (Lowy 2023)
