@@ -15,6 +15,7 @@
 //! non-sensitive and sensitive divisions (one silo of each kind, same records), (b) one central
 //! sensitive silo with N non-sensitive silos, (c) p non-sensitive and s sensitive silos.
 
+use crate::config::{is_positive, ConfigError};
 use crate::features::{Dense, Features};
 use crate::noise::{add_gaussian, stream, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
@@ -44,6 +45,46 @@ pub struct HybridNoise {
     pub sigma_w: Vec<f64>,
     pub dummy_noise: bool,
     pub keys: Vec<NoiseKey>,
+}
+
+impl HybridNoise {
+    /// The noise settings of `layout`'s rounds, checked against it, in this order: one
+    /// `sigma_theta`, one `sigma_w` and one key per sensitive silo; every std finite and ≥ 0;
+    /// `clip_theta > 0` (`inf`: no clipping); `batch_size` in `1..=` the size of every
+    /// non-sensitive silo.
+    pub fn new(
+        layout: &HybridLayout,
+        batch_size: usize,
+        clip_theta: f64,
+        sigma_theta: Vec<f64>,
+        sigma_w: Vec<f64>,
+        dummy_noise: bool,
+        keys: Vec<NoiseKey>,
+    ) -> Result<Self, ConfigError> {
+        let noise = HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys };
+        noise.validate(layout)?;
+        Ok(noise)
+    }
+
+    /// Checks settings built as a struct literal against `layout` as [`HybridNoise::new`] would.
+    pub fn validate(&self, layout: &HybridLayout) -> Result<(), ConfigError> {
+        let ns = layout.n_sensitive;
+        if self.sigma_theta.len() != ns || self.sigma_w.len() != ns || self.keys.len() != ns {
+            return Err(ConfigError::HybridNoiseCount { n_sensitive: ns });
+        }
+        if let Some(&v) = self.sigma_theta.iter().chain(&self.sigma_w).find(|v| !(v.is_finite() && **v >= 0.0)) {
+            return Err(ConfigError::HybridNoiseStd(v));
+        }
+        if !is_positive(self.clip_theta) {
+            return Err(ConfigError::HybridClipTheta(self.clip_theta));
+        }
+        for (j, m) in layout.members.iter().enumerate() {
+            if self.batch_size == 0 || self.batch_size > m.len() {
+                return Err(ConfigError::HybridBatchSize { batch_size: self.batch_size, silo: j, silo_size: m.len() });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What the server receives in one round, before it averages.
@@ -286,6 +327,47 @@ mod tests {
                 assert!(u.iter().any(|v| *v != 0.0)); // pure zero-mean noise
             }
         }
+    }
+
+    #[test]
+    fn hybrid_noise_new_accepts_good_values() {
+        let lay = layout(30, 3, 2); // non-sensitive silos of 10 records each
+        let keys = vec![NoiseKey::Seeded(1); 2];
+        let n = HybridNoise::new(&lay, 10, f64::INFINITY, vec![0.0, 1.0], vec![2.0, 0.0], true, keys.clone());
+        assert_eq!(
+            n,
+            Ok(HybridNoise { batch_size: 10, clip_theta: f64::INFINITY, sigma_theta: vec![0.0, 1.0], sigma_w: vec![2.0, 0.0], dummy_noise: true, keys })
+        );
+        assert!(HybridNoise::new(&lay, 1, 0.5, vec![0.0; 2], vec![0.0; 2], false, vec![NoiseKey::Seeded(0); 2]).is_ok());
+        assert_eq!(quiet(2, 4).validate(&lay), Ok(()));
+    }
+
+    #[test]
+    fn hybrid_noise_new_rejects_each_bad_value_with_the_binding_message() {
+        let lay = layout(30, 3, 2);
+        let new = |m: usize, clip: f64, st: Vec<f64>, sw: Vec<f64>, nk: usize| {
+            HybridNoise::new(&lay, m, clip, st, sw, false, vec![NoiseKey::Seeded(0); nk]).unwrap_err().to_string()
+        };
+        let count = "need one sigma_theta, one sigma_w and one noise key per sensitive silo (2)";
+        assert_eq!(new(4, 1.0, vec![0.0], vec![0.0; 2], 2), count);
+        assert_eq!(new(4, 1.0, vec![0.0; 2], vec![0.0; 3], 2), count);
+        assert_eq!(new(4, 1.0, vec![0.0; 2], vec![0.0; 2], 1), count);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(new(4, 1.0, vec![0.0, bad], vec![0.0; 2], 2), "noise stds must be finite and >= 0");
+            assert_eq!(new(4, 1.0, vec![0.0; 2], vec![bad, 0.0], 2), "noise stds must be finite and >= 0");
+        }
+        for bad in [0.0, -1.0, f64::NAN] {
+            assert_eq!(new(4, bad, vec![0.0; 2], vec![0.0; 2], 2), "clip_theta must be > 0 (inf for no clipping)");
+        }
+        assert_eq!(new(0, 1.0, vec![0.0; 2], vec![0.0; 2], 2), "batch_size=0 must be in 1..=10 (non-sensitive silo 0)");
+        assert_eq!(new(11, 1.0, vec![0.0; 2], vec![0.0; 2], 2), "batch_size=11 must be in 1..=10 (non-sensitive silo 0)");
+        let uneven = layout(31, 3, 2); // silo 0 has 11 records, silos 1 and 2 have 10
+        let e = HybridNoise::new(&uneven, 11, 1.0, vec![0.0; 2], vec![0.0; 2], false, vec![NoiseKey::Seeded(0); 2]).unwrap_err();
+        assert_eq!(e.to_string(), "batch_size=11 must be in 1..=10 (non-sensitive silo 1)");
+        // The counts come first, then the stds, then the clip, then the batch size.
+        assert_eq!(new(0, 0.0, vec![-1.0; 2], vec![0.0; 2], 1), count);
+        assert_eq!(new(0, 0.0, vec![-1.0; 2], vec![0.0; 2], 2), "noise stds must be finite and >= 0");
+        assert_eq!(new(0, 0.0, vec![0.0; 2], vec![0.0; 2], 2), "clip_theta must be > 0 (inf for no clipping)");
     }
 
     #[test]

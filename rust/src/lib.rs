@@ -1,9 +1,11 @@
 //! pfair's Rust core. The modules are plain Rust, usable and tested without Python; with the
 //! `python` feature (set by maturin) the `python` module adds the one thin binding layer that
 //! exposes them as the extension module `pfair._core`: it converts types, validates shapes,
-//! releases the GIL around long work and maps errors to Python exceptions.
+//! releases the GIL around long work and maps errors to Python exceptions. The configuration
+//! types check their own arguments (constructors returning [`config::ConfigError`]).
 
 pub mod accounting;
+pub mod config;
 pub mod features;
 pub mod hybrid;
 pub mod noise;

@@ -31,6 +31,7 @@
 //! `docs/privacy.md` for the sensitivities). Because `b_i = x̃ ⊗ β_i` is an outer product,
 //! `‖b_i‖_F = ‖x̃‖ ‖β_i‖` and clipping costs O(l) per record.
 
+use crate::config::{check_clips, ConfigError};
 use crate::features::Rows;
 
 /// Fairness notion enforced by the ψ-term.
@@ -45,6 +46,17 @@ pub enum Fairness {
 }
 
 impl Fairness {
+    /// The notion of public name `"demographic_parity"`, `"equalized_odds"` or
+    /// `"equal_opportunity"` (with `positive` the positive class; ignored by the others).
+    pub fn parse(name: &str, positive: u32) -> Result<Self, ConfigError> {
+        match name {
+            "demographic_parity" => Ok(Fairness::DemographicParity),
+            "equalized_odds" => Ok(Fairness::EqualizedOdds),
+            "equal_opportunity" => Ok(Fairness::EqualOpportunity { positive }),
+            other => Err(ConfigError::UnknownFairness(other.to_string())),
+        }
+    }
+
     /// Number of `W` blocks (`k × l` each).
     pub fn n_blocks(&self, n_classes: usize) -> usize {
         match self {
@@ -92,6 +104,39 @@ pub enum Protect {
     /// A whole record may change (DP-SGD style). Every per-record gradient is clipped: the loss
     /// gradient to `clip_loss`, `∇_θ ψ_i` to `clip_theta` and `∇_W ψ_i` to `clip_w`.
     Record { clip_loss: f64, clip_theta: f64, clip_w: f64 },
+}
+
+impl Protect {
+    /// Attribute protection with `b` clipped to `clip_theta > 0` (`inf`: no clipping).
+    pub fn attribute(clip_theta: f64) -> Result<Self, ConfigError> {
+        check_clips(&[("clip_theta", clip_theta)])?;
+        Ok(Protect::Attribute { clip_theta })
+    }
+
+    /// Record protection with the three clipping bounds, each > 0 (`inf`: no clipping).
+    pub fn record(clip_loss: f64, clip_theta: f64, clip_w: f64) -> Result<Self, ConfigError> {
+        check_clips(&[("clip_loss", clip_loss), ("clip_theta", clip_theta), ("clip_w", clip_w)])?;
+        Ok(Protect::Record { clip_loss, clip_theta, clip_w })
+    }
+
+    /// The mode of public name `"attribute"` or `"record"`. All three bounds are checked first,
+    /// whatever the mode (attribute mode uses only `clip_theta`).
+    pub fn parse(name: &str, clip_loss: f64, clip_theta: f64, clip_w: f64) -> Result<Self, ConfigError> {
+        check_clips(&[("clip_loss", clip_loss), ("clip_theta", clip_theta), ("clip_w", clip_w)])?;
+        match name {
+            "attribute" => Protect::attribute(clip_theta),
+            "record" => Protect::record(clip_loss, clip_theta, clip_w),
+            other => Err(ConfigError::UnknownProtect(other.to_string())),
+        }
+    }
+
+    /// Checks a mode built directly from its variant as its constructor would.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match *self {
+            Protect::Attribute { clip_theta } => Protect::attribute(clip_theta).map(drop),
+            Protect::Record { clip_loss, clip_theta, clip_w } => Protect::record(clip_loss, clip_theta, clip_w).map(drop),
+        }
+    }
 }
 
 /// The ψ-side inputs of a round: the dual variable and the group proportions.
@@ -453,6 +498,45 @@ mod tests {
             Protect::Attribute { clip_theta: f64::INFINITY },
         );
         (g.loss, g.psi)
+    }
+
+    #[test]
+    fn fairness_parse_accepts_the_public_names_and_rejects_others() {
+        assert_eq!(Fairness::parse("demographic_parity", 1), Ok(Fairness::DemographicParity));
+        assert_eq!(Fairness::parse("equalized_odds", 1), Ok(Fairness::EqualizedOdds));
+        assert_eq!(Fairness::parse("equal_opportunity", 3), Ok(Fairness::EqualOpportunity { positive: 3 }));
+        assert_eq!(
+            Fairness::parse("parity", 1).unwrap_err().to_string(),
+            "fairness=\"parity\" is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
+        );
+    }
+
+    #[test]
+    fn protect_constructors_accept_positive_and_infinite_clips() {
+        let inf = f64::INFINITY;
+        assert_eq!(Protect::attribute(inf), Ok(Protect::Attribute { clip_theta: inf }));
+        assert_eq!(Protect::record(1.0, 2.0, inf), Ok(Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: inf }));
+        assert_eq!(Protect::parse("attribute", inf, 0.5, inf), Ok(Protect::Attribute { clip_theta: 0.5 }));
+        assert_eq!(Protect::parse("record", 1.0, 2.0, 3.0), Ok(Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 }));
+        assert_eq!(Protect::Record { clip_loss: 1.0, clip_theta: inf, clip_w: 1.0 }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn protect_constructors_reject_each_bad_clip_with_the_binding_message() {
+        let msg = |r: Result<Protect, ConfigError>| r.unwrap_err().to_string();
+        for (v, shown) in [(0.0, "0"), (-1.0, "-1"), (f64::NAN, "NaN")] {
+            let want = |arg: &str| format!("{arg} must be > 0 (use inf for no clipping), got {shown}");
+            assert_eq!(msg(Protect::attribute(v)), want("clip_theta"));
+            assert_eq!(msg(Protect::record(v, 1.0, 1.0)), want("clip_loss"));
+            assert_eq!(msg(Protect::record(1.0, v, 1.0)), want("clip_theta"));
+            assert_eq!(msg(Protect::record(1.0, 1.0, v)), want("clip_w"));
+            // `parse` checks every bound, even those attribute mode does not use, and before the name.
+            assert_eq!(msg(Protect::parse("attribute", v, 1.0, 1.0)), want("clip_loss"));
+            assert_eq!(msg(Protect::parse("attribute", 1.0, 1.0, v)), want("clip_w"));
+            assert_eq!(msg(Protect::parse("nope", 1.0, v, 1.0)), want("clip_theta"));
+            assert_eq!(Protect::Attribute { clip_theta: v }.validate().unwrap_err().to_string(), want("clip_theta"));
+        }
+        assert_eq!(msg(Protect::parse("records", 1.0, 1.0, 1.0)), "protect=\"records\" is unknown; use 'attribute' or 'record'");
     }
 
     #[test]

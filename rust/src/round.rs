@@ -5,6 +5,7 @@
 
 use rayon::prelude::*;
 
+use crate::config::{check_finite_non_negative, is_positive, ConfigError};
 use crate::features::{Dense, Features};
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
@@ -42,6 +43,35 @@ pub struct SiloConfig {
     pub send_psi: bool,
 }
 
+impl SiloConfig {
+    /// A silo's configuration, checked: the noise stds must be finite and ≥ 0 (checked first),
+    /// and `sampling` and `protect` valid as their own constructors require.
+    pub fn new(
+        sampling: Sampling,
+        protect: Protect,
+        sigma_loss: f64,
+        sigma_theta: f64,
+        sigma_w: f64,
+        send_psi: bool,
+    ) -> Result<Self, ConfigError> {
+        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The check [`SiloConfig::new`] makes first: each noise std finite and ≥ 0.
+    pub fn check_noise_stds(sigma_loss: f64, sigma_theta: f64, sigma_w: f64) -> Result<(), ConfigError> {
+        check_finite_non_negative(&[("sigma_loss", sigma_loss), ("sigma_theta", sigma_theta), ("sigma_w", sigma_w)])
+    }
+
+    /// Checks a configuration built as a struct literal as [`SiloConfig::new`] would.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        SiloConfig::check_noise_stds(self.sigma_loss, self.sigma_theta, self.sigma_w)?;
+        self.sampling.validate()?;
+        self.protect.validate()
+    }
+}
+
 /// Server hyper-parameters of one round.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ServerConfig {
@@ -50,6 +80,25 @@ pub struct ServerConfig {
     pub lr_w: f64,
     /// Radius of the Frobenius ball each `W` block is projected on (`∞`: no projection).
     pub w_radius: f64,
+}
+
+impl ServerConfig {
+    /// The server's update parameters, checked: `lam`, `lr_theta` and `lr_w` finite and ≥ 0,
+    /// then `w_radius > 0` (`inf`: no projection).
+    pub fn new(lam: f64, lr_theta: f64, lr_w: f64, w_radius: f64) -> Result<Self, ConfigError> {
+        let cfg = ServerConfig { lam, lr_theta, lr_w, w_radius };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks a configuration built as a struct literal as [`ServerConfig::new`] would.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_finite_non_negative(&[("lam", self.lam), ("lr_theta", self.lr_theta), ("lr_w", self.lr_w)])?;
+        if !is_positive(self.w_radius) {
+            return Err(ConfigError::WRadius(self.w_radius));
+        }
+        Ok(())
+    }
 }
 
 /// The keys of one silo's random streams in a fit.
@@ -270,6 +319,56 @@ pub(crate) mod tests {
     }
 
     const DIMS: Dims = Dims { d: 2, k: 2, l: 2 };
+
+    #[test]
+    fn silo_config_new_accepts_good_values() {
+        let c = SiloConfig::new(Sampling::WithoutReplacement { m: 32 }, Protect::Attribute { clip_theta: 1.0 }, 0.0, 0.5, 0.5, true);
+        assert_eq!(c, Ok(cfg(0.5)));
+        let rec = Protect::Record { clip_loss: f64::INFINITY, clip_theta: 1.0, clip_w: 2.0 };
+        assert!(SiloConfig::new(Sampling::Poisson { q: 1.0 }, rec, 3.0, 0.0, 0.0, false).is_ok());
+        assert!(SiloConfig::new(Sampling::FullBatch, rec, 0.0, 0.0, 0.0, true).is_ok());
+        assert_eq!(cfg(0.1).validate(), Ok(()));
+    }
+
+    #[test]
+    fn silo_config_new_rejects_each_bad_value_with_the_binding_message() {
+        let attr = Protect::Attribute { clip_theta: 1.0 };
+        let wr = Sampling::WithoutReplacement { m: 4 };
+        let msg = |r: Result<SiloConfig, ConfigError>| r.unwrap_err().to_string();
+        assert_eq!(msg(SiloConfig::new(wr, attr, -1.0, 0.0, 0.0, true)), "sigma_loss must be finite and >= 0, got -1");
+        assert_eq!(msg(SiloConfig::new(wr, attr, 0.0, f64::NAN, 0.0, true)), "sigma_theta must be finite and >= 0, got NaN");
+        assert_eq!(msg(SiloConfig::new(wr, attr, 0.0, 0.0, f64::INFINITY, true)), "sigma_w must be finite and >= 0, got inf");
+        assert_eq!(SiloConfig::check_noise_stds(0.0, 0.0, -2.0).unwrap_err().to_string(), "sigma_w must be finite and >= 0, got -2");
+        // The stds come first, then the sampling, then the protection.
+        let bad_q = Sampling::Poisson { q: 0.0 };
+        let bad_clip = Protect::Attribute { clip_theta: 0.0 };
+        assert_eq!(msg(SiloConfig::new(bad_q, bad_clip, -1.0, 0.0, 0.0, true)), "sigma_loss must be finite and >= 0, got -1");
+        assert_eq!(msg(SiloConfig::new(bad_q, bad_clip, 0.0, 0.0, 0.0, true)), "sample_rate must be in (0, 1], got 0");
+        assert_eq!(msg(SiloConfig::new(Sampling::WithoutReplacement { m: 0 }, attr, 0.0, 0.0, 0.0, true)), "batch_size must be >= 1");
+        assert_eq!(
+            msg(SiloConfig::new(wr, bad_clip, 0.0, 0.0, 0.0, true)),
+            "clip_theta must be > 0 (use inf for no clipping), got 0"
+        );
+    }
+
+    #[test]
+    fn server_config_new_accepts_good_values_and_rejects_each_bad_one() {
+        assert_eq!(
+            ServerConfig::new(0.0, 0.5, 0.0, f64::INFINITY),
+            Ok(ServerConfig { lam: 0.0, lr_theta: 0.5, lr_w: 0.0, w_radius: f64::INFINITY })
+        );
+        assert!(ServerConfig::new(2.0, 0.1, 0.1, 1e-3).is_ok());
+        let msg = |r: Result<ServerConfig, ConfigError>| r.unwrap_err().to_string();
+        assert_eq!(msg(ServerConfig::new(-1.0, 0.1, 0.1, 1.0)), "lam must be finite and >= 0, got -1");
+        assert_eq!(msg(ServerConfig::new(f64::INFINITY, 0.1, 0.1, 1.0)), "lam must be finite and >= 0, got inf");
+        assert_eq!(msg(ServerConfig::new(1.0, f64::NAN, 0.1, 1.0)), "lr_theta must be finite and >= 0, got NaN");
+        assert_eq!(msg(ServerConfig::new(1.0, 0.1, -0.5, 1.0)), "lr_w must be finite and >= 0, got -0.5");
+        for r in [0.0, -1.0, f64::NAN] {
+            assert_eq!(msg(ServerConfig::new(1.0, 0.1, 0.1, r)), "w_radius must be > 0 (inf for no projection)");
+        }
+        // The rates come before the radius.
+        assert_eq!(msg(ServerConfig::new(1.0, 0.1, -1.0, 0.0)), "lr_w must be finite and >= 0, got -1");
+    }
 
     #[test]
     fn silo_step_is_reproducible_and_noise_depends_on_round() {

@@ -3,6 +3,8 @@
 
 use rand::Rng;
 
+use crate::config::ConfigError;
+
 /// How a silo draws its batch each round.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Sampling {
@@ -15,6 +17,42 @@ pub enum Sampling {
 }
 
 impl Sampling {
+    /// Fixed-size sampling of `m ≥ 1` records without replacement.
+    pub fn without_replacement(m: usize) -> Result<Self, ConfigError> {
+        if m == 0 {
+            return Err(ConfigError::BatchSize);
+        }
+        Ok(Sampling::WithoutReplacement { m })
+    }
+
+    /// Poisson sampling with rate `q ∈ (0, 1]`.
+    pub fn poisson(q: f64) -> Result<Self, ConfigError> {
+        if !(q > 0.0 && q <= 1.0) {
+            return Err(ConfigError::SampleRate(q));
+        }
+        Ok(Sampling::Poisson { q })
+    }
+
+    /// The scheme of public name `"without_replacement"` (batch of `batch_size`), `"poisson"`
+    /// (rate `sample_rate`) or `"full_batch"`; the argument the scheme does not use is ignored.
+    pub fn parse(name: &str, batch_size: usize, sample_rate: f64) -> Result<Self, ConfigError> {
+        match name {
+            "without_replacement" => Sampling::without_replacement(batch_size),
+            "poisson" => Sampling::poisson(sample_rate),
+            "full_batch" => Ok(Sampling::FullBatch),
+            other => Err(ConfigError::UnknownSampling(other.to_string())),
+        }
+    }
+
+    /// Checks a scheme built directly from its variant as its constructor would.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match *self {
+            Sampling::WithoutReplacement { m } => Sampling::without_replacement(m).map(drop),
+            Sampling::Poisson { q } => Sampling::poisson(q).map(drop),
+            Sampling::FullBatch => Ok(()),
+        }
+    }
+
     /// The fixed denominator of the batch means: `m`, `q·n`, or `n`.
     pub fn denominator(&self, n: usize) -> f64 {
         match *self {
@@ -78,6 +116,37 @@ mod tests {
         let mut rng = stream(3, 0, 0, Purpose::Batch);
         let total: usize = (0..200).map(|_| Sampling::Poisson { q: 0.1 }.draw(&mut rng, 1000).len()).sum();
         assert!((total as f64 / 200.0 - 100.0).abs() < 3.0);
+    }
+
+    #[test]
+    fn constructors_accept_good_values() {
+        assert_eq!(Sampling::without_replacement(1), Ok(Sampling::WithoutReplacement { m: 1 }));
+        assert_eq!(Sampling::poisson(1.0), Ok(Sampling::Poisson { q: 1.0 }));
+        assert_eq!(Sampling::poisson(1e-6), Ok(Sampling::Poisson { q: 1e-6 }));
+        assert_eq!(Sampling::parse("without_replacement", 256, 1.0), Ok(Sampling::WithoutReplacement { m: 256 }));
+        // The argument a scheme does not use is not checked.
+        assert_eq!(Sampling::parse("without_replacement", 8, f64::NAN), Ok(Sampling::WithoutReplacement { m: 8 }));
+        assert_eq!(Sampling::parse("poisson", 0, 0.25), Ok(Sampling::Poisson { q: 0.25 }));
+        assert_eq!(Sampling::parse("full_batch", 0, -1.0), Ok(Sampling::FullBatch));
+        assert_eq!(Sampling::FullBatch.validate(), Ok(()));
+        assert_eq!(Sampling::Poisson { q: 0.5 }.validate(), Ok(()));
+    }
+
+    #[test]
+    fn constructors_reject_bad_values_with_the_binding_messages() {
+        let msg = |r: Result<Sampling, ConfigError>| r.unwrap_err().to_string();
+        assert_eq!(msg(Sampling::without_replacement(0)), "batch_size must be >= 1");
+        assert_eq!(msg(Sampling::parse("without_replacement", 0, 1.0)), "batch_size must be >= 1");
+        for (q, shown) in [(0.0, "0"), (1.5, "1.5"), (-0.1, "-0.1"), (f64::NAN, "NaN"), (f64::INFINITY, "inf")] {
+            assert_eq!(msg(Sampling::poisson(q)), format!("sample_rate must be in (0, 1], got {shown}"));
+            assert_eq!(msg(Sampling::parse("poisson", 10, q)), format!("sample_rate must be in (0, 1], got {shown}"));
+        }
+        assert_eq!(
+            msg(Sampling::parse("bernoulli", 10, 0.5)),
+            "sampling=\"bernoulli\" is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
+        );
+        assert_eq!(Sampling::WithoutReplacement { m: 0 }.validate(), Err(ConfigError::BatchSize));
+        assert_eq!(Sampling::Poisson { q: 2.0 }.validate(), Err(ConfigError::SampleRate(2.0)));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Conversions and checks shared by the bindings: names to enums, NumPy arrays to the core's
-//! types, and every argument check that more than one binding makes (each lives here once).
+//! Conversions and checks shared by the bindings: NumPy arrays to the core's types, and every
+//! shape and index check that more than one binding makes (each lives here once). Names and
+//! values of the configuration types are parsed and checked by their core constructors.
 
 use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -7,75 +8,8 @@ use pyo3::types::PyDict;
 
 use super::errors::BindResult;
 use crate::features::Features;
-use crate::psi::{BatchGradients, Dims, Fairness, Protect};
-use crate::round::{ServerConfig, Silo};
-use crate::sampling::Sampling;
-
-pub(super) fn fairness_from(name: &str, positive: u32) -> BindResult<Fairness> {
-    match name {
-        "demographic_parity" => Ok(Fairness::DemographicParity),
-        "equalized_odds" => Ok(Fairness::EqualizedOdds),
-        "equal_opportunity" => Ok(Fairness::EqualOpportunity { positive }),
-        other => Err(format!(
-            "fairness={other:?} is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
-        )
-        .into()),
-    }
-}
-
-pub(super) fn protect_from(name: &str, clip_loss: f64, clip_theta: f64, clip_w: f64) -> BindResult<Protect> {
-    for (arg, v) in [("clip_loss", clip_loss), ("clip_theta", clip_theta), ("clip_w", clip_w)] {
-        if !(v > 0.0) {
-            return Err(format!("{arg} must be > 0 (use inf for no clipping), got {v}").into());
-        }
-    }
-    match name {
-        "attribute" => Ok(Protect::Attribute { clip_theta }),
-        "record" => Ok(Protect::Record { clip_loss, clip_theta, clip_w }),
-        other => Err(format!("protect={other:?} is unknown; use 'attribute' or 'record'").into()),
-    }
-}
-
-pub(super) fn sampling_from(name: &str, batch_size: usize, sample_rate: f64) -> BindResult<Sampling> {
-    match name {
-        "without_replacement" => {
-            if batch_size == 0 {
-                return Err("batch_size must be >= 1".into());
-            }
-            Ok(Sampling::WithoutReplacement { m: batch_size })
-        }
-        "poisson" => {
-            if !(sample_rate > 0.0 && sample_rate <= 1.0) {
-                return Err(format!("sample_rate must be in (0, 1], got {sample_rate}").into());
-            }
-            Ok(Sampling::Poisson { q: sample_rate })
-        }
-        "full_batch" => Ok(Sampling::FullBatch),
-        other => Err(format!(
-            "sampling={other:?} is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
-        )
-        .into()),
-    }
-}
-
-/// Each `(name, value)` must be finite and ≥ 0 (noise stds, learning rates, λ).
-pub(super) fn check_finite_non_negative(args: &[(&str, f64)]) -> BindResult<()> {
-    for &(arg, v) in args {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("{arg} must be finite and >= 0, got {v}").into());
-        }
-    }
-    Ok(())
-}
-
-/// The server's update parameters, checked.
-pub(super) fn server_from(lam: f64, lr_theta: f64, lr_w: f64, w_radius: f64) -> BindResult<ServerConfig> {
-    check_finite_non_negative(&[("lam", lam), ("lr_theta", lr_theta), ("lr_w", lr_w)])?;
-    if !(w_radius > 0.0) {
-        return Err("w_radius must be > 0 (inf for no projection)".into());
-    }
-    Ok(ServerConfig { lam, lr_theta, lr_w, w_radius })
-}
+use crate::psi::{BatchGradients, Dims, Fairness};
+use crate::round::Silo;
 
 pub(super) fn check_denom(denom: f64) -> BindResult<()> {
     if !(denom > 0.0) {

@@ -1,7 +1,8 @@
 //! The one place that turns a rejected argument into a Python exception: every binding error is
 //! a `ValueError` whose text is the message below. Accounting errors read
-//! `"<argument>: <message>"`, partition errors `"<argument>: <why>"` (their `Display`), and the
-//! binding layer's own checks their message as written.
+//! `"<argument>: <message>"`, partition errors `"<argument>: <why>"` and configuration errors
+//! their message (both their `Display`), and the binding layer's own checks their message as
+//! written.
 
 use std::fmt;
 
@@ -9,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::PyErr;
 
 use crate::accounting::AccountingError;
+use crate::config::ConfigError;
 use crate::partition::PartitionError;
 
 /// A rejected argument: the text of the `ValueError` it becomes.
@@ -42,6 +44,12 @@ impl From<PartitionError> for BindingError {
     }
 }
 
+impl From<ConfigError> for BindingError {
+    fn from(e: ConfigError) -> Self {
+        BindingError(e.to_string())
+    }
+}
+
 impl fmt::Display for BindingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -62,6 +70,12 @@ impl From<AccountingError> for PyErr {
 
 impl From<PartitionError> for PyErr {
     fn from(e: PartitionError) -> Self {
+        BindingError::from(e).into()
+    }
+}
+
+impl From<ConfigError> for PyErr {
+    fn from(e: ConfigError) -> Self {
         BindingError::from(e).into()
     }
 }

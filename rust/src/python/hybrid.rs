@@ -4,11 +4,13 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, fairness_from, gradients_dict, server_from, silo_from, state_vecs};
-use super::errors::{value_error, BindResult};
+use super::convert::{check_state, gradients_dict, silo_from, state_vecs};
+use super::errors::value_error;
 use super::noise::PyNoiseKey;
+use crate::config::ConfigError;
 use crate::hybrid::{self, HybridLayout, HybridNoise};
 use crate::psi::{Dims, Fairness, PsiInputs};
+use crate::round::ServerConfig;
 
 /// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
 type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
@@ -39,7 +41,7 @@ impl PyHybridSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = fairness_from(fairness, positive)?;
+        let fairness = Fairness::parse(fairness, positive)?;
         if n_groups < 2 || n_classes < 2 {
             return Err(value_error("need n_groups >= 2 and n_classes >= 2"));
         }
@@ -152,7 +154,7 @@ impl PyHybridSet {
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
         let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
-        let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let (loss, psi) = py.allow_threads(|| {
             hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, seed, start, n_rounds)
@@ -167,8 +169,8 @@ impl PyHybridSet {
 }
 
 impl PyHybridSet {
-    /// The round's noise settings, checked against the layout (shared by `messages` and
-    /// `run_rounds`).
+    /// The round's noise settings, checked against the layout by `HybridNoise::new` (shared by
+    /// `messages` and `run_rounds`).
     fn noise(
         &self,
         batch_size: usize,
@@ -177,23 +179,8 @@ impl PyHybridSet {
         sigma_w: Vec<f64>,
         dummy_noise: bool,
         noise_keys: Vec<PyNoiseKey>,
-    ) -> BindResult<HybridNoise> {
-        let ns = self.layout.n_sensitive;
-        if sigma_theta.len() != ns || sigma_w.len() != ns || noise_keys.len() != ns {
-            return Err(format!("need one sigma_theta, one sigma_w and one noise key per sensitive silo ({ns})").into());
-        }
+    ) -> Result<HybridNoise, ConfigError> {
         let keys = noise_keys.into_iter().map(|k| k.inner).collect();
-        if sigma_theta.iter().chain(&sigma_w).any(|v| !(v.is_finite() && *v >= 0.0)) {
-            return Err("noise stds must be finite and >= 0".into());
-        }
-        if !(clip_theta > 0.0) {
-            return Err("clip_theta must be > 0 (inf for no clipping)".into());
-        }
-        for (j, m) in self.layout.members.iter().enumerate() {
-            if batch_size == 0 || batch_size > m.len() {
-                return Err(format!("batch_size={batch_size} must be in 1..={} (non-sensitive silo {j})", m.len()).into());
-            }
-        }
-        Ok(HybridNoise { batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys })
+        HybridNoise::new(&self.layout, batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys)
     }
 }

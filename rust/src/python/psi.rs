@@ -6,12 +6,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, fairness_from, gradients_dict, index_in,
-    protect_from, silo_from, state_vecs,
+    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, silo_from, state_vecs,
 };
 use super::errors::value_error;
 use crate::features::Dense;
-use crate::psi::{self, Dims, PsiInputs};
+use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
 use crate::sensitivity;
 
 /// Class probabilities `F(x)` of the linear-softmax model, `n × l`.
@@ -76,8 +75,8 @@ pub(super) fn batch_gradients<'py>(
     clip_theta: f64,
     clip_w: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let fairness = fairness_from(fairness, positive)?;
-    let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+    let fairness = Fairness::parse(fairness, positive)?;
+    let protect = Protect::parse(protect, clip_loss, clip_theta, clip_w)?;
     let d = x.as_array().dim().1;
     let dims = Dims { d, k: n_groups, l: n_classes };
     let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
@@ -113,8 +112,8 @@ pub(super) fn sensitivities(
     clip_w: f64,
     relation: &str,
 ) -> PyResult<(f64, f64, f64)> {
-    let fairness = fairness_from(fairness, positive)?;
-    let protect = protect_from(protect, clip_loss, clip_theta, clip_w)?;
+    let fairness = Fairness::parse(fairness, positive)?;
+    let protect = Protect::parse(protect, clip_loss, clip_theta, clip_w)?;
     let inv = inv_sqrt_ps.as_slice()?;
     if n_groups < 2 || inv.len() % n_groups != 0 || inv.is_empty() {
         return Err(value_error("inv_sqrt_ps must hold blocks × n_groups entries with n_groups >= 2"));

@@ -4,14 +4,11 @@ use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{
-    check_finite_non_negative, check_state, fairness_from, gradients_dict, index_in, protect_from, sampling_from,
-    server_from, silo_from, state_vecs,
-};
+use super::convert::{check_state, gradients_dict, index_in, silo_from, state_vecs};
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
-use crate::psi::{BatchGradients, Dims, Fairness, PsiInputs};
-use crate::round::{self, Silo, SiloConfig, SiloKeys};
+use crate::psi::{BatchGradients, Dims, Fairness, Protect, PsiInputs};
+use crate::round::{self, ServerConfig, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
@@ -42,17 +39,11 @@ impl PySiloConfig {
         sigma_w: f64,
         send_psi: bool,
     ) -> PyResult<Self> {
-        check_finite_non_negative(&[("sigma_loss", sigma_loss), ("sigma_theta", sigma_theta), ("sigma_w", sigma_w)])?;
-        Ok(PySiloConfig {
-            inner: SiloConfig {
-                sampling: sampling_from(sampling, batch_size, sample_rate)?,
-                protect: protect_from(protect, clip_loss, clip_theta, clip_w)?,
-                sigma_loss,
-                sigma_theta,
-                sigma_w,
-                send_psi,
-            },
-        })
+        // The noise stds are checked before the names are parsed, so their error comes first.
+        SiloConfig::check_noise_stds(sigma_loss, sigma_theta, sigma_w)?;
+        let sampling = Sampling::parse(sampling, batch_size, sample_rate)?;
+        let protect = Protect::parse(protect, clip_loss, clip_theta, clip_w)?;
+        Ok(PySiloConfig { inner: SiloConfig::new(sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi)? })
     }
 
     fn __repr__(&self) -> String {
@@ -90,7 +81,7 @@ impl PySiloSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = fairness_from(fairness, positive)?;
+        let fairness = Fairness::parse(fairness, positive)?;
         if n_groups < 2 || n_classes < 2 {
             return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
         }
@@ -214,7 +205,7 @@ impl PySiloSet {
         for (j, c) in configs.iter().enumerate() {
             check_batch(&c.inner, self.silos[j].len(), j)?;
         }
-        let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
         let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
         let keys: Vec<SiloKeys> = batch_keys
             .iter()
@@ -265,7 +256,7 @@ pub(super) fn server_update<'py>(
 ) -> PyResult<(Bound<'py, numpy::PyArray1<f64>>, Bound<'py, numpy::PyArray1<f64>>)> {
     let mut th: Vec<f64> = theta.as_array().iter().copied().collect();
     let mut wv: Vec<f64> = w.as_array().iter().copied().collect();
-    let server = server_from(lam, lr_theta, lr_w, w_radius)?;
+    let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
     if messages.len() != weights.len() {
         return Err(value_error(format!("got {} messages but {} weights", messages.len(), weights.len())));
     }
