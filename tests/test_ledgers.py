@@ -199,3 +199,24 @@ def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(monkeypat
     assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
     with pytest.warns(PrivacyWarning, match="spent"):
         m.fit(f)  # a new run (not a resume) gets only what is left
+
+
+def test_a_warm_start_is_a_new_run_on_the_same_ledgers():
+    f = fed()
+    m = SteFFLe(epsilon=2.0, warm_start=True, **FAST).fit(f)
+    first_theta = m.theta_.copy()
+    spent = [ledger.epsilon_spent() for ledger in m.ledgers_]
+    with pytest.warns(PrivacyWarning, match="what is left"):
+        m.fit(f)
+    assert all(len(ledger.runs) == 2 for ledger in m.ledgers_)
+    assert all(b > a and b <= 2.0 for a, b in zip(spent, (ledger.epsilon_spent() for ledger in m.ledgers_)))
+    # It started from the previous model: with λ = 0 and no noise, one more epoch from θ₁ is not
+    # the same as one epoch from zero.
+    X, y, s, silos = data()
+    kw = dict(lam=0.0, epochs=1, batch_size=50, seed=0, track_history=False)
+    cold = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos)
+    warm = SteFFLe(warm_start=True, **kw).fit(X, y, sensitive_features=s, silos=silos)
+    twice = warm.fit(X, y, sensitive_features=s, silos=silos)
+    assert not np.array_equal(twice.theta_, cold.theta_)
+    assert np.linalg.norm(twice.theta_) > np.linalg.norm(cold.theta_)
+    assert not np.array_equal(first_theta, m.theta_)

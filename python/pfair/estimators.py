@@ -142,6 +142,8 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         training-set fairness) in ``history_`` of a private fit; outside the guarantee (warned).
     progress : show a progress bar over epochs.
     track_history : keep one row per epoch in ``history_``.
+    warm_start : start the next fit from this estimator's ``theta_`` and ``W_`` (a new run on the
+        silos' ledgers: it spends on top of what earlier fits spent, like any fit).
 
     Attributes
     ----------
@@ -189,6 +191,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         exact_diagnostics: bool = False,
         progress: bool = False,
         track_history: bool = True,
+        warm_start: bool = False,
     ) -> None:
         self.fairness = fairness
         self.lam = lam
@@ -220,6 +223,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.exact_diagnostics = exact_diagnostics
         self.progress = progress
         self.track_history = track_history
+        self.warm_start = warm_start
 
     def settings(self) -> SteFFLeSettings:
         """The validated, frozen settings of the next fit (every SteFFLe hyper-parameter, including
@@ -286,8 +290,11 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
             if resume and previous is None:
                 raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
             sim = Simulation(st, fed, ledgers=ledgers)
+            init = None
+            if st.warm_start and not resume and hasattr(self, "theta_") and hasattr(self, "W_"):
+                init = (self.theta_, self.W_)
             try:
-                state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress)
+                state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
             finally:
                 # An interrupted fit can be resumed from its last completed epoch.
                 self._run_state = sim.state if sim.state is not None else previous

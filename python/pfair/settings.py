@@ -92,6 +92,7 @@ class SteFFLeSettings:
     exact_diagnostics: bool = False
     progress: bool = False
     track_history: bool = True
+    warm_start: bool = False
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------------ derived

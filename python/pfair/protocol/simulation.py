@@ -150,11 +150,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ the run
     def run(self, *, resume: RunState | None = None, on_epoch: Callable[[int, np.ndarray, np.ndarray, dict], dict] | None = None,
-            progress: bool = False) -> RunState:
+            progress: bool = False, init: tuple[np.ndarray, np.ndarray] | None = None) -> RunState:
         """Train; returns the final :class:`RunState`. ``on_epoch(epoch, θ, W, info)`` returns the
         history row of an epoch (the estimator evaluates there). With ``resume`` (the state of an
         interrupted run on the same silos and ledgers) the run goes on where the ledgers say it
-        stopped, charging no round twice."""
+        stopped, charging no round twice. ``init = (θ, W)`` starts a new run from a previous model
+        (a warm start: a new run, charged on top of what the ledgers hold)."""
         st, fed = self.settings, self.fed
         d, k, l = self.dims
         R = self.rounds_per_epoch
@@ -165,6 +166,13 @@ class Simulation:
             plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
             theta = np.zeros((d + 1) * (l - 1))
             w = np.zeros(self.blocks * k * l)
+            if init is not None:
+                t0, w0 = (np.asarray(v, dtype=np.float64).ravel() for v in init)
+                if t0.shape != theta.shape or w0.shape != w.shape:
+                    raise ValueError(f"warm_start: the previous model has θ of {t0.size} and W of {w0.size} entries; "
+                                     f"this federation needs {theta.size} and {w.size} (same features, groups, "
+                                     "classes and fairness notion)")
+                theta, w = t0.copy(), w0.copy()
             state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
                              fingerprints=[s.fingerprint() for s in fed.silos], settings=st.as_dict())
         else:
