@@ -185,3 +185,40 @@ def test_ledger_rates_of_the_divisions_and_central_modes():
             again = epsilon_for(noise_multiplier=row["noise_multiplier"], sample_rate=row["sample_rate"],
                                 steps=int(row["steps"]), delta=row["delta"], sampling="public_batch")
             assert m.ledgers_[c].epsilon_spent() == pytest.approx(again, rel=1e-9) and again <= 1.0
+
+
+@pytest.mark.parametrize("mode,dummy", [("divisions", False), ("central_sensitive", False), ("hybrid", True),
+                                        ("hybrid", False)])
+def test_hybrid_parties_equal_the_fast_rounds(mode, dummy):
+    """Each hybrid mode run party by party (non-sensitive silos, sensitive silos with their own
+    keys and ledgers, the server) gives the fast in-process rounds' model bit for bit."""
+    import warnings
+
+    from pfair.exceptions import PrivacyWarning
+    from pfair.hybrid import HybridRunner
+    from pfair.federation import Federation
+
+    X, y, s, silos = data(900)
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    sens = np.arange(len(y)) % 3 if mode == "hybrid" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        st = SteFFLe(epsilon=2.0, mode=mode, dummy_noise=dummy, noise_seed=7, output="random", **{**FAST, "epochs": 3}
+                     ).settings()
+    fast = HybridRunner(st, fed, sens, ledgers="new")
+    slow = HybridRunner(st, fed, sens, ledgers="new")
+    a, b = fast.run(), slow.run(fast=False)
+    np.testing.assert_array_equal(a.theta, b.theta)
+    np.testing.assert_array_equal(a.w, b.w)
+    np.testing.assert_array_equal(a.snapshot[0], b.snapshot[0])
+    assert [x.epsilon_spent() for x in fast.ledgers] == [x.epsilon_spent() for x in slow.ledgers]
+
+
+def test_a_sensitive_silo_only_sums_its_own_records():
+    X, y, s, silos = data(300)
+    members = [np.flatnonzero(silos == j) for j in range(3)]
+    owner = np.arange(len(y)) % 2
+    hs = _core.HybridSet(X, y, s, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
+    args = (np.zeros(4), np.zeros(4), np.array([1.4, 1.6]))
+    with pytest.raises(ValueError, match="record 1 is not held by sensitive silo 0"):
+        hs.sensitive_step(0, *args, [np.array([0, 1])], clip_theta=1.0)

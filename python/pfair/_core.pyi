@@ -196,6 +196,33 @@ class HybridSet:
         round: int,
     ) -> Dict[str, Any]:
         """Keys: non_sensitive (list of dicts), sensitive (list of (u, v) or None), intersection, union_size."""
+    def non_sensitive_step(
+        self,
+        j: int,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        *,
+        batch_size: int,
+        clip_theta: float,
+        seed: int,
+        round: int,
+    ) -> Dict[str, Any]:
+        """The five parts (s-free ones filled), batch (universal ids), by_owner (ids per sensitive silo)."""
+    def sensitive_step(
+        self,
+        c: int,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        groups: Sequence[npt.NDArray[np.int64]],
+        *,
+        clip_theta: float,
+        sigma_theta: float = 0.0,
+        sigma_w: float = 0.0,
+        noise_key: Optional[NoiseKey] = None,
+        round: int = 0,
+    ) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]: ...
     def run_rounds(
         self,
         theta: npt.NDArray[np.float64],

@@ -228,8 +228,24 @@ class HybridRunner:
             ledger.bind(fingerprint(X[rows], y[rows], s[rows]))
         return out
 
-    def run(self, *, on_epoch: Any = None, progress: bool = False) -> Any:
-        """Train; returns a :class:`pfair.protocol.simulation.RunState`."""
+    def parties(self) -> tuple[list, list, Any]:
+        """The run as parties (:mod:`pfair.protocol.hybrid`): non-sensitive silos, sensitive silos
+        and the server, with this runner's plans, keys and ledgers."""
+        from pfair.protocol.hybrid import HybridServer, NonSensitiveParty, SensitiveParty
+
+        st = self.settings
+        ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, seed=st.seed)
+              for j in range(len(self.layout.members))]
+        sens = [SensitiveParty(c, self.hset, plan=plan, key=key, ledger=ledger, run_id=self.run_id,
+                               clip_theta=self.clip, dummy_noise=st.dummy_noise)
+                for c, (plan, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
+        k, l = self.fed.n_groups, self.fed.n_classes
+        server = HybridServer(lam=st.lam, lr_w=st.lr_w, w_radius=float(st.w_radius or math.inf), block_len=k * l)
+        return ns, sens, server
+
+    def run(self, *, on_epoch: Any = None, progress: bool = False, fast: bool = True) -> Any:
+        """Train; returns a :class:`pfair.protocol.simulation.RunState`. ``fast=False`` runs the
+        rounds party by party (:meth:`parties`); the result is the same bit for bit."""
         from pfair.protocol.simulation import RunState
 
         st = self.settings
@@ -244,13 +260,31 @@ class HybridRunner:
             from tqdm.auto import tqdm
 
             epochs = tqdm(epochs, desc="SteFFLe", unit="epoch")
+        parties = None if fast else self.parties()
         for epoch in epochs:
             start = epoch * R
+            lr = st.lr_at(epoch)
+            before = theta
+            if parties is not None:
+                ns, sens, server = parties
+                for r in range(start, start + R):
+                    replies = [party.step(theta, w, self.inv, r) for party in ns]
+                    msgs = [sp.step(theta, w, self.inv, r, [handoff[sp.c] for _, handoff in replies]) for sp in sens]
+                    theta, w = server.update(theta, w, [m for m, _ in replies], msgs, lr_theta=lr)
+                    if pick == r:
+                        state.snapshot = (theta.copy(), w.copy())
+                if not np.all(np.isfinite(theta)):
+                    raise FloatingPointError(f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam")
+                info = {"epoch": epoch + 1, "lr_theta": lr, "theta_norm": float(np.linalg.norm(theta)),
+                        "w_norm": float(np.linalg.norm(w)), "update_norm": float(np.linalg.norm(theta - before))}
+                row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
+                if row is not None:
+                    state.history.append(row)
+                state.epochs_done, state.theta, state.w = epoch + 1, theta, w
+                continue
             for ledger, plan in zip(self.ledgers, self.plans):
                 if ledger is not None and 0 < plan.noise_multiplier < math.inf:
                     ledger.charge_rounds(self.run_id, start, R)
-            lr = st.lr_at(epoch)
-            before = theta
 
             def rounds(count: int) -> dict[str, Any]:
                 return self.hset.run_rounds(

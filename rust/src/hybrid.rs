@@ -105,9 +105,88 @@ pub fn sensitive_stream_id(n_public: usize, c: usize) -> u64 {
     (n_public + c) as u64
 }
 
+/// Universal ids of non-sensitive silo `j`'s batch in `round`, drawn from the public `seed`
+/// (the exact s-free parts reveal the batch anyway).
+pub fn non_sensitive_batch(layout: &HybridLayout, j: usize, batch_size: usize, seed: u64, round: u64) -> Vec<usize> {
+    let members = &layout.members[j];
+    let m = batch_size.min(members.len());
+    let local = Sampling::WithoutReplacement { m }.draw(&mut stream(seed, j as u64, round, Purpose::Batch), members.len());
+    local.iter().map(|&i| members[i]).collect()
+}
+
+/// A batch's ids grouped by the sensitive silo that holds their `s` (in batch order).
+pub fn split_by_owner(layout: &HybridLayout, batch: &[usize]) -> Vec<Vec<usize>> {
+    let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); layout.n_sensitive];
+    for &i in batch {
+        by_owner[layout.owner[i] as usize].push(i);
+    }
+    by_owner
+}
+
+/// Sums (denominator 1) of every part over the records `ids`.
+fn owner_parts(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, ids: &[usize]) -> BatchGradients {
+    let protect = Protect::Attribute { clip_theta };
+    match &layout.x {
+        Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
+        Features::Sparse(csr) => batch_gradients(csr, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
+    }
+}
+
+/// Adds sensitive silo `c`'s noise to its sums, from `key`'s stream `(n_public + c, round)`: first
+/// `u` (std `sigma_theta`), then `v` (std `sigma_w`).
+#[allow(clippy::too_many_arguments)]
+pub fn noise_sensitive_sums(u: &mut [f64], v: &mut [f64], sigma_theta: f64, sigma_w: f64, key: &NoiseKey, n_public: usize, c: usize, round: u64) {
+    let mut rng = key.stream(sensitive_stream_id(n_public, c), round, Purpose::Noise);
+    add_gaussian(&mut rng, u, sigma_theta);
+    add_gaussian(&mut rng, v, sigma_w);
+}
+
+/// Non-sensitive silo's message: the s-free parts, means over its batch of size `m`, given its
+/// batch grouped by owner ([`split_by_owner`]). The same arithmetic as [`hybrid_messages`].
+#[allow(clippy::too_many_arguments)]
+pub fn non_sensitive_message(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, by_owner: &[Vec<usize>], m: usize) -> BatchGradients {
+    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
+    let mut msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
+    let inv_m = 1.0 / m as f64;
+    for ids in by_owner.iter().filter(|ids| !ids.is_empty()) {
+        let part = owner_parts(layout, dims, theta, psi, clip_theta, ids);
+        for t in 0..t_len {
+            msg.loss_grad[t] += part.loss_grad[t] * inv_m;
+            msg.psi_theta_sfree[t] += part.psi_theta_sfree[t] * inv_m;
+        }
+        for t in 0..w_len {
+            msg.psi_w_sfree[t] += part.psi_w_sfree[t] * inv_m;
+        }
+        msg.loss += part.loss * inv_m;
+        msg.psi += part.psi * inv_m;
+    }
+    msg
+}
+
+/// Sensitive silo's exact sums `(Σ clip(b_i), Σ c_i)` over its records in the round's batches:
+/// `groups[j]` lists them in non-sensitive silo `j`'s batch. The same arithmetic as
+/// [`hybrid_messages`]. Returns the sums and how many records they cover.
+pub fn sensitive_sums(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, groups: &[Vec<usize>]) -> (Vec<f64>, Vec<f64>, usize) {
+    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
+    let (mut u, mut v, mut count) = (vec![0.0; t_len], vec![0.0; w_len], 0);
+    for ids in groups.iter().filter(|ids| !ids.is_empty()) {
+        let part = owner_parts(layout, dims, theta, psi, clip_theta, ids);
+        for t in 0..t_len {
+            u[t] += part.psi_theta[t];
+        }
+        for t in 0..w_len {
+            v[t] += part.psi_w[t];
+        }
+        count += ids.len();
+    }
+    (u, v, count)
+}
+
 /// One round of messages (see the module docs). The non-sensitive silos' batches come from the
 /// public `seed` (the exact s-free parts reveal them anyway); the sensitive silos' noise from
-/// `noise.keys`.
+/// `noise.keys`. Each (non-sensitive silo, owner) group's parts are computed once and feed both
+/// the s-free message and the owner's sums; [`non_sensitive_message`] and [`sensitive_sums`] are
+/// the same computation split by party.
 pub fn hybrid_messages(
     layout: &HybridLayout,
     dims: Dims,
@@ -117,31 +196,22 @@ pub fn hybrid_messages(
     seed: u64,
     round: u64,
 ) -> HybridMessages {
-    let protect = Protect::Attribute { clip_theta: noise.clip_theta };
     let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
     let mut sums: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![0.0; t_len], vec![0.0; w_len]); layout.n_sensitive];
     let mut counts = vec![0usize; layout.n_sensitive];
     let mut non_sensitive = Vec::with_capacity(layout.members.len());
     let mut union_size = 0;
-    for (j, members) in layout.members.iter().enumerate() {
-        let m = noise.batch_size.min(members.len());
-        let local = Sampling::WithoutReplacement { m }.draw(&mut stream(seed, j as u64, round, Purpose::Batch), members.len());
-        let batch: Vec<usize> = local.iter().map(|&i| members[i]).collect();
+    for j in 0..layout.members.len() {
+        let m = noise.batch_size.min(layout.members[j].len());
+        let batch = non_sensitive_batch(layout, j, noise.batch_size, seed, round);
         union_size += batch.len();
-        // Split the batch by sensitive owner; sums (denominator 1) of every part per owner.
-        let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); layout.n_sensitive];
-        for &i in &batch {
-            by_owner[layout.owner[i] as usize].push(i);
-        }
+        let by_owner = split_by_owner(layout, &batch);
         let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
         for (c, ids) in by_owner.iter().enumerate() {
             if ids.is_empty() {
                 continue;
             }
-            let part = match &layout.x {
-                Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
-                Features::Sparse(csr) => batch_gradients(csr, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
-            };
+            let part = owner_parts(layout, dims, theta, psi, noise.clip_theta, ids);
             let inv_m = 1.0 / m as f64;
             for t in 0..t_len {
                 pub_msg.loss_grad[t] += part.loss_grad[t] * inv_m;
@@ -166,9 +236,7 @@ pub fn hybrid_messages(
             if counts[c] == 0 && !noise.dummy_noise {
                 return None;
             }
-            let mut rng = noise.keys[c].stream(sensitive_stream_id(n_public, c), round, Purpose::Noise);
-            add_gaussian(&mut rng, &mut u, noise.sigma_theta[c]);
-            add_gaussian(&mut rng, &mut v, noise.sigma_w[c]);
+            noise_sensitive_sums(&mut u, &mut v, noise.sigma_theta[c], noise.sigma_w[c], &noise.keys[c], n_public, c, round);
             Some((u, v))
         })
         .collect();
@@ -368,6 +436,31 @@ mod tests {
         assert_eq!(new(0, 0.0, vec![-1.0; 2], vec![0.0; 2], 1), count);
         assert_eq!(new(0, 0.0, vec![-1.0; 2], vec![0.0; 2], 2), "noise stds must be finite and >= 0");
         assert_eq!(new(0, 0.0, vec![0.0; 2], vec![0.0; 2], 2), "clip_theta must be > 0 (inf for no clipping)");
+    }
+
+    #[test]
+    fn the_per_party_split_equals_the_round() {
+        let lay = layout(120, 3, 4);
+        let w = vec![0.2, -0.1, 0.3, 0.0];
+        let inv = [1.2, 1.6];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let theta = vec![0.1, 0.2, 0.0];
+        let key = NoiseKey::from_entropy().unwrap();
+        let noise = HybridNoise { batch_size: 6, clip_theta: 0.5, sigma_theta: vec![0.3; 4], sigma_w: vec![0.7; 4], dummy_noise: true, keys: vec![key; 4] };
+        let whole = hybrid_messages(&lay, DIMS, &theta, psi, &noise, 5, 2);
+        let batches: Vec<Vec<usize>> = (0..3).map(|j| non_sensitive_batch(&lay, j, 6, 5, 2)).collect();
+        let split: Vec<Vec<Vec<usize>>> = batches.iter().map(|b| split_by_owner(&lay, b)).collect();
+        for j in 0..3 {
+            let msg = non_sensitive_message(&lay, DIMS, &theta, psi, 0.5, &split[j], 6);
+            assert_eq!(msg, whole.non_sensitive[j]);
+        }
+        for c in 0..4 {
+            let groups: Vec<Vec<usize>> = split.iter().map(|g| g[c].clone()).collect();
+            let (mut u, mut v, count) = sensitive_sums(&lay, DIMS, &theta, psi, 0.5, &groups);
+            assert_eq!(count, whole.intersection[c]);
+            noise_sensitive_sums(&mut u, &mut v, 0.3, 0.7, &noise.keys[c], 3, c, 2);
+            assert_eq!(Some((u, v)), whole.sensitive[c]);
+        }
     }
 
     #[test]

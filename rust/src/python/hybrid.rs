@@ -127,6 +127,109 @@ impl PyHybridSet {
         Ok(d)
     }
 
+    /// Non-sensitive silo `j`'s side of a round: its batch (universal ids, from the public
+    /// `seed`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
+    /// its s-free message (means over its batch).
+    #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, seed, round))]
+    #[allow(clippy::too_many_arguments)]
+    fn non_sensitive_step<'py>(
+        &self,
+        py: Python<'py>,
+        j: usize,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        batch_size: usize,
+        clip_theta: f64,
+        seed: u64,
+        round: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let n_public = self.layout.members.len();
+        if j >= n_public {
+            return Err(value_error(format!("non-sensitive silo {j} out of range 0..{n_public}")));
+        }
+        let len_j = self.layout.members[j].len();
+        if batch_size == 0 || batch_size > len_j {
+            return Err(value_error(format!("batch_size={batch_size} must be in 1..={len_j} (non-sensitive silo {j})")));
+        }
+        if !crate::config::is_positive(clip_theta) {
+            return Err(value_error("clip_theta must be > 0 (inf for no clipping)"));
+        }
+        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
+        let (batch, by_owner, msg) = py.allow_threads(|| {
+            let batch = hybrid::non_sensitive_batch(layout, j, batch_size, seed, round);
+            let by_owner = hybrid::split_by_owner(layout, &batch);
+            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
+            let msg = hybrid::non_sensitive_message(layout, dims, &th, psi, clip_theta, &by_owner, batch_size.min(len_j));
+            (batch, by_owner, msg)
+        });
+        let d = gradients_dict(py, msg)?;
+        let ids = |v: Vec<usize>| v.into_iter().map(|i| i as i64).collect::<Vec<_>>();
+        d.set_item("batch", ids(batch).into_pyarray(py))?;
+        let groups: Vec<Bound<'py, PyArray1<i64>>> = by_owner.into_iter().map(|g| ids(g).into_pyarray(py)).collect();
+        d.set_item("by_owner", groups)?;
+        Ok(d)
+    }
+
+    /// Sensitive silo `c`'s side of a round: the exact sums `(Σ clip(b_i), Σ c_i)` over its
+    /// records `groups[j]` in each non-sensitive silo's batch (every id must be one of its own),
+    /// plus the round's noise from its `noise_key` when `sigma_theta`/`sigma_w` are given.
+    /// Returns `(u, v, count)`.
+    #[pyo3(signature = (c, theta, w, inv_sqrt_ps, groups, *, clip_theta, sigma_theta=0.0, sigma_w=0.0,
+                        noise_key=None, round=0))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn sensitive_step<'py>(
+        &self,
+        py: Python<'py>,
+        c: usize,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        groups: Vec<PyReadonlyArray1<'py, i64>>,
+        clip_theta: f64,
+        sigma_theta: f64,
+        sigma_w: f64,
+        noise_key: Option<PyNoiseKey>,
+        round: u64,
+    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, usize)> {
+        let n_s = self.layout.n_sensitive;
+        if c >= n_s {
+            return Err(value_error(format!("sensitive silo {c} out of range 0..{n_s}")));
+        }
+        if !crate::config::is_positive(clip_theta) {
+            return Err(value_error("clip_theta must be > 0 (inf for no clipping)"));
+        }
+        crate::config::check_finite_non_negative(&[("sigma_theta", sigma_theta), ("sigma_w", sigma_w)])
+            .map_err(|e| value_error(e.to_string()))?;
+        let n = self.layout.owner.len();
+        let mut ids = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let mut v = Vec::with_capacity(g.len()?);
+            for &i in g.as_array().iter() {
+                if i < 0 || i as usize >= n || self.layout.owner[i as usize] as usize != c {
+                    return Err(value_error(format!("record {i} is not held by sensitive silo {c}")));
+                }
+                v.push(i as usize);
+            }
+            ids.push(v);
+        }
+        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (layout, dims, fairness, n_public) = (&self.layout, self.dims, self.fairness, self.layout.members.len());
+        let key = noise_key.map(|k| k.inner);
+        let (u, v, count) = py.allow_threads(|| {
+            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
+            let (mut u, mut v, count) = hybrid::sensitive_sums(layout, dims, &th, psi, clip_theta, &ids);
+            if let Some(key) = &key {
+                hybrid::noise_sensitive_sums(&mut u, &mut v, sigma_theta, sigma_w, key, n_public, c, round);
+            }
+            (u, v, count)
+        });
+        Ok((u.into_pyarray(py), v.into_pyarray(py), count))
+    }
+
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
                         dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
