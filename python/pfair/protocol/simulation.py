@@ -122,9 +122,14 @@ class Simulation:
         self.state: RunState | None = None
         self.plans: list = []
         self.ledgers = resolve_ledgers(st, fed, ledgers)
-        self.silo_set = _core.SiloSet([(s.X, s.y, s.s) for s in fed.silos], n_groups=k, n_classes=l,
-                                      fairness=st.fairness, positive=st.positive_class)
+        # The linear model's kernel holds the silos' data in Rust; another provider holds its own.
+        self.silo_set = (_core.SiloSet([(s.X, s.y, s.s) for s in fed.silos], n_groups=k, n_classes=l,
+                                       fairness=st.fairness, positive=st.positive_class)
+                         if provider_factory is None else None)
         self.fast = fast and provider_factory is None
+        #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise
+        #: (a provider other than the linear one must then be given ``init``).
+        self.theta_len = (d + 1) * (l - 1)
         self.parties = []
         for j, silo in enumerate(fed.silos):
             cfg = silo_config(st, len(silo), None)
@@ -132,6 +137,9 @@ class Simulation:
                         else LinearProvider(self.silo_set, j, cfg))
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l))
+        n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
+        if n_params is not None:
+            self.theta_len = int(n_params)
 
     # ------------------------------------------------------------------ the p_s round
     def group_proportions(self) -> np.ndarray:
@@ -164,7 +172,7 @@ class Simulation:
                 warn_if_spent(party.silo_id, party.ledger)
             proportions = self.group_proportions()
             plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
-            theta = np.zeros((d + 1) * (l - 1))
+            theta = np.zeros(self.theta_len)
             w = np.zeros(self.blocks * k * l)
             if init is not None:
                 t0, w0 = (np.asarray(v, dtype=np.float64).ravel() for v in init)
@@ -189,7 +197,7 @@ class Simulation:
         inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
         sizes = np.asarray(fed.sizes, dtype=np.float64)
         weights = np.full(fed.n_silos, 1.0 / fed.n_silos) if st.silo_weights == "uniform" else sizes / sizes.sum()
-        limits = [reply_limits(theta_len=(d + 1) * (l - 1), w_len=self.blocks * k * l, settings=st, plan=plan,
+        limits = [reply_limits(theta_len=state.theta.size, w_len=self.blocks * k * l, settings=st, plan=plan,
                                inv_sqrt_ps=inv) for plan in plans]
         server = ServerParty(settings=st, weights=weights, limits=limits, block_len=k * l, rounds_per_epoch=R)
         self.server = server
