@@ -11,8 +11,9 @@ features, labels and groups), serialises to a plain dict or a JSON file (:meth:`
 :meth:`load`; with a ``path`` every charge is written through atomically), and keeps
 
 * ``runs``: each training run's mechanism and the next round it may answer, so a round is charged
-  exactly once (a second request for it raises :class:`ReplayRefused`) and a resumed run goes on
-  where the ledger says it stopped, without charging again;
+  at most once (a second request for it raises :class:`ReplayRefused`; a silo that was down skips
+  the rounds it missed) and a resumed run goes on where the ledger says it stopped, without
+  charging again;
 * ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
   for free (post-processing) instead of paying for them again.
 
@@ -228,11 +229,12 @@ class PrivacyLedger:
         return int(self.runs.get(run_id, {}).get("next_round", 0))
 
     def charge_rounds(self, run_id: str, first_round: int, count: int = 1) -> float:
-        """Charge rounds ``first_round .. first_round + count`` of a registered run, in order.
+        """Charge rounds ``first_round .. first_round + count`` of a registered run.
 
-        Raises :class:`ReplayRefused` if any of them was answered already (or a round is skipped),
-        :class:`PrivacyBudgetExceeded` if they do not fit the budget; nothing is recorded then.
-        Returns the new ε spent."""
+        Rounds are answered at most once and in increasing order: a silo that missed rounds (it
+        was down) may skip them, and can never answer them later. Raises :class:`ReplayRefused`
+        for a round at or before one already answered, :class:`PrivacyBudgetExceeded` past the
+        plan or the budget; nothing is recorded then. Returns the new ε spent."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
@@ -240,22 +242,21 @@ class PrivacyLedger:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         nxt = run["next_round"]
-        if first_round != nxt:
-            what = "was already answered" if first_round < nxt else f"skips rounds {nxt}..{first_round - 1}"
+        if first_round < nxt:
             raise ReplayRefused(
-                f"{self._who()}: round {first_round} of run {run_id!r} {what}; the ledger answers each round "
-                f"once and in order (next: round {nxt})"
+                f"{self._who()}: round {first_round} of run {run_id!r} was already answered (or skipped); the "
+                f"ledger answers each round at most once, in increasing order (next possible: round {nxt})"
             )
-        if nxt + count > run["planned_steps"]:
+        if first_round + count > run["planned_steps"]:
             raise PrivacyBudgetExceeded(
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
-                f"{nxt}..{nxt + count - 1} go past that plan, which its noise was not calibrated for"
+                f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
         event = MechanismEvent(name="steffle_rounds", sampling=run["sampling"], sample_rate=run["sample_rate"],
                                noise_multiplier=run["noise_multiplier"], steps=count)
         steps, total, after = self._admit(event)
         self._record(event, steps, total)
-        run["next_round"] = nxt + count
+        run["next_round"] = first_round + count
         self._write_through()
         return after
 
