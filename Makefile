@@ -14,7 +14,8 @@ install: $(VENV)/bin/activate
 	$(PIP) install --quiet .
 
 install-test: $(VENV)/bin/activate
-	$(PIP) install --quiet -e '.[test]'
+	@echo "installing pfair with the test, torch and flower extras (builds the Rust extension; torch is ~5 GB)"
+	$(PIP) install --quiet -e '.[test,torch,flower]'
 	# opacus is used only for its pure-NumPy RDP analysis (tests/test_accounting.py loads that file);
 	# --no-deps keeps its multi-GB torch dependency out of the test environment.
 	$(PIP) install --quiet --no-deps 'opacus>=1.4'

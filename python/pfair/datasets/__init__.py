@@ -28,6 +28,7 @@ from .compas import compas_frame, load_compas
 from .credit_card import credit_card_frame, load_credit_card
 from .german import german_frame, load_german
 from .law_school import law_school_frame, load_law_school
+from .shards import read_shard, write_shard
 
 LOADERS: Dict[str, Callable[..., Dataset]] = {
     "adult": load_adult,
@@ -98,5 +99,7 @@ __all__ = [
     "load_frame",
     "load_german",
     "load_law_school",
+    "read_shard",
+    "write_shard",
     "make_synthetic",
 ]

@@ -1,0 +1,31 @@
+"""Silos as real parties on Flower (``pip install pfair[flower]``; flwr 1.41, Python ≥ 3.11).
+
+* :mod:`pfair.flower.client_app` — a Flower ClientApp that is one silo
+  (:class:`pfair.flower.node.SiloNode`): its own shard, its own entropy, its own persistent ledger.
+* :mod:`pfair.flower.server_app` — a ServerApp whose :class:`SteFFLeStrategy` runs the p_s round,
+  the noise-plan round and the descent–ascent rounds with the same server update as the
+  simulation, validating every reply.
+* :mod:`pfair.flower.deploy` — a loopback deployment on 127.0.0.1 (``pfair deploy local``) and the
+  commands for separate machines (``docs/deploy.md``).
+
+Flower never tries the network from pfair: every component pfair starts gets
+``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_UPDATE_CHECK=1``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+              "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+
+
+def require_flwr() -> None:
+    """Import check with the fix in the message."""
+    try:
+        import flwr  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("pfair.flower needs Flower: pip install 'pfair[flower]' (flwr 1.41, Python >= 3.11)") from exc

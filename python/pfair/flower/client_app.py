@@ -1,0 +1,80 @@
+"""The Flower ClientApp: one silo (:class:`pfair.flower.node.SiloNode`).
+
+Every message is handled in a fresh process by Flower; the silo's state that must persist (its
+ledger and its run's noise plan) lives in its ``state-dir``, never in the run config. Its noise
+keys come from its own OS entropy for every message (or its own ``noise-seed`` node config, for
+reproducing a simulation). Message types:
+
+``query.hello``  the p_s round: size, and the DP histogram of s when the run uses ``p_s="dp"``
+``query.plan``   calibrate the noise for the run from the released proportions; reply the plan
+``train``        one SteFFLe round: exactly the parts of a :class:`~pfair.protocol.SiloMessage`
+``evaluate``     metrics of θ on the local test shard, if the node has one
+``query.report`` the ledger's public summary (budget, ε spent, runs)
+
+A refusal (budget spent, a round asked twice, a run asking more ε than the silo's budget) is an
+exception, which Flower returns to the server as an error reply.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from pfair.flower import codec
+from pfair.flower.node import SiloNode, settings_from_run_config
+
+app = ClientApp()
+
+
+def _node(msg: Message, context: Context) -> tuple[SiloNode, ConfigRecord]:
+    cfg = msg.content["config"]
+    node = SiloNode(context.node_config, n_groups=int(cfg["n-groups"]), n_classes=int(cfg["n-classes"]))
+    return node, cfg
+
+
+def _settings(cfg: ConfigRecord):
+    return settings_from_run_config({"settings": cfg["settings"]})
+
+
+@app.query("hello")
+def hello(msg: Message, context: Context) -> Message:
+    node, cfg = _node(msg, context)
+    out = node.hello(_settings(cfg))
+    content = RecordDict({"meta": codec.config(silo=node.silo_id, n_records=out["n_records"],
+                                               n_features=out["n_features"])})
+    if "histogram" in out:
+        content["arrays"] = codec.arrays(histogram=out["histogram"])
+    return Message(content, reply_to=msg)
+
+
+@app.query("plan")
+def plan(msg: Message, context: Context) -> Message:
+    node, cfg = _node(msg, context)
+    proportions = codec.read_arrays(msg.content["arrays"])["proportions"]
+    result = node.plan(_settings(cfg), proportions, int(cfg["total-rounds"]), str(cfg["run-id"]))
+    return Message(RecordDict({"meta": codec.config(silo=node.silo_id, plan=json.dumps(result))}), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    node, cfg = _node(msg, context)
+    state = codec.read_arrays(msg.content["arrays"])
+    reply = node.train(_settings(cfg), str(cfg["run-id"]), int(cfg["round"]), state["theta"], state["w"])
+    return Message(codec.silo_message_content(reply), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    node, _ = _node(msg, context)
+    theta = codec.read_arrays(msg.content["arrays"])["theta"]
+    return Message(RecordDict({"metrics": codec.metrics(node.evaluate(np.asarray(theta)))}), reply_to=msg)
+
+
+@app.query("report")
+def report(msg: Message, context: Context) -> Message:
+    node, _ = _node(msg, context)
+    return Message(RecordDict({"meta": codec.config(silo=node.silo_id, report=json.dumps(node.report()))}),
+                   reply_to=msg)

@@ -1,0 +1,289 @@
+"""A loopback Flower deployment: one SuperLink and N SuperNodes on 127.0.0.1, and the run.
+
+:class:`LoopbackDeployment` starts every component in its own process group with free ports, a
+fresh ``FLWR_HOME`` and ``FLWR_TELEMETRY_ENABLED=0``, ``FLWR_DISABLE_UPDATE_CHECK=1``,
+``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` (nothing may try the network), runs the pfair
+app with ``flwr run``, and always tears the groups down (also the processes Flower starts in
+sessions of their own). :func:`deploy_local` is ``pfair deploy local``: it partitions a bundled
+data set into per-silo shards and runs the whole deployment. See ``docs/deploy.md`` for the same
+parties on separate machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from pfair.flower import FLOWER_ENV
+
+APP_PYPROJECT = """\
+[project]
+name = "pfair-steffle"
+version = "1.0.0"
+description = "SteFFLe (pfair) on Flower: the app runs pfair.flower from the installed pfair package"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "pfair"
+
+[tool.flwr.app.components]
+serverapp = "pfair.flower.server_app:app"
+clientapp = "pfair.flower.client_app:app"
+
+[tool.flwr.app.config]
+settings = "{}"
+n-silos = 3
+n-groups = 2
+n-classes = 2
+out = ""
+wait-timeout = 120.0
+round-timeout = 120.0
+evaluate = true
+"""
+
+
+def write_app(directory: str | os.PathLike) -> Path:
+    """The Flower app directory (a ``pyproject.toml`` pointing at :mod:`pfair.flower`)."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "pyproject.toml").write_text(APP_PYPROJECT)
+    return path
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def descendants(pids: Sequence[int]) -> set[int]:
+    """Every descendant process of ``pids`` (Linux ``/proc``)."""
+    kids, out, stack = _children(), set(), list(pids)
+    while stack:
+        for c in kids.get(stack.pop(), []):
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+class LoopbackDeployment:
+    """SuperLink + SuperNodes on 127.0.0.1 (use as a context manager: teardown always runs)."""
+
+    def __init__(self, workdir: str | os.PathLike | None = None, *, fast_poll: bool = True) -> None:
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="pfair-flower-"))
+        self.home = self.workdir / "flwr_home"
+        self.logs = self.workdir / "logs"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.link_port = free_ports(1)[0]
+        bindir = str(Path(sys.executable).parent)
+        env = dict(os.environ)
+        env.update(FLOWER_ENV, FLWR_HOME=str(self.home), PYTHONUNBUFFERED="1",
+                   PATH=bindir + os.pathsep + env.get("PATH", ""))
+        if fast_poll:
+            env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
+        self.env = env
+        self.bindir = Path(bindir)
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "loop"\n\n'
+            f'[superlink.loop]\naddress = "127.0.0.1:{self.link_port}"\ninsecure = true\n')
+
+    def __enter__(self) -> "LoopbackDeployment":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.teardown()
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.workdir)
+        self.procs[name] = proc
+        return proc
+
+    def start_superlink(self, timeout: float = 30.0) -> float:
+        """Start the SuperLink; returns the seconds until it answers ``/health``."""
+        t0 = time.monotonic()
+        self._spawn("superlink", [str(self.bindir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                                  "--port", str(self.link_port), "--disable-runtime-dependency-installation"])
+        url = f"http://127.0.0.1:{self.link_port}/health"
+        while time.monotonic() - t0 < timeout:
+            if self.procs["superlink"].poll() is not None:
+                raise RuntimeError(f"the SuperLink exited ({self.procs['superlink'].returncode}); see {self.logs}")
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"the SuperLink did not answer within {timeout} s; see {self.logs}")
+
+    def start_supernode(self, name: str, node_config: Mapping[str, Any]) -> subprocess.Popen:
+        """Start a SuperNode with its own ``--node-config`` (its silo's private settings)."""
+        port = free_ports(1)[0]
+        cfg = " ".join(f"{k}={_toml(v)}" for k, v in node_config.items())
+        return self._spawn(name, [str(self.bindir / "flower-supernode"), "--insecure", "--superlink",
+                                  f"127.0.0.1:{self.link_port}", "--host", "127.0.0.1", "--port", str(port),
+                                  "--node-config", cfg])
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a component and everything it started."""
+        proc = self.procs[name]
+        for pid in descendants([proc.pid]) | {proc.pid}:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def run_app(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any], *, timeout: float,
+                background: bool = False) -> subprocess.Popen | subprocess.CompletedProcess:
+        """``flwr run APP loop --stream --run-config ...``; bounded by ``timeout`` (or started in
+        the background, for fault injection)."""
+        cfg = " ".join(f"{k}={_toml(v)}" for k, v in run_config.items())
+        cmd = [str(self.bindir / "flwr"), "run", str(app_dir), "loop", "--stream", "--run-config", cfg]
+        proc = self._spawn("flwr-run", cmd)
+        if background:
+            return proc
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill("flwr-run")
+            raise TimeoutError(f"the run did not finish within {timeout:g} s; logs in {self.logs}") from None
+        return subprocess.CompletedProcess(cmd, proc.returncode)
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def teardown(self, grace: float = 5.0) -> None:
+        """Terminate every process group this deployment started (and strays), then kill."""
+        roots = [p.pid for p in self.procs.values()]
+        strays = descendants(roots)
+        groups = set(roots)
+        for pid in strays:
+            try:
+                groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                pass
+        groups.discard(os.getpgid(0))
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
+            for g in groups:
+                try:
+                    os.killpg(g, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if all(p.poll() is not None for p in self.procs.values()) and not any(_alive(d) for d in strays):
+                    return
+                time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _toml(value: Any) -> str:
+    """A value as Flower's ``key=value`` config syntax (TOML)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return "'" + text + "'" if "'" not in str(value) else json.dumps(str(value))
+
+
+def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | None = None, fmt: str = "csv"
+                     ) -> list[dict[str, Any]]:
+    """One shard per silo (and, with ``test=(X, y, s)``, a share of the test set per silo) under
+    ``directory``; returns each silo's node config (without its budget)."""
+    import numpy as np
+
+    from pfair.datasets.shards import write_shard
+
+    root = Path(directory)
+    configs = []
+    tests = None
+    if test is not None:
+        X, y, s = test
+        parts = np.array_split(np.arange(len(y)), fed.n_silos)
+        tests = [(X[p], y[p], s[p]) for p in parts]
+    for j, silo in enumerate(fed.silos):
+        sdir = root / f"silo{j}"
+        data = write_shard(sdir / f"train.{fmt}", silo.X, silo.y, silo.s, fed.feature_names)
+        cfg = {"silo-id": j, "data-path": str(data), "state-dir": str(sdir / "state")}
+        if tests is not None:
+            cfg["test-path"] = str(write_shard(sdir / f"test.{fmt}", *tests[j], fed.feature_names))
+        configs.append(cfg)
+    return configs
+
+
+def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, n_groups: int, n_classes: int,
+                   workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
+                   wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True) -> dict[str, Any]:
+    """Start a loopback deployment with one SuperNode per node config, run SteFFLe with
+    ``settings`` (a :class:`~pfair.settings.SteFFLeSettings`), tear everything down, and return the
+    ServerApp's result (θ, W, the silos' plans and ε spent, events, timings)."""
+    import numpy as np
+
+    with LoopbackDeployment(workdir) as dep:
+        t0 = time.monotonic()
+        t_link = dep.start_superlink()
+        for j, cfg in enumerate(node_configs):
+            dep.start_supernode(f"supernode{j}", cfg)
+        app = write_app(dep.workdir / "app")
+        out = dep.workdir / "result.json"
+        p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
+        run_config = {"settings": json.dumps(settings.as_dict() | {"p_s": p_s}), "n-silos": len(node_configs),
+                      "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
+                      "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout),
+                      "evaluate": bool(evaluate)}
+        done = dep.run_app(app, run_config, timeout=timeout)
+        if not out.exists():
+            raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"
+                               + dep.log("flwr-run")[-4000:])
+        result = json.loads(out.read_text())
+        result["timing"]["superlink_s"] = t_link
+        result["timing"]["total_s"] = time.monotonic() - t0
+        result["workdir"] = str(dep.workdir)
+        return result

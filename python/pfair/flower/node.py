@@ -1,0 +1,194 @@
+"""One silo of a deployment, independent of the transport: what a Flower ClientApp runs.
+
+A :class:`SiloNode` is configured by its own **node config** (set by the hospital that runs it,
+never by the server):
+
+``data-path``
+    its shard (:func:`pfair.datasets.read_shard`, CSV or Parquet);
+``state-dir``
+    where its ledger (``ledger.json``) and its current run's noise plan live, so that both
+    survive the SuperNode starting a fresh process per message, restarts and rejoins;
+``silo-id``
+    its index in the federation (part of every stream's derivation and of its messages);
+``epsilon``, ``delta``
+    its own budget over all runs (the server's run config may ask for at most this);
+``test-path``
+    optional local test shard for evaluate messages;
+``noise-seed``
+    optional, for reproducing a simulation only (the guarantee then does not hold against anyone
+    who knows it). Without it, every message draws fresh noise keys from the OS.
+
+The **run config** (public, from the server) carries the SteFFLe settings; the node takes
+``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
+before releasing anything, and writes it back (atomically).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from pfair import _core
+from pfair.exceptions import LedgerMismatch
+from pfair.privacy.calibration import SiloNoise
+from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
+from pfair.protocol.messages import SiloMessage
+from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
+from pfair.providers.linear import LinearProvider
+from pfair.settings import SteFFLeSettings
+
+LEDGER_FILE = "ledger.json"
+PLAN_FILE = "plan.json"
+
+
+def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
+    """SteFFLe settings from a run config's ``settings`` entry (a JSON object); ``noise_seed``
+    is ignored there: a node's noise is its own business."""
+    raw = run_config.get("settings")
+    if raw is None:
+        raise ValueError("the run config has no 'settings' entry (a JSON object of SteFFLe settings)")
+    params = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    params["noise_seed"] = None
+    defaults = SteFFLeSettings().as_dict()
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown SteFFLe settings in the run config: {unknown}")
+    import warnings
+
+    from pfair.exceptions import PrivacyWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
+        return SteFFLeSettings.from_params({**defaults, **params})
+
+
+class SiloNode:
+    """One deployed silo (see the module docstring)."""
+
+    def __init__(self, node_config: Mapping[str, Any], *, n_groups: int, n_classes: int) -> None:
+        def need(key: str) -> Any:
+            if key not in node_config:
+                raise ValueError(f"node config has no {key!r}; set it with --node-config \"{key}=...\"")
+            return node_config[key]
+
+        self.data_path = Path(str(need("data-path")))
+        self.state_dir = Path(str(need("state-dir")))
+        self.silo_id = int(need("silo-id"))
+        self.budget = float(need("epsilon"))
+        self.delta = float(node_config["delta"]) if "delta" in node_config else None
+        self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
+        self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
+        self.n_groups, self.n_classes = int(n_groups), int(n_classes)
+        from pfair.datasets.shards import read_shard
+
+        self.X, self.y, self.s, self.feature_names = read_shard(self.data_path, n_groups=n_groups, n_classes=n_classes)
+        self.n_records = int(self.y.shape[0])
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ state on disk
+    def ledger(self) -> PrivacyLedger:
+        """This silo's persistent ledger (created with its own budget on first use)."""
+        path = self.state_dir / LEDGER_FILE
+        if path.exists():
+            ledger = PrivacyLedger.load(path)
+        else:
+            from pfair.settings import default_delta
+
+            delta = self.delta if self.delta is not None else default_delta(self.n_records)
+            ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path)
+            ledger.save(path)
+        return ledger.bind(data_fingerprint(self.X, self.y, self.s))
+
+    def _settings(self, settings: SteFFLeSettings, ledger: PrivacyLedger) -> SteFFLeSettings:
+        import dataclasses
+
+        if settings.epsilon is None:
+            raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
+        if settings.epsilon > ledger.epsilon * (1 + 1e-12):
+            raise LedgerMismatch(f"silo {self.silo_id}: the run asks for epsilon={settings.epsilon:g}, more than this "
+                                 f"silo's budget {ledger.epsilon:g}")
+        return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
+
+    def _party(self, settings: SteFFLeSettings) -> SiloParty:
+        ledger = self.ledger()
+        st = self._settings(settings, ledger)
+        silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
+                                 fairness=st.fairness, positive=st.positive_class)
+        provider = LinearProvider(silo_set, 0, silo_config(st, self.n_records, None))
+        keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
+        return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
+                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys)
+
+    # ------------------------------------------------------------------ the protocol
+    def hello(self, settings: SteFFLeSettings) -> dict[str, Any]:
+        """The p_s round: the silo's size, and its DP histogram of s when the run uses ``p_s="dp"``
+        (charged to the ledger once; a later run reuses it)."""
+        party = self._party(settings)
+        out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
+        if settings.p_s_source == "dp" and settings.sends_psi:
+            out["histogram"] = party.release_group_counts()
+        return out
+
+    def plan(self, settings: SteFFLeSettings, proportions: np.ndarray, total_rounds: int, run_id: str) -> dict:
+        """Calibrate this silo's noise for the run (or restore the plan of a run it already
+        planned) and return the plan: its σ's, z and ε, which are public."""
+        path = self.state_dir / PLAN_FILE
+        if path.exists():
+            saved = json.loads(path.read_text())
+            if saved["run_id"] == run_id:
+                return saved["plan"]
+        party = self._party(settings)
+        plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
+        record = {"run_id": run_id, "plan": _plan_dict(plan), "proportions": np.asarray(proportions).tolist()}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+        return record["plan"]
+
+    def train(self, settings: SteFFLeSettings, run_id: str, round: int, theta: np.ndarray, w: np.ndarray) -> SiloMessage:
+        """The silo's reply to a round of run ``run_id``: charged first (refused past the budget,
+        or if the round was answered before), then exactly the parts of a :class:`SiloMessage`."""
+        path = self.state_dir / PLAN_FILE
+        if not path.exists():
+            raise RuntimeError(f"silo {self.silo_id} has no noise plan; the server must send the plan query first")
+        saved = json.loads(path.read_text())
+        if saved["run_id"] != run_id:
+            raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
+        party = self._party(settings)
+        party.adopt(SiloNoise(**_plan_from_dict(saved["plan"])), np.asarray(saved["proportions"]), run_id)
+        return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
+
+    def evaluate(self, theta: np.ndarray) -> dict[str, float]:
+        """Error, loss and fairness of θ on the local test shard (non-private statistics of test
+        data the silo chose to evaluate on); empty without a test shard."""
+        if self.test_path is None:
+            return {}
+        from pfair import metrics
+        from pfair.datasets.shards import read_shard
+
+        X, y, s, _ = read_shard(self.test_path, n_groups=self.n_groups, n_classes=self.n_classes)
+        proba = _core.predict_proba(X, np.asarray(theta, dtype=np.float64), self.n_classes)
+        pred = np.argmax(proba, axis=1)
+        loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
+        return {"n_test": float(len(y)), "test_loss": loss, "test_error": float(np.mean(pred != y)),
+                "dp_violation": metrics.demographic_parity_violation(y, pred, sensitive_features=s),
+                "eo_violation": metrics.equalized_odds_violation(y, pred, sensitive_features=s)}
+
+    def report(self) -> dict[str, Any]:
+        """The ledger's public summary (budget, ε spent, runs)."""
+        d = self.ledger().to_dict()
+        return {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
+
+
+def _plan_dict(plan: SiloNoise) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) and k == "target_epsilon" else v)
+            for k, v in plan.as_dict().items()}
+
+
+def _plan_from_dict(d: Mapping[str, Any]) -> dict:
+    return {k: (float("inf") if v == "inf" else v) for k, v in d.items()}

@@ -1,0 +1,345 @@
+"""The Flower ServerApp and :class:`SteFFLeStrategy`: the server of a deployed SteFFLe run.
+
+The strategy runs the same protocol as the in-process simulation (:mod:`pfair.protocol`):
+
+1. wait for ``n-silos`` SuperNodes; ``query.hello`` maps each node to its silo id and size and,
+   with ``p_s="dp"``, collects each silo's DP histogram of s (public proportions come from the
+   settings; ``"pooled"`` is refused — it would need every silo's exact counts);
+2. ``query.plan`` sends the released proportions and the number of rounds T; each silo
+   calibrates its own noise against its own ledger and returns its (public) plan, from which the
+   server derives what a valid reply may look like;
+3. T ``train`` rounds: :meth:`configure_train` sends θ and W to the silos that have not refused,
+   :meth:`aggregate_train` decodes the replies and hands them to
+   :meth:`pfair.protocol.ServerParty.update`, which rejects malformed or implausible replies
+   (logged), reweights the rest and runs the Rust ``server_update``. A silo whose reply says it
+   refused (budget spent) is not asked again; a silo that drops out is skipped and, when its
+   SuperNode comes back, rejoins (its ledger makes it skip the rounds it missed);
+4. ``evaluate`` on the silos' local test shards, ``query.report`` for each silo's ε spent, and the
+   final model (θ, W and metadata) written as JSON to the run config's ``out`` path.
+
+Flower's polling ``send_and_receive`` sleeps 3 s between pulls; the strategy pushes and pulls
+itself every ``poll`` seconds, bounded by ``round-timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from typing import Any, Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+
+from pfair.flower import codec
+from pfair.flower.node import settings_from_run_config
+from pfair.privacy.calibration import SiloNoise
+from pfair.privacy.proportions import combine_histograms, public_proportions
+from pfair.protocol.server import ServerParty, reply_limits
+from pfair.settings import SteFFLeSettings
+
+log = logging.getLogger("pfair.flower")
+
+
+class SteFFLeStrategy(Strategy):
+    """Runs SteFFLe over a Flower :class:`Grid` (see the module docstring)."""
+
+    def __init__(self, settings: SteFFLeSettings, *, n_silos: int, n_groups: int, n_classes: int,
+                 wait_timeout: float = 120.0, round_timeout: float = 120.0, poll: float = 0.2,
+                 evaluate: bool = True) -> None:
+        if not settings.private:
+            raise ValueError("a deployment runs private fits only: set epsilon")
+        if settings.mode != "standard":
+            raise ValueError(f"mode={settings.mode!r}: the Flower deployment runs the standard mode")
+        if settings.p_s_source == "pooled":
+            raise ValueError("p_s='pooled' needs every silo's exact counts, which no silo sends; use p_s='dp' or "
+                             "public proportions")
+        self.settings = settings
+        self.n_silos, self.n_groups, self.n_classes = int(n_silos), int(n_groups), int(n_classes)
+        self.wait_timeout, self.round_timeout, self.poll = float(wait_timeout), float(round_timeout), float(poll)
+        self.do_evaluate = bool(evaluate)
+        self.run_id = uuid.uuid4().hex
+        self.silo_of: dict[int, int] = {}
+        self.sizes: dict[int, int] = {}
+        self.plans: dict[int, dict] = {}
+        self.refused: set[int] = set()
+        self.events: list[dict] = []
+        self.round_seconds: list[float] = []
+        self.server: ServerParty | None = None
+        self.theta = np.zeros(0)
+        self.w = np.zeros(0)
+        self._sent: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ transport
+    def _common(self) -> dict[str, Any]:
+        return {"settings": json.dumps(self.settings.as_dict() | {"p_s": _p_s_json(self.settings)}),
+                "n-groups": self.n_groups, "n-classes": self.n_classes, "run-id": self.run_id}
+
+    def _exchange(self, grid: Grid, messages: list[Message], timeout: float) -> list[tuple[int, Message | None]]:
+        """Push, then pull every ``poll`` s until all replied or ``timeout``; returns (node, reply or
+        None) for every message sent (error replies included, with their node recovered)."""
+        if not messages:
+            return []
+        dst = {}
+        ids = []
+        for mid, m in zip(grid.push_messages(messages), messages):
+            dst[mid] = m.metadata.dst_node_id
+            ids.append(mid)
+        pending, got = set(ids), {}
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for r in grid.pull_messages(list(pending)):
+                got[r.metadata.reply_to_message_id] = r
+                pending.discard(r.metadata.reply_to_message_id)
+            if pending:
+                time.sleep(self.poll)
+        return [(dst[mid], got.get(mid)) for mid in ids]
+
+    def _message(self, node: int, kind: str, *, arrays: ArrayRecord | None = None, group: str = "", **cfg: Any
+                 ) -> Message:
+        content = RecordDict({"config": codec.config(**self._common(), **cfg)})
+        if arrays is not None:
+            content["arrays"] = arrays
+        return Message(content, dst_node_id=node, message_type=kind, group_id=group)
+
+    def _note(self, kind: str, **fields: Any) -> None:
+        self.events.append({"event": kind, "time": time.time(), **fields})
+        log.warning("%s: %s", kind, fields)
+
+    # ------------------------------------------------------------------ discovery
+    def _hello(self, grid: Grid, nodes: Iterable[int]) -> dict[int, RecordDict]:
+        """Map new nodes to silos; returns the hello replies of the nodes that answered."""
+        answers = {}
+        for node, reply in self._exchange(grid, [self._message(n, "query.hello") for n in nodes], self.round_timeout):
+            if reply is None or reply.has_error():
+                self._note("hello_failed", node=node, reason=_reason(reply))
+                continue
+            meta = reply.content["meta"]
+            silo = int(meta["silo"])
+            if not 0 <= silo < self.n_silos:
+                self._note("unknown_silo", node=node, silo=silo)
+                continue
+            for old, s in list(self.silo_of.items()):
+                if s == silo and old != node:
+                    del self.silo_of[old]  # the silo came back on a new SuperNode
+                    self._note("silo_rejoined", silo=silo, node=node)
+            self.silo_of[node] = silo
+            self.sizes[silo] = int(meta["n_records"])
+            answers[node] = reply.content
+        return answers
+
+    def _wait_for_silos(self, grid: Grid) -> dict[int, RecordDict]:
+        deadline = time.monotonic() + self.wait_timeout
+        answers: dict[int, RecordDict] = {}
+        while True:
+            new = [n for n in grid.get_node_ids() if n not in self.silo_of]
+            if new:
+                answers.update(self._hello(grid, new))
+            if len(set(self.silo_of.values())) >= self.n_silos:
+                return answers
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only silos {sorted(set(self.silo_of.values()))} of {self.n_silos} joined within "
+                                   f"{self.wait_timeout:g} s")
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------------ set-up rounds
+    def _proportions(self, answers: dict[int, RecordDict]) -> np.ndarray:
+        st = self.settings
+        if not st.sends_psi:
+            blocks = self.n_classes if st.fairness == "equalized_odds" else 1
+            return np.full((blocks, self.n_groups), 1.0 / self.n_groups)
+        if st.p_s_source == "public":
+            return public_proportions(st.p_s, fairness=st.fairness, groups=np.arange(self.n_groups),
+                                      classes=np.arange(self.n_classes), positive=st.positive_class)
+        by_silo = {}
+        for node, content in answers.items():
+            hist = codec.read_arrays(content["arrays"])["histogram"] if "arrays" in content else None
+            blocks = self.n_classes if st.fairness == "equalized_odds" else 1
+            if hist is None or hist.shape != (blocks, self.n_groups) or not np.all(np.isfinite(hist)):
+                raise ValueError(f"silo {self.silo_of[node]} sent no valid DP histogram (shape {blocks}×{self.n_groups})")
+            by_silo[self.silo_of[node]] = hist
+        return combine_histograms([by_silo[j] for j in sorted(by_silo)])
+
+    def _plan(self, grid: Grid, proportions: np.ndarray, total_rounds: int) -> None:
+        msgs = [self._message(n, "query.plan", arrays=codec.arrays(proportions=proportions),
+                              **{"total-rounds": total_rounds}) for n in self.silo_of]
+        for node, reply in self._exchange(grid, msgs, self.round_timeout):
+            silo = self.silo_of.get(node)
+            if reply is None or reply.has_error():
+                self.refused.add(silo)
+                self._note("plan_refused", silo=silo, reason=_reason(reply))
+                continue
+            self.plans[silo] = json.loads(str(reply.content["meta"]["plan"]))
+
+    # ------------------------------------------------------------------ Strategy hooks
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+                        ) -> Iterable[Message]:
+        """Round ``server_round − 1`` of the protocol to every silo that has not refused."""
+        return [self._message(node, "train", arrays=arrays, group=str(server_round), round=server_round - 1)
+                for node, silo in self.silo_of.items() if silo not in self.refused and silo in self.plans]
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Decode the replies and take the server step; replies are ``(node, Message | None)`` pairs
+        as :meth:`start` collects them."""
+        rnd = server_round - 1
+        pairs = []
+        for node, reply in replies:  # type: ignore[misc]
+            silo = self.silo_of.get(node)
+            if silo is None:
+                continue
+            if reply is None:
+                self._note("no_reply", round=rnd, silo=silo)
+                pairs.append((silo, None))
+                continue
+            if reply.has_error():
+                reason = _reason(reply)
+                if "PrivacyBudgetExceeded" in reason:
+                    self.refused.add(silo)
+                self._note("error_reply", round=rnd, silo=silo, reason=reason)
+                pairs.append((silo, None))
+                continue
+            try:
+                pairs.append((silo, codec.read_silo_message(reply.content)))
+            except ValueError as exc:
+                self._note("malformed_reply", round=rnd, silo=silo, reason=str(exc))
+                pairs.append((silo, None))
+        seen = len(self.server.rejected)
+        self.theta, self.w, used = self.server.update(self.theta, self.w, pairs, rnd)
+        for r in self.server.rejected[seen:]:
+            if r[2] != "no reply":  # already noted above
+                self._note("rejected", round=r[0], silo=r[1], reason=r[2])
+        return codec.arrays(theta=self.theta, w=self.w), MetricRecord({"silos_used": float(len(used))})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+                           ) -> Iterable[Message]:
+        return [self._message(node, "evaluate", arrays=arrays) for node in self.silo_of]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Test-size-weighted mean of the silos' local metrics."""
+        rows = [dict(r.content["metrics"]) for _, r in replies if r is not None and not r.has_error()]  # type: ignore[misc]
+        rows = [r for r in rows if r.get("n_test", 0) > 0]
+        if not rows:
+            return None
+        n = sum(r["n_test"] for r in rows)
+        return MetricRecord({k: float(sum(r[k] * r["n_test"] for r in rows) / n) for k in rows[0] if k != "n_test"}
+                            | {"n_test": float(n)})
+
+    def summary(self) -> None:
+        st = self.settings
+        log.info("SteFFLe over Flower: %d silos, epsilon=%s, lam=%s, %s, p_s=%s", self.n_silos, st.epsilon, st.lam,
+                 st.fairness, st.p_s_source)
+
+    # ------------------------------------------------------------------ the run
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
+              timeout: float | None = None, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None, evaluate_fn: Any = None) -> dict[str, Any]:  # type: ignore[override]
+        """Run the whole protocol; returns the result that :func:`main` writes (a dict)."""
+        st = self.settings
+        t0 = time.monotonic()
+        self.summary()
+        answers = self._wait_for_silos(grid)
+        t_joined = time.monotonic() - t0
+        d = {int(c["meta"]["n_features"]) for c in answers.values()}
+        if len(d) != 1:
+            raise ValueError(f"the silos' shards have different numbers of features: {sorted(d)}")
+        d = d.pop()
+        proportions = self._proportions(answers)
+        sizes = np.array([self.sizes[j] for j in range(self.n_silos)], dtype=np.float64)
+        for j, n_j in enumerate(sizes):
+            if st.sampling != "full_batch" and st.batch_size > n_j:
+                raise ValueError(f"batch_size={st.batch_size} is larger than silo {j}, which has {int(n_j)} records")
+        R = 1 if st.sampling == "full_batch" else max(1, math.ceil(float(np.mean(sizes)) / st.batch_size))
+        T = st.epochs * R
+        self._plan(grid, proportions, T)
+        blocks = self.n_classes if st.fairness == "equalized_odds" else 1
+        self.theta, self.w = np.zeros((d + 1) * (self.n_classes - 1)), np.zeros(blocks * self.n_groups * self.n_classes)
+        inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
+        limits = [reply_limits(theta_len=self.theta.size, w_len=self.w.size, settings=st,
+                               plan=SiloNoise(**self.plans[j]) if j in self.plans else None, inv_sqrt_ps=inv)
+                  for j in range(self.n_silos)]
+        weights = np.full(self.n_silos, 1.0 / self.n_silos) if st.silo_weights == "uniform" else sizes / sizes.sum()
+        self.server = ServerParty(settings=st, weights=weights, limits=limits, block_len=self.n_groups * self.n_classes,
+                                  rounds_per_epoch=R)
+        pick = int(np.random.default_rng(st.seed).integers(0, T)) if st.output == "random" else None
+        snapshot = None
+        t_setup = time.monotonic() - t0
+        arrays = codec.arrays(theta=self.theta, w=self.w)
+        for rnd in range(T):
+            if len(self.refused) >= self.n_silos:
+                self._note("all_refused", round=rnd)
+                break
+            new = [n for n in grid.get_node_ids() if n not in self.silo_of]
+            if new:
+                self._hello(grid, new)
+            t_round = time.monotonic()
+            msgs = list(self.configure_train(rnd + 1, arrays, ConfigRecord(), grid))
+            replies = self._exchange(grid, msgs, self.round_timeout)
+            arrays, _ = self.aggregate_train(rnd + 1, replies)  # type: ignore[arg-type]
+            self.round_seconds.append(time.monotonic() - t_round)
+            if pick == rnd:
+                snapshot = (self.theta.copy(), self.w.copy())
+            if not np.all(np.isfinite(self.theta)):
+                raise FloatingPointError(f"training diverged at round {rnd}")
+        theta, w = snapshot if snapshot is not None else (self.theta, self.w)
+        evaluation = None
+        if self.do_evaluate:
+            final = codec.arrays(theta=theta, w=w)
+            evaluation = self.aggregate_evaluate(T, self._exchange(grid, list(self.configure_evaluate(T, final, ConfigRecord(), grid)),
+                                                                    self.round_timeout))  # type: ignore[arg-type]
+        reports = {}
+        for node, reply in self._exchange(grid, [self._message(n, "query.report") for n in self.silo_of],
+                                          self.round_timeout):
+            if reply is not None and not reply.has_error():
+                rep = json.loads(str(reply.content["meta"]["report"]))
+                reports[int(rep["silo"])] = rep
+        return {
+            "status": "completed", "run_id": self.run_id, "theta": theta.tolist(), "w": w.tolist(),
+            "n_features": d, "n_groups": self.n_groups, "n_classes": self.n_classes, "rounds": T,
+            "rounds_per_epoch": R, "settings": st.as_dict() | {"p_s": _p_s_json(st)},
+            "proportions": proportions.tolist(),
+            "silos": [{"silo": j, "n_records": self.sizes.get(j), "plan": self.plans.get(j),
+                       "refused": j in self.refused, "ledger": reports.get(j)} for j in range(self.n_silos)],
+            "evaluation": dict(evaluation) if evaluation is not None else None,
+            "events": self.events,
+            "timing": {"silos_joined_s": t_joined, "setup_s": t_setup, "round_s": self.round_seconds},
+        }
+
+
+def _reason(reply: Message | None) -> str:
+    if reply is None:
+        return "no reply within the round timeout"
+    if reply.has_error():
+        return f"code {reply.error.code}: {reply.error.reason}"
+    return ""
+
+
+def _p_s_json(settings: SteFFLeSettings) -> Any:
+    p = settings.p_s
+    return p if isinstance(p, str) else np.asarray(p, dtype=np.float64).tolist()
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point: settings and sizes from the run config, the result to ``out``."""
+    rc = context.run_config
+    st = settings_from_run_config(rc)
+    strategy = SteFFLeStrategy(st, n_silos=int(rc["n-silos"]), n_groups=int(rc["n-groups"]),
+                               n_classes=int(rc["n-classes"]), wait_timeout=float(rc["wait-timeout"]),
+                               round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]))
+    result = strategy.start(grid)
+    out = str(rc["out"])
+    if out:
+        import os
+
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1, default=float)
+        os.replace(tmp, out)
