@@ -1,5 +1,5 @@
 """Command line: ``pfair train``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``,
-``pfair sweep``, ``pfair summary``, ``pfair plot``.
+``pfair sweep``, ``pfair summary``, ``pfair plot``, ``pfair deploy local``.
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
 SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
@@ -297,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_privacy_parser(sub)
     add_privacy_report_parser(sub)
     add_experiment_parsers(sub)
+    from pfair.flower.cli import add_deploy_parser
+
+    add_deploy_parser(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets")
     ds.set_defaults(func=datasets_command)
     return parser

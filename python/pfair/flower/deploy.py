@@ -36,8 +36,8 @@ dependencies = []
 publisher = "pfair"
 
 [tool.flwr.app.components]
-serverapp = "pfair.flower.server_app:app"
-clientapp = "pfair.flower.client_app:app"
+serverapp = "{serverapp}"
+clientapp = "{clientapp}"
 
 [tool.flwr.app.config]
 settings = "{}"
@@ -51,11 +51,14 @@ evaluate = true
 """
 
 
-def write_app(directory: str | os.PathLike) -> Path:
-    """The Flower app directory (a ``pyproject.toml`` pointing at :mod:`pfair.flower`)."""
+def write_app(directory: str | os.PathLike, *, serverapp: str = "pfair.flower.server_app:app",
+              clientapp: str = "pfair.flower.client_app:app") -> Path:
+    """The Flower app directory: a ``pyproject.toml`` whose components are importable objects of
+    the installed pfair (Flower loads them with ``importlib``; no code is copied or installed)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "pyproject.toml").write_text(APP_PYPROJECT)
+    (path / "pyproject.toml").write_text(APP_PYPROJECT.replace("{serverapp}", serverapp)
+                                         .replace("{clientapp}", clientapp))
     return path
 
 
@@ -99,7 +102,8 @@ def descendants(pids: Sequence[int]) -> set[int]:
 class LoopbackDeployment:
     """SuperLink + SuperNodes on 127.0.0.1 (use as a context manager: teardown always runs)."""
 
-    def __init__(self, workdir: str | os.PathLike | None = None, *, fast_poll: bool = True) -> None:
+    def __init__(self, workdir: str | os.PathLike | None = None, *, fast_poll: bool = True,
+                 env: Mapping[str, str] | None = None) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="pfair-flower-"))
         self.home = self.workdir / "flwr_home"
         self.logs = self.workdir / "logs"
@@ -108,12 +112,14 @@ class LoopbackDeployment:
         self.procs: dict[str, subprocess.Popen] = {}
         self.link_port = free_ports(1)[0]
         bindir = str(Path(sys.executable).parent)
-        env = dict(os.environ)
-        env.update(FLOWER_ENV, FLWR_HOME=str(self.home), PYTHONUNBUFFERED="1",
-                   PATH=bindir + os.pathsep + env.get("PATH", ""))
+        base = dict(os.environ)
+        base.update(FLOWER_ENV, FLWR_HOME=str(self.home), PYTHONUNBUFFERED="1",
+                    PATH=bindir + os.pathsep + base.get("PATH", ""))
         if fast_poll:
-            env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
-        self.env = env
+            base["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "0.1"
+        base.update(env or {})
+        base.update(FLOWER_ENV)  # whatever the caller passed, nothing may try the network
+        self.env = base
         self.bindir = Path(bindir)
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "loop"\n\n'
@@ -258,26 +264,35 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
     return configs
 
 
+def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int, out: str | os.PathLike,
+                   round_timeout: float = 120.0, wait_timeout: float = 120.0, evaluate: bool = True) -> dict:
+    """The run config of a SteFFLe run (public settings only; a node's noise is its own)."""
+    import numpy as np
+
+    p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
+    return {"settings": json.dumps(settings.as_dict() | {"p_s": p_s, "noise_seed": None}), "n-silos": int(n_silos),
+            "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
+            "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout), "evaluate": bool(evaluate)}
+
+
 def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, n_groups: int, n_classes: int,
                    workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
-                   wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True) -> dict[str, Any]:
+                   wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True,
+                   clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None
+                   ) -> dict[str, Any]:
     """Start a loopback deployment with one SuperNode per node config, run SteFFLe with
     ``settings`` (a :class:`~pfair.settings.SteFFLeSettings`), tear everything down, and return the
     ServerApp's result (θ, W, the silos' plans and ε spent, events, timings)."""
-    import numpy as np
-
-    with LoopbackDeployment(workdir) as dep:
+    with LoopbackDeployment(workdir, env=env) as dep:
         t0 = time.monotonic()
         t_link = dep.start_superlink()
         for j, cfg in enumerate(node_configs):
             dep.start_supernode(f"supernode{j}", cfg)
-        app = write_app(dep.workdir / "app")
+        app = write_app(dep.workdir / "app", clientapp=clientapp)
         out = dep.workdir / "result.json"
-        p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
-        run_config = {"settings": json.dumps(settings.as_dict() | {"p_s": p_s}), "n-silos": len(node_configs),
-                      "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
-                      "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout),
-                      "evaluate": bool(evaluate)}
+        run_config = run_config_for(settings, n_silos=len(node_configs), n_groups=n_groups, n_classes=n_classes,
+                                    out=out, round_timeout=round_timeout, wait_timeout=wait_timeout,
+                                    evaluate=evaluate)
         done = dep.run_app(app, run_config, timeout=timeout)
         if not out.exists():
             raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"

@@ -104,19 +104,19 @@ class SiloNode:
             ledger.save(path)
         return ledger.bind(data_fingerprint(self.X, self.y, self.s))
 
-    def _settings(self, settings: SteFFLeSettings, ledger: PrivacyLedger) -> SteFFLeSettings:
+    def _settings(self, settings: SteFFLeSettings, ledger: PrivacyLedger, check_budget: bool = True) -> SteFFLeSettings:
         import dataclasses
 
         if settings.epsilon is None:
             raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
-        if settings.epsilon > ledger.epsilon * (1 + 1e-12):
+        if check_budget and settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(f"silo {self.silo_id}: the run asks for epsilon={settings.epsilon:g}, more than this "
                                  f"silo's budget {ledger.epsilon:g}")
         return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
 
-    def _party(self, settings: SteFFLeSettings) -> SiloParty:
+    def _party(self, settings: SteFFLeSettings, check_budget: bool = True) -> SiloParty:
         ledger = self.ledger()
-        st = self._settings(settings, ledger)
+        st = self._settings(settings, ledger, check_budget)
         silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
                                  fairness=st.fairness, positive=st.positive_class)
         provider = LinearProvider(silo_set, 0, silo_config(st, self.n_records, None))
@@ -127,8 +127,9 @@ class SiloNode:
     # ------------------------------------------------------------------ the protocol
     def hello(self, settings: SteFFLeSettings) -> dict[str, Any]:
         """The p_s round: the silo's size, and its DP histogram of s when the run uses ``p_s="dp"``
-        (charged to the ledger once; a later run reuses it)."""
-        party = self._party(settings)
+        (charged to the ledger once; a later run reuses it, and the ledger refuses it past the
+        silo's budget). Whether the run's ε fits this silo's budget is decided at the plan round."""
+        party = self._party(settings, check_budget=False)
         out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
         if settings.p_s_source == "dp" and settings.sends_psi:
             out["histogram"] = party.release_group_counts()
