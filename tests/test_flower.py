@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import signal
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -193,3 +192,18 @@ def test_malformed_replies_are_rejected_and_a_spent_budget_ends_the_run_cleanly(
     assert all(row["refused"] for row in res2["silos"])
     assert any(e["event"] == "all_refused" for e in res2["events"])
     assert all(row["ledger"]["epsilon_spent"] <= 1.0 for row in res2["silos"])
+
+
+def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
+    """The one-command launcher: partition, shards, SuperLink and SuperNodes, run, summary."""
+    from pfair.cli import main
+
+    code = main(["deploy", "local", "--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "1",
+                 "--batch-size", "300", "--round-timeout", "60", "--timeout", "300", "--workdir", str(tmp_path),
+                 "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["rounds"] == 2 and out["silos"] == 2
+    assert 0 < out["test_error"] <= out["trivial_error"] + 0.1
+    assert all(0 < row["epsilon_spent"] <= 2.0 and not row["refused"] for row in out["privacy"])
+    assert (tmp_path / "flower" / "result.json").exists()
+    assert out["seconds_per_round"] > 0 and out["start_seconds"] > 0

@@ -36,7 +36,7 @@ import numpy as np
 
 from pfair import _core
 
-from pfair.settings import MODES
+from pfair.settings import MODES  # noqa: F401  (re-exported: pfair.hybrid.MODES)
 
 
 @dataclass(frozen=True)

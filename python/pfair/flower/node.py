@@ -26,7 +26,6 @@ before releasing anything, and writes it back (atomically).
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -145,7 +144,7 @@ class SiloNode:
                 return saved["plan"]
         party = self._party(settings)
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
-        record = {"run_id": run_id, "plan": _plan_dict(plan), "proportions": np.asarray(proportions).tolist()}
+        record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist()}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)
@@ -161,7 +160,7 @@ class SiloNode:
         if saved["run_id"] != run_id:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
         party = self._party(settings)
-        party.adopt(SiloNoise(**_plan_from_dict(saved["plan"])), np.asarray(saved["proportions"]), run_id)
+        party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
         return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
 
     def evaluate(self, theta: np.ndarray) -> dict[str, float]:
@@ -185,11 +184,3 @@ class SiloNode:
         d = self.ledger().to_dict()
         return {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
 
-
-def _plan_dict(plan: SiloNoise) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) and k == "target_epsilon" else v)
-            for k, v in plan.as_dict().items()}
-
-
-def _plan_from_dict(d: Mapping[str, Any]) -> dict:
-    return {k: (float("inf") if v == "inf" else v) for k, v in d.items()}
