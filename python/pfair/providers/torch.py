@@ -1,0 +1,461 @@
+"""The gradient provider of any ``torch.nn.Module``: SteFFLe's five parts with ``torch.func``.
+
+A :class:`TorchProvider` holds one silo's records and a module that maps a batch of inputs (the
+rows of the federation's 2-D arrays, reshaped to ``input_shape``) to ``l`` logits; the class
+probabilities are ``F = softmax(logits)``. θ on the wire is the flat float64 vector of the
+module's trainable parameters in ``module.parameters()`` order (``parameters_to_vector``); the
+module itself may run in float32 or float64, and every part is accumulated in float64.
+
+With the notation of ``rust/src/psi.rs`` and ``docs/deep.md``, for the records of a batch B
+(fixed denominator m; the penalty block b of a record is 0 for demographic parity, its label y for
+equalized odds, and 0 for a positive record of equal opportunity, whose other records are outside
+the penalty)::
+
+    g    = (1/m) Σ_B ∇_θ CE_i                                          one batched backward
+    a_θ  = (1/m) Σ_pen ∇_θ [−Σ_u F_iu q_bu],  q_bu = ‖W_b[:, u]‖²        one batched backward
+    h_θ  = (1/m) Σ_pen clip_{C_θ}(b_i),  b_i = ∇_θ [β_i · F_i]            per record (torch.func)
+           β_i = 2 p_b(s_i)^{-1/2} W_b[s_i, :]
+    a_W  = −2 W_b diag(Σ_pen F_i) / m                                   closed form
+    h_W  = Σ_pen 2 p_b(s_i)^{-1/2} e_{s_i} F_iᵀ / m                      closed form
+
+Every θ-part is a gradient ``∇_θ ⟨v_i, z_i(θ)⟩`` of the logits z_i against a vector v_i that is
+computed in closed form from F_i (the softmax pull-back ``v = F ⊙ (∇_F − F·∇_F)``, or ``F − e_y``
+for the cross-entropy). So g and a_θ are one backward pass each over the whole batch, and only
+b — the one s-dependent θ-part, whose per-record norm must be clipped — needs per-record
+gradients: ``vmap(grad(θ ↦ ⟨v_i, functional_call(module, θ, x_i)⟩))`` (a ``vjp`` per record, vmapped)
+in chunks of ``chunk_size`` records, each clipped to C_θ (norm and clip factor in float64), summed
+in float64 and divided by m.
+
+Record mode (``protect="record"``) clips as the Rust kernel does: per record ∇ℓ_i to C_loss, the
+whole ∇_θψ_i = a_θ,i + b_i to C_θ (a_θ is folded in and ``psi_theta_sfree`` is zero), and the
+whole ∇_Wψ_i = −2 W_b diag(F_i) + 2 p_b(s_i)^{-1/2} e_{s_i} F_iᵀ to C_W (``psi_w_sfree`` is zero).
+
+A module that mixes the records of a batch (BatchNorm in training mode) would make one record's
+s move every other record's gradient, and the sensitivities would not hold: it is refused
+(:func:`check_per_record`). The provider never sees a noise key: :class:`pfair.protocol.SiloParty`
+adds the noise (on CPU, float64, from the silo's secret ChaCha20 key) after the parts come back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, vjp, vmap
+
+from pfair.providers.base import BatchParts
+
+FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
+#: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes).
+CHUNK_BUDGET = 2**30
+_TINY = np.finfo(np.float64).tiny  # as Rust's f64::MIN_POSITIVE in the loss
+
+__all__ = ["TorchProvider", "check_per_record", "module_theta", "set_module_theta", "resolve_device",
+           "trainable_parameters"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Module helpers
+
+
+def resolve_device(device: Any = "auto") -> torch.device:
+    """``"auto"``: CUDA when available, else CPU; otherwise ``torch.device(device)``."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"device={device!r} is not a torch device; use 'auto', 'cpu' or 'cuda' ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here; use device='cpu' or 'auto'")
+    if dev.type == "mps":
+        raise ValueError("device='mps' has no float64, which the parts are accumulated in; use device='cpu'")
+    return dev
+
+
+def trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` of the parameters θ is made of: those with ``requires_grad``, in the
+    order of ``module.parameters()`` (a frozen parameter stays at its value, like a buffer)."""
+    return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+
+
+def module_theta(module: nn.Module) -> np.ndarray:
+    """The module's trainable parameters as the flat float64 θ of the wire
+    (``parameters_to_vector`` when every parameter is trainable)."""
+    params = [p for _, p in trainable_parameters(module)]
+    if not params:
+        raise ValueError("module has no trainable parameters (every parameter has requires_grad=False)")
+    with torch.no_grad():
+        return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in params]).numpy().copy()
+
+
+def set_module_theta(module: nn.Module, theta: np.ndarray) -> nn.Module:
+    """Write the flat θ into the module's trainable parameters (in place); returns the module."""
+    params = [p for _, p in trainable_parameters(module)]
+    theta = np.asarray(theta, dtype=np.float64).ravel()
+    total = sum(p.numel() for p in params)
+    if theta.size != total:
+        raise ValueError(f"theta has {theta.size} entries but the module has {total} trainable parameters")
+    with torch.no_grad():
+        flat = torch.from_numpy(theta)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.copy_(flat[offset:offset + n].view_as(p).to(p.device, p.dtype))
+            offset += n
+    return module
+
+
+def check_per_record(module: nn.Module) -> None:
+    """Refuse layers whose output for one record depends on the other records of the batch, or
+    that are random: they break the per-record sensitivity (or the exact split of ∇ψ into parts).
+
+    * ``BatchNorm*`` / ``SyncBatchNorm`` in training mode (or with ``track_running_stats=False``,
+      which normalises with the batch's statistics even in eval mode);
+    * ``Dropout*`` in training mode (each pass would draw another mask).
+    """
+    for name, sub in module.named_modules():
+        where = f"layer {name!r} ({type(sub).__name__})" if name else f"the module ({type(sub).__name__})"
+        if isinstance(sub, nn.modules.batchnorm._BatchNorm) and (sub.training or not sub.track_running_stats):
+            raise ValueError(
+                f"{where} normalises each record with statistics of the whole batch, so one record's "
+                "sensitive attribute moves every other record's gradient and the noise no longer covers it "
+                "(per-record sensitivity breaks). Replace it with nn.GroupNorm (e.g. nn.GroupNorm(32, C), or "
+                "nn.GroupNorm(1, C) for a layer norm over channels), or freeze it with .eval() and "
+                "track_running_stats=True so that it applies fixed statistics"
+            )
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.training and sub.p > 0:
+            raise ValueError(
+                f"{where} is random in training mode: the batched and the per-record passes would see "
+                "different masks, and the parts would not be gradients of one model. Remove it, set p=0, "
+                "or call .eval() on it"
+            )
+
+
+def _module_dtype(module: nn.Module) -> torch.dtype:
+    dtypes = {p.dtype for _, p in trainable_parameters(module)}
+    if not dtypes:
+        raise ValueError("module has no trainable parameters (every parameter has requires_grad=False)")
+    if len(dtypes) > 1 or not dtypes <= {torch.float32, torch.float64}:
+        raise ValueError(f"module's trainable parameters have dtypes {sorted(map(str, dtypes))}; use one of "
+                         "float32 or float64 for all of them (module.float() or module.double())")
+    return dtypes.pop()
+
+
+# ---------------------------------------------------------------------------------------------
+# The provider
+
+
+class TorchProvider:
+    """SteFFLe's parts for one silo's records under a ``torch.nn.Module`` (module docstring).
+
+    Parameters
+    ----------
+    module : torch.nn.Module mapping ``(n, *input_shape)`` inputs to ``(n, n_classes)`` logits. It is
+        moved to ``device``; its parameters are not changed (θ is passed to each call). One module
+        may be shared by the providers of all silos.
+    X, y, s : one silo's features (``n × d``, float), label and group indices.
+    n_groups, n_classes : k and l of the federation's global encodings.
+    denominator : the silo's fixed m (batch size; ``q·n`` for Poisson sampling; n for full batch).
+    fairness, positive_class : the ψ-term's notion.
+    protect : ``"attribute"`` or ``"record"``.
+    clip_theta, clip_loss, clip_w : clip norms (``inf``: none; clip_loss and clip_w record mode only).
+    send_psi : False when λ = 0: the ψ parts are not sent, so they are not computed (zeros).
+    input_shape : shape of one input; default ``(d,)``. ``prod(input_shape)`` must equal d.
+    device : ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a torch.device.
+    chunk_size : records per vmap call of the per-record gradients (memory ∝ chunk_size ×
+        #parameters); None picks the largest that keeps one chunk's gradients under 1 GiB (at most 1,024).
+    """
+
+    def __init__(self, module: nn.Module, X: Any, y: Any, s: Any, *, n_groups: int, n_classes: int,
+                 denominator: float, fairness: str = "demographic_parity", positive_class: int = 1,
+                 protect: str = "attribute", clip_theta: float = math.inf, clip_loss: float = math.inf,
+                 clip_w: float = math.inf, send_psi: bool = True, input_shape: Sequence[int] | None = None,
+                 device: Any = "auto", chunk_size: int | None = None) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if fairness not in FAIRNESS:
+            raise ValueError(f"fairness={fairness!r} is not supported; choose one of {FAIRNESS}")
+        if protect not in ("attribute", "record"):
+            raise ValueError(f"protect={protect!r} is not supported; choose 'attribute' or 'record'")
+        for name, c in (("clip_theta", clip_theta), ("clip_loss", clip_loss), ("clip_w", clip_w)):
+            if not (isinstance(c, (int, float)) and c > 0):
+                raise ValueError(f"{name} must be > 0 (use inf for no clipping), got {c!r}")
+        if not (denominator > 0 and math.isfinite(denominator)):
+            raise ValueError(f"denominator must be a finite number > 0 (the silo's fixed batch divisor m), "
+                             f"got {denominator!r}")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or chunk_size < 1):
+            raise ValueError(f"chunk_size must be an integer >= 1 or None (automatic), got {chunk_size!r}")
+        Xa = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+        if Xa.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_records, n_features), got shape {Xa.shape}; pass images "
+                             "flattened, with input_shape=(C, H, W)")
+        n, d = Xa.shape
+        y = np.asarray(y, dtype=np.int64).ravel()
+        s = np.asarray(s, dtype=np.int64).ravel()
+        if y.shape[0] != n or s.shape[0] != n:
+            raise ValueError(f"X has {n} rows but y has {y.shape[0]} and s has {s.shape[0]}; they must match")
+        k, l = int(n_groups), int(n_classes)
+        if k < 2 or l < 2:
+            raise ValueError(f"n_groups and n_classes must be >= 2, got {k} and {l}")
+        if n and (y.min() < 0 or y.max() >= l or s.min() < 0 or s.max() >= k):
+            raise ValueError(f"y must hold class indices in 0..{l - 1} and s group indices in 0..{k - 1}")
+        if fairness == "equal_opportunity" and not 0 <= positive_class < l:
+            raise ValueError(f"positive_class={positive_class} is not a class index in 0..{l - 1}")
+        shape = (d,) if input_shape is None else tuple(int(v) for v in input_shape)
+        if int(np.prod(shape)) != d:
+            raise ValueError(f"input_shape={shape} has {int(np.prod(shape))} entries but each record has {d} "
+                             "features; they must match (e.g. input_shape=(1, 8, 8) for 64 pixels)")
+
+        self.device = resolve_device(device)
+        self.module = module.to(self.device)
+        check_per_record(self.module)
+        self.dtype = _module_dtype(self.module)
+        named = trainable_parameters(self.module)
+        self._names = [name for name, _ in named]
+        self._shapes = [tuple(p.shape) for _, p in named]
+        self._sizes = [p.numel() for _, p in named]
+        self.n_params = int(sum(self._sizes))
+        trainable = set(self._names)
+        self._consts = {name: t for name, t in self.module.named_parameters() if name not in trainable}
+        self._consts.update(dict(self.module.named_buffers()))
+
+        self.n_records = int(n)
+        self.n_features = int(d)
+        self.input_shape = shape
+        self.k, self.l = k, l
+        self.fairness, self.positive = fairness, int(positive_class)
+        self.blocks = l if fairness == "equalized_odds" else 1
+        self.denominator = float(denominator)
+        self.protect = protect
+        self.clip_theta, self.clip_loss, self.clip_w = float(clip_theta), float(clip_loss), float(clip_w)
+        self.send_psi = bool(send_psi)
+        per_record = self.n_params * (torch.finfo(self.dtype).bits // 8 + 8) * (2 if protect == "record" else 1)
+        self.chunk_size = chunk_size or int(max(1, min(1024, CHUNK_BUDGET // max(per_record, 1))))
+        # The silo's data: a zero-copy CPU view; each batch is moved to the device.
+        self._X = torch.from_numpy(Xa)
+        self._y = torch.from_numpy(y).to(self.device)
+        self._s = torch.from_numpy(s).to(self.device)
+        self._probe()
+
+    @classmethod
+    def for_silo(cls, module: nn.Module, silo: Any, settings: Any, *, n_groups: int, n_classes: int,
+                 **kwargs: Any) -> "TorchProvider":
+        """The provider of a :class:`~pfair.federation.Silo` under :class:`~pfair.settings.SteFFLeSettings`
+        (denominator, protection, clip norms and fairness notion as the Rust ``SiloConfig`` of
+        :func:`pfair.protocol.silo.silo_config` has them)."""
+        n = len(silo)
+        if settings.sampling == "without_replacement":
+            denom = float(settings.batch_size)
+        elif settings.sampling == "poisson":
+            denom = min(1.0, settings.batch_size / n) * n
+        else:
+            denom = float(n)
+        return cls(module, silo.X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom,
+                   fairness=settings.fairness, positive_class=settings.positive_class, protect=settings.protect,
+                   send_psi=settings.sends_psi, **settings.clips(), **kwargs)
+
+    # ------------------------------------------------------------------ the model as a function of θ
+    def _params(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {name: t.view(shape) for name, t, shape in zip(self._names, flat.split(self._sizes), self._shapes)}
+
+    def _logits(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, (self._params(flat), self._consts), (x,))
+
+    def _inputs(self, rows: torch.Tensor) -> torch.Tensor:
+        x = self._X.index_select(0, rows.cpu()) if rows.numel() else self._X[:0]
+        return x.to(self.device, self.dtype, non_blocking=True).reshape((-1, *self.input_shape))
+
+    def _probe(self) -> None:
+        if self.n_records == 0:
+            return
+        x = self._inputs(torch.arange(min(2, self.n_records)))
+        with torch.no_grad():
+            flat = torch.from_numpy(module_theta(self.module)).to(self.device, self.dtype)
+            try:
+                out = self._logits(flat, x)
+            except Exception as exc:  # noqa: BLE001 - re-raised with the likely fix
+                raise ValueError(f"module fails on a batch of inputs of shape {tuple(x.shape)} ({type(exc).__name__}: "
+                                 f"{exc}); pass input_shape= (e.g. (1, 8, 8) for 8×8 grey images; rows of the "
+                                 "2-D federation arrays are reshaped to it)") from exc
+        want = (min(2, self.n_records), self.l)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"module maps inputs of shape {(want[0], *self.input_shape)} to {got}; it must return "
+                             f"logits of shape {want} (one per class, l = {self.l}); check input_shape and the "
+                             "last layer's width")
+
+    def theta(self) -> np.ndarray:
+        """The module's current parameters as the wire's θ."""
+        return module_theta(self.module)
+
+    # ------------------------------------------------------------------ per-record gradients
+    def _one_from(self, tensors: tuple, x: torch.Tensor) -> torch.Tensor:
+        params = dict(zip(self._names, tensors))
+        return functional_call(self.module, (params, self._consts), (x.unsqueeze(0),)).squeeze(0)
+
+    def _per_record(self, tensors: tuple, x: torch.Tensor, v: torch.Tensor) -> tuple:
+        """``∇_θ ⟨v_ij, z_i(θ)⟩`` for every record i and vector j (``v``: n × r × l), one tensor per
+        parameter, each ``n × r × numel``; vmap over records, and over the r vectors of a record
+        inside it (one forward pass per record, ``vjp``)."""
+
+        def per_record(xi: torch.Tensor, vs: torch.Tensor) -> tuple:
+            _, pull = vjp(lambda *ts: self._one_from(ts, xi), *tensors)
+            if vs.shape[0] == 1:
+                return tuple(g.unsqueeze(0) for g in pull(vs[0]))
+            return vmap(pull)(vs)
+
+        grads = vmap(per_record)(x, v)
+        return tuple(g.reshape(g.shape[0], g.shape[1], -1) for g in grads)
+
+    def _clipped_sums(self, flat: torch.Tensor, x: torch.Tensor, v: torch.Tensor,
+                      clips: Sequence[float]) -> tuple[list[torch.Tensor], int]:
+        """For each of the r vector sets ``v[:, j]`` (n × r × l): ``Σ_i clip_{C_j}(∇_θ⟨v_ij, z_i⟩)`` in
+        float64, and how many clippings were active. Per-record gradients in chunks of records;
+        norms, clip factors and sums in float64, one parameter tensor at a time."""
+        n, r = v.shape[0], v.shape[1]
+        f64 = torch.float64
+        tensors = tuple(t.view(shape) for t, shape in zip(flat.split(self._sizes), self._shapes))
+        sums = [[torch.zeros(size, dtype=f64, device=self.device) for size in self._sizes] for _ in range(r)]
+        clipped = 0
+        for start in range(0, n, self.chunk_size):
+            sl = slice(start, start + self.chunk_size)
+            grads = self._per_record(tensors, x[sl], v[sl].to(self.dtype))
+            c = grads[0].shape[0]
+            sq = torch.zeros(c, r, dtype=f64, device=self.device)
+            for g in grads:
+                sq += torch.linalg.vector_norm(g, dim=2, dtype=f64).square()
+            norms = sq.sqrt()
+            factor = torch.ones_like(norms)
+            for j in range(r):
+                if not math.isinf(clips[j]):
+                    over = norms[:, j] > clips[j]
+                    clipped += int(over.sum())
+                    factor[:, j] = torch.where(over, clips[j] / torch.where(over, norms[:, j], factor[:, j]),
+                                               factor[:, j])
+            for t, g in enumerate(grads):
+                for j in range(r):
+                    sums[j][t] += factor[:, j] @ g[:, j].to(f64)
+            del grads
+        return [torch.cat(parts) for parts in sums], clipped
+
+    # ------------------------------------------------------------------ the parts
+    def parts(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, batch: np.ndarray) -> BatchParts:
+        """The five parts of the records ``batch`` at ``(θ, W)`` (see the module docstring)."""
+        k, l, B = self.k, self.l, self.blocks
+        theta = np.asarray(theta, dtype=np.float64).ravel()
+        w = np.asarray(w, dtype=np.float64).ravel()
+        inv = np.asarray(inv_sqrt_ps, dtype=np.float64).ravel()
+        if theta.size != self.n_params:
+            raise ValueError(f"theta has {theta.size} entries, the module has {self.n_params} trainable parameters")
+        if w.size != B * k * l or inv.size != B * k:
+            raise ValueError(f"W must have {B * k * l} entries and inv_sqrt_ps {B * k} (blocks={B}, k={k}, l={l}); "
+                             f"got {w.size} and {inv.size}")
+        rows = torch.as_tensor(np.asarray(batch, dtype=np.int64).ravel())
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.n_records):
+            raise ValueError(f"batch holds row indices outside 0..{self.n_records - 1}")
+        dev, f64, m = self.device, torch.float64, self.denominator
+        P, wl = self.n_params, B * k * l
+        zeros_t = lambda: torch.zeros(P, dtype=f64, device=dev)  # noqa: E731
+        zeros_w = lambda: torch.zeros(wl, dtype=f64, device=dev)  # noqa: E731
+        if rows.numel() == 0:
+            z = np.zeros(P)
+            return BatchParts(z, z.copy(), z.copy(), np.zeros(wl), np.zeros(wl), 0.0, 0.0, 0)
+
+        rows_d = rows.to(dev)
+        x = self._inputs(rows)
+        yb, sb = self._y[rows_d], self._s[rows_d]
+        nb = x.shape[0]
+        flat = torch.from_numpy(theta).to(dev, self.dtype)
+        W = torch.from_numpy(w).to(dev).view(B, k, l)
+        invt = torch.from_numpy(inv).to(dev).view(B, k)
+
+        # One forward pass with a graph; everything after the logits in float64.
+        leaf = flat.detach().requires_grad_(True)
+        logits = self._logits(leaf, x)
+        F = torch.softmax(logits.detach().to(f64), dim=1)
+        onehot = torch.nn.functional.one_hot(yb, l).to(f64)
+        Fy = F.gather(1, yb.view(-1, 1)).squeeze(1)
+        loss = float(-torch.log(Fy.clamp_min(_TINY)).sum()) / m
+        v_loss = F - onehot
+
+        # The penalty: records in it, their block, and the pull-backs v = F ⊙ (g − F·g).
+        if self.fairness == "demographic_parity":
+            pen = torch.ones(nb, dtype=torch.bool, device=dev)
+            blk = torch.zeros(nb, dtype=torch.int64, device=dev)
+        elif self.fairness == "equalized_odds":
+            pen, blk = torch.ones(nb, dtype=torch.bool, device=dev), yb
+        else:
+            pen, blk = yb == self.positive, torch.zeros(nb, dtype=torch.int64, device=dev)
+        idx = pen.nonzero().squeeze(1)
+        Fp, bp, sp = F[idx], blk[idx], sb[idx]
+        q = (W * W).sum(dim=1)  # B × l
+        qp = q[bp]
+        cf = 2.0 * invt[bp, sp]  # 2 p_b(s_i)^{-1/2}
+        beta = cf.unsqueeze(1) * W[bp, sp]  # β_i = 2 p^{-1/2} W_b[s_i, :]
+        psi = float((-(Fp * qp).sum(1) + (beta * Fp).sum(1) - 1.0).sum()) / m
+
+        def pull(g: torch.Tensor) -> torch.Tensor:
+            return Fp * (g - (Fp * g).sum(1, keepdim=True))
+
+        def batched(v: torch.Tensor) -> torch.Tensor:
+            (gr,) = torch.autograd.grad(logits, leaf, grad_outputs=v.to(self.dtype), retain_graph=True)
+            return gr.to(f64)
+
+        def full(vp: torch.Tensor) -> torch.Tensor:  # penalty rows → all rows of the batch
+            out = torch.zeros(nb, l, dtype=f64, device=dev)
+            return out.index_copy_(0, idx, vp)
+
+        n_clipped = 0
+        psi_theta_sfree, psi_theta, psi_w_sfree, psi_w = zeros_t(), zeros_t(), zeros_w(), zeros_w()
+        if self.protect == "attribute":
+            loss_grad = batched(v_loss) / m
+            if self.send_psi and idx.numel():
+                psi_theta_sfree = batched(full(pull(-qp))) / m
+                v_b = pull(beta)
+                if math.isinf(self.clip_theta):
+                    psi_theta = batched(full(v_b)) / m
+                elif bool(v_b.any()):  # W = 0 (the first round): every b_i is 0
+                    (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x[idx], v_b.unsqueeze(1),
+                                                              [self.clip_theta])
+                    psi_theta = sb_sum / m
+                # c: 2 p^{-1/2} F_i into row s_i of block b_i; a_W: −2 W_b diag(Σ F_i).
+                rowsw = (bp * k + sp) * l
+                cols = rowsw.unsqueeze(1) + torch.arange(l, device=dev)
+                psi_w = psi_w.index_add_(0, cols.reshape(-1), (cf.unsqueeze(1) * Fp).reshape(-1)) / m
+                prob_sum = torch.zeros(B, l, dtype=f64, device=dev).index_add_(0, bp, Fp)
+                psi_w_sfree = (-2.0 * W * prob_sum.unsqueeze(1)).reshape(-1) / m
+        else:
+            # Record mode: every per-record part clipped; the ψ rows of non-penalty records are 0.
+            v_psi = full(pull(beta - qp)) if (self.send_psi and idx.numel()) else torch.zeros_like(v_loss)
+            with_psi = self.send_psi and idx.numel() > 0
+            if math.isinf(self.clip_loss) and (math.isinf(self.clip_theta) or not with_psi):
+                loss_grad = batched(v_loss) / m
+                if with_psi:
+                    psi_theta = batched(v_psi) / m
+            else:
+                V = torch.stack([v_loss, v_psi], dim=1) if with_psi else v_loss.unsqueeze(1)
+                clips = [self.clip_loss, self.clip_theta][: V.shape[1]]
+                sums, n_clipped = self._clipped_sums(leaf.detach(), x, V, clips)
+                loss_grad = sums[0] / m
+                if with_psi:
+                    psi_theta = sums[1] / m
+            if with_psi:
+                Wb = W[bp]  # nP × k × l
+                rec = -2.0 * Wb * Fp.unsqueeze(1)
+                rec[torch.arange(idx.numel(), device=dev), sp] += cf.unsqueeze(1) * Fp
+                norms = torch.linalg.vector_norm(rec.reshape(idx.numel(), -1), dim=1)
+                if not math.isinf(self.clip_w):
+                    over = norms > self.clip_w
+                    n_clipped += int(over.sum())
+                    factor = torch.where(over, self.clip_w / torch.where(over, norms, torch.ones_like(norms)),
+                                         torch.ones_like(norms))
+                    rec = rec * factor.view(-1, 1, 1)
+                psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
+                         .index_add_(0, bp, rec.reshape(idx.numel(), k * l)).reshape(-1) / m)
+        host = [t.detach().to("cpu", f64).numpy() for t in (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)]
+        return BatchParts(*host, loss=loss, psi=psi, n_clipped=int(n_clipped))

@@ -1,0 +1,305 @@
+"""``DeepSteFFLe``: SteFFLe (Gupta, Poornash, Razaviyayn and Lowy, "A Stochastic Optimization
+Framework for Private and Fair Learning From Decentralized Data", 2024, Alg. 1) for any
+``torch.nn.Module``.
+
+The estimator only configures: it validates the SteFFLe settings (the same
+:class:`~pfair.settings.SteFFLeSettings` as :class:`pfair.SteFFLe`), builds one
+:class:`~pfair.providers.torch.TorchProvider` per silo, and runs the protocol party by party
+(:class:`~pfair.protocol.simulation.Simulation` with ``fast=False``): every silo charges its ledger,
+draws its batch, asks its provider for the exact parts and noises them with its own secret key;
+the server checks and averages the replies. θ is the flat float64 vector of the module's trainable
+parameters; W is the FERMI dual variable (blocks × k × l). See ``docs/deep.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from pfair._validation import as_vector
+from pfair.estimators import SteFFLe, _label_indices, _ParamsMixin
+from pfair.federation import Federation
+from pfair.providers.torch import (
+    TorchProvider,
+    check_per_record,
+    module_theta,
+    resolve_device,
+    set_module_theta,
+)
+from pfair.settings import SteFFLeSettings
+
+#: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``).
+STEFFLE_PARAMS = [p for p in inspect.signature(SteFFLe.__init__).parameters.values() if p.name != "self"]
+_STEFFLE_NAMES = [p.name for p in STEFFLE_PARAMS]
+_DEEP_NAMES = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size"]
+
+
+def reset_parameters(module: nn.Module, seed: int) -> nn.Module:
+    """Re-initialise every submodule that has ``reset_parameters`` from ``torch`` RNG seeded by
+    ``seed`` (the global RNG is left as it was). Returns the module."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        for sub in module.modules():
+            fn = getattr(sub, "reset_parameters", None)
+            if callable(fn):
+                fn()
+    return module
+
+
+class DeepSteFFLe(_ParamsMixin):
+    """Private and fair federated training of a ``torch.nn.Module`` with SteFFLe.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Maps a batch ``(n, *input_shape)`` to ``(n, l)`` logits. It is copied at ``fit`` (the
+        trained copy is ``module_``); it must not mix the records of a batch (no BatchNorm in
+        training mode: use GroupNorm) and must be deterministic (no Dropout in training mode).
+    input_shape : tuple or None
+        Shape of one input, e.g. ``(1, 8, 8)``; rows of the 2-D federation arrays are reshaped to
+        it. None: ``X.shape[1:]`` of an array of images passed to ``fit``, else ``(d,)``.
+    device : "auto" (CUDA when available), "cpu", "cuda", ...
+        Where the gradients are computed. The noise is always added on the CPU in float64 by the
+        silo party, from its secret key.
+    chunk_size : int or None
+        Records per vmap call of the per-record gradients (memory ∝ chunk_size × #parameters);
+        None: as many as fit in 1 GiB of per-record gradients (at most 1,024).
+    init_seed : int or None
+        Re-initialise the module's parameters (``reset_parameters`` of every layer) from this
+        seed before training, for reproducible runs. None: start from the module's own values.
+    predict_batch_size : int, records per forward pass in ``predict_proba``.
+    **SteFFLe settings
+        Every parameter of :class:`pfair.SteFFLe` (``fairness``, ``lam``, ``epsilon``, ``delta``,
+        ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
+        ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
+        the same meaning and defaults; ``mode`` must be ``"standard"``.
+
+    Attributes
+    ----------
+    theta_ : flat float64 θ (the trainable parameters, ``parameters_to_vector`` order)
+    module_ : the trained module (a copy of ``module`` holding ``theta_``)
+    W_, classes_, groups_, n_features_in_, input_shape_, n_params_, device_
+    history_, privacy_report_, ledgers_, epochs_done_, n_rounds_, group_proportions_ : as in SteFFLe.
+    """
+
+    def __init__(self, module: nn.Module, *, input_shape: Any = None, device: Any = "auto",
+                 chunk_size: int | None = None, init_seed: int | None = None, predict_batch_size: int = 1024,
+                 **params: Any) -> None:
+        self.module = module
+        self.input_shape = input_shape
+        self.device = device
+        self.chunk_size = chunk_size
+        self.init_seed = init_seed
+        self.predict_batch_size = predict_batch_size
+        unknown = sorted(set(params) - set(_STEFFLE_NAMES))
+        if unknown:
+            raise TypeError(f"DeepSteFFLe got unexpected argument(s) {unknown}; valid: {_DEEP_NAMES} and the "
+                            f"SteFFLe settings {_STEFFLE_NAMES}")
+        for p in STEFFLE_PARAMS:
+            setattr(self, p.name, params.get(p.name, p.default))
+
+    def __repr__(self) -> str:
+        shown = []
+        for p in inspect.signature(type(self).__init__).parameters.values():
+            if p.name in ("self",):
+                continue
+            v = getattr(self, p.name)
+            if p.name == "module":
+                shown.append(f"module={type(v).__name__}(...)")
+                continue
+            try:
+                same = bool(p.default is v or p.default == v)
+            except (ValueError, TypeError):
+                same = False
+            if not same:
+                shown.append(f"{p.name}={v!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    # ------------------------------------------------------------------ settings
+    def settings(self) -> SteFFLeSettings:
+        """The validated, frozen SteFFLe settings of the next fit."""
+        st = SteFFLeSettings.from_params({name: getattr(self, name) for name in _STEFFLE_NAMES})
+        if st.mode != "standard":
+            raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
+                             "its records' s); use pfair.SteFFLe for the hybrid modes of a linear model")
+        return st
+
+    def _check_deep_params(self) -> None:
+        if not isinstance(self.module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(self.module).__name__}")
+        if self.chunk_size is not None and (isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int)
+                                            or self.chunk_size < 1):
+            raise ValueError(f"chunk_size must be an integer >= 1 or None (automatic), got {self.chunk_size!r}")
+        if self.init_seed is not None and (isinstance(self.init_seed, bool) or not isinstance(self.init_seed, int)
+                                           or self.init_seed < 0):
+            raise ValueError(f"init_seed must be an integer >= 0 or None, got {self.init_seed!r}")
+        if isinstance(self.predict_batch_size, bool) or not isinstance(self.predict_batch_size, int) \
+                or self.predict_batch_size < 1:
+            raise ValueError(f"predict_batch_size must be an integer >= 1, got {self.predict_batch_size!r}")
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,
+            eval_set: tuple[Any, Any, Any] | None = None, ledgers: Any = None, resume: bool = False) -> "DeepSteFFLe":
+        """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
+        record; None: one silo). ``X`` may be 2-D (records × features) or an array of images
+        ``(n, *input_shape)``. ``eval_set=(X, y, sensitive_features)`` adds metrics on data you
+        hold to ``history_``. ``ledgers`` and ``resume`` as in :meth:`pfair.SteFFLe.fit`."""
+        st = self.settings()
+        self._check_deep_params()
+        shape = None if self.input_shape is None else tuple(int(v) for v in self.input_shape)
+        if not isinstance(X, Federation):
+            arr = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
+            if arr.ndim > 2:
+                if shape is not None and tuple(arr.shape[1:]) != shape:
+                    raise ValueError(f"X has records of shape {arr.shape[1:]} but input_shape={shape}; they must "
+                                     "match (or leave input_shape=None)")
+                shape = tuple(arr.shape[1:])
+                X = arr.reshape(arr.shape[0], -1)
+        fed = SteFFLe._federation(self, X, y, sensitive_features, silos)
+        d, k, l = fed.n_features, fed.n_groups, fed.n_classes
+        shape = shape or (d,)
+        if int(np.prod(shape)) != d:
+            raise ValueError(f"input_shape={shape} has {int(np.prod(shape))} entries but the records have {d} "
+                             "features; they must match")
+        self.classes_, self.groups_ = fed.classes_, fed.groups_
+        self.n_features_in_, self.input_shape_ = d, shape
+        self.device_ = resolve_device(self.device)
+
+        previous = getattr(self, "_run_state", None) if resume else None
+        if resume and previous is None:
+            raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
+        warm = (st.warm_start or resume) and hasattr(self, "module_") and hasattr(self, "theta_")
+        if warm:
+            module = self.module_
+        else:
+            module = copy.deepcopy(self.module)
+            if self.init_seed is not None:
+                reset_parameters(module, self.init_seed)
+        module = module.to(self.device_)
+        check_per_record(module)
+        self.module_ = module
+        theta0 = np.asarray(self.theta_, dtype=np.float64).copy() if warm else module_theta(module)
+        blocks = l if st.fairness == "equalized_odds" else 1
+        w0 = np.asarray(self.W_, dtype=np.float64).ravel().copy() if (warm and hasattr(self, "W_")) \
+            else np.zeros(blocks * k * l)
+
+        def factory(j: int, silo: Any, cfg: Any) -> TorchProvider:
+            return TorchProvider.for_silo(module, silo, st, n_groups=k, n_classes=l, input_shape=shape,
+                                          device=self.device_, chunk_size=self.chunk_size)
+
+        pooled = fed.pooled() if st.track_history and (st.exact_diagnostics or not st.private) else None
+
+        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
+            if not st.track_history:
+                return None
+            self.theta_ = np.asarray(theta)
+            set_module_theta(self.module_, self.theta_)
+            row = dict(info)
+            if pooled is not None:
+                row.update(self._evaluate("train", *pooled))
+            if eval_set is not None:
+                row.update(self._evaluate("test", *eval_set))
+            return row
+
+        from pfair.protocol.simulation import Simulation
+
+        sim = Simulation(st, fed, ledgers=ledgers, fast=False, provider_factory=factory)
+        self.n_params_ = int(sim.theta_len)
+        try:
+            state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress,
+                            init=None if previous is not None else (theta0, w0))
+        finally:
+            self._run_state = sim.state if sim.state is not None else previous
+        plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
+        self.group_proportions_ = state.proportions
+        self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
+        theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
+        self.theta_ = np.asarray(theta, dtype=np.float64)
+        set_module_theta(self.module_, self.theta_)
+        self.W_ = np.asarray(w).reshape(blocks, k, l)
+        if blocks == 1:
+            self.W_ = self.W_[0]
+        self.epochs_done_ = state.epochs_done
+        self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
+        self.privacy_report_ = SteFFLe._report(self, plans, st)
+        return self
+
+    # ------------------------------------------------------------------ prediction
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "module_") or not hasattr(self, "classes_"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    def _inputs(self, X: Any) -> np.ndarray:
+        arr = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
+        try:
+            arr = np.asarray(arr, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError("X must be numeric (records × features, or images (n, *input_shape))") from None
+        shape = self.input_shape_
+        if arr.ndim == 2 and arr.shape[1] == self.n_features_in_:
+            return arr.reshape((arr.shape[0], *shape))
+        if tuple(arr.shape[1:]) == tuple(shape):
+            return arr
+        raise ValueError(f"X has shape {arr.shape}; the model takes (n, {self.n_features_in_}) features or "
+                         f"(n, *{tuple(shape)}) inputs")
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities ``softmax(module_(x))``, shape ``(n, l)``, float64."""
+        self._check_fitted()
+        arr = self._inputs(X)
+        if not np.isfinite(arr).all():
+            raise ValueError("X contains NaN or inf; impute or drop those rows")
+        dtype = next(p.dtype for p in self.module_.parameters())
+        out = []
+        with torch.no_grad():
+            for start in range(0, arr.shape[0], self.predict_batch_size):
+                xb = torch.from_numpy(arr[start:start + self.predict_batch_size]).to(self.device_, dtype)
+                out.append(torch.softmax(self.module_(xb).to(torch.float64), dim=1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(self.classes_)))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most probable class, in the original label categories."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy."""
+        pred = self.predict(X)
+        return float(np.mean(pred == as_vector(y, "y", pred.shape[0])))
+
+    def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
+        from pfair import metrics
+
+        proba = self.predict_proba(X)
+        n = proba.shape[0]
+        y_idx = _label_indices(as_vector(y, "y", n), self.classes_)
+        pred = np.argmax(proba, axis=1)
+        s_arr = as_vector(s, "sensitive_features", n)
+        loss = float(-np.mean(np.log(np.clip(proba[np.arange(n), y_idx], 1e-300, None))))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return {
+                f"{split}_loss": loss,
+                f"{split}_error": float(np.mean(pred != y_idx)),
+                f"{split}_dp_violation": metrics.demographic_parity_violation(y_idx, pred, sensitive_features=s_arr),
+                f"{split}_eo_violation": metrics.equalized_odds_violation(y_idx, pred, sensitive_features=s_arr),
+            }
+
+    @property
+    def epsilon_spent_(self) -> float:
+        """Largest ε spent by any silo (each silo's guarantee is its own)."""
+        return float(self.privacy_report_["epsilon_spent"].max())
+
+
+# get_params / set_params / clone see every hyper-parameter, the deep ones and SteFFLe's.
+_own = [p for p in inspect.signature(DeepSteFFLe.__init__).parameters.values() if p.kind != p.VAR_KEYWORD]
+DeepSteFFLe.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    _own + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in STEFFLE_PARAMS]
+)

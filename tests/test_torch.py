@@ -1,0 +1,583 @@
+"""The torch backend (pfair.torch, pfair.providers.torch): exact parts, sensitivities, training.
+
+* the provider's five parts on a linear-softmax torch model equal the Rust kernel's to 1e-12,
+  for every fairness notion, attribute and record mode;
+* the realised change of the noised parts under a neighbouring s (or record) never exceeds Δ;
+* an MLP on Adult (race, k = 5) trains privately and the penalty lowers the violation;
+* a CNN on the 8×8 digits runs end to end and beats chance;
+* BatchNorm (and Dropout) in training mode are refused;
+* the party-by-party simulation with the torch provider equals the Rust fast path.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from torch import nn  # noqa: E402
+
+import pfair  # noqa: E402
+from pfair import Federation, SteFFLe, _core  # noqa: E402
+from pfair.exceptions import PrivacyWarning  # noqa: E402
+from pfair.protocol.simulation import Simulation  # noqa: E402
+from pfair.providers.base import BatchParts  # noqa: E402
+from pfair.providers.torch import TorchProvider, module_theta, set_module_theta  # noqa: E402
+from pfair.torch import DeepSteFFLe, load_digits_fair, load_image_folder  # noqa: E402
+from pfair.torch.models import SmallCNN, mlp, resnet18_groupnorm  # noqa: E402
+
+# One thread: the runs are deterministic and do not fight other processes for the two cores.
+torch.set_num_threads(1)
+
+NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
+PARTS = ["loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w"]
+
+
+class LinearSoftmax(nn.Module):
+    """The Rust model in torch: θ is one (d+1) × (l−1) parameter (row-major, the Rust layout),
+    logits ``(0, x̃ θ)`` with class 0 the fixed zero reference logit."""
+
+    def __init__(self, d: int, l: int, dtype: torch.dtype = torch.float64) -> None:  # noqa: E741
+        super().__init__()
+        self.d = d
+        self.theta = nn.Parameter(torch.zeros(d + 1, l - 1, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x @ self.theta[: self.d] + self.theta[self.d]
+        return torch.cat([torch.zeros(x.shape[0], 1, dtype=z.dtype, device=z.device), z], dim=1)
+
+
+def random_problem(rng, *, k, l, fairness, n=40, d=4):  # noqa: E741
+    X = rng.normal(size=(n, d)) * 2
+    y = rng.integers(0, l, size=n)
+    s = rng.integers(0, k, size=n)
+    blocks = l if fairness == "equalized_odds" else 1
+    W = rng.normal(size=blocks * k * l)
+    inv = (rng.dirichlet(np.ones(k), size=blocks) * 0.9 + 0.1 / k).ravel() ** -0.5
+    return X, y, s, W, inv
+
+
+# --------------------------------------------------------------------------------------------
+# (a) the five parts equal the Rust kernel's
+
+
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+@pytest.mark.parametrize("fairness", NOTIONS)
+def test_linear_parts_equal_the_rust_kernel(fairness, protect):
+    rng = np.random.default_rng(hash((fairness, protect)) % 2**32)
+    for k, l in [(2, 2), (3, 4), (5, 3)]:  # noqa: E741
+        X, y, s, W, inv = random_problem(rng, k=k, l=l, fairness=fairness)
+        d, n = X.shape[1], X.shape[0]
+        theta = rng.normal(size=(d + 1) * (l - 1))
+        for m, denom, clips in [(25, 25.0, dict(clip_loss=0.7, clip_theta=0.5, clip_w=1.5)),
+                                (25, 31.7, dict(clip_loss=math.inf, clip_theta=0.05, clip_w=0.3)),
+                                (n, float(n), dict(clip_loss=math.inf, clip_theta=math.inf, clip_w=math.inf))]:
+            batch = np.sort(rng.choice(n, size=m, replace=False))
+            want = _core.batch_gradients(X, y, s, theta, W, inv, n_groups=k, n_classes=l, batch=batch, denom=denom,
+                                         fairness=fairness, positive=1, protect=protect, **clips)
+            if denom == m:  # the SiloSet path the linear provider uses
+                cfg = _core.SiloConfig(batch_size=m, protect=protect, **clips)
+                silo_set = _core.SiloSet([(X, y, s)], n_groups=k, n_classes=l, fairness=fairness, positive=1)
+                again = silo_set.parts(0, theta, W, inv, batch, cfg)
+                for key in PARTS:
+                    np.testing.assert_array_equal(want[key], again[key])
+            prov = TorchProvider(LinearSoftmax(d, l), X, y, s, n_groups=k, n_classes=l, denominator=denom,
+                                 fairness=fairness, positive_class=1, protect=protect, device="cpu", chunk_size=7,
+                                 **clips)
+            got = prov.parts(theta, W, inv, batch)
+            assert isinstance(got, BatchParts)
+            for key in PARTS:
+                np.testing.assert_allclose(getattr(got, key), want[key], rtol=0, atol=1e-12, err_msg=key)
+            assert got.loss == pytest.approx(want["loss"], abs=1e-12)
+            assert got.psi == pytest.approx(want["psi"], abs=1e-12)
+            assert got.n_clipped == want["n_clipped"]
+            if protect == "record":
+                assert not got.psi_theta_sfree.any() and not got.psi_w_sfree.any()
+
+
+def test_a_float32_module_gives_the_same_parts_to_float32_precision():
+    rng = np.random.default_rng(5)
+    k, l, fairness = 3, 3, "equalized_odds"  # noqa: E741
+    X, y, s, W, inv = random_problem(rng, k=k, l=l, fairness=fairness)
+    theta = rng.normal(size=(X.shape[1] + 1) * (l - 1)).astype(np.float32).astype(np.float64)
+    batch = np.arange(30)
+    want = _core.batch_gradients(X.astype(np.float32).astype(np.float64), y, s, theta, W, inv, n_groups=k,
+                                 n_classes=l, batch=batch, denom=30.0, fairness=fairness, clip_theta=0.3)
+    prov = TorchProvider(LinearSoftmax(X.shape[1], l, torch.float32), X, y, s, n_groups=k, n_classes=l,
+                         denominator=30.0, fairness=fairness, clip_theta=0.3, device="cpu")
+    got = prov.parts(theta, W, inv, batch)
+    for key in PARTS:
+        assert getattr(got, key).dtype == np.float64
+        np.testing.assert_allclose(getattr(got, key), want[key], atol=2e-5, err_msg=key)
+    # The clip factor is computed in float64, so the bound holds on what is sent.
+    assert np.linalg.norm(got.psi_theta) <= 0.3 * 30 / 30 * (1 + 1e-12)
+
+
+def test_chunk_size_does_not_change_the_parts():
+    rng = np.random.default_rng(11)
+    k, l = 3, 4  # noqa: E741
+    X, y, s, W, inv = random_problem(rng, k=k, l=l, fairness="demographic_parity", n=50)
+    torch.manual_seed(0)
+    net = mlp(4, l, (6,), dtype=torch.float64)
+    theta = module_theta(net)
+    batch = rng.choice(50, size=33, replace=False)
+    out = []
+    for chunk in (1, 5, None):
+        prov = TorchProvider(net, X, y, s, n_groups=k, n_classes=l, denominator=33.0, protect="record", clip_loss=0.1,
+                             clip_theta=0.05, clip_w=0.5, device="cpu", chunk_size=chunk)
+        out.append(prov.parts(theta, W, inv, batch))
+    for other in out[1:]:
+        for key in PARTS:
+            np.testing.assert_allclose(getattr(other, key), getattr(out[0], key), rtol=0, atol=1e-14)
+        assert other.n_clipped == out[0].n_clipped
+
+
+def test_theta_is_parameters_to_vector_and_round_trips():
+    torch.manual_seed(1)
+    net = mlp(5, 3, (4,))
+    theta = module_theta(net)
+    assert theta.dtype == np.float64
+    np.testing.assert_array_equal(theta, nn.utils.parameters_to_vector(net.parameters()).double().detach().numpy())
+    set_module_theta(net, theta * 2)
+    np.testing.assert_allclose(module_theta(net), (theta * 2).astype(np.float32), rtol=1e-7)
+    net[0].weight.requires_grad_(False)  # a frozen parameter is not part of θ
+    assert module_theta(net).size == theta.size - 20
+
+
+# --------------------------------------------------------------------------------------------
+# (b) sensitivities: the realised change of the noised parts never exceeds Δ
+
+
+@st.composite
+def mlp_problems(draw):
+    k = draw(st.integers(2, 4))
+    l = draw(st.integers(2, 4))  # noqa: E741
+    fairness = draw(st.sampled_from(NOTIONS))
+    n = draw(st.integers(2, 12))
+    m = draw(st.integers(1, n))
+    seed = draw(st.integers(0, 2**32 - 1))
+    theta_scale = draw(st.sampled_from([0.0, 0.3, 1.0, 5.0]))
+    w_scale = draw(st.sampled_from([0.0, 0.1, 1.0, 10.0]))
+    x_scale = draw(st.sampled_from([0.1, 1.0, 30.0]))
+    clips = [draw(st.sampled_from([1e-3, 0.1, 1.0, 5.0])) for _ in range(3)]
+    denom = draw(st.sampled_from(["fixed", "full", "poisson"]))
+    return k, l, fairness, n, m, seed, theta_scale, w_scale, x_scale, clips, denom
+
+
+def _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, denom_kind):  # noqa: E741
+    rng = np.random.default_rng(seed)
+    d = 3
+    X = rng.normal(size=(n, d)) * xs
+    y = rng.integers(0, l, size=n)
+    s = rng.integers(0, k, size=n)
+    blocks = l if fairness == "equalized_odds" else 1
+    net = mlp(d, l, (5,), dtype=torch.float64)
+    theta = rng.normal(size=module_theta(net).size) * ts
+    W = rng.normal(size=blocks * k * l) * ws
+    inv = (rng.dirichlet(np.ones(k), size=blocks) * 0.98 + 0.02 / k).ravel() ** -0.5
+    batch = np.sort(rng.choice(n, size=m, replace=False))
+    i = int(batch[rng.integers(0, m)])
+    denom = {"fixed": float(m), "full": float(n), "poisson": float(rng.uniform(0.5, n))}[denom_kind]
+    return rng, net, X, y, s, theta, W, inv, batch, i, denom
+
+
+def _parts(net, X, y, s, theta, W, inv, batch, *, k, l, fairness, denom, **kw):  # noqa: E741
+    prov = TorchProvider(net, X, y, s, n_groups=k, n_classes=l, denominator=denom, fairness=fairness,
+                         positive_class=1, device="cpu", chunk_size=4, **kw)
+    return prov.parts(theta, W, inv, batch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mlp_problems(), st.integers(0, 3))
+def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
+    k, l, fairness, n, m, seed, ts, ws, xs, (_, clip_theta, _), kind = problem  # noqa: E741
+    rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
+    s2 = s.copy()
+    s2[i] = new_group % k
+    kw = dict(k=k, l=l, fairness=fairness, denom=denom, clip_theta=clip_theta)
+    a = _parts(net, X, y, s, theta, W, inv, batch, **kw)
+    b = _parts(net, X, y, s2, theta, W, inv, batch, **kw)
+    _, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=denom, fairness=fairness, positive=1,
+                                          protect="attribute", clip_theta=clip_theta)
+    assert np.linalg.norm(a.psi_theta - b.psi_theta) <= d_theta * (1 + 1e-9)
+    assert np.linalg.norm(a.psi_w - b.psi_w) <= d_w * (1 + 1e-9)
+    for key in ("loss_grad", "psi_theta_sfree", "psi_w_sfree"):  # sent exactly: must not move at all
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mlp_problems())
+def test_record_mode_change_never_exceeds_sensitivity(problem):
+    k, l, fairness, n, m, seed, ts, ws, xs, (c_loss, c_theta, c_w), kind = problem  # noqa: E741
+    rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
+    X2, y2, s2 = X.copy(), y.copy(), s.copy()
+    X2[i] = rng.normal(size=X.shape[1]) * xs * 10
+    y2[i] = rng.integers(0, l)
+    s2[i] = rng.integers(0, k)
+    kw = dict(k=k, l=l, fairness=fairness, denom=denom, protect="record", clip_loss=c_loss, clip_theta=c_theta,
+              clip_w=c_w)
+    a = _parts(net, X, y, s, theta, W, inv, batch, **kw)
+    b = _parts(net, X2, y2, s2, theta, W, inv, batch, **kw)
+    d_loss, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=denom, fairness=fairness, positive=1,
+                                               protect="record", clip_loss=c_loss, clip_theta=c_theta, clip_w=c_w)
+    assert np.linalg.norm(a.loss_grad - b.loss_grad) <= d_loss * (1 + 1e-9)
+    assert np.linalg.norm(a.psi_theta - b.psi_theta) <= d_theta * (1 + 1e-9)
+    assert np.linalg.norm(a.psi_w - b.psi_w) <= d_w * (1 + 1e-9)
+
+
+def test_the_theta_bound_is_attained_by_an_mlp():
+    # Large W rows of opposite sign for two groups and large inputs: b_i and b'_i are clipped
+    # vectors pointing in opposite directions, so the change approaches Δ_θ = 2C/m.
+    k, l, m, clip = 2, 2, 4, 1e-3  # noqa: E741
+    torch.manual_seed(3)
+    net = mlp(3, l, (5,), dtype=torch.float64)
+    theta = module_theta(net)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(m, 3)) * 10
+    y, s = np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+    s2 = s.copy()
+    s2[0] = 1
+    W = np.array([5.0, -5.0, -5.0, 5.0])
+    inv = np.full(2, 2**0.5)
+    kw = dict(k=k, l=l, fairness="demographic_parity", denom=float(m), clip_theta=clip)
+    a = _parts(net, X, y, s, theta, W, inv, np.arange(m), **kw)
+    b = _parts(net, X, y, s2, theta, W, inv, np.arange(m), **kw)
+    _, d_theta, _ = _core.sensitivities(inv, n_groups=k, denom=float(m), clip_theta=clip)
+    assert 0.999 < np.linalg.norm(a.psi_theta - b.psi_theta) / d_theta <= 1 + 1e-9
+
+
+# --------------------------------------------------------------------------------------------
+# (c) an MLP on Adult with k = 5 race groups: private, and the penalty lowers the violation
+
+
+def _soft_ermi(proba, s, k):
+    """Exponential Rényi mutual information of the soft predictions and s (what ψ estimates)."""
+    joint = np.stack([proba[s == r].sum(0) for r in range(k)]) / len(s)
+    return float((joint**2 / (joint.sum(0, keepdims=True) * joint.sum(1, keepdims=True))).sum() - 1)
+
+
+def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation():
+    data = pfair.datasets.load_adult(sensitive="race")
+    assert data.n_groups == 5
+    rng = np.random.default_rng(0)
+    idx = rng.choice(data.n_train, 8000, replace=False)
+    X, y, s = data.X_train[idx], data.y_train[idx], data.s_train[idx]
+    silos = np.arange(len(y)) % 2
+    common = dict(epsilon=8.0, epochs=8, batch_size=256, lr_theta=0.5, lr_w=0.1, clip=0.05, noise_seed=3,
+                  init_seed=3, p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu")
+    out = {}
+    for lam in (0.0, 3.0):
+        with pytest.warns(PrivacyWarning, match="noise_seed"):
+            model = DeepSteFFLe(mlp(data.n_features, 2, (16,)), lam=lam, **common)
+            model.fit(X, y, sensitive_features=s, silos=silos)
+        pred = model.predict(data.X_test)
+        out[lam] = (model.score(data.X_test, data.y_test),
+                    pfair.metrics.demographic_parity_violation(data.y_test, pred, sensitive_features=data.s_test),
+                    _soft_ermi(model.predict_proba(data.X_test), data.s_test, 5), model)
+    acc0, dp0, ermi0, _ = out[0.0]
+    acc1, dp1, ermi1, fair = out[3.0]
+    report = fair.privacy_report_
+    assert (report["epsilon_spent"] <= 8.0).all() and (report["epsilon_spent"] > 0).all()
+    assert (report["sigma_theta"] > 0).all() and (report["sigma_w"] > 0).all()
+    assert dp1 < dp0 - 0.02 and ermi1 < ermi0
+    assert acc1 > 0.80  # well above the constant predictor (0.752)
+    # Without noise_seed the noise is secret and the guarantee is covered.
+    model = DeepSteFFLe(mlp(data.n_features, 2, (4,)), lam=1.0, epsilon=2.0, epochs=1, batch_size=256,
+                        p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu")
+    model.fit(X[:1200], y[:1200], sensitive_features=s[:1200])
+    assert (model.privacy_report_["noise"] == "secret").all()
+    assert (model.privacy_report_["guarantee"] == "covered").all()
+    assert np.isfinite(model.epsilon_spent_) and model.epsilon_spent_ <= 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# (d) a CNN on the 8×8 digits
+
+
+def test_digits_cnn_trains_end_to_end_on_cpu_and_beats_chance():
+    data = load_digits_fair()
+    assert data.input_shape == (1, 8, 8) and data.n_groups == 3 and data.n_classes == 10
+    fed = Federation.from_dataset(data, np.arange(data.n_train) % 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        model = DeepSteFFLe(SmallCNN(1, 10, width=8), input_shape=(1, 8, 8), device="cpu", init_seed=0,
+                            epsilon=4.0, noise_seed=1, lam=0.5, clip=0.1, epochs=2, batch_size=64, lr_theta=0.2,
+                            p_s=[1 / 3] * 3)
+        model.fit(fed, eval_set=(data.X_test, data.y_test, data.s_test))
+    assert model.n_rounds_ == 2 * 11 and model.n_params_ == sum(p.numel() for p in model.module_.parameters())
+    acc = model.score(data.X_test, data.y_test)
+    assert acc > 0.5  # chance is 0.1
+    assert list(model.history_.index) == [1, 2] and "test_error" in model.history_
+    assert model.history_["test_error"].iloc[-1] == pytest.approx(1 - acc)
+    assert np.isfinite(model.epsilon_spent_) and model.epsilon_spent_ <= 4.0
+    # Images in, images out; predict_proba on (n, 1, 8, 8) equals it on flat rows.
+    proba = model.predict_proba(data.images("test")[:10])
+    np.testing.assert_allclose(proba, model.predict_proba(data.X_test[:10]))
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+    # theta_ is the trained module's flat parameter vector.
+    np.testing.assert_allclose(model.theta_, module_theta(model.module_), rtol=1e-6, atol=1e-7)
+
+
+def test_fit_accepts_image_arrays_and_infers_the_input_shape():
+    data = load_digits_fair(label="parity", n_groups=2)
+    imgs = data.images("train")[:300]
+    model = DeepSteFFLe(SmallCNN(1, 2, width=4), device="cpu", init_seed=0, epochs=1, batch_size=50, lr_theta=0.1,
+                        lam=0.5, p_s=[0.5, 0.5], protect="record", track_history=False)
+    model.fit(imgs, data.y_train[:300], sensitive_features=data.s_train[:300], silos=np.arange(300) % 2)
+    assert model.input_shape_ == (1, 8, 8)
+    assert set(model.predict(data.X_test[:20])) <= {0, 1}
+    assert model.privacy_report_["guarantee"].iloc[0] == "none (non-private)"
+
+
+def test_resnet18_groupnorm_is_per_record_and_has_resnet18_size():
+    net = resnet18_groupnorm(9, width=64)
+    assert 11.1e6 < sum(p.numel() for p in net.parameters()) < 11.3e6
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
+    small = resnet18_groupnorm(9, width=8, groups=4)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3 * 16 * 16))
+    prov = TorchProvider(small, X, rng.integers(0, 9, 6), rng.integers(0, 5, 6), n_groups=5, n_classes=9,
+                         denominator=6.0, clip_theta=1.0, input_shape=(3, 16, 16), device="cpu", chunk_size=2)
+    parts = prov.parts(prov.theta(), rng.normal(size=45), np.full(5, 5**0.5), np.arange(6))
+    assert parts.psi_theta.shape == (prov.n_params,) and np.all(np.isfinite(parts.psi_theta))
+    assert np.linalg.norm(parts.psi_theta) <= 1.0 * 6 / 6 + 1e-12
+
+
+# --------------------------------------------------------------------------------------------
+# (e) layers that mix records are refused
+
+
+def test_batchnorm_in_training_mode_is_refused_with_the_fix():
+    X, y, s = np.zeros((10, 3)), np.arange(10) % 2, np.arange(10) % 2
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\).*GroupNorm"):
+        TorchProvider(net, X, y, s, n_groups=2, n_classes=2, denominator=5.0, device="cpu")
+    with pytest.raises(ValueError, match="GroupNorm"):
+        DeepSteFFLe(net, epochs=1, batch_size=5, p_s=[0.5, 0.5]).fit(X, y, sensitive_features=s)
+    frozen_without_stats = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, track_running_stats=False),
+                                         nn.Linear(4, 2)).eval()
+    with pytest.raises(ValueError, match="BatchNorm1d"):
+        TorchProvider(frozen_without_stats, X, y, s, n_groups=2, n_classes=2, denominator=5.0, device="cpu")
+    # Frozen statistics (eval mode) are a fixed affine map per record: allowed.
+    net.eval()
+    TorchProvider(net, X, y, s, n_groups=2, n_classes=2, denominator=5.0, device="cpu")
+    with pytest.raises(ValueError, match=r"layer '1' \(Dropout\)"):
+        TorchProvider(nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.5), nn.Linear(4, 2)), X, y, s, n_groups=2,
+                      n_classes=2, denominator=5.0, device="cpu")
+
+
+def test_inputs_are_validated_with_the_argument_and_the_fix():
+    X, y, s = np.zeros((10, 4)), np.arange(10) % 2, np.arange(10) % 2
+    kw = dict(n_groups=2, n_classes=2, denominator=5.0, device="cpu")
+    with pytest.raises(ValueError, match="input_shape=.*must match"):
+        TorchProvider(mlp(4, 2), X, y, s, input_shape=(1, 3, 3), **kw)
+    with pytest.raises(ValueError, match=r"logits of shape \(2, 2\)"):
+        TorchProvider(mlp(4, 3), X, y, s, **kw)
+    with pytest.raises(ValueError, match="pass input_shape="):
+        TorchProvider(SmallCNN(1, 2, width=4, image_size=2), X, y, s, **kw)
+    with pytest.raises(ValueError, match="chunk_size"):
+        TorchProvider(mlp(4, 2), X, y, s, chunk_size=0, **kw)
+    with pytest.raises(ValueError, match="clip_theta"):
+        TorchProvider(mlp(4, 2), X, y, s, clip_theta=0.0, **kw)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        TorchProvider(mlp(4, 2).half(), X, y, s, **kw)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device='cpu'"):
+            TorchProvider(mlp(4, 2), X, y, s, n_groups=2, n_classes=2, denominator=5.0, device="cuda")
+    with pytest.raises(TypeError, match="unexpected argument.*'lamda'"):
+        DeepSteFFLe(mlp(4, 2), lamda=1.0)
+    with pytest.raises(ValueError, match="mode='standard' only"):
+        DeepSteFFLe(mlp(4, 2), mode="hybrid").settings()
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module"):
+        DeepSteFFLe("resnet", p_s=[0.5, 0.5], batch_size=5).fit(X, y, sensitive_features=s)
+    with pytest.raises(ValueError, match="lam must be >= 0"):
+        DeepSteFFLe(mlp(4, 2), lam=-1.0).settings()
+    with pytest.raises(RuntimeError, match="not fitted"):
+        DeepSteFFLe(mlp(4, 2)).predict(X)
+
+
+def test_params_follow_scikit_learn_conventions():
+    from sklearn.base import clone
+
+    model = DeepSteFFLe(mlp(4, 2), lam=0.3, chunk_size=8, epsilon=1.0)
+    params = model.get_params()
+    assert params["lam"] == 0.3 and params["chunk_size"] == 8 and params["fairness"] == "demographic_parity"
+    assert set(params) >= {"module", "input_shape", "device", "init_seed", "clip", "noise_seed", "protect"}
+    copy = clone(model)
+    assert copy.get_params()["lam"] == 0.3 and copy.module is not model.module
+    assert "lam=0.3" in repr(model) and "module=Sequential(...)" in repr(model)
+    model.set_params(lam=2.0)
+    assert model.lam == 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# (f) the party-by-party simulation with the torch provider equals the Rust fast path
+
+
+def _protocol_data(n=600, seed=0, k=3):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, k, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [0.3, 1.5])
+    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"fairness": "equalized_odds", "p_s": [[0.3, 0.3, 0.4]] * 3},
+    {"fairness": "equal_opportunity", "positive_class": 2},
+    {"protect": "record"},
+    {"sampling": "poisson"},
+])
+def test_torch_provider_simulation_equals_the_rust_fast_path(kw):
+    base = dict(epsilon=2.0, lam=1.0, epochs=2, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=1, noise_seed=4,
+                lr_theta=0.5, clip=0.5, clip_w=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        st_ = SteFFLe(**{**base, **kw}).settings()
+    fed = _protocol_data()
+    d, k, l = fed.n_features, fed.n_groups, fed.n_classes  # noqa: E741
+    fast = Simulation(st_, fed, ledgers="new", fast=True).run()
+
+    def factory(j, silo, cfg):
+        return TorchProvider.for_silo(LinearSoftmax(d, l), silo, st_, n_groups=k, n_classes=l, device="cpu")
+
+    sim = Simulation(st_, fed, ledgers="new", fast=False, provider_factory=factory)
+    assert sim.theta_len == (d + 1) * (l - 1)
+    blocks = l if st_.fairness == "equalized_odds" else 1
+    slow = sim.run(init=(np.zeros(sim.theta_len), np.zeros(blocks * k * l)))
+    assert np.linalg.norm(fast.theta) > 0.1
+    np.testing.assert_allclose(slow.theta, fast.theta, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(slow.w, fast.w, rtol=0, atol=1e-10)
+
+
+def test_deep_steffle_on_the_linear_model_equals_steffle():
+    fed = _protocol_data(seed=2)
+    kw = dict(epsilon=3.0, lam=1.0, epochs=2, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=0, noise_seed=7,
+              lr_theta=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        lin = SteFFLe(**kw).fit(fed, ledgers="new")
+        deep = DeepSteFFLe(LinearSoftmax(fed.n_features, fed.n_classes), device="cpu", **kw).fit(fed, ledgers="new")
+    np.testing.assert_allclose(deep.theta_, lin.theta_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(deep.W_, lin.W_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(deep.predict_proba(fed.silos[0].X), lin.predict_proba(fed.silos[0].X), atol=1e-10)
+    for col in ("sigma_theta", "sigma_w", "epsilon_spent", "noise_multiplier"):
+        np.testing.assert_array_equal(deep.privacy_report_[col], lin.privacy_report_[col])
+
+
+# --------------------------------------------------------------------------------------------
+# data: a UTKFace-style folder
+
+
+def test_load_image_folder_reads_a_utkface_style_folder(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    ages = [1, 5, 15, 25, 35, 45, 55, 65, 80]
+    files = []
+    for race in range(5):
+        for j in range(4):
+            age = ages[(race + j) % 9] if j < 2 else 25  # two records of (25, race) in every group
+            name = f"{age}_{j % 2}_{race}_2017011{race}{j}0000.jpg.chip.jpg"
+            Image.fromarray(rng.integers(0, 256, size=(20, 16, 3), dtype=np.uint8)).save(tmp_path / name, "JPEG")
+            files.append(name)
+    Image.fromarray(rng.integers(0, 256, size=(12, 12), dtype=np.uint8)).save(tmp_path / "71_1_2_20170101.png")
+    np.save(tmp_path / "33_0_4_20170102.npy", rng.integers(0, 256, size=(24, 24, 3), dtype=np.uint8))
+    (tmp_path / "39_1_20170116174525125.jpg").write_bytes(b"")  # UTKFace has a few without race
+    (tmp_path / "notes.txt").write_text("ignored")
+    with pytest.warns(UserWarning, match="1 file"):
+        data = load_image_folder(tmp_path, image_size=8, seed=0)
+    assert data.input_shape == (3, 8, 8) and data.n_features == 192
+    assert data.n_classes == 9 and data.label_names[0] == "0-2" and data.label_names[-1] == "70+"
+    assert data.group_names == ["White", "Black", "Asian", "Indian", "Others"]
+    assert data.n_train + data.n_test == 22
+    attrs = pd_concat(data)
+    assert sorted(attrs["age"]) == sorted([int(f.split("_")[0]) for f in files] + [71, 33])
+    expected = np.searchsorted([0, 3, 10, 20, 30, 40, 50, 60, 70], attrs["age"], side="right") - 1
+    np.testing.assert_array_equal(np.concatenate([data.y_train, data.y_test]), expected)
+    np.testing.assert_array_equal(np.concatenate([data.s_train, data.s_test]), attrs["race"])
+    # Standardised per channel with the training split's statistics.
+    ch = data.images("train").transpose(1, 0, 2, 3).reshape(3, -1)
+    np.testing.assert_allclose(ch.mean(1), 0, atol=1e-12)
+    with pytest.warns(UserWarning, match="were skipped"):
+        gray = load_image_folder(tmp_path, image_size=4, grayscale=True, standardize=False, label="gender",
+                                 sensitive="race")
+    assert gray.input_shape == (1, 4, 4) and gray.n_classes == 2
+    assert gray.X_train.min() >= 0 and gray.X_train.max() <= 1
+    with pytest.raises(ValueError, match="is not a folder"):
+        load_image_folder(tmp_path / "missing")
+    with pytest.raises(ValueError, match="label='race'"):
+        load_image_folder(tmp_path, label="race")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="holds no image"):
+        load_image_folder(empty)
+
+
+def pd_concat(data):
+    import pandas as pd
+
+    return pd.concat([data.attrs_train, data.attrs_test], ignore_index=True)
+
+
+def test_load_digits_fair_documents_its_sensitive_attribute():
+    data = load_digits_fair()
+    ink = np.concatenate([data.attrs_train["ink"], data.attrs_test["ink"]])
+    s = np.concatenate([data.s_train, data.s_test])
+    assert np.bincount(s).min() > 550  # terciles: about 600 each
+    assert ink[s == 0].max() <= ink[s == 1].min() and ink[s == 1].max() <= ink[s == 2].min()
+    X = np.concatenate([data.X_train, data.X_test])
+    np.testing.assert_allclose(X.sum(1) * 16, ink)
+    assert load_digits_fair(label="large", n_groups=2).group_names == ["ink_q1", "ink_q2"]
+    with pytest.raises(ValueError, match="n_groups"):
+        load_digits_fair(n_groups=1)
+
+
+def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
+    from pfair.protocol import simulation
+
+    fed = _protocol_data(seed=3)
+    kw = dict(epsilon=2.0, lam=1.0, epochs=4, batch_size=40, p_s=[0.3, 0.3, 0.4], noise_seed=5, lr_theta=0.3,
+              init_seed=0, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = DeepSteFFLe(mlp(3, 3, (4,)), **kw).fit(fed, ledgers="new")
+        fed = _protocol_data(seed=3)
+        model = DeepSteFFLe(mlp(3, 3, (4,)), **kw)
+        real = simulation.Simulation.run
+        calls = {"n": 0}
+
+        def interrupted(self, **a):
+            user = a.get("on_epoch")
+
+            def on_epoch(epoch, theta, w, info):
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    raise KeyboardInterrupt
+                return user(epoch, theta, w, info)
+
+            return real(self, **{**a, "on_epoch": on_epoch})
+
+        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(fed)
+        monkeypatch.setattr(simulation.Simulation, "run", real)
+        assert model._run_state.epochs_done == 2
+        model.fit(fed, resume=True)
+        np.testing.assert_array_equal(model.theta_, whole.theta_)
+        assert list(model.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
+        # A warm start continues from theta_ as a new run on the same ledgers (what is left).
+        fresh = _protocol_data(seed=4)
+        warm = DeepSteFFLe(mlp(3, 3, (4,)), **{**kw, "epochs": 1, "warm_start": True})
+        warm.fit(fresh)
+        first = warm.theta_.copy()
+        warm.fit(fresh)
+    assert all(len(ledger.runs) == 2 for ledger in warm.ledgers_)
+    assert not np.array_equal(warm.theta_, first)
