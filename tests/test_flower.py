@@ -207,3 +207,33 @@ def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
     assert all(0 < row["epsilon_spent"] <= 2.0 and not row["refused"] for row in out["privacy"])
     assert (tmp_path / "flower" / "result.json").exists()
     assert out["seconds_per_round"] > 0 and out["start_seconds"] > 0
+
+
+def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
+    """A torch MLP named by the run config (a factory the silos allow) runs on the deployment
+    with the torch gradient provider and gives DeepSteFFLe.fit's model; a silo refuses a factory
+    its node config does not allow."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install 'pfair[torch]')")
+    from pfair.flower.models import build_module
+    from pfair.torch import DeepSteFFLe
+    from pfair.torch.models import mlp
+
+    X, y, s, silos = data()
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    cfgs = write_federation(fed, tmp_path / "data")
+    for c in cfgs:
+        c.update({"epsilon": 2.0, "noise-seed": 6})
+    model = {"factory": "pfair.torch.models:mlp", "kwargs": {"n_features": 3, "n_classes": 2, "hidden": [8]},
+             "init_seed": 3, "input_shape": None}
+    st = settings(epochs=1, batch_size=150, clip=0.5)
+    res = run_deployment(st, cfgs, n_groups=2, n_classes=2, workdir=tmp_path / "flwr", round_timeout=60,
+                         timeout=300, model=model, evaluate=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        deep = DeepSteFFLe(mlp(3, 2, hidden=(8,)), init_seed=3, noise_seed=6, epsilon=2.0, lam=1.0, epochs=1,
+                           batch_size=150, clip=0.5, p_s=[0.5, 0.5], seed=1, device="cpu").fit(fed, ledgers="new")
+    assert res["status"] == "completed" and res["rounds"] == 2 and len(res["theta"]) == deep.theta_.size == 50
+    np.testing.assert_allclose(res["theta"], deep.theta_, rtol=0, atol=1e-6)
+    with pytest.raises(PermissionError, match="not allowed"):
+        build_module({"factory": "os:getcwd", "kwargs": {}, "init_seed": 0, "input_shape": None})
+    del torch

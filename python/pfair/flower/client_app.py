@@ -30,8 +30,11 @@ app = ClientApp()
 
 
 def _node(msg: Message, context: Context) -> tuple[SiloNode, ConfigRecord]:
+    from pfair.flower.models import parse_model_spec
+
     cfg = msg.content["config"]
-    node = SiloNode(context.node_config, n_groups=int(cfg["n-groups"]), n_classes=int(cfg["n-classes"]))
+    model = parse_model_spec(cfg["model"]) if "model" in cfg else None
+    node = SiloNode(context.node_config, n_groups=int(cfg["n-groups"]), n_classes=int(cfg["n-classes"]), model=model)
     return node, cfg
 
 

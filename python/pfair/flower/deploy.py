@@ -45,6 +45,7 @@ n-silos = 3
 n-groups = 2
 n-classes = 2
 out = ""
+model = ""
 wait-timeout = 120.0
 round-timeout = 120.0
 evaluate = true
@@ -265,21 +266,24 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
 
 
 def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int, out: str | os.PathLike,
-                   round_timeout: float = 120.0, wait_timeout: float = 120.0, evaluate: bool = True) -> dict:
-    """The run config of a SteFFLe run (public settings only; a node's noise is its own)."""
+                   round_timeout: float = 120.0, wait_timeout: float = 120.0, evaluate: bool = True,
+                   model: Mapping[str, Any] | None = None) -> dict:
+    """The run config of a SteFFLe run (public settings only; a node's noise is its own).
+    ``model``: a deep model's factory spec (:mod:`pfair.flower.models`); None: the linear model."""
     import numpy as np
 
     p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
     return {"settings": json.dumps(settings.as_dict() | {"p_s": p_s, "noise_seed": None}), "n-silos": int(n_silos),
             "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
-            "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout), "evaluate": bool(evaluate)}
+            "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout), "evaluate": bool(evaluate),
+            "model": json.dumps(dict(model)) if model else ""}
 
 
 def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, n_groups: int, n_classes: int,
                    workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
                    wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True,
-                   clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None
-                   ) -> dict[str, Any]:
+                   clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None,
+                   model: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Start a loopback deployment with one SuperNode per node config, run SteFFLe with
     ``settings`` (a :class:`~pfair.settings.SteFFLeSettings`), tear everything down, and return the
     ServerApp's result (θ, W, the silos' plans and ε spent, events, timings)."""
@@ -292,7 +296,7 @@ def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, 
         out = dep.workdir / "result.json"
         run_config = run_config_for(settings, n_silos=len(node_configs), n_groups=n_groups, n_classes=n_classes,
                                     out=out, round_timeout=round_timeout, wait_timeout=wait_timeout,
-                                    evaluate=evaluate)
+                                    evaluate=evaluate, model=model)
         done = dep.run_app(app, run_config, timeout=timeout)
         if not out.exists():
             raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"

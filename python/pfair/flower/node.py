@@ -16,7 +16,10 @@ never by the server):
     optional local test shard for evaluate messages;
 ``noise-seed``
     optional, for reproducing a simulation only (the guarantee then does not hold against anyone
-    who knows it). Without it, every message draws fresh noise keys from the OS.
+    who knows it). Without it, every message draws fresh noise keys from the OS;
+``allow-models``
+    which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
+    see :mod:`pfair.flower.models`).
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
 ``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
@@ -69,7 +72,8 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
 class SiloNode:
     """One deployed silo (see the module docstring)."""
 
-    def __init__(self, node_config: Mapping[str, Any], *, n_groups: int, n_classes: int) -> None:
+    def __init__(self, node_config: Mapping[str, Any], *, n_groups: int, n_classes: int,
+                 model: Mapping[str, Any] | None = None) -> None:
         def need(key: str) -> Any:
             if key not in node_config:
                 raise ValueError(f"node config has no {key!r}; set it with --node-config \"{key}=...\"")
@@ -83,6 +87,10 @@ class SiloNode:
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
         self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
+        self.model = model
+        from pfair.flower.models import DEFAULT_ALLOWED
+
+        self.allow_models = str(node_config.get("allow-models", DEFAULT_ALLOWED))
         from pfair.datasets.shards import read_shard
 
         self.X, self.y, self.s, self.feature_names = read_shard(self.data_path, n_groups=n_groups, n_classes=n_classes)
@@ -116,9 +124,18 @@ class SiloNode:
     def _party(self, settings: SteFFLeSettings, check_budget: bool = True) -> SiloParty:
         ledger = self.ledger()
         st = self._settings(settings, ledger, check_budget)
-        silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
-                                 fairness=st.fairness, positive=st.positive_class)
-        provider = LinearProvider(silo_set, 0, silo_config(st, self.n_records, None))
+        if self.model is None:
+            silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
+                                     fairness=st.fairness, positive=st.positive_class)
+            provider: Any = LinearProvider(silo_set, 0, silo_config(st, self.n_records, None))
+        else:
+            from pfair.federation import Silo
+            from pfair.flower.models import build_module
+            from pfair.providers.torch import TorchProvider
+
+            module = build_module(self.model, allowed=self.allow_models)
+            provider = TorchProvider.for_silo(module, Silo(self.X, self.y, self.s), st, n_groups=self.n_groups,
+                                              n_classes=self.n_classes, input_shape=self.model["input_shape"])
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
         return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
                          n_groups=self.n_groups, n_classes=self.n_classes, keys=keys)
@@ -172,12 +189,27 @@ class SiloNode:
         from pfair.datasets.shards import read_shard
 
         X, y, s, _ = read_shard(self.test_path, n_groups=self.n_groups, n_classes=self.n_classes)
-        proba = _core.predict_proba(X, np.asarray(theta, dtype=np.float64), self.n_classes)
+        proba = self._predict_proba(X, np.asarray(theta, dtype=np.float64))
         pred = np.argmax(proba, axis=1)
         loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
         return {"n_test": float(len(y)), "test_loss": loss, "test_error": float(np.mean(pred != y)),
                 "dp_violation": metrics.demographic_parity_violation(y, pred, sensitive_features=s),
                 "eo_violation": metrics.equalized_odds_violation(y, pred, sensitive_features=s)}
+
+    def _predict_proba(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        if self.model is None:
+            return _core.predict_proba(X, theta, self.n_classes)
+        import torch
+
+        from pfair.flower.models import build_module
+        from pfair.providers.torch import set_module_theta
+
+        module = set_module_theta(build_module(self.model, allowed=self.allow_models), theta).eval()
+        shape = tuple(self.model["input_shape"] or (X.shape[1],))
+        dtype = next(module.parameters()).dtype
+        with torch.no_grad():
+            logits = module(torch.as_tensor(X, dtype=dtype).reshape(-1, *shape))
+        return torch.softmax(logits.double(), dim=1).numpy()
 
     def report(self) -> dict[str, Any]:
         """The ledger's public summary (budget, ε spent, runs)."""

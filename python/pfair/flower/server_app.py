@@ -50,7 +50,7 @@ class SteFFLeStrategy(Strategy):
 
     def __init__(self, settings: SteFFLeSettings, *, n_silos: int, n_groups: int, n_classes: int,
                  wait_timeout: float = 120.0, round_timeout: float = 120.0, poll: float = 0.2,
-                 evaluate: bool = True) -> None:
+                 evaluate: bool = True, model: dict | None = None) -> None:
         if not settings.private:
             raise ValueError("a deployment runs private fits only: set epsilon")
         if settings.mode != "standard":
@@ -62,6 +62,7 @@ class SteFFLeStrategy(Strategy):
         self.n_silos, self.n_groups, self.n_classes = int(n_silos), int(n_groups), int(n_classes)
         self.wait_timeout, self.round_timeout, self.poll = float(wait_timeout), float(round_timeout), float(poll)
         self.do_evaluate = bool(evaluate)
+        self.model = model  # None: the linear model; else a factory spec (pfair.flower.models)
         self.run_id = uuid.uuid4().hex
         self.silo_of: dict[int, int] = {}
         self.sizes: dict[int, int] = {}
@@ -77,7 +78,8 @@ class SteFFLeStrategy(Strategy):
     # ------------------------------------------------------------------ transport
     def _common(self) -> dict[str, Any]:
         return {"settings": json.dumps(self.settings.as_dict() | {"p_s": _p_s_json(self.settings)}),
-                "n-groups": self.n_groups, "n-classes": self.n_classes, "run-id": self.run_id}
+                "n-groups": self.n_groups, "n-classes": self.n_classes, "run-id": self.run_id,
+                "model": json.dumps(self.model) if self.model is not None else ""}
 
     def _exchange(self, grid: Grid, messages: list[Message], timeout: float) -> list[tuple[int, Message | None]]:
         """Push, then pull every ``poll`` s until all replied or ``timeout``; returns (node, reply or
@@ -234,6 +236,16 @@ class SteFFLeStrategy(Strategy):
         log.info("SteFFLe over Flower: %d silos, epsilon=%s, lam=%s, %s, p_s=%s", self.n_silos, st.epsilon, st.lam,
                  st.fairness, st.p_s_source)
 
+    def _theta0(self, d: int) -> np.ndarray:
+        """θ₀: zeros for the linear model; the initial parameters of the model factory's module
+        (initialised from its public ``init_seed``) for a deep model."""
+        if self.model is None:
+            return np.zeros((d + 1) * (self.n_classes - 1))
+        from pfair.flower.models import build_module
+        from pfair.providers.torch import module_theta
+
+        return module_theta(build_module(self.model, allowed=self.model["factory"]))
+
     # ------------------------------------------------------------------ the run
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
               timeout: float | None = None, train_config: ConfigRecord | None = None,
@@ -257,7 +269,7 @@ class SteFFLeStrategy(Strategy):
         T = st.epochs * R
         self._plan(grid, proportions, T)
         blocks = self.n_classes if st.fairness == "equalized_odds" else 1
-        self.theta, self.w = np.zeros((d + 1) * (self.n_classes - 1)), np.zeros(blocks * self.n_groups * self.n_classes)
+        self.theta, self.w = self._theta0(d), np.zeros(blocks * self.n_groups * self.n_classes)
         inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
         limits = [reply_limits(theta_len=self.theta.size, w_len=self.w.size, settings=st,
                                plan=SiloNoise(**self.plans[j]) if j in self.plans else None, inv_sqrt_ps=inv)
@@ -299,7 +311,7 @@ class SteFFLeStrategy(Strategy):
                 reports[int(rep["silo"])] = rep
         return {
             "status": "completed", "run_id": self.run_id, "theta": theta.tolist(), "w": w.tolist(),
-            "n_features": d, "n_groups": self.n_groups, "n_classes": self.n_classes, "rounds": T,
+            "n_features": d, "n_groups": self.n_groups, "n_classes": self.n_classes, "rounds": T, "model": self.model,
             "rounds_per_epoch": R, "settings": st.as_dict() | {"p_s": _p_s_json(st)},
             "proportions": proportions.tolist(),
             "silos": [{"silo": j, "n_records": self.sizes.get(j), "plan": self.plans.get(j),
@@ -330,10 +342,13 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point: settings and sizes from the run config, the result to ``out``."""
     rc = context.run_config
+    from pfair.flower.models import parse_model_spec
+
     st = settings_from_run_config(rc)
     strategy = SteFFLeStrategy(st, n_silos=int(rc["n-silos"]), n_groups=int(rc["n-groups"]),
                                n_classes=int(rc["n-classes"]), wait_timeout=float(rc["wait-timeout"]),
-                               round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]))
+                               round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]),
+                               model=parse_model_spec(rc.get("model", "")))
     result = strategy.start(grid)
     out = str(rc["out"])
     if out:
