@@ -301,17 +301,21 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
             plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
             self.group_proportions_ = state.proportions
             self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
+        self._adopt(state, plans, st, fed.n_groups, fed.n_classes)
+        return self
+
+    def _adopt(self, state: Any, plans: list, st: SteFFLeSettings, k: int, l: int) -> None:
+        """The fitted attributes from a finished (or interrupted) run's state: θ (the snapshot for
+        ``output="random"``), W as ``k × l`` (or ``classes × k × l``), history and the report."""
         theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
-        k, l = fed.n_groups, fed.n_classes
         blocks = l if st.fairness == "equalized_odds" else 1
-        self.theta_ = np.asarray(theta)
+        self.theta_ = np.asarray(theta, dtype=np.float64)
         self.W_ = np.asarray(w).reshape(blocks, k, l)
         if blocks == 1:
             self.W_ = self.W_[0]
         self.epochs_done_ = state.epochs_done
         self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
-        self.privacy_report_ = self._report(plans, st)
-        return self
+        self.privacy_report_ = SteFFLe._report(self, plans, st)  # DeepSteFFLe shares this
 
     # ------------------------------------------------------------------ helpers
     def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any) -> Federation:

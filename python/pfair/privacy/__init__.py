@@ -1,5 +1,6 @@
-"""Privacy accounting for pfair silos: the RDP accountant, the per-silo ledger, and the paper's
-closed-form noise (for reproduction). See ``docs/accounting.md``."""
+"""Privacy accounting for pfair silos: the RDP accountant, the persistent per-silo ledger, the
+group proportions, and the paper's closed-form noise (for reproduction). See ``docs/accounting.md``
+and ``docs/privacy.md``."""
 
 from pfair.privacy.accountant import (
     SAMPLING_SCHEMES,
@@ -11,10 +12,15 @@ from pfair.privacy.accountant import (
     noise_multiplier_for,
     rdp_curve,
 )
-from pfair.privacy.ledger import MechanismEvent, PrivacyBudgetExceeded, PrivacyLedger
+from pfair.exceptions import LedgerMismatch, PrivacyWarning, ReplayRefused
+from pfair.privacy.ledger import MechanismEvent, PrivacyBudgetExceeded, PrivacyLedger, data_fingerprint
 from pfair.privacy.paper import effective_noise_multiplier, paper_delivered_epsilon, paper_noise_stds
 
 __all__ = [
+    "LedgerMismatch",
+    "PrivacyWarning",
+    "ReplayRefused",
+    "data_fingerprint",
     "SAMPLING_SCHEMES",
     "MechanismEvent",
     "PrivacyBudgetExceeded",

@@ -19,7 +19,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -220,15 +219,8 @@ class DeepSteFFLe(_ParamsMixin):
         plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
         self.group_proportions_ = state.proportions
         self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
-        theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
-        self.theta_ = np.asarray(theta, dtype=np.float64)
+        SteFFLe._adopt(self, state, plans, st, k, l)
         set_module_theta(self.module_, self.theta_)
-        self.W_ = np.asarray(w).reshape(blocks, k, l)
-        if blocks == 1:
-            self.W_ = self.W_[0]
-        self.epochs_done_ = state.epochs_done
-        self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
-        self.privacy_report_ = SteFFLe._report(self, plans, st)
         return self
 
     # ------------------------------------------------------------------ prediction
