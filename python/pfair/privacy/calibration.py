@@ -24,7 +24,7 @@ from pfair.privacy.accountant import default_orders, epsilon_from_rdp, noise_mul
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 
-__all__ = ["PrivacyWarning", "SiloNoise", "accounting_scheme", "plan_silo_noise", "round_event"]
+__all__ = ["PrivacyWarning", "SiloNoise", "accounting_scheme", "plan_silo_noise", "sample_rate_and_denominator"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,14 @@ class SiloNoise:
         return asdict(self)
 
 
-def _denominator(sampling: str, n: int, batch_size: int) -> tuple[float, float]:
-    """(sample rate q, fixed batch denominator) of a silo with ``n`` records."""
+def sample_rate_and_denominator(sampling: str, n: int, batch_size: int) -> tuple[float, float]:
+    """``(q, m)`` of a silo with ``n`` records: the sample rate the accountant sees and the fixed
+    divisor of the batch means — ``(1, n)`` for the full batch, ``(m/n, m)`` without replacement,
+    ``(q, q·n)`` with Poisson sampling (``q = m/n``, at most 1). The Rust ``SiloConfig`` and every
+    gradient provider divide by this ``m``."""
     if sampling == "full_batch":
         return 1.0, float(n)
-    q = batch_size / n
+    q = min(1.0, batch_size / n)
     return q, float(batch_size) if sampling == "without_replacement" else q * n
 
 
@@ -153,7 +156,7 @@ def plan_silo_noise(
     training noise is calibrated so that everything together meets (ε, δ) with ``δ`` the
     ledger's. A ledger with nothing left raises :class:`PrivacyBudgetExceeded` before any round.
     """
-    q, denom = _denominator(sampling, n_records, batch_size)
+    q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
     scheme = accounting_scheme(sampling, protect)
     inv_sqrt_ps = np.ascontiguousarray(proportions, dtype=np.float64).ravel() ** -0.5
     kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
@@ -224,12 +227,6 @@ def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:
             PrivacyWarning,
             stacklevel=4,
         )
-
-
-def round_event(plan: SiloNoise, steps: int) -> MechanismEvent:
-    """The ledger event for ``steps`` rounds of a silo's noise plan."""
-    return MechanismEvent(name="steffle_rounds", sampling=plan.accounting, sample_rate=plan.sample_rate,
-                          noise_multiplier=plan.noise_multiplier, steps=steps)
 
 
 def warn_if_over_budget(plans: list[SiloNoise]) -> None:

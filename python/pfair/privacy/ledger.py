@@ -140,10 +140,12 @@ class PrivacyLedger:
             total = total + t * _per_step_rdp(sampling, q, z, self._orders)
         return total
 
-    def _with(self, event: MechanismEvent) -> Dict[tuple, int]:
-        key = (event.sampling, event.sample_rate, event.noise_multiplier)
+    def _with(self, *events: MechanismEvent) -> Dict[tuple, int]:
+        """The step counts per mechanism with ``events`` added to what is recorded."""
         steps = dict(self._steps)
-        steps[key] = steps.get(key, 0) + event.steps
+        for e in events:
+            key = (e.sampling, e.sample_rate, e.noise_multiplier)
+            steps[key] = steps.get(key, 0) + e.steps
         return steps
 
     def _epsilon_at(self, rdp: np.ndarray) -> float:
@@ -161,17 +163,13 @@ class PrivacyLedger:
 
     def epsilon_with(self, events: List[MechanismEvent]) -> float:
         """ε spent if ``events`` were recorded on top of what is recorded now."""
-        steps = dict(self._steps)
-        for e in events:
-            key = (e.sampling, e.sample_rate, e.noise_multiplier)
-            steps[key] = steps.get(key, 0) + e.steps
-        return self._epsilon_at(self._total(steps))
+        return self._epsilon_at(self._total(self._with(*events)))
 
     def would_exceed(self, event: MechanismEvent) -> bool:
         """Whether recording ``event`` would make ε exceed the budget."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
-        return self._epsilon_at(self._total(self._with(event))) > self.epsilon
+        return self.epsilon_with([event]) > self.epsilon
 
     def charge(self, event: MechanismEvent) -> float:
         """Record ``event`` if it fits the budget; return the new ε spent.

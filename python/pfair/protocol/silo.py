@@ -26,7 +26,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch
-from pfair.privacy.calibration import SiloNoise, plan_silo_noise
+from pfair.privacy.calibration import SiloNoise, plan_silo_noise, sample_rate_and_denominator
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import (
     HISTOGRAM_SENSITIVITY,
@@ -59,7 +59,7 @@ class SiloKeys:
 def silo_config(settings: SteFFLeSettings, n_records: int, plan: SiloNoise | None) -> Any:
     """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan)."""
     sig = (plan.sigma_loss, plan.sigma_theta, plan.sigma_w) if plan is not None else (0.0, 0.0, 0.0)
-    rate = 1.0 if settings.sampling == "full_batch" else min(1.0, settings.batch_size / n_records)
+    rate, _ = sample_rate_and_denominator(settings.sampling, n_records, settings.batch_size)
     return _core.SiloConfig(
         sampling=settings.sampling, batch_size=settings.batch_size, sample_rate=rate, protect=settings.protect,
         sigma_loss=sig[0], sigma_theta=sig[1], sigma_w=sig[2], send_psi=settings.sends_psi, **settings.clips(),

@@ -21,6 +21,7 @@ silos that answered, metrics on the user's ``eval_set``) unless ``exact_diagnost
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -81,8 +82,6 @@ def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
             if isinstance(item, PrivacyLedger):
                 out.append(item)
                 continue
-            import os
-
             if not isinstance(item, (str, os.PathLike)):
                 raise TypeError(f"ledgers[{j}] must be a PrivacyLedger or a path, got {type(item).__name__}")
             if os.path.exists(item):

@@ -248,13 +248,9 @@ class TorchProvider:
         """The provider of a :class:`~pfair.federation.Silo` under :class:`~pfair.settings.SteFFLeSettings`
         (denominator, protection, clip norms and fairness notion as the Rust ``SiloConfig`` of
         :func:`pfair.protocol.silo.silo_config` has them)."""
-        n = len(silo)
-        if settings.sampling == "without_replacement":
-            denom = float(settings.batch_size)
-        elif settings.sampling == "poisson":
-            denom = min(1.0, settings.batch_size / n) * n
-        else:
-            denom = float(n)
+        from pfair.privacy.calibration import sample_rate_and_denominator
+
+        _, denom = sample_rate_and_denominator(settings.sampling, len(silo), settings.batch_size)
         return cls(module, silo.X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom,
                    fairness=settings.fairness, positive_class=settings.positive_class, protect=settings.protect,
                    send_psi=settings.sends_psi, **settings.clips(), **kwargs)
