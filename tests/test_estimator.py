@@ -179,7 +179,7 @@ BAD = [
     (dict(fairness="equalized_odds"), lambda X, y, s, i: (X, np.where(s == 1, 0, y), s, i), ValueError,
      "group 1 has no records among records with label 1"),
     (dict(), lambda X, y, s, i: (X, y, np.zeros_like(s), i), ValueError, "sensitive_features has 1 distinct"),
-    (dict(), lambda X, y, s, i: (X, np.zeros_like(y), s, i), ValueError, "y has 1 distinct"),
+    (dict(), lambda X, y, s, i: (X, np.zeros_like(y), s, i), ValueError, "y has only 1 class"),
     (dict(batch_size=2000), lambda *a: a, ValueError, "batch_size=2000 is larger than silo 0"),
     (dict(epsilon=0.0), lambda *a: a, ValueError, "epsilon must be > 0"),
     (dict(epsilon=-1.0), lambda *a: a, ValueError, "epsilon must be > 0"),
@@ -209,7 +209,7 @@ def test_predict_before_fit_and_feature_mismatch():
         SteFFLe().predict(np.zeros((2, 4)))
     X, y, s, silos = unfair_data()
     m = SteFFLe(**FAST).fit(X, y, sensitive_features=s, silos=silos)
-    with pytest.raises(ValueError, match="X has 3 features but the model was fitted with 4"):
+    with pytest.raises(ValueError, match="X has 3 features, but SteFFLe is expecting 4 features"):
         m.predict(X[:, :3])
 
 
@@ -217,5 +217,5 @@ def test_get_and_set_params_follow_scikit_learn():
     m = SteFFLe(lam=0.5)
     assert m.get_params()["lam"] == 0.5
     assert m.set_params(epsilon=2.0).epsilon == 2.0
-    with pytest.raises(ValueError, match="'nope' is not a parameter"):
+    with pytest.raises(ValueError, match="Invalid parameter 'nope'"):
         m.set_params(nope=1)

@@ -79,7 +79,7 @@ def test_from_dataframe_and_errors():
     [
         (lambda X, y, s, i: (X[:-1], y, s, i), "y has 59 entries but X has 59|has 60 entries but X has 59"),
         (lambda X, y, s, i: (np.where(np.arange(60)[:, None] == 3, np.nan, X), y, s, i), "NaN or inf"),
-        (lambda X, y, s, i: (X, np.full(60, "a"), s, i), "y has 1 distinct value"),
+        (lambda X, y, s, i: (X, np.full(60, "a"), s, i), "y has only 1 class"),
         (lambda X, y, s, i: (X, y, np.full(60, "g"), i), "sensitive_features has 1 distinct value"),
         (lambda X, y, s, i: (X[:, 0], y, s, i), "must be 2-D"),
     ],

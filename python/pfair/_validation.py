@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 from typing import Any, Sequence
 
 import numpy as np
+
+#: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
+MAX_GROUPS = 20
 
 
 def as_features(X: Any, name: str = "X") -> np.ndarray:
     """A finite C-contiguous float64 matrix ``(n, d)``."""
     if hasattr(X, "to_numpy"):
         X = X.to_numpy()
+    if np.iscomplexobj(X):
+        raise ValueError(f"Complex data not supported: {name} must be real numbers")
     try:
         arr = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a numeric 2-D array; convert categorical columns first ({exc})") from None
     if arr.ndim == 1:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features); reshape a single feature with {name}.reshape(-1, 1)")
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got a 1-D array. Reshape your data: a "
+                         f"single feature with {name}.reshape(-1, 1), a single record with {name}.reshape(1, -1)")
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_samples, n_features), got {arr.ndim} dimensions")
     if arr.shape[0] == 0:
@@ -58,8 +65,113 @@ def encode(values: np.ndarray, name: str, categories: Sequence[Any] | None = Non
         except KeyError as exc:
             raise ValueError(f"{name} contains {exc.args[0]!r}, which is not among the known categories {cats.tolist()}") from None
     if len(cats) < 2:
+        if name == "y":
+            raise ValueError(f"y has only 1 class ({cats.tolist()[0]!r}); a classifier needs at least 2 classes "
+                             "in the training labels")
         raise ValueError(f"{name} has {len(cats)} distinct value(s); at least 2 are needed")
     return codes.astype(np.int64), cats
+
+
+def as_labels(y: Any, n: int | None = None, *, estimator: str = "SteFFLe") -> np.ndarray:
+    """Class labels ``y`` for a classifier's ``fit``: 1-D (a column vector is accepted with
+    scikit-learn's ``DataConversionWarning``), of length ``n``, and not a continuous target."""
+    if hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    arr = np.asarray(y)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        from sklearn.exceptions import DataConversionWarning
+
+        warnings.warn("A column-vector y was passed when a 1d array was expected; pass y.ravel() (shape (n,))",
+                      DataConversionWarning, stacklevel=3)
+    arr = as_vector(arr, "y", n)
+    if arr.dtype.kind == "f":
+        values = np.unique(arr)
+        if not np.all(values == np.round(values)):
+            raise ValueError(
+                f"Unknown label type: y looks continuous (regression target; {values.size} distinct float values, "
+                f"e.g. {values[:3].tolist()}); {estimator} is a classifier. Pass class labels (e.g. "
+                "(y > threshold).astype(int), or pd.cut(y, bins) for several classes)"
+            )
+    return arr
+
+
+def check_groups(groups: np.ndarray, values: np.ndarray, name: str = "sensitive_features") -> None:
+    """A sensitive attribute must be categorical: each distinct value is a group, and every group
+    enters the fairness penalty. A continuous column (or one group per record) is refused; more
+    than :data:`MAX_GROUPS` groups is warned."""
+    k, n = len(groups), len(values)
+    if k <= MAX_GROUPS:
+        return
+    continuous = values.dtype.kind == "f" and not np.all(groups == np.round(groups))
+    fix = (f"bin it into a few categories first, e.g. pd.cut({name}, bins=[0, 25, 45, 65, 120]) or "
+           f"np.digitize({name}, bins)")
+    if continuous or k == n:
+        what = "float values that are not whole numbers" if continuous else "one group per record"
+        raise ValueError(
+            f"{name} has {k} distinct values among {n} records ({what}, e.g. {groups[:3].tolist()}); it must be "
+            f"categorical: every distinct value is one group, and each group needs many records. {fix}"
+        )
+    warnings.warn(
+        f"{name} has {k} groups (more than {MAX_GROUPS}); every distinct value is one group and each needs records "
+        f"in every silo's fairness term. If it is a numeric attribute, {fix}",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def silo_ids(silos: Any, n: int) -> np.ndarray:
+    """One silo id per record. ``silos`` is one id per record (any hashable values), or a list of
+    index arrays (the row indices of each silo, together every row exactly once): silo j gets
+    id j."""
+    if silos is None:
+        return np.zeros(n, dtype=np.int64)
+    if isinstance(silos, (list, tuple)) and len(silos) > 0 and all(
+        not np.isscalar(part) and np.ndim(part) == 1 for part in silos
+    ):
+        ids = np.full(n, -1, dtype=np.int64)
+        for j, part in enumerate(silos):
+            idx = np.asarray(part)
+            if idx.dtype.kind not in "iu":
+                raise ValueError(
+                    f"silos as a list of index arrays: entry {j} has dtype {idx.dtype}, not integer row indices. "
+                    "Pass either one silo id per record (silos=[0, 0, 1, ...]) or one array of row indices "
+                    "per silo (silos=[np.array([0, 1]), np.array([2, 3])])"
+                )
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise ValueError(f"silos: index array {j} has row indices outside 0..{n - 1} (X has {n} rows)")
+            if np.any(ids[idx] != -1) or np.unique(idx).size != idx.size:
+                raise ValueError(f"silos: index array {j} repeats rows already assigned to a silo; every row "
+                                 "must belong to exactly one silo")
+            ids[idx] = j
+        missing = np.flatnonzero(ids < 0)
+        if missing.size:
+            raise ValueError(
+                f"silos: {missing.size} rows (e.g. row {int(missing[0])}) are in no index array; every row must "
+                "belong to exactly one silo (drop the rows from X, y and sensitive_features, or add them to a silo)"
+            )
+        return ids
+    try:
+        return as_vector(silos, "silos", n)
+    except ValueError as exc:
+        if "inhomogeneous" in str(exc) or "sequence" in str(exc):
+            raise ValueError(
+                "silos must be one silo id per record (silos=[0, 0, 1, ...]) or a list of index arrays, one per "
+                "silo (silos=[np.array([0, 1]), np.array([2, 3])])"
+            ) from None
+        raise
+
+
+def check_default_delta(sizes: Sequence[int], names: Sequence[Any] | None = None) -> None:
+    """A private fit with ``delta=None`` uses ``1/n_j²`` for silo j, undefined for a silo of one
+    record: refuse before anything runs, naming the silo and the fix."""
+    for j, n_j in enumerate(sizes):
+        if n_j < 2:
+            label = names[j] if names is not None else j
+            raise ValueError(
+                f"silo {label!r} has {n_j} record; a private fit with delta=None uses delta = 1/n² per silo, "
+                f"which is 1 for it (no privacy). Merge silo {label!r} with another silo, or pass delta= "
+                "explicitly (e.g. delta=1e-6, below 1/total records)"
+            )
 
 
 def check_positive(value: Any, name: str, *, allow_none: bool = False, allow_zero: bool = False) -> None:

@@ -22,35 +22,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import validate_data
+
 from pfair import _core
-from pfair._validation import as_features, as_vector
+from pfair._validation import as_features, as_labels, as_vector, check_default_delta
+from pfair.exceptions import NotFittedError
 from pfair.federation import Federation
 from pfair.settings import SteFFLeSettings
 
 
-class _ParamsMixin:
-    """``get_params``/``set_params`` as in scikit-learn (hyper-parameters are ``__init__`` args)."""
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {name: getattr(self, name) for name in names}
-
-    def set_params(self, **params: Any) -> "_ParamsMixin":
-        valid = self.get_params()
-        for key, value in params.items():
-            if key not in valid:
-                raise ValueError(f"{key!r} is not a parameter of {type(self).__name__}; valid: {sorted(valid)}")
-            setattr(self, key, value)
-        return self
-
-    def __repr__(self) -> str:
-        sig = inspect.signature(type(self).__init__).parameters
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if sig[k].default is not v and sig[k].default != v]
-        return f"{type(self).__name__}({', '.join(changed)})"
+class _ParamsMixin(BaseEstimator):
+    """scikit-learn's :class:`~sklearn.base.BaseEstimator`: ``get_params``/``set_params``/``clone``
+    (hyper-parameters are ``__init__`` args, stored unchanged), ``repr`` and metadata routing
+    (``set_fit_request(sensitive_features=True, silos=True)``, generated from ``fit``'s keywords)."""
 
 
-class LinearSoftmaxMixin:
-    """Prediction for a fitted linear-softmax model stored in ``theta_`` (``(d+1)·(l-1)``)."""
+class LinearSoftmaxMixin(ClassifierMixin):
+    """Prediction for a fitted linear-softmax model stored in ``theta_`` (``(d+1)·(l-1)``).
+
+    A scikit-learn classifier (``ClassifierMixin``: ``score`` is accuracy, ``is_classifier`` is
+    True); list it before :class:`_ParamsMixin` in the bases, as scikit-learn requires."""
 
     theta_: np.ndarray
     classes_: np.ndarray
@@ -58,14 +50,14 @@ class LinearSoftmaxMixin:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "theta_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities ``F(x) = softmax(0, x̃·θ)``, shape ``(n, l)``."""
         self._check_fitted()
         Xa = as_features(X)
-        if Xa.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {Xa.shape[1]} features but the model was fitted with {self.n_features_in_}")
+        # n_features_in_ and, for a model fitted on a DataFrame, the column names.
+        validate_data(self, X, reset=False, skip_check_array=True)
         return _core.predict_proba(Xa, self.theta_, len(self.classes_))
 
     def predict(self, X: Any) -> np.ndarray:
@@ -73,9 +65,31 @@ class LinearSoftmaxMixin:
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
 
-    def score(self, X: Any, y: Any) -> float:
-        """Accuracy."""
-        return float(np.mean(self.predict(X) == as_vector(y, "y")))
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Logits ``x̃·θ``: shape ``(n,)`` for two classes (the log-odds of ``classes_[1]``),
+        ``(n, l)`` otherwise (class 0 the reference, logit 0)."""
+        self._check_fitted()
+        Xa = as_features(X)
+        validate_data(self, X, reset=False, skip_check_array=True)
+        logits = np.hstack([Xa, np.ones((Xa.shape[0], 1))]) @ self.theta_.reshape(Xa.shape[1] + 1, -1)
+        return logits[:, 0] if len(self.classes_) == 2 else np.hstack([np.zeros((Xa.shape[0], 1)), logits])
+
+    def group_report(self, X: Any, y: Any, *, sensitive_features: Any, pos_label: Any = None) -> pd.DataFrame:
+        """Per-group count, selection rate, error, TPR and FPR of this model's predictions, plus
+        the overall, difference and ratio rows (:func:`pfair.metrics.group_report`).
+        ``pos_label`` defaults to ``classes_[1]`` (the positive class of a binary task)."""
+        from pfair import metrics
+
+        self._check_fitted()
+        label = self.classes_[1] if pos_label is None else pos_label
+        return metrics.group_report(y, self.predict(X), sensitive_features=sensitive_features, pos_label=label)
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()  # type: ignore[misc]
+        tags.input_tags.allow_nan = False
+        tags.classifier_tags.multi_class = True
+        tags.classifier_tags.poor_score = False
+        return tags
 
     @property
     def coef_(self) -> np.ndarray:
@@ -94,7 +108,7 @@ class LinearSoftmaxMixin:
         return th[d].copy() if l == 2 else np.concatenate([[0.0], th[d]])
 
 
-class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
+class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     """Private and fair federated logistic/softmax regression: SteFFLe (Gupta, Poornash, Razaviyayn
     and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
     Data", 2024, Alg. 1).
@@ -231,6 +245,12 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         names = [p for p in inspect.signature(SteFFLe.__init__).parameters if p != "self"]
         return SteFFLeSettings.from_params({name: getattr(self, name) for name in names})
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        # Private noise comes from the operating system unless noise_seed is set.
+        tags.non_deterministic = self.epsilon is not None and self.noise_seed is None
+        return tags
+
     # ------------------------------------------------------------------ fit
     def fit(
         self,
@@ -255,14 +275,45 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         :class:`~pfair.privacy.PrivacyLedger` or JSON path per silo (a path that does not exist yet
         becomes a new ledger written there), or ``"new"`` for fresh ledgers (simulations only).
         ``resume=True`` continues this estimator's interrupted fit (same data, settings and
-        ledgers) where the ledgers say it stopped; no round is charged twice."""
+        ledgers) where the ledgers say it stopped; no round is charged twice.
+
+        ``sensitive_features`` is required when ``lam > 0`` (a clear ``ValueError`` otherwise).
+        With ``lam=0`` it may be omitted: nothing sent depends on s, so the fit is plain federated
+        (private) logistic/softmax regression and ``history_`` has no fairness columns. This is
+        what scikit-learn's generic checks and a plain ``fit(X, y)`` can exercise.
+
+        ``silos`` is one silo id per record, or a list of index arrays (one per silo, together
+        every row exactly once).
+
+        In scikit-learn tools (``Pipeline``, ``cross_val_score``, ``GridSearchCV``) route the
+        sensitive attribute (and silo ids) with metadata routing::
+
+            sklearn.set_config(enable_metadata_routing=True)
+            est = SteFFLe(...).set_fit_request(sensitive_features=True, silos=True)
+            cross_val_score(est, X, y, params={"sensitive_features": s, "silos": ids})
+
+        Privacy of cross-validation: every fit on arrays builds a new Federation with new ledgers,
+        so each of the ``cv × candidates (+ refit)`` fits spends each silo's full ε on records the
+        other fits also use. The real cost of a grid search on the same records is the *sum* of
+        the fits' ε (basic composition), not the ε of one fit; no warning can see this (every fit
+        starts from fresh ledgers). Tune hyper-parameters on public or synthetic data, or budget
+        ``epsilon / n_fits`` per fit, or fit on one Federation so its ledgers refuse what is over
+        budget."""
         st = self.settings()
-        fed = self._federation(X, y, sensitive_features, silos)
+        fed = self._federation(X, y, sensitive_features, silos, st)
         if st.mode == "hybrid" and sensitive_silos is None:
             raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
-        self.classes_, self.groups_ = fed.classes_, fed.groups_
-        self.n_features_in_ = fed.n_features
-        pooled = fed.pooled() if st.track_history and (st.exact_diagnostics or not st.private) else None
+        if st.private and st.delta is None:
+            check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
+        self.classes_ = fed.classes_
+        if self._has_sensitive:
+            self.groups_ = fed.groups_
+        elif hasattr(self, "groups_"):
+            del self.groups_
+        pooled = None
+        if st.track_history and (st.exact_diagnostics or not st.private):
+            Xp, yp, sp = fed.pooled()  # indices -> the user's labels and groups, as _evaluate takes them
+            pooled = (Xp, fed.classes_[yp], fed.groups_[sp] if self._has_sensitive else None)
 
         def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
             if not st.track_history:
@@ -318,16 +369,33 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.privacy_report_ = SteFFLe._report(self, plans, st)  # DeepSteFFLe shares this
 
     # ------------------------------------------------------------------ helpers
-    def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any) -> Federation:
+    def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any, st: SteFFLeSettings) -> Federation:
+        """The fit's Federation; records ``n_features_in_`` and (for a DataFrame) ``feature_names_in_``.
+        Without ``sensitive_features`` only ``lam=0`` can fit (see :meth:`fit`)."""
+        self._has_sensitive = True
         if isinstance(X, Federation):
             if y is not None or sensitive_features is not None or silos is not None:
                 raise ValueError("pass either a Federation, or X, y, sensitive_features and silos; not both")
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            self.n_features_in_ = X.n_features
             return X
-        if y is None or sensitive_features is None:
-            raise ValueError("fit(X, y, sensitive_features=s, silos=ids) needs y and sensitive_features")
-        n = as_features(X).shape[0]
-        ids = np.zeros(n, dtype=np.int64) if silos is None else silos
-        return Federation.from_arrays(X, y, sensitive_features=sensitive_features, silos=ids)
+        if y is None:
+            raise ValueError(f"{type(self).__name__}.fit(X, y, sensitive_features=s) needs y (or pass a Federation as X)")
+        Xa = as_features(X)
+        validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
+        n = Xa.shape[0]
+        y_arr = as_labels(y, n, estimator=type(self).__name__)
+        if sensitive_features is None:
+            if st.sends_psi or st.mode != "standard":
+                raise ValueError(missing_sensitive_message(type(self).__name__))
+            # lam = 0: nothing sent depends on s and p_s is never computed, so a placeholder
+            # attribute is never read; no fairness metric is reported.
+            sensitive_features = np.arange(n) % 2
+            self._has_sensitive = False
+        names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
+        return Federation.from_arrays(Xa, y_arr, sensitive_features=sensitive_features, silos=silos,
+                                      feature_names=names)
 
     def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
         from pfair import metrics
@@ -336,14 +404,13 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         proba = _core.predict_proba(Xa, self.theta_, len(self.classes_))
         y_idx = _label_indices(as_vector(y, "y", Xa.shape[0]), self.classes_)
         pred = np.argmax(proba, axis=1)
-        s_arr = as_vector(s, "sensitive_features", Xa.shape[0])
         loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y_idx)), y_idx], 1e-300, None))))
-        return {
-            f"{split}_loss": loss,
-            f"{split}_error": float(np.mean(pred != y_idx)),
-            f"{split}_dp_violation": metrics.demographic_parity_violation(y_idx, pred, sensitive_features=s_arr),
-            f"{split}_eo_violation": metrics.equalized_odds_violation(y_idx, pred, sensitive_features=s_arr),
-        }
+        row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y_idx))}
+        if s is not None:
+            s_arr = as_vector(s, "sensitive_features", Xa.shape[0])
+            row[f"{split}_dp_violation"] = metrics.demographic_parity_violation(y_idx, pred, sensitive_features=s_arr)
+            row[f"{split}_eo_violation"] = metrics.equalized_odds_violation(y_idx, pred, sensitive_features=s_arr)
+        return row
 
     def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:
         rows = []
@@ -367,6 +434,17 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     def epsilon_spent_(self) -> float:
         """Largest ε spent by any silo (each silo's guarantee is its own)."""
         return float(self.privacy_report_["epsilon_spent"].max())
+
+
+def missing_sensitive_message(name: str) -> str:
+    """The error of ``fit(X, y)`` without ``sensitive_features`` (lam > 0)."""
+    return (
+        f"{name}.fit needs sensitive_features= (the sensitive attribute of each record) when lam > 0: "
+        f"call fit(X, y, sensitive_features=s). In a Pipeline, cross_val_score or GridSearchCV, route it: "
+        f"sklearn.set_config(enable_metadata_routing=True), {name}().set_fit_request(sensitive_features=True), "
+        "then pass params={'sensitive_features': s} (fit params of GridSearchCV.fit). Only lam=0 (no fairness "
+        "penalty) fits without it"
+    )
 
 
 def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -20,3 +20,14 @@ class ReplayRefused(RuntimeError):
 class LedgerMismatch(ValueError):
     """Raised when a ledger is used with data other than the data it was bound to, or with another
     budget than its own."""
+
+
+try:  # scikit-learn is a dependency; the fallback keeps this module importable on its own
+    from sklearn.exceptions import NotFittedError as _SklearnNotFitted
+except ImportError:  # pragma: no cover
+    _SklearnNotFitted = ValueError  # type: ignore[misc,assignment]
+
+
+class NotFittedError(_SklearnNotFitted, RuntimeError):  # type: ignore[misc,valid-type]
+    """Raised when a model is used before ``fit``: scikit-learn's ``NotFittedError`` (a
+    ``ValueError``/``AttributeError``) and a ``RuntimeError`` (what pfair raised before)."""

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pfair._validation import as_features, as_vector, encode
+from pfair._validation import as_features, as_labels, as_vector, check_groups, encode, silo_ids
 
 FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 
@@ -100,7 +100,8 @@ class Federation:
         classes: Sequence[Any] | None = None,
         groups: Sequence[Any] | None = None,
     ) -> "Federation":
-        """Split arrays into silos by ``silos`` (one silo id per record, any hashable values).
+        """Split arrays into silos by ``silos``: one silo id per record (any hashable values), or a
+        list of index arrays, one per silo (the row indices it holds; together every row once).
 
         ``classes``/``groups`` fix the global encodings (defaults: the sorted distinct values).
         """
@@ -108,9 +109,12 @@ class Federation:
             feature_names = [str(c) for c in X.columns]
         Xa = as_features(X)
         n = Xa.shape[0]
-        y_codes, cats_y = encode(as_vector(y, "y", n), "y", classes)
-        s_codes, cats_s = encode(as_vector(sensitive_features, "sensitive_features", n), "sensitive_features", groups)
-        ids = as_vector(silos, "silos", n)
+        y_codes, cats_y = encode(as_labels(y, n, estimator="every pfair estimator"), "y", classes)
+        s_raw = as_vector(sensitive_features, "sensitive_features", n)
+        s_codes, cats_s = encode(s_raw, "sensitive_features", groups)
+        if groups is None:
+            check_groups(cats_s, s_raw)
+        ids = silo_ids(silos, n)
         silo_names, silo_codes = np.unique(ids, return_inverse=True)
         order = np.argsort(silo_codes, kind="stable")
         bounds = np.searchsorted(silo_codes[order], np.arange(len(silo_names) + 1))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfair import _core
-from pfair._validation import as_features, as_vector, encode
+from pfair._validation import as_features, as_labels, check_groups, encode, silo_ids
 from pfair.federation import Federation
 
 MISSING = -1
@@ -80,33 +80,49 @@ def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarr
         raise ValueError("sensitive_features is missing for every record; at least 2 groups must be observed")
     codes = np.full(n, MISSING, dtype=np.int64)
     known, cats = encode(arr[~missing], "sensitive_features")
+    check_groups(cats, arr[~missing])
     codes[~missing] = known
     return codes, cats
 
 
 def shards_from(
-    X: Any, y: Any, sensitive_features: Any, silos: Any, *, need_s: bool, allow_missing: bool = False
+    X: Any, y: Any, sensitive_features: Any, silos: Any, *, need_s: bool, allow_missing: bool = False,
+    estimator: Any = None,
 ) -> Shards:
-    """Split the inputs of ``fit`` into encoded shards (see the module docstring)."""
+    """Split the inputs of ``fit`` into encoded shards (see the module docstring). With
+    ``estimator``, record its ``n_features_in_`` and (for a DataFrame ``X``) ``feature_names_in_``
+    the scikit-learn way."""
     if isinstance(X, Federation):
         if y is not None or sensitive_features is not None or silos is not None:
             raise ValueError("pass either a Federation, or X, y, sensitive_features and silos; not both")
         fed = X
+        if estimator is not None and hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
         return Shards([s.X for s in fed.silos], [s.y for s in fed.silos], [s.s for s in fed.silos],
                       fed.classes_, fed.groups_, True)
+    name = type(estimator).__name__ if estimator is not None else "this estimator"
     if y is None:
-        raise ValueError("fit(X, y, ...) needs y (or pass a Federation as X)")
-    if need_s and sensitive_features is None:
-        raise ValueError("fit(X, y, sensitive_features=s, ...) needs sensitive_features for this estimator")
+        raise ValueError(f"{name}.fit(X, y, ...) needs y (or pass a Federation as X)")
     Xa = as_features(X)
+    if estimator is not None:
+        from sklearn.utils.validation import validate_data
+
+        validate_data(estimator, X, reset=True, skip_check_array=True)
     n = Xa.shape[0]
-    y_codes, classes = encode(as_vector(y, "y", n), "y")
+    y_codes, classes = encode(as_labels(y, n, estimator=name), "y")
+    if need_s and sensitive_features is None:
+        raise ValueError(
+            f"{name}.fit(X, y, sensitive_features=s, ...) needs sensitive_features (the sensitive attribute of "
+            "each record). In a Pipeline, cross_val_score or GridSearchCV: sklearn.set_config("
+            f"enable_metadata_routing=True), {name}().set_fit_request(sensitive_features=True), and pass "
+            "params={'sensitive_features': s}"
+        )
     if sensitive_features is None:
         s_codes, groups, has_s = np.full(n, MISSING, dtype=np.int64), np.array([0, 1]), False
     else:
         s_codes, groups = encode_groups(sensitive_features, n, allow_missing=allow_missing)
         has_s = True
-    ids = np.zeros(n, dtype=np.int64) if silos is None else as_vector(silos, "silos", n)
+    ids = silo_ids(silos, n)
     names, codes = np.unique(ids, return_inverse=True)
     parts = [np.flatnonzero(codes == j) for j in range(len(names))]
     return Shards([Xa[p] for p in parts], [y_codes[p] for p in parts], [s_codes[p] for p in parts],

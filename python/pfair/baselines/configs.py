@@ -26,13 +26,19 @@ from typing import Any
 
 from pfair.baselines._common import shards_from
 from pfair.estimators import SteFFLe
+from pfair.federation import Federation
 
 
-def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any) -> tuple[Any, Any, Any]:
-    """All silos' records stacked into one silo (global encodings kept)."""
-    sh = shards_from(X, y, sensitive_features, silos, need_s=True)
+def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any, estimator: Any) -> tuple[Any, Any, Any]:
+    """All silos' records stacked into one silo (global encodings kept). Without
+    ``sensitive_features`` the third entry is None (SteFFLe's ``fit`` decides whether that is allowed)."""
+    sh = shards_from(X, y, sensitive_features, silos, need_s=False)
     Xp, yp, sp = sh.pooled()
-    return Xp, sh.classes[yp], sh.groups[sp]
+    if hasattr(X, "columns"):  # keep the column names for feature_names_in_
+        import pandas as pd
+
+        Xp = pd.DataFrame(Xp, columns=X.columns)
+    return Xp, sh.classes[yp], (sh.groups[sp] if sh.has_s else None)
 
 
 def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
@@ -44,13 +50,17 @@ def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
     sig = base.replace(parameters=params)
 
     def __init__(self: Any, **kwargs: Any) -> None:
+        # Only the parameters are set on the instance (scikit-learn's rule); the fixed settings are
+        # class attributes, read by SteFFLe.settings() like any other.
         bound = sig.bind(self, **kwargs)
         bound.apply_defaults()
-        args = {k: v for k, v in bound.arguments.items() if k != "self"}
-        SteFFLe.__init__(self, **args, **{k: v for k, v in fixed.items() if k in base.parameters})
+        for k, v in bound.arguments.items():
+            if k != "self":
+                setattr(self, k, v)
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
-    namespace: dict[str, Any] = {"__init__": __init__, "__doc__": doc, "__module__": __name__}
+    namespace: dict[str, Any] = {"__init__": __init__, "__doc__": doc, "__module__": __name__,
+                                 **{k: v for k, v in fixed.items() if k in base.parameters}}
     if central:
 
         def fit(self: Any, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,
@@ -59,7 +69,9 @@ def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
             for arg in require:
                 if getattr(self, arg) is None:
                     raise ValueError(f"{name} needs {arg}; for the non-private row use FERMI")
-            Xp, yp, sp = _pool(X, y, sensitive_features, silos)
+            if isinstance(X, Federation):
+                self.n_features_in_ = X.n_features
+            Xp, yp, sp = _pool(X, y, sensitive_features, silos, self)
             return SteFFLe.fit(self, Xp, yp, sensitive_features=sp, silos=None, eval_set=eval_set, **kwargs)
 
         namespace["fit"] = fit

@@ -68,13 +68,14 @@ import pandas as pd
 from pfair import _core
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, shards_from
+from pfair.federation import Federation
 from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
 from pfair.settings import default_delta
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 
 
-class PFLD(_ParamsMixin, LinearSoftmaxMixin):
+class PFLD(LinearSoftmaxMixin, _ParamsMixin):
     """Private and fair Lagrangian dual (seed 002, Alg. 1 with eqs. 10 and 13); see the module
     docstring for the math, the sensitivities and the deviations.
 
@@ -175,11 +176,18 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         """Fit on a Federation or arrays. ``sensitive_features`` may contain missing values (−1, NaN,
         None). ``silos`` is accepted and the data are pooled (PF-LD is a central method)."""
         self._validate_params()
-        sh = shards_from(X, y, sensitive_features, silos, need_s=True, allow_missing=True)
+        has_s = sensitive_features is not None or isinstance(X, Federation)
+        if not has_s and self.lam_max == 0 and y is not None:
+            # lam_max = 0 is plain private ERM: no step reads s (λ stays 0, no dual step), so a
+            # placeholder attribute stands in and no fairness metric is reported.
+            sensitive_features = np.arange(len(y)) % 2
+        sh = shards_from(X, y, sensitive_features, silos, need_s=True, allow_missing=True, estimator=self)
         Xa, ya, sa = sh.pooled()
         n, d = Xa.shape
         k, l = len(sh.groups), len(sh.classes)
         self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d
+        if not has_s:
+            del self.groups_
         m = n if self.sampling == "full_batch" else self.batch_size
         if m > n:
             raise ValueError(f"batch_size={m} is larger than the data ({n} records)")
@@ -254,7 +262,7 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             if self.track_history:
                 row = {"epoch": epoch + 1, "max_multiplier": float(lam.max()), "mean_multiplier": float(lam.mean()),
                        "released_violation": released}
-                row.update(evaluate(theta, l, Xa, ya, sa))
+                row.update(evaluate(theta, l, Xa, ya, sa if has_s else None))
                 history.append(row)
 
         self.theta_ = theta

@@ -27,7 +27,7 @@ from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
 from pfair.settings import SAMPLINGS
 
 
-class _SGDBase(_ParamsMixin, LinearSoftmaxMixin):
+class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
     """Shared validation, silo set-up and bookkeeping of the SGD baselines."""
 
     epochs: int
@@ -125,7 +125,7 @@ class CentralERM(_SGDBase):
     def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None) -> "CentralERM":
         """Fit on a Federation or arrays; ``silos`` is accepted and ignored (the data are pooled)."""
         self._validate_common()
-        sh = shards_from(X, y, sensitive_features, silos, need_s=False)
+        sh = shards_from(X, y, sensitive_features, silos, need_s=False, estimator=self)
         Xp, yp, sp = sh.pooled()
         pooled = Shards([Xp], [yp], [sp], sh.classes, sh.groups, sh.has_s)
         silo_set, configs = self._prepare(pooled)
@@ -197,7 +197,7 @@ class FedAvg(_SGDBase):
         self._validate_common()
         check_int(self.local_steps, "local_steps")
         check_choice(self.silo_weights, "silo_weights", ("size", "uniform"))
-        sh = shards_from(X, y, sensitive_features, silos, need_s=False)
+        sh = shards_from(X, y, sensitive_features, silos, need_s=False, estimator=self)
         silo_set, configs = self._prepare(sh)
         l = len(sh.classes)
         sizes = np.asarray(sh.sizes, dtype=np.float64)

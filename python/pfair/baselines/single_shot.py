@@ -150,7 +150,7 @@ class SyntheticClientProblem:
         return val, direct - mixed
 
 
-class SingleShotSyntheticFL(_ParamsMixin, LinearSoftmaxMixin):
+class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
     """Seed 004's single-shot fair FL: clients learn fair synthetic sets, the server fits on their union.
 
     Parameters
@@ -221,7 +221,7 @@ class SingleShotSyntheticFL(_ParamsMixin, LinearSoftmaxMixin):
     def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None) -> "SingleShotSyntheticFL":
         """Fit on a Federation or arrays with ``silos=`` (each silo is a client)."""
         self._validate_params()
-        sh = shards_from(X, y, sensitive_features, silos, need_s=True)
+        sh = shards_from(X, y, sensitive_features, silos, need_s=True, estimator=self)
         if len(sh.classes) != 2:
             raise ValueError(f"SingleShotSyntheticFL needs binary labels (seed 004's logistic model); y has "
                              f"{len(sh.classes)} classes")
