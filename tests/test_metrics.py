@@ -480,3 +480,120 @@ S = [0, 0, 1, 1]
 def test_errors_name_the_argument(call, exc, pattern):
     with pytest.raises(exc, match=pattern):
         call()
+
+
+# --------------------------------------------------------------------------------------------
+# fairlearn-compatible names and the per-group report, against fairlearn itself
+# --------------------------------------------------------------------------------------------
+
+import fairlearn.metrics as flm  # noqa: E402
+
+import pfair.metrics as pm  # noqa: E402
+
+FAIRLEARN_NAMES = ["demographic_parity_difference", "demographic_parity_ratio", "equalized_odds_difference",
+                   "equalized_odds_ratio", "equal_opportunity_difference", "equal_opportunity_ratio"]
+
+
+def _multigroup(seed, n=400, groups=("a", "b", "c", "d")):
+    rng = np.random.default_rng(seed)
+    s = rng.choice(groups, n)
+    y = rng.integers(0, 2, n)
+    bias = np.array([0.1 * groups.index(g) for g in s])
+    yp = (rng.random(n) < 0.2 + bias + 0.3 * y).astype(int)
+    return y, yp, s, rng.random(n)
+
+
+@pytest.mark.parametrize("name", FAIRLEARN_NAMES)
+@pytest.mark.parametrize("method", ["between_groups", "to_overall"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fairlearn_names_equal_fairlearn(name, method, seed):
+    y, yp, s, w = _multigroup(seed, groups=("a", "b", "c", "d") if seed else ("m", "f"))
+    ours, theirs = getattr(pm, name), getattr(flm, name)
+    assert ours(y, yp, sensitive_features=s, method=method) == pytest.approx(
+        theirs(y, yp, sensitive_features=s, method=method), abs=1e-12)
+    assert ours(y, yp, sensitive_features=s, method=method, sample_weight=w) == pytest.approx(
+        theirs(y, yp, sensitive_features=s, method=method, sample_weight=w), abs=1e-12)
+    if "odds" in name:
+        assert ours(y, yp, sensitive_features=s, method=method, agg="mean") == pytest.approx(
+            theirs(y, yp, sensitive_features=s, method=method, agg="mean"), abs=1e-12)
+
+
+def test_fairlearn_names_match_the_violation_family_for_binary_labels():
+    for seed in range(3):
+        y, yp, s, _ = _multigroup(seed)
+        assert pm.demographic_parity_difference(y, yp, sensitive_features=s) == pytest.approx(
+            demographic_parity_violation(y, yp, sensitive_features=s), abs=1e-12)
+        assert pm.equalized_odds_difference(y, yp, sensitive_features=s) == pytest.approx(
+            equalized_odds_violation(y, yp, sensitive_features=s), abs=1e-12)
+        assert pm.equal_opportunity_difference(y, yp, sensitive_features=s) == pytest.approx(
+            equal_opportunity_violation(y, yp, sensitive_features=s), abs=1e-12)
+
+
+def test_fairlearn_names_are_one_vs_rest_for_more_classes_like_fairlearn():
+    rng = np.random.default_rng(5)
+    y, yp, s = rng.integers(0, 3, 300), rng.integers(0, 3, 300), rng.choice(["x", "y", "z"], 300)
+    assert pm.demographic_parity_difference(y, yp, sensitive_features=s) == pytest.approx(
+        flm.demographic_parity_difference(y, yp, sensitive_features=s), abs=1e-12)
+    # The paper's multi-class violation is the maximum over every class, so at least as large.
+    assert demographic_parity_violation(y, yp, sensitive_features=s) >= pm.demographic_parity_difference(
+        y, yp, sensitive_features=s)
+
+
+def _metric_frame(y, yp, s, w=None):
+    def error(y_true, y_pred, sample_weight=None):
+        return 1.0 - np.average(np.asarray(y_true) == np.asarray(y_pred), weights=sample_weight)
+
+    metrics = {"count": flm.count, "selection_rate": flm.selection_rate, "error": error,
+               "true_positive_rate": flm.true_positive_rate, "false_positive_rate": flm.false_positive_rate}
+    params = None
+    if w is not None:
+        params = {k: {"sample_weight": w} for k in metrics if k != "count"}
+    return flm.MetricFrame(metrics=metrics, y_true=y, y_pred=yp, sensitive_features=s, sample_params=params)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_group_report_equals_metric_frame(weighted):
+    y, yp, s, w = _multigroup(3)
+    w = w if weighted else None
+    report = pm.group_report(y, yp, sensitive_features=s, sample_weight=w)
+    mf = _metric_frame(y, yp, s, w)
+    by_group = report.loc[list(mf.by_group.index)]
+    pd.testing.assert_frame_equal(by_group.astype(float), mf.by_group.astype(float), check_names=False, atol=1e-12)
+    for col in report.columns:
+        assert report.loc["overall", col] == pytest.approx(float(mf.overall[col]), abs=1e-12)
+        assert report.loc["difference", col] == pytest.approx(float(mf.difference()[col]), abs=1e-12)
+        assert report.loc["ratio", col] == pytest.approx(float(mf.ratio()[col]), abs=1e-12)
+    assert report.loc["difference", "selection_rate"] == pytest.approx(
+        pm.demographic_parity_difference(y, yp, sensitive_features=s, sample_weight=w), abs=1e-12)
+    assert max(report.loc["difference", ["true_positive_rate", "false_positive_rate"]]) == pytest.approx(
+        pm.equalized_odds_difference(y, yp, sensitive_features=s, sample_weight=w), abs=1e-12)
+
+
+def test_group_report_hand_example_and_errors():
+    y = [1, 1, 0, 0, 1, 0]
+    yp = [1, 0, 0, 1, 1, 1]
+    s = pd.Series(["a", "a", "a", "b", "b", "b"], name="sex")
+    r = pm.group_report(y, yp, sensitive_features=s)
+    assert r.index.name == "sex" and list(r.index) == ["a", "b", "overall", "difference", "ratio"]
+    assert r.loc["a", "count"] == 3 and r.loc["a", "selection_rate"] == pytest.approx(1 / 3)
+    assert r.loc["a", "true_positive_rate"] == pytest.approx(1 / 2) and r.loc["b", "false_positive_rate"] == 1.0
+    assert r.loc["a", "error"] == pytest.approx(1 / 3) and r.loc["b", "error"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="method='worst' is not supported"):
+        pm.demographic_parity_difference(y, yp, sensitive_features=s, method="worst")
+    with pytest.raises(ValueError, match="sample_weight must be finite and >= 0"):
+        pm.group_report(y, yp, sensitive_features=s, sample_weight=[1, 1, 1, -1, 1, 1])
+    with pytest.raises(ValueError, match="pos_label='yes' is not among the labels"):
+        pm.group_report(y, yp, sensitive_features=s, pos_label="yes")
+
+
+def test_model_group_report_uses_the_positive_class():
+    from pfair import SteFFLe
+
+    y, _, s, _ = _multigroup(4)
+    rng = np.random.default_rng(0)
+    X = np.column_stack([y + 0.5 * rng.normal(size=len(y)), rng.normal(size=len(y))])
+    labels = np.array(["bad", "good"])[y]
+    m = SteFFLe(sampling="full_batch", epochs=10).fit(X, labels, sensitive_features=s)
+    r = m.group_report(X, labels, sensitive_features=s)
+    pd.testing.assert_frame_equal(r, pm.group_report(labels, m.predict(X), sensitive_features=s, pos_label="good"))
+    assert r.loc["overall", "error"] == pytest.approx(1 - m.score(X, labels))

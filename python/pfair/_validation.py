@@ -16,10 +16,17 @@ def as_features(X: Any, name: str = "X") -> np.ndarray:
     """A finite C-contiguous float64 matrix ``(n, d)``."""
     if hasattr(X, "to_numpy"):
         X = X.to_numpy()
-    if np.iscomplexobj(X):
+    if hasattr(X, "toarray") or hasattr(X, "tocsr"):
+        raise TypeError(f"Sparse data was passed for {name}, but dense data is required: use {name}.toarray() "
+                        "(the Rust kernels take dense float64 rows)")
+    try:
+        raw = np.asarray(X)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric 2-D array; convert categorical columns first ({exc})") from None
+    if raw.dtype.kind == "c":
         raise ValueError(f"Complex data not supported: {name} must be real numbers")
     try:
-        arr = np.asarray(X, dtype=np.float64)
+        arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a numeric 2-D array; convert categorical columns first ({exc})") from None
     if arr.ndim == 1:
@@ -28,7 +35,9 @@ def as_features(X: Any, name: str = "X") -> np.ndarray:
     if arr.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_samples, n_features), got {arr.ndim} dimensions")
     if arr.shape[0] == 0:
-        raise ValueError(f"{name} has no rows")
+        raise ValueError(f"{name} has no rows: 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required.")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
     if not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).any(axis=1).sum())
         raise ValueError(f"{name} contains NaN or inf in {bad} rows; impute or drop them before fitting")

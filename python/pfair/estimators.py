@@ -381,7 +381,8 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
             self.n_features_in_ = X.n_features
             return X
         if y is None:
-            raise ValueError(f"{type(self).__name__}.fit(X, y, sensitive_features=s) needs y (or pass a Federation as X)")
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: call "
+                             "fit(X, y, sensitive_features=s), or pass a Federation as X")
         Xa = as_features(X)
         validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
         n = Xa.shape[0]
@@ -434,6 +435,40 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     def epsilon_spent_(self) -> float:
         """Largest ε spent by any silo (each silo's guarantee is its own)."""
         return float(self.privacy_report_["epsilon_spent"].max())
+
+
+#: scikit-learn checks (``sklearn.utils.estimator_checks``) that call ``fit(X, y)`` and so cannot
+#: pass for an estimator that needs ``sensitive_features`` (SteFFLe with ``lam > 0``, PFLD with
+#: ``lam_max > 0``, SingleShotSyntheticFL): the generic checks have no way to pass a sensitive
+#: attribute, and inventing one would hide a missing argument. Each raises the ``ValueError`` that
+#: names ``sensitive_features`` and the routing fix. With ``lam=0`` (``lam_max=0``) the fit does
+#: not need s and every check passes (tests/test_sklearn.py).
+NEEDS_SENSITIVE_FEATURES = (
+    "check_classifier_data_not_an_array", "check_classifiers_classes", "check_classifiers_one_label",
+    "check_classifiers_train", "check_decision_proba_consistency", "check_dict_unchanged",
+    "check_dont_overwrite_parameters", "check_dtype_object", "check_estimators_dtypes",
+    "check_estimators_fit_returns_self", "check_estimators_nan_inf", "check_estimators_overwrite_params",
+    "check_estimators_pickle", "check_f_contiguous_array_estimator", "check_fit2d_1feature",
+    "check_fit2d_1sample", "check_fit2d_predict1d", "check_fit_check_is_fitted", "check_fit_idempotent",
+    "check_fit_score_takes_y", "check_methods_sample_order_invariance", "check_methods_subset_invariance",
+    "check_n_features_in", "check_n_features_in_after_fitting", "check_pipeline_consistency",
+    "check_positive_only_tag_during_fit", "check_readonly_memmap_input", "check_supervised_y_2d",
+)
+
+
+def expected_failed_checks(estimator: Any) -> dict[str, str]:
+    """The scikit-learn checks ``estimator`` is expected to fail, each with its reason, for
+    ``check_estimator(est, expected_failed_checks=...)`` and ``parametrize_with_checks``.
+    Empty when the estimator can fit without ``sensitive_features`` (``lam=0``, ``lam_max=0``,
+    or an estimator that never uses s)."""
+    params = estimator.get_params() if hasattr(estimator, "get_params") else {}
+    needs_s = (params.get("lam", 0) > 0 or params.get("lam_max", 0) > 0
+               or type(estimator).__name__ == "SingleShotSyntheticFL")
+    if not needs_s:
+        return {}
+    reason = (f"calls fit(X, y) without sensitive_features, which {type(estimator).__name__} needs to measure "
+              "and penalise unfairness; fit raises a ValueError naming sensitive_features and metadata routing")
+    return {name: reason for name in NEEDS_SENSITIVE_FEATURES}
 
 
 def missing_sensitive_message(name: str) -> str:

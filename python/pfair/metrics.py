@@ -8,11 +8,21 @@ values. All probabilities are empirical frequencies over the records passed in.
 Definitions (``P`` is the empirical probability, ``s`` the sensitive attribute, ``y`` the true
 label and ``ŷ`` the prediction):
 
-* demographic parity violation, seed 003 App. E.1 eq. (11)::
+Papers: Gupta, Poornash, Razaviyayn and Lowy, "A Stochastic Optimization Framework for Private
+and Fair Learning From Decentralized Data" (2024) ("Gupta et al."); Tran, Fioretto and Van
+Hentenryck, "Differentially Private and Fair Deep Learning: A Lagrangian Dual Approach" (2021)
+("Tran et al."); Wu, Curtis and Robinson, "Using Synthetic Data to Mitigate Unfairness and
+Preserve Privacy through Single-Shot Federated Learning" ("Wu et al.").
+
+fairlearn's names (:func:`demographic_parity_difference`, :func:`equalized_odds_difference`,
+:func:`equal_opportunity_difference`, the ratios) and a ``MetricFrame``-style
+:func:`group_report` are at the end of this module, with fairlearn's signatures and values.
+
+* demographic parity violation, Gupta et al. App. E.1 eq. (11)::
 
       max_{y', s1, s2} | P[ŷ=y' | s=s1] - P[ŷ=y' | s=s2] |
 
-* equalized odds violation, seed 003 App. E.1 eq. (12); by default the per-true-class form::
+* equalized odds violation, Gupta et al. App. E.1 eq. (12); by default the per-true-class form::
 
       max_{y, y', s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
 
@@ -20,9 +30,9 @@ label and ``ŷ`` the prediction):
   one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
   fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
 * equal opportunity violation: the gap in true-positive rate of ``pos_label`` across groups.
-* accuracy parity violation (seed 002 §4.1): the gap in per-group accuracy.
-* statistical parity difference (seed 004 eq. (4)) and decision-boundary covariance
-  (seed 004 eq. (2), after Zafar et al. 2017).
+* accuracy parity violation (Tran et al. §4.1): the gap in per-group accuracy.
+* statistical parity difference (Wu et al. eq. (4)) and decision-boundary covariance
+  (Wu et al. eq. (2), after Zafar et al. 2017).
 
 Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
 per-group quantity, which is how it is computed. Validation happens once, at the public
@@ -302,7 +312,9 @@ def _trivial_error(y_true_codes: np.ndarray) -> float:
 
 
 def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
-    r"""Demographic parity violation (seed 003, App. E.1, eq. 11).
+    r"""Demographic parity violation (Gupta et al. 2024, App. E.1, eq. 11); ``dp_violation`` in
+    ``history_``, CSV files and the command line. For binary labels it is
+    :func:`demographic_parity_difference` (the fairlearn name).
 
     .. math::
 
@@ -335,7 +347,9 @@ def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features
 def equalized_odds_violation(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, conditioning: str = "per_class"
 ) -> float:
-    r"""Equalized odds violation (seed 003, App. E.1, eq. 12).
+    r"""Equalized odds violation (Gupta et al. 2024, App. E.1, eq. 12); ``eo_violation`` in
+    ``history_``, CSV files and the command line. For binary labels it is
+    :func:`equalized_odds_difference` (the fairlearn name).
 
     ``conditioning="per_class"`` (default)::
 
@@ -343,9 +357,9 @@ def equalized_odds_violation(
 
     over every true class ``y``, predicted class ``y'`` and pair of groups. It is 0 exactly when
     the prediction is independent of the group given the true label (equalized odds, Hardt et al.
-    2016; seed 002 §4.1).
+    2016; Tran et al. §4.1).
 
-    ``conditioning="one_vs_rest"`` is eq. 12 as printed in seed 003::
+    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al.::
 
         max_{y'} max_{s1, s2} max( | P[ŷ=y' | s=s1, y=y'] - P[ŷ=y' | s=s2, y=y'] |,
                                    | P[ŷ=y' | s=s1, y≠y'] - P[ŷ=y' | s=s2, y≠y'] | )
@@ -383,7 +397,8 @@ def equalized_odds_violation(
 def equal_opportunity_violation(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
 ) -> float:
-    r"""Equal opportunity violation: the gap in true-positive rate across groups.
+    r"""Equal opportunity violation: the gap in true-positive rate across groups (``eopp_violation``
+    in :func:`fairness_report`; :func:`equal_opportunity_difference` is the fairlearn name).
 
     .. math::
 
@@ -413,13 +428,13 @@ def equal_opportunity_violation(
 
 
 def accuracy_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
-    r"""Accuracy parity violation (seed 002, §4.1): the gap in per-group accuracy.
+    r"""Accuracy parity violation (Tran et al. 2021, §4.1): the gap in per-group accuracy.
 
     .. math::
 
         \max_{s_1, s_2} \left| P[\hat y = y \mid s = s_1] - P[\hat y = y \mid s = s_2] \right|
 
-    Seed 002 states accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
+    Tran et al. state accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
     largest pairwise violation of it (the same number with error rates in place of accuracies).
 
     Returns
@@ -437,7 +452,7 @@ def statistical_parity_difference(
     group: Hashable | None = None,
     reference_group: Hashable | None = None,
 ) -> float:
-    r"""Statistical parity difference (SPD, seed 004 eq. 4); signed.
+    r"""Statistical parity difference (SPD, Wu et al. eq. 4); signed.
 
     .. math::
 
@@ -446,7 +461,7 @@ def statistical_parity_difference(
         \quad p = \text{pos\_label}.
 
     With two groups the defaults are ``reference_group`` = the first and ``group`` = the second
-    group in sorted order, which for ``s ∈ {0, 1}`` is seed 004's
+    group in sorted order, which for ``s ∈ {0, 1}`` is Wu et al.'s
     ``|{ŷ=1, s=1}|/|{s=1}| - |{ŷ=1, s=0}|/|{s=0}|``. With k > 2 groups both must be given.
 
     Relation to the demographic parity violation: ``|SPD| <= demographic_parity_violation``,
@@ -500,7 +515,7 @@ def statistical_parity_difference(
 def decision_boundary_covariance(
     scores: Any, *, sensitive_features: Any, per_group: bool = False
 ) -> float | np.ndarray:
-    r"""Decision-boundary covariance (seed 004 eq. 2, after Zafar et al. 2017).
+    r"""Decision-boundary covariance (Wu et al. eq. 2, after Zafar et al. 2017).
 
     The empirical (1/n, population) covariance between group membership and the signed distance
     ``d_i`` of each record to the decision boundary (for a linear model ``d_i = θᵀa_i``; pass
@@ -508,7 +523,7 @@ def decision_boundary_covariance(
 
         Cov_g = (1/n) Σ_i (1[s_i = g] - p_g) d_i,      p_g = (1/n) Σ_i 1[s_i = g]
 
-    Groups are one-hot encoded in sorted order. With two groups, ``Cov_1`` is seed 004's
+    Groups are one-hot encoded in sorted order. With two groups, ``Cov_1`` is Wu et al.'s
     ``(1/n) Σ (s_i - s̄) d_i`` for ``s ∈ {0, 1}`` and ``Cov_0 = -Cov_1``. The entries always sum
     to 0.
 
@@ -520,7 +535,7 @@ def decision_boundary_covariance(
         Group of each record; at least 2 distinct groups.
     per_group : bool, default False
         If False, return ``max_g |Cov_g|`` (a float ≥ 0; for two groups the ``|Cov(s, d)|`` that
-        seed 004 constrains to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
+        Wu et al. constrain to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
         shape (k,), in the sorted order of the groups.
     """
     d = _as_1d(scores, "scores")
@@ -546,7 +561,7 @@ def decision_boundary_covariance(
 
 
 def misclassification_error(y_true: Any, y_pred: Any) -> float:
-    r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of seed 003 §5)."""
+    r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of Gupta et al. 2024, §5)."""
     yt = _as_1d(y_true, "y_true")
     yp = _as_1d(y_pred, "y_pred")
     _check_same_length(y_true=yt, y_pred=yp)
@@ -559,7 +574,7 @@ def trivial_error(y_true: Any) -> float:
     r"""Error of the best constant predictor: ``1 - max_y P[y]`` (1 - majority-label frequency).
 
     A model that predicts one class for everyone has zero DP/EO violation and this error; a fair
-    model is useful only where its error is clearly below it (SPEC §9).
+    model is useful only where its error is clearly below it.
     """
     _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")
     return _trivial_error(codes)
@@ -584,3 +599,243 @@ def fairness_report(
         "eopp_violation": _eopp_gap(e, pos_label),
         "accuracy_parity_violation": _accuracy_gap(e),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# fairlearn-compatible names and the per-group report
+# --------------------------------------------------------------------------------------------
+#
+# Vocabulary. ``demographic_parity_difference``, ``equalized_odds_difference`` and
+# ``equal_opportunity_difference`` (and the ratios) have fairlearn's signatures and values: the
+# rates are one-vs-rest for ``pos_label`` (default 1, as in fairlearn). The ``*_violation``
+# functions above are the multi-class definitions of Gupta et al. (2024, App. E.1) that SteFFLe
+# penalises (a maximum over every class); for binary labels the two families are the same number.
+# ``history_`` columns, CSV columns and the CLI use the short names of the ``*_violation``
+# family: ``dp_violation`` = demographic_parity_violation, ``eo_violation`` =
+# equalized_odds_violation, ``eopp_violation`` = equal_opportunity_violation.
+
+_METHODS = ("between_groups", "to_overall")
+
+
+class _Rates(NamedTuple):
+    """Weighted per-group rates for one positive label (``nan`` where a rate has no records)."""
+
+    groups: np.ndarray
+    count: np.ndarray
+    selection_rate: np.ndarray
+    error: np.ndarray
+    true_positive_rate: np.ndarray
+    false_positive_rate: np.ndarray
+    overall: dict
+
+
+def _weights(sample_weight: Any, n: int) -> np.ndarray:
+    if sample_weight is None:
+        return np.ones(n)
+    w = _as_1d(sample_weight, "sample_weight")
+    _check_same_length(y_pred=np.empty(n), sample_weight=w)
+    try:
+        w = w.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError("sample_weight must be numbers (one non-negative weight per record)") from None
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("sample_weight must be finite and >= 0 (one weight per record)")
+    return w
+
+
+def _positive_hits(e: _Encoded, pos_label: Hashable) -> tuple[np.ndarray, np.ndarray]:
+    """``(ŷ = pos_label, y = pos_label)`` as booleans. A ``pos_label`` of the labels' kind that
+    never occurs gives all-False (rates 0, as fairlearn's ``selection_rate``); another kind is an error."""
+    if _same_kind(e.labels, pos_label) and not any(v == pos_label for v in e.labels.tolist()):
+        none = np.zeros(e.y_pred.shape[0], dtype=bool)
+        return none, none.copy()
+    p = _label_code(e.labels, pos_label, "pos_label")
+    assert e.y_true is not None
+    return e.y_pred == p, e.y_true == p
+
+
+def _rate(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num/den`` with 0 where ``den = 0`` (scikit-learn's and fairlearn's zero_division=0)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _rates(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Hashable, sample_weight: Any) -> _Rates:
+    e = _prepare(y_true, y_pred, sensitive_features)
+    assert e.y_true is not None
+    w = _weights(sample_weight, e.y_pred.shape[0])
+    pred_pos, true_pos = _positive_hits(e, pos_label)
+    wrong = e.y_true != e.y_pred
+    k = e.groups.size
+
+    def per_group(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(e.s, weights=w * mask, minlength=k)
+
+    def overall(num_mask: np.ndarray, den_mask: np.ndarray) -> float:
+        return float(_rate(np.array([np.sum(w * num_mask)]), np.array([np.sum(w * den_mask)]))[0])
+
+    ones = np.ones_like(wrong)
+    tot = per_group(ones)
+    pos, neg = per_group(true_pos), per_group(~true_pos)
+    return _Rates(
+        groups=e.groups,
+        count=np.bincount(e.s, minlength=k).astype(np.float64),
+        selection_rate=_rate(per_group(pred_pos), tot),
+        error=_rate(per_group(wrong), tot),
+        true_positive_rate=_rate(per_group(pred_pos & true_pos), pos),
+        false_positive_rate=_rate(per_group(pred_pos & ~true_pos), neg),
+        overall={
+            "count": float(e.y_pred.shape[0]),
+            "selection_rate": overall(pred_pos, ones),
+            "error": overall(wrong, ones),
+            "true_positive_rate": overall(pred_pos & true_pos, true_pos),
+            "false_positive_rate": overall(pred_pos & ~true_pos, ~true_pos),
+        },
+    )
+
+
+def _check_method(method: str) -> None:
+    if method not in _METHODS:
+        raise ValueError(f"method={method!r} is not supported; pass 'between_groups' or 'to_overall'.")
+
+
+def _difference(values: np.ndarray, overall: float, method: str) -> float:
+    if method == "between_groups":
+        return float(values.max() - values.min())
+    return float(np.max(np.abs(values - overall)))
+
+
+def _ratio(values: np.ndarray, overall: float, method: str) -> float:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if method == "between_groups":
+            return float(values.min() / values.max()) if values.max() > 0 else float("nan")
+        ratios = np.minimum(values / overall, overall / values) if overall > 0 else np.full_like(values, np.nan)
+        return float(np.min(ratios))
+
+
+def _combine(a: float, b: float, agg: str) -> float:
+    if agg == "worst_case":
+        return max(a, b)
+    if agg == "mean":
+        return (a + b) / 2.0
+    raise ValueError(f"agg={agg!r} is not supported; pass 'worst_case' or 'mean'.")
+
+
+def demographic_parity_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
+) -> float:
+    r"""Demographic parity difference, as fairlearn computes it: the gap in selection rate
+    ``P[ŷ = pos_label | s = g]`` between the groups with the largest and smallest rate
+    (``method="between_groups"``), or the largest gap of a group to the overall rate
+    (``"to_overall"``). Equals ``fairlearn.metrics.demographic_parity_difference``; for binary labels
+    it also equals :func:`demographic_parity_violation`. ``y_true`` is only length-checked."""
+    _check_method(method)
+    yt = y_pred if y_true is None else y_true
+    r = _rates(yt, y_pred, sensitive_features, pos_label, sample_weight)
+    return _difference(r.selection_rate, r.overall["selection_rate"], method)
+
+
+def demographic_parity_ratio(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
+) -> float:
+    r"""Demographic parity ratio: smallest over largest group selection rate
+    (``"to_overall"``: the smallest ``min(r_g/r, r/r_g)``); 1 is parity. As fairlearn's; ``nan``
+    when every selection rate is 0."""
+    _check_method(method)
+    yt = y_pred if y_true is None else y_true
+    r = _rates(yt, y_pred, sensitive_features, pos_label, sample_weight)
+    return _ratio(r.selection_rate, r.overall["selection_rate"], method)
+
+
+def equalized_odds_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, agg: str = "worst_case", pos_label: Hashable = 1,
+) -> float:
+    r"""Equalized odds difference, as fairlearn computes it: the larger (``agg="worst_case"``) or
+    the mean (``"mean"``) of the true-positive-rate and false-positive-rate differences across
+    groups, for ``pos_label``. Equals ``fairlearn.metrics.equalized_odds_difference``; for binary
+    labels the worst case equals :func:`equalized_odds_violation`."""
+    _check_method(method)
+    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    return _combine(_difference(r.true_positive_rate, r.overall["true_positive_rate"], method),
+                    _difference(r.false_positive_rate, r.overall["false_positive_rate"], method), agg)
+
+
+def equalized_odds_ratio(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, agg: str = "worst_case", pos_label: Hashable = 1,
+) -> float:
+    r"""Equalized odds ratio: the smaller (``"worst_case"``) or the mean of the TPR and FPR
+    ratios across groups. As fairlearn's."""
+    _check_method(method)
+    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    a = _ratio(r.true_positive_rate, r.overall["true_positive_rate"], method)
+    b = _ratio(r.false_positive_rate, r.overall["false_positive_rate"], method)
+    return min(a, b) if agg == "worst_case" else _combine(a, b, agg)
+
+
+def equal_opportunity_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
+) -> float:
+    r"""Equal opportunity difference: the gap in true-positive rate ``P[ŷ = p | s = g, y = p]``
+    across groups (``p = pos_label``). As ``fairlearn.metrics.equal_opportunity_difference``; equal
+    to :func:`equal_opportunity_violation` when every group has records of class ``p``."""
+    _check_method(method)
+    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    return _difference(r.true_positive_rate, r.overall["true_positive_rate"], method)
+
+
+def equal_opportunity_ratio(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
+) -> float:
+    r"""Equal opportunity ratio: smallest over largest group true-positive rate. As fairlearn's."""
+    _check_method(method)
+    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    return _ratio(r.true_positive_rate, r.overall["true_positive_rate"], method)
+
+
+def group_report(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1, sample_weight: Any = None,
+) -> pd.DataFrame:
+    r"""Per-group metrics, like fairlearn's ``MetricFrame``: one row per group with
+
+    * ``count`` — records (unweighted),
+    * ``selection_rate`` — ``P[ŷ = p | s = g]``, ``p = pos_label``,
+    * ``error`` — ``P[ŷ ≠ y | s = g]`` (one minus the accuracy),
+    * ``true_positive_rate`` — ``P[ŷ = p | s = g, y = p]``,
+    * ``false_positive_rate`` — ``P[ŷ = p | s = g, y ≠ p]``,
+
+    (rates weighted by ``sample_weight``; a rate with no records is 0, as in fairlearn), then the
+    rows ``overall`` (all records), ``difference`` (largest minus smallest group value:
+    ``MetricFrame.difference()``) and ``ratio`` (smallest over largest: ``MetricFrame.ratio()``).
+    The group rows equal ``MetricFrame(...).by_group``; the difference of ``selection_rate`` is
+    :func:`demographic_parity_difference`, and the larger of the TPR and FPR differences is
+    :func:`equalized_odds_difference`. With more than two classes the rates are one-vs-rest for
+    ``pos_label``.
+    """
+    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
+    cols = ["count", "selection_rate", "error", "true_positive_rate", "false_positive_rate"]
+    by_group = pd.DataFrame({c: getattr(r, c) for c in cols}, index=pd.Index(r.groups.tolist(), dtype=object))
+    extra = pd.DataFrame(
+        [r.overall, {c: _difference(by_group[c].to_numpy(), 0.0, "between_groups") for c in cols},
+         {c: _ratio(by_group[c].to_numpy(), 0.0, "between_groups") for c in cols}],
+        index=["overall", "difference", "ratio"],
+    )
+    out = pd.concat([by_group, extra[cols]])
+    out.index.name = getattr(sensitive_features, "name", None) or "sensitive_features"
+    return out
+
+
+__all__ += [
+    "demographic_parity_difference",
+    "demographic_parity_ratio",
+    "equal_opportunity_difference",
+    "equal_opportunity_ratio",
+    "equalized_odds_difference",
+    "equalized_odds_ratio",
+    "group_report",
+]

@@ -102,7 +102,8 @@ def shards_from(
                       fed.classes_, fed.groups_, True)
     name = type(estimator).__name__ if estimator is not None else "this estimator"
     if y is None:
-        raise ValueError(f"{name}.fit(X, y, ...) needs y (or pass a Federation as X)")
+        raise ValueError(f"{name} requires y to be passed, but the target y is None: call fit(X, y, ...), or "
+                         "pass a Federation as X")
     Xa = as_features(X)
     if estimator is not None:
         from sklearn.utils.validation import validate_data

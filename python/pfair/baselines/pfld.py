@@ -180,7 +180,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         if not has_s and self.lam_max == 0 and y is not None:
             # lam_max = 0 is plain private ERM: no step reads s (λ stays 0, no dual step), so a
             # placeholder attribute stands in and no fairness metric is reported.
-            sensitive_features = np.arange(len(y)) % 2
+            sensitive_features = np.arange(np.asarray(y).shape[0]) % 2
         sh = shards_from(X, y, sensitive_features, silos, need_s=True, allow_missing=True, estimator=self)
         Xa, ya, sa = sh.pooled()
         n, d = Xa.shape
