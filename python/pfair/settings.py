@@ -23,6 +23,8 @@ from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "full_batch")
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
+#: Largest ``lam · lr_theta`` accepted without a warning (see :meth:`SteFFLeSettings.warn_about_step_sizes`).
+LAM_STEP_LIMIT = 100.0
 
 
 def default_delta(n_records: int) -> float:
@@ -202,8 +204,25 @@ class SteFFLeSettings:
             raise ValueError("p_s='dp' needs epsilon (a private histogram needs a budget); pass public "
                              "proportions or p_s='pooled' for a non-private fit")
         settings = cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
+        settings.warn_about_step_sizes()
         settings.warn_about_guarantee()
         return settings
+
+    def warn_about_step_sizes(self) -> None:
+        """A ``UserWarning`` when ``lam`` is so large for the step size that the fairness term's
+        θ step ``η_θ λ (a_θ + h_θ)`` swamps the loss step: with ``λ η_θ > LAM_STEP_LIMIT`` θ moves by
+        hundreds per unit of ψ-gradient and training diverges (θ grows without bound) instead of
+        trading accuracy for fairness."""
+        step = self.lam * self.lr_theta
+        if step > LAM_STEP_LIMIT:
+            warnings.warn(
+                f"lam={self.lam:g} with lr_theta={self.lr_theta:g}: each θ step moves by lam·lr_theta = {step:g} "
+                "times the fairness gradient, so training is likely to diverge (θ growing without bound, one class "
+                f"predicted for everyone). Fairness weights are usually between 0 and 10; lower lam, or lower "
+                f"lr_theta so that lam·lr_theta <= {LAM_STEP_LIMIT:g}",
+                UserWarning,
+                stacklevel=5,
+            )
 
     def warn_about_guarantee(self) -> None:
         """A :class:`PrivacyWarning` for every setting that weakens what a private fit claims."""

@@ -37,6 +37,7 @@ import os
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -514,6 +515,20 @@ def _exclusive(out: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+GUARD_HINT = (
+    "put the call under `if __name__ == \"__main__\":` in your script: sweep workers are spawned processes "
+    "that import the script again, and without the guard each of them starts the sweep again"
+)
+
+
+def _refuse_in_spawned_import() -> None:
+    """``run_sweep`` called while a spawned worker imports the caller's script (no ``__main__`` guard)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(f"run_sweep was called while a worker process was starting: {GUARD_HINT}")
+
+
 def _executor(jobs: int, dataset_names: Sequence[str]) -> ProcessPoolExecutor:
     import multiprocessing
 
@@ -557,6 +572,7 @@ def run_sweep(
     retry_failed : run again the cells whose row has an ``error`` (by default a failed cell
         counts as done, since a deterministic failure would fail again).
     """
+    _refuse_in_spawned_import()
     t0 = time.perf_counter()
     cells = expand_grid(methods=methods, datasets=datasets, fairness=fairness, epsilons=epsilons,
                         heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds)
@@ -626,7 +642,15 @@ def _execute(todo: Sequence[Cell], epochs: int, batch_size: int, params: Mapping
                 for cell in _take(queue, len(finished)):
                     pending.add(executor.submit(run_cell, cell, epochs, batch_size, params))
                 for future in finished:
-                    yield future.result()
+                    try:
+                        result = future.result()
+                    except BrokenProcessPool:
+                        raise RuntimeError(
+                            "a sweep worker process died. If you called run_sweep from a script, "
+                            f"{GUARD_HINT}. Otherwise a worker crashed or ran out of memory: run with jobs=1 to see "
+                            "the error"
+                        ) from None
+                    yield result
         except BaseException:  # interrupted (or the consumer stopped): do not wait for cells in flight
             executor.shutdown(wait=False, cancel_futures=True)
             raise

@@ -22,8 +22,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from pfair._validation import as_vector
-from pfair.estimators import SteFFLe, _label_indices, _ParamsMixin
+from sklearn.base import ClassifierMixin
+
+from pfair._validation import as_vector, check_default_delta
+from pfair.estimators import SteFFLe, _label_indices, _ParamsMixin, missing_sensitive_message
+from pfair.exceptions import NotFittedError
 from pfair.federation import Federation
 from pfair.providers.torch import (
     TorchProvider,
@@ -52,7 +55,7 @@ def reset_parameters(module: nn.Module, seed: int) -> nn.Module:
     return module
 
 
-class DeepSteFFLe(_ParamsMixin):
+class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
     """Private and fair federated training of a ``torch.nn.Module`` with SteFFLe.
 
     Parameters
@@ -161,7 +164,11 @@ class DeepSteFFLe(_ParamsMixin):
                                      "match (or leave input_shape=None)")
                 shape = tuple(arr.shape[1:])
                 X = arr.reshape(arr.shape[0], -1)
-        fed = SteFFLe._federation(self, X, y, sensitive_features, silos)
+        if sensitive_features is None and not isinstance(X, Federation):
+            raise ValueError(missing_sensitive_message(type(self).__name__))
+        fed = SteFFLe._federation(self, X, y, sensitive_features, silos, st)
+        if st.private and st.delta is None:
+            check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
         d, k, l = fed.n_features, fed.n_groups, fed.n_classes
         shape = shape or (d,)
         if int(np.prod(shape)) != d:
@@ -226,7 +233,7 @@ class DeepSteFFLe(_ParamsMixin):
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
         if not hasattr(self, "module_") or not hasattr(self, "classes_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     def _inputs(self, X: Any) -> np.ndarray:
         arr = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
