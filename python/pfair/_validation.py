@@ -176,6 +176,7 @@ def check_default_delta(sizes: Sequence[int], names: Sequence[Any] | None = None
     for j, n_j in enumerate(sizes):
         if n_j < 2:
             label = names[j] if names is not None else j
+            label = label.item() if hasattr(label, "item") else label
             raise ValueError(
                 f"silo {label!r} has {n_j} record; a private fit with delta=None uses delta = 1/n² per silo, "
                 f"which is 1 for it (no privacy). Merge silo {label!r} with another silo, or pass delta= "
