@@ -159,9 +159,14 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     warm_start : start the next fit from this estimator's ``theta_`` and ``W_`` (a new run on the
         silos' ledgers: it spends on top of what earlier fits spent, like any fit).
 
+    A scikit-learn classifier: it works in ``Pipeline``, ``cross_val_score`` and ``GridSearchCV``
+    with metadata routing of ``sensitive_features`` and ``silos`` (``docs/sklearn.md``, which also
+    explains why cross-validating a private model multiplies its privacy cost).
+
     Attributes
     ----------
     theta_, coef_, intercept_, W_, classes_, groups_, n_features_in_
+    feature_names_in_ : column names, when fitted on a DataFrame
     history_ : DataFrame, one row per epoch. A private fit records released values only: the step
         size, how many silos answered, the norms of θ, W and of the update, and metrics on
         ``eval_set`` (data the caller holds, not the silos'). Non-private fits and
