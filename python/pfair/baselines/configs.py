@@ -26,10 +26,9 @@ from typing import Any
 
 from pfair.baselines._common import shards_from
 from pfair.estimators import SteFFLe
-from pfair.federation import Federation
 
 
-def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any, estimator: Any) -> tuple[Any, Any, Any]:
+def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any) -> tuple[Any, Any, Any]:
     """All silos' records stacked into one silo (global encodings kept). Without
     ``sensitive_features`` the third entry is None (SteFFLe's ``fit`` decides whether that is allowed)."""
     sh = shards_from(X, y, sensitive_features, silos, need_s=False)
@@ -69,9 +68,7 @@ def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
             for arg in require:
                 if getattr(self, arg) is None:
                     raise ValueError(f"{name} needs {arg}; for the non-private row use FERMI")
-            if isinstance(X, Federation):
-                self.n_features_in_ = X.n_features
-            Xp, yp, sp = _pool(X, y, sensitive_features, silos, self)
+            Xp, yp, sp = _pool(X, y, sensitive_features, silos)
             return SteFFLe.fit(self, Xp, yp, sensitive_features=sp, silos=None, eval_set=eval_set, **kwargs)
 
         namespace["fit"] = fit
