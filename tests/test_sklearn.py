@@ -155,16 +155,21 @@ def test_pipeline_and_cross_val_score_route_sensitive_features_and_silos(private
         return SteFFLe(lam=2.0, **QUICK, **kw)
 
     cv = KFold(3, shuffle=True, random_state=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyWarning)  # noise_seed: reproducible noise, warned
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrivacyWarning)  # noise_seed: reproducible noise, warned
         with sklearn.config_context(enable_metadata_routing=True):
             pipe = make_pipeline(StandardScaler(), make().set_fit_request(sensitive_features=True, silos=True))
             scores = cross_val_score(pipe, X, y, cv=cv, params={"sensitive_features": s, "silos": ids})
+            # A private fit inside cross-validation is told that the folds' epsilons add up.
+            cost = [w for w in caught if "inside scikit-learn cross-validation" in str(w.message)]
+            assert len(cost) == (3 if private else 0)
             # Without routing the error names the routing fix.
             with pytest.raises(ValueError, match="sensitive_features"):
                 cross_val_score(make_pipeline(StandardScaler(), make()), X, y, cv=cv,
                                 params={"sensitive_features": s}, error_score="raise")
+        caught.clear()
         expected = manual_cv_scores(make, X, y, s, ids, cv)
+        assert not any("cross-validation" in str(w.message) for w in caught)  # fits by hand: not detected
     np.testing.assert_array_equal(scores, expected)  # each fold got its own rows of s and silos
     assert scores.mean() > 0.75
 

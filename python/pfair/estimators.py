@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ from sklearn.utils.validation import validate_data
 
 from pfair import _core
 from pfair._validation import as_features, as_labels, as_vector, check_default_delta
-from pfair.exceptions import NotFittedError
+from pfair.exceptions import NotFittedError, PrivacyWarning
 from pfair.federation import Federation
 from pfair.settings import SteFFLeSettings
 
@@ -300,8 +302,9 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         Privacy of cross-validation: every fit on arrays builds a new Federation with new ledgers,
         so each of the ``cv × candidates (+ refit)`` fits spends each silo's full ε on records the
         other fits also use. The real cost of a grid search on the same records is the *sum* of
-        the fits' ε (basic composition), not the ε of one fit; no warning can see this (every fit
-        starts from fresh ledgers). Tune hyper-parameters on public or synthetic data, or budget
+        the fits' ε (basic composition), not the ε of one fit. Ledgers cannot see this (every fit
+        starts from fresh ones); a private fit on arrays inside ``sklearn.model_selection`` raises a
+        ``PrivacyWarning`` (folds fitted by hand in a loop are not detected). Tune hyper-parameters on public or synthetic data, or budget
         ``epsilon / n_fits`` per fit, or fit on one Federation so its ledgers refuse what is over
         budget."""
         st = self.settings()
@@ -310,6 +313,8 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
             raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
         if st.private and st.delta is None:
             check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
+        if st.private and not isinstance(X, Federation) and _inside_model_selection():
+            warn_model_selection_cost(type(self).__name__)
         self.classes_ = fed.classes_
         if self._has_sensitive:
             self.groups_ = fed.groups_
@@ -474,6 +479,32 @@ def expected_failed_checks(estimator: Any) -> dict[str, str]:
     reason = (f"calls fit(X, y) without sensitive_features, which {type(estimator).__name__} needs to measure "
               "and penalise unfairness; fit raises a ValueError naming sensitive_features and metadata routing")
     return {name: reason for name in NEEDS_SENSITIVE_FEATURES}
+
+
+def _inside_model_selection(depth: int = 40) -> bool:
+    """Whether this call runs inside scikit-learn's cross-validation or hyper-parameter search
+    (a ``sklearn.model_selection`` frame on the stack; also true in its joblib workers)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def warn_model_selection_cost(name: str) -> None:
+    """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation."""
+    warnings.warn(
+        f"a private {name} is being fitted inside scikit-learn cross-validation or a hyper-parameter search: each "
+        "fold and candidate builds new silos with new ledgers, so a record's real privacy cost is the sum of the "
+        "epsilon of every fit that used it, not the epsilon of one fit. Tune on public data, divide the budget "
+        "(epsilon / number of fits), or fit on one Federation so its ledgers refuse what is over budget "
+        "(docs/sklearn.md)",
+        PrivacyWarning,
+        stacklevel=3,
+    )
 
 
 def missing_sensitive_message(name: str) -> str:

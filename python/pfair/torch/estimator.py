@@ -25,7 +25,14 @@ from torch import nn
 from sklearn.base import ClassifierMixin
 
 from pfair._validation import as_vector, check_default_delta
-from pfair.estimators import SteFFLe, _label_indices, _ParamsMixin, missing_sensitive_message
+from pfair.estimators import (
+    SteFFLe,
+    _inside_model_selection,
+    _label_indices,
+    _ParamsMixin,
+    missing_sensitive_message,
+    warn_model_selection_cost,
+)
 from pfair.exceptions import NotFittedError
 from pfair.federation import Federation
 from pfair.providers.torch import (
@@ -169,6 +176,8 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
         fed = SteFFLe._federation(self, X, y, sensitive_features, silos, st)
         if st.private and st.delta is None:
             check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
+        if st.private and not isinstance(X, Federation) and _inside_model_selection():
+            warn_model_selection_cost(type(self).__name__)
         d, k, l = fed.n_features, fed.n_groups, fed.n_classes
         shape = shape or (d,)
         if int(np.prod(shape)) != d:
