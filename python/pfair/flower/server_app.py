@@ -55,6 +55,10 @@ class SteFFLeStrategy(Strategy):
             raise ValueError("a deployment runs private fits only: set epsilon")
         if settings.mode != "standard":
             raise ValueError(f"mode={settings.mode!r}: the Flower deployment runs the standard mode")
+        if getattr(settings, "max_violation", None) is not None:
+            raise NotImplementedError("max_violation is not yet supported on Flower (the per-epoch violation "
+                                      "release is not carried by the Flower apps); use a fixed lam, or "
+                                      "max_violation in the in-process simulation (SteFFLe.fit)")
         if settings.p_s_source == "pooled":
             raise ValueError("p_s='pooled' needs every silo's exact counts, which no silo sends; use p_s='dp' or "
                              "public proportions")
