@@ -73,12 +73,18 @@ def test_a_target_sends_psi_and_starts_at_lambda_zero():
     assert SteFFLe(lam=0.0).settings().sends_psi is False
 
 
-def test_flower_refuses_a_target_clearly():
-    from pfair.flower.deploy import run_config_for
+def test_a_violation_release_survives_the_flower_codec():
+    pytest.importorskip("flwr")
+    from pfair.flower import codec
 
-    st = SteFFLe(max_violation=TARGET, epsilon=1.0).settings()
-    with pytest.raises(NotImplementedError, match="not yet supported on Flower"):
-        run_config_for(st, n_silos=2, n_groups=2, n_classes=2, out="x.json")
+    rel = ViolationRelease(2, 5, np.arange(8, dtype=np.float64).reshape(2, 2, 2) - 0.5)
+    back = codec.read_violation(codec.violation_content(rel))
+    assert back.silo == 2 and back.epoch == 5
+    np.testing.assert_array_equal(back.counts, rel.counts)
+    content = codec.violation_content(rel)
+    content["arrays"] = codec.arrays(violation_counts=rel.counts, extra=np.zeros(1))
+    with pytest.raises(ValueError, match="exactly 'violation_counts'"):
+        codec.read_violation(content)
 
 
 # ---------------------------------------------------------------------------------------- the statistic

@@ -152,7 +152,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         silo releases, after every epoch but the last, its histogram of (block, s, prediction)
         with Gaussian noise (L2 sensitivity √2 under replace-one of s or of a whole record), charged
         to its ledger; the server computes v̂ from the sum (:mod:`pfair.fairness_target`,
-        ``docs/privacy.md``). Linear model and ``mode="standard"`` only; not yet on Flower.
+        ``docs/privacy.md``). ``mode="standard"`` and the linear model (and the Flower deployment).
     max_violation_epsilon_share : the fraction of each silo's ε that the ``epochs − 1`` violation
         releases use alone; the training noise is calibrated to the composition of everything.
     lam_lr : η_λ, the dual step size of ``max_violation``.

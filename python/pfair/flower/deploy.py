@@ -272,10 +272,6 @@ def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int
     ``model``: a deep model's factory spec (:mod:`pfair.flower.models`); None: the linear model."""
     import numpy as np
 
-    if getattr(settings, "max_violation", None) is not None:
-        raise NotImplementedError("max_violation is not yet supported on Flower (the per-epoch violation release "
-                                  "is not carried by the Flower apps); use a fixed lam, or max_violation in the "
-                                  "in-process simulation (SteFFLe.fit)")
     p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
     return {"settings": json.dumps(settings.as_dict() | {"p_s": p_s, "noise_seed": None}), "n-silos": int(n_silos),
             "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),

@@ -29,6 +29,7 @@ from pfair.exceptions import LedgerMismatch
 from pfair.privacy.calibration import SiloNoise, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
     STREAM_BASE,
+    VIOLATION_EVENT,
     VIOLATION_SENSITIVITY,
     n_releases,
     violation_counts,
@@ -231,7 +232,8 @@ class SiloParty:
         """This silo's histogram of (block, s, ŷ) under ``θ`` after ``epoch`` (``max_violation``):
         exact in a non-private fit; in a private one charged to the ledger first (one full-batch
         Gaussian event, noise multiplier :attr:`violation_z`, sensitivity √2) and noised with the
-        silo's own key. The same epoch asked again gets the same release."""
+        silo's own key. The same epoch of the same run asked again gets the same release at no
+        cost (a private release is kept in the ledger, so this holds across processes too)."""
         st = self.settings
         if st.max_violation is None:
             raise RuntimeError("release_violation is part of a fit with max_violation only")
@@ -240,10 +242,14 @@ class SiloParty:
         if self.predict is None:
             raise NotImplementedError("max_violation needs the silo's predictions, which this gradient provider "
                                       "does not offer (no predict(theta)); use pfair.SteFFLe's linear model or a fixed lam")
-        counts = None
         if st.private:
-            if self.ledger is None or self.violation_z is None:
+            if self.ledger is None or self.violation_z is None or self.run_id is None:
                 raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; call plan_rounds first")
+            name = f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}"
+            earlier = self.ledger.release(name)
+            if earlier is not None:
+                self._last_violation = ViolationRelease(self.silo_id, int(epoch), np.asarray(earlier, dtype=np.float64))
+                return self._last_violation
             self.ledger.charge(violation_event(self.violation_z))  # refuses before anything is computed
         pred = np.asarray(self.predict(theta), dtype=np.int64)
         counts = violation_counts(self._y, pred, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
@@ -252,6 +258,7 @@ class SiloParty:
             noise = _core.gaussian_stream(self.keys.noise, self.silo_id, STREAM_BASE + int(epoch), counts.size,
                                           purpose="histogram")
             counts = counts + self.violation_z * VIOLATION_SENSITIVITY * noise.reshape(counts.shape)
+            self.ledger.release(name, counts)
         self._last_violation = ViolationRelease(self.silo_id, int(epoch), counts)
         return self._last_violation
 
