@@ -193,9 +193,16 @@ def test_server_rejects_malformed_releases_and_keeps_lambda():
     assert server.lam == lam
     reasons = " ".join(r for _, _, r in server.rejected[-4:])
     assert "shape" in reasons and "NaN" in reasons and "claims silo" in reasons and "no reply" in reasons
+    # Counts no silo of its size could produce with its noise are rejected.
+    limits = {0: (100, 1.0), 1: (100, 1.0)}
+    lying = [(0, ViolationRelease(0, 9, np.array([[[1e6, 0.0], [0.0, 100.0]]]))),
+             (1, ViolationRelease(1, 9, np.array([[[50.0, 50.0], [50.0, 50.0]]])))]
+    assert server.adapt_lam(lying, 9, n_classes=2, limits=limits) is None and server.lam == lam
+    assert "outside" in server.rejected[-2][2] and "add up" in server.rejected[-1][2]
     # One valid release is enough: λ moves by η_λ (v̂ − t).
     ok = np.array([[[80.0, 20.0], [40.0, 60.0]]])
-    assert server.adapt_lam([(1, ViolationRelease(1, 9, ok))], 9, n_classes=2) == pytest.approx(0.4)
+    assert server.adapt_lam([(1, ViolationRelease(1, 9, ok))], 9, n_classes=2, limits={1: (200, 0.0)}
+                            ) == pytest.approx(0.4)
     assert server.lam == pytest.approx(lam + st.lam_lr * (0.4 - TARGET))
 
 
@@ -208,7 +215,10 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
     slow = Simulation(st, f, ledgers="new" if st.private else None, fast=False)
     a, b = fast.run(), slow.run()
     np.testing.assert_array_equal(a.theta, b.theta)
-    assert a.lam == b.lam
+    assert a.lam == b.lam and a.lam > 0
+    for sim in (fast, slow):  # every honest release is plausible
+        assert not [r for r in sim.server.rejected if "violation" in r[2]]
+    assert all(not math.isnan(r["violation_released"]) for r in a.history[:-1])
     assert [r["lam"] for r in a.history] == [r["lam"] for r in b.history]
     for la, lb in zip(fast.ledgers, slow.ledgers):
         if la is not None:
@@ -275,3 +285,40 @@ def test_a_fit_with_one_epoch_releases_nothing():
                     noise_seed=0).fit(small_fed(), ledgers="new")
     assert all(e.name != VIOLATION_EVENT for ledger in m.ledgers_ for e in ledger.events)
     assert m.lam_ == 0.0
+
+
+def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charged_twice(monkeypatch):
+    from pfair.protocol import simulation
+
+    kw = dict(max_violation=TARGET, epsilon=2.0, epochs=5, batch_size=50, p_s=[0.5, 0.5], seed=1, noise_seed=11,
+              lam_lr=20.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(**kw).fit(small_fed(), ledgers="new")
+        f = small_fed()
+        m = SteFFLe(**kw)
+        real = simulation.Simulation.run
+        calls = {"n": 0}
+
+        def interrupted(self, **a):
+            user = a.get("on_epoch")
+
+            def on_epoch(epoch, theta, w, info):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise KeyboardInterrupt
+                return user(epoch, theta, w, info)
+
+            return real(self, **{**a, "on_epoch": on_epoch})
+
+        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            m.fit(f)
+        monkeypatch.setattr(simulation.Simulation, "run", real)
+        assert m._run_state.epochs_done == 3 and m._run_state.lam > 0
+        m.fit(f, resume=True)
+    assert whole.lam_ > 0 and m.lam_ == whole.lam_
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    for a, b in zip(m.ledgers_, whole.ledgers_):
+        assert sum(e.steps for e in a.events if e.name == VIOLATION_EVENT) == 4
+        assert a.epsilon_spent() == b.epsilon_spent()

@@ -115,6 +115,34 @@ def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, re
                                 sampling="full_batch")
 
 
+def release_std(settings: object, delta: float | None) -> float:
+    """Noise std ``z_v √2`` of one cell of a silo's violation release (0 in a non-private fit, or
+    when nothing is released); a function of public settings and the silo's δ only."""
+    st = settings
+    releases = n_releases(st.epochs)  # type: ignore[attr-defined]
+    if st.max_violation is None or not st.private or releases == 0:  # type: ignore[attr-defined]
+        return 0.0
+    z = violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share,  # type: ignore[attr-defined]
+                                   delta=float(delta), releases=releases)
+    return z * VIOLATION_SENSITIVITY
+
+
+def implausible(counts: np.ndarray, *, n_records: int, std: float, fairness: str, tail: float = 8.0) -> str | None:
+    """Why a silo's violation release cannot come from ``n_records`` records plus noise of std
+    ``std`` per cell (None if it can): every cell lies in ``[−std·tail, n + std·tail]`` and the
+    total, ``n`` (every record counted once; at most ``n`` for equal opportunity), within
+    ``std·√cells·tail``. A value outside fails with probability below e^{-tail²/2} per check."""
+    c = np.asarray(counts, dtype=np.float64)
+    n, slack = float(n_records), std * tail
+    if c.min() < -slack or c.max() > n + slack:
+        return f"a cell is outside [{-slack:.4g}, {n + slack:.4g}] (the silo has {int(n)} records)"
+    total, spread = float(c.sum()), std * math.sqrt(c.size) * tail
+    low = -spread if fairness == "equal_opportunity" else n - spread
+    if not low <= total <= n + spread:
+        return f"the counts add up to {total:.6g}, not what {int(n)} records allow"
+    return None
+
+
 def violation_event(noise_multiplier: float, steps: int = 1) -> MechanismEvent:
     """The ledger event of ``steps`` violation releases with noise multiplier ``z_v``."""
     return MechanismEvent(name=VIOLATION_EVENT, sampling="full_batch", sample_rate=1.0,

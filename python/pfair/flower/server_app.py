@@ -40,7 +40,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from pfair.flower import codec
-from pfair.fairness_target import n_releases
+from pfair.fairness_target import n_releases, release_std
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import SiloNoise
 from pfair.privacy.proportions import combine_histograms, public_proportions
@@ -206,7 +206,8 @@ class SteFFLeStrategy(Strategy):
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
         lam = self.server.lam
         seen = len(self.server.rejected)
-        v = self.server.adapt_lam(pairs, epoch, n_classes=self.n_classes)
+        limits = {j: (int(plan["n_records"]), release_std(self.settings, plan["delta"])) for j, plan in self.plans.items()}
+        v = self.server.adapt_lam(pairs, epoch, n_classes=self.n_classes, limits=limits)
         for r in self.server.rejected[seen:]:
             self._note("rejected", epoch=r[0], silo=r[1], reason=r[2])
         self.lam_path.append({"epoch": epoch + 1, "lam": lam, "violation_released": v})

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
-from pfair.fairness_target import LambdaController, violation_from_counts
+from pfair.fairness_target import LambdaController, implausible, violation_from_counts
 from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
 from pfair.settings import SteFFLeSettings
 
@@ -154,10 +154,15 @@ class ServerParty:
         return th, wv, [j for j, _ in ok]
 
     # ------------------------------------------------------------------ the fairness target
-    def adapt_lam(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int) -> float | None:
+    def adapt_lam(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int,
+                  limits: dict | None = None) -> float | None:
         """Consume the silos' :class:`ViolationRelease` of ``epoch`` (post-processing): check them,
         add the valid ones' counts, compute the violation v̂ of the pooled histogram and take one
-        dual step on λ. Returns v̂, or None (λ unchanged) when no release was valid."""
+        dual step on λ. Returns v̂, or None (λ unchanged) when no release was valid.
+
+        ``limits`` maps a silo to ``(n_records, std)``, its size and the noise std of a cell
+        (:func:`pfair.fairness_target.release_std`): counts that records plus such noise cannot
+        produce are rejected (:func:`pfair.fairness_target.implausible`)."""
         if self.controller is None:
             raise RuntimeError("adapt_lam is part of a fit with max_violation only")
         st = self.settings
@@ -174,6 +179,12 @@ class ServerParty:
                 reason = (f"counts have shape {c.shape}, expected {shape}" if c.shape != shape else
                           f"counts have dtype {c.dtype}, expected float" if c.dtype.kind != "f" else
                           "counts have NaN or inf" if not np.all(np.isfinite(c)) else None)
+                if reason is None and limits is not None:
+                    if silo not in limits:
+                        reason = f"unknown silo {silo!r}"
+                    else:
+                        n_j, std = limits[silo]
+                        reason = implausible(c, n_records=n_j, std=std, fairness=st.fairness)
             if reason is None:
                 valid.append(np.asarray(rel.counts, dtype=np.float64))
             else:

@@ -308,7 +308,7 @@ class Simulation:
         (:meth:`ServerParty.adapt_lam`). No release after the last epoch (its λ would steer
         nothing). Returns the history entries ``lam`` (λ of this epoch) and
         ``violation_released`` (the pooled v̂ the server computed, NaN if none)."""
-        from pfair.fairness_target import n_releases
+        from pfair.fairness_target import n_releases, release_std
 
         server = self.server
         row = {"lam": server.lam, "violation_released": math.nan}
@@ -324,7 +324,8 @@ class Simulation:
                 refused.add(j)
                 warnings.warn(f"silo {j} refused the violation release of epoch {epoch + 1} and stops answering: "
                               f"{exc}", PrivacyWarning, stacklevel=4)
-        v = server.adapt_lam(releases, epoch, n_classes=self.fed.n_classes)
+        limits = {j: (p.n_records, release_std(self.settings, p.plan.delta)) for j, p in enumerate(self.parties)}
+        v = server.adapt_lam(releases, epoch, n_classes=self.fed.n_classes, limits=limits)
         if v is not None:
             row["violation_released"] = v
         return row
