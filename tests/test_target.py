@@ -322,3 +322,18 @@ def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charge
     for a, b in zip(m.ledgers_, whole.ledgers_):
         assert sum(e.steps for e in a.events if e.name == VIOLATION_EVENT) == 4
         assert a.epsilon_spent() == b.epsilon_spent()
+
+
+def test_a_target_out_of_reach_warns_when_lambda_hits_its_cap():
+    """A model that uses the feature correlated with s, warm-started with lr_theta = 0: θ never
+    moves, the violation cannot fall, λ climbs to the cap: warned, with the numbers."""
+    f = small_fed()
+    X, y, s = f.pooled()
+    m = SteFFLe(lam=0.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
+    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    assert v > 0.3
+    m.set_params(lam=1.0, max_violation=TARGET, lr_theta=0.0, lam_lr=1e4, warm_start=True)
+    with pytest.warns(UserWarning, match="reached its cap 100 after epoch 1 with the released violation"):
+        m.fit(f)
+    assert m.lam_ == 100.0
+    assert m.history_["violation_released"].iloc[0] == pytest.approx(v)

@@ -328,4 +328,10 @@ class Simulation:
         v = server.adapt_lam(releases, epoch, n_classes=self.fed.n_classes, limits=limits)
         if v is not None:
             row["violation_released"] = v
+            if server.lam >= server.controller.lam_max and not getattr(self, "_warned_lam_max", False):
+                self._warned_lam_max = True
+                warnings.warn(f"max_violation={self.settings.max_violation:g}: λ reached its cap "
+                              f"{server.controller.lam_max:g} after epoch {epoch + 1} with the released violation "
+                              f"still {v:.3g}; the target may be out of reach of the ψ penalty with these settings",
+                              UserWarning, stacklevel=4)
         return row
