@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -115,15 +116,16 @@ def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, re
                                 sampling="full_batch")
 
 
-def release_std(settings: object, delta: float | None) -> float:
+def release_std(settings: Any, delta: float | None) -> float:
     """Noise std ``z_v √2`` of one cell of a silo's violation release (0 in a non-private fit, or
-    when nothing is released); a function of public settings and the silo's δ only."""
+    when nothing is released); a function of the public settings (a
+    :class:`~pfair.settings.SteFFLeSettings`) and the silo's δ only."""
     st = settings
-    releases = n_releases(st.epochs)  # type: ignore[attr-defined]
-    if st.max_violation is None or not st.private or releases == 0:  # type: ignore[attr-defined]
+    releases = n_releases(st.epochs)
+    if st.max_violation is None or not st.private or releases == 0:
         return 0.0
-    z = violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share,  # type: ignore[attr-defined]
-                                   delta=float(delta), releases=releases)
+    z = violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share, delta=float(delta),
+                                   releases=releases)
     return z * VIOLATION_SENSITIVITY
 
 
@@ -149,7 +151,7 @@ def violation_event(noise_multiplier: float, steps: int = 1) -> MechanismEvent:
                           noise_multiplier=noise_multiplier, steps=int(steps))
 
 
-def linear_predictor(X: np.ndarray, n_classes: int):
+def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
     """``predict(θ)`` of the linear-softmax model on the rows of ``X`` (a silo's records)."""
     from pfair import _core
 

@@ -84,7 +84,8 @@ def check_max_violation(p: dict) -> None:
     if private and p["calibration"] == "paper":
         raise ValueError("calibration='paper' ignores the cost of the violation releases max_violation needs; "
                          "use calibration='rdp'")
-    if private and p["p_s_epsilon_share"] + share >= 1 and (p["p_s"] is None or (isinstance(p["p_s"], str) and p["p_s"] == "dp")):
+    p_s_dp = p["p_s"] is None or (isinstance(p["p_s"], str) and p["p_s"] == "dp")
+    if private and p_s_dp and p["p_s_epsilon_share"] + share >= 1:
         raise ValueError(f"p_s_epsilon_share={p['p_s_epsilon_share']} and max_violation_epsilon_share={share} "
                          "leave nothing of epsilon for training; their sum must be below 1")
 

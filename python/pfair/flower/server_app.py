@@ -206,7 +206,8 @@ class SteFFLeStrategy(Strategy):
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
         lam = self.server.lam
         seen = len(self.server.rejected)
-        limits = {j: (int(plan["n_records"]), release_std(self.settings, plan["delta"])) for j, plan in self.plans.items()}
+        limits = {j: (int(plan["n_records"]), release_std(self.settings, plan["delta"]))
+                  for j, plan in self.plans.items()}
         v = self.server.adapt_lam(pairs, epoch, n_classes=self.n_classes, limits=limits)
         for r in self.server.rejected[seen:]:
             self._note("rejected", epoch=r[0], silo=r[1], reason=r[2])
