@@ -242,3 +242,32 @@ def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
     with pytest.raises(PermissionError, match="not allowed"):
         build_module({"factory": "os:getcwd", "kwargs": {}, "init_seed": 0, "input_shape": None})
     del torch
+
+
+def test_a_deployed_fairness_target_equals_the_simulation(tmp_path):
+    """max_violation over Flower: after each epoch but the last every node answers
+    query.violation (its noisy histogram, charged to its ledger); the server's λ path, θ and the
+    ledgers equal SteFFLe.fit with the same noise seeds."""
+    X, y, s, silos = data()
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    cfgs = write_federation(fed, tmp_path / "data")
+    for c in cfgs:
+        c.update({"epsilon": 2.0, "noise-seed": 4})
+    kw = dict(epsilon=2.0, epochs=3, batch_size=150, p_s=[0.5, 0.5], seed=1, max_violation=0.05, lam_lr=20.0)
+    st = pfair.SteFFLe(**kw).settings()
+    res = run_deployment(st, cfgs, n_groups=2, n_classes=2, workdir=tmp_path / "flwr", round_timeout=60,
+                         timeout=300, evaluate=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        sim = pfair.SteFFLe(noise_seed=4, **kw).fit(fed, ledgers="new")
+    assert res["status"] == "completed" and not res["events"]
+    np.testing.assert_allclose(res["theta"], sim.theta_, rtol=0, atol=1e-12)
+    lam = [row["lam"] for row in res["lam"]]
+    np.testing.assert_allclose(lam, sim.history_["lam"].to_numpy(), rtol=0, atol=1e-12)
+    assert lam[0] == 0.0 and lam[-1] > 0.0
+    np.testing.assert_allclose([row["violation_released"] for row in res["lam"][:-1]],
+                               sim.history_["violation_released"].to_numpy()[:-1], rtol=0, atol=1e-12)
+    spent = [row["ledger"]["epsilon_spent"] for row in res["silos"]]
+    np.testing.assert_allclose(spent, sim.privacy_report_["epsilon_spent"], rtol=1e-12)
+    ledger = PrivacyLedger.load(Path(cfgs[0]["state-dir"]) / "ledger.json")
+    assert sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 2

@@ -160,6 +160,18 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     track_history : keep one row per epoch in ``history_``.
     warm_start : start the next fit from this estimator's ``theta_`` and ``W_`` (a new run on the
         silos' ledgers: it spends on top of what earlier fits spent, like any fit).
+    max_violation : float in (0, 1) or None. A fairness target t instead of a raw λ (then leave
+        ``lam`` at its default): pfair solves ``min_θ L(θ) s.t. v(θ) ≤ t`` for the violation v of
+        ``fairness`` by adapting λ once per epoch, starting at 0, by projected dual ascent
+        ``λ_{e+1} = max(0, λ_e + η_λ (v̂_e − t))`` (capped at 100), where v̂_e is the violation
+        of the model after epoch e on the silos' training data. Non-private: exact. Private: each
+        silo releases, after every epoch but the last, its histogram of (block, s, prediction)
+        with Gaussian noise (L2 sensitivity √2 under replace-one of s or of a whole record), charged
+        to its ledger; the server computes v̂ from the sum (:mod:`pfair.fairness_target`,
+        ``docs/privacy.md``). ``mode="standard"`` and the linear model (and the Flower deployment).
+    max_violation_epsilon_share : the fraction of each silo's ε that the ``epochs − 1`` violation
+        releases use alone; the training noise is calibrated to the composition of everything.
+    lam_lr : η_λ, the dual step size of ``max_violation``.
 
     A scikit-learn classifier: it works in ``Pipeline``, ``cross_val_score`` and ``GridSearchCV``
     with metadata routing of ``sensitive_features`` and ``silos`` (``docs/sklearn.md``, which also
@@ -175,6 +187,10 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         ``exact_diagnostics=True`` add the batch loss, ψ, clip counts and training-set metrics.
     privacy_report_ : DataFrame, one row per silo (σ's, noise multiplier, steps, ε spent over all its
         fits, δ, where p_s came from, whether the noise is secret).
+    lam_ : λ of the last epoch (the fixed ``lam``, or where ``max_violation`` took it). With
+        ``max_violation``, ``history_`` has columns ``lam`` (λ of each epoch) and
+        ``violation_released`` (the v̂ the server computed after it: from noisy releases in a
+        private fit, exact otherwise; NaN after the last epoch).
     ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger` (persistent; save them with
         ``ledger.save(path)`` and pass them back with ``fit(..., ledgers=[...])``).
     """
@@ -213,6 +229,9 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         progress: bool = False,
         track_history: bool = True,
         warm_start: bool = False,
+        max_violation: float | None = None,
+        max_violation_epsilon_share: float = 0.1,
+        lam_lr: float = 3.0,
     ) -> None:
         self.fairness = fairness
         self.lam = lam
@@ -245,6 +264,9 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         self.progress = progress
         self.track_history = track_history
         self.warm_start = warm_start
+        self.max_violation = max_violation
+        self.max_violation_epsilon_share = max_violation_epsilon_share
+        self.lam_lr = lam_lr
 
     def settings(self) -> SteFFLeSettings:
         """The validated, frozen settings of the next fit (every SteFFLe hyper-parameter, including
@@ -375,6 +397,8 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         if blocks == 1:
             self.W_ = self.W_[0]
         self.epochs_done_ = state.epochs_done
+        # λ of the last epoch: adapted (kept in the run state) or the fixed lam.
+        self.lam_ = float(getattr(state, "lam", None) if getattr(state, "lam", None) is not None else st.lam_initial)
         self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
         self.privacy_report_ = SteFFLe._report(self, plans, st)  # DeepSteFFLe shares this
 

@@ -60,6 +60,38 @@ def parse_public_proportions(value: Any) -> np.ndarray | dict:
     return arr
 
 
+def check_max_violation(p: dict) -> None:
+    """Validate the fairness-target settings (``max_violation`` and its companions) in place."""
+    p.setdefault("max_violation", None)
+    p.setdefault("max_violation_epsilon_share", 0.1)
+    p.setdefault("lam_lr", 3.0)
+    target = p["max_violation"]
+    check_positive(p["lam_lr"], "lam_lr")
+    share = p["max_violation_epsilon_share"]
+    check_positive(share, "max_violation_epsilon_share")
+    if not 0 < share < 1:
+        raise ValueError(f"max_violation_epsilon_share must be in (0, 1), got {share}")
+    if target is None:
+        return
+    check_positive(target, "max_violation")
+    if not 0 < target < 1:
+        raise ValueError(f"max_violation must be in (0, 1) (a violation is a difference of rates), got {target}")
+    if p["lam"] != 1.0:
+        raise ValueError(
+            f"lam={p['lam']} and max_violation={target} are alternatives: with max_violation pfair chooses λ "
+            "itself (starting at 0 and adapting it every epoch); drop lam=, or drop max_violation= to fix λ")
+    if p["mode"] != "standard":
+        raise ValueError(f"max_violation is available in mode='standard' only, not mode={p['mode']!r}")
+    private = p["epsilon"] is not None
+    if private and p["calibration"] == "paper":
+        raise ValueError("calibration='paper' ignores the cost of the violation releases max_violation needs; "
+                         "use calibration='rdp'")
+    p_s_dp = p["p_s"] is None or (isinstance(p["p_s"], str) and p["p_s"] == "dp")
+    if private and p_s_dp and p["p_s_epsilon_share"] + share >= 1:
+        raise ValueError(f"p_s_epsilon_share={p['p_s_epsilon_share']} and max_violation_epsilon_share={share} "
+                         "leave nothing of epsilon for training; their sum must be below 1")
+
+
 @dataclass(frozen=True)
 class SteFFLeSettings:
     """Every setting of a fit, validated. See :class:`pfair.SteFFLe` for their meaning."""
@@ -95,6 +127,9 @@ class SteFFLeSettings:
     progress: bool = False
     track_history: bool = True
     warm_start: bool = False
+    max_violation: float | None = None
+    max_violation_epsilon_share: float = 0.1
+    lam_lr: float = 3.0
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------------ derived
@@ -104,8 +139,9 @@ class SteFFLeSettings:
 
     @property
     def sends_psi(self) -> bool:
-        """Whether the ψ parts are sent (λ > 0); otherwise nothing sent depends on s."""
-        return self.lam > 0
+        """Whether the ψ parts are sent (λ > 0, or a fairness target that may raise λ); otherwise
+        nothing sent depends on s."""
+        return self.lam > 0 or self.max_violation is not None
 
     @property
     def p_s_source(self) -> str:
@@ -171,6 +207,8 @@ class SteFFLeSettings:
         if not 0 < share < 1:
             raise ValueError(f"p_s_epsilon_share must be in (0, 1), got {share}")
 
+        check_max_violation(p)
+
         private = p["epsilon"] is not None
         p_s = p["p_s"]
         if p_s is None:
@@ -223,6 +261,11 @@ class SteFFLeSettings:
                 UserWarning,
                 stacklevel=5,
             )
+
+    @property
+    def lam_initial(self) -> float:
+        """λ of the first epoch: ``lam``, or 0 when λ is adapted to ``max_violation``."""
+        return 0.0 if self.max_violation is not None else float(self.lam)
 
     def warn_about_guarantee(self) -> None:
         """A :class:`PrivacyWarning` for every setting that weakens what a private fit claims."""

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from pfair.protocol.messages import PARTS, SiloMessage
+from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
 
 
 def arrays(**named: np.ndarray) -> ArrayRecord:
@@ -38,6 +38,25 @@ def read_silo_message(content: RecordDict) -> SiloMessage:
     if unknown:
         raise ValueError(f"unexpected parts {unknown} in a silo reply")
     return SiloMessage.from_arrays(silo, rnd, parts)
+
+
+def violation_content(rel: ViolationRelease) -> RecordDict:
+    """A silo's violation release (``max_violation``): its noisy histogram, the silo id and the epoch."""
+    return RecordDict({"arrays": arrays(**rel.to_arrays()),
+                       "meta": ConfigRecord({"silo": int(rel.silo), "epoch": int(rel.epoch)})})
+
+
+def read_violation(content: RecordDict) -> ViolationRelease:
+    """Decode a violation release (raises ValueError on a malformed one; the server then rejects it)."""
+    try:
+        arrs = read_arrays(content["arrays"])
+        meta = content["meta"]
+        silo, epoch = int(meta["silo"]), int(meta["epoch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed violation release: {exc!r}") from None
+    if set(arrs) != {"violation_counts"}:
+        raise ValueError(f"a violation release holds exactly 'violation_counts', got {sorted(arrs)}")
+    return ViolationRelease.from_arrays(silo, epoch, arrs)
 
 
 def config(**values: Any) -> ConfigRecord:

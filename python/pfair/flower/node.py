@@ -39,7 +39,7 @@ from pfair import _core
 from pfair.exceptions import LedgerMismatch
 from pfair.privacy.calibration import SiloNoise
 from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
-from pfair.protocol.messages import SiloMessage
+from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
@@ -138,7 +138,11 @@ class SiloNode:
                                               n_classes=self.n_classes, input_shape=self.model["input_shape"])
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
         return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
-                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys)
+                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict)
+
+    def _predict(self, theta: np.ndarray) -> np.ndarray:
+        """Predicted class of each of the silo's training records under θ (for ``max_violation``)."""
+        return np.argmax(self._predict_proba(self.X, np.asarray(theta, dtype=np.float64)), axis=1)
 
     # ------------------------------------------------------------------ the protocol
     def hello(self, settings: SteFFLeSettings) -> dict[str, Any]:
@@ -167,9 +171,8 @@ class SiloNode:
         os.replace(tmp, path)
         return record["plan"]
 
-    def train(self, settings: SteFFLeSettings, run_id: str, round: int, theta: np.ndarray, w: np.ndarray) -> SiloMessage:
-        """The silo's reply to a round of run ``run_id``: charged first (refused past the budget,
-        or if the round was answered before), then exactly the parts of a :class:`SiloMessage`."""
+    def _planned_party(self, settings: SteFFLeSettings, run_id: str) -> SiloParty:
+        """A party with the saved noise plan of run ``run_id`` adopted."""
         path = self.state_dir / PLAN_FILE
         if not path.exists():
             raise RuntimeError(f"silo {self.silo_id} has no noise plan; the server must send the plan query first")
@@ -178,7 +181,20 @@ class SiloNode:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
         party = self._party(settings)
         party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
+        return party
+
+    def train(self, settings: SteFFLeSettings, run_id: str, round: int, theta: np.ndarray, w: np.ndarray) -> SiloMessage:
+        """The silo's reply to a round of run ``run_id``: charged first (refused past the budget,
+        or if the round was answered before), then exactly the parts of a :class:`SiloMessage`."""
+        party = self._planned_party(settings, run_id)
         return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
+
+    def violation(self, settings: SteFFLeSettings, run_id: str, epoch: int, theta: np.ndarray) -> ViolationRelease:
+        """The silo's violation release after ``epoch`` of run ``run_id`` (``max_violation``):
+        charged to the ledger first, noised with the node's own key, kept in the ledger so that
+        the same epoch asked again gets the same release at no cost."""
+        party = self._planned_party(settings, run_id)
+        return party.release_violation(np.asarray(theta, dtype=np.float64), int(epoch))
 
     def evaluate(self, theta: np.ndarray) -> dict[str, float]:
         """Error, loss and fairness of θ on the local test shard (non-private statistics of test

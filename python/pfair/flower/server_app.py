@@ -14,6 +14,10 @@ The strategy runs the same protocol as the in-process simulation (:mod:`pfair.pr
    (logged), reweights the rest and runs the Rust ``server_update``. A silo whose reply says it
    refused (budget spent) is not asked again; a silo that drops out is skipped and, when its
    SuperNode comes back, rejoins (its ledger makes it skip the rounds it missed);
+   With ``max_violation``, after every epoch but the last, ``query.violation`` asks each silo for
+   its noisy (block, s, ŷ) histogram at the current θ (charged to its ledger) and the server
+   adapts λ from their sum (:meth:`pfair.protocol.ServerParty.adapt_lam`); the λ path is in the
+   result's ``lam``;
 4. ``evaluate`` on the silos' local test shards, ``query.report`` for each silo's ε spent, and the
    final model (θ, W and metadata) written as JSON to the run config's ``out`` path.
 
@@ -36,6 +40,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from pfair.flower import codec
+from pfair.fairness_target import n_releases, release_std
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import SiloNoise
 from pfair.privacy.proportions import combine_histograms, public_proportions
@@ -74,6 +79,7 @@ class SteFFLeStrategy(Strategy):
         self.theta = np.zeros(0)
         self.w = np.zeros(0)
         self._sent: dict[str, int] = {}
+        self.lam_path: list[dict] = []
 
     # ------------------------------------------------------------------ transport
     def _common(self) -> dict[str, Any]:
@@ -176,6 +182,36 @@ class SteFFLeStrategy(Strategy):
                 self._note("plan_refused", silo=silo, reason=_reason(reply))
                 continue
             self.plans[silo] = json.loads(str(reply.content["meta"]["plan"]))
+
+    def _violation(self, grid: Grid, epoch: int) -> None:
+        """``max_violation``: after ``epoch``, ask every silo that has not refused for its violation
+        release at the current θ and let the server take one dual step on λ (post-processing of
+        the noisy counts; :meth:`pfair.protocol.ServerParty.adapt_lam`)."""
+        msgs = [self._message(node, "query.violation", arrays=codec.arrays(theta=self.theta), epoch=epoch)
+                for node, silo in self.silo_of.items() if silo not in self.refused and silo in self.plans]
+        pairs = []
+        for node, reply in self._exchange(grid, msgs, self.round_timeout):
+            silo = self.silo_of.get(node)
+            if silo is None:
+                continue
+            if reply is None or reply.has_error():
+                reason = _reason(reply)
+                if reply is not None and "PrivacyBudgetExceeded" in reason:
+                    self.refused.add(silo)
+                self._note("violation_refused", epoch=epoch, silo=silo, reason=reason)
+                continue
+            try:
+                pairs.append((silo, codec.read_violation(reply.content)))
+            except ValueError as exc:
+                self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
+        lam = self.server.lam
+        seen = len(self.server.rejected)
+        limits = {j: (int(plan["n_records"]), release_std(self.settings, plan["delta"]))
+                  for j, plan in self.plans.items()}
+        v = self.server.adapt_lam(pairs, epoch, n_classes=self.n_classes, limits=limits)
+        for r in self.server.rejected[seen:]:
+            self._note("rejected", epoch=r[0], silo=r[1], reason=r[2])
+        self.lam_path.append({"epoch": epoch + 1, "lam": lam, "violation_released": v})
 
     # ------------------------------------------------------------------ Strategy hooks
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -297,6 +333,8 @@ class SteFFLeStrategy(Strategy):
                 snapshot = (self.theta.copy(), self.w.copy())
             if not np.all(np.isfinite(self.theta)):
                 raise FloatingPointError(f"training diverged at round {rnd}")
+            if self.server.controller is not None and (rnd + 1) % R == 0 and rnd // R < n_releases(st.epochs):
+                self._violation(grid, rnd // R)
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)
         evaluation = None
         if self.do_evaluate:
@@ -318,6 +356,8 @@ class SteFFLeStrategy(Strategy):
                        "refused": j in self.refused, "ledger": reports.get(j)} for j in range(self.n_silos)],
             "evaluation": dict(evaluation) if evaluation is not None else None,
             "events": self.events,
+            "lam": self.lam_path + ([{"epoch": T // R, "lam": self.server.lam, "violation_released": None}]
+                                    if self.server.controller is not None else []),
             "timing": {"silos_joined_s": t_joined, "setup_s": t_setup, "round_s": self.round_seconds},
         }
 

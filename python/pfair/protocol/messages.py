@@ -12,7 +12,10 @@ field                          attribute mode (``protect="attribute"``)    recor
 ``psi_w``  h_W                 Σ c_i / m + N(0, σ_W²)                      clipped ∇_Wψ, noised
 ============================  ==========================================  ===========================
 
-plus the round and the silo's id. :class:`LocalDiagnostics` (batch loss, ψ, clip count) read the
+plus the round and the silo's id. With a fairness target (``max_violation``) a silo also sends, at
+the end of an epoch when the server asks, a :class:`ViolationRelease`: its Gaussian-noised
+histogram of (block, s, ŷ) under the current θ (:mod:`pfair.fairness_target`).
+:class:`LocalDiagnostics` (batch loss, ψ, clip count) read the
 silo's exact data; they never leave the silo and are not part of any message.
 """
 
@@ -64,3 +67,24 @@ class LocalDiagnostics:
     psi: float
     n_clipped: int
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ViolationRelease:
+    """One silo's violation histogram after epoch ``epoch`` (``max_violation``): the counts of its
+    records per (block, s, predicted class) under the server's θ, ``blocks × k × l``, plus
+    N(0, (z_v √2)²) per cell in a private fit (exact in a non-private one)."""
+
+    silo: Any
+    epoch: int
+    counts: np.ndarray
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays for a transport."""
+        return {"violation_counts": np.asarray(self.counts)}
+
+    @classmethod
+    def from_arrays(cls, silo: Any, epoch: int, arrays: dict[str, Any]) -> "ViolationRelease":
+        if "violation_counts" not in arrays:
+            raise ValueError("a violation release needs the part 'violation_counts'")
+        return cls(silo=silo, epoch=int(epoch), counts=np.asarray(arrays["violation_counts"]))

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
-from pfair.protocol.messages import PARTS, SiloMessage
+from pfair.fairness_target import LambdaController, implausible, violation_from_counts
+from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
 from pfair.settings import SteFFLeSettings
 
 log = logging.getLogger("pfair.server")
@@ -108,6 +109,10 @@ class ServerParty:
         self.block_len = int(block_len)
         self.rounds_per_epoch = int(rounds_per_epoch)
         self.rejected: list[tuple[int, Any, str]] = []
+        #: λ of the current epoch: ``lam``, or adapted to ``max_violation`` by :attr:`controller`.
+        self.lam = settings.lam_initial
+        self.controller = (LambdaController(target=float(settings.max_violation), lr=float(settings.lam_lr))
+                           if settings.max_violation is not None else None)
 
     def lr_theta(self, round: int) -> float:
         return self.settings.lr_at(round // self.rounds_per_epoch)
@@ -143,7 +148,51 @@ class ServerParty:
         st = self.settings
         th, wv = _core.server_update(
             np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64), self.block_len,
-            [m.parts() for _, m in ok], om.tolist(), lam=float(st.lam), lr_theta=self.lr_theta(round),
+            [m.parts() for _, m in ok], om.tolist(), lam=float(self.lam), lr_theta=self.lr_theta(round),
             lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
         )
         return th, wv, [j for j, _ in ok]
+
+    # ------------------------------------------------------------------ the fairness target
+    def adapt_lam(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int,
+                  limits: dict | None = None) -> float | None:
+        """Consume the silos' :class:`ViolationRelease` of ``epoch`` (post-processing): check them,
+        add the valid ones' counts, compute the violation v̂ of the pooled histogram and take one
+        dual step on λ. Returns v̂, or None (λ unchanged) when no release was valid.
+
+        ``limits`` maps a silo to ``(n_records, std)``, its size and the noise std of a cell
+        (:func:`pfair.fairness_target.release_std`): counts that records plus such noise cannot
+        produce are rejected (:func:`pfair.fairness_target.implausible`)."""
+        if self.controller is None:
+            raise RuntimeError("adapt_lam is part of a fit with max_violation only")
+        st = self.settings
+        l = int(n_classes)
+        shape = (l if st.fairness == "equalized_odds" else 1, self.block_len // l, l)
+        valid = []
+        for silo, rel in releases:
+            if not isinstance(rel, ViolationRelease):
+                reason = "no reply" if rel is None else f"not a ViolationRelease but {type(rel).__name__}"
+            elif rel.silo != silo or rel.epoch != epoch:
+                reason = f"claims silo {rel.silo!r} epoch {rel.epoch}, expected silo {silo!r} epoch {epoch}"
+            else:
+                c = np.asarray(rel.counts)
+                reason = (f"counts have shape {c.shape}, expected {shape}" if c.shape != shape else
+                          f"counts have dtype {c.dtype}, expected float" if c.dtype.kind != "f" else
+                          "counts have NaN or inf" if not np.all(np.isfinite(c)) else None)
+                if reason is None and limits is not None:
+                    if silo not in limits:
+                        reason = f"unknown silo {silo!r}"
+                    else:
+                        n_j, std = limits[silo]
+                        reason = implausible(c, n_records=n_j, std=std, fairness=st.fairness)
+            if reason is None:
+                valid.append(np.asarray(rel.counts, dtype=np.float64))
+            else:
+                log.warning("epoch %d: rejected the violation release of silo %r: %s", epoch, silo, reason)
+                self.rejected.append((epoch, silo, "violation release: " + reason))
+        if not valid:
+            log.warning("epoch %d: no valid violation release; lambda stays %g", epoch, self.lam)
+            return None
+        v = violation_from_counts(np.sum(valid, axis=0), fairness=st.fairness, positive=st.positive_class)
+        self.lam = self.controller.update(v)
+        return v

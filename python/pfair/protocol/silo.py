@@ -20,13 +20,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch
 from pfair.privacy.calibration import SiloNoise, plan_silo_noise, sample_rate_and_denominator
+from pfair.fairness_target import (
+    STREAM_BASE,
+    VIOLATION_EVENT,
+    VIOLATION_SENSITIVITY,
+    n_releases,
+    violation_counts,
+    violation_event,
+    violation_noise_multiplier,
+)
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import (
     HISTOGRAM_SENSITIVITY,
@@ -35,7 +44,7 @@ from pfair.privacy.proportions import (
     histogram_noise_multiplier,
     release_name,
 )
-from pfair.protocol.messages import LocalDiagnostics, SiloMessage
+from pfair.protocol.messages import LocalDiagnostics, SiloMessage, ViolationRelease
 from pfair.settings import SteFFLeSettings
 
 
@@ -83,8 +92,14 @@ class SiloParty:
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
-                 ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None) -> None:
+                 ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None,
+                 predict: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.silo_id = int(silo_id)
+        #: ``predict(θ)`` → the predicted class index of each of the silo's records (for the
+        #: violation releases of ``max_violation``; the provider's ``predict`` if not given).
+        self.predict = predict if predict is not None else getattr(provider, "predict", None)
+        self.violation_z: float | None = None
+        self._last_violation: ViolationRelease | None = None
         self._y, self._s = y, s
         self.settings = settings
         self.provider = provider
@@ -131,19 +146,45 @@ class SiloParty:
         ``proportions`` and what its ledger has spent, and register the run in the ledger.
         Pass the ``run_id`` of an earlier, interrupted run to resume it."""
         st = self.settings
+        ledger = self.ledger if st.private else None
+        if ledger is not None and st.max_violation is not None:
+            ledger = self._ledger_with_violation_releases(st.epochs)
         plan = plan_silo_noise(
             silo=self.silo_id, n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
             steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_records) if st.private else None,
             proportions=proportions, fairness=st.fairness, positive=st.positive_class, protect=st.protect,
-            calibration=st.calibration, sends_psi=st.sends_psi, ledger=self.ledger if st.private else None,
+            calibration=st.calibration, sends_psi=st.sends_psi, ledger=ledger,
             **st.clips(),
         )
         return self.adopt(plan, proportions, run_id)
+
+    def _ledger_with_violation_releases(self, epochs: int) -> PrivacyLedger:
+        """A scratch copy of the ledger with the run's violation releases charged in advance, so
+        that the training noise is calibrated to the composition of everything: what the ledger
+        holds, the ``epochs − 1`` releases and the rounds. Sets :attr:`violation_z`."""
+        releases = n_releases(epochs)
+        scratch = PrivacyLedger.from_dict(self.ledger.to_dict())
+        self.violation_z = self._violation_noise_multiplier()
+        if releases > 0:
+            scratch.charge(violation_event(self.violation_z, releases))  # refuses if nothing would be left
+        return scratch
+
+    def _violation_noise_multiplier(self) -> float | None:
+        """z_v of this silo's violation releases: a function of public settings only (so a resumed
+        run finds the same one); None when there is nothing to release privately."""
+        st = self.settings
+        releases = n_releases(st.epochs)
+        if st.max_violation is None or not st.private or self.ledger is None or releases == 0:
+            return None
+        return violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share,
+                                          delta=self.ledger.delta, releases=releases)
 
     def adopt(self, plan: SiloNoise, proportions: np.ndarray, run_id: str | None = None) -> SiloNoise:
         """Use ``plan`` (e.g. restored from an interrupted run) and register its run."""
         self.plan = plan
         self.config = silo_config(self.settings, self.n_records, plan)
+        if self.violation_z is None:
+            self.violation_z = self._violation_noise_multiplier()
         self.inv_sqrt_ps = np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
@@ -185,6 +226,43 @@ class SiloParty:
                                                  int(parts.n_clipped)))
         self._last = msg
         return msg
+
+    # ------------------------------------------------------------------ the violation release
+    def release_violation(self, theta: np.ndarray, epoch: int) -> ViolationRelease:
+        """This silo's histogram of (block, s, ŷ) under ``θ`` after ``epoch`` (``max_violation``):
+        exact in a non-private fit; in a private one charged to the ledger first (one full-batch
+        Gaussian event, noise multiplier :attr:`violation_z`, sensitivity √2) and noised with the
+        silo's own key. The same epoch of the same run asked again gets the same release at no
+        cost (a private release is kept in the ledger, so this holds across processes too)."""
+        st = self.settings
+        if st.max_violation is None:
+            raise RuntimeError("release_violation is part of a fit with max_violation only")
+        if self._last_violation is not None and self._last_violation.epoch == epoch:
+            return self._last_violation
+        if self.predict is None:
+            raise NotImplementedError("max_violation needs the silo's predictions, which this gradient provider "
+                                      "does not offer (no predict(theta)); use pfair.SteFFLe's linear model or a "
+                                      "fixed lam")
+        if st.private:
+            if self.ledger is None or self.violation_z is None or self.run_id is None:
+                raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; "
+                                   "call plan_rounds first")
+            name = f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}"
+            earlier = self.ledger.release(name)
+            if earlier is not None:
+                self._last_violation = ViolationRelease(self.silo_id, int(epoch), np.asarray(earlier, dtype=np.float64))
+                return self._last_violation
+            self.ledger.charge(violation_event(self.violation_z))  # refuses before anything is computed
+        pred = np.asarray(self.predict(theta), dtype=np.int64)
+        counts = violation_counts(self._y, pred, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
+                                  fairness=st.fairness, positive=st.positive_class)
+        if st.private:
+            noise = _core.gaussian_stream(self.keys.noise, self.silo_id, STREAM_BASE + int(epoch), counts.size,
+                                          purpose="histogram")
+            counts = counts + self.violation_z * VIOLATION_SENSITIVITY * noise.reshape(counts.shape)
+            self.ledger.release(name, counts)
+        self._last_violation = ViolationRelease(self.silo_id, int(epoch), counts)
+        return self._last_violation
 
     def draw_batch(self, round: int) -> np.ndarray:
         """Row indices of the batch of ``round`` (keyed by the batch key; see :class:`SiloKeys`)."""

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pfair import _core
+from pfair.fairness_target import linear_predictor
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning
 from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
 from pfair.privacy.ledger import PrivacyLedger
@@ -53,6 +54,8 @@ class RunState:
     history: list = field(default_factory=list)
     fingerprints: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    #: λ of the next epoch when it is adapted to ``max_violation`` (None: the fixed ``lam``).
+    lam: float | None = None
 
 
 def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
@@ -134,8 +137,12 @@ class Simulation:
             cfg = silo_config(st, len(silo), None)
             provider = (provider_factory(j, silo, cfg) if provider_factory is not None
                         else LinearProvider(self.silo_set, j, cfg))
+            predict = linear_predictor(silo.X, l) if provider_factory is None and st.max_violation is not None else None
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
-                                          ledger=self.ledgers[j], n_groups=k, n_classes=l))
+                                          ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict))
+        if st.max_violation is not None and any(p.predict is None for p in self.parties):
+            raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
+                                      "provider does not offer; use pfair.SteFFLe (the linear model) or a fixed lam")
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)
@@ -200,6 +207,8 @@ class Simulation:
                                inv_sqrt_ps=inv) for plan in plans]
         server = ServerParty(settings=st, weights=weights, limits=limits, block_len=k * l, rounds_per_epoch=R)
         self.server = server
+        if server.controller is not None and state.lam is not None:  # a resumed run keeps its λ
+            server.lam = server.controller.lam = float(state.lam)
         # The random iterate is chosen by the public seed: which round is returned reveals nothing.
         pick = int(np.random.default_rng(st.seed).integers(0, self.total_rounds)) if st.output == "random" else None
 
@@ -241,7 +250,7 @@ class Simulation:
                 out = self.silo_set.run_rounds(
                     theta, w, inv, [p.config for p in self.parties], om.tolist(),
                     batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
-                    lam=float(st.lam), lr_theta=lr, lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+                    lam=float(server.lam), lr_theta=lr, lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
                     start=start, n_rounds=R, snapshot_round=pick,
                 )
                 theta, w = out["theta"], out["w"]
@@ -280,6 +289,9 @@ class Simulation:
                     "update_norm": float(np.linalg.norm(theta - before))}
             if st.exact_diagnostics or not st.private:
                 info.update(exact)
+            if server.controller is not None:
+                info.update(self.target_step(theta, epoch, active, refused))
+                state.lam = server.lam
             state.epochs_done, state.theta, state.w = epoch + 1, theta, w
             row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
             if row is not None:
@@ -289,3 +301,37 @@ class Simulation:
                                         if k2 in ("train_loss", "test_error", "update_norm")})
         state.run_ids = [p.run_id for p in self.parties]
         return state
+
+    def target_step(self, theta: np.ndarray, epoch: int, active: list, refused: set) -> dict:
+        """End of ``epoch`` with ``max_violation``: the server asks the answering silos for their
+        violation releases (:meth:`SiloParty.release_violation`) and takes one dual step on λ
+        (:meth:`ServerParty.adapt_lam`). No release after the last epoch (its λ would steer
+        nothing). Returns the history entries ``lam`` (λ of this epoch) and
+        ``violation_released`` (the pooled v̂ the server computed, NaN if none)."""
+        from pfair.fairness_target import n_releases, release_std
+
+        server = self.server
+        row = {"lam": server.lam, "violation_released": math.nan}
+        if epoch >= n_releases(self.settings.epochs):
+            return row
+        releases = []
+        for j in active:
+            if j in refused:
+                continue
+            try:
+                releases.append((j, self.parties[j].release_violation(theta, epoch)))
+            except PrivacyBudgetExceeded as exc:
+                refused.add(j)
+                warnings.warn(f"silo {j} refused the violation release of epoch {epoch + 1} and stops answering: "
+                              f"{exc}", PrivacyWarning, stacklevel=4)
+        limits = {j: (p.n_records, release_std(self.settings, p.plan.delta)) for j, p in enumerate(self.parties)}
+        v = server.adapt_lam(releases, epoch, n_classes=self.fed.n_classes, limits=limits)
+        if v is not None:
+            row["violation_released"] = v
+            if server.lam >= server.controller.lam_max and not getattr(self, "_warned_lam_max", False):
+                self._warned_lam_max = True
+                warnings.warn(f"max_violation={self.settings.max_violation:g}: λ reached its cap "
+                              f"{server.controller.lam_max:g} after epoch {epoch + 1} with the released violation "
+                              f"still {v:.3g}; the target may be out of reach of the ψ penalty with these settings",
+                              UserWarning, stacklevel=4)
+        return row

@@ -1,0 +1,185 @@
+"""A fairness target instead of a raw λ: ``SteFFLe(max_violation=0.05)``.
+
+SteFFLe's objective ``min_θ max_W L(θ) + λ ψ(θ, W)`` trades error for fairness through λ, but
+what a user has in mind is a constraint: *the violation may be at most* ``t``. pfair treats the
+constrained problem ``min_θ L(θ)  s.t.  v(θ) ≤ t`` by its Lagrangian, with λ as the multiplier of
+the constraint (the ψ-term, whose minimum over θ bounds the violation, stands in for v), and
+adapts λ by projected dual ascent once per epoch:
+
+    λ_{e+1} = min(λ_max, max(0, λ_e + η_λ (v̂_e − t)))
+
+where ``v̂_e`` is the violation of the model after epoch e on the silos' training data. λ rises
+while the target is violated and falls back while it is met with room to spare; at a fixed point
+the time-average of ``v̂`` is ``t``.
+
+Where v̂ comes from
+------------------
+Non-private fits compute it exactly. In a private fit it comes from released values only: at the
+end of every epoch but the last (the last one's λ would steer nothing) each silo j releases the
+histogram of its records under the current θ,
+
+    c_j[b, r, ŷ] = #{ i in silo j : block(i) = b, s_i = r, argmax F(x_i; θ) = ŷ } + N(0, (z_v √2)²)
+
+(``block`` as in the ψ-term: one block for demographic parity, the true class for equalized
+odds, the positive records only for equal opportunity). The server adds the silos' noisy counts,
+clamps them at 0 and computes the violation of the pooled table (post-processing, free).
+
+Sensitivity. θ is the released model (adaptive composition conditions on it), so each record
+contributes exactly one count, to the cell of its (block, s, ŷ). Replace-one of one record's s
+(``protect="attribute"``) moves that count from cell (b, r, ŷ) to (b, r', ŷ): the count vector
+changes by ``e_(b,r',ŷ) − e_(b,r,ŷ)``. Replace-one of a whole record (``protect="record"``) may
+change x (so ŷ), y (so b) and s at once, but still removes one count from the old record's cell
+and adds one to the new record's cell (for equal opportunity a record outside the positive block
+contributes no count, so only one of the two moves may happen). Either way the change has L2 norm
+at most √2 (0 when the cell is the same, 1 when one side is outside the equal-opportunity block).
+One release per silo and epoch is therefore a Gaussian mechanism with sensitivity √2 and noise
+multiplier z_v, charged to the silo's ledger as one full-batch Gaussian event *before* it is
+computed; ``max_violation_epsilon_share`` of the silo's ε pays for the ``epochs − 1`` releases
+together, and the training noise is calibrated to the composition of everything the ledger holds
+plus these releases plus the rounds (:meth:`pfair.protocol.silo.SiloParty.plan_rounds`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from pfair.privacy.accountant import noise_multiplier_for
+from pfair.privacy.ledger import MechanismEvent
+
+#: L2 sensitivity of a silo's (block, s, ŷ) histogram under replace-one (attribute or record).
+VIOLATION_SENSITIVITY = math.sqrt(2.0)
+#: Name of the ledger event of one violation release.
+VIOLATION_EVENT = "violation_histogram"
+#: Noise streams of the violation releases: purpose "histogram", round ``STREAM_BASE + epoch``
+#: (the p_s histogram uses round 0 of the same purpose; no two releases share a stream).
+STREAM_BASE = 1 << 40
+
+
+def n_releases(epochs: int) -> int:
+    """Violation releases of a private fit of ``epochs`` epochs: one after every epoch but the last."""
+    return max(0, int(epochs) - 1)
+
+
+def violation_counts(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int,
+                     fairness: str, positive: int) -> np.ndarray:
+    """Exact ``blocks × k × l`` histogram of (block, s, ŷ) of one silo's records.
+
+    ``blocks`` is 1 for demographic parity (every record) and equal opportunity (records with
+    ``y = positive``), ``l`` for equalized odds (block = the true class)."""
+    k, l = int(n_groups), int(n_classes)
+    y, pred, s = (np.asarray(v, dtype=np.int64) for v in (y, pred, s))
+    if fairness == "demographic_parity":
+        flat = np.bincount(s * l + pred, minlength=k * l)
+        return flat.reshape(1, k, l).astype(np.float64)
+    if fairness == "equalized_odds":
+        flat = np.bincount((y * k + s) * l + pred, minlength=l * k * l)
+        return flat.reshape(l, k, l).astype(np.float64)
+    if fairness == "equal_opportunity":
+        keep = y == positive
+        flat = np.bincount(s[keep] * l + pred[keep], minlength=k * l)
+        return flat.reshape(1, k, l).astype(np.float64)
+    raise ValueError(f"unknown fairness notion {fairness!r}")
+
+
+def violation_from_counts(counts: np.ndarray, *, fairness: str, positive: int) -> float:
+    """The violation of a pooled (possibly noisy) ``blocks × k × l`` histogram, as
+    :mod:`pfair.metrics` defines it on exact data.
+
+    Negative cells are clamped to 0 (post-processing). Per block, the rates ``P(ŷ = c | s = r)``
+    of the groups whose (clamped) total is positive; the block's gap is ``max_c (max_r − min_r)``
+    (for equal opportunity only ``c = positive``); the violation is the largest gap over blocks
+    with at least two groups (0 if none has)."""
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    if c.ndim != 3:
+        raise ValueError(f"a violation histogram is blocks × groups × classes, got shape {c.shape}")
+    gaps = []
+    for block in c:
+        totals = block.sum(axis=1)
+        present = totals > 0
+        if np.count_nonzero(present) < 2:
+            continue
+        rates = block[present] / totals[present, None]
+        if fairness == "equal_opportunity":
+            rates = rates[:, [positive]]
+        gaps.append(float(np.max(rates.max(axis=0) - rates.min(axis=0))))
+    return max(gaps) if gaps else 0.0
+
+
+def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, releases: int) -> float:
+    """``z_v`` such that ``releases`` violation histograms alone cost ``share · epsilon`` at
+    ``delta`` (full-batch Gaussian releases, composed by the ledger's accountant)."""
+    return noise_multiplier_for(epsilon=share * epsilon, delta=delta, sample_rate=1.0, steps=int(releases),
+                                sampling="full_batch")
+
+
+def release_std(settings: Any, delta: float | None) -> float:
+    """Noise std ``z_v √2`` of one cell of a silo's violation release (0 in a non-private fit, or
+    when nothing is released); a function of the public settings (a
+    :class:`~pfair.settings.SteFFLeSettings`) and the silo's δ only."""
+    st = settings
+    releases = n_releases(st.epochs)
+    if st.max_violation is None or not st.private or releases == 0:
+        return 0.0
+    z = violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share, delta=float(delta),
+                                   releases=releases)
+    return z * VIOLATION_SENSITIVITY
+
+
+def implausible(counts: np.ndarray, *, n_records: int, std: float, fairness: str, tail: float = 8.0) -> str | None:
+    """Why a silo's violation release cannot come from ``n_records`` records plus noise of std
+    ``std`` per cell (None if it can): every cell lies in ``[−std·tail, n + std·tail]`` and the
+    total, ``n`` (every record counted once; at most ``n`` for equal opportunity), within
+    ``std·√cells·tail``. A value outside fails with probability below e^{-tail²/2} per check."""
+    c = np.asarray(counts, dtype=np.float64)
+    n, slack = float(n_records), std * tail
+    if c.min() < -slack or c.max() > n + slack:
+        return f"a cell is outside [{-slack:.4g}, {n + slack:.4g}] (the silo has {int(n)} records)"
+    total, spread = float(c.sum()), std * math.sqrt(c.size) * tail
+    low = -spread if fairness == "equal_opportunity" else n - spread
+    if not low <= total <= n + spread:
+        return f"the counts add up to {total:.6g}, not what {int(n)} records allow"
+    return None
+
+
+def violation_event(noise_multiplier: float, steps: int = 1) -> MechanismEvent:
+    """The ledger event of ``steps`` violation releases with noise multiplier ``z_v``."""
+    return MechanismEvent(name=VIOLATION_EVENT, sampling="full_batch", sample_rate=1.0,
+                          noise_multiplier=noise_multiplier, steps=int(steps))
+
+
+def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``predict(θ)`` of the linear-softmax model on the rows of ``X`` (a silo's records)."""
+    from pfair import _core
+
+    Xc = np.ascontiguousarray(X, dtype=np.float64)
+
+    def predict(theta: np.ndarray) -> np.ndarray:
+        proba = _core.predict_proba(Xc, np.ascontiguousarray(theta, dtype=np.float64), int(n_classes))
+        return np.argmax(proba, axis=1)
+
+    return predict
+
+
+@dataclass
+class LambdaController:
+    """Projected dual ascent on λ (see the module docstring).
+
+    ``lam`` is the λ of the next epoch; :meth:`update` takes the violation released after an
+    epoch and returns the new λ. ``path`` records ``(λ used, v̂)`` per update."""
+
+    target: float
+    lr: float
+    lam: float = 0.0
+    lam_max: float = 100.0
+    path: list = field(default_factory=list)
+
+    def update(self, violation: float) -> float:
+        if not math.isfinite(violation):
+            raise ValueError(f"the released violation is {violation}; λ cannot be adapted from it")
+        self.path.append((self.lam, float(violation)))
+        self.lam = float(min(self.lam_max, max(0.0, self.lam + self.lr * (violation - self.target))))
+        return self.lam

@@ -1,0 +1,339 @@
+"""A fairness target instead of a raw λ: ``SteFFLe(max_violation=...)`` (pfair.fairness_target)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings as hsettings, strategies as hst
+
+from pfair import Federation, SteFFLe, datasets, metrics
+from pfair.exceptions import PrivacyWarning
+from pfair.fairness_target import (
+    STREAM_BASE,
+    VIOLATION_EVENT,
+    VIOLATION_SENSITIVITY,
+    LambdaController,
+    n_releases,
+    violation_counts,
+    violation_from_counts,
+    violation_noise_multiplier,
+)
+from pfair.privacy.calibration import composed_epsilon
+from pfair.protocol.messages import ViolationRelease
+from pfair.protocol.simulation import Simulation
+from pfair import _core
+
+TARGET = 0.05
+
+
+def small_fed(n=900, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
+    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
+
+
+def quiet_settings(**kw):
+    base = dict(epsilon=2.0, max_violation=TARGET, epochs=4, batch_size=50, p_s=[0.5, 0.5], seed=1, noise_seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        return SteFFLe(**{**base, **kw}).settings()
+
+
+@pytest.fixture(scope="module")
+def adult_fed():
+    return Federation.for_dataset(datasets.load("adult"), 3, heterogeneity=0, seed=0)
+
+
+# ---------------------------------------------------------------------------------------- settings
+@pytest.mark.parametrize("kw,match", [
+    ({"lam": 2.0}, "alternatives"),
+    ({"lam": 0.0}, "alternatives"),
+    ({"max_violation": 0.0}, "max_violation"),
+    ({"max_violation": 1.5}, "max_violation"),
+    ({"lam_lr": -1.0}, "lam_lr"),
+    ({"max_violation_epsilon_share": 1.0, "epsilon": 1.0}, "max_violation_epsilon_share"),
+    ({"mode": "hybrid"}, "mode='standard'"),
+    ({"epsilon": 1.0, "calibration": "paper", "p_s": [0.5, 0.5]}, "calibration"),
+    ({"epsilon": 1.0, "p_s_epsilon_share": 0.5, "max_violation_epsilon_share": 0.5}, "leave nothing"),
+])
+def test_bad_target_settings_name_the_argument(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SteFFLe(**{"max_violation": TARGET, **kw}).settings()
+
+
+def test_a_target_sends_psi_and_starts_at_lambda_zero():
+    st = SteFFLe(max_violation=TARGET).settings()
+    assert st.sends_psi and st.lam_initial == 0.0
+    assert SteFFLe(lam=0.0).settings().sends_psi is False
+
+
+def test_a_violation_release_survives_the_flower_codec():
+    pytest.importorskip("flwr")
+    from pfair.flower import codec
+
+    rel = ViolationRelease(2, 5, np.arange(8, dtype=np.float64).reshape(2, 2, 2) - 0.5)
+    back = codec.read_violation(codec.violation_content(rel))
+    assert back.silo == 2 and back.epoch == 5
+    np.testing.assert_array_equal(back.counts, rel.counts)
+    content = codec.violation_content(rel)
+    content["arrays"] = codec.arrays(violation_counts=rel.counts, extra=np.zeros(1))
+    with pytest.raises(ValueError, match="exactly 'violation_counts'"):
+        codec.read_violation(content)
+
+
+# ---------------------------------------------------------------------------------------- the statistic
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity"])
+@pytest.mark.parametrize("k,l", [(2, 2), (3, 2), (3, 4)])
+def test_violation_of_the_histogram_is_the_metric(fairness, k, l):
+    rng = np.random.default_rng(k * 10 + l)
+    n = 2000
+    y, pred, s = rng.integers(0, l, n), rng.integers(0, l, n), rng.integers(0, k, n)
+    pred = np.where(rng.random(n) < 0.3, s % l, pred)  # a real gap
+    counts = violation_counts(y, pred, s, n_groups=k, n_classes=l, fairness=fairness, positive=1)
+    got = violation_from_counts(counts, fairness=fairness, positive=1)
+    if fairness == "demographic_parity":
+        want = metrics.demographic_parity_violation(y, pred, sensitive_features=s)
+    elif fairness == "equalized_odds":
+        want = metrics.equalized_odds_violation(y, pred, sensitive_features=s)
+    else:
+        want = metrics.equal_opportunity_violation(y, pred, sensitive_features=s, pos_label=1)
+    assert got == pytest.approx(want, abs=1e-12)
+    assert got > 0.05
+    assert counts.sum() == (n if fairness != "equal_opportunity" else np.sum(y == 1))
+
+
+def test_noisy_cells_are_clamped_and_empty_groups_left_out():
+    c = np.array([[[-5.0, 10.0], [10.0, 10.0], [-3.0, -1.0]]])  # group 2 has no (clamped) records
+    assert violation_from_counts(c, fairness="demographic_parity", positive=1) == pytest.approx(0.5)
+    assert violation_from_counts(np.zeros((1, 2, 2)), fairness="demographic_parity", positive=1) == 0.0
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(n=hst.integers(1, 40), k=hst.integers(2, 4), l=hst.integers(2, 4),
+       fairness=hst.sampled_from(["demographic_parity", "equalized_odds", "equal_opportunity"]),
+       seed=hst.integers(0, 2**32 - 1), record=hst.booleans())
+def test_neighbouring_histograms_differ_by_at_most_sqrt2(n, k, l, fairness, seed, record):
+    """Replace-one of one record's s (attribute) or of the whole record (record mode: y, s and
+    the prediction, which depends on x, may all change) moves at most one count: L2 ≤ √2."""
+    rng = np.random.default_rng(seed)
+    y, pred, s = rng.integers(0, l, n), rng.integers(0, l, n), rng.integers(0, k, n)
+    i = int(rng.integers(0, n))
+    y2, pred2, s2 = y.copy(), pred.copy(), s.copy()
+    s2[i] = rng.integers(0, k)
+    if record:
+        y2[i], pred2[i] = rng.integers(0, l), rng.integers(0, l)
+    kw = dict(n_groups=k, n_classes=l, fairness=fairness, positive=1)
+    diff = violation_counts(y, pred, s, **kw) - violation_counts(y2, pred2, s2, **kw)
+    assert np.linalg.norm(diff) <= VIOLATION_SENSITIVITY + 1e-12
+    assert np.abs(diff).sum() <= 2
+
+
+def test_the_bound_is_attained():
+    kw = dict(n_groups=2, n_classes=2, fairness="demographic_parity", positive=1)
+    a = violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([0, 1]), **kw)
+    b = violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), **kw)
+    assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2))
+
+
+def test_dual_ascent_rises_when_violated_and_is_projected():
+    c = LambdaController(target=0.05, lr=2.0)
+    assert c.update(0.15) == pytest.approx(0.2)
+    assert c.update(0.10) == pytest.approx(0.3)
+    assert c.update(0.00) == pytest.approx(0.2)
+    assert c.update(0.00) == pytest.approx(0.1)
+    assert c.update(0.00) == 0.0  # projected on λ ≥ 0
+    assert [v for _, v in c.path] == [0.15, 0.10, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="released violation"):
+        c.update(math.nan)
+
+
+# ---------------------------------------------------------------------------------------- the protocol
+def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
+    st = quiet_settings()
+    sim = Simulation(st, small_fed(), ledgers="new", fast=False)
+    party = sim.parties[1]
+    party.plan_rounds(sim.group_proportions(), sim.total_rounds)
+    z = violation_noise_multiplier(epsilon=2.0, share=st.max_violation_epsilon_share, delta=party.ledger.delta,
+                                   releases=n_releases(st.epochs))
+    assert party.violation_z == z
+    theta = np.array([1.0, 0.2, 0.0, -0.5])
+    before = len(party.ledger.events)
+    rel = party.release_violation(theta, 2)
+    assert isinstance(rel, ViolationRelease) and rel.silo == 1 and rel.epoch == 2
+    ev = party.ledger.events[before:]
+    assert [(e.name, e.sampling, e.sample_rate, e.noise_multiplier, e.steps) for e in ev] == [
+        (VIOLATION_EVENT, "full_batch", 1.0, z, 1)]
+    silo = sim.fed.silos[1]
+    pred = np.argmax(_core.predict_proba(np.ascontiguousarray(silo.X, dtype=np.float64), theta, 2), axis=1)
+    exact = violation_counts(silo.y, pred, silo.s, n_groups=2, n_classes=2, fairness=st.fairness, positive=1)
+    noise = _core.gaussian_stream(_core.NoiseKey.seeded(4), 1, STREAM_BASE + 2, exact.size, purpose="histogram")
+    np.testing.assert_allclose(rel.counts, exact + z * math.sqrt(2) * noise.reshape(exact.shape), rtol=0, atol=1e-9)
+    # Asked again for the same epoch: the same release, nothing charged.
+    assert party.release_violation(theta, 2) is rel and len(party.ledger.events) == before + 1
+
+
+def test_server_rejects_malformed_releases_and_keeps_lambda():
+    st = quiet_settings()
+    sim = Simulation(st, small_fed(), ledgers="new", fast=False)
+    sim.run()
+    server = sim.server
+    lam = server.lam
+    good = np.zeros((1, 2, 2))
+    bad = [(0, ViolationRelease(0, 9, np.full((1, 3, 2), 1.0))),
+           (1, ViolationRelease(1, 9, np.array([[[np.nan, 1.0], [1.0, 1.0]]]))),
+           (2, ViolationRelease(0, 9, good)),
+           (0, None)]
+    assert server.adapt_lam(bad, 9, n_classes=2) is None
+    assert server.lam == lam
+    reasons = " ".join(r for _, _, r in server.rejected[-4:])
+    assert "shape" in reasons and "NaN" in reasons and "claims silo" in reasons and "no reply" in reasons
+    # Counts no silo of its size could produce with its noise are rejected.
+    limits = {0: (100, 1.0), 1: (100, 1.0)}
+    lying = [(0, ViolationRelease(0, 9, np.array([[[1e6, 0.0], [0.0, 100.0]]]))),
+             (1, ViolationRelease(1, 9, np.array([[[50.0, 50.0], [50.0, 50.0]]])))]
+    assert server.adapt_lam(lying, 9, n_classes=2, limits=limits) is None and server.lam == lam
+    assert "outside" in server.rejected[-2][2] and "add up" in server.rejected[-1][2]
+    # One valid release is enough: λ moves by η_λ (v̂ − t).
+    ok = np.array([[[80.0, 20.0], [40.0, 60.0]]])
+    assert server.adapt_lam([(1, ViolationRelease(1, 9, ok))], 9, n_classes=2, limits={1: (200, 0.0)}
+                            ) == pytest.approx(0.4)
+    assert server.lam == pytest.approx(lam + st.lam_lr * (0.4 - TARGET))
+
+
+@pytest.mark.parametrize("kw", [{}, {"protect": "record"}, {"epsilon": None, "p_s": "pooled"},
+                                {"fairness": "equalized_odds", "p_s": [[0.5, 0.5], [0.4, 0.6]]}])
+def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
+    st = quiet_settings(**kw)
+    f = small_fed()
+    fast = Simulation(st, f, ledgers="new" if st.private else None, fast=True)
+    slow = Simulation(st, f, ledgers="new" if st.private else None, fast=False)
+    a, b = fast.run(), slow.run()
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert a.lam == b.lam and a.lam > 0
+    for sim in (fast, slow):  # every honest release is plausible
+        assert not [r for r in sim.server.rejected if "violation" in r[2]]
+    assert all(not math.isnan(r["violation_released"]) for r in a.history[:-1])
+    assert [r["lam"] for r in a.history] == [r["lam"] for r in b.history]
+    for la, lb in zip(fast.ledgers, slow.ledgers):
+        if la is not None:
+            assert la.epsilon_spent() == lb.epsilon_spent()
+
+
+# ---------------------------------------------------------------------------------------- real fits
+def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
+    X, y, s = adult_fed.pooled()
+    free = SteFFLe(lam=0.0, epochs=40).fit(adult_fed)
+    v_free = metrics.demographic_parity_violation(y, free.predict(X), sensitive_features=s)
+    assert v_free > 0.15  # the constraint is active
+
+    m = SteFFLe(max_violation=TARGET, epochs=40).fit(adult_fed)
+    h = m.history_
+    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    assert abs(v - TARGET) < 0.015, v
+    # Not the constant predictor: clearly better than predicting the majority class.
+    err = float(np.mean(m.predict(X) != y))
+    assert err < metrics.trivial_error(y) - 0.05, err
+    # λ starts at 0 and rises while the target is violated; exact v̂ in a non-private fit.
+    assert h["lam"].iloc[0] == 0.0 and m.lam_ == h["lam"].iloc[-1] > 1.0
+    released = h["violation_released"].to_numpy()
+    np.testing.assert_allclose(released[:-1], h["train_dp_violation"].to_numpy()[:-1], atol=1e-12)
+    assert math.isnan(released[-1])
+    lam = h["lam"].to_numpy()
+    for e in range(len(lam) - 1):
+        assert np.sign(lam[e + 1] - lam[e]) == np.sign(released[e] - TARGET) or lam[e + 1] == lam[e] == 0.0
+    assert np.all(np.diff(lam[:10]) > 0)  # violated at the start: λ climbs
+
+
+def test_private_target_is_met_approximately_and_every_release_is_accounted(adult_fed):
+    X, y, s = adult_fed.pooled()
+    eps, epochs, share = 8.0, 40, 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        m = SteFFLe(max_violation=TARGET, epsilon=eps, epochs=epochs, max_violation_epsilon_share=share,
+                    noise_seed=1).fit(adult_fed, ledgers="new")
+    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    assert v < TARGET + 0.03, v
+    assert float(np.mean(m.predict(X) != y)) < metrics.trivial_error(y) - 0.04
+    h = m.history_
+    assert not any(c.startswith("train_") for c in h.columns)  # released values only
+    assert h["lam"].iloc[0] == 0.0 and h["lam"].max() > 1.0
+    for j, ledger in enumerate(m.ledgers_):
+        hist = [e for e in ledger.events if e.name == VIOLATION_EVENT]
+        assert sum(e.steps for e in hist) == epochs - 1
+        z_v = violation_noise_multiplier(epsilon=eps, share=share, delta=ledger.delta, releases=epochs - 1)
+        assert {e.noise_multiplier for e in hist} == {z_v}
+        # Everything composed (p_s histogram, rounds, violation releases) is within the budget
+        # and uses nearly all of it: the training noise was calibrated to the joint composition.
+        total = composed_epsilon(ledger.events, ledger.delta)
+        assert total == pytest.approx(ledger.epsilon_spent(), rel=1e-9)
+        assert 0.97 * eps <= total <= eps
+        without = composed_epsilon([e for e in ledger.events if e.name != VIOLATION_EVENT], ledger.delta)
+        assert without < total - 0.1
+        assert m.privacy_report_.loc[j, "epsilon_spent"] <= eps
+
+
+def test_a_fit_with_one_epoch_releases_nothing():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        m = SteFFLe(max_violation=TARGET, epsilon=2.0, epochs=1, batch_size=50, p_s=[0.5, 0.5],
+                    noise_seed=0).fit(small_fed(), ledgers="new")
+    assert all(e.name != VIOLATION_EVENT for ledger in m.ledgers_ for e in ledger.events)
+    assert m.lam_ == 0.0
+
+
+def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charged_twice(monkeypatch):
+    from pfair.protocol import simulation
+
+    kw = dict(max_violation=TARGET, epsilon=2.0, epochs=5, batch_size=50, p_s=[0.5, 0.5], seed=1, noise_seed=11,
+              lam_lr=20.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(**kw).fit(small_fed(), ledgers="new")
+        f = small_fed()
+        m = SteFFLe(**kw)
+        real = simulation.Simulation.run
+        calls = {"n": 0}
+
+        def interrupted(self, **a):
+            user = a.get("on_epoch")
+
+            def on_epoch(epoch, theta, w, info):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise KeyboardInterrupt
+                return user(epoch, theta, w, info)
+
+            return real(self, **{**a, "on_epoch": on_epoch})
+
+        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            m.fit(f)
+        monkeypatch.setattr(simulation.Simulation, "run", real)
+        assert m._run_state.epochs_done == 3 and m._run_state.lam > 0
+        m.fit(f, resume=True)
+    assert whole.lam_ > 0 and m.lam_ == whole.lam_
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    for a, b in zip(m.ledgers_, whole.ledgers_):
+        assert sum(e.steps for e in a.events if e.name == VIOLATION_EVENT) == 4
+        assert a.epsilon_spent() == b.epsilon_spent()
+
+
+def test_a_target_out_of_reach_warns_when_lambda_hits_its_cap():
+    """A model that uses the feature correlated with s, warm-started with lr_theta = 0: θ never
+    moves, the violation cannot fall, λ climbs to the cap: warned, with the numbers."""
+    f = small_fed()
+    X, y, s = f.pooled()
+    m = SteFFLe(lam=0.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
+    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    assert v > 0.3
+    m.set_params(lam=1.0, max_violation=TARGET, lr_theta=0.0, lam_lr=1e4, warm_start=True)
+    with pytest.warns(UserWarning, match="reached its cap 100 after epoch 1 with the released violation"):
+        m.fit(f)
+    assert m.lam_ == 100.0
+    assert m.history_["violation_released"].iloc[0] == pytest.approx(v)
