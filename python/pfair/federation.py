@@ -165,18 +165,29 @@ class Federation:
 
     @classmethod
     def partition(
-        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str = "age", seed: int = 0,
+        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str | None = None, seed: int = 0,
         sizes: Sequence[int] | None = None,
     ) -> "Federation":
         """Split a data set's training records with the paper's heterogeneity partitioner
-        (:func:`pfair.partition.heterogeneous`, seed 003 Alg. 3): sort by the raw attribute ``by``,
-        silo k takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at
-        random. ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``.
-        ``sizes`` gives unequal silo sizes (summing to the number of training records, e.g.
-        :func:`pfair.partition.power_law_sizes`); default: equal sizes."""
+        (:func:`pfair.partition.heterogeneous`, Algorithm 3 of Gupta et al. 2024): sort by the raw
+        attribute ``by`` (any column of ``dataset.attrs_train``, numeric or categorical), silo k
+        takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at random.
+        ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``.
+        ``by=None``: ``"age"`` when the data set has it; otherwise only ``heterogeneity=0`` is
+        allowed (no column to be heterogeneous along). ``sizes`` gives unequal silo sizes (summing
+        to the number of training records, e.g. :func:`pfair.partition.power_law_sizes`); default:
+        equal sizes."""
         from pfair import partition
 
-        values = _attribute(dataset, by)
+        if by is None and "age" not in dataset.attrs_train.columns:
+            if heterogeneity != 0:
+                raise ValueError(
+                    f"by: heterogeneity={heterogeneity} needs a column to be heterogeneous along; pass by= one "
+                    f"of {list(dataset.attrs_train.columns)} (load_csv(..., keep=[...]) keeps a non-feature column)")
+            values = np.zeros(len(dataset.y_train))  # h = 0: the order does not matter
+        else:
+            by = by or "age"
+            values = _attribute(dataset, by)
         ids = partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed, sizes=sizes)
         fed = cls.from_dataset(dataset, ids)
         fed.partition_by = by
@@ -300,7 +311,8 @@ class Federation:
         ids = np.repeat(np.arange(self.n_silos), self.sizes)
         by = getattr(self, "partition_by", None)
         attribute = None
-        if by is not None and all(silo.attrs is not None and by in silo.attrs for silo in self.silos):
+        if by is not None and all(silo.attrs is not None and by in silo.attrs
+                                  and pd.api.types.is_numeric_dtype(silo.attrs[by]) for silo in self.silos):
             attribute = np.concatenate([silo.attrs[by].to_numpy(dtype=float) for silo in self.silos])
         df = describe_partition(ids, y=self.classes_[y], sensitive_features=self.groups_[s], attribute=attribute)
         if attribute is not None:
@@ -317,9 +329,11 @@ class Federation:
 def _attribute(dataset: Any, by: str) -> np.ndarray:
     attrs = dataset.attrs_train
     if by not in attrs.columns:
-        raise ValueError(f"by={by!r} is not a raw attribute of {dataset.name}; available: {list(attrs.columns)}")
+        raise ValueError(f"by={by!r} is not a raw attribute of {dataset.name}; choose one of {list(attrs.columns)}, "
+                         f"or keep the column with load_csv(..., keep=[{by!r}]) if it is not a feature")
     col = attrs[by]
-    return col.to_numpy(dtype=float) if np.issubdtype(col.dtype, np.number) else col.to_numpy()
+    numeric = pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype)
+    return col.to_numpy(dtype=float) if numeric else col.astype(object).to_numpy()
 
 
 def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, classes: np.ndarray, positive: int) -> None:

@@ -39,6 +39,7 @@ def load_csv(
     categorical: Optional[Sequence[str]] = None,
     positive_label=None,
     drop: Optional[Sequence[str]] = None,
+    keep: Optional[Sequence[str]] = None,
     test_size: float = 0.25,
     seed: int = 0,
     include_sensitive: bool = False,
@@ -56,11 +57,18 @@ def load_csv(
       object, string, category or bool dtype are categorical, all others numeric.  When a list is
       given, it is taken as complete: a non-numeric column not in it raises ``ValueError``.
     - ``drop``: columns to ignore.  Every remaining column is a feature.
-    - Rows with a missing value in any used column are dropped (``dropna``); there is no imputation.
+    - ``keep``: columns that are NOT features but stay available raw in ``attrs_train`` /
+      ``attrs_test``, e.g. a hospital or region column used only to split the records into silos
+      (``Federation.partition(ds, by="region")``).  A column cannot be both kept and dropped.
+    - Rows with a missing value in any used column (label, sensitive, features, ``keep``) are
+      dropped (``dropna``); there is no imputation.  ``train_index`` / ``test_index`` are the
+      surviving rows' positions in the original file (``frame.iloc``).
     - Split: stratified by (y, s) (``stratify=True``) or plain random, 3:1 for ``test_size=0.25``,
       reproducible for a ``seed``.  Numeric features are standardised with the training split's
       mean and std; categorical ones are one-hot over the categories of the whole table.
-    - ``attrs_*``: the raw numeric feature columns plus the raw sensitive column.
+    - ``attrs_*``: the raw (unscaled, not one-hot) feature columns, the ``keep`` columns and the
+      raw sensitive column, row-aligned with ``X_*``: any of them can be the ``by=`` of
+      :meth:`pfair.Federation.partition`.
 
     Errors (``ValueError``, naming the argument): a missing column; a label or sensitive column
     with fewer than 2 distinct values; ``positive_label`` absent from the label column; an
@@ -84,8 +92,15 @@ def load_csv(
     _check_columns(frame, drop_cols, "drop")
     if label in drop_cols or sensitive in drop_cols:
         raise ValueError("drop: cannot drop the label or the sensitive column")
+    keep_cols = list(dict.fromkeys(_as_list(keep, "keep")))
+    _check_columns(frame, keep_cols, "keep")
+    both = [c for c in keep_cols if c in drop_cols]
+    if both:
+        raise ValueError(f"keep: column(s) {both!r} are also in drop; a kept column must not be dropped")
 
-    features = [c for c in frame.columns if c not in drop_cols and c not in (label, sensitive)]
+    features = [
+        c for c in frame.columns if c not in drop_cols and c not in keep_cols and c not in (label, sensitive)
+    ]
     if categorical is None:
         cat_cols = [
             c for c in features
@@ -94,10 +109,10 @@ def load_csv(
     else:
         cat_cols = _as_list(categorical, "categorical")
         _check_columns(frame, cat_cols, "categorical")
-        bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols]
+        bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols or c in keep_cols]
         if bad:
             raise ValueError(
-                f"categorical: {bad!r} are the label, the sensitive or dropped columns"
+                f"categorical: {bad!r} are the label, the sensitive, dropped or kept (non-feature) columns"
             )
         undeclared = [
             c for c in features
@@ -111,8 +126,11 @@ def load_csv(
             )
     num_cols = [c for c in features if c not in cat_cols]
 
-    used = [label, sensitive] + features
-    frame = frame[used].dropna().reset_index(drop=True)
+    used = list(dict.fromkeys([label, sensitive] + features + keep_cols))
+    frame = frame[used].reset_index(drop=True)
+    complete = frame.notna().all(axis=1).to_numpy()
+    row_index = np.flatnonzero(complete)
+    frame = frame[complete].reset_index(drop=True)
     if len(frame) == 0:
         raise ValueError("no rows left after dropping rows with missing values")
 
@@ -140,6 +158,7 @@ def load_csv(
     return build_dataset(
         name or default_name, frame, y=y, label_names=label_names, s=s, group_names=group_names,
         sensitive_name=sensitive, numeric=num_cols, categorical=cat_cols,
-        sensitive_columns=[sensitive], attr_columns=num_cols + [sensitive],
+        sensitive_columns=[sensitive], attr_columns=features + keep_cols + [sensitive],
         include_sensitive=include_sensitive, test_size=test_size, seed=seed, stratify=stratify,
+        row_index=row_index,
     )
