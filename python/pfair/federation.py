@@ -179,6 +179,7 @@ class Federation:
         equal sizes."""
         from pfair import partition
 
+        by = by or getattr(dataset, "partition_by", None)
         if by is None and "age" not in dataset.attrs_train.columns:
             if heterogeneity != 0:
                 raise ValueError(
@@ -198,15 +199,17 @@ class Federation:
         cls, dataset: Any, n_silos: int, *, heterogeneity: float = 0.0, by: str | None = None, seed: int = 0
     ) -> "Federation":
         """Silos for a data set as the command line and the sweeps build them: the paper's
-        partitioner (:meth:`partition`) sorted by ``by``, default ``"age"`` when the data set has
-        that raw attribute; without a partition attribute, each record goes to a uniformly random
-        silo (seeded by ``seed``), which is only allowed with ``heterogeneity=0``."""
-        column = by or ("age" if "age" in dataset.attrs_train.columns else None)
+        partitioner (:meth:`partition`) sorted by ``by``, default the data set's ``partition_by``,
+        else ``"age"`` when the data set has that raw attribute; without a partition attribute,
+        each record goes to a uniformly random silo (seeded by ``seed``), which is only allowed
+        with ``heterogeneity=0``."""
+        column = by or getattr(dataset, "partition_by", None)
+        column = column or ("age" if "age" in dataset.attrs_train.columns else None)
         if column is not None:
             return cls.partition(dataset, n_silos, heterogeneity=heterogeneity, by=column, seed=seed)
         if heterogeneity != 0:
             raise ValueError(f"heterogeneity={heterogeneity} needs a partition attribute (by=, --partition-by): "
-                             f"{dataset.name} has no 'age' attribute; available: {list(dataset.attrs_train.columns)}")
+                             f"{dataset.name} has no 'age' attribute; choose from {list(dataset.attrs_train.columns)}")
         ids = np.random.default_rng(seed).integers(0, n_silos, size=len(dataset.y_train))
         return cls.from_dataset(dataset, ids)
 

@@ -39,6 +39,10 @@ class Dataset:
     DataFrame, rows dropped for missing values never appearing; for a bundled loader, positions in
     its cleaned table.  ``X_train[i]`` is row ``train_index[i]``, so
     ``frame.iloc[ds.train_index]`` lines your own columns up with the training records.
+
+    ``partition_by``, when set, is the column of ``attrs_*`` that
+    :meth:`pfair.Federation.partition` and :meth:`~pfair.Federation.for_dataset` split by when
+    no ``by=`` is given (set by a csv spec, see :func:`pfair.datasets.csv_spec`).
     """
 
     name: str
@@ -56,6 +60,7 @@ class Dataset:
     attrs_test: pd.DataFrame = field(repr=False)
     train_index: Optional[np.ndarray] = field(default=None, repr=False)
     test_index: Optional[np.ndarray] = field(default=None, repr=False)
+    partition_by: Optional[str] = field(default=None, repr=False)
 
     @property
     def n_features(self) -> int:

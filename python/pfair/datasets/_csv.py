@@ -1,9 +1,13 @@
-"""`load_csv`: the shipped data sets' preprocessing, applied to a user's own table."""
+"""`load_csv`: the shipped data sets' preprocessing, applied to a user's own table; `csv_spec` /
+`load_csv_spec`: the same call written as one string (``csv:PATH?label=..&sensitive=..``), which is
+how a sweep or any other place that takes a data set *name* reads a user's CSV."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
+from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
 import pandas as pd
@@ -142,6 +146,7 @@ def load_csv(
         raise ValueError(
             f"sensitive: column {sensitive!r} has {n_groups} distinct value(s), need >= 2"
         )
+    positive_label = _match_dtype(frame[label], positive_label)
     if positive_label is None:
         y, label_names = encode_categories(frame[label], argument=f"label {label!r}")
     else:
@@ -162,3 +167,94 @@ def load_csv(
         include_sensitive=include_sensitive, test_size=test_size, seed=seed, stratify=stratify,
         row_index=row_index,
     )
+
+
+def _match_dtype(column: pd.Series, value: Any) -> Any:
+    """``value`` as the label column's type when it was typed as text (a command line, a spec):
+    ``"1"`` becomes ``1`` for an integer column, ``"0.5"`` becomes ``0.5`` for a float one."""
+    if not isinstance(value, str) or not ptypes.is_numeric_dtype(column) or ptypes.is_bool_dtype(column):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if ptypes.is_integer_dtype(column) and number.is_integer() else number
+
+
+#: load_csv options a spec may set, and how the text of each is read.
+_SPEC_OPTIONS = {
+    "label": str, "sensitive": str, "positive_label": str, "categorical": "list", "drop": "list",
+    "keep": "list", "partition_by": str, "test_size": float, "seed": int, "include_sensitive": "bool",
+    "stratify": "bool", "name": str,
+}
+
+
+def csv_spec(path: Union[str, os.PathLike], *, label: str, sensitive: str, **options: Any) -> str:
+    """One string naming a user CSV and the `load_csv` options to read it with, e.g.
+    ``csv:/data/loans.csv?label=default&sensitive=sex&positive_label=1&keep=branch&partition_by=branch``.
+
+    ``partition_by`` (not a `load_csv` argument) is the column the data set is split into silos by
+    when no ``by=`` is given (:meth:`pfair.Federation.for_dataset`); it is kept out of the features
+    unless it is one.  Lists are comma-separated.  `pfair.datasets.load` and ``pfair sweep
+    --dataset`` accept the string as a data set name; `load_csv_spec` reads it.
+    """
+    query: dict[str, str] = {"label": label, "sensitive": sensitive}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key not in _SPEC_OPTIONS:
+            raise ValueError(f"{key}: not an option of a csv spec; choose from {sorted(_SPEC_OPTIONS)}")
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        query[key] = str(value)
+    return f"csv:{os.fspath(path)}?{urlencode(query)}"
+
+
+def parse_csv_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``(path, options)`` of a spec written by `csv_spec`; ``ValueError`` naming the bad part."""
+    if not isinstance(spec, str) or not spec.startswith("csv:"):
+        raise ValueError(f"dataset: {spec!r} is not a csv spec (csv:PATH?label=COL&sensitive=COL)")
+    path, _, query = spec[4:].partition("?")
+    if not path:
+        raise ValueError(f"dataset: {spec!r} names no file; write csv:PATH?label=COL&sensitive=COL")
+    options: dict[str, Any] = {}
+    for key, text in parse_qsl(query, keep_blank_values=True):
+        kind = _SPEC_OPTIONS.get(key)
+        if kind is None:
+            raise ValueError(f"dataset: {key!r} in {spec!r} is not a csv option; choose from {sorted(_SPEC_OPTIONS)}")
+        if kind == "list":
+            options[key] = [c for c in text.split(",") if c]
+        elif kind == "bool":
+            if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(f"dataset: {key}={text!r} in {spec!r} must be true or false")
+            options[key] = text.lower() in ("1", "true", "yes")
+        else:
+            try:
+                options[key] = kind(text)
+            except ValueError:
+                raise ValueError(f"dataset: {key}={text!r} in {spec!r} must be a {kind.__name__}") from None
+    for required in ("label", "sensitive"):
+        if not options.get(required):
+            raise ValueError(f"dataset: {spec!r} has no {required}=COLUMN; add &{required}=COLUMN")
+    return path, options
+
+
+def load_csv_spec(spec: str) -> Dataset:
+    """The `Dataset` a `csv_spec` string names (`load_csv` with its options), its
+    ``partition_by`` recorded on the data set.  The data set's name is the spec itself, so that
+    results tables say which file and options they came from."""
+    path, options = parse_csv_spec(spec)
+    if not os.path.exists(path):
+        raise ValueError(f"dataset: file {path!r} of {spec!r} does not exist")
+    by = options.pop("partition_by", None)
+    options.setdefault("name", spec)
+    if by is not None:
+        header = pd.read_csv(path, nrows=0).columns
+        if by not in header:
+            raise ValueError(f"partition_by: column {by!r} not in {path!r} (columns: {list(header)!r})")
+        # A partition column that is not a feature must be kept to be available in attrs_*.
+        if by in options.get("drop", []):
+            options["drop"] = [c for c in options["drop"] if c != by]
+            options["keep"] = list(dict.fromkeys(options.get("keep", []) + [by]))
+    ds = load_csv(path, **options)
+    return dataclasses.replace(ds, partition_by=by) if by is not None else ds

@@ -44,11 +44,16 @@ _VIOLATION_LABEL = {"demographic_parity": "demographic parity violation",
                     "equalized_odds": "equalized odds violation"}
 
 
+#: What to run when matplotlib is missing: right for a pip install and for a source checkout.
+MATPLOTLIB_HINT = ("plots need matplotlib: pip install matplotlib (the same as the plot extra: "
+                   "pip install 'pfair[plot]' for an installed pfair, pip install -e '.[plot]' in a source checkout)")
+
+
 def _matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is in the test extra
-        raise ImportError("plots need matplotlib: pip install 'pfair[plot]'") from None
+        raise ImportError(MATPLOTLIB_HINT) from None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
