@@ -98,7 +98,7 @@ def test_adult_published_figures():
     assert _all(ds, "y").mean() == pytest.approx(0.2478, abs=0.002)
     assert ds.label_names == ["<=50K", ">50K"]
     assert _group_counts(ds) == {"Female": 14_695, "Male": 30_527}
-    assert ds.n_features == 102  # seed 003 App. E: "102 input features"
+    assert ds.n_features == 102  # Gupta et al. 2024, App. E: "102 input features"
     race = get("adult_race")
     assert race.group_names == [
         "Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"
@@ -145,7 +145,7 @@ def test_credit_card_published_figures():
     raw = load_frame("credit_card")
     assert (raw["SEX"] == 1).sum() == 18_112
     assert raw.loc[raw["ID"] == 1, "sex"].item() == "female"
-    assert ds.n_features == 85  # seed 003 App. E: "85 input features"
+    assert ds.n_features == 85  # Gupta et al. 2024, App. E: "85 input features"
     assert _group_counts(get("credit_card_education")) == {
         "graduate_school": 10_585, "high_school": 4_917, "other": 468, "university": 14_030
     }

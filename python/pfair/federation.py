@@ -1,7 +1,7 @@
 """Silos and their data.
 
 A :class:`Federation` is N silos holding disjoint shards ``(X_j, y_j, s_j)``. Labels and
-sensitive groups are encoded once, globally, before anything else happens (SPEC §1): a silo that
+sensitive groups are encoded once, globally, before anything else happens: a silo that
 lacks a group still uses the global index, and every group enters the fairness penalty.
 """
 

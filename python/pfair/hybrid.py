@@ -1,4 +1,4 @@
-"""Hybrid centralization (seed 003 §4, App. F; SPEC §6): who holds s is not who holds (x, y).
+"""Hybrid centralization (Gupta et al. 2024, §4 and App. F): who holds s is not who holds (x, y).
 
 ``SteFFLe(mode=...)``:
 

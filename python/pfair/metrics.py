@@ -8,11 +8,11 @@ values. All probabilities are empirical frequencies over the records passed in.
 Definitions (``P`` is the empirical probability, ``s`` the sensitive attribute, ``y`` the true
 label and ``ŷ`` the prediction):
 
-* demographic parity violation, seed 003 App. E.1 eq. (11)::
+* demographic parity violation, Gupta et al. 2024, App. E.1 eq. (11)::
 
       max_{y', s1, s2} | P[ŷ=y' | s=s1] - P[ŷ=y' | s=s2] |
 
-* equalized odds violation, seed 003 App. E.1 eq. (12); by default the per-true-class form::
+* equalized odds violation, Gupta et al. 2024, App. E.1 eq. (12); by default the per-true-class form::
 
       max_{y, y', s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
 
@@ -20,9 +20,9 @@ label and ``ŷ`` the prediction):
   one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
   fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
 * equal opportunity violation: the gap in true-positive rate of ``pos_label`` across groups.
-* accuracy parity violation (seed 002 §4.1): the gap in per-group accuracy.
-* statistical parity difference (seed 004 eq. (4)) and decision-boundary covariance
-  (seed 004 eq. (2), after Zafar et al. 2017).
+* accuracy parity violation (Tran et al. 2021, §4.1): the gap in per-group accuracy.
+* statistical parity difference (Wu et al. 2024, eq. (4)) and decision-boundary covariance
+  (Wu et al. 2024, eq. (2), after Zafar et al. 2017).
 
 Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
 per-group quantity, which is how it is computed. Validation happens once, at the public
@@ -302,7 +302,7 @@ def _trivial_error(y_true_codes: np.ndarray) -> float:
 
 
 def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
-    r"""Demographic parity violation (seed 003, App. E.1, eq. 11).
+    r"""Demographic parity violation (Gupta et al. 2024, App. E.1, eq. 11).
 
     .. math::
 
@@ -335,7 +335,7 @@ def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features
 def equalized_odds_violation(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, conditioning: str = "per_class"
 ) -> float:
-    r"""Equalized odds violation (seed 003, App. E.1, eq. 12).
+    r"""Equalized odds violation (Gupta et al. 2024, App. E.1, eq. 12).
 
     ``conditioning="per_class"`` (default)::
 
@@ -343,9 +343,9 @@ def equalized_odds_violation(
 
     over every true class ``y``, predicted class ``y'`` and pair of groups. It is 0 exactly when
     the prediction is independent of the group given the true label (equalized odds, Hardt et al.
-    2016; seed 002 §4.1).
+    2016; Tran et al. 2021, §4.1).
 
-    ``conditioning="one_vs_rest"`` is eq. 12 as printed in seed 003::
+    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al. 2024::
 
         max_{y'} max_{s1, s2} max( | P[ŷ=y' | s=s1, y=y'] - P[ŷ=y' | s=s2, y=y'] |,
                                    | P[ŷ=y' | s=s1, y≠y'] - P[ŷ=y' | s=s2, y≠y'] | )
@@ -413,13 +413,13 @@ def equal_opportunity_violation(
 
 
 def accuracy_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
-    r"""Accuracy parity violation (seed 002, §4.1): the gap in per-group accuracy.
+    r"""Accuracy parity violation (Tran et al. 2021, §4.1): the gap in per-group accuracy.
 
     .. math::
 
         \max_{s_1, s_2} \left| P[\hat y = y \mid s = s_1] - P[\hat y = y \mid s = s_2] \right|
 
-    Seed 002 states accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
+    Tran et al. (2021) state accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
     largest pairwise violation of it (the same number with error rates in place of accuracies).
 
     Returns
@@ -437,7 +437,7 @@ def statistical_parity_difference(
     group: Hashable | None = None,
     reference_group: Hashable | None = None,
 ) -> float:
-    r"""Statistical parity difference (SPD, seed 004 eq. 4); signed.
+    r"""Statistical parity difference (SPD, Wu et al. 2024, eq. 4); signed.
 
     .. math::
 
@@ -446,7 +446,7 @@ def statistical_parity_difference(
         \quad p = \text{pos\_label}.
 
     With two groups the defaults are ``reference_group`` = the first and ``group`` = the second
-    group in sorted order, which for ``s ∈ {0, 1}`` is seed 004's
+    group in sorted order, which for ``s ∈ {0, 1}`` is Wu et al.'s
     ``|{ŷ=1, s=1}|/|{s=1}| - |{ŷ=1, s=0}|/|{s=0}|``. With k > 2 groups both must be given.
 
     Relation to the demographic parity violation: ``|SPD| <= demographic_parity_violation``,
@@ -500,7 +500,7 @@ def statistical_parity_difference(
 def decision_boundary_covariance(
     scores: Any, *, sensitive_features: Any, per_group: bool = False
 ) -> float | np.ndarray:
-    r"""Decision-boundary covariance (seed 004 eq. 2, after Zafar et al. 2017).
+    r"""Decision-boundary covariance (Wu et al. 2024, eq. 2, after Zafar et al. 2017).
 
     The empirical (1/n, population) covariance between group membership and the signed distance
     ``d_i`` of each record to the decision boundary (for a linear model ``d_i = θᵀa_i``; pass
@@ -508,7 +508,7 @@ def decision_boundary_covariance(
 
         Cov_g = (1/n) Σ_i (1[s_i = g] - p_g) d_i,      p_g = (1/n) Σ_i 1[s_i = g]
 
-    Groups are one-hot encoded in sorted order. With two groups, ``Cov_1`` is seed 004's
+    Groups are one-hot encoded in sorted order. With two groups, ``Cov_1`` is Wu et al.'s
     ``(1/n) Σ (s_i - s̄) d_i`` for ``s ∈ {0, 1}`` and ``Cov_0 = -Cov_1``. The entries always sum
     to 0.
 
@@ -520,7 +520,7 @@ def decision_boundary_covariance(
         Group of each record; at least 2 distinct groups.
     per_group : bool, default False
         If False, return ``max_g |Cov_g|`` (a float ≥ 0; for two groups the ``|Cov(s, d)|`` that
-        seed 004 constrains to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
+        Wu et al. (2024) constrain to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
         shape (k,), in the sorted order of the groups.
     """
     d = _as_1d(scores, "scores")
@@ -546,7 +546,7 @@ def decision_boundary_covariance(
 
 
 def misclassification_error(y_true: Any, y_pred: Any) -> float:
-    r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of seed 003 §5)."""
+    r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of Gupta et al. 2024, §5)."""
     yt = _as_1d(y_true, "y_true")
     yp = _as_1d(y_pred, "y_pred")
     _check_same_length(y_true=yt, y_pred=yp)
@@ -559,7 +559,7 @@ def trivial_error(y_true: Any) -> float:
     r"""Error of the best constant predictor: ``1 - max_y P[y]`` (1 - majority-label frequency).
 
     A model that predicts one class for everyone has zero DP/EO violation and this error; a fair
-    model is useful only where its error is clearly below it (SPEC §9).
+    model is useful only where its error is clearly below it (docs/experiments.md).
     """
     _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")
     return _trivial_error(codes)

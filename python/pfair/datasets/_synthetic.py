@@ -14,7 +14,7 @@ def make_synthetic(
     n: int,
     d: int,
     k: int = 2,
-    l: int = 2,  # noqa: E741 (l is the number of classes throughout pfair, SPEC §1)
+    l: int = 2,  # noqa: E741 (l is the number of classes throughout pfair)
     silos: int = 1,
     *,
     dependence: float = 0.5,
