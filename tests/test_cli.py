@@ -168,6 +168,11 @@ def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
     ds = load(spec)
     assert ds.partition_by == "branch" and "branch" in ds.attrs_train.columns
     assert not any(f.startswith("branch") for f in ds.feature_names)
+    from pfair.federation import Federation
+
+    fed = Federation.for_dataset(ds, 3, heterogeneity=1.0)  # as a sweep cell builds its silos
+    assert fed.partition_by == "branch"
+    assert all(silo.attrs["branch"].value_counts(normalize=True).iloc[0] > 0.9 for silo in fed.silos)
     code, _, err = run(capsys, "sweep", "--sensitive", "sex", "--out", str(tmp_path / "x"))
     assert code == 2 and "--sensitive needs --csv" in err
 
