@@ -60,7 +60,8 @@ def add_data_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> No
                             "--partition-by (the paper's partitioner; default 0)")
     g.add_argument("--partition-by", default=None, metavar="COL",
                    help="column the silos differ along when --heterogeneity > 0, numeric or categorical "
-                        "(default: age when the data has it)")
+                        "(default: age when the data has it); with --csv, a --drop column named here is "
+                        "kept for the split but not used as a feature")
 
 
 def _csv_given(args: argparse.Namespace) -> bool:
