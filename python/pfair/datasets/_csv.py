@@ -182,7 +182,7 @@ def _match_dtype(column: pd.Series, value: Any) -> Any:
 
 
 #: load_csv options a spec may set, and how the text of each is read.
-_SPEC_OPTIONS = {
+_CSV_OPTIONS = {
     "label": str, "sensitive": str, "positive_label": str, "categorical": "list", "drop": "list",
     "keep": "list", "partition_by": str, "test_size": float, "seed": int, "include_sensitive": "bool",
     "stratify": "bool", "name": str,
@@ -202,8 +202,8 @@ def csv_spec(path: Union[str, os.PathLike], *, label: str, sensitive: str, **opt
     for key, value in options.items():
         if value is None:
             continue
-        if key not in _SPEC_OPTIONS:
-            raise ValueError(f"{key}: not an option of a csv spec; choose from {sorted(_SPEC_OPTIONS)}")
+        if key not in _CSV_OPTIONS:
+            raise ValueError(f"{key}: not an option of a csv spec; choose from {sorted(_CSV_OPTIONS)}")
         if isinstance(value, (list, tuple)):
             value = ",".join(map(str, value))
         query[key] = str(value)
@@ -219,9 +219,9 @@ def parse_csv_spec(spec: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"dataset: {spec!r} names no file; write csv:PATH?label=COL&sensitive=COL")
     options: dict[str, Any] = {}
     for key, text in parse_qsl(query, keep_blank_values=True):
-        kind = _SPEC_OPTIONS.get(key)
+        kind = _CSV_OPTIONS.get(key)
         if kind is None:
-            raise ValueError(f"dataset: {key!r} in {spec!r} is not a csv option; choose from {sorted(_SPEC_OPTIONS)}")
+            raise ValueError(f"dataset: {key!r} in {spec!r} is not a csv option; choose from {sorted(_CSV_OPTIONS)}")
         if kind == "list":
             options[key] = [c for c in text.split(",") if c]
         elif kind == "bool":
