@@ -7,14 +7,21 @@ PIP    := $(PY) -m pip
 .PHONY: demo test install install-test rust-test py-test bench clean
 
 $(VENV)/bin/activate:
+	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
+# pip is --quiet, so say what it is doing: the first install compiles the Rust core (release
+# build of rust/ through maturin), which is silent for several minutes.
 install: $(VENV)/bin/activate
-	$(PIP) install --quiet .
+	@command -v cargo >/dev/null 2>&1 || echo "[pfair] warning: cargo not found; pip needs a Rust toolchain (https://rustup.rs) to build pfair"
+	@echo "[pfair] installing pfair into $(VENV): builds the Rust extension in release mode;"
+	@echo "[pfair] the first time this takes about 5 minutes on 2 cores with no output (later runs reuse the build and are faster)"
+	@start=$$(date +%s); $(PIP) install --quiet . && echo "[pfair] installed in $$(( $$(date +%s) - start )) s: $$($(VENV)/bin/pfair --version)"
 
 install-test: $(VENV)/bin/activate
-	@echo "installing pfair with the test, torch and flower extras (builds the Rust extension; torch is ~5 GB)"
+	@echo "[pfair] installing pfair with the test, torch and flower extras: builds the Rust extension (~5 min"
+	@echo "[pfair] the first time, silent) and downloads torch (~5 GB); expect 10-20 minutes on a fresh machine"
 	$(PIP) install --quiet -e '.[test,torch,flower]'
 	# opacus is used only for its pure-NumPy RDP analysis (tests/test_accounting.py loads that file);
 	# --no-deps keeps its multi-GB torch dependency out of the test environment.
@@ -22,7 +29,9 @@ install-test: $(VENV)/bin/activate
 
 ## Train SteFFLe on the bundled UCI Adult data: 3 silos, epsilon = 1, demographic parity.
 demo: install
+	@echo "[pfair] demo: SteFFLe on UCI Adult (45,222 records, sensitive attribute sex), 3 silos, epsilon = 1, 40 epochs (a few seconds)"
 	$(VENV)/bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
+	@echo "[pfair] next: docs/start_here.md (your own CSV), or $(VENV)/bin/pfair train --help"
 
 ## Every test: the Rust unit tests and the Python test suite.
 test: install-test

@@ -10,7 +10,7 @@ p_s = (0.33, 0.67), and ε ∈ {1, 3, 9}:
   (σ_θ = √2 z Δ_θ, σ_W = √2 z Δ_W: z split evenly over the two parts);
 * for comparison, the z a hidden-batch bound (WBK 2019, sampling without replacement) would
   claim is enough, and the ε it really delivers under ``public_batch``;
-* the paper's closed form (seed 003 Thm. 3.3) priced with the exact sensitivities: its z and the
+* the paper's closed form (Gupta et al. 2024, Thm. 3.3) priced with the exact sensitivities: its z and the
   ε it delivers under ``public_batch``.
 """
 

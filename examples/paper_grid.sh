@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The grids behind docs/results.md (seed 003 §5 settings: N = 3, 40 epochs, batch 256, 6 values of λ in [0, 2]).
+# The grids behind docs/results.md (the settings of Gupta et al. 2024, §5: N = 3, 40 epochs, batch 256,
+# 6 values of λ in [0, 2]).
 # Resumable: rerun the script and finished cells are skipped. Usage: bash examples/paper_grid.sh [OUT]
 set -euo pipefail
 OUT=${1:-results}

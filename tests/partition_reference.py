@@ -1,4 +1,4 @@
-"""Pure-NumPy reference of the paper's partitioner (seed 003, App. E.2.3, Algorithm 3).
+"""Pure-NumPy reference of the paper's partitioner (Gupta et al. 2024, App. E.2.3, Algorithm 3).
 
 The one allowed duplicate of the math in ``rust/src/partition.rs``: the bench times it against the
 Rust implementation, and the tests check that both give the same distribution of silo sizes and

@@ -1,7 +1,8 @@
 """Plain NumPy reference implementations used only by tests (the one allowed duplicate of the math).
 
-They follow SPEC §2 literally and are deliberately written differently from the Rust kernels
-(dense matrices, no outer-product tricks) so that agreement means something.
+They follow the FERMI objective of Gupta et al. 2024 (eq. 4, App. D) literally and are deliberately
+written differently from the Rust kernels (dense matrices, no outer-product tricks) so that agreement
+means something.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def objective(X, y, s, theta, W, inv_sqrt_ps, *, k, l, fairness, positive=1, den
 
 
 def chi2_penalty(P: np.ndarray, s: np.ndarray, k: int) -> float:
-    """χ²(p̂_{ŷ,s} ‖ p̂_ŷ p̂_s) with soft predictions ``P`` (seed 003 App. A eq. 5)."""
+    """χ²(p̂_{ŷ,s} ‖ p̂_ŷ p̂_s) with soft predictions ``P`` (Gupta et al. 2024, App. A eq. 5)."""
     n, l = P.shape
     joint = np.zeros((k, l))
     for r in range(k):

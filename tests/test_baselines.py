@@ -187,7 +187,7 @@ def test_pfld_missing_sensitive_values():
         b = PFLD(epsilon=2.0, epochs=3, batch_size=100, noise_seed=1).fit(X, y, sensitive_features=s_minus)
     assert np.array_equal(a.theta_, b.theta_)
     assert a.privacy_report_.iloc[0]["missing_s"] == 667
-    # fewer reporters, larger sensitivity (seed 002 §7: Δ/r)
+    # fewer reporters, larger sensitivity (Tran et al. 2021, §7: Δ/r)
     ratio = a.privacy_report_.iloc[0]["sensitivity_dual"] / full.privacy_report_.iloc[0]["sensitivity_dual"]
     assert 1.3 < ratio < 1.7
     assert list(a.groups_) == [0.0, 1.0]

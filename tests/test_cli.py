@@ -96,3 +96,206 @@ def test_datasets_listing_and_console_script(capsys):
     assert code == 0 and "adult" in out and "credit_card" in out
     proc = subprocess.run([sys.executable, "-m", "pfair.cli", "datasets"], capture_output=True, text=True, check=True)
     assert "compas" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------- user CSV
+@pytest.fixture(scope="module")
+def user_csv(tmp_path_factory):
+    """A user's own table: the bundled German credit data written out as a CSV, plus a branch
+    column that is not a feature (used only to split the records into silos)."""
+    import numpy as np
+
+    from pfair.datasets import load_frame
+
+    frame = load_frame("german")
+    frame["branch"] = np.random.default_rng(0).choice(["Bonn", "Essen", "Kiel"], size=len(frame))
+    path = tmp_path_factory.mktemp("user") / "loans.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_train_reads_a_user_csv_and_partitions_by_any_column(capsys, tmp_path, user_csv):
+    base = ["train", "--csv", str(user_csv), "--label", "credit_risk", "--sensitive", "sex", "--positive-label", "1",
+            "--epsilon", "2", "--epochs", "2", "--batch-size", "32", "--json"]
+    out_file = tmp_path / "run.json"
+    code, out, err = run(capsys, *base, "--keep", "branch", "--partition-by", "branch", "--heterogeneity", "1",
+                         "--out", str(out_file))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["dataset"] == "loans" and 0 < result["test_error"] < 1 and result["epsilon_spent"] <= 2.0
+    rows = json.loads(out_file.read_text())["privacy_report"]
+    assert sum(r["n_records"] for r in rows) == 750  # 3:1 split of 1000 records
+    # A numeric feature works as the partition attribute too; so does a categorical feature.
+    for column in ("age", "housing"):
+        code, out, err = run(capsys, *base, "--drop", "branch", "--partition-by", column, "--heterogeneity", "0.75")
+        assert code == 0, err
+    # The label given as text matches the integer column; a value that is not in it is named.
+    code, _, err = run(capsys, *base, "--positive-label", "good")
+    assert code == 2 and "positive_label: 'good' does not occur" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--csv", "X", "--sensitive", "sex"], "--csv needs --label COLUMN"),
+    (["--label", "credit_risk"], "--label need --csv PATH"),
+    (["--csv", "X", "--dataset", "adult", "--label", "a", "--sensitive", "b"], "--csv and --dataset"),
+    (["--csv", "/nonexistent/loans.csv", "--label", "a", "--sensitive", "b"], "no such file"),
+    (["--csv", "CSV", "--label", "credit_risk", "--sensitive", "sex", "--partition-by", "zip",
+      "--heterogeneity", "0.5"], "by='zip' is not a raw attribute"),
+    (["--csv", "CSV", "--label", "credit_risk", "--sensitive", "sex", "--keep", "zip"], "keep: column(s) ['zip']"),
+])
+def test_train_csv_errors_name_the_option(capsys, user_csv, argv, message):
+    argv = [str(user_csv) if a == "CSV" else a for a in argv]
+    code, _, err = run(capsys, "train", *argv, "--epochs", "1")
+    assert code == 2 and message in err
+
+
+def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
+    code, out, err = run(capsys, "sweep", "--csv", str(user_csv), "--label", "credit_risk", "--sensitive", "sex",
+                         "--positive-label", "1", "--keep", "branch", "--partition-by", "branch",
+                         "--methods", "steffle,fedavg", "--epsilon", "3", "--heterogeneity", "0", "1",
+                         "--lam", "1", "--seeds", "1", "--epochs", "1", "--batch-size", "32", "--jobs", "1",
+                         "--no-progress", "--out", str(tmp_path))
+    assert code == 0, err
+    from pfair.experiments import load_runs
+
+    runs = load_runs(tmp_path)
+    assert len(runs) == 4 and (runs["error"].fillna("") == "").all()
+    spec = runs["dataset"].iloc[0]
+    assert spec.startswith("csv:") and "partition_by=branch" in spec and (runs["n_train"] == 750).all()
+    # The same spec is accepted by --dataset (and by pfair.datasets.load).
+    from pfair.datasets import load
+
+    ds = load(spec)
+    assert ds.partition_by == "branch" and "branch" in ds.attrs_train.columns
+    assert not any(f.startswith("branch") for f in ds.feature_names)
+    from pfair.federation import Federation
+
+    fed = Federation.for_dataset(ds, 3, heterogeneity=1.0)  # as a sweep cell builds its silos
+    assert fed.partition_by == "branch"
+    assert all(silo.attrs["branch"].value_counts(normalize=True).iloc[0] > 0.9 for silo in fed.silos)
+    code, _, err = run(capsys, "sweep", "--sensitive", "sex", "--out", str(tmp_path / "x"))
+    assert code == 2 and "--sensitive needs --csv" in err
+
+
+# ---------------------------------------------------------------------------------------------- feedback
+def test_version_flag(capsys):
+    import pfair
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pfair {pfair.__version__}"
+
+
+def test_every_option_of_every_subcommand_has_help_text():
+    import argparse
+
+    from pfair.cli import build_parser
+
+    missing, commands = [], []
+
+    def walk(p: argparse.ArgumentParser, name: str) -> None:  # every (nested) subcommand
+        commands.append(name)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub_parser in action.choices.items():
+                    walk(sub_parser, f"{name} {sub_name}")
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "pfair")
+    assert not missing, f"options without help text: {missing}"
+    assert {"pfair train", "pfair sweep", "pfair privacy-report", "pfair deploy local"} <= set(commands)
+
+
+def test_privacy_report_shows_accounting_noise_and_guarantee(capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, _, err = run(capsys, "train", "--dataset", "german", "--epsilon", "1", "--epochs", "1", "--batch-size", "32",
+                       "--json", "--out", str(out_file))
+    assert code == 0, err
+    code, out, _ = run(capsys, "privacy-report", str(out_file))
+    header = out.splitlines()[1].split()
+    for column in ("accounting", "noise", "guarantee", "sampling", "epsilon_spent"):
+        assert column in header
+    assert "public_batch" in out and "covered" in out and "…" not in out and "..." not in out
+
+
+def test_privacy_report_object_prints_in_full():
+    import pandas as pd
+
+    from pfair import SteFFLe, datasets
+    from pfair.federation import Federation
+    from pfair.privacy.report import REPORT_COLUMN_MEANINGS, PrivacyReport
+
+    model = SteFFLe(epsilon=1, epochs=1, batch_size=32, progress=False).fit(
+        Federation.partition(datasets.load("german"), 3))
+    report = PrivacyReport(model.privacy_report_)
+    with pd.option_context("display.max_columns", 4, "display.width", 40):
+        text = str(report)
+        assert "..." in str(pd.DataFrame(report))  # what a plain DataFrame would print
+    assert "..." not in text and "…" not in text
+    for column in ("accounting", "noise", "guarantee", "epsilon_spent"):
+        assert column in text.splitlines()[0]
+    assert isinstance(report[["noise", "guarantee"]], PrivacyReport)
+    explained = report.explain()
+    assert list(explained.index) == list(report.columns)
+    assert set(report.columns) <= set(REPORT_COLUMN_MEANINGS), "every column has a meaning"
+    assert explained.loc["guarantee", "value"] == "covered"
+
+
+def test_no_progress_bar_in_a_redirected_log(tmp_path):
+    import os
+
+    log = tmp_path / "log.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PFAIR_PROGRESS", "TQDM_DISABLE")}
+    with open(log, "w") as fh:
+        subprocess.run([sys.executable, "-m", "pfair.cli", "train", "--dataset", "german", "--epochs", "3",
+                        "--batch-size", "32"], stdout=fh, stderr=fh, check=True, env=env)
+    text = log.read_text()
+    assert "test error" in text and "epoch/s" not in text and "\r" not in text
+    # Forced on, the same run draws its bar into the log.
+    with open(log, "w") as fh:
+        subprocess.run([sys.executable, "-m", "pfair.cli", "train", "--dataset", "german", "--epochs", "3",
+                        "--batch-size", "32"], stdout=fh, stderr=fh, check=True, env={**env, "PFAIR_PROGRESS": "1"})
+    assert "epoch" in log.read_text()
+
+
+def test_progress_rule(monkeypatch):
+    from pfair import _progress
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    for var in ("PFAIR_PROGRESS", "TQDM_DISABLE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(_progress, "_in_notebook", lambda: False)
+    monkeypatch.setattr(sys, "stderr", Stream(True))
+    assert _progress.progress_wanted() and not _progress.progress_wanted(False)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert not _progress.progress_wanted()
+    monkeypatch.delenv("TQDM_DISABLE")
+    monkeypatch.setattr(sys, "stderr", Stream(False))
+    assert not _progress.progress_wanted()
+    assert list(_progress.progress_bar(range(3))) == [0, 1, 2]  # a disabled bar still iterates
+    monkeypatch.setenv("PFAIR_PROGRESS", "1")
+    assert _progress.progress_wanted()
+    monkeypatch.setattr(_progress, "_in_notebook", lambda: True)
+    monkeypatch.setenv("PFAIR_PROGRESS", "0")
+    assert not _progress.progress_wanted()
+    monkeypatch.delenv("PFAIR_PROGRESS")
+    assert _progress.progress_wanted()  # a notebook shows bars although stderr is not a terminal
+
+
+def test_missing_matplotlib_hint_fits_pip_and_source_installs(monkeypatch):
+    from pfair.experiments import plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(ImportError) as info:
+        plots._matplotlib()
+    message = str(info.value)
+    assert "pip install matplotlib" in message and "pip install 'pfair[plot]'" in message
+    assert "pip install -e '.[plot]'" in message

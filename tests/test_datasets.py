@@ -98,7 +98,7 @@ def test_adult_published_figures():
     assert _all(ds, "y").mean() == pytest.approx(0.2478, abs=0.002)
     assert ds.label_names == ["<=50K", ">50K"]
     assert _group_counts(ds) == {"Female": 14_695, "Male": 30_527}
-    assert ds.n_features == 102  # seed 003 App. E: "102 input features"
+    assert ds.n_features == 102  # Gupta et al. 2024, App. E: "102 input features"
     race = get("adult_race")
     assert race.group_names == [
         "Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"
@@ -145,7 +145,7 @@ def test_credit_card_published_figures():
     raw = load_frame("credit_card")
     assert (raw["SEX"] == 1).sum() == 18_112
     assert raw.loc[raw["ID"] == 1, "sex"].item() == "female"
-    assert ds.n_features == 85  # seed 003 App. E: "85 input features"
+    assert ds.n_features == 85  # Gupta et al. 2024, App. E: "85 input features"
     assert _group_counts(get("credit_card_education")) == {
         "graduate_school": 10_585, "high_school": 4_917, "other": 468, "university": 14_030
     }
@@ -340,7 +340,7 @@ def test_load_csv_dataframe_and_file(tmp_path):
     np.testing.assert_array_equal(
         _all(ds, "y").sum(), (frame["approved"] == "yes").sum()
     )
-    assert set(ds.attrs_train.columns) == {"age", "income", "gender"}
+    assert set(ds.attrs_train.columns) == {"age", "income", "city", "gender"}
     path = tmp_path / "toy.csv"
     frame.to_csv(path, index=False)
     ds2 = load_csv(path, label="approved", sensitive="gender", drop="note",
@@ -447,3 +447,39 @@ def test_synthetic_rejects_bad_arguments():
         make_synthetic(100, 2, dependence=-1)
     with pytest.raises(ValueError, match="no records"):
         make_synthetic(4, 2, k=4)
+
+
+def test_load_csv_keep_keeps_a_partition_column_out_of_the_features():
+    frame = _toy_frame()
+    frame["hospital"] = np.where(frame["age"] < 40, "A", np.where(frame["age"] < 60, "B", "C"))
+    ds = load_csv(frame, label="approved", sensitive="gender", drop=["note"], keep=["hospital"])
+    assert not any(name.startswith("hospital") for name in ds.feature_names)
+    assert ds.n_features == load_csv(frame.drop(columns="hospital"), label="approved", sensitive="gender",
+                                     drop=["note"]).n_features
+    assert {"hospital", "city", "age", "gender"} <= set(ds.attrs_train.columns)
+    # The kept column is row-aligned with the records, through the public split indices.
+    np.testing.assert_array_equal(ds.attrs_train["hospital"].to_numpy(),
+                                  frame["hospital"].to_numpy()[ds.train_index])
+    np.testing.assert_array_equal(ds.attrs_test["hospital"].to_numpy(), frame["hospital"].to_numpy()[ds.test_index])
+    with pytest.raises(ValueError, match="keep: column"):
+        load_csv(frame, label="approved", sensitive="gender", drop=["note"], keep=["ward"])
+    with pytest.raises(ValueError, match="keep: .*also in drop"):
+        load_csv(frame, label="approved", sensitive="gender", drop=["note", "hospital"], keep=["hospital"])
+
+
+def test_split_indices_point_into_the_users_file_after_dropped_rows(tmp_path):
+    frame = _toy_frame(n=300, seed=4)
+    frame["income"] = frame["income"].astype(float)
+    frame.loc[[3, 10, 250], "income"] = np.nan  # three rows with a missing value are dropped
+    path = tmp_path / "with_gaps.csv"
+    frame.to_csv(path, index=False)
+    ds = load_csv(path, label="approved", sensitive="gender", drop=["note"])
+    rows = np.concatenate([ds.train_index, ds.test_index])
+    assert sorted(rows.tolist()) == sorted(set(range(300)) - {3, 10, 250})
+    assert len(ds.train_index) == ds.n_train and len(ds.test_index) == ds.n_test
+    np.testing.assert_array_equal(frame["age"].to_numpy()[ds.train_index], ds.attrs_train["age"].to_numpy())
+    expected_y = (frame["approved"].to_numpy()[ds.test_index] == "yes").astype(int)
+    np.testing.assert_array_equal(ds.y_test, expected_y)
+    # Bundled loaders and synthetic data have them too.
+    syn = make_synthetic(n=1000, d=3, seed=0)
+    assert len(syn.train_index) == syn.n_train and len(syn.test_index) == syn.n_test

@@ -252,3 +252,66 @@ def test_rust_layer_also_rejects_bad_arguments():
         _core.partition_dirichlet(np.array([0, -3]), 1, 1.0, 0)
     with pytest.raises(ValueError, match="^values: "):
         _core.partition_heterogeneous(np.arange(10.0)[::2], 1, 0.5, 0)
+
+
+def test_heterogeneous_accepts_a_categorical_attribute():
+    rng = np.random.default_rng(3)
+    region = rng.choice(["east", "north", "south", "west"], size=4000)
+    ids = partition.heterogeneous(region, 4, heterogeneity=1.0, seed=1)
+    # h = 1: silos are contiguous blocks of the sorted categories; four equal regions, four silos.
+    for k in range(4):
+        counts = pd.Series(region[ids == k]).value_counts()
+        assert counts.iloc[0] / counts.sum() > 0.9  # regions are only about equal in size
+    assert partition.heterogeneity_score(ids, region) > 0.7
+    ids0 = partition.heterogeneous(region, 4, heterogeneity=0.0, seed=1)
+    assert partition.heterogeneity_score(ids0, region) < 0.05
+    # The category order is the sorted one: same silos as the codes of the sorted categories.
+    codes = np.unique(region, return_inverse=True)[1]
+    np.testing.assert_array_equal(ids, partition.heterogeneous(codes, 4, heterogeneity=1.0, seed=1))
+
+
+def _user_frame(n: int = 4000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    region = rng.choice(["east", "north", "south"], size=n)
+    return pd.DataFrame({
+        "income": rng.normal(50.0, 10.0, n) + (region == "south") * 15.0,
+        "years": rng.integers(0, 40, n),
+        "region": region,
+        "sex": rng.choice(["f", "m"], size=n),
+        "hired": rng.choice(["no", "yes"], size=n),
+    })
+
+
+@pytest.mark.parametrize("by", ["region", "income", "years"])
+def test_federation_partition_by_any_column_numeric_or_categorical(by):
+    from pfair.datasets import load_csv
+    from pfair.federation import Federation
+
+    frame = _user_frame()
+    ds = load_csv(frame, label="hired", sensitive="sex", keep=["region"] if by == "region" else None,
+                  drop=None if by == "region" else ["region"])
+    flat = Federation.partition(ds, 3, by=by, heterogeneity=0.0, seed=2)
+    skew = Federation.partition(ds, 3, by=by, heterogeneity=0.75, seed=2)
+    assert skew.sizes == flat.sizes and sum(skew.sizes) == ds.n_train and max(skew.sizes) - min(skew.sizes) <= 1
+    assert skew.partition_by == by
+
+    def score(fed):
+        ids = np.repeat(np.arange(fed.n_silos), fed.sizes)
+        values = np.concatenate([s.attrs[by].to_numpy() for s in fed.silos])
+        return partition.heterogeneity_score(ids, values if by == "region" else values.astype(float))
+
+    assert score(skew) > 10 * score(flat)
+    skew.describe()  # numeric or not, describe works
+
+
+def test_federation_partition_names_by_when_the_column_is_missing():
+    from pfair.datasets import load_csv
+    from pfair.federation import Federation
+
+    ds = load_csv(_user_frame(), label="hired", sensitive="sex", drop=["region"])
+    with pytest.raises(ValueError, match=r"by='region' is not a raw attribute.*keep=\['region'\]"):
+        Federation.partition(ds, 3, by="region", heterogeneity=0.5)
+    # No age column and no by: only a homogeneous split is meaningful.
+    with pytest.raises(ValueError, match="by: heterogeneity=0.5 needs a column"):
+        Federation.partition(ds, 3, heterogeneity=0.5)
+    assert sum(Federation.partition(ds, 3).sizes) == ds.n_train

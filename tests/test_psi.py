@@ -1,4 +1,4 @@
-"""The Rust ψ-kernels against an independent NumPy reference and the χ² identity of SPEC §2."""
+"""The Rust ψ-kernels against an independent NumPy reference and the χ² identity of the FERMI objective."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _ascend_w(X, y, s, theta, inv, *, k, l, fairness, steps=3000, lr=0.5):
 
 @pytest.mark.parametrize("k,l", [(2, 2), (3, 2), (4, 3)])
 def test_max_over_w_of_mean_psi_is_chi2_divergence(k, l):
-    """SPEC §2: max_W mean_i ψ_i(θ, W) = χ²(p̂_{ŷ,s} ‖ p̂_ŷ p̂_s) with the data's own p̂_s."""
+    """The FERMI identity: max_W mean_i ψ_i(θ, W) = χ²(p̂_{ŷ,s} ‖ p̂_ŷ p̂_s) with the data's own p̂_s."""
     rng = np.random.default_rng(10 * k + l)
     n = 300
     X = rng.normal(size=(n, 3))

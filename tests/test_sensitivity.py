@@ -1,4 +1,4 @@
-"""Try to break the sensitivities the noise is calibrated to (SPEC §3, docs/privacy.md).
+"""Try to break the sensitivities the noise is calibrated to (docs/privacy.md).
 
 For random data, models, dual variables, batches, k, l, fairness notions and clip norms, change
 one record as a neighbour may (its s in attribute mode, the whole record in record mode) and

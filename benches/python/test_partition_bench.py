@@ -1,4 +1,4 @@
-"""Paper's partitioner (seed 003, Algorithm 3) on 10^7 rows into 1,000 silos: Rust vs pure NumPy.
+"""Paper's partitioner (Gupta et al. 2024, Algorithm 3) on 10^7 rows into 1,000 silos: Rust vs pure NumPy.
 
 Run with ``pytest benches/python --benchmark-enable``. Both run in the same session on the same
 data; the NumPy reference is ``tests/partition_reference.py``.

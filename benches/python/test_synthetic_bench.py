@@ -1,4 +1,4 @@
-"""``make_synthetic`` at scale: 10^7 records × 10 features, 1,000 silos (SPEC §10: scale runs).
+"""``make_synthetic`` at scale: 10^7 records × 10 features, 1,000 silos (a scale run).
 
 Run with ``pytest benches/python --benchmark-enable``; the figure is in docs/results.md.
 """

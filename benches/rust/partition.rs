@@ -1,4 +1,4 @@
-//! Criterion bench of the partitioners: the paper's partitioner (seed 003, Algorithm 3) and the
+//! Criterion bench of the partitioners: the paper's partitioner (Gupta et al. 2024, Algorithm 3) and the
 //! Dirichlet skew with exact sizes, 10^6 rows into 1,000 silos. `cargo bench --bench partition`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};

@@ -2,7 +2,8 @@
 
 Every silo's outgoing messages are differentially private with respect to the sensitive
 attribute (ISRL-DP) while the model is trained for demographic parity, equalized odds or equal
-opportunity with the FERMI min-max objective (SteFFLe, seed 003).
+opportunity with the FERMI min-max objective (SteFFLe: Gupta, Poornash, Razaviyayn and Lowy, "A
+Stochastic Optimization Framework for Private and Fair Learning From Decentralized Data", 2024).
 
 Quick start::
 

@@ -3,11 +3,12 @@
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
 SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
-privacy spent.
+privacy spent; ``pfair train --csv data.csv --label COL --sensitive COL [--positive-label V]
+[--partition-by COL]`` does the same on your own table (:func:`pfair.datasets.load_csv`).
 
 ``pfair sweep --dataset adult --methods steffle,pfld,fedavg --epsilon 1 3 9 --heterogeneity 0 0.75
 --silos 3 --lam 0:2:11 --seeds 15 --out results/`` runs a grid of fits in parallel into
-``results/runs.csv`` (resumable); ``pfair summary results/`` and ``pfair plot results/`` turn it
+``results/runs.csv`` (resumable; ``--csv`` and the same options run it on your table); ``pfair summary results/`` and ``pfair plot results/`` turn it
 into the summary table and the figures (see :mod:`pfair.experiments` and docs/experiments.md).
 """
 
@@ -25,27 +26,133 @@ def _float_or_none(text: str) -> float | None:
     return None if text.lower() in ("none", "inf", "off") else float(text)
 
 
+def add_data_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
+    """The options that choose the data: a bundled data set or a user CSV (``--csv`` with
+    ``--label``/``--sensitive``), and the silos it is split into."""
+    g = p.add_argument_group("data (a bundled data set, or your CSV with --csv)")
+    if sweep:
+        g.add_argument("--dataset", nargs="+", default=None,
+                       help="bundled data set name(s) (see `pfair datasets`) or csv specs "
+                            "csv:PATH?label=COL&sensitive=COL (default: adult, unless --csv is given)")
+    else:
+        g.add_argument("--dataset", default=None,
+                       help="bundled data set name, see `pfair datasets` (default: adult, unless --csv is given)")
+    g.add_argument("--csv", default=None, metavar="PATH",
+                   help="train on your own CSV file instead (needs --label and --sensitive); every column "
+                        "other than the label, the sensitive one, --drop and --keep is a feature "
+                        "(text columns one-hot, numbers standardised)")
+    g.add_argument("--label", default=None, metavar="COL", help="--csv: the label column")
+    g.add_argument("--sensitive", default=None, metavar="COL",
+                   help="--csv: the sensitive-attribute column (never a feature); bundled data: which "
+                        "attribute, e.g. sex or race (data-set specific)")
+    g.add_argument("--positive-label", default=None, metavar="VALUE",
+                   help="--csv: the label value that is the positive class (y = 1); others are y = 0 "
+                        "(default: the sorted distinct values are the classes)")
+    g.add_argument("--drop", nargs="+", default=None, metavar="COL", help="--csv: columns to ignore")
+    g.add_argument("--keep", nargs="+", default=None, metavar="COL",
+                   help="--csv: columns that are not features but can be --partition-by (e.g. a region)")
+    g.add_argument("--categorical", nargs="+", default=None, metavar="COL",
+                   help="--csv: columns to one-hot encode (default: every non-numeric column)")
+    if not sweep:
+        g.add_argument("--silos", type=int, default=3, help="number of silos N (default 3)")
+        g.add_argument("--heterogeneity", type=float, default=0.0,
+                       help="h in [0, 1]: 0 = silos are random samples, 1 = each silo is one range of "
+                            "--partition-by (the paper's partitioner; default 0)")
+    g.add_argument("--partition-by", default=None, metavar="COL",
+                   help="column the silos differ along when --heterogeneity > 0, numeric or categorical "
+                        "(default: age when the data has it); with --csv, a --drop column named here is "
+                        "kept for the split but not used as a feature")
+
+
+def _csv_given(args: argparse.Namespace) -> bool:
+    """Check the --csv options hang together; True when a CSV was given."""
+    csv_only = [f"--{name.replace('_', '-')}" for name in ("label", "positive_label", "drop", "keep", "categorical")
+                if getattr(args, name, None) is not None]
+    if args.csv is None:
+        if csv_only:
+            raise ValueError(f"{', '.join(csv_only)} need --csv PATH (your own data); bundled data sets fix them")
+        return False
+    if args.dataset is not None:
+        raise ValueError("--csv and --dataset: give one of them (your CSV, or a bundled data set)")
+    missing = [opt for opt, value in (("--label", args.label), ("--sensitive", args.sensitive)) if value is None]
+    if missing:
+        raise ValueError(f"--csv needs {' and '.join(missing)} COLUMN: the label and the sensitive attribute")
+    return True
+
+
+def _csv_spec(args: argparse.Namespace) -> str:
+    """The csv spec (:func:`pfair.datasets.csv_spec`) of the --csv options, with an absolute path
+    so that worker processes and later runs find the file."""
+    import os
+
+    from pfair.datasets import csv_spec
+
+    if not os.path.exists(args.csv):
+        raise ValueError(f"--csv {args.csv!r}: no such file")
+    return csv_spec(os.path.abspath(args.csv), label=args.label, sensitive=args.sensitive,
+                    positive_label=args.positive_label, drop=args.drop, keep=args.keep,
+                    categorical=args.categorical, partition_by=args.partition_by)
+
+
+def load_data(args: argparse.Namespace) -> Any:
+    """The :class:`pfair.datasets.Dataset` the data options name."""
+    from pfair import datasets
+
+    if _csv_given(args):
+        import os
+
+        if not os.path.exists(args.csv):
+            raise ValueError(f"--csv {args.csv!r}: no such file")
+        keep = list(args.keep or [])
+        drop = list(args.drop or [])
+        if args.partition_by is not None and args.partition_by in drop:  # split by it, but not a feature
+            drop.remove(args.partition_by)
+            keep.append(args.partition_by)
+        return datasets.load_csv(args.csv, label=args.label, sensitive=args.sensitive,
+                                 positive_label=args.positive_label, drop=drop or None, keep=keep or None,
+                                 categorical=args.categorical)
+    kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
+    return datasets.load(args.dataset or "adult", **kwargs)
+
+
 def add_train_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train SteFFLe on a bundled data set and report error, fairness, privacy")
-    p.add_argument("--dataset", default="adult", help="bundled data set name (see `pfair datasets`)")
-    p.add_argument("--sensitive", default=None, help="sensitive attribute (data-set specific, e.g. sex, race)")
-    p.add_argument("--silos", type=int, default=3, help="number of silos N")
-    p.add_argument("--heterogeneity", type=float, default=0.0, help="h in [0, 1] of the paper's partitioner")
-    p.add_argument("--partition-by", default=None, help="attribute the partitioner sorts by (default: age)")
-    p.add_argument("--epsilon", type=_float_or_none, default=1.0, help="per-silo epsilon; 'none' = non-private")
-    p.add_argument("--delta", type=float, default=None, help="per-silo delta (default 1/n_j^2)")
-    p.add_argument("--lam", type=float, default=1.0, help="fairness weight lambda")
+    p = sub.add_parser(
+        "train", help="train SteFFLe on a bundled data set or your CSV and report error, fairness, privacy",
+        description="Split the training records into silos, train SteFFLe (each silo's messages\n"
+                    "differentially private w.r.t. the sensitive attribute) and print the test error,\n"
+                    "the fairness gaps and each silo's privacy report.",
+        epilog="examples:\n  pfair train --dataset adult --epsilon 1 --lam 1\n"
+               "  pfair train --csv loans.csv --label default --sensitive sex --positive-label 1 "
+               "--partition-by region --heterogeneity 0.75",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_arguments(p)
+    p.add_argument("--epsilon", type=_float_or_none, default=1.0,
+                   help="each silo's privacy budget epsilon (default 1); 'none' = non-private")
+    p.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2 for a silo of n_j records)")
+    p.add_argument("--lam", type=float, default=1.0,
+                   help="fairness weight lambda >= 0: 0 = plain (private) logistic regression, larger = fairer (default 1)")
     p.add_argument("--fairness", default="demographic_parity",
-                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"])
-    p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr-theta", type=float, default=0.25)
-    p.add_argument("--lr-w", type=float, default=0.5)
-    p.add_argument("--w-radius", type=_float_or_none, default=2.0)
-    p.add_argument("--clip", type=_float_or_none, default=1.0)
-    p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"])
-    p.add_argument("--protect", default="attribute", choices=["attribute", "record"])
-    p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"])
+                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
+                   help="fairness notion the penalty enforces (default demographic_parity)")
+    p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
+    p.add_argument("--batch-size", type=int, default=256, help="records per silo per round (default 256)")
+    p.add_argument("--lr-theta", type=float, default=0.25,
+                   help="step size of the model parameters theta (default 0.25)")
+    p.add_argument("--lr-w", type=float, default=0.5,
+                   help="step size of the fairness adversary W, the ascent player (default 0.5)")
+    p.add_argument("--w-radius", type=_float_or_none, default=2.0,
+                   help="D: each W block is projected onto the Frobenius ball of radius D; 'none' = no "
+                        "projection (default 2)")
+    p.add_argument("--clip", type=_float_or_none, default=1.0,
+                   help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
+                        "to; 'none' = no clipping (only with --epsilon none; default 1)")
+    p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"],
+                   help="how a silo draws its batch each round (default without_replacement)")
+    p.add_argument("--protect", default="attribute", choices=["attribute", "record"],
+                   help="what the guarantee covers: the sensitive attribute of a record (default) or the whole record")
+    p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"],
+                   help="noise calibration: rdp (numeric Renyi-DP accountant, default) or paper (the paper's "
+                        "closed form; rounds past the budget are refused, so training may stop early)")
     p.add_argument("--p-s", dest="p_s", type=_p_s_arg, default=None,
                    help="group proportions: 'dp' (each silo releases a DP histogram; default when private), "
                         "'pooled' (exact pooled proportions: paper reproduction, not covered by the guarantee), "
@@ -62,7 +169,7 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--noise-seed", type=int, default=None,
                    help="make the noise reproducible (simulations only: the guarantee does not hold against "
                         "anyone who knows it); default: secret noise from the operating system")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text (no progress bar)")
     p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
     p.set_defaults(func=train_command)
 
@@ -70,7 +177,7 @@ def add_train_parser(sub: Any) -> None:
 def add_privacy_report_parser(sub: Any) -> None:
     p = sub.add_parser("privacy-report", help="print the per-silo privacy report of a run saved with `pfair train --out`")
     p.add_argument("run", help="JSON file written by `pfair train --out`")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as a JSON list of rows")
     p.set_defaults(func=privacy_report_command)
 
 
@@ -103,23 +210,25 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(run["privacy_report"]))
         return 0
-    df = pd.DataFrame(run["privacy_report"]).set_index("silo")
+    from pfair.privacy.report import PrivacyReport
+
+    df = PrivacyReport(pd.DataFrame(run["privacy_report"]).set_index("silo"))
     print(f"{run['dataset']}: mode {run.get('mode', 'standard')}, epsilon target {run['epsilon']}, "
           f"p_s {df['p_s'].iloc[0]}")
-    print(df[[c for c in REPORT_COLUMNS if c in df.columns]].to_string(float_format=lambda v: f"{v:.4g}"))
+    print(df[[c for c in REPORT_COLUMNS if c in df.columns]])
     return 0
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from pfair import datasets, metrics
+    from pfair import metrics
     from pfair.estimators import SteFFLe
+    from pfair.privacy.report import PrivacyReport
     from pfair.federation import Federation
 
     import numpy as np
 
     t0 = time.perf_counter()
-    kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
-    ds = datasets.load(args.dataset, **kwargs)
+    ds = load_data(args)
     fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
                                  seed=args.seed)
     sensitive_silos = None
@@ -176,12 +285,14 @@ def train_command(args: argparse.Namespace) -> int:
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")
     else:
-        cols = ["n_records", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w", "epsilon_spent", "delta"]
+        cols = ["n_records", "accounting", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w",
+                "epsilon_spent", "delta"]
         who = "silo" if args.mode == "standard" else "sensitive silo"
         print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
               f"max epsilon spent {eps_spent:.4f}; p_s {report_df['p_s'].iloc[0]}; noise {report_df['noise'].iloc[0]}; "
               f"calibration {args.calibration}")
-        print(report_df[cols].to_string(float_format=lambda v: f"{v:.4g}"))
+        print(PrivacyReport(report_df[cols]))
+        print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
     print(f"time          {result['seconds']:.1f} s")
     return 0
 
@@ -194,10 +305,11 @@ def add_experiment_parsers(sub: Any) -> None:
                        description="Run every cell (method, dataset, fairness, epsilon, heterogeneity, silos, knob, "
                                    "seed) of a grid not yet in OUT/runs.csv. Numeric options take numbers or "
                                    "start:stop:count (numpy.linspace), e.g. --lam 0:2:11.")
-    p.add_argument("--dataset", nargs="+", default=["adult"], help="bundled data set name(s) (see `pfair datasets`)")
+    add_data_arguments(p, sweep=True)
     p.add_argument("--methods", default="steffle,pfld,fedavg",
                    help=f"comma-separated methods: {', '.join(METHODS)}")
-    p.add_argument("--fairness", nargs="+", default=["demographic_parity"], choices=list(FAIRNESS_CHOICES))
+    p.add_argument("--fairness", nargs="+", default=["demographic_parity"], choices=list(FAIRNESS_CHOICES),
+                   help="fairness notion(s) (default demographic_parity)")
     p.add_argument("--epsilon", nargs="+", default=["1", "3", "9"],
                    help="per-silo epsilon of the private methods (non-private ones run once with inf)")
     p.add_argument("--heterogeneity", nargs="+", default=["0", "0.75"], help="h in [0, 1] of the partitioner")
@@ -207,8 +319,8 @@ def add_experiment_parsers(sub: Any) -> None:
                         "central_erm")
     p.add_argument("--seeds", type=int, default=15, help="number of seeds (0..seeds-1); a seed drives partition, "
                                                         "batches and noise")
-    p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records per fit (default 40)")
+    p.add_argument("--batch-size", type=int, default=256, help="records per silo per round (default 256)")
     p.add_argument("--param", action="append", default=[], metavar="METHOD.NAME=VALUE",
                    help="override a method's hyper-parameter, e.g. single_shot.outer_steps=50 (repeatable)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
@@ -230,7 +342,8 @@ def add_experiment_parsers(sub: Any) -> None:
     p.add_argument("--out", default=None, help="figure directory (default PATH/plots)")
     p.add_argument("--method", default="steffle", help="method of the heterogeneity and silo-count figures")
     p.add_argument("--epsilon", type=float, default=1.0, help="epsilon of those figures (default 1)")
-    p.add_argument("--format", nargs="+", default=["png", "svg"], dest="formats")
+    p.add_argument("--format", nargs="+", default=["png", "svg"], dest="formats",
+                   help="figure file formats (default png svg)")
     p.set_defaults(func=plot_command)
 
 
@@ -239,9 +352,17 @@ def sweep_command(args: argparse.Namespace) -> int:
     cell it ran failed."""
     from pfair.experiments import run_sweep
 
+    if _csv_given(args):
+        names = [_csv_spec(args)]
+    else:
+        for opt, value in (("--sensitive", args.sensitive), ("--partition-by", args.partition_by)):
+            if value is not None:
+                raise ValueError(f"{opt} needs --csv PATH in a sweep (bundled data sets use their default "
+                                 "sensitive attribute and split by age where they have it)")
+        names = args.dataset or ["adult"]
     try:
         result = run_sweep(
-            args.out, methods=args.methods, datasets=args.dataset, fairness=args.fairness, epsilons=args.epsilon,
+            args.out, methods=args.methods, datasets=names, fairness=args.fairness, epsilons=args.epsilon,
             heterogeneities=args.heterogeneity, silos=args.silos, lams=args.lam, seeds=args.seeds,
             epochs=args.epochs, batch_size=args.batch_size, params=args.param, jobs=args.jobs,
             progress=not args.no_progress, retry_failed=args.retry_failed,
@@ -288,7 +409,11 @@ def plot_command(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pfair import __version__
+
     parser = argparse.ArgumentParser(prog="pfair", description="Private and fair federated learning (SteFFLe).")
+    parser.add_argument("--version", action="version", version=f"pfair {__version__}",
+                        help="print the installed pfair version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     from pfair.privacy.cli import add_privacy_parser
@@ -299,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pfair.flower.cli import add_deploy_parser
 
     add_deploy_parser(sub)
-    ds = sub.add_parser("datasets", help="list the bundled data sets")
+    ds = sub.add_parser("datasets", help="list the bundled data sets (your own CSV: pfair train --csv)")
     ds.set_defaults(func=datasets_command)
     return parser
 

@@ -185,7 +185,8 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         size, how many silos answered, the norms of θ, W and of the update, and metrics on
         ``eval_set`` (data the caller holds, not the silos'). Non-private fits and
         ``exact_diagnostics=True`` add the batch loss, ψ, clip counts and training-set metrics.
-    privacy_report_ : DataFrame, one row per silo (σ's, noise multiplier, steps, ε spent over all its
+    privacy_report_ : :class:`~pfair.privacy.report.PrivacyReport` (a DataFrame that prints in full;
+        ``.explain()`` says what each column means), one row per silo (σ's, noise multiplier, steps, ε spent over all its
         fits, δ, where p_s came from, whether the noise is secret).
     lam_ : λ of the last epoch (the fixed ``lam``, or where ``max_violation`` took it). With
         ``max_violation``, ``history_`` has columns ``lam`` (λ of each epoch) and
@@ -463,7 +464,9 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
                                                      ("p_s pooled from exact data", st.p_s_source == "pooled"))
                                     if bad))
             rows.append(row)
-        return pd.DataFrame(rows).set_index("silo")
+        from pfair.privacy.report import PrivacyReport
+
+        return PrivacyReport(pd.DataFrame(rows).set_index("silo"))
 
     @property
     def epsilon_spent_(self) -> float:

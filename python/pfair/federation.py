@@ -1,7 +1,7 @@
 """Silos and their data.
 
 A :class:`Federation` is N silos holding disjoint shards ``(X_j, y_j, s_j)``. Labels and
-sensitive groups are encoded once, globally, before anything else happens (SPEC §1): a silo that
+sensitive groups are encoded once, globally, before anything else happens: a silo that
 lacks a group still uses the global index, and every group enters the fairness penalty.
 """
 
@@ -169,18 +169,30 @@ class Federation:
 
     @classmethod
     def partition(
-        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str = "age", seed: int = 0,
+        cls, dataset: Any, n_silos: int = 3, *, heterogeneity: float = 0.0, by: str | None = None, seed: int = 0,
         sizes: Sequence[int] | None = None,
     ) -> "Federation":
         """Split a data set's training records with the paper's heterogeneity partitioner
-        (:func:`pfair.partition.heterogeneous`, seed 003 Alg. 3): sort by the raw attribute ``by``,
-        silo k takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at
-        random. ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``.
-        ``sizes`` gives unequal silo sizes (summing to the number of training records, e.g.
-        :func:`pfair.partition.power_law_sizes`); default: equal sizes."""
+        (:func:`pfair.partition.heterogeneous`, Algorithm 3 of Gupta et al. 2024): sort by the raw
+        attribute ``by`` (any column of ``dataset.attrs_train``, numeric or categorical), silo k
+        takes a fraction ``heterogeneity`` of its records from the k-th block, the rest at random.
+        ``heterogeneity=0``: homogeneous silos; 1: silos are contiguous blocks of ``by``.
+        ``by=None``: ``"age"`` when the data set has it; otherwise only ``heterogeneity=0`` is
+        allowed (no column to be heterogeneous along). ``sizes`` gives unequal silo sizes (summing
+        to the number of training records, e.g. :func:`pfair.partition.power_law_sizes`); default:
+        equal sizes."""
         from pfair import partition
 
-        values = _attribute(dataset, by)
+        by = by or getattr(dataset, "partition_by", None)
+        if by is None and "age" not in dataset.attrs_train.columns:
+            if heterogeneity != 0:
+                raise ValueError(
+                    f"by: heterogeneity={heterogeneity} needs a column to be heterogeneous along; pass by= one "
+                    f"of {list(dataset.attrs_train.columns)} (load_csv(..., keep=[...]) keeps a non-feature column)")
+            values = np.zeros(len(dataset.y_train))  # h = 0: the order does not matter
+        else:
+            by = by or "age"
+            values = _attribute(dataset, by)
         ids = partition.heterogeneous(values, n_silos, heterogeneity=heterogeneity, seed=seed, sizes=sizes)
         fed = cls.from_dataset(dataset, ids)
         fed.partition_by = by
@@ -191,15 +203,17 @@ class Federation:
         cls, dataset: Any, n_silos: int, *, heterogeneity: float = 0.0, by: str | None = None, seed: int = 0
     ) -> "Federation":
         """Silos for a data set as the command line and the sweeps build them: the paper's
-        partitioner (:meth:`partition`) sorted by ``by``, default ``"age"`` when the data set has
-        that raw attribute; without a partition attribute, each record goes to a uniformly random
-        silo (seeded by ``seed``), which is only allowed with ``heterogeneity=0``."""
-        column = by or ("age" if "age" in dataset.attrs_train.columns else None)
+        partitioner (:meth:`partition`) sorted by ``by``, default the data set's ``partition_by``,
+        else ``"age"`` when the data set has that raw attribute; without a partition attribute,
+        each record goes to a uniformly random silo (seeded by ``seed``), which is only allowed
+        with ``heterogeneity=0``."""
+        column = by or getattr(dataset, "partition_by", None)
+        column = column or ("age" if "age" in dataset.attrs_train.columns else None)
         if column is not None:
             return cls.partition(dataset, n_silos, heterogeneity=heterogeneity, by=column, seed=seed)
         if heterogeneity != 0:
             raise ValueError(f"heterogeneity={heterogeneity} needs a partition attribute (by=, --partition-by): "
-                             f"{dataset.name} has no 'age' attribute; available: {list(dataset.attrs_train.columns)}")
+                             f"{dataset.name} has no 'age' attribute; choose from {list(dataset.attrs_train.columns)}")
         ids = np.random.default_rng(seed).integers(0, n_silos, size=len(dataset.y_train))
         return cls.from_dataset(dataset, ids)
 
@@ -304,7 +318,8 @@ class Federation:
         ids = np.repeat(np.arange(self.n_silos), self.sizes)
         by = getattr(self, "partition_by", None)
         attribute = None
-        if by is not None and all(silo.attrs is not None and by in silo.attrs for silo in self.silos):
+        if by is not None and all(silo.attrs is not None and by in silo.attrs
+                                  and pd.api.types.is_numeric_dtype(silo.attrs[by]) for silo in self.silos):
             attribute = np.concatenate([silo.attrs[by].to_numpy(dtype=float) for silo in self.silos])
         df = describe_partition(ids, y=self.classes_[y], sensitive_features=self.groups_[s], attribute=attribute)
         if attribute is not None:
@@ -321,9 +336,11 @@ class Federation:
 def _attribute(dataset: Any, by: str) -> np.ndarray:
     attrs = dataset.attrs_train
     if by not in attrs.columns:
-        raise ValueError(f"by={by!r} is not a raw attribute of {dataset.name}; available: {list(attrs.columns)}")
+        raise ValueError(f"by={by!r} is not a raw attribute of {dataset.name}; choose one of {list(attrs.columns)}, "
+                         f"or keep the column with load_csv(..., keep=[{by!r}]) if it is not a feature")
     col = attrs[by]
-    return col.to_numpy(dtype=float) if np.issubdtype(col.dtype, np.number) else col.to_numpy()
+    numeric = pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype)
+    return col.to_numpy(dtype=float) if numeric else col.astype(object).to_numpy()
 
 
 def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, classes: np.ndarray, positive: int) -> None:

@@ -1,4 +1,4 @@
-"""Hybrid centralization (seed 003 §4, App. F; SPEC §6): who holds s is not who holds (x, y).
+"""Hybrid centralization (Gupta et al. 2024, §4 and App. F): who holds s is not who holds (x, y).
 
 ``SteFFLe(mode=...)``:
 
@@ -257,9 +257,9 @@ class HybridRunner:
         pick = int(np.random.default_rng(st.seed).integers(0, self.total_rounds)) if st.output == "random" else None
         epochs: Any = range(st.epochs)
         if progress:
-            from tqdm.auto import tqdm
+            from pfair._progress import progress_bar
 
-            epochs = tqdm(epochs, desc="SteFFLe", unit="epoch")
+            epochs = progress_bar(epochs, desc="SteFFLe", unit="epoch")
         parties = None if fast else self.parties()
         for epoch in epochs:
             start = epoch * R

@@ -30,9 +30,9 @@ fairlearn's names (:func:`demographic_parity_difference`, :func:`equalized_odds_
   one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
   fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
 * equal opportunity violation: the gap in true-positive rate of ``pos_label`` across groups.
-* accuracy parity violation (Tran et al. §4.1): the gap in per-group accuracy.
-* statistical parity difference (Wu et al. eq. (4)) and decision-boundary covariance
-  (Wu et al. eq. (2), after Zafar et al. 2017).
+* accuracy parity violation (Tran et al. 2021, §4.1): the gap in per-group accuracy.
+* statistical parity difference (Wu et al. 2024, eq. (4)) and decision-boundary covariance
+  (Wu et al. 2024, eq. (2), after Zafar et al. 2017).
 
 Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
 per-group quantity, which is how it is computed. Validation happens once, at the public
@@ -357,9 +357,9 @@ def equalized_odds_violation(
 
     over every true class ``y``, predicted class ``y'`` and pair of groups. It is 0 exactly when
     the prediction is independent of the group given the true label (equalized odds, Hardt et al.
-    2016; Tran et al. §4.1).
+    2016; Tran et al. 2021, §4.1).
 
-    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al.::
+    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al. 2024::
 
         max_{y'} max_{s1, s2} max( | P[ŷ=y' | s=s1, y=y'] - P[ŷ=y' | s=s2, y=y'] |,
                                    | P[ŷ=y' | s=s1, y≠y'] - P[ŷ=y' | s=s2, y≠y'] | )
@@ -434,7 +434,7 @@ def accuracy_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: A
 
         \max_{s_1, s_2} \left| P[\hat y = y \mid s = s_1] - P[\hat y = y \mid s = s_2] \right|
 
-    Tran et al. state accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
+    Tran et al. (2021) state accuracy parity as ``P[ŷ ≠ y | s=a] = P[ŷ ≠ y]`` for every group; this is the
     largest pairwise violation of it (the same number with error rates in place of accuracies).
 
     Returns
@@ -452,7 +452,7 @@ def statistical_parity_difference(
     group: Hashable | None = None,
     reference_group: Hashable | None = None,
 ) -> float:
-    r"""Statistical parity difference (SPD, Wu et al. eq. 4); signed.
+    r"""Statistical parity difference (SPD, Wu et al. 2024, eq. 4); signed.
 
     .. math::
 
@@ -515,7 +515,7 @@ def statistical_parity_difference(
 def decision_boundary_covariance(
     scores: Any, *, sensitive_features: Any, per_group: bool = False
 ) -> float | np.ndarray:
-    r"""Decision-boundary covariance (Wu et al. eq. 2, after Zafar et al. 2017).
+    r"""Decision-boundary covariance (Wu et al. 2024, eq. 2, after Zafar et al. 2017).
 
     The empirical (1/n, population) covariance between group membership and the signed distance
     ``d_i`` of each record to the decision boundary (for a linear model ``d_i = θᵀa_i``; pass
@@ -535,7 +535,7 @@ def decision_boundary_covariance(
         Group of each record; at least 2 distinct groups.
     per_group : bool, default False
         If False, return ``max_g |Cov_g|`` (a float ≥ 0; for two groups the ``|Cov(s, d)|`` that
-        Wu et al. constrain to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
+        Wu et al. (2024) constrain to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
         shape (k,), in the sorted order of the groups.
     """
     d = _as_1d(scores, "scores")
@@ -574,7 +574,7 @@ def trivial_error(y_true: Any) -> float:
     r"""Error of the best constant predictor: ``1 - max_y P[y]`` (1 - majority-label frequency).
 
     A model that predicts one class for everyone has zero DP/EO violation and this error; a fair
-    model is useful only where its error is clearly below it.
+    model is useful only where its error is clearly below it (docs/experiments.md).
     """
     _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")
     return _trivial_error(codes)

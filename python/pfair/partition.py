@@ -1,11 +1,13 @@
-"""Split one data set across silos with controlled heterogeneity (SPEC §5).
+"""Split one data set across silos with controlled heterogeneity.
 
 Every partitioner returns one silo id per record (an ``int64`` array), so
 ``X[silo_ids == k]`` is silo k's data. The work happens in Rust (``rust/src/partition.rs``),
 in parallel and without the GIL; the same seed gives the same partition on any machine.
 
-* :func:`heterogeneous` -- the paper's partitioner (seed 003, App. E.2.3, Algorithm 3), with a
-  heterogeneity level ``h`` in [0, 1] along a partition attribute (age in the paper).
+* :func:`heterogeneous` -- the partitioner of Gupta, Poornash, Razaviyayn and Lowy, "A Stochastic
+  Optimization Framework for Private and Fair Learning From Decentralized Data" (2024, App. E.2.3,
+  Algorithm 3), with a heterogeneity level ``h`` in [0, 1] along a partition attribute (age in the
+  paper; any numeric or categorical column here).
 * :func:`dirichlet` -- Dirichlet(alpha) skew of a label or sensitive attribute, as in
   flwr-datasets, optionally with exact silo sizes.
 * :func:`power_law_sizes` -- unequal (Zipf) silo sizes summing exactly to n.
@@ -104,7 +106,9 @@ def heterogeneous(
     seed: int = 0,
     sizes: Optional[npt.ArrayLike] = None,
 ) -> np.ndarray:
-    """Silo ids of the paper's heterogeneity partitioner (seed 003, App. E.2.3, Algorithm 3).
+    """Silo ids of the heterogeneity partitioner of Gupta, Poornash, Razaviyayn and Lowy, "A
+    Stochastic Optimization Framework for Private and Fair Learning From Decentralized Data" (2024),
+    App. E.2.3, Algorithm 3.
 
     1. Order the records by ``values`` (the partition attribute, e.g. age; ties by position) and
        cut the order into ``n_silos`` contiguous prior blocks, block k holding the k-th lowest
@@ -117,9 +121,14 @@ def heterogeneous(
     blocks. Sizes are exact: ``sizes`` if given, else ``n // n_silos`` each with the first
     ``n % n_silos`` silos getting one more record.
 
+    A categorical ``values`` (strings, objects, pandas categories) is ordered by its sorted
+    distinct values (:func:`numpy.unique`), so at ``h = 1`` each silo holds a contiguous range of
+    categories, e.g. one region per silo when there are as many regions as silos of equal size.
+
     Parameters
     ----------
-    values : 1-D numeric array, no NaN (infinities sort to the ends).
+    values : 1-D numeric array, no NaN (infinities sort to the ends), or 1-D array of sortable
+        categories.
     n_silos : number of silos K, ``1 <= K <= n``.
     heterogeneity : h in [0, 1].
     seed : non-negative integer; the same seed gives the same partition.
@@ -129,7 +138,11 @@ def heterogeneous(
     -------
     ``int64`` array of length n with values in ``[0, n_silos)``.
     """
-    v = _numeric("values", values, check_nan=False)  # rust/src/partition.rs rejects NaN
+    raw = _one_d("values", values)
+    if raw.dtype.kind in "biuf":
+        v = _numeric("values", raw, check_nan=False)  # rust/src/partition.rs rejects NaN
+    else:  # categorical: sort by category, the rank is the partition attribute
+        v = _codes("values", raw)[1].astype(np.float64)
     k = _n_silos(n_silos, v.shape[0])
     h = float(heterogeneity)
     if not 0.0 <= h <= 1.0:

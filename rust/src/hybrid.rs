@@ -1,4 +1,4 @@
-//! Hybrid centralization (seed 003 §4 and App. F): the features and labels of a record live in
+//! Hybrid centralization (Gupta et al. 2024, §4 and App. F): the features and labels of a record live in
 //! one *non-sensitive* silo, its sensitive attribute in one *sensitive* silo, both indexed by a
 //! universal record id.
 //!

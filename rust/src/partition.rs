@@ -1,5 +1,5 @@
 //! Partitioners that split one data set across silos, and a measure of how different the silos
-//! are (SPEC §5; seed 003, App. E.2.3, Algorithm 3).
+//! are (Gupta et al. 2024, App. E.2.3, Algorithm 3).
 //!
 //! * [`heterogeneous`]: the paper's partitioner. Sort by an attribute, cut the sorted order into
 //!   K contiguous prior blocks, let silo k take `⌊s_k·h⌋` records drawn uniformly from block k,
@@ -388,7 +388,7 @@ pub fn stable_order(values: &[f64]) -> Vec<u32> {
 /// Below this many records [`stable_order`] uses a comparison sort.
 const RADIX_MIN: usize = 1 << 16;
 
-/// The paper's heterogeneity partitioner (seed 003, App. E.2.3, Algorithm 3): one silo id in
+/// The paper's heterogeneity partitioner (Gupta et al. 2024, App. E.2.3, Algorithm 3): one silo id in
 /// `0..n_silos` per record.
 ///
 /// 1. Order the records by `values` (the partition attribute A, e.g. age), ties by index, and cut

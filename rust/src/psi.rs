@@ -5,7 +5,7 @@
 //! `v = 1..l-1`, and class probabilities `F(x) = softmax(z) ∈ Δ^l`. Class 0 is the reference
 //! class, so `l = 2` is exactly logistic regression, `F = (1-σ(z_1), σ(z_1))`.
 //!
-//! Objective (SPEC §2, seed 003 eq. 4 / App. D). For `W ∈ R^{k×l}` and `q_u = ‖W[:,u]‖²`,
+//! Objective (Gupta et al. 2024, eq. 4 and App. D). For `W ∈ R^{k×l}` and `q_u = ‖W[:,u]‖²`,
 //!
 //! ```text
 //! ψ_i(θ, W) = -Σ_u F_u(x_i) q_u + 2 p_s(s_i)^{-1/2} (W F(x_i))[s_i] - 1

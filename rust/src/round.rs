@@ -1,4 +1,4 @@
-//! One SteFFLe round (seed 003, Algorithm 1): every silo computes and noises its message
+//! One SteFFLe round (Gupta et al. 2024, Algorithm 1): every silo computes and noises its message
 //! ([`silo_step`]); the server averages the messages and takes a descent step in θ and a
 //! projected ascent step in W ([`server_update`]). The in-process simulation ([`run_rounds`])
 //! and a distributed deployment use these same two functions.

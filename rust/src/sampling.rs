@@ -1,4 +1,4 @@
-//! Mini-batch sampling schemes. The accountant must match the scheme exactly (SPEC §4):
+//! Mini-batch sampling schemes. The accountant must match the scheme exactly (docs/accounting.md):
 //! fixed-size sampling without replacement (the default), Poisson sampling, or the full batch.
 
 use rand::Rng;

@@ -126,7 +126,7 @@ mod tests {
         assert!((s.w - 0.2 * (5.0f64 + 1.0 / 0.3).sqrt()).abs() < 1e-12);
         assert!((s.theta - 0.3).abs() < 1e-12);
         assert_eq!(s.loss, 0.0);
-        // Never above the SPEC's coarser bound 2√2/(m√ρ).
+        // Never above the coarser closed-form bound 2√2/(m√ρ).
         assert!(s.w <= 2.0 * 2f64.sqrt() / (10.0 * 0.2f64.sqrt()));
     }
 

@@ -2,9 +2,9 @@
 
 The baselines accept the same inputs as :class:`pfair.SteFFLe`: a :class:`~pfair.Federation`, or
 arrays ``X, y, sensitive_features`` with ``silos=`` (one silo id per record; ``None``: one silo).
-Labels and groups are encoded once, globally (SPEC §1). Two baselines need a little more:
+Labels and groups are encoded once, globally. Two baselines need a little more:
 the non-fair ones do not need ``sensitive_features`` at all, and PF-LD accepts *missing*
-sensitive values (seed 002 §7), marked ``-1``, ``NaN`` or ``None``.
+sensitive values (Tran et al. 2021, §7), marked ``-1``, ``NaN`` or ``None``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,23 @@
-r"""PF-LD: private and fair Lagrangian dual (Tran, Fioretto, Van Hentenryck; seed 002).
+r"""PF-LD: private and fair Lagrangian dual (Tran, Fioretto and Van Hentenryck,
+"Differentially Private and Fair Deep Learning: A Lagrangian Dual Approach", AAAI 2021).
 
 Fairness as constraints, one per (block b, group a, component u):
 
     v_{b,a,u}(θ) = μ_{b,u}(θ) − μ_{b,a,u}(θ) = 0,
 
 where μ_{b,u} is the mean of h_u over the *population* of block b and μ_{b,a,u} its mean over
-the records of block b in group a (seed 002 eq. 1-2). The notions (for l ≥ 2 classes,
+the records of block b in group a (Tran et al. 2021, eq. 1-2). The notions (for l ≥ 2 classes,
 k ≥ 2 groups):
 
 * ``"demographic_parity"``: one block (every record), h_u = F_u(x), u = 1..l-1;
 * ``"equalized_odds"``: one block per label y, h_u = F_u(x), u = 1..l-1;
 * ``"accuracy_parity"``: one block, one component, h = cross-entropy loss.
 
-(For l = 2 these are exactly seed 002's constraints on the score F_1; u = 0 is redundant
-because Σ_u F_u = 1.) The Lagrangian (seed 002 eq. 4) is ``L(θ) + Σ_i λ_i |v_i(θ)|`` with
+(For l = 2 these are exactly Tran et al.'s constraints on the score F_1; u = 0 is redundant
+because Σ_u F_u = 1.) The Lagrangian (Tran et al. 2021, eq. 4) is ``L(θ) + Σ_i λ_i |v_i(θ)|`` with
 λ_i ∈ [0, λ_max]. Every step draws a batch B of m records and takes the primal step
 
-    θ ← θ − α [ ∇L_B(θ) + Σ_i λ_i σ_i (P_i − Q_i) + N(0, (z_p Δ_p)² I) ]              (seed 002 eq. 10)
+    θ ← θ − α [ ∇L_B(θ) + Σ_i λ_i σ_i (P_i − Q_i) + N(0, (z_p Δ_p)² I) ]    (Tran et al. 2021, eq. 10)
 
     P_i = Σ_{j∈B_b} ∇h_u(x_j) / (m n_b/n),        Q_i = Σ_{j∈B_b, s_j=a} clip_{C_p}(∇h_u(x_j)) / (m n_{b,a}/n)
 
@@ -45,16 +46,16 @@ available and each record only benefits from being drawn with probability q = m/
 mechanisms. Each part gets its own
 share of the budget (``dual_share`` of ε, δ/2 each), is calibrated with
 :func:`pfair.privacy.noise_multiplier_for`, and the two are added (basic composition), so the
-reported ε is an upper bound. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
+reported ε is an upper bound. Records whose s is missing (−1/NaN/None, Tran et al. 2021, §7) enter the
 loss and the population terms but no group term; the counts n_{b,a} count reporters only, which
-is where seed 002's Δ/r comes from.
+is where Tran et al.'s Δ/r comes from.
 
-Deviations from seed 002 (see ``docs/baselines.md``): fixed public denominators instead of the
+Deviations from Tran et al. 2021 (see ``docs/baselines.md``): fixed public denominators instead of the
 batch group sizes |B_{G_i}| (which depend on s, making the paper's sensitivity data-dependent);
 the sign of |v_i| in the primal subgradient comes from the last *released* dual vector (the
 paper's batch sign depends on s and can flip the whole term, which Theorem 1 does not cover);
 in the dual step h is clipped on both the population and the group side; Δ's use n_{b,a}
-rather than min|G| − 1; the data are pooled (seed 003 compared PF-LD as a central method).
+rather than min|G| − 1; the data are pooled (Gupta et al. 2024 compared PF-LD as a central method).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 
 
 class PFLD(LinearSoftmaxMixin, _ParamsMixin):
-    """Private and fair Lagrangian dual (seed 002, Alg. 1 with eqs. 10 and 13); see the module
+    """Private and fair Lagrangian dual (Tran et al. 2021, Alg. 1 with eqs. 10 and 13); see the module
     docstring for the math, the sensitivities and the deviations.
 
     Parameters
@@ -88,8 +89,8 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         (none after the last epoch, whose multipliers would never be used).
     batch_size : int, m (fixed-size batches drawn without replacement).
     lr : α, primal step size.  lr_dual : η_λ, dual step size.  lam_max : λ_max (0: plain ERM).
-    clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (seed 002 used 10).
-    clip_dual : C_d, clip of |h| in the dual violations (seed 002 used 5).
+    clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (Tran et al. 2021 used 10).
+    clip_dual : C_d, clip of |h| in the dual violations (Tran et al. 2021 used 5).
     dual_share : fraction of ε given to the dual steps (the rest goes to the primal steps).
     sampling : {"without_replacement", "full_batch"}.
     seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).

@@ -86,7 +86,7 @@ class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
 
 
 class CentralERM(_SGDBase):
-    """Non-private, non-fair minibatch SGD on the pooled data (the "central ERM" row of seed 003).
+    """Non-private, non-fair minibatch SGD on the pooled data (the "central ERM" row of Gupta et al. 2024).
 
     Every silo's records are pooled into one data set (this is a reference point, not a
     federated method) and θ is trained by
@@ -100,7 +100,7 @@ class CentralERM(_SGDBase):
     ----------
     epochs : int; one epoch is ``ceil(n / batch_size)`` steps (one step with ``"full_batch"``).
     batch_size : int, m.
-    lr, lr_decay, decay_every : step size and its step decay (seed 003: 0.25, 0.8 every 10 epochs).
+    lr, lr_decay, decay_every : step size and its step decay (Gupta et al. 2024: 0.25, 0.8 every 10 epochs).
     sampling : {"without_replacement", "poisson", "full_batch"}.
     seed : int. Same seed, same bits.
     track_history : evaluate loss/error (and DP/EO violations when s is given) after every epoch.
@@ -153,7 +153,7 @@ class CentralERM(_SGDBase):
 
 
 class FedAvg(_SGDBase):
-    """Federated averaging (McMahan et al. 2017; the "non-private non-fair FL" row of seed 003).
+    """Federated averaging (McMahan et al. 2017; the "non-private non-fair FL" row of Gupta et al. 2024).
 
     In communication round t the server sends θ_t; silo j starts from it and takes
     ``local_steps`` minibatch SGD steps on its own data,

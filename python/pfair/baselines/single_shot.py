@@ -1,27 +1,28 @@
-r"""Single-shot fair FL with synthetic data (Wu, Curtis, Robinson; seed 004).
+r"""Single-shot fair FL with synthetic data (Wu, Curtis and Robinson, "Using Synthetic
+Data to Mitigate Unfairness and Preserve Privacy through Single-Shot Federated Learning", 2024).
 
 Each client c turns its data ``{(x_i, s_i, y_i)}_{i≤N}`` into a small synthetic set
 ``{(x̂_i, ŝ_i, ŷ_i)}_{i≤N_s}``; only the synthetic sets are sent, once, and the server fits a plain
 (fairness-unaware) regularised logistic regression on their union.
 
 Model: ``z = ãᵀθ`` with ``ã = (x, 1)`` (p = d+1 parameters), labels ``ŷ ∈ {−1, +1}`` (class
-index 1 ↦ +1). The inner problem (seed 004 eq. 11) trains on the synthetic points,
+index 1 ↦ +1). The inner problem (Wu et al. 2024, eq. 11) trains on the synthetic points,
 
     θ*(x̂) = argmin_θ  ℓ_r(θ; x̂) = (1/N_s) Σ_i log(1 + e^{−ŷ_i â_iᵀθ}) + λ_θ/(2p²) ‖θ‖²,
 
 solved by L-BFGS (scipy), then polished by two Newton steps so that the optimality condition
 holds to machine precision (the implicit gradient below assumes it). The outer problem
-(seed 004 eq. 12, penalty form) is
+(Wu et al. 2024, eq. 12, penalty form) is
 
     P(x̂) = ℓ(θ*; real) + (ρ_o/4) Σ_r cov_r(θ*)² + (ρ_s/4) Σ_r ĉov_r(θ*, x̂)² + λ_x/(2(N_s p)²) ‖x̂‖²,
 
-    cov_r(θ) = (1/N) Σ_i (1[s_i = r] − p_r) ã_iᵀθ    (decision-boundary covariance, seed 004 eq. 2)
+    cov_r(θ) = (1/N) Σ_i (1[s_i = r] − p_r) ã_iᵀθ    (decision-boundary covariance, Wu et al. 2024, eq. 2)
 
 on the client's real data (ĉov_r on the synthetic data). For two groups ``(1/4)Σ_r cov_r² =
-(1/2)cov_1²``, which is seed 004's ``ρ_o/(2N²)(Σ_i (s_i − s̄) a_iᵀθ)²``; for k > 2 groups every
+(1/2)cov_1²``, which is Wu et al.'s ``ρ_o/(2N²)(Σ_i (s_i − s̄) a_iᵀθ)²``; for k > 2 groups every
 group's one-hot covariance is penalised.
 
-Implicit gradient (seed 004 eqs. 13-14). With ``g(θ, x̂) = ∇_θ ℓ_r = 0`` at θ*, the implicit
+Implicit gradient (Wu et al. 2024, eqs. 13-14). With ``g(θ, x̂) = ∇_θ ℓ_r = 0`` at θ*, the implicit
 function theorem gives ``∂θ*/∂x̂ = −H⁻¹ ∂g/∂x̂`` with ``H = ∇²_θ ℓ_r``, so with one linear
 solve ``v = H⁻¹ ∇_θ P``:
 
@@ -32,7 +33,7 @@ solve ``v = H⁻¹ ∇_θ P``:
 
 where ``v_x``, ``θ_x`` drop the intercept entry. The outer steps use Adam.
 
-Privacy: seed 004 argues that sending synthetic data instead of models limits leakage but gives
+Privacy: Wu et al. (2024) argue that sending synthetic data instead of models limits leakage but gives
 no differential-privacy guarantee, and none is claimed here: ``privacy_report_`` says ε = ∞.
 The method is for binary labels (l = 2; its inner model is logistic regression); k ≥ 2 groups.
 """
@@ -151,19 +152,19 @@ class SyntheticClientProblem:
 
 
 class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
-    """Seed 004's single-shot fair FL: clients learn fair synthetic sets, the server fits on their union.
+    """Wu et al.'s single-shot fair FL: clients learn fair synthetic sets, the server fits on their union.
 
     Parameters
     ----------
     rho_o : ρ_o ≥ 0, penalty on the decision-boundary covariance on the client's real data.
-    rho_s : ρ_s ≥ 0, the same on the synthetic data (seed 004 recommends 0).
-    lam_theta : λ_θ, inner (and server) ridge weight, scaled by 1/(2p²) as in seed 004 eq. 11.
-    lam_x : λ_x, outer weight on ‖x̂‖², scaled by 1/(2(N_s p)²) (seed 004 eq. 12).
+    rho_s : ρ_s ≥ 0, the same on the synthetic data (Wu et al. 2024 recommend 0).
+    lam_theta : λ_θ, inner (and server) ridge weight, scaled by 1/(2p²) as in Wu et al. 2024, eq. 11.
+    lam_x : λ_x, outer weight on ‖x̂‖², scaled by 1/(2(N_s p)²) (Wu et al. 2024, eq. 12).
     synthetic_size : float in (0, 1] (fraction of each client's records) or int (records per client).
-    labels : "balanced" (equal numbers of every (s, y) pair, seed 004 §4) or "proportional"
+    labels : "balanced" (equal numbers of every (s, y) pair, Wu et al. 2024, §4) or "proportional"
         (the client's own pair frequencies; with ``synthetic_size=1.0`` the client's (s_i, y_i)).
-    outer_steps, outer_lr : Adam iterations and step size (seed 004 used 1000 steps).
-    inner_max_iter : L-BFGS iterations of each inner solve (seed 004: 100).
+    outer_steps, outer_lr : Adam iterations and step size (Wu et al. 2024 used 1000 steps).
+    inner_max_iter : L-BFGS iterations of each inner solve (Wu et al. 2024: 100).
     seed : int; seeds the Gaussian initialisation of x̂ (per-feature mean/std of the client data).
 
     Attributes
@@ -223,7 +224,7 @@ class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
         self._validate_params()
         sh = shards_from(X, y, sensitive_features, silos, need_s=True, estimator=self)
         if len(sh.classes) != 2:
-            raise ValueError(f"SingleShotSyntheticFL needs binary labels (seed 004's logistic model); y has "
+            raise ValueError(f"SingleShotSyntheticFL needs binary labels (Wu et al.'s logistic model); y has "
                              f"{len(sh.classes)} classes")
         k, d = len(sh.groups), sh.n_features
         self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d

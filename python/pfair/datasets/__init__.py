@@ -19,7 +19,7 @@ from typing import Callable, Dict
 import pandas as pd
 
 from ._base import Dataset
-from ._csv import load_csv
+from ._csv import csv_spec, load_csv, load_csv_spec, parse_csv_spec
 from ._synthetic import make_synthetic
 from .adult import adult_frame, load_adult
 from .bank import bank_frame, load_bank
@@ -64,9 +64,14 @@ def list_datasets() -> list:
 
 
 def load(name: str, **kwargs) -> Dataset:
-    """Load a bundled data set by name (``-`` and ``_`` are interchangeable, case ignored), or
-    ``"synthetic"`` (forwarded to `make_synthetic`).  Keyword arguments go to the loader, e.g.
-    ``load("compas", sensitive="race_all", seed=3)``."""
+    """Load a bundled data set by name (``-`` and ``_`` are interchangeable, case ignored),
+    ``"synthetic"`` (forwarded to `make_synthetic`), or a user CSV named by a spec
+    ``"csv:PATH?label=COL&sensitive=COL&..."`` (see `csv_spec`).  Keyword arguments go to the
+    loader, e.g. ``load("compas", sensitive="race_all", seed=3)``."""
+    if isinstance(name, str) and name.startswith("csv:"):
+        if kwargs:
+            raise ValueError(f"{sorted(kwargs)}: a csv spec takes its options inside the string, e.g. &seed=3")
+        return load_csv_spec(name)
     key = _key(name)
     if key == "synthetic":
         return make_synthetic(**kwargs)
@@ -96,6 +101,9 @@ __all__ = [
     "load_compas",
     "load_credit_card",
     "load_csv",
+    "load_csv_spec",
+    "csv_spec",
+    "parse_csv_spec",
     "load_frame",
     "load_german",
     "load_law_school",

@@ -3,7 +3,7 @@
 A loader turns one cleaned table (one row per record, raw values) into a `Dataset` in four steps:
 
 1. global encodings: the label y and the sensitive attribute s are mapped to 0..l-1 and 0..k-1 from
-   the WHOLE table, before any split, so every split and every silo uses the same indices (SPEC §1);
+   the WHOLE table, before any split, so every split and every silo uses the same indices;
 2. a reproducible 3:1 split (`split_indices`), stratified by the pair (y, s) unless told otherwise;
 3. features: categorical columns one-hot encoded over the categories seen in the whole table,
    numeric columns standardised with mean and standard deviation of the TRAINING split only
@@ -31,7 +31,18 @@ class Dataset:
     label index in 0..l-1 and ``s_*[i]`` the sensitive-group index in 0..k-1.  The index maps are
     global: ``label_names[y]`` and ``group_names[s]`` give the category, identical in both splits.
     ``attrs_*`` keep raw (unscaled) attributes row-aligned with ``X_*``, e.g. ``age`` for the
-    heterogeneous partition of SPEC §5, and the raw sensitive column(s).
+    heterogeneity partitioner (:meth:`pfair.Federation.partition` ``by=``), and the raw sensitive
+    column(s).
+
+    ``train_index`` / ``test_index`` are the split's row positions in the table the loader read:
+    for :func:`pfair.datasets.load_csv`, positions (0-based, ``frame.iloc``) in your CSV file or
+    DataFrame, rows dropped for missing values never appearing; for a bundled loader, positions in
+    its cleaned table.  ``X_train[i]`` is row ``train_index[i]``, so
+    ``frame.iloc[ds.train_index]`` lines your own columns up with the training records.
+
+    ``partition_by``, when set, is the column of ``attrs_*`` that
+    :meth:`pfair.Federation.partition` and :meth:`~pfair.Federation.for_dataset` split by when
+    no ``by=`` is given (set by a csv spec, see :func:`pfair.datasets.csv_spec`).
     """
 
     name: str
@@ -47,6 +58,9 @@ class Dataset:
     group_names: list[str]
     attrs_train: pd.DataFrame = field(repr=False)
     attrs_test: pd.DataFrame = field(repr=False)
+    train_index: Optional[np.ndarray] = field(default=None, repr=False)
+    test_index: Optional[np.ndarray] = field(default=None, repr=False)
+    partition_by: Optional[str] = field(default=None, repr=False)
 
     @property
     def n_features(self) -> int:
@@ -254,6 +268,7 @@ def build_dataset(
     test_size: float = 0.25,
     seed: int = 0,
     stratify: bool = True,
+    row_index: Optional[np.ndarray] = None,
 ) -> Dataset:
     """Split, encode and check; the common tail of every loader.
 
@@ -261,10 +276,12 @@ def build_dataset(
     ``sensitive_columns`` are the raw columns s is derived from: they are removed from the feature
     lists (and their one-hot / numeric values appended only when ``include_sensitive``).
     ``attr_columns`` are copied raw into ``attrs_train`` / ``attrs_test``.
+    ``row_index`` (default ``0..len(frame)-1``) maps each row of ``frame`` to its position in the
+    table the user gave; ``Dataset.train_index`` / ``test_index`` are taken from it.
     """
     y = np.asarray(y, dtype=np.int64)
     s = np.asarray(s, dtype=np.int64)
-    k, l = len(group_names), len(label_names)  # noqa: E741 (SPEC §1 names)
+    k, l = len(group_names), len(label_names)  # noqa: E741 (the paper's names: k groups, l labels)
     if len(frame) != y.shape[0] or y.shape != s.shape:
         raise ValueError("frame, y and s must have the same number of rows")
     if l < 2:
@@ -302,7 +319,10 @@ def build_dataset(
     if not (np.isfinite(X_train).all() and np.isfinite(X_test).all()):
         raise ValueError(f"{name}: features contain NaN or inf after preprocessing")
 
-    attrs = frame[list(attr_columns)]
+    rows = np.arange(len(frame), dtype=np.int64) if row_index is None else np.asarray(row_index, dtype=np.int64)
+    if rows.shape != (len(frame),):
+        raise ValueError("row_index must have one entry per row of frame")
+    attrs = frame[list(dict.fromkeys(attr_columns))]
     attrs_train = attrs.iloc[train_idx].reset_index(drop=True)
     attrs_test = attrs.iloc[test_idx].reset_index(drop=True)
     return Dataset(
@@ -319,4 +339,6 @@ def build_dataset(
         group_names=list(group_names),
         attrs_train=attrs_train,
         attrs_test=attrs_test,
+        train_index=rows[train_idx],
+        test_index=rows[test_idx],
     )

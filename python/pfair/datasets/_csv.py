@@ -1,9 +1,13 @@
-"""`load_csv`: the shipped data sets' preprocessing, applied to a user's own table."""
+"""`load_csv`: the shipped data sets' preprocessing, applied to a user's own table; `csv_spec` /
+`load_csv_spec`: the same call written as one string (``csv:PATH?label=..&sensitive=..``), which is
+how a sweep or any other place that takes a data set *name* reads a user's CSV."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
+from urllib.parse import parse_qsl, urlencode
 
 import numpy as np
 import pandas as pd
@@ -39,6 +43,7 @@ def load_csv(
     categorical: Optional[Sequence[str]] = None,
     positive_label=None,
     drop: Optional[Sequence[str]] = None,
+    keep: Optional[Sequence[str]] = None,
     test_size: float = 0.25,
     seed: int = 0,
     include_sensitive: bool = False,
@@ -56,11 +61,18 @@ def load_csv(
       object, string, category or bool dtype are categorical, all others numeric.  When a list is
       given, it is taken as complete: a non-numeric column not in it raises ``ValueError``.
     - ``drop``: columns to ignore.  Every remaining column is a feature.
-    - Rows with a missing value in any used column are dropped (``dropna``); there is no imputation.
+    - ``keep``: columns that are NOT features but stay available raw in ``attrs_train`` /
+      ``attrs_test``, e.g. a hospital or region column used only to split the records into silos
+      (``Federation.partition(ds, by="region")``).  A column cannot be both kept and dropped.
+    - Rows with a missing value in any used column (label, sensitive, features, ``keep``) are
+      dropped (``dropna``); there is no imputation.  ``train_index`` / ``test_index`` are the
+      surviving rows' positions in the original file (``frame.iloc``).
     - Split: stratified by (y, s) (``stratify=True``) or plain random, 3:1 for ``test_size=0.25``,
       reproducible for a ``seed``.  Numeric features are standardised with the training split's
       mean and std; categorical ones are one-hot over the categories of the whole table.
-    - ``attrs_*``: the raw numeric feature columns plus the raw sensitive column.
+    - ``attrs_*``: the raw (unscaled, not one-hot) feature columns, the ``keep`` columns and the
+      raw sensitive column, row-aligned with ``X_*``: any of them can be the ``by=`` of
+      :meth:`pfair.Federation.partition`.
 
     Errors (``ValueError``, naming the argument): a missing column; a label or sensitive column
     with fewer than 2 distinct values; ``positive_label`` absent from the label column; an
@@ -84,8 +96,15 @@ def load_csv(
     _check_columns(frame, drop_cols, "drop")
     if label in drop_cols or sensitive in drop_cols:
         raise ValueError("drop: cannot drop the label or the sensitive column")
+    keep_cols = list(dict.fromkeys(_as_list(keep, "keep")))
+    _check_columns(frame, keep_cols, "keep")
+    both = [c for c in keep_cols if c in drop_cols]
+    if both:
+        raise ValueError(f"keep: column(s) {both!r} are also in drop; a kept column must not be dropped")
 
-    features = [c for c in frame.columns if c not in drop_cols and c not in (label, sensitive)]
+    features = [
+        c for c in frame.columns if c not in drop_cols and c not in keep_cols and c not in (label, sensitive)
+    ]
     if categorical is None:
         cat_cols = [
             c for c in features
@@ -94,10 +113,10 @@ def load_csv(
     else:
         cat_cols = _as_list(categorical, "categorical")
         _check_columns(frame, cat_cols, "categorical")
-        bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols]
+        bad = [c for c in cat_cols if c in (label, sensitive) or c in drop_cols or c in keep_cols]
         if bad:
             raise ValueError(
-                f"categorical: {bad!r} are the label, the sensitive or dropped columns"
+                f"categorical: {bad!r} are the label, the sensitive, dropped or kept (non-feature) columns"
             )
         undeclared = [
             c for c in features
@@ -111,8 +130,11 @@ def load_csv(
             )
     num_cols = [c for c in features if c not in cat_cols]
 
-    used = [label, sensitive] + features
-    frame = frame[used].dropna().reset_index(drop=True)
+    used = list(dict.fromkeys([label, sensitive] + features + keep_cols))
+    frame = frame[used].reset_index(drop=True)
+    complete = frame.notna().all(axis=1).to_numpy()
+    row_index = np.flatnonzero(complete)
+    frame = frame[complete].reset_index(drop=True)
     if len(frame) == 0:
         raise ValueError("no rows left after dropping rows with missing values")
 
@@ -124,6 +146,7 @@ def load_csv(
         raise ValueError(
             f"sensitive: column {sensitive!r} has {n_groups} distinct value(s), need >= 2"
         )
+    positive_label = _match_dtype(frame[label], positive_label)
     if positive_label is None:
         y, label_names = encode_categories(frame[label], argument=f"label {label!r}")
     else:
@@ -140,6 +163,98 @@ def load_csv(
     return build_dataset(
         name or default_name, frame, y=y, label_names=label_names, s=s, group_names=group_names,
         sensitive_name=sensitive, numeric=num_cols, categorical=cat_cols,
-        sensitive_columns=[sensitive], attr_columns=num_cols + [sensitive],
+        sensitive_columns=[sensitive], attr_columns=features + keep_cols + [sensitive],
         include_sensitive=include_sensitive, test_size=test_size, seed=seed, stratify=stratify,
+        row_index=row_index,
     )
+
+
+def _match_dtype(column: pd.Series, value: Any) -> Any:
+    """``value`` as the label column's type when it was typed as text (a command line, a spec):
+    ``"1"`` becomes ``1`` for an integer column, ``"0.5"`` becomes ``0.5`` for a float one."""
+    if not isinstance(value, str) or not ptypes.is_numeric_dtype(column) or ptypes.is_bool_dtype(column):
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if ptypes.is_integer_dtype(column) and number.is_integer() else number
+
+
+#: load_csv options a spec may set, and how the text of each is read.
+_CSV_OPTIONS = {
+    "label": str, "sensitive": str, "positive_label": str, "categorical": "list", "drop": "list",
+    "keep": "list", "partition_by": str, "test_size": float, "seed": int, "include_sensitive": "bool",
+    "stratify": "bool", "name": str,
+}
+
+
+def csv_spec(path: Union[str, os.PathLike], *, label: str, sensitive: str, **options: Any) -> str:
+    """One string naming a user CSV and the `load_csv` options to read it with, e.g.
+    ``csv:/data/loans.csv?label=default&sensitive=sex&positive_label=1&keep=branch&partition_by=branch``.
+
+    ``partition_by`` (not a `load_csv` argument) is the column the data set is split into silos by
+    when no ``by=`` is given (:meth:`pfair.Federation.for_dataset`); it is kept out of the features
+    unless it is one.  Lists are comma-separated.  `pfair.datasets.load` and ``pfair sweep
+    --dataset`` accept the string as a data set name; `load_csv_spec` reads it.
+    """
+    query: dict[str, str] = {"label": label, "sensitive": sensitive}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key not in _CSV_OPTIONS:
+            raise ValueError(f"{key}: not an option of a csv spec; choose from {sorted(_CSV_OPTIONS)}")
+        if isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        query[key] = str(value)
+    return f"csv:{os.fspath(path)}?{urlencode(query)}"
+
+
+def parse_csv_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``(path, options)`` of a spec written by `csv_spec`; ``ValueError`` naming the bad part."""
+    if not isinstance(spec, str) or not spec.startswith("csv:"):
+        raise ValueError(f"dataset: {spec!r} is not a csv spec (csv:PATH?label=COL&sensitive=COL)")
+    path, _, query = spec[4:].partition("?")
+    if not path:
+        raise ValueError(f"dataset: {spec!r} names no file; write csv:PATH?label=COL&sensitive=COL")
+    options: dict[str, Any] = {}
+    for key, text in parse_qsl(query, keep_blank_values=True):
+        kind = _CSV_OPTIONS.get(key)
+        if kind is None:
+            raise ValueError(f"dataset: {key!r} in {spec!r} is not a csv option; choose from {sorted(_CSV_OPTIONS)}")
+        if kind == "list":
+            options[key] = [c for c in text.split(",") if c]
+        elif kind == "bool":
+            if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(f"dataset: {key}={text!r} in {spec!r} must be true or false")
+            options[key] = text.lower() in ("1", "true", "yes")
+        else:
+            try:
+                options[key] = kind(text)
+            except ValueError:
+                raise ValueError(f"dataset: {key}={text!r} in {spec!r} must be a {kind.__name__}") from None
+    for required in ("label", "sensitive"):
+        if not options.get(required):
+            raise ValueError(f"dataset: {spec!r} has no {required}=COLUMN; add &{required}=COLUMN")
+    return path, options
+
+
+def load_csv_spec(spec: str) -> Dataset:
+    """The `Dataset` a `csv_spec` string names (`load_csv` with its options), its
+    ``partition_by`` recorded on the data set.  The data set's name is the spec itself, so that
+    results tables say which file and options they came from."""
+    path, options = parse_csv_spec(spec)
+    if not os.path.exists(path):
+        raise ValueError(f"dataset: file {path!r} of {spec!r} does not exist")
+    by = options.pop("partition_by", None)
+    options.setdefault("name", spec)
+    if by is not None:
+        header = pd.read_csv(path, nrows=0).columns
+        if by not in header:
+            raise ValueError(f"partition_by: column {by!r} not in {path!r} (columns: {list(header)!r})")
+        # A partition column that is not a feature must be kept to be available in attrs_*.
+        if by in options.get("drop", []):
+            options["drop"] = [c for c in options["drop"] if c != by]
+            options["keep"] = list(dict.fromkeys(options.get("keep", []) + [by]))
+    ds = load_csv(path, **options)
+    return dataclasses.replace(ds, partition_by=by) if by is not None else ds

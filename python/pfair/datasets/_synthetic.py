@@ -14,7 +14,7 @@ def make_synthetic(
     n: int,
     d: int,
     k: int = 2,
-    l: int = 2,  # noqa: E741 (l is the number of classes throughout pfair, SPEC §1)
+    l: int = 2,  # noqa: E741 (l is the number of classes throughout pfair)
     silos: int = 1,
     *,
     dependence: float = 0.5,
@@ -124,4 +124,6 @@ def make_synthetic(
         group_names=group_names,
         attrs_train=pd.DataFrame({"silo": silo[:n_train], "s": s[:n_train]}),
         attrs_test=pd.DataFrame({"silo": silo[n_train:], "s": s[n_train:]}),
+        train_index=np.arange(n_train, dtype=np.int64),
+        test_index=np.arange(n_train, n, dtype=np.int64),
     )

@@ -3,7 +3,7 @@
 Source files ``adult.data`` (32,561 rows) and ``adult.test`` (16,281 rows) are combined (48,842
 rows) and the 3,620 rows with a missing value (``?`` in workclass, occupation or native_country)
 are dropped, leaving 45,222 records with 24.8 % positives.  This is the preprocessing of the FERMI
-line of work (Lowy et al. 2022, seed 003 App. E): all categoricals one-hot, ``fnlwgt`` kept as a
+line of work (Lowy et al. 2022, Gupta et al. 2024, App. E): all categoricals one-hot, ``fnlwgt`` kept as a
 numeric feature, giving 102 features when ``sex`` is the sensitive attribute.
 """
 

@@ -4,7 +4,7 @@ Portuguese bank telemarketing calls, 2008-2010; label 1 = the client subscribed 
 (``y == "yes"``, 11.5 %).  Only the 10 % sample is available inside a PyPI package (the full
 45,211-row file is not shipped).  Features: the 16 attributes minus the sensitive one; ``unknown``
 stays a category.  Note that ``duration`` (length of the call) is known only after the call, so UCI
-advises dropping it for realistic prediction; the PF-LD paper (seed 002) keeps it, so do we, and
+advises dropping it for realistic prediction; the PF-LD paper (Tran et al. 2021) keeps it, so do we, and
 ``drop_duration=True`` removes it.
 """
 
@@ -20,7 +20,7 @@ NUMERIC = ["age", "balance", "day", "duration", "campaign", "pdays", "previous"]
 CATEGORICAL = ["job", "marital", "education", "default", "housing", "loan", "contact", "month",
                "poutcome"]
 LABEL_NAMES = ["no", "yes"]
-# Age groups of the PF-LD paper (seed 002, Bank / M-Bank^3 / M-Bank^5), listed as (name, lo, hi)
+# Age groups of the PF-LD paper (Tran et al. 2021, Bank / M-Bank^3 / M-Bank^5), listed as (name, lo, hi)
 # inclusive; the "other" group (under 25 or over 60) comes first.
 AGE_GROUPS = {
     "age": [("<25|>60", None, None), ("25-60", 25, 60)],
@@ -57,8 +57,8 @@ def load_bank(
 ) -> Dataset:
     """Bank marketing: label 1 = subscribed.
 
-    ``sensitive``: ``"age"`` (``<25|>60``, ``25-60``; seed 002's Bank), ``"age3"`` and ``"age5"``
-    (seed 002's M-Bank^3 and M-Bank^5 groups) or ``"marital"`` (divorced, married, single).
+    ``sensitive``: ``"age"`` (``<25|>60``, ``25-60``; Tran et al.'s Bank), ``"age3"`` and ``"age5"``
+    (Tran et al.'s M-Bank^3 and M-Bank^5 groups) or ``"marital"`` (divorced, married, single).
     With an age scheme the numeric ``age`` leaves X.  Split: stratified by (y, s), reproducible for
     a ``seed``.
     """

@@ -54,7 +54,7 @@ def credit_card_frame() -> pd.DataFrame:
     frame["sex"] = frame["SEX"].map(SEX_NAMES)
     frame["education"] = frame["EDUCATION"].map(EDUCATION_NAMES)
     frame["marriage"] = frame["MARRIAGE"].map(MARRIAGE_NAMES)
-    frame["age"] = frame["AGE"]  # the name partitioners look for (SPEC §5)
+    frame["age"] = frame["AGE"]  # the name partitioners look for (Federation.for_dataset)
     return frame
 
 
@@ -73,7 +73,7 @@ def load_credit_card(
     ``age_threshold``; AGE then leaves X); ``"education"`` (graduate_school, high_school, other,
     university: sorted); ``"marriage"`` (married, other, single).  Split: stratified by (y, s),
     reproducible for a ``seed``.  By default (``one_hot_pay=True``) the six repayment statuses are
-    one-hot encoded, which with ``sensitive="sex"`` gives exactly the 85 features seed 003 (App. E)
+    one-hot encoded, which with ``sensitive="sex"`` gives exactly the 85 features of Gupta et al. 2024 (App. E)
     reports; ``one_hot_pay=False`` standardises them as ordinal numbers instead (27 features).
     ``attrs_*`` hold ``age`` (the partition attribute of the paper's heterogeneity experiments),
     the raw numerics and sex, education, marriage.

@@ -16,7 +16,7 @@ is mapped onto the hyper-parameter that trades accuracy for fairness in that met
 The knob value v becomes ``hyper-parameter = scale · v``: scale 1 for λ (SteFFLe, FERMI,
 DP-FERMI) and λ_max (PF-LD, whose multipliers live in [0, λ_max], so λ_max plays λ's role), and
 scale 10 for the single-shot method's covariance penalty ρ_o, so that the paper's λ ∈ [0, 2]
-spans ρ_o ∈ [0, 20] around seed 004's default ρ_o = 10. Methods without a knob run once per
+spans ρ_o ∈ [0, 20] around Wu et al.'s default ρ_o = 10. Methods without a knob run once per
 grid point (knob = NaN); methods that are not private run once with ε = ∞ (see
 :mod:`pfair.experiments.sweep`).
 
@@ -134,9 +134,9 @@ METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
         MethodSpec("steffle", _steffle, "lam", 1.0, private=True, federated=True, fairness_aware=True,
-                   description="SteFFLe: per-silo ISRL-DP fair federated learning (seed 003)"),
+                   description="SteFFLe: per-silo ISRL-DP fair federated learning (Gupta et al. 2024)"),
         MethodSpec("pfld", _baseline("PFLD"), "lam_max", 1.0, private=True, federated=False, fairness_aware=True,
-                   description="PF-LD: private fair Lagrangian dual, central DP (seed 002)"),
+                   description="PF-LD: private fair Lagrangian dual, central DP (Tran et al. 2021)"),
         MethodSpec("fedavg", _baseline("FedAvg"), None, 1.0, private=False, federated=True, fairness_aware=False,
                    description="FedAvg: non-private, non-fair federated averaging"),
         MethodSpec("central_erm", _baseline("CentralERM"), None, 1.0, private=False, federated=False,
@@ -149,7 +149,7 @@ METHODS: dict[str, MethodSpec] = {
                    fairness_aware=True, description="SteFFLe without noise (sigma = 0), federated"),
         MethodSpec("single_shot", _baseline("SingleShotSyntheticFL"), "rho_o", 10.0, private=False, federated=True,
                    fairness_aware=False,
-                   description="single-shot synthetic-data fair FL, rho_o = 10 x knob, no DP claim (seed 004)"),
+                   description="single-shot synthetic-data fair FL, rho_o = 10 x knob, no DP claim (Wu et al. 2024)"),
     )
 }
 

@@ -10,7 +10,7 @@ for everyone.
   points are joined in knob order (thin line) and each method's Pareto front (the same front as
   :mod:`pfair.experiments.summary`: points below the trivial error, non-dominated) is drawn
   bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
-* ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (seed 003 Fig. 2): the
+* ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (Gupta et al. 2024, Fig. 2): the
   reference method's trade-off curves coloured by h, at one ε (default 1), when the sweep has at
   least two values of h.
 * ``silos_<dataset>_<fairness>_<method>_eps<ε>``: the same coloured by the number of silos N, one
@@ -44,11 +44,16 @@ _VIOLATION_LABEL = {"demographic_parity": "demographic parity violation",
                     "equalized_odds": "equalized odds violation"}
 
 
+#: What to run when matplotlib is missing: right for a pip install and for a source checkout.
+MATPLOTLIB_HINT = ("plots need matplotlib: pip install matplotlib (the same as the plot extra: "
+                   "pip install 'pfair[plot]' for an installed pfair, pip install -e '.[plot]' in a source checkout)")
+
+
 def _matplotlib() -> Any:
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is in the test extra
-        raise ImportError("plots need matplotlib: pip install 'pfair[plot]'") from None
+        raise ImportError(MATPLOTLIB_HINT) from None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

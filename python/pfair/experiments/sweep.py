@@ -172,6 +172,12 @@ def _check_datasets(names: Any) -> list[str]:
     valid = list_datasets()
     out = []
     for raw in names:
+        if str(raw).startswith("csv:"):  # a user CSV (pfair.datasets.csv_spec), taken verbatim
+            from pfair.datasets import parse_csv_spec
+
+            parse_csv_spec(str(raw))
+            out += [str(raw)] if str(raw) not in out else []
+            continue
         for name in str(raw).split(","):
             key = name.strip().lower().replace("-", "_")
             if not key:
@@ -223,9 +229,9 @@ def expand_grid(
     """Every cell of a grid, seeds outermost (an interrupted sweep has whole seeds done first).
 
     ``methods``: names of :data:`pfair.experiments.methods.METHODS` (list or comma-separated).
-    ``datasets``: bundled data set names. ``fairness``: one or more of ``demographic_parity``,
-    ``equalized_odds``. ``epsilons`` (> 0), ``heterogeneities`` (in [0, 1]), ``silos`` (whole,
-    >= 1) and ``knobs`` (>= 0): numbers or ``start:stop:count`` strings (:func:`parse_values`).
+    ``datasets``: bundled data set names or user CSV specs (:func:`pfair.datasets.csv_spec`).
+    ``fairness``: one or more of ``demographic_parity``, ``equalized_odds``. ``epsilons`` (> 0),
+    ``heterogeneities`` (in [0, 1]), ``silos`` (whole, >= 1) and ``knobs`` (>= 0): numbers or ``start:stop:count`` strings (:func:`parse_values`).
     ``seeds``: a count n (seeds 0..n-1) or explicit seeds.
 
     A method without a knob gets one cell per other grid point (knob NaN); a non-private method
@@ -668,9 +674,9 @@ def _take(it: Iterator[Cell], n: int) -> list[Cell]:
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
+    from pfair._progress import progress_bar
 
-    return tqdm(total=total, desc="sweep", unit="cell", disable=not enabled, dynamic_ncols=True)
+    return progress_bar(total=total, desc="sweep", unit="cell", enabled=enabled, dynamic_ncols=True)
 
 
 def _check_positive_int(value: Any, name: str) -> int:

@@ -28,7 +28,8 @@ def add_deploy_parser(sub: Any) -> None:
     q.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2)")
     q.add_argument("--lam", type=float, default=1.0, help="fairness weight lambda")
     q.add_argument("--fairness", default="demographic_parity",
-                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"])
+                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
+                   help="fairness notion the penalty enforces (default demographic_parity)")
     q.add_argument("--epochs", type=int, default=1, help="epochs (a round costs ~5-7 s on Flower; keep it small)")
     q.add_argument("--batch-size", type=int, default=2048, help="batch size m")
     q.add_argument("--p-s", dest="p_s", default="dp", help="'dp' (default) or comma-separated public proportions")

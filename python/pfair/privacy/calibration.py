@@ -5,7 +5,7 @@ records are protected) with replace-one sensitivities Δ_p (``rust/src/sensitivi
 ``docs/privacy.md``). Released together with noise stds σ_p they form one Gaussian mechanism with
 effective noise multiplier ``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}``, composed over the T rounds with the
 bound :func:`accounting_scheme` picks. ``calibration="rdp"`` picks the smallest z whose RDP account meets
-(ε, δ) and sets ``σ_p = z √P Δ_p``; ``calibration="paper"`` uses the closed form of seed 003
+(ε, δ) and sets ``σ_p = z √P Δ_p``; ``calibration="paper"`` uses the closed form of Gupta et al. 2024
 Thm 3.3 and then *measures* the ε that those σ's really deliver with the same accountant.
 """
 
@@ -197,7 +197,7 @@ def plan_silo_noise(
         else:
             z = noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
         stds = _core.noise_stds(parts, z)
-    else:  # "paper": seed 003 Thm 3.3 closed form, then measured
+    else:  # "paper": Gupta et al. 2024, Thm 3.3 closed form, then measured
         rho = float(proportions.min())
         sigma_theta, sigma_w = paper_noise_stds(
             epsilon=epsilon, delta=delta, n=n_records, steps=steps, rho=rho, clip=clip_theta

@@ -1,4 +1,4 @@
-"""The closed-form noise of the SteFFLe paper (seed 003, Theorem 3.3), kept for reproduction.
+"""The closed-form noise of the SteFFLe paper (Gupta et al. 2024, Theorem 3.3), kept for reproduction.
 
 For a silo of ``n`` records (the paper's ``ñ``), ``T`` rounds, minority fraction ``ρ`` and
 target (ε, δ), the theorem sets
@@ -10,7 +10,7 @@ where the Lipschitz·radius product ``L_θ D`` bounds the s-dependent θ-gradien
 part per record to norm ``C`` (``clip``), so ``L_θ D`` is replaced by ``C``.
 
 These σ's were derived with loose constants and a different sensitivity model. pfair's exact
-replace-one sensitivities (SPEC §3) are ``Δ_θ = 2C/m`` and ``Δ_W = (2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``;
+replace-one sensitivities (docs/privacy.md) are ``Δ_θ = 2C/m`` and ``Δ_W = (2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``;
 the effective noise multiplier is ``z = (Σ (Δ/σ)²)^{-1/2}`` and the numeric accountant prices it
 (:func:`paper_delivered_epsilon`). For Adult-sized silos the closed form under-noises: the ε it
 truly delivers exceeds the target (see ``docs/accounting.md``).
@@ -30,7 +30,7 @@ __all__ = ["paper_noise_stds", "effective_noise_multiplier", "paper_delivered_ep
 
 
 def paper_noise_stds(*, epsilon: float, delta: float, n: int, steps: int, rho: float, clip: float) -> Tuple[float, float]:
-    """Return ``(σ_θ, σ_W)`` of seed 003 Thm. 3.3 with ``L_θ D`` replaced by ``clip``.
+    """Return ``(σ_θ, σ_W)`` of Gupta et al. 2024, Thm. 3.3 with ``L_θ D`` replaced by ``clip``.
 
     ``σ_W = 4 (T ln(1/δ) / ρ)^{1/2} / (ε n)`` and ``σ_θ = clip · σ_W`` (absolute noise stds on the
     batch-mean messages ``h_θ``, ``h_W``; ``n`` = silo size, ``T = steps``, ``ρ`` = smallest

@@ -220,9 +220,9 @@ class Simulation:
         refused: set[int] = set()
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
-            from tqdm.auto import tqdm
+            from pfair._progress import progress_bar
 
-            epochs = tqdm(epochs, desc="SteFFLe", unit="epoch", total=st.epochs, initial=start_epoch)
+            epochs = progress_bar(epochs, desc="SteFFLe", unit="epoch", total=st.epochs, initial=start_epoch)
         for epoch in epochs:
             start = epoch * R
             active = []

@@ -19,7 +19,7 @@ fn sizes_slice<'a>(sizes: &'a Option<PyReadonlyArray1<'_, i64>>) -> BindResult<O
     sizes.as_ref().map(|a| slice("sizes", a)).transpose()
 }
 
-/// Seed 003, Algorithm 3: silo id per record, given the partition attribute `values`.
+/// Algorithm 3 of Gupta et al. 2024: silo id per record, given the partition attribute `values`.
 #[pyfunction]
 #[pyo3(signature = (values, n_silos, heterogeneity, seed, sizes=None))]
 pub(super) fn partition_heterogeneous<'py>(
