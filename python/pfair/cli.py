@@ -42,7 +42,8 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--lr-theta", type=float, default=0.25)
     p.add_argument("--lr-w", type=float, default=0.5)
     p.add_argument("--w-radius", type=_float_or_none, default=2.0)
-    p.add_argument("--clip", type=_float_or_none, default=1.0)
+    p.add_argument("--clip", type=lambda t: "auto" if t == "auto" else _float_or_none(t), default="auto",
+                   help="clip norm of the s-dependent part; auto: 1.0 when private, none otherwise")
     p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"])
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"])
     p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"])

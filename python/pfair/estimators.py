@@ -9,7 +9,8 @@ depend on the sensitive attribute, and sends them; the server sets
 
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],    W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
 
-(``rust/src/round.rs``). Each silo calibrates its own noise to its own (ε, δ) and keeps its own
+(``rust/src/round.rs``), where by default (``w_step="normalised"``) the server passes
+``η_W / λ`` as the W step so that W moves by ``η_W ∇_W ψ̄`` at every λ (see ``w_step``). Each silo calibrates its own noise to its own (ε, δ) and keeps its own
 ledger; it refuses to send a message that would exceed its budget.
 """
 
@@ -109,10 +110,17 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
     batch_size : int, m, the fixed batch size (``sampling="poisson"``: the expected size).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
+    w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
+        has curvature ``2λ E[F_u]``, so past ``λ η_W E[F_u] = 1`` W oscillates onto the radius and
+        training collapses to a constant predictor (on Adult at λ ≈ 2.6 with η_W = 0.5).
+        ``"normalised"`` steps W by ``η_W ∇_W ψ̄`` whatever λ (stable for η_W < 1). Server-side
+        post-processing: privacy is the same either way. See docs/optimisation.md.
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
-    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i (None: none; required when private).
+    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 1.0 when
+        ``epsilon`` is set, no clipping in a non-private fit; None: no clipping (refused when
+        private, where the sensitivity needs a clip norm).
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with
-        ``protect="record"``.
+        ``protect="record"``; ``"auto"``: 1.0 and 2.0 when private, no clipping otherwise.
     sampling : {"without_replacement", "poisson", "full_batch"}; the accountant matches it exactly.
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
     calibration : "rdp" (numeric accountant) or "paper" (the paper's closed form; its rounds past the
@@ -170,9 +178,9 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         lr_theta: float = 0.25,
         lr_w: float = 0.5,
         w_radius: float | None = 2.0,
-        clip: float | None = 1.0,
-        clip_loss: float | None = 1.0,
-        clip_w: float | None = 2.0,
+        clip: float | str | None = "auto",
+        clip_loss: float | str | None = "auto",
+        clip_w: float | str | None = "auto",
         sampling: str = "without_replacement",
         protect: str = "attribute",
         calibration: str = "rdp",
@@ -180,6 +188,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         p_s_epsilon_share: float = 0.1,
         lr_decay: float = 0.8,
         decay_every: int = 10,
+        w_step: str = "normalised",
         output: str = "last",
         silo_weights: str = "uniform",
         positive_class: int = 1,
@@ -212,6 +221,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         self.p_s_epsilon_share = p_s_epsilon_share
         self.lr_decay = lr_decay
         self.decay_every = decay_every
+        self.w_step = w_step
         self.output = output
         self.silo_weights = silo_weights
         self.positive_class = positive_class

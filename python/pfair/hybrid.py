@@ -240,7 +240,7 @@ class HybridRunner:
                                clip_theta=self.clip, dummy_noise=st.dummy_noise)
                 for c, (plan, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
         k, l = self.fed.n_groups, self.fed.n_classes
-        server = HybridServer(lam=st.lam, lr_w=st.lr_w, w_radius=float(st.w_radius or math.inf), block_len=k * l)
+        server = HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), block_len=k * l)
         return ns, sens, server
 
     def run(self, *, on_epoch: Any = None, progress: bool = False, fast: bool = True) -> Any:
@@ -291,7 +291,7 @@ class HybridRunner:
                     theta, w, self.inv, batch_size=st.batch_size, clip_theta=self.clip,
                     sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
                     dummy_noise=st.dummy_noise, noise_keys=self.keys, lam=float(st.lam), lr_theta=lr,
-                    lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
+                    lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
                     n_rounds=count,
                 )
 

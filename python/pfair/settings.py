@@ -21,6 +21,10 @@ from pfair.exceptions import PrivacyWarning
 
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+W_STEPS = ("normalised", "paper")
+#: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
+PRIVATE_CLIPS = {"clip": 1.0, "clip_loss": 1.0, "clip_w": 2.0}
+CLIP_NAMES = tuple(PRIVATE_CLIPS)
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
 
@@ -71,9 +75,9 @@ class SteFFLeSettings:
     lr_theta: float = 0.25
     lr_w: float = 0.5
     w_radius: float | None = 2.0
-    clip: float | None = 1.0
-    clip_loss: float | None = 1.0
-    clip_w: float | None = 2.0
+    clip: float | str | None = "auto"
+    clip_loss: float | str | None = "auto"
+    clip_w: float | str | None = "auto"
     sampling: str = "without_replacement"
     protect: str = "attribute"
     calibration: str = "rdp"
@@ -81,6 +85,7 @@ class SteFFLeSettings:
     p_s_epsilon_share: float = 0.1
     lr_decay: float = 0.8
     decay_every: int = 10
+    w_step: str = "normalised"
     output: str = "last"
     silo_weights: str = "uniform"
     positive_class: int = 1
@@ -94,6 +99,12 @@ class SteFFLeSettings:
     track_history: bool = True
     warm_start: bool = False
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # "auto" clip norms: the private defaults when epsilon is set, no clipping otherwise.
+        for name in CLIP_NAMES:
+            if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
+                object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -125,6 +136,21 @@ class SteFFLeSettings:
         """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
         return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
 
+    def server_lr_w(self) -> float:
+        """The ``lr_w`` the server update takes, which multiplies it by λ
+        (``W ← Π_D(W + λ·lr_w·Σ ω_j ∇_W ψ_j)``).
+
+        ``w_step="normalised"`` (default): ``η_W / λ``, so W moves by ``η_W ∇_W ψ̄`` whatever λ.
+        The W-problem ``max_W λ ψ̄(θ, W)`` is a concave quadratic with curvature ``2λ E[F_u]``
+        per column u; the paper's step ``λ η_W`` contracts only while ``λ η_W E[F_u] < 1`` and
+        beyond it W oscillates to the radius and training collapses to a constant predictor
+        (docs/optimisation.md). With ``η_W / λ`` the contraction factor is ``1 − 2 η_W E[F_u]``,
+        stable for every λ when ``η_W < 1``. ``w_step="paper"``: ``η_W`` as given (Algorithm 1).
+        This is post-processing of the released messages on the server: privacy is unchanged."""
+        if self.w_step == "normalised" and self.lam > 0:
+            return float(self.lr_w) / float(self.lam)
+        return float(self.lr_w)
+
     def delta_for(self, n_records: int) -> float:
         return self.delta if self.delta is not None else default_delta(n_records)
 
@@ -151,7 +177,15 @@ class SteFFLeSettings:
         check_int(p["batch_size"], "batch_size")
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
         check_positive(p["lr_w"], "lr_w", allow_zero=True)
-        for name in ("w_radius", "clip", "clip_loss", "clip_w"):
+        check_choice(p.get("w_step", "normalised"), "w_step", W_STEPS)
+        check_positive(p["w_radius"], "w_radius", allow_none=True)
+        private = p["epsilon"] is not None
+        for name in CLIP_NAMES:
+            if isinstance(p[name], str):
+                if p[name] != "auto":
+                    raise ValueError(f"{name} must be a positive number, None (no clipping) or 'auto' ({PRIVATE_CLIPS[name]:g} "
+                                     f"when epsilon is set, no clipping otherwise); got {p[name]!r}")
+                p[name] = PRIVATE_CLIPS[name] if private else None
             check_positive(p[name], name, allow_none=True)
         check_choice(p["sampling"], "sampling", SAMPLINGS)
         check_choice(p["protect"], "protect", ("attribute", "record"))
@@ -169,7 +203,6 @@ class SteFFLeSettings:
         if not 0 < share < 1:
             raise ValueError(f"p_s_epsilon_share must be in (0, 1), got {share}")
 
-        private = p["epsilon"] is not None
         p_s = p["p_s"]
         if p_s is None:
             p_s = "dp" if private else "pooled"

@@ -144,6 +144,6 @@ class ServerParty:
         th, wv = _core.server_update(
             np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64), self.block_len,
             [m.parts() for _, m in ok], om.tolist(), lam=float(st.lam), lr_theta=self.lr_theta(round),
-            lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+            lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
         )
         return th, wv, [j for j, _ in ok]

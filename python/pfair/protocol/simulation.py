@@ -241,7 +241,7 @@ class Simulation:
                 out = self.silo_set.run_rounds(
                     theta, w, inv, [p.config for p in self.parties], om.tolist(),
                     batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
-                    lam=float(st.lam), lr_theta=lr, lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+                    lam=float(st.lam), lr_theta=lr, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
                     start=start, n_rounds=R, snapshot_round=pick,
                 )
                 theta, w = out["theta"], out["w"]
