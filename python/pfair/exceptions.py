@@ -20,3 +20,8 @@ class ReplayRefused(RuntimeError):
 class LedgerMismatch(ValueError):
     """Raised when a ledger is used with data other than the data it was bound to, or with another
     budget than its own."""
+
+
+class ConvergenceWarning(UserWarning):
+    """Training failed silently: θ diverged (its norm exploded) or the model collapsed to a
+    constant predictor. The message gives the epoch, the norms and the share of the predicted class."""
