@@ -38,7 +38,8 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--fairness", default="demographic_parity",
                    choices=["demographic_parity", "equalized_odds", "equal_opportunity"])
     p.add_argument("--epochs", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
+                   help="records per silo and round; auto: min(4096, smallest silo)")
     p.add_argument("--lr-theta", type=float, default=0.25)
     p.add_argument("--lr-w", type=float, default=0.5)
     p.add_argument("--w-radius", type=_float_or_none, default=2.0)

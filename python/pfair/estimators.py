@@ -108,7 +108,11 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
         left (the budget lives in the silos' ledgers).
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
-    batch_size : int, m, the fixed batch size (``sampling="poisson"``: the expected size).
+    batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
+        ``"auto"`` (default): ``min(4096, smallest silo)`` (``pfair.settings.AUTO_BATCH``; the silo
+        sizes are public). With public batches (attribute mode) ε depends on the epochs, not on m,
+        while the noise on a batch mean falls as 1/m: large batches are cheap in privacy
+        (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
     w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
         has curvature ``2λ E[F_u]``, so past ``λ η_W E[F_u] = 1`` W oscillates onto the radius and
@@ -174,7 +178,7 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
         epsilon: float | None = None,
         delta: float | None = None,
         epochs: int = 40,
-        batch_size: int = 256,
+        batch_size: int | str = "auto",
         lr_theta: float = 0.25,
         lr_w: float = 0.5,
         w_radius: float | None = 2.0,

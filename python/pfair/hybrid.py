@@ -93,7 +93,7 @@ class HybridRunner:
         from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
         from pfair.privacy.proportions import public_proportions
 
-        st = settings
+        st = settings.for_sizes(fed.sizes)  # batch_size="auto" → an integer from the public silo sizes
         mode = st.mode
         if st.protect != "attribute":
             raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -25,6 +25,9 @@ W_STEPS = ("normalised", "paper")
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
 PRIVATE_CLIPS = {"clip": 1.0, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
+#: ``batch_size="auto"``: this many records per silo and round, or the whole silo if it is smaller
+#: (chosen on validation splits by :mod:`pfair.experiments.defaults`; docs/optimisation.md).
+AUTO_BATCH = 4096
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
 
@@ -71,7 +74,7 @@ class SteFFLeSettings:
     epsilon: float | None = None
     delta: float | None = None
     epochs: int = 40
-    batch_size: int = 256
+    batch_size: int | str = "auto"
     lr_theta: float = 0.25
     lr_w: float = 0.5
     w_radius: float | None = 2.0
@@ -136,6 +139,15 @@ class SteFFLeSettings:
         """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
         return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
 
+    def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
+        """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
+        ``min(AUTO_BATCH, smallest silo)``. Silo sizes are public (they set δ and the rounds per
+        epoch), so the batch size stays a public setting. Other settings are returned as they are."""
+        if self.batch_size != "auto":
+            return self
+        smallest = int(min(int(n) for n in sizes)) if len(sizes) else AUTO_BATCH
+        return replace(self, batch_size=max(1, min(AUTO_BATCH, smallest)))
+
     def server_lr_w(self) -> float:
         """The ``lr_w`` the server update takes, which multiplies it by λ
         (``W ← Π_D(W + λ·lr_w·Σ ω_j ∇_W ψ_j)``).
@@ -174,7 +186,11 @@ class SteFFLeSettings:
             if not 0 < p["delta"] < 1:
                 raise ValueError(f"delta must be in (0, 1), got {p['delta']}; a common choice is 1/n²")
         check_int(p["epochs"], "epochs")
-        check_int(p["batch_size"], "batch_size")
+        if not (isinstance(p["batch_size"], str) and p["batch_size"] == "auto"):
+            if isinstance(p["batch_size"], str):
+                raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH}, smallest silo)), "
+                                 f"got {p['batch_size']!r}")
+            check_int(p["batch_size"], "batch_size")
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
         check_positive(p["lr_w"], "lr_w", allow_zero=True)
         check_choice(p.get("w_step", "normalised"), "w_step", W_STEPS)

@@ -104,7 +104,7 @@ class Simulation:
 
     def __init__(self, settings: SteFFLeSettings, fed: Any, *, ledgers: Any = None, fast: bool = True,
                  provider_factory: Callable[..., Any] | None = None) -> None:
-        st = settings
+        st = settings.for_sizes(fed.sizes)  # batch_size="auto" → an integer from the public silo sizes
         self.settings, self.fed = st, fed
         k, l, d = fed.n_groups, fed.n_classes, fed.n_features
         self.dims = (d, k, l)
