@@ -41,7 +41,7 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
                    help="records per silo and round; auto: min(4096, smallest silo)")
     p.add_argument("--lr-theta", type=float, default=0.25)
-    p.add_argument("--lr-w", type=float, default=0.5)
+    p.add_argument("--lr-w", type=float, default=0.25)
     p.add_argument("--w-radius", type=_float_or_none, default=2.0)
     p.add_argument("--clip", type=lambda t: "auto" if t == "auto" else _float_or_none(t), default="auto",
                    help="clip norm of the s-dependent part; auto: 1.0 when private, none otherwise")

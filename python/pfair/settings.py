@@ -23,7 +23,7 @@ from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "full_batch")
 W_STEPS = ("normalised", "paper")
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
-PRIVATE_CLIPS = {"clip": 1.0, "clip_loss": 1.0, "clip_w": 2.0}
+PRIVATE_CLIPS = {"clip": 0.5, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
 #: ``batch_size="auto"``: this many records per silo and round, or the whole silo if it is smaller
 #: (chosen on validation splits by :mod:`pfair.experiments.defaults`; docs/optimisation.md).
@@ -76,7 +76,7 @@ class SteFFLeSettings:
     epochs: int = 40
     batch_size: int | str = "auto"
     lr_theta: float = 0.25
-    lr_w: float = 0.5
+    lr_w: float = 0.25
     w_radius: float | None = 2.0
     clip: float | str | None = "auto"
     clip_loss: float | str | None = "auto"
