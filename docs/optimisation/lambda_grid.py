@@ -33,7 +33,9 @@ def main() -> None:
         fed = pfair.Federation.partition(data, 3, heterogeneity=0.0, seed=args.seed)
         for w_step in ("paper", "normalised"):
             for lam in args.lams:
-                model = pfair.SteFFLe(lam=float(lam), epochs=args.epochs, seed=args.seed, w_step=w_step)
+                # The defaults of the time of the analysis (batch 256, η_W = 0.5), pinned.
+                model = pfair.SteFFLe(lam=float(lam), epochs=args.epochs, seed=args.seed, w_step=w_step,
+                                      batch_size=256, lr_w=0.5, lr_theta=0.25, w_radius=2.0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     model.fit(fed)
