@@ -103,3 +103,11 @@ def test_private_fit_uses_a_clip_and_refuses_none(german):
         model = fit(german, lam=2.0, epsilon=1.0, noise_seed=1, epochs=2, exact_diagnostics=True)
     assert model.privacy_report_["sigma_theta"].iloc[0] > 0
     assert model.history_["clipped"].sum() > 0  # C_θ = 0.5 binds for some records
+
+
+def test_hybrid_modes_warn_too(german):
+    n = german.X_train.shape[0]
+    with pytest.warns(ConvergenceWarning, match="diverged at epoch 1"):
+        SteFFLe(mode="divisions", lam=1e9, epochs=2, batch_size=64, p_s="pooled").fit(
+            german.X_train, german.y_train, sensitive_features=german.s_train, silos=np.arange(n) % 3,
+            sensitive_silos=np.arange(n) % 2)
