@@ -43,3 +43,19 @@ def test_default_private_run_beats_the_constant_predictor_and_lambda_buys_fairne
     # The violation falls as λ grows (means over three noise seeds).
     assert viol1 < viol0
     assert viol_hi < ratio * viol0
+
+
+def test_auto_batch_is_capped_by_the_smallest_silo_and_smaller_in_record_mode():
+    st = pfair.SteFFLe().settings()
+    assert st.batch_size == "auto"
+    assert st.for_sizes([20000, 9000]).batch_size == 4096
+    assert st.for_sizes([20000, 250]).batch_size == 250  # a small silo runs full-batch rounds
+    assert pfair.SteFFLe(protect="record").settings().for_sizes([20000]).batch_size == 256
+    assert pfair.SteFFLe(batch_size=64).settings().for_sizes([20000]).batch_size == 64
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1 or 'auto'"):
+        pfair.SteFFLe(batch_size="large").settings()
+    # A fit resolves it from the public silo sizes: 3 silos of 250 German records, 1 round/epoch.
+    data = pfair.datasets.load("german")
+    model = pfair.SteFFLe(epochs=2).fit(data.X_train, data.y_train, sensitive_features=data.s_train,
+                                        silos=np.arange(data.X_train.shape[0]) % 3)
+    assert model.privacy_report_["denominator"].eq(250).all()

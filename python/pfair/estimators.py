@@ -110,7 +110,8 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(4096, smallest silo)`` (``pfair.settings.AUTO_BATCH``; the silo
-        sizes are public). With public batches (attribute mode) ε depends on the epochs, not on m,
+        sizes are public); ``min(256, smallest silo)`` with ``protect="record"``, where a small
+        hidden batch amplifies privacy. With public batches (attribute mode) ε depends on the epochs, not on m,
         while the noise on a batch mean falls as 1/m: large batches are cheap in privacy
         (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.

@@ -60,6 +60,7 @@ class ConvergenceMonitor:
     collapse_since: int | None = None
     collapse_info: dict = field(default_factory=dict)
     last_norm: float = 0.0
+    ever_varied: bool = False
 
     def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float) -> None:
         """Check θ after epoch ``epoch`` (1-based) and warn on divergence."""
@@ -85,18 +86,21 @@ class ConvergenceMonitor:
                                       w_norm=float(np.linalg.norm(w)), records=total)
         else:
             self.collapse_since, self.collapse_info = None, {}
+            self.ever_varied = True
 
     def finish(self, w_radius: float | None) -> None:
         """Warn if the final model is a constant predictor (silo-local numbers)."""
         if self.collapse_since is None:
             return
         c = self.collapse_info
-        at_radius = w_radius is not None and c["w_norm"] >= 0.999 * w_radius * 1.0
+        at_radius = w_radius is not None and c["w_norm"] >= 0.999 * w_radius
         warnings.warn(
             f"training collapsed to a constant predictor from epoch {self.collapse_since} on: the model predicts "
             f"class index {c['cls']} for {100 * c['share']:.2f}% of {c['records']} of the silos' records (a silo-local "
             f"check; nothing of it was sent), ‖θ‖ = {c['theta_norm']:.4g}, ‖W‖ = {c['w_norm']:.4g}"
             + (f" (at the radius w_radius = {w_radius:g})" if at_radius else "")
+            + (". It never predicted more than one class in this fit: it may be under-trained (more epochs or a "
+               "larger lr_theta)" if not self.ever_varied else "")
             + f". lam = {self.lam:g} may be past what the data allow, or the steps are too large "
             f"({self.lr_w_text}); try a smaller lam or lr_theta"
             + (" or w_step='normalised' (the paper's W step λ·lr_w oscillates once λ·lr_w·E[F] > 1)"
