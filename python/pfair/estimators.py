@@ -10,8 +10,9 @@ depend on the sensitive attribute, and sends them; the server sets
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],    W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
 
 (``rust/src/round.rs``), where by default (``w_step="normalised"``) the server passes
-``η_W / λ`` as the W step so that W moves by ``η_W ∇_W ψ̄`` at every λ (see ``w_step``). Each silo calibrates its own noise to its own (ε, δ) and keeps its own
-ledger; it refuses to send a message that would exceed its budget.
+``η_W / λ`` as the W step so that W moves by ``η_W ∇_W ψ̄`` at every λ (see ``w_step``). Each
+silo calibrates its own noise to its own (ε, δ) and keeps its own ledger; it refuses to send a
+message that would exceed its budget.
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
     Data", 2024, Alg. 1).
 
+    The defaults (``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``epochs``) were
+    chosen on validation splits of the bundled data sets at ε = 1 by
+    :mod:`pfair.experiments.defaults` (docs/optimisation.md).
+
     Parameters
     ----------
     fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
@@ -111,16 +116,13 @@ class SteFFLe(_ParamsMixin, LinearSoftmaxMixin):
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(4096, smallest silo)`` (``pfair.settings.AUTO_BATCH``; the silo
         sizes are public); ``min(256, smallest silo)`` with ``protect="record"``, where a small
-        hidden batch amplifies privacy. With public batches (attribute mode) ε depends on the epochs, not on m,
-        while the noise on a batch mean falls as 1/m: large batches are cheap in privacy
-        (docs/optimisation.md).
+        hidden batch amplifies privacy. With public batches (attribute mode) ε depends on the
+        epochs, not on m, while the noise on a batch mean falls as 1/m: large batches are cheap in
+        privacy (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
     w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
         has curvature ``2λ E[F_u]``, so past ``λ η_W E[F_u] = 1`` W oscillates onto the radius and
         training collapses to a constant predictor (on Adult at λ ≈ 2.6 with η_W = 0.5).
-        Defaults (``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``epochs``) were
-        chosen on validation splits of the bundled data sets at ε = 1 by
-        :mod:`pfair.experiments.defaults`.
         ``"normalised"`` steps W by ``η_W ∇_W ψ̄`` whatever λ (stable for η_W < 1). Server-side
         post-processing: privacy is the same either way. See docs/optimisation.md.
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
