@@ -36,11 +36,14 @@ def dp_violation(model, X, y, s):
 def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
     plain = SteFFLe(lam=0.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    fair = SteFFLe(lam=2.0, lr_w=1.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    fair = SteFFLe(lam=8.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3
     assert v1 < 0.5 * v0
+    # Fairer by a better model, not by the constant predictor (accuracy 0.5 on these data): the
+    # paper's W step at λ·η_W = 2 reached v1 ≈ 0 exactly that way.
+    assert fair.score(X, y) > 0.7
     assert len(plain.history_) == FAST["epochs"]
     assert {"train_error", "train_dp_violation", "train_eo_violation", "batch_psi"} <= set(plain.history_.columns)
 

@@ -109,7 +109,7 @@ def test_ledgers_belong_to_sensitive_silos_with_the_right_rates():
         assert m.ledgers_[c].epsilon_spent() == pytest.approx(again, rel=1e-9)
     # Noise is calibrated to the sums' sensitivities (denominator 1).
     assert rep["denominator"].eq(1.0).all()
-    np.testing.assert_allclose(rep["sigma_theta"], rep["noise_multiplier"] * np.sqrt(2) * 2 * 1.0)
+    np.testing.assert_allclose(rep["sigma_theta"], rep["noise_multiplier"] * np.sqrt(2) * 2 * m.settings().clip)
 
 
 def test_sample_rates_without_amplification_are_one():

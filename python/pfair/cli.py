@@ -135,17 +135,20 @@ def add_train_parser(sub: Any) -> None:
                    choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
                    help="fairness notion the penalty enforces (default demographic_parity)")
     p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
-    p.add_argument("--batch-size", type=int, default=256, help="records per silo per round (default 256)")
+    p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
+                   help="records per silo per round; auto (default): min(4096, smallest silo), 256 with "
+                        "--protect record")
     p.add_argument("--lr-theta", type=float, default=0.25,
                    help="step size of the model parameters theta (default 0.25)")
-    p.add_argument("--lr-w", type=float, default=0.5,
-                   help="step size of the fairness adversary W, the ascent player (default 0.5)")
+    p.add_argument("--lr-w", type=float, default=0.25,
+                   help="step size of the fairness adversary W, the ascent player (default 0.25)")
     p.add_argument("--w-radius", type=_float_or_none, default=2.0,
                    help="D: each W block is projected onto the Frobenius ball of radius D; 'none' = no "
                         "projection (default 2)")
-    p.add_argument("--clip", type=_float_or_none, default=1.0,
+    p.add_argument("--clip", type=lambda t: "auto" if t == "auto" else _float_or_none(t), default="auto",
                    help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
-                        "to; 'none' = no clipping (only with --epsilon none; default 1)")
+                        "to; auto (default): 0.5 when private, no clipping otherwise; 'none' = no clipping "
+                        "(only with --epsilon none)")
     p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"],
                    help="how a silo draws its batch each round (default without_replacement)")
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"],

@@ -9,8 +9,10 @@ depend on the sensitive attribute, and sends them; the server sets
 
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],    W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
 
-(``rust/src/round.rs``). Each silo calibrates its own noise to its own (ε, δ) and keeps its own
-ledger; it refuses to send a message that would exceed its budget.
+(``rust/src/round.rs``), where by default (``w_step="normalised"``) the server passes
+``η_W / λ`` as the W step so that W moves by ``η_W ∇_W ψ̄`` at every λ (see ``w_step``). Each
+silo calibrates its own noise to its own (ε, δ) and keeps its own ledger; it refuses to send a
+message that would exceed its budget.
 """
 
 from __future__ import annotations
@@ -115,6 +117,10 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
     Data", 2024, Alg. 1).
 
+    The defaults (``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``epochs``) were
+    chosen on validation splits of the bundled data sets at ε = 1 by
+    :mod:`pfair.experiments.defaults` (docs/optimisation.md).
+
     Parameters
     ----------
     fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
@@ -123,12 +129,24 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
         left (the budget lives in the silos' ledgers).
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
-    batch_size : int, m, the fixed batch size (``sampling="poisson"``: the expected size).
+    batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
+        ``"auto"`` (default): ``min(4096, smallest silo)`` (``pfair.settings.AUTO_BATCH``; the silo
+        sizes are public); ``min(256, smallest silo)`` with ``protect="record"``, where a small
+        hidden batch amplifies privacy. With public batches (attribute mode) ε depends on the
+        epochs, not on m, while the noise on a batch mean falls as 1/m: large batches are cheap in
+        privacy (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
+    w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
+        has curvature ``2λ E[F_u]``, so past ``λ η_W E[F_u] = 1`` W oscillates onto the radius and
+        training collapses to a constant predictor (on Adult at λ ≈ 2.6 with η_W = 0.5).
+        ``"normalised"`` steps W by ``η_W ∇_W ψ̄`` whatever λ (stable for η_W < 1). Server-side
+        post-processing: privacy is the same either way. See docs/optimisation.md.
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
-    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i (None: none; required when private).
+    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 0.5 when
+        ``epsilon`` is set, no clipping in a non-private fit; None: no clipping (refused when
+        private, where the sensitivity needs a clip norm).
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with
-        ``protect="record"``.
+        ``protect="record"``; ``"auto"``: 1.0 and 2.0 when private, no clipping otherwise.
     sampling : {"without_replacement", "poisson", "full_batch"}; the accountant matches it exactly.
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
     calibration : "rdp" (numeric accountant) or "paper" (the paper's closed form; its rounds past the
@@ -204,13 +222,13 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         epsilon: float | None = None,
         delta: float | None = None,
         epochs: int = 40,
-        batch_size: int = 256,
+        batch_size: int | str = "auto",
         lr_theta: float = 0.25,
-        lr_w: float = 0.5,
+        lr_w: float = 0.25,
         w_radius: float | None = 2.0,
-        clip: float | None = 1.0,
-        clip_loss: float | None = 1.0,
-        clip_w: float | None = 2.0,
+        clip: float | str | None = "auto",
+        clip_loss: float | str | None = "auto",
+        clip_w: float | str | None = "auto",
         sampling: str = "without_replacement",
         protect: str = "attribute",
         calibration: str = "rdp",
@@ -218,6 +236,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         p_s_epsilon_share: float = 0.1,
         lr_decay: float = 0.8,
         decay_every: int = 10,
+        w_step: str = "normalised",
         output: str = "last",
         silo_weights: str = "uniform",
         positive_class: int = 1,
@@ -232,7 +251,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         warm_start: bool = False,
         max_violation: float | None = None,
         max_violation_epsilon_share: float = 0.1,
-        lam_lr: float = 3.0,
+        lam_lr: float = 10.0,
     ) -> None:
         self.fairness = fairness
         self.lam = lam
@@ -253,6 +272,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         self.p_s_epsilon_share = p_s_epsilon_share
         self.lr_decay = lr_decay
         self.decay_every = decay_every
+        self.w_step = w_step
         self.output = output
         self.silo_weights = silo_weights
         self.positive_class = positive_class

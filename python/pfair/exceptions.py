@@ -31,3 +31,6 @@ except ImportError:  # pragma: no cover
 class NotFittedError(_SklearnNotFitted, RuntimeError):  # type: ignore[misc,valid-type]
     """Raised when a model is used before ``fit``: scikit-learn's ``NotFittedError`` (a
     ``ValueError``/``AttributeError``) and a ``RuntimeError`` (what pfair raised before)."""
+class ConvergenceWarning(UserWarning):
+    """Training failed silently: θ diverged (its norm exploded) or the model collapsed to a
+    constant predictor. The message gives the epoch, the norms and the share of the predicted class."""

@@ -93,7 +93,7 @@ class HybridRunner:
         from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
         from pfair.privacy.proportions import public_proportions
 
-        st = settings
+        st = settings.for_sizes(fed.sizes)  # batch_size="auto" → an integer from the public silo sizes
         mode = st.mode
         if st.protect != "attribute":
             raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
@@ -240,12 +240,13 @@ class HybridRunner:
                                clip_theta=self.clip, dummy_noise=st.dummy_noise)
                 for c, (plan, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
         k, l = self.fed.n_groups, self.fed.n_classes
-        server = HybridServer(lam=st.lam, lr_w=st.lr_w, w_radius=float(st.w_radius or math.inf), block_len=k * l)
+        server = HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), block_len=k * l)
         return ns, sens, server
 
     def run(self, *, on_epoch: Any = None, progress: bool = False, fast: bool = True) -> Any:
         """Train; returns a :class:`pfair.protocol.simulation.RunState`. ``fast=False`` runs the
         rounds party by party (:meth:`parties`); the result is the same bit for bit."""
+        from pfair.protocol.convergence import ConvergenceMonitor
         from pfair.protocol.simulation import RunState
 
         st = self.settings
@@ -261,6 +262,11 @@ class HybridRunner:
 
             epochs = progress_bar(epochs, desc="SteFFLe", unit="epoch")
         parties = None if fast else self.parties()
+        # Divergence from released θ; collapse checked by the silos that hold the features, locally
+        # (pfair.protocol.convergence), never sent nor kept in the history of a private fit.
+        monitor = ConvergenceMonitor(
+            n_classes=l, lam=float(st.lam), lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
+            silo_features=[silo.X for silo in self.fed.silos])
         for epoch in epochs:
             start = epoch * R
             lr = st.lr_at(epoch)
@@ -275,6 +281,7 @@ class HybridRunner:
                         state.snapshot = (theta.copy(), w.copy())
                 if not np.all(np.isfinite(theta)):
                     raise FloatingPointError(f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam")
+                monitor.after_epoch(epoch + 1, theta, w, lr)
                 info = {"epoch": epoch + 1, "lr_theta": lr, "theta_norm": float(np.linalg.norm(theta)),
                         "w_norm": float(np.linalg.norm(w)), "update_norm": float(np.linalg.norm(theta - before))}
                 row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
@@ -291,7 +298,7 @@ class HybridRunner:
                     theta, w, self.inv, batch_size=st.batch_size, clip_theta=self.clip,
                     sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
                     dummy_noise=st.dummy_noise, noise_keys=self.keys, lam=float(st.lam), lr_theta=lr,
-                    lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
+                    lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
                     n_rounds=count,
                 )
 
@@ -303,6 +310,7 @@ class HybridRunner:
             theta, w = out["theta"], out["w"]
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam")
+            monitor.after_epoch(epoch + 1, theta, w, lr)
             info = {"epoch": epoch + 1, "lr_theta": lr, "theta_norm": float(np.linalg.norm(theta)),
                     "w_norm": float(np.linalg.norm(w)), "update_norm": float(np.linalg.norm(theta - before))}
             if st.exact_diagnostics or not st.private:
@@ -311,4 +319,5 @@ class HybridRunner:
             if row is not None:
                 state.history.append(row)
             state.epochs_done, state.theta, state.w = epoch + 1, theta, w
+        monitor.finish(st.w_radius)
         return state

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,6 +21,16 @@ from pfair.exceptions import PrivacyWarning
 
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+W_STEPS = ("normalised", "paper")
+#: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
+PRIVATE_CLIPS = {"clip": 0.5, "clip_loss": 1.0, "clip_w": 2.0}
+CLIP_NAMES = tuple(PRIVATE_CLIPS)
+#: ``batch_size="auto"``: this many records per silo and round, or the whole silo if it is smaller
+#: (chosen on validation splits by :mod:`pfair.experiments.defaults`; docs/optimisation.md).
+AUTO_BATCH = 4096
+#: ``batch_size="auto"`` with ``protect="record"``, where a hidden batch amplifies privacy and a
+#: small one amplifies more (best of 256/1024/4096 on the Adult and Credit Card validation splits).
+AUTO_BATCH_RECORD = 256
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
 #: Largest ``lam · lr_theta`` accepted without a warning (see :meth:`SteFFLeSettings.warn_about_step_sizes`).
@@ -64,7 +74,7 @@ def check_max_violation(p: dict) -> None:
     """Validate the fairness-target settings (``max_violation`` and its companions) in place."""
     p.setdefault("max_violation", None)
     p.setdefault("max_violation_epsilon_share", 0.1)
-    p.setdefault("lam_lr", 3.0)
+    p.setdefault("lam_lr", 10.0)
     target = p["max_violation"]
     check_positive(p["lam_lr"], "lam_lr")
     share = p["max_violation_epsilon_share"]
@@ -101,13 +111,13 @@ class SteFFLeSettings:
     epsilon: float | None = None
     delta: float | None = None
     epochs: int = 40
-    batch_size: int = 256
+    batch_size: int | str = "auto"
     lr_theta: float = 0.25
-    lr_w: float = 0.5
+    lr_w: float = 0.25
     w_radius: float | None = 2.0
-    clip: float | None = 1.0
-    clip_loss: float | None = 1.0
-    clip_w: float | None = 2.0
+    clip: float | str | None = "auto"
+    clip_loss: float | str | None = "auto"
+    clip_w: float | str | None = "auto"
     sampling: str = "without_replacement"
     protect: str = "attribute"
     calibration: str = "rdp"
@@ -115,6 +125,7 @@ class SteFFLeSettings:
     p_s_epsilon_share: float = 0.1
     lr_decay: float = 0.8
     decay_every: int = 10
+    w_step: str = "normalised"
     output: str = "last"
     silo_weights: str = "uniform"
     positive_class: int = 1
@@ -129,8 +140,14 @@ class SteFFLeSettings:
     warm_start: bool = False
     max_violation: float | None = None
     max_violation_epsilon_share: float = 0.1
-    lam_lr: float = 3.0
+    lam_lr: float = 10.0
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # "auto" clip norms: the private defaults when epsilon is set, no clipping otherwise.
+        for name in CLIP_NAMES:
+            if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
+                object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -163,6 +180,34 @@ class SteFFLeSettings:
         """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
         return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
 
+    def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
+        """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
+        ``min(AUTO_BATCH, smallest silo)`` (``AUTO_BATCH_RECORD`` with ``protect="record"``). Silo
+        sizes are public (they set δ and the rounds per epoch), so the batch size stays a public
+        setting. Other settings are returned as they are."""
+        if self.batch_size != "auto":
+            return self
+        cap = AUTO_BATCH_RECORD if self.protect == "record" else AUTO_BATCH
+        smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
+        return replace(self, batch_size=max(1, min(cap, smallest)))
+
+    def server_lr_w(self, lam: float | None = None) -> float:
+        """The ``lr_w`` the server update takes, which multiplies it by λ
+        (``W ← Π_D(W + λ·lr_w·Σ ω_j ∇_W ψ_j)``).
+
+        ``w_step="normalised"`` (default): ``η_W / λ``, so W moves by ``η_W ∇_W ψ̄`` whatever λ.
+        The W-problem ``max_W λ ψ̄(θ, W)`` is a concave quadratic with curvature ``2λ E[F_u]``
+        per column u; the paper's step ``λ η_W`` contracts only while ``λ η_W E[F_u] < 1`` and
+        beyond it W oscillates to the radius and training collapses to a constant predictor
+        (docs/optimisation.md). With ``η_W / λ`` the contraction factor is ``1 − 2 η_W E[F_u]``,
+        stable for every λ when ``η_W < 1``. ``lam``: the round's λ when ``max_violation`` adapts it
+        (default ``self.lam``). ``w_step="paper"``: ``η_W`` as given (Algorithm 1).
+        This is post-processing of the released messages on the server: privacy is unchanged."""
+        lam = float(self.lam if lam is None else lam)  # λ of the round (max_violation adapts it)
+        if self.w_step == "normalised" and lam > 0:
+            return float(self.lr_w) / lam
+        return float(self.lr_w)
+
     def delta_for(self, n_records: int) -> float:
         return self.delta if self.delta is not None else default_delta(n_records)
 
@@ -186,10 +231,22 @@ class SteFFLeSettings:
             if not 0 < p["delta"] < 1:
                 raise ValueError(f"delta must be in (0, 1), got {p['delta']}; a common choice is 1/n²")
         check_int(p["epochs"], "epochs")
-        check_int(p["batch_size"], "batch_size")
+        if not (isinstance(p["batch_size"], str) and p["batch_size"] == "auto"):
+            if isinstance(p["batch_size"], str):
+                raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH}, smallest silo)), "
+                                 f"got {p['batch_size']!r}")
+            check_int(p["batch_size"], "batch_size")
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
         check_positive(p["lr_w"], "lr_w", allow_zero=True)
-        for name in ("w_radius", "clip", "clip_loss", "clip_w"):
+        check_choice(p.get("w_step", "normalised"), "w_step", W_STEPS)
+        check_positive(p["w_radius"], "w_radius", allow_none=True)
+        private = p["epsilon"] is not None
+        for name in CLIP_NAMES:
+            if isinstance(p[name], str):
+                if p[name] != "auto":
+                    raise ValueError(f"{name} must be a positive number, None (no clipping) or 'auto' ({PRIVATE_CLIPS[name]:g} "
+                                     f"when epsilon is set, no clipping otherwise); got {p[name]!r}")
+                p[name] = PRIVATE_CLIPS[name] if private else None
             check_positive(p[name], name, allow_none=True)
         check_choice(p["sampling"], "sampling", SAMPLINGS)
         check_choice(p["protect"], "protect", ("attribute", "record"))
@@ -209,7 +266,6 @@ class SteFFLeSettings:
 
         check_max_violation(p)
 
-        private = p["epsilon"] is not None
         p_s = p["p_s"]
         if p_s is None:
             p_s = "dp" if private else "pooled"

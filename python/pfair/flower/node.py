@@ -54,9 +54,11 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     raw = run_config.get("settings")
     if raw is None:
         raise ValueError("the run config has no 'settings' entry (a JSON object of SteFFLe settings)")
+    from pfair.settings import AUTO_BATCH, CLIP_NAMES
+
     params = json.loads(raw) if isinstance(raw, str) else dict(raw)
     params["noise_seed"] = None
-    defaults = SteFFLeSettings().as_dict()
+    defaults = SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES}  # resolved with epsilon
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown SteFFLe settings in the run config: {unknown}")
@@ -66,7 +68,9 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
-        return SteFFLeSettings.from_params({**defaults, **params})
+        st = SteFFLeSettings.from_params({**defaults, **params})
+    # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
+    return st.for_sizes([AUTO_BATCH])
 
 
 class SiloNode:

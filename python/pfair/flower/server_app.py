@@ -44,6 +44,7 @@ from pfair.fairness_target import n_releases, release_std
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import SiloNoise
 from pfair.privacy.proportions import combine_histograms, public_proportions
+from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.server import ServerParty, reply_limits
 from pfair.settings import SteFFLeSettings
 
@@ -317,6 +318,8 @@ class SteFFLeStrategy(Strategy):
         snapshot = None
         t_setup = time.monotonic() - t0
         arrays = codec.arrays(theta=self.theta, w=self.w)
+        monitor = ConvergenceMonitor(n_classes=self.n_classes, lam=float(st.lam),
+                                     lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}")
         for rnd in range(T):
             if len(self.refused) >= self.n_silos:
                 self._note("all_refused", round=rnd)
@@ -333,6 +336,11 @@ class SteFFLeStrategy(Strategy):
                 snapshot = (self.theta.copy(), self.w.copy())
             if not np.all(np.isfinite(self.theta)):
                 raise FloatingPointError(f"training diverged at round {rnd}")
+            if (rnd + 1) % R == 0:  # divergence from the released θ (the server has no records)
+                was = monitor.diverged
+                monitor.after_epoch((rnd + 1) // R, self.theta, self.w, self.server.lr_theta(rnd))
+                if monitor.diverged and not was:
+                    self._note("diverged", round=rnd, theta_norm=float(np.linalg.norm(self.theta)))
             if self.server.controller is not None and (rnd + 1) % R == 0 and rnd // R < n_releases(st.epochs):
                 self._violation(grid, rnd // R)
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)

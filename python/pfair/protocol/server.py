@@ -9,7 +9,9 @@ renormalises the weights of the silos that answered, and calls the Rust ``server
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],     W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
 
 with ``η_θ`` decayed by ``lr_decay`` every ``decay_every`` epochs and each W block projected on the
-Frobenius ball of radius D. The simulation's fast path runs the same Rust function.
+Frobenius ball of radius D. The ``η_W`` passed is :meth:`SteFFLeSettings.server_lr_w`: ``lr_w / λ``
+by default (``w_step="normalised"``, so W moves by ``lr_w ∇_W ψ̄`` at every λ), ``lr_w`` with
+``w_step="paper"``; a choice of the server on released messages, so privacy is unchanged. The simulation's fast path runs the same Rust function.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class ServerParty:
         th, wv = _core.server_update(
             np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64), self.block_len,
             [m.parts() for _, m in ok], om.tolist(), lam=float(self.lam), lr_theta=self.lr_theta(round),
-            lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+            lr_w=st.server_lr_w(self.lam), w_radius=float(st.w_radius or math.inf),
         )
         return th, wv, [j for j, _ in ok]
 

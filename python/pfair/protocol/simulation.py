@@ -34,6 +34,7 @@ from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarni
 from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import combine_histograms, public_proportions
+from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.server import ServerParty, reply_limits
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
@@ -106,7 +107,7 @@ class Simulation:
 
     def __init__(self, settings: SteFFLeSettings, fed: Any, *, ledgers: Any = None, fast: bool = True,
                  provider_factory: Callable[..., Any] | None = None) -> None:
-        st = settings
+        st = settings.for_sizes(fed.sizes)  # batch_size="auto" → an integer from the public silo sizes
         self.settings, self.fed = st, fed
         k, l, d = fed.n_groups, fed.n_classes, fed.n_features
         self.dims = (d, k, l)
@@ -218,6 +219,11 @@ class Simulation:
         start_epoch = max([state.epochs_done] + [math.ceil(r / R) for r in next_rounds])
         theta, w = state.theta.copy(), state.w.copy()
         refused: set[int] = set()
+        # Divergence from released θ; collapse from each silo's own records, checked and warned
+        # about locally (linear model only), never sent nor kept in the history of a private fit.
+        monitor = ConvergenceMonitor(
+            n_classes=l, lam=float(st.lam), lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
+            silo_features=[silo.X for silo in fed.silos] if self.silo_set is not None else None)
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
             from pfair._progress import progress_bar
@@ -250,7 +256,7 @@ class Simulation:
                 out = self.silo_set.run_rounds(
                     theta, w, inv, [p.config for p in self.parties], om.tolist(),
                     batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
-                    lam=float(server.lam), lr_theta=lr, lr_w=float(st.lr_w), w_radius=float(st.w_radius or math.inf),
+                    lam=float(server.lam), lr_theta=lr, lr_w=st.server_lr_w(server.lam), w_radius=float(st.w_radius or math.inf),
                     start=start, n_rounds=R, snapshot_round=pick,
                 )
                 theta, w = out["theta"], out["w"]
@@ -284,6 +290,7 @@ class Simulation:
                 raise FloatingPointError(
                     f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam, or clip harder"
                 )
+            monitor.after_epoch(epoch + 1, theta, w, lr)
             info = {"epoch": epoch + 1, "lr_theta": lr, "silos_answering": answered,
                     "theta_norm": float(np.linalg.norm(theta)), "w_norm": float(np.linalg.norm(w)),
                     "update_norm": float(np.linalg.norm(theta - before))}
@@ -300,6 +307,7 @@ class Simulation:
                     epochs.set_postfix({k2: f"{v:.4g}" for k2, v in row.items()
                                         if k2 in ("train_loss", "test_error", "update_norm")})
         state.run_ids = [p.run_id for p in self.parties]
+        monitor.finish(st.w_radius)
         return state
 
     def target_step(self, theta: np.ndarray, epoch: int, active: list, refused: set) -> dict:

@@ -206,7 +206,7 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
             else np.zeros(blocks * k * l)
 
         def factory(j: int, silo: Any, cfg: Any) -> TorchProvider:
-            return TorchProvider.for_silo(module, silo, st, n_groups=k, n_classes=l, input_shape=shape,
+            return TorchProvider.for_silo(module, silo, st.for_sizes(fed.sizes), n_groups=k, n_classes=l, input_shape=shape,
                                           device=self.device_, chunk_size=self.chunk_size)
 
         pooled = fed.pooled() if st.track_history and (st.exact_diagnostics or not st.private) else None

@@ -1,0 +1,109 @@
+"""Detect the two silent failures of a SteFFLe fit and warn with the numbers.
+
+* **Divergence** — from released values only (θ after each epoch), so the server may check it in a
+  private fit: ``‖θ‖ ≥ DIVERGED_NORM``, or ``‖θ‖`` growing by more than ``GROWTH`` in one epoch
+  to above 100. A linear-softmax model with ``‖θ‖ = 10³`` on standardised features has logits in
+  the hundreds: its probabilities are 0/1 to machine precision and its gradients vanish, so it
+  does not come back. (A non-finite θ stays an error: :class:`FloatingPointError`.)
+* **Collapse to a constant predictor** — one class predicted for at least ``COLLAPSE_SHARE`` of
+  the records. This reads the silos' records, so it is a *silo-local* check: each silo looks at
+  its own records (at most ``SAMPLE`` of them, a fixed stride) and the warning is raised in the
+  process that holds them (the simulation). The shares are never sent, and never stored in the
+  ``history_`` of a private fit.
+
+Both warn once per fit, as :class:`pfair.exceptions.ConvergenceWarning`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from pfair import _core
+from pfair.exceptions import ConvergenceWarning
+
+#: ‖θ‖ from which training counts as diverged.
+DIVERGED_NORM = 1e3
+#: Growth of ‖θ‖ in one epoch (from at least 10, so to at least 100) that counts as diverging.
+GROWTH = 10.0
+#: Share of the records predicted as one class from which the model counts as constant.
+COLLAPSE_SHARE = 0.999
+#: Records per silo the collapse check reads (a fixed stride over the silo's rows).
+SAMPLE = 2000
+
+
+def local_prediction_counts(X: np.ndarray, theta: np.ndarray, n_classes: int, sample: int = SAMPLE) -> np.ndarray:
+    """How many of (a fixed stride of at most ``sample`` of) a silo's records each class is
+    predicted for. Silo-local: it reads the silo's features."""
+    n = X.shape[0]
+    rows = X if n <= sample else X[:: math.ceil(n / sample)]
+    pred = np.argmax(_core.predict_proba(np.ascontiguousarray(rows), theta, n_classes), axis=1)
+    return np.bincount(pred, minlength=n_classes)
+
+
+@dataclass
+class ConvergenceMonitor:
+    """Follows a fit epoch by epoch (see the module docstring).
+
+    ``silo_features``: the silos' feature arrays for the silo-local collapse check (None: no
+    collapse check, e.g. a model other than the linear one)."""
+
+    n_classes: int
+    lam: float
+    lr_w_text: str
+    silo_features: Sequence[np.ndarray] | None = None
+    diverged: bool = False
+    collapse_since: int | None = None
+    collapse_info: dict = field(default_factory=dict)
+    last_norm: float = 0.0
+    ever_varied: bool = False
+
+    def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float) -> None:
+        """Check θ after epoch ``epoch`` (1-based) and warn on divergence."""
+        norm = float(np.linalg.norm(theta))
+        if not self.diverged and (norm >= DIVERGED_NORM or (self.last_norm > 0 and norm > GROWTH * max(self.last_norm, 10.0))):
+            self.diverged = True
+            warnings.warn(
+                f"training diverged at epoch {epoch}: ‖θ‖ = {norm:.4g} (was {self.last_norm:.4g} the epoch before), "
+                f"‖W‖ = {float(np.linalg.norm(w)):.4g}, lr_theta = {lr_theta:g}, lam = {self.lam:g}. The θ step "
+                "scales with lr_theta·(1 + lam·‖∇ψ‖); lower lr_theta or lam",
+                ConvergenceWarning, stacklevel=4,
+            )
+        self.last_norm = norm
+        if self.silo_features is None:
+            return
+        counts = sum(local_prediction_counts(X, theta, self.n_classes) for X in self.silo_features)
+        total = int(np.sum(counts))
+        share = float(np.max(counts)) / total if total else 0.0
+        if share >= COLLAPSE_SHARE:
+            if self.collapse_since is None:
+                self.collapse_since = epoch
+            self.collapse_info = dict(epoch=epoch, share=share, cls=int(np.argmax(counts)), theta_norm=norm,
+                                      w_norm=float(np.linalg.norm(w)), records=total)
+        else:
+            self.collapse_since, self.collapse_info = None, {}
+            self.ever_varied = True
+
+    def finish(self, w_radius: float | None) -> None:
+        """Warn if the final model is a constant predictor (silo-local numbers)."""
+        if self.collapse_since is None:
+            return
+        c = self.collapse_info
+        at_radius = w_radius is not None and c["w_norm"] >= 0.999 * w_radius
+        warnings.warn(
+            f"training collapsed to a constant predictor from epoch {self.collapse_since} on: the model predicts "
+            f"class index {c['cls']} for {100 * c['share']:.2f}% of {c['records']} of the silos' records (a silo-local "
+            f"check; nothing of it was sent), ‖θ‖ = {c['theta_norm']:.4g}, ‖W‖ = {c['w_norm']:.4g}"
+            + (f" (at the radius w_radius = {w_radius:g})" if at_radius else "")
+            + (". It never predicted more than one class in this fit: it may be under-trained (more epochs or a "
+               "larger lr_theta)" if not self.ever_varied else "")
+            + f". lam = {self.lam:g} may be past what the data allow, or the steps are too large "
+            f"({self.lr_w_text}); try a smaller lam or lr_theta"
+            + (" or w_step='normalised' (the paper's W step λ·lr_w oscillates once λ·lr_w·E[F] > 1)"
+               if "'paper'" in self.lr_w_text else ""),
+            ConvergenceWarning, stacklevel=4,
+        )

@@ -1,0 +1,113 @@
+"""The W step, silent-failure warnings and clipping defaults (docs/optimisation.md)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import pfair
+from pfair import SteFFLe
+from pfair.exceptions import ConvergenceWarning
+from pfair.protocol.convergence import COLLAPSE_SHARE
+
+
+@pytest.fixture(scope="module")
+def german():
+    return pfair.datasets.load("german")
+
+
+def fit(data, **kw):
+    params = dict(epochs=5, batch_size=64, seed=0)
+    params.update(kw)
+    return SteFFLe(**params).fit(data.X_train, data.y_train, sensitive_features=data.s_train)
+
+
+def convergence_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_huge_lambda_warns_divergence_with_the_numbers(german):
+    with pytest.warns(ConvergenceWarning, match=r"diverged at epoch 1: ‖θ‖ = [0-9.e+]+") as rec:
+        model = fit(german, lam=1e9)
+    assert np.linalg.norm(model.theta_) > 1e3
+    assert any("lam = 1e+09" in m for m in convergence_warnings(rec))
+
+
+def test_bad_learning_rate_warns_divergence(german):
+    with pytest.warns(ConvergenceWarning, match="diverged"):
+        fit(german, lr_theta=1e3)
+
+
+def test_paper_w_step_past_its_stability_limit_collapses_and_warns(german):
+    # λ·η_W = 5: W oscillates onto the radius and the model predicts one class for everyone.
+    with pytest.warns(ConvergenceWarning, match=r"constant predictor from epoch \d+ on: .* class index \d for "
+                                                r"100\.00% of 750 .*w_radius = 2.*w_step='normalised'") as rec:
+        model = fit(german, lam=10.0, w_step="paper")
+    pred = model.predict(german.X_train)
+    assert np.max(np.bincount(pred)) / len(pred) >= COLLAPSE_SHARE
+    assert not any("diverged" in m for m in convergence_warnings(rec))
+
+
+def test_normalised_w_step_does_not_collapse_where_the_paper_step_does(german):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = fit(german, lam=10.0)
+    pred = model.predict(german.X_test)
+    assert 0.02 < np.mean(pred == 1) < 0.98
+    # Same λ, same data: the paper's W step ends at the radius, the normalised one inside it.
+    paper = SteFFLe(lam=10.0, epochs=5, batch_size=64, w_step="paper")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        paper.fit(german.X_train, german.y_train, sensitive_features=german.s_train)
+    assert np.linalg.norm(paper.W_) == pytest.approx(2.0)
+    assert np.linalg.norm(model.W_) < 1.9
+
+
+@pytest.mark.parametrize("kw", [dict(lam=0.0), dict(lam=1.0), dict(lam=5.0, epsilon=1.0, noise_seed=3)])
+def test_default_runs_do_not_warn(german, kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
+        fit(german, **kw)
+
+
+def test_server_lr_w_is_the_normalised_step():
+    st = SteFFLe(lam=4.0, lr_w=0.5).settings()
+    assert st.server_lr_w() == pytest.approx(0.125)  # the server multiplies by λ: W moves by 0.5·∇ψ
+    assert SteFFLe(lam=4.0, lr_w=0.5, w_step="paper").settings().server_lr_w() == 0.5
+    assert SteFFLe(lam=0.0, lr_w=0.5).settings().server_lr_w() == 0.5
+    with pytest.raises(ValueError, match="w_step"):
+        SteFFLe(w_step="fast").settings()
+
+
+def test_nonprivate_fit_does_not_clip_by_default(german):
+    st = SteFFLe().settings()
+    assert (st.clip, st.clip_loss, st.clip_w) == (None, None, None)
+    assert all(v == float("inf") for v in st.clips().values())
+    model = fit(german, lam=1.0, epochs=2)
+    assert model.history_["clipped"].sum() == 0
+    clipped = fit(german, lam=1.0, epochs=2, clip=1e-3)
+    assert clipped.history_["clipped"].sum() > 0
+
+
+def test_private_fit_uses_a_clip_and_refuses_none(german):
+    st = SteFFLe(epsilon=1.0).settings()
+    assert (st.clip, st.clip_loss, st.clip_w) == (0.5, 1.0, 2.0)
+    assert SteFFLe(epsilon=1.0, clip=2.0).settings().clip == 2.0
+    with pytest.raises(ValueError, match="clip must be set when epsilon is set"):
+        SteFFLe(epsilon=1.0, clip=None).settings()
+    with pytest.raises(ValueError, match="clip must be a positive number, None .* or 'auto'"):
+        SteFFLe(clip="yes").settings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
+        model = fit(german, lam=2.0, epsilon=1.0, noise_seed=1, epochs=2, exact_diagnostics=True)
+    assert model.privacy_report_["sigma_theta"].iloc[0] > 0
+    assert model.history_["clipped"].sum() > 0  # C_θ = 0.5 binds for some records
+
+
+def test_hybrid_modes_warn_too(german):
+    n = german.X_train.shape[0]
+    with pytest.warns(ConvergenceWarning, match="diverged at epoch 1"):
+        SteFFLe(mode="divisions", lam=1e9, epochs=2, batch_size=64, p_s="pooled").fit(
+            german.X_train, german.y_train, sensitive_features=german.s_train, silos=np.arange(n) % 3,
+            sensitive_silos=np.arange(n) % 2)
