@@ -333,7 +333,7 @@ def _toy_frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
 def test_load_csv_dataframe_and_file(tmp_path):
     frame = _toy_frame()
     ds = load_csv(frame, label="approved", sensitive="gender", drop=["note"], positive_label="yes")
-    assert ds.label_names == ["not yes", "yes"]
+    assert ds.label_names == ["no", "yes"]  # two values: the other one names the negative class
     assert ds.group_names == ["f", "m", "x"]
     assert ds.feature_names == ["age", "income", "city=Lima", "city=Oslo", "city=Pune"]
     np.testing.assert_allclose(ds.X_train[:, :2].mean(axis=0), 0.0, atol=1e-9)
@@ -350,6 +350,22 @@ def test_load_csv_dataframe_and_file(tmp_path):
     # Without positive_label the sorted distinct values are the classes (multi-class works).
     multi = load_csv(frame, label="city", sensitive="gender", drop=["note"])
     assert multi.label_names == ["Lima", "Oslo", "Pune"] and multi.n_classes == 3
+
+
+def test_load_csv_positive_label_names_the_negative_class():
+    frame = _toy_frame().drop(columns=["note"])
+    frame["flag"] = (frame["approved"] == "yes").astype(int)
+    ints = load_csv(frame.drop(columns=["approved"]), label="flag", sensitive="gender", positive_label=1)
+    assert ints.label_names == ["0", "1"]
+    frame["income_band"] = np.where(frame["income"] > 50, ">50K", "<=50K")
+    bands = load_csv(frame.drop(columns=["approved", "flag"]), label="income_band", sensitive="gender",
+                     positive_label=">50K")
+    assert bands.label_names == ["<=50K", ">50K"]
+    # More than two values merged into the negative class: "not <positive>".
+    merged = load_csv(frame.drop(columns=["approved", "flag", "income_band"]), label="city", sensitive="gender",
+                      positive_label="Oslo")
+    assert merged.label_names == ["not Oslo", "Oslo"]
+    np.testing.assert_array_equal(_all(merged, "y").sum(), (frame["city"] == "Oslo").sum())
 
 
 def test_load_csv_drops_rows_with_missing_values():

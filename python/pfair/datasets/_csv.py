@@ -54,7 +54,8 @@ def load_csv(
 
     - ``label``: the label column.  Without ``positive_label`` its sorted distinct values become
       classes 0..l-1 (multi-class allowed); with it, y = 1 where the label equals
-      ``positive_label`` and 0 elsewhere (label_names ``["not <positive>", "<positive>"]``).
+      ``positive_label`` and 0 elsewhere (label_names ``["<other value>", "<positive>"]`` when the
+      column has two values, ``["not <positive>", "<positive>"]`` when several values merge).
     - ``sensitive``: the sensitive column, any dtype; its sorted distinct values become groups
       0..k-1.  It never enters X unless ``include_sensitive``.  Bin continuous attributes first.
     - ``categorical``: columns to one-hot encode.  ``None`` (default) auto-detects: columns of
@@ -158,7 +159,10 @@ def load_csv(
         if is_pos.all():
             raise ValueError(f"positive_label: every row of {label!r} equals {positive_label!r}")
         y = is_pos.astype(np.int64)
-        label_names = [f"not {positive_label}", str(positive_label)]
+        others = pd.unique(frame[label][~is_pos])
+        # Two values: the other one names the negative class; "not X" only when several merge.
+        negative = str(others[0]) if len(others) == 1 else f"not {positive_label}"
+        label_names = [negative, str(positive_label)]
     s, group_names = encode_categories(frame[sensitive], argument=f"sensitive {sensitive!r}")
     return build_dataset(
         name or default_name, frame, y=y, label_names=label_names, s=s, group_names=group_names,
