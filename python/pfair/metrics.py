@@ -5,34 +5,39 @@ Labels and groups may be any hashable values that numpy can sort (ints, strings,
 encoded internally with :func:`numpy.unique`, so the order of groups is the sorted order of their
 values. All probabilities are empirical frequencies over the records passed in.
 
-Definitions (``P`` is the empirical probability, ``s`` the sensitive attribute, ``y`` the true
-label and ``ŷ`` the prediction):
-
 Papers: Gupta, Poornash, Razaviyayn and Lowy, "A Stochastic Optimization Framework for Private
 and Fair Learning From Decentralized Data" (2024) ("Gupta et al."); Tran, Fioretto and Van
 Hentenryck, "Differentially Private and Fair Deep Learning: A Lagrangian Dual Approach" (2021)
 ("Tran et al."); Wu, Curtis and Robinson, "Using Synthetic Data to Mitigate Unfairness and
 Preserve Privacy through Single-Shot Federated Learning" ("Wu et al.").
 
-fairlearn's names (:func:`demographic_parity_difference`, :func:`equalized_odds_difference`,
-:func:`equal_opportunity_difference`, the ratios) and a ``MetricFrame``-style
-:func:`group_report` are at the end of this module, with fairlearn's signatures and values.
+The fairness metrics carry fairlearn's names, signatures and (for binary labels) values, and
+extend them to more classes as Gupta et al. (2024) do; the same names are the ``history_``
+columns, the command line's output and the keys of :func:`fairness_report`. Definitions (``P``
+is the empirical probability, ``s`` the sensitive attribute, ``y`` the true label and ``ŷ`` the
+prediction):
 
-* demographic parity violation, Gupta et al. App. E.1 eq. (11)::
+* :func:`demographic_parity_difference`, Gupta et al. App. E.1 eq. (11)::
 
       max_{y', s1, s2} | P[ŷ=y' | s=s1] - P[ŷ=y' | s=s2] |
 
-* equalized odds violation, Gupta et al. App. E.1 eq. (12); by default the per-true-class form::
+* :func:`equalized_odds_difference`, Gupta et al. App. E.1 eq. (12); by default the per-true-class form::
 
       max_{y, y', s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
 
   which is zero exactly when ŷ is independent of s given y (Hardt et al. 2016). The literal
   one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
   fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
-* equal opportunity violation: the gap in true-positive rate of ``pos_label`` across groups.
-* accuracy parity violation (Tran et al. 2021, §4.1): the gap in per-group accuracy.
-* statistical parity difference (Wu et al. 2024, eq. (4)) and decision-boundary covariance
-  (Wu et al. 2024, eq. (2), after Zafar et al. 2017).
+* :func:`equal_opportunity_difference`: the gap in true-positive rate of ``pos_label`` across groups.
+* :func:`accuracy_parity_violation` (Tran et al. 2021, §4.1): the gap in per-group accuracy.
+* :func:`statistical_parity_difference` (Wu et al. 2024, eq. (4)) and
+  :func:`decision_boundary_covariance` (Wu et al. 2024, eq. (2), after Zafar et al. 2017).
+* fairlearn's ratios and a ``MetricFrame``-style :func:`group_report`, with fairlearn's
+  definitions.
+
+``demographic_parity_violation``, ``equalized_odds_violation`` and
+``equal_opportunity_violation`` are aliases of the three ``*_difference`` functions, kept for
+compatibility.
 
 Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
 per-group quantity, which is how it is computed. Validation happens once, at the public
@@ -243,46 +248,113 @@ def _names(values: np.ndarray, mask: np.ndarray) -> list:
     return values[mask].tolist()
 
 
-def _dp_gap(e: _Encoded) -> float:
-    gap = _max_gap_over_present_groups(_counts(e.s, e.y_pred, e.groups.size, e.labels.size))
-    assert gap is not None  # every group found by np.unique has at least one record
+def _weights(sample_weight: Any, n: int) -> np.ndarray:
+    if sample_weight is None:
+        return np.ones(n)
+    w = _as_1d(sample_weight, "sample_weight")
+    _check_same_length(y_pred=np.empty(n), sample_weight=w)
+    try:
+        w = w.astype(np.float64)
+    except (TypeError, ValueError):
+        raise TypeError("sample_weight must be numbers (one non-negative weight per record)") from None
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("sample_weight must be finite and >= 0 (one weight per record)")
+    return w
+
+
+_METHODS = ("between_groups", "to_overall")
+
+
+def _check_method(method: str) -> None:
+    if method not in _METHODS:
+        raise ValueError(f"method={method!r} is not supported; pass 'between_groups' or 'to_overall'.")
+
+
+def _check_agg(agg: str) -> None:
+    if agg not in ("worst_case", "mean"):
+        raise ValueError(f"agg={agg!r} is not supported; pass 'worst_case' or 'mean'.")
+
+
+def _classes(e: _Encoded, pos_label: Hashable | None) -> list[int]:
+    """Predicted classes whose rates are compared: every label for ``pos_label=None``, else the
+    code of ``pos_label``; none when ``pos_label`` is of the labels' kind but never occurs (its
+    rate is 0 in every group, as fairlearn's ``selection_rate``). Another kind is an error."""
+    if pos_label is None:
+        return list(range(e.labels.size))
+    if _same_kind(e.labels, pos_label) and not any(v == pos_label for v in e.labels.tolist()):
+        return []
+    return [_label_code(e.labels, pos_label, "pos_label")]
+
+
+def _set_gap(e: _Encoded, w: np.ndarray, in_set: np.ndarray, classes: list[int], method: str) -> float | None:
+    """The gap of one conditioning set (the records ``in_set``).
+
+    Per group g with positive weight in the set, the weighted rate ``r_g(c) = P_w[ŷ = c | s = g,
+    set]`` of each class c in ``classes``; ``between_groups``: ``max_c (max_g r_g(c) − min_g r_g(c))``,
+    ``to_overall``: ``max_c max_g |r_g(c) − r(c)|`` with ``r(c)`` the rate over the whole set.
+    Groups absent from the set have no rate and are left out; ``None`` when fewer than two groups
+    are present (the gap is undefined)."""
+    k = e.groups.size
+    s, yp, ws = e.s[in_set], e.y_pred[in_set], w[in_set]
+    totals = np.bincount(s, weights=ws, minlength=k)
+    present = totals > 0
+    if np.count_nonzero(present) < 2:
+        return None
+    gaps = [0.0]
+    for c in classes:
+        hit = ws * (yp == c)
+        rates = np.bincount(s, weights=hit, minlength=k)[present] / totals[present]
+        if method == "between_groups":
+            gaps.append(float(rates.max() - rates.min()))
+        else:
+            gaps.append(float(np.max(np.abs(rates - hit.sum() / ws.sum()))))
+    return max(gaps)
+
+
+def _dp_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable | None, method: str) -> float:
+    gap = _set_gap(e, w, np.ones(e.y_pred.shape[0], dtype=bool), _classes(e, pos_label), method)
+    if gap is None:
+        raise ValueError(
+            "demographic parity difference is undefined: fewer than 2 groups of sensitive_features "
+            "have positive sample_weight; pass positive weights for at least 2 groups."
+        )
     return gap
 
 
-def _eo_gap(e: _Encoded, conditioning: str) -> float:
+def _eo_gaps(e: _Encoded, w: np.ndarray, pos_label: Hashable | None, conditioning: str, method: str) -> list:
+    """The gaps that equalized odds combines (``None`` where a set has fewer than 2 groups)."""
     assert e.y_true is not None
-    k, n_labels = e.groups.size, e.labels.size
+    if pos_label is None and conditioning == "per_class":
+        everything = list(range(e.labels.size))
+        return [_set_gap(e, w, e.y_true == y, everything, method) for y in np.unique(e.y_true)]
     gaps = []
-    if conditioning == "per_class":
-        for y in np.unique(e.y_true):
-            in_class = e.y_true == y
-            counts = _counts(e.s[in_class], e.y_pred[in_class], k, n_labels)
-            gaps.append(_max_gap_over_present_groups(counts))
-    else:  # one_vs_rest: TPR (y = c) and pooled FPR (y != c) of each class c
-        for c in range(n_labels):
-            hit = (e.y_pred == c).astype(np.int64)
-            for cond in (e.y_true == c, e.y_true != c):
-                gaps.append(_max_gap_over_present_groups(_rate_table(e.s[cond], hit[cond], k)))
-    defined = [g for g in gaps if g is not None]
+    for c in (range(e.labels.size) if pos_label is None else _classes(e, pos_label)):
+        gaps.append(_set_gap(e, w, e.y_true == c, [c], method))  # true-positive rate of c
+        gaps.append(_set_gap(e, w, e.y_true != c, [c], method))  # false-positive rate of c
+    return gaps or [0.0]  # pos_label of the labels' kind that never occurs: every rate is 0
+
+
+def _eo_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable | None, conditioning: str, method: str,
+            agg: str) -> float:
+    defined = [g for g in _eo_gaps(e, w, pos_label, conditioning, method) if g is not None]
     if not defined:
         raise ValueError(
-            "equalized odds violation is undefined: no true class in y_true has records from 2 or "
+            "equalized odds difference is undefined: no true class in y_true has records from 2 or "
             f"more groups of sensitive_features (groups {e.groups.tolist()}). Pass a sample in "
             "which at least one class occurs in at least 2 groups."
         )
-    return float(max(defined))
+    return float(max(defined)) if agg == "worst_case" else float(np.mean(defined))
 
 
-def _eopp_gap(e: _Encoded, pos_label: Hashable) -> float:
+def _eopp_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str) -> float:
     assert e.y_true is not None
     p = _label_code(e.labels, pos_label, "pos_label")
     positives = e.y_true == p
-    table = _rate_table(e.s[positives], (e.y_pred[positives] == p).astype(np.int64), e.groups.size)
-    present = table.sum(axis=1) > 0
-    gap = _max_gap_over_present_groups(table)
+    gap = _set_gap(e, w, positives, [p], method)
     if gap is None:
+        present = np.bincount(e.s[positives], weights=w[positives], minlength=e.groups.size) > 0
         raise ValueError(
-            f"equal opportunity violation is undefined: y_true has records of pos_label="
+            f"equal opportunity difference is undefined: y_true has records of pos_label="
             f"{pos_label!r} only in group(s) {_names(e.groups, present)} of sensitive_features "
             f"(groups without such records: {_names(e.groups, ~present)}); a true-positive-rate "
             "gap needs 2 groups with positives. Pass a larger sample or another pos_label."
@@ -311,21 +383,27 @@ def _trivial_error(y_true_codes: np.ndarray) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
-    r"""Demographic parity violation (Gupta et al. 2024, App. E.1, eq. 11); ``dp_violation`` in
-    ``history_``, CSV files and the command line. For binary labels it is
-    :func:`demographic_parity_difference` (the fairlearn name).
+def demographic_parity_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable | None = None,
+) -> float:
+    r"""Demographic parity difference (Gupta et al. 2024, App. E.1, eq. 11; fairlearn's name).
+    ``demographic_parity_difference`` in ``history_``, the command line and :func:`fairness_report`.
 
     .. math::
 
         \max_{y' \in \mathcal{Y}} \max_{s_1, s_2 \in \mathcal{S}}
         \left| P[\hat y = y' \mid s = s_1] - P[\hat y = y' \mid s = s_2] \right|
 
-    over every predicted class ``y'`` and every pair of groups. It is 0 exactly when the
-    distribution of predictions is the same in every group, and at most 1.
+    over every predicted class ``y'`` and every pair of groups (``method="between_groups"``); with
+    ``method="to_overall"`` the pair is replaced by the largest ``|P[ŷ=y' | s=g] − P[ŷ=y']|``. It is
+    0 exactly when the distribution of predictions is the same in every group, and at most 1.
 
-    For binary predictions the maximum over ``y' ∈ {0, 1}`` equals the positive-rate gap, so this
-    equals ``fairlearn.metrics.demographic_parity_difference``.
+    For binary labels the maximum over ``y' ∈ {0, 1}`` is the gap in selection rate
+    ``P[ŷ = 1 | s = g]`` (the two classes' rates sum to 1 in every group), so this equals
+    ``fairlearn.metrics.demographic_parity_difference``, also with ``method`` and
+    ``sample_weight``. For more classes it is the paper's generalisation (fairlearn would compare
+    only ``ŷ = 1``); pass ``pos_label=p`` for that one-vs-rest number.
 
     Parameters
     ----------
@@ -336,43 +414,55 @@ def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features
         Predicted labels (any hashable, sortable values).
     sensitive_features : array-like of shape (n,)
         Group of each record; at least 2 distinct groups.
+    method : {"between_groups", "to_overall"}
+        As in fairlearn (see above).
+    sample_weight : array-like of shape (n,), optional
+        Non-negative weights; the rates are weighted frequencies.
+    pos_label : hashable, optional
+        Compare only the rate of this predicted label (fairlearn's selection rate of
+        ``pos_label``); a label of the predictions' kind that never occurs has rate 0 everywhere.
 
     Returns
     -------
     float in [0, 1].
     """
-    return _dp_gap(_prepare(y_true, y_pred, sensitive_features, need_y_true=False))
+    _check_method(method)
+    e = _prepare(y_true, y_pred, sensitive_features, need_y_true=False)
+    return _dp_gap(e, _weights(sample_weight, e.y_pred.shape[0]), pos_label, method)
 
 
-def equalized_odds_violation(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, conditioning: str = "per_class"
+def equalized_odds_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, agg: str = "worst_case", pos_label: Hashable | None = None,
+    conditioning: str = "per_class",
 ) -> float:
-    r"""Equalized odds violation (Gupta et al. 2024, App. E.1, eq. 12); ``eo_violation`` in
-    ``history_``, CSV files and the command line. For binary labels it is
-    :func:`equalized_odds_difference` (the fairlearn name).
+    r"""Equalized odds difference (Gupta et al. 2024, App. E.1, eq. 12; fairlearn's name).
+    ``equalized_odds_difference`` in ``history_``, the command line and :func:`fairness_report`.
 
-    ``conditioning="per_class"`` (default)::
+    ``conditioning="per_class"`` (default): for each true class ``y`` the gap
 
-        max_{y, y'} max_{s1, s2} | P[ŷ=y' | s=s1, y] - P[ŷ=y' | s=s2, y] |
+    .. math::
 
-    over every true class ``y``, predicted class ``y'`` and pair of groups. It is 0 exactly when
-    the prediction is independent of the group given the true label (equalized odds, Hardt et al.
-    2016; Tran et al. 2021, §4.1).
+        D_y = \max_{y'} \max_{s_1, s_2} \left| P[\hat y=y' \mid s=s_1, y] - P[\hat y=y' \mid s=s_2, y] \right|
 
-    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al. 2024::
+    and the result is ``max_y D_y`` (``agg="worst_case"``) or the mean of the ``D_y``
+    (``agg="mean"``). It is 0 exactly when the prediction is independent of the group given the
+    true label (equalized odds, Hardt et al. 2016; Tran et al. 2021, §4.1).
 
-        max_{y'} max_{s1, s2} max( | P[ŷ=y' | s=s1, y=y'] - P[ŷ=y' | s=s2, y=y'] |,
-                                   | P[ŷ=y' | s=s1, y≠y'] - P[ŷ=y' | s=s2, y≠y'] | )
+    ``conditioning="one_vs_rest"`` is eq. 12 as printed in Gupta et al. 2024: for each class
+    ``y'`` the gaps of its true-positive rate ``P[ŷ=y' | s, y=y']`` and of its pooled false-positive
+    rate ``P[ŷ=y' | s, y≠y']``, combined by ``agg`` over all classes. For more than two classes the
+    pooled rate mixes the other classes in group-specific proportions, so it can be non-zero even
+    when equalized odds holds exactly. ``pos_label=p`` keeps only class ``p``'s two gaps
+    (fairlearn's definition for any label set).
 
-    i.e. the worst true-positive-rate and false-positive-rate gap of each class against the rest.
-    For binary labels both forms are the same number and equal
-    ``fairlearn.metrics.equalized_odds_difference`` (worst of the TPR and FPR gaps). For l > 2
-    they differ: the pooled ``y ≠ y'`` rate mixes the other classes in group-specific
-    proportions, so it can be non-zero even when equalized odds holds exactly.
-
-    A conditional rate ``P[· | s=g, y]`` is defined only when group ``g`` has records of class
-    ``y``; groups absent from a conditioning set are left out of that set's gap. If no
-    conditioning set contains two groups, the violation is undefined and ``ValueError`` is raised.
+    For binary labels every form is fairlearn's number: ``D_1`` is the true-positive-rate gap and
+    ``D_0`` the false-positive-rate gap, so this equals ``fairlearn.metrics.equalized_odds_difference``
+    (also with ``method``, ``sample_weight`` and ``agg``) whenever every group has records of both
+    classes. A conditional rate is defined only when group ``g`` has records in the conditioning
+    set; absent groups are left out of that set's gap, and a set with fewer than two groups is
+    left out of the maximum or mean (fairlearn instead counts the rate as 0). If no set has two
+    groups, ``ValueError``.
 
     Parameters
     ----------
@@ -380,35 +470,50 @@ def equalized_odds_violation(
         True and predicted labels (any hashable, sortable values, one shared label set).
     sensitive_features : array-like of shape (n,)
         Group of each record; at least 2 distinct groups.
+    method : {"between_groups", "to_overall"}
+        Largest minus smallest group rate, or largest distance of a group's rate to the rate of the
+        whole conditioning set (as in fairlearn).
+    sample_weight : array-like of shape (n,), optional
+        Non-negative weights; the rates are weighted frequencies.
+    agg : {"worst_case", "mean"}
+        How the gaps are combined (see above).
+    pos_label : hashable, optional
+        Only the true- and false-positive-rate gaps of this label.
     conditioning : {"per_class", "one_vs_rest"}
-        Which form of eq. 12 to compute (see above).
+        Which form of eq. 12 (see above); ignored when ``pos_label`` is given.
 
     Returns
     -------
     float in [0, 1].
     """
+    _check_method(method)
+    _check_agg(agg)
     if conditioning not in ("per_class", "one_vs_rest"):
         raise ValueError(
             f"conditioning={conditioning!r} is not supported; pass 'per_class' or 'one_vs_rest'."
         )
-    return _eo_gap(_prepare(y_true, y_pred, sensitive_features), conditioning)
+    e = _prepare(y_true, y_pred, sensitive_features)
+    return _eo_gap(e, _weights(sample_weight, e.y_pred.shape[0]), pos_label, conditioning, method, agg)
 
 
-def equal_opportunity_violation(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
+def equal_opportunity_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
 ) -> float:
-    r"""Equal opportunity violation: the gap in true-positive rate across groups (``eopp_violation``
-    in :func:`fairness_report`; :func:`equal_opportunity_difference` is the fairlearn name).
+    r"""Equal opportunity difference: the gap in true-positive rate of ``pos_label`` across
+    groups (fairlearn's name; ``equal_opportunity_difference`` in :func:`fairness_report`).
 
     .. math::
 
         \max_{s_1, s_2} \left| P[\hat y = p \mid s = s_1, y = p]
                               - P[\hat y = p \mid s = s_2, y = p] \right|,
-        \quad p = \text{pos\_label}.
+        \quad p = \text{pos\_label}
 
-    Groups without any record of class ``pos_label`` have no true-positive rate and are left
-    out; if fewer than two groups have such records, ``ValueError`` names them. For binary tasks
-    this equals ``MetricFrame(metrics=true_positive_rate, ...).difference()`` in fairlearn.
+    (``method="to_overall"``: the largest distance of a group's rate to the overall one). Groups
+    without any record of class ``pos_label`` have no true-positive rate and are left out; if
+    fewer than two groups have such records, ``ValueError`` names them. Equals
+    ``fairlearn.metrics.equal_opportunity_difference`` whenever every group has records of class
+    ``pos_label``. With more than two classes it is the one-vs-rest rate of ``pos_label``.
 
     Parameters
     ----------
@@ -416,15 +521,43 @@ def equal_opportunity_violation(
         True and predicted labels.
     sensitive_features : array-like of shape (n,)
         Group of each record; at least 2 distinct groups.
+    method : {"between_groups", "to_overall"}
+        As in fairlearn.
+    sample_weight : array-like of shape (n,), optional
+        Non-negative weights.
     pos_label : hashable, default 1
-        The advantaged ("positive") label; must occur in y_true or y_pred. With l > 2 classes
-        this is the one-vs-rest TPR of that class.
+        The advantaged ("positive") label; must occur in y_true or y_pred.
 
     Returns
     -------
     float in [0, 1].
     """
-    return _eopp_gap(_prepare(y_true, y_pred, sensitive_features), pos_label)
+    _check_method(method)
+    e = _prepare(y_true, y_pred, sensitive_features)
+    return _eopp_gap(e, _weights(sample_weight, e.y_pred.shape[0]), pos_label, method)
+
+
+def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
+    """Alias of :func:`demographic_parity_difference` (defaults), kept for compatibility."""
+    return demographic_parity_difference(y_true, y_pred, sensitive_features=sensitive_features)
+
+
+def equalized_odds_violation(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, conditioning: str = "per_class"
+) -> float:
+    """Alias of :func:`equalized_odds_difference` (defaults, and its ``conditioning``), kept for
+    compatibility."""
+    return equalized_odds_difference(y_true, y_pred, sensitive_features=sensitive_features,
+                                     conditioning=conditioning)
+
+
+def equal_opportunity_violation(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
+) -> float:
+    """Alias of :func:`equal_opportunity_difference` (defaults, and its ``pos_label``), kept for
+    compatibility."""
+    return equal_opportunity_difference(y_true, y_pred, sensitive_features=sensitive_features,
+                                        pos_label=pos_label)
 
 
 def accuracy_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
@@ -464,8 +597,8 @@ def statistical_parity_difference(
     group in sorted order, which for ``s ∈ {0, 1}`` is Wu et al.'s
     ``|{ŷ=1, s=1}|/|{s=1}| - |{ŷ=1, s=0}|/|{s=0}|``. With k > 2 groups both must be given.
 
-    Relation to the demographic parity violation: ``|SPD| <= demographic_parity_violation``,
-    with equality for binary predictions and two groups (the DP violation is the largest
+    Relation to demographic parity: ``|SPD| <= demographic_parity_difference``,
+    with equality for binary predictions and two groups (the demographic parity difference is the largest
     |SPD| over all pairs of groups and all predicted classes).
 
     Parameters
@@ -497,7 +630,7 @@ def statistical_parity_difference(
             raise ValueError(
                 f"sensitive_features has {e.groups.size} groups {e.groups.tolist()}; with more "
                 "than 2 groups pass group= and reference_group= to choose the pair, or use "
-                "demographic_parity_violation for the worst pair."
+                "demographic_parity_difference for the worst pair."
             )
         g, r = 1, 0
     elif group is None or reference_group is None:
@@ -586,18 +719,28 @@ def fairness_report(
     """Bundle of the headline metrics for one model on one evaluation set.
 
     Returns a dict with keys ``test_error`` (:func:`misclassification_error`), ``trivial_error``,
-    ``dp_violation``, ``eo_violation`` (per-class form), ``eopp_violation`` (for ``pos_label``)
-    and ``accuracy_parity_violation``. Raises like the individual metrics.
+    ``demographic_parity_difference``, ``equalized_odds_difference`` (per-class form),
+    ``equal_opportunity_difference`` (for ``pos_label``) and ``accuracy_parity_violation``, each
+    with the defaults of its function. The keys ``dp_violation``, ``eo_violation`` and
+    ``eopp_violation`` repeat the three fairness numbers under their former names, kept for
+    compatibility. Raises like the individual metrics.
     """
     e = _prepare(y_true, y_pred, sensitive_features)
     assert e.y_true is not None
+    w = np.ones(e.y_pred.shape[0])
+    dp = _dp_gap(e, w, None, "between_groups")
+    eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")
+    eopp = _eopp_gap(e, w, pos_label, "between_groups")
     return {
         "test_error": _error(e.y_true, e.y_pred),
         "trivial_error": _trivial_error(e.y_true),
-        "dp_violation": _dp_gap(e),
-        "eo_violation": _eo_gap(e, "per_class"),
-        "eopp_violation": _eopp_gap(e, pos_label),
+        "demographic_parity_difference": dp,
+        "equalized_odds_difference": eo,
+        "equal_opportunity_difference": eopp,
         "accuracy_parity_violation": _accuracy_gap(e),
+        "dp_violation": dp,
+        "eo_violation": eo,
+        "eopp_violation": eopp,
     }
 
 
@@ -605,17 +748,8 @@ def fairness_report(
 # fairlearn-compatible names and the per-group report
 # --------------------------------------------------------------------------------------------
 #
-# Vocabulary. ``demographic_parity_difference``, ``equalized_odds_difference`` and
-# ``equal_opportunity_difference`` (and the ratios) have fairlearn's signatures and values: the
-# rates are one-vs-rest for ``pos_label`` (default 1, as in fairlearn). The ``*_violation``
-# functions above are the multi-class definitions of Gupta et al. (2024, App. E.1) that SteFFLe
-# penalises (a maximum over every class); for binary labels the two families are the same number.
-# ``history_`` columns, CSV columns and the CLI use the short names of the ``*_violation``
-# family: ``dp_violation`` = demographic_parity_violation, ``eo_violation`` =
-# equalized_odds_violation, ``eopp_violation`` = equal_opportunity_violation.
-
-_METHODS = ("between_groups", "to_overall")
-
+# The ratios and the per-group report keep fairlearn's definitions exactly: rates one-vs-rest for
+# ``pos_label`` (default 1), a rate with no records counted as 0.
 
 class _Rates(NamedTuple):
     """Weighted per-group rates for one positive label (``nan`` where a rate has no records)."""
@@ -627,20 +761,6 @@ class _Rates(NamedTuple):
     true_positive_rate: np.ndarray
     false_positive_rate: np.ndarray
     overall: dict
-
-
-def _weights(sample_weight: Any, n: int) -> np.ndarray:
-    if sample_weight is None:
-        return np.ones(n)
-    w = _as_1d(sample_weight, "sample_weight")
-    _check_same_length(y_pred=np.empty(n), sample_weight=w)
-    try:
-        w = w.astype(np.float64)
-    except (TypeError, ValueError):
-        raise TypeError("sample_weight must be numbers (one non-negative weight per record)") from None
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError("sample_weight must be finite and >= 0 (one weight per record)")
-    return w
 
 
 def _positive_hits(e: _Encoded, pos_label: Hashable) -> tuple[np.ndarray, np.ndarray]:
@@ -694,11 +814,6 @@ def _rates(y_true: Any, y_pred: Any, sensitive_features: Any, pos_label: Hashabl
     )
 
 
-def _check_method(method: str) -> None:
-    if method not in _METHODS:
-        raise ValueError(f"method={method!r} is not supported; pass 'between_groups' or 'to_overall'.")
-
-
 def _difference(values: np.ndarray, overall: float, method: str) -> float:
     if method == "between_groups":
         return float(values.max() - values.min())
@@ -721,21 +836,6 @@ def _combine(a: float, b: float, agg: str) -> float:
     raise ValueError(f"agg={agg!r} is not supported; pass 'worst_case' or 'mean'.")
 
 
-def demographic_parity_difference(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
-    sample_weight: Any = None, pos_label: Hashable = 1,
-) -> float:
-    r"""Demographic parity difference, as fairlearn computes it: the gap in selection rate
-    ``P[ŷ = pos_label | s = g]`` between the groups with the largest and smallest rate
-    (``method="between_groups"``), or the largest gap of a group to the overall rate
-    (``"to_overall"``). Equals ``fairlearn.metrics.demographic_parity_difference``; for binary labels
-    it also equals :func:`demographic_parity_violation`. ``y_true`` is only length-checked."""
-    _check_method(method)
-    yt = y_pred if y_true is None else y_true
-    r = _rates(yt, y_pred, sensitive_features, pos_label, sample_weight)
-    return _difference(r.selection_rate, r.overall["selection_rate"], method)
-
-
 def demographic_parity_ratio(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
     sample_weight: Any = None, pos_label: Hashable = 1,
@@ -749,20 +849,6 @@ def demographic_parity_ratio(
     return _ratio(r.selection_rate, r.overall["selection_rate"], method)
 
 
-def equalized_odds_difference(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
-    sample_weight: Any = None, agg: str = "worst_case", pos_label: Hashable = 1,
-) -> float:
-    r"""Equalized odds difference, as fairlearn computes it: the larger (``agg="worst_case"``) or
-    the mean (``"mean"``) of the true-positive-rate and false-positive-rate differences across
-    groups, for ``pos_label``. Equals ``fairlearn.metrics.equalized_odds_difference``; for binary
-    labels the worst case equals :func:`equalized_odds_violation`."""
-    _check_method(method)
-    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
-    return _combine(_difference(r.true_positive_rate, r.overall["true_positive_rate"], method),
-                    _difference(r.false_positive_rate, r.overall["false_positive_rate"], method), agg)
-
-
 def equalized_odds_ratio(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
     sample_weight: Any = None, agg: str = "worst_case", pos_label: Hashable = 1,
@@ -774,18 +860,6 @@ def equalized_odds_ratio(
     a = _ratio(r.true_positive_rate, r.overall["true_positive_rate"], method)
     b = _ratio(r.false_positive_rate, r.overall["false_positive_rate"], method)
     return min(a, b) if agg == "worst_case" else _combine(a, b, agg)
-
-
-def equal_opportunity_difference(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
-    sample_weight: Any = None, pos_label: Hashable = 1,
-) -> float:
-    r"""Equal opportunity difference: the gap in true-positive rate ``P[ŷ = p | s = g, y = p]``
-    across groups (``p = pos_label``). As ``fairlearn.metrics.equal_opportunity_difference``; equal
-    to :func:`equal_opportunity_violation` when every group has records of class ``p``."""
-    _check_method(method)
-    r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
-    return _difference(r.true_positive_rate, r.overall["true_positive_rate"], method)
 
 
 def equal_opportunity_ratio(
