@@ -78,7 +78,7 @@ def test_fedavg_local_steps_learn_on_heterogeneous_silos():
     fed = FedAvg(epochs=3, local_steps=5, batch_size=32).fit(X, y, sensitive_features=s, silos=s)
     h = fed.history_
     assert h["train_loss"].iloc[-1] < np.log(3) - 0.3
-    assert set(h.columns) >= {"train_error", "train_dp_violation", "train_eo_violation"}
+    assert set(h.columns) >= {"train_error", "train_demographic_parity_difference", "train_equalized_odds_difference"}
     assert list(fed.privacy_report_["epsilon_spent"]) == [np.inf, np.inf]
 
 
@@ -115,9 +115,9 @@ def test_pfld_multipliers_rise_and_violation_falls():
     lam = h["max_multiplier"].to_numpy()
     assert lam[0] > 0.0 and np.all(np.diff(lam[:5]) > 0)  # violated constraints push λ up
     assert h["released_violation"].iloc[1] > 0.05
-    dp_free = unconstrained.history_["train_dp_violation"].iloc[-1]
-    assert h["train_dp_violation"].iloc[0] > 0.3  # epoch 1 trains with λ = 0 (unconstrained)
-    assert h["train_dp_violation"].iloc[-1] < 0.5 * dp_free
+    dp_free = unconstrained.history_["train_demographic_parity_difference"].iloc[-1]
+    assert h["train_demographic_parity_difference"].iloc[0] > 0.3  # epoch 1 trains with λ = 0 (unconstrained)
+    assert h["train_demographic_parity_difference"].iloc[-1] < 0.5 * dp_free
     rep = model.privacy_report_.iloc[0]
     assert rep["epsilon_spent"] <= 3.0 + 1e-9 and rep["sigma_primal"] > 0 and rep["sigma_dual"] > 0
     other = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=1,

@@ -24,7 +24,7 @@ def test_train_json_has_the_promised_keys_and_honest_privacy(capsys, tmp_path):
                        "--epochs", "3", "--json", "--out", str(out_file))
     assert code == 0
     result = json.loads(out)
-    for key in ("test_error", "dp_violation", "eo_violation", "epsilon_spent", "delta", "seconds", "trivial_error"):
+    for key in ("test_error", "demographic_parity_difference", "equalized_odds_difference", "epsilon_spent", "delta", "seconds", "trivial_error"):
         assert key in result
     assert 0 < result["test_error"] < result["trivial_error"]
     assert 0.9 < result["epsilon_spent"] <= 1.0
@@ -299,3 +299,28 @@ def test_missing_matplotlib_hint_fits_pip_and_source_installs(monkeypatch):
     message = str(info.value)
     assert "pip install matplotlib" in message and "pip install 'pfair[plot]'" in message
     assert "pip install -e '.[plot]'" in message
+
+
+def test_train_max_violation_meets_the_target(capsys):
+    """--max-violation T: λ adapts so that the demographic parity difference on the training data
+    ends near T (non-private: measured exactly), which the unconstrained model is far from."""
+    base = ["train", "--dataset", "adult", "--epsilon", "none", "--epochs", "20"]
+    code, out, err = run(capsys, *base, "--lam", "0", "--json")
+    assert code == 0, err
+    free = json.loads(out)["demographic_parity_difference"]
+    assert free > 0.15  # the target below is active
+    code, out, err = run(capsys, *base, "--max-violation", "0.05", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["max_violation"] == 0.05 and result["lam"] is None and result["final_lam"] > 0
+    assert abs(result["violation_released"] - 0.05) < 0.015, result["violation_released"]
+    assert abs(result["demographic_parity_difference"] - 0.05) < 0.02, result  # held-out test set
+    code, out, err = run(capsys, *base, "--max-violation", "0.05")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("target"))
+    assert "demographic_parity_difference <= 0.05 on the training data" in line and "exact, non-private" in line
+    assert f"{result['violation_released']:.4f}" in line
+    code, _, err = run(capsys, *base, "--max-violation", "0.05", "--lam", "2")
+    assert code == 2 and "max_violation" in err and "lam" in err
+    code, _, err = run(capsys, *base, "--max-violation", "1.5")
+    assert code == 2 and "max_violation must be in (0, 1)" in err

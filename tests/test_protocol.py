@@ -129,4 +129,4 @@ def test_private_history_holds_released_values_only():
     assert not any(c.startswith(("train_", "batch_")) or c == "clipped" for c in cols)
     with pytest.warns(PrivacyWarning, match="exact_diagnostics"):
         m = SteFFLe(exact_diagnostics=True, **kw).fit(X, y, sensitive_features=s, silos=silos)
-    assert {"train_dp_violation", "batch_loss", "clipped"} <= set(m.history_.columns)
+    assert {"train_demographic_parity_difference", "batch_loss", "clipped"} <= set(m.history_.columns)

@@ -98,11 +98,11 @@ def test_violation_of_the_histogram_is_the_metric(fairness, k, l):
     counts = violation_counts(y, pred, s, n_groups=k, n_classes=l, fairness=fairness, positive=1)
     got = violation_from_counts(counts, fairness=fairness, positive=1)
     if fairness == "demographic_parity":
-        want = metrics.demographic_parity_violation(y, pred, sensitive_features=s)
+        want = metrics.demographic_parity_difference(y, pred, sensitive_features=s)
     elif fairness == "equalized_odds":
-        want = metrics.equalized_odds_violation(y, pred, sensitive_features=s)
+        want = metrics.equalized_odds_difference(y, pred, sensitive_features=s)
     else:
-        want = metrics.equal_opportunity_violation(y, pred, sensitive_features=s, pos_label=1)
+        want = metrics.equal_opportunity_difference(y, pred, sensitive_features=s, pos_label=1)
     assert got == pytest.approx(want, abs=1e-12)
     assert got > 0.05
     assert counts.sum() == (n if fairness != "equal_opportunity" else np.sum(y == 1))
@@ -229,12 +229,12 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
 def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     X, y, s = adult_fed.pooled()
     free = SteFFLe(lam=0.0, epochs=40).fit(adult_fed)
-    v_free = metrics.demographic_parity_violation(y, free.predict(X), sensitive_features=s)
+    v_free = metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.15  # the constraint is active
 
     m = SteFFLe(max_violation=TARGET, epochs=40).fit(adult_fed)
     h = m.history_
-    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert abs(v - TARGET) < 0.015, v
     # Not the constant predictor: clearly better than predicting the majority class.
     err = float(np.mean(m.predict(X) != y))
@@ -242,7 +242,7 @@ def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     # λ starts at 0 and rises while the target is violated; exact v̂ in a non-private fit.
     assert h["lam"].iloc[0] == 0.0 and m.lam_ == h["lam"].iloc[-1] > 1.0
     released = h["violation_released"].to_numpy()
-    np.testing.assert_allclose(released[:-1], h["train_dp_violation"].to_numpy()[:-1], atol=1e-12)
+    np.testing.assert_allclose(released[:-1], h["train_demographic_parity_difference"].to_numpy()[:-1], atol=1e-12)
     assert math.isnan(released[-1])
     lam = h["lam"].to_numpy()
     for e in range(len(lam) - 1):
@@ -258,7 +258,7 @@ def test_private_target_is_met_approximately_and_every_release_is_accounted(adul
         warnings.simplefilter("ignore", PrivacyWarning)
         m = SteFFLe(max_violation=TARGET, epsilon=eps, epochs=epochs, max_violation_epsilon_share=share,
                     noise_seed=1).fit(adult_fed, ledgers="new")
-    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v < TARGET + 0.03, v
     assert float(np.mean(m.predict(X) != y)) < metrics.trivial_error(y) - 0.04
     h = m.history_
@@ -331,7 +331,7 @@ def test_a_target_out_of_reach_warns_when_lambda_hits_its_cap():
     f = small_fed()
     X, y, s = f.pooled()
     m = SteFFLe(lam=0.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
-    v = metrics.demographic_parity_violation(y, m.predict(X), sensitive_features=s)
+    v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v > 0.3
     m.set_params(lam=1.0, max_violation=TARGET, lr_theta=0.0, lam_lr=1e4, warm_start=True)
     with pytest.warns(UserWarning, match="reached its cap 100 after epoch 1 with the released violation"):

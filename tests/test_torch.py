@@ -278,7 +278,7 @@ def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation
             model.fit(X, y, sensitive_features=s, silos=silos)
         pred = model.predict(data.X_test)
         out[lam] = (model.score(data.X_test, data.y_test),
-                    pfair.metrics.demographic_parity_violation(data.y_test, pred, sensitive_features=data.s_test),
+                    pfair.metrics.demographic_parity_difference(data.y_test, pred, sensitive_features=data.s_test),
                     _soft_ermi(model.predict_proba(data.X_test), data.s_test, 5), model)
     acc0, dp0, ermi0, _ = out[0.0]
     acc1, dp1, ermi1, fair = out[3.0]

@@ -134,6 +134,17 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--fairness", default="demographic_parity",
                    choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
                    help="fairness notion the penalty enforces (default demographic_parity)")
+    p.add_argument("--max-violation", type=float, default=None, metavar="T",
+                   help="fairness target in (0, 1) instead of --lam: pfair adapts lambda once per epoch so that the "
+                        "--fairness metric (demographic_parity_difference, equalized_odds_difference or "
+                        "equal_opportunity_difference) of the model on the training data is at most T; in a private "
+                        "fit it is measured from noisy per-silo releases that use --max-violation-epsilon-share of "
+                        "each silo's epsilon (leave --lam at its default)")
+    p.add_argument("--max-violation-epsilon-share", type=float, default=0.1, metavar="SHARE",
+                   help="with --max-violation and --epsilon: fraction of each silo's epsilon spent on the releases "
+                        "that measure the violation (default 0.1)")
+    p.add_argument("--lam-lr", type=float, default=3.0,
+                   help="with --max-violation: the dual step size of lambda (default 3)")
     p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
     p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
                    help="records per silo per round; auto (default): min(4096, smallest silo), 256 with "
@@ -222,6 +233,22 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The metric (``pfair.metrics``) that ``--max-violation`` bounds, per ``--fairness``.
+_TARGET_METRIC = {"demographic_parity": "demographic_parity_difference",
+                  "equalized_odds": "equalized_odds_difference",
+                  "equal_opportunity": "equal_opportunity_difference"}
+
+
+def _last_released_violation(model: Any) -> float | None:
+    """The violation the server measured after the second-to-last epoch (the last one that steered
+    λ): released (noisy) values in a private fit, exact otherwise; None without a target."""
+    h = getattr(model, "history_", None)
+    if model.max_violation is None or h is None or "violation_released" not in h:
+        return None
+    released = h["violation_released"].dropna()
+    return float(released.iloc[-1]) if len(released) else None
+
+
 def train_command(args: argparse.Namespace) -> int:
     from pfair import metrics
     from pfair.estimators import SteFFLe
@@ -243,7 +270,10 @@ def train_command(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lr_theta=args.lr_theta, lr_w=args.lr_w, w_radius=args.w_radius,
         clip=args.clip, sampling=args.sampling, protect=args.protect, calibration=args.calibration,
         p_s=args.p_s, mode=args.mode, amplification=args.amplification, dummy_noise=args.dummy_noise, seed=args.seed,
-        noise_seed=args.noise_seed, progress=not args.json, track_history=not args.json,
+        noise_seed=args.noise_seed, progress=not args.json,
+        track_history=not args.json or args.max_violation is not None,
+        max_violation=args.max_violation, max_violation_epsilon_share=args.max_violation_epsilon_share,
+        lam_lr=args.lam_lr,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -259,12 +289,15 @@ def train_command(args: argparse.Namespace) -> int:
         "silos": args.silos,
         "mode": args.mode,
         "heterogeneity": args.heterogeneity,
-        "lam": args.lam,
+        "lam": args.lam if args.max_violation is None else None,
         "epsilon": args.epsilon,
         "test_error": report["test_error"],
         "trivial_error": report["trivial_error"],
-        "dp_violation": report["dp_violation"],
-        "eo_violation": report["eo_violation"],
+        "demographic_parity_difference": report["demographic_parity_difference"],
+        "equalized_odds_difference": report["equalized_odds_difference"],
+        "max_violation": args.max_violation,
+        "final_lam": float(model.lam_),
+        "violation_released": _last_released_violation(model),
         "epsilon_spent": eps_spent,
         "delta": delta,
         "noise_multiplier": [float(z) for z in report_df["noise_multiplier"]],
@@ -283,8 +316,14 @@ def train_command(args: argparse.Namespace) -> int:
     print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} silos {fed.sizes}, "
           f"h = {args.heterogeneity}")
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
-    print(f"DP violation  {result['dp_violation']:.4f}")
-    print(f"EO violation  {result['eo_violation']:.4f}")
+    print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
+    print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
+    if args.max_violation is not None:
+        how = "noisy releases" if args.epsilon is not None else "exact, non-private"
+        v = result["violation_released"]
+        measured = f"{v:.4f} after epoch {args.epochs - 1} ({how})" if v is not None else "not measured (1 epoch)"
+        print(f"target        {_TARGET_METRIC[args.fairness]} <= {args.max_violation:g} on the training data: "
+              f"{measured}; final lambda {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")
     else:

@@ -179,8 +179,11 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     warm_start : start the next fit from this estimator's ``theta_`` and ``W_`` (a new run on the
         silos' ledgers: it spends on top of what earlier fits spent, like any fit).
     max_violation : float in (0, 1) or None. A fairness target t instead of a raw λ (then leave
-        ``lam`` at its default): pfair solves ``min_θ L(θ) s.t. v(θ) ≤ t`` for the violation v of
-        ``fairness`` by adapting λ once per epoch, starting at 0, by projected dual ascent
+        ``lam`` at its default): pfair solves ``min_θ L(θ) s.t. v(θ) ≤ t`` for the metric v of
+        ``fairness`` (:func:`pfair.metrics.demographic_parity_difference` for
+        ``"demographic_parity"``, :func:`~pfair.metrics.equalized_odds_difference` for
+        ``"equalized_odds"``, :func:`~pfair.metrics.equal_opportunity_difference` of the positive
+        class for ``"equal_opportunity"``, each with its defaults) by adapting λ once per epoch, starting at 0, by projected dual ascent
         ``λ_{e+1} = max(0, λ_e + η_λ (v̂_e − t))`` (capped at 100), where v̂_e is the violation
         of the model after epoch e on the silos' training data. Non-private: exact. Private: each
         silo releases, after every epoch but the last, its histogram of (block, s, prediction)
@@ -203,6 +206,9 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         size, how many silos answered, the norms of θ, W and of the update, and metrics on
         ``eval_set`` (data the caller holds, not the silos'). Non-private fits and
         ``exact_diagnostics=True`` add the batch loss, ψ, clip counts and training-set metrics.
+        Metric columns are ``<split>_loss``, ``<split>_error``,
+        ``<split>_demographic_parity_difference`` and ``<split>_equalized_odds_difference``
+        (:mod:`pfair.metrics`), ``<split>`` being ``train`` or ``test`` (``eval_set``).
     privacy_report_ : :class:`~pfair.privacy.report.PrivacyReport` (a DataFrame that prints in full;
         ``.explain()`` says what each column means), one row per silo (σ's, noise multiplier, steps, ε spent over all its
         fits, δ, where p_s came from, whether the noise is secret).
@@ -464,8 +470,8 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y_idx))}
         if s is not None:
             s_arr = as_vector(s, "sensitive_features", Xa.shape[0])
-            row[f"{split}_dp_violation"] = metrics.demographic_parity_violation(y_idx, pred, sensitive_features=s_arr)
-            row[f"{split}_eo_violation"] = metrics.equalized_odds_violation(y_idx, pred, sensitive_features=s_arr)
+            row[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(y_idx, pred, sensitive_features=s_arr)
+            row[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(y_idx, pred, sensitive_features=s_arr)
         return row
 
     def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:

@@ -132,7 +132,7 @@ def shards_from(
 
 def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s: np.ndarray | None,
              split: str = "train") -> dict[str, float]:
-    """Loss, error and (where s is known) DP/EO violations of a linear-softmax model; ``y`` and
+    """Loss, error and (where s is known) demographic parity and equalized odds differences of a linear-softmax model; ``y`` and
     ``s`` are indices (``s = -1``: missing, left out of the fairness metrics)."""
     from pfair import metrics
 
@@ -145,9 +145,9 @@ def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s:
     if s is not None:
         known = s >= 0
         if len(np.unique(s[known])) >= 2:
-            out[f"{split}_dp_violation"] = metrics.demographic_parity_violation(
+            out[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
                 y[known], pred[known], sensitive_features=s[known])
-            out[f"{split}_eo_violation"] = metrics.equalized_odds_violation(
+            out[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
                 y[known], pred[known], sensitive_features=s[known])
     return out
 

@@ -83,7 +83,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     rounds = res["timing"]["round_s"]
     result = {"dataset": ds.name, "silos": fed.n_silos, "epsilon": args.epsilon, "lam": args.lam,
               "test_error": report["test_error"], "trivial_error": report["trivial_error"],
-              "dp_violation": report["dp_violation"], "eo_violation": report["eo_violation"],
+              "demographic_parity_difference": report["demographic_parity_difference"],
+              "equalized_odds_difference": report["equalized_odds_difference"],
               "privacy": silos, "rounds": res["rounds"], "events": res["events"],
               "seconds": time.perf_counter() - t0, "start_seconds": res["timing"]["silos_joined_s"],
               "seconds_per_round": float(np.mean(rounds)) if rounds else None, "workdir": str(work)}
@@ -92,8 +93,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         return 0
     print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} Flower silos {fed.sizes}")
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
-    print(f"DP violation  {result['dp_violation']:.4f}")
-    print(f"EO violation  {result['eo_violation']:.4f}")
+    print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
+    print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
     print(f"privacy       per-silo ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; secret noise; "
           f"p_s {st.p_s_source}")
     for row in silos:

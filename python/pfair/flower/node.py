@@ -213,8 +213,8 @@ class SiloNode:
         pred = np.argmax(proba, axis=1)
         loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
         return {"n_test": float(len(y)), "test_loss": loss, "test_error": float(np.mean(pred != y)),
-                "dp_violation": metrics.demographic_parity_violation(y, pred, sensitive_features=s),
-                "eo_violation": metrics.equalized_odds_violation(y, pred, sensitive_features=s)}
+                "demographic_parity_difference": metrics.demographic_parity_difference(y, pred, sensitive_features=s),
+                "equalized_odds_difference": metrics.equalized_odds_difference(y, pred, sensitive_features=s)}
 
     def _predict_proba(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
         if self.model is None:
