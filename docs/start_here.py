@@ -82,14 +82,14 @@ def draw(ns: dict[str, Any], out: Path = FIGURES) -> list[Path]:
     for eps, style, label in (("1.0", "o-", "epsilon = 1 per silo"), ("3.0", "^-", "epsilon = 3 per silo"),
                               ("none", "s--", "non-private")):
         part = t[t["epsilon"].astype(str) == eps]
-        ax.plot(part["dp_violation"], part["test_error"], style, label=label)
+        ax.plot(part["demographic_parity_difference"], part["test_error"], style, label=label)
         for _, row in part.iterrows():
-            ax.annotate(f"λ={row['lam']:g}", (row["dp_violation"], row["test_error"]),
+            ax.annotate(f"λ={row['lam']:g}", (row["demographic_parity_difference"], row["test_error"]),
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
     trivial = ns["report"]["trivial_error"]
     ax.axhline(trivial, color="grey", lw=0.8, ls=":")
     ax.text(ax.get_xlim()[1], trivial, "always predict <=50K ", ha="right", va="bottom", fontsize=8, color="grey")
-    ax.set_xlabel("demographic parity gap (test)")
+    ax.set_xlabel("demographic_parity_difference (test)")
     ax.set_ylabel("test error")
     ax.set_title("Adult, 3 silos by age (h = 0.75), one run per point")
     ax.legend(frameon=False, loc="upper left")

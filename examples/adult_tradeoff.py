@@ -1,6 +1,6 @@
 """Fairness/accuracy trade-off of SteFFLe on UCI Adult (N = 3 silos, h = 0), non-private and ε = 1.
 
-Prints a Markdown table of mean test error and DP/EO violation over seeds for each λ; the
+Prints a Markdown table of mean test error, demographic parity and equalized odds difference over seeds for each λ; the
 figures in docs/results.md come from this script:
 
     python examples/adult_tradeoff.py --seeds 3
@@ -28,7 +28,7 @@ def main() -> None:
     trivial = metrics.trivial_error(data.y_test)
     print(f"Adult: {data.X_train.shape[0]} training / {data.X_test.shape[0]} test records; trivial error {trivial:.4f}; "
           f"batch {args.batch_size}, lr_theta {args.lr_theta}\n")
-    print("| ε | λ | test error | DP violation | EO violation | max ε spent |")
+    print("| ε | λ | test error | demographic_parity_difference | equalized_odds_difference | max ε spent |")
     print("|---|---|---|---|---|---|")
     for eps_text in args.epsilons:
         eps = None if eps_text == "none" else float(eps_text)
@@ -40,7 +40,7 @@ def main() -> None:
                                       lr_theta=args.lr_theta, track_history=False).fit(fed)
                 r = metrics.fairness_report(data.y_test, model.predict(data.X_test), sensitive_features=data.s_test)
                 spent = model.epsilon_spent_ if eps is not None else float("nan")
-                rows.append((r["test_error"], r["dp_violation"], r["eo_violation"], spent))
+                rows.append((r["test_error"], r["demographic_parity_difference"], r["equalized_odds_difference"], spent))
             m = np.mean(rows, axis=0)
             sd = np.std(rows, axis=0)
             spent = "—" if eps is None else f"{m[3]:.4f}"

@@ -91,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     pred = model.predict(data.X_test)
     metrics = pfair.metrics
     print(f"test accuracy       {np.mean(pred == data.y_test):.4f}")
-    dp = metrics.demographic_parity_violation(data.y_test, pred, sensitive_features=data.s_test)
-    eo = metrics.equalized_odds_violation(data.y_test, pred, sensitive_features=data.s_test)
-    print(f"DP violation (race) {dp:.4f}")
-    print(f"EO violation (race) {eo:.4f}")
+    dp = metrics.demographic_parity_difference(data.y_test, pred, sensitive_features=data.s_test)
+    eo = metrics.equalized_odds_difference(data.y_test, pred, sensitive_features=data.s_test)
+    print(f"demographic_parity_difference (race) {dp:.4f}")
+    print(f"equalized_odds_difference (race)     {eo:.4f}")
     cols = ["n_records", "steps", "noise_multiplier", "sigma_theta", "sigma_w", "epsilon_spent", "delta", "noise",
             "guarantee"]
     print(model.privacy_report_[cols].to_string())

@@ -2,8 +2,10 @@
 ``pfair sweep``, ``pfair summary``, ``pfair plot``, ``pfair deploy local``.
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
-SteFFLe on a bundled data set split into silos and prints test error, fairness violations and the
-privacy spent; ``pfair train --csv data.csv --label COL --sensitive COL [--positive-label V]
+SteFFLe on a bundled data set split into silos and prints test error, the fairness metrics
+(``demographic_parity_difference``, ``equalized_odds_difference``, :mod:`pfair.metrics`) and the
+privacy spent; ``--max-violation T`` replaces ``--lam`` by a fairness target;
+``pfair train --csv data.csv --label COL --sensitive COL [--positive-label V]
 [--partition-by COL]`` does the same on your own table (:func:`pfair.datasets.load_csv`).
 
 ``pfair sweep --dataset adult --methods steffle,pfld,fedavg --epsilon 1 3 9 --heterogeneity 0 0.75
