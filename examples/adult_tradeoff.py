@@ -1,7 +1,7 @@
 """Fairness/accuracy trade-off of SteFFLe on UCI Adult (N = 3 silos, h = 0), non-private and ε = 1.
 
-Prints a Markdown table of mean test error, demographic parity and equalized odds difference over seeds for each λ; the
-figures in docs/results.md come from this script:
+Prints a Markdown table of mean test error, demographic parity and equalized odds difference over
+seeds for each λ; the figures in docs/results.md come from this script:
 
     python examples/adult_tradeoff.py --seeds 3
 """
