@@ -582,3 +582,59 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
         warm.fit(fresh)
     assert all(len(ledger.runs) == 2 for ledger in warm.ledgers_)
     assert not np.array_equal(warm.theta_, first)
+
+
+# --------------------------------------------------------------------------------------------
+# (g) a fairness target (max_violation) with the torch provider
+
+
+def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_as_steffle():
+    """The provider's predict(θ) is the linear model's argmax on the same θ, so with the linear
+    model in torch a private fit with max_violation equals SteFFLe's: the same noisy violation
+    releases, the same λ path, the same θ."""
+    fed = _protocol_data(seed=3)
+    d, k, l = fed.n_features, fed.n_groups, fed.n_classes  # noqa: E741
+    kw = dict(epsilon=3.0, max_violation=0.05, epochs=3, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=0, noise_seed=7,
+              lr_theta=0.5, lam_lr=20.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        st_ = SteFFLe(**kw).settings()
+        provider = TorchProvider.for_silo(LinearSoftmax(d, l), fed.silos[0], st_, n_groups=k, n_classes=l,
+                                          device="cpu", chunk_size=7)
+        theta = np.random.default_rng(0).normal(size=provider.n_params)
+        want = np.argmax(_core.predict_proba(fed.silos[0].X, theta, l), axis=1)
+        np.testing.assert_array_equal(provider.predict(theta), want)
+        assert len(set(want.tolist())) > 1
+        lin = SteFFLe(**kw).fit(fed, ledgers="new")
+        deep = DeepSteFFLe(LinearSoftmax(d, l), device="cpu", **kw).fit(fed, ledgers="new")
+    released = deep.history_["violation_released"].to_numpy()
+    np.testing.assert_allclose(released, lin.history_["violation_released"].to_numpy(), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(deep.history_["lam"].to_numpy(), lin.history_["lam"].to_numpy(), rtol=0, atol=1e-10)
+    assert deep.lam_ > 0 and np.isfinite(released[:-1]).all()
+    np.testing.assert_allclose(deep.theta_, lin.theta_, rtol=0, atol=1e-10)
+    # The releases were charged to each silo's ledger (2 epochs of 3 release a histogram).
+    assert all(sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 2
+               for ledger in deep.ledgers_)
+
+
+def test_mlp_with_max_violation_meets_the_target_roughly():
+    rng = np.random.default_rng(0)
+    n = 1500
+    s = rng.integers(0, 2, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += 0.6 * s
+    y = (X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=n) > 0.3).astype(int)
+    silos = rng.integers(0, 3, size=n)
+    common = dict(epochs=40, batch_size=100, lr_theta=0.25, lr_w=2.0, init_seed=0, device="cpu")
+    free = DeepSteFFLe(mlp(3, 2, (8,)), lam=0.0, **common).fit(X, y, sensitive_features=s, silos=silos)
+    v_free = pfair.metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
+    assert v_free > 0.12  # the target is active
+    m = DeepSteFFLe(mlp(3, 2, (8,)), max_violation=0.05, **common).fit(X, y, sensitive_features=s, silos=silos)
+    v = pfair.metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
+    released = m.history_["violation_released"].to_numpy()[:-1]
+    # Non-private: the released value is the exact training violation of the model after each epoch.
+    np.testing.assert_allclose(released, m.history_["train_demographic_parity_difference"].to_numpy()[:-1],
+                               atol=1e-12)
+    assert abs(np.mean(released[-15:]) - 0.05) < 0.02, released[-15:]
+    assert v < 0.09 and 0 < m.lam_ < 5
+    assert np.mean(m.predict(X) != y) < pfair.metrics.trivial_error(y) - 0.05  # not the constant predictor

@@ -183,13 +183,14 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         ``fairness`` (:func:`pfair.metrics.demographic_parity_difference` for
         ``"demographic_parity"``, :func:`~pfair.metrics.equalized_odds_difference` for
         ``"equalized_odds"``, :func:`~pfair.metrics.equal_opportunity_difference` of the positive
-        class for ``"equal_opportunity"``, each with its defaults) by adapting λ once per epoch, starting at 0, by projected dual ascent
-        ``λ_{e+1} = max(0, λ_e + η_λ (v̂_e − t))`` (capped at 100), where v̂_e is the violation
-        of the model after epoch e on the silos' training data. Non-private: exact. Private: each
+        class for ``"equal_opportunity"``, each with its defaults) by adapting λ once per epoch,
+        starting at 0, by projected dual ascent ``λ_{e+1} = max(0, λ_e + η_λ (v̂_e − t))`` (capped
+        at 100), where v̂_e is v of the model after epoch e on the silos' training data. Non-private: exact. Private: each
         silo releases, after every epoch but the last, its histogram of (block, s, prediction)
         with Gaussian noise (L2 sensitivity √2 under replace-one of s or of a whole record), charged
         to its ledger; the server computes v̂ from the sum (:mod:`pfair.fairness_target`,
-        ``docs/privacy.md``). ``mode="standard"`` and the linear model (and the Flower deployment).
+        ``docs/privacy.md``). ``mode="standard"``: the linear model, ``DeepSteFFLe`` and the Flower
+        deployment.
     max_violation_epsilon_share : the fraction of each silo's ε that the ``epochs − 1`` violation
         releases use alone; the training noise is calibrated to the composition of everything.
     lam_lr : η_λ, the dual step size of ``max_violation``.

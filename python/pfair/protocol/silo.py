@@ -241,8 +241,8 @@ class SiloParty:
             return self._last_violation
         if self.predict is None:
             raise NotImplementedError("max_violation needs the silo's predictions, which this gradient provider "
-                                      "does not offer (no predict(theta)); use pfair.SteFFLe's linear model or a "
-                                      "fixed lam")
+                                      "does not offer (no predict(theta)); use pfair.SteFFLe, pfair.torch.DeepSteFFLe "
+                                      "or a fixed lam")
         if st.private:
             if self.ledger is None or self.violation_z is None or self.run_id is None:
                 raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; "

@@ -143,7 +143,8 @@ class Simulation:
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict))
         if st.max_violation is not None and any(p.predict is None for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
-                                      "provider does not offer; use pfair.SteFFLe (the linear model) or a fixed lam")
+                                      "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
+                                      "pfair.torch.DeepSteFFLe or a fixed lam")
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)

@@ -289,6 +289,25 @@ class TorchProvider:
         """The module's current parameters as the wire's θ."""
         return module_theta(self.module)
 
+    def predict(self, theta: np.ndarray) -> np.ndarray:
+        """Predicted class index ``ŷ_i = argmax_c z_c(x_i; θ)`` of each of the silo's records, from
+        the same ``functional_call`` of the module at θ that the gradients use (forward passes in
+        chunks, no gradients). This is the ŷ that the violation release of ``max_violation``
+        counts (:func:`pfair.fairness_target.violation_counts`); θ is the model the server already
+        holds, and each record adds exactly one count, so the release's sensitivity (√2) does not
+        depend on the model."""
+        theta = np.asarray(theta, dtype=np.float64).ravel()
+        if theta.size != self.n_params:
+            raise ValueError(f"theta has {theta.size} entries, the module has {self.n_params} trainable parameters")
+        flat = torch.from_numpy(theta).to(self.device, self.dtype)
+        out = np.empty(self.n_records, dtype=np.int64)
+        with torch.no_grad():
+            for start in range(0, self.n_records, self.chunk_size):
+                rows = torch.arange(start, min(start + self.chunk_size, self.n_records))
+                logits = self._logits(flat, self._inputs(rows))
+                out[start:start + rows.numel()] = torch.argmax(logits, dim=1).cpu().numpy()
+        return out
+
     # ------------------------------------------------------------------ per-record gradients
     def _one_from(self, tensors: tuple, x: torch.Tensor) -> torch.Tensor:
         params = dict(zip(self._names, tensors))
