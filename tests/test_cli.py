@@ -24,7 +24,8 @@ def test_train_json_has_the_promised_keys_and_honest_privacy(capsys, tmp_path):
                        "--epochs", "3", "--json", "--out", str(out_file))
     assert code == 0
     result = json.loads(out)
-    for key in ("test_error", "demographic_parity_difference", "equalized_odds_difference", "epsilon_spent", "delta", "seconds", "trivial_error"):
+    for key in ("test_error", "demographic_parity_difference", "equalized_odds_difference", "epsilon_spent", "delta",
+                "seconds", "trivial_error"):
         assert key in result
     assert 0 < result["test_error"] < result["trivial_error"]
     assert 0.9 < result["epsilon_spent"] <= 1.0

@@ -45,7 +45,8 @@ def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     # paper's W step at λ·η_W = 2 reached v1 ≈ 0 exactly that way.
     assert fair.score(X, y) > 0.7
     assert len(plain.history_) == FAST["epochs"]
-    assert {"train_error", "train_demographic_parity_difference", "train_equalized_odds_difference", "batch_psi"} <= set(plain.history_.columns)
+    assert {"train_error", "train_demographic_parity_difference", "train_equalized_odds_difference",
+            "batch_psi"} <= set(plain.history_.columns)
 
 
 @pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity"])

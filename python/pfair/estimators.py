@@ -471,8 +471,10 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y_idx))}
         if s is not None:
             s_arr = as_vector(s, "sensitive_features", Xa.shape[0])
-            row[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(y_idx, pred, sensitive_features=s_arr)
-            row[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(y_idx, pred, sensitive_features=s_arr)
+            row[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
+                y_idx, pred, sensitive_features=s_arr)
+            row[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
+                y_idx, pred, sensitive_features=s_arr)
         return row
 
     def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:

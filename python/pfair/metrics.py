@@ -706,7 +706,8 @@ def misclassification_error(y_true: Any, y_pred: Any) -> float:
 def trivial_error(y_true: Any) -> float:
     r"""Error of the best constant predictor: ``1 - max_y P[y]`` (1 - majority-label frequency).
 
-    A model that predicts one class for everyone has zero demographic parity and equalized odds difference and this error; a fair
+    A model that predicts one class for everyone has zero demographic parity and equalized odds
+    difference and this error; a fair
     model is useful only where its error is clearly below it (docs/experiments.md).
     """
     _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")

@@ -132,7 +132,8 @@ def shards_from(
 
 def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s: np.ndarray | None,
              split: str = "train") -> dict[str, float]:
-    """Loss, error and (where s is known) demographic parity and equalized odds differences of a linear-softmax model; ``y`` and
+    """Loss, error and (where s is known) demographic parity and equalized odds differences of a
+    linear-softmax model; ``y`` and
     ``s`` are indices (``s = -1``: missing, left out of the fairness metrics)."""
     from pfair import metrics
 

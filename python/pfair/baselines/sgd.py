@@ -103,7 +103,8 @@ class CentralERM(_SGDBase):
     lr, lr_decay, decay_every : step size and its step decay (Gupta et al. 2024: 0.25, 0.8 every 10 epochs).
     sampling : {"without_replacement", "poisson", "full_batch"}.
     seed : int. Same seed, same bits.
-    track_history : evaluate loss/error (and ``demographic_parity_difference``, ``equalized_odds_difference`` when s is given) after every epoch.
+    track_history : evaluate loss/error (and ``demographic_parity_difference``,
+        ``equalized_odds_difference`` when s is given) after every epoch.
 
     Attributes
     ----------

@@ -296,8 +296,10 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
             return {
                 f"{split}_loss": loss,
                 f"{split}_error": float(np.mean(pred != y_idx)),
-                f"{split}_demographic_parity_difference": metrics.demographic_parity_difference(y_idx, pred, sensitive_features=s_arr),
-                f"{split}_equalized_odds_difference": metrics.equalized_odds_difference(y_idx, pred, sensitive_features=s_arr),
+                f"{split}_demographic_parity_difference": metrics.demographic_parity_difference(
+                    y_idx, pred, sensitive_features=s_arr),
+                f"{split}_equalized_odds_difference": metrics.equalized_odds_difference(
+                    y_idx, pred, sensitive_features=s_arr),
             }
 
     @property
