@@ -26,7 +26,7 @@ def fits(name, lam):
             model.fit(data.X_train, data.y_train, sensitive_features=data.s_train, silos=silos)
         pred = model.predict(data.X_test)
         errors.append(np.mean(pred != data.y_test))
-        violations.append(metrics.demographic_parity_violation(data.y_test, pred, sensitive_features=data.s_test))
+        violations.append(metrics.demographic_parity_difference(data.y_test, pred, sensitive_features=data.s_test))
     return float(np.mean(errors)), float(np.mean(violations)), metrics.trivial_error(data.y_test)
 
 

@@ -42,7 +42,7 @@ def main() -> None:
                     model.fit(data.X_train, data.y_train, sensitive_features=data.s_train, silos=silos)
                 pred = model.predict(data.X_test)
                 rows.append(dict(data=name, lam=lam, seed=seed, test_error=float(np.mean(pred != data.y_test)),
-                                 dp_violation=metrics.demographic_parity_violation(data.y_test, pred,
+                                 dp_violation=metrics.demographic_parity_difference(data.y_test, pred,
                                                                                    sensitive_features=data.s_test),
                                  trivial=metrics.trivial_error(data.y_test)))
         df = pd.DataFrame(rows)

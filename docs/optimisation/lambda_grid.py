@@ -42,7 +42,7 @@ def main() -> None:
                 pred = model.predict(data.X_test)
                 rep = metrics.fairness_report(data.y_test, pred, sensitive_features=data.s_test)
                 rows.append(dict(data=name, w_step=w_step, lam=float(lam), test_error=rep["test_error"],
-                                 dp_violation=rep["dp_violation"], theta_norm=float(np.linalg.norm(model.theta_)),
+                                 dp_violation=rep["demographic_parity_difference"], theta_norm=float(np.linalg.norm(model.theta_)),
                                  w_norm=float(np.linalg.norm(model.W_)),
                                  positive=float(np.mean(pred == model.classes_[1])),
                                  trivial=metrics.trivial_error(data.y_test)))

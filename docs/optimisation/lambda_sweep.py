@@ -28,7 +28,7 @@ def run(data, lam: float, epochs: int, seed: int = 0, **kw):
         model.fit(fed, eval_set=(data.X_test, data.y_test, data.s_test))
     h = model.history_
     for ep, r in h.iterrows():
-        rows.append(dict(epoch=ep, test_error=r["test_error"], dp=r["test_dp_violation"], theta=r["theta_norm"],
+        rows.append(dict(epoch=ep, test_error=r["test_error"], dp=r["test_demographic_parity_difference"], theta=r["theta_norm"],
                          w=r["w_norm"]))
     pred = model.predict(data.X_test)
     pos = float(np.mean(pred == model.classes_[1]))

@@ -50,9 +50,9 @@ def main() -> None:
                             z=float(model.privacy_report_["noise_multiplier"].max()),
                             eps_spent=model.epsilon_spent_,
                             val_error=float(np.mean(pv != part["yv"])),
-                            val_dp=metrics.demographic_parity_violation(part["yv"], pv, sensitive_features=part["sv"]),
+                            val_dp=metrics.demographic_parity_difference(part["yv"], pv, sensitive_features=part["sv"]),
                             test_error=float(np.mean(pt != data.y_test)),
-                            test_dp=metrics.demographic_parity_violation(data.y_test, pt, sensitive_features=data.s_test),
+                            test_dp=metrics.demographic_parity_difference(data.y_test, pt, sensitive_features=data.s_test),
                             trivial_val=trivial_v, trivial_test=trivial_t))
                 print(f"{name} {protect} batch {batch} done", flush=True)
     df = pd.DataFrame(rows)
