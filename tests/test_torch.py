@@ -625,7 +625,7 @@ def test_mlp_with_max_violation_meets_the_target_roughly():
     X[:, 0] += 0.6 * s
     y = (X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=n) > 0.3).astype(int)
     silos = rng.integers(0, 3, size=n)
-    common = dict(epochs=40, batch_size=100, lr_theta=0.25, lr_w=2.0, init_seed=0, device="cpu")
+    common = dict(epochs=80, batch_size=100, init_seed=0, device="cpu")
     free = DeepSteFFLe(mlp(3, 2, (8,)), lam=0.0, **common).fit(X, y, sensitive_features=s, silos=silos)
     v_free = pfair.metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.12  # the target is active
@@ -635,6 +635,6 @@ def test_mlp_with_max_violation_meets_the_target_roughly():
     # Non-private: the released value is the exact training violation of the model after each epoch.
     np.testing.assert_allclose(released, m.history_["train_demographic_parity_difference"].to_numpy()[:-1],
                                atol=1e-12)
-    assert abs(np.mean(released[-15:]) - 0.05) < 0.02, released[-15:]
-    assert v < 0.09 and 0 < m.lam_ < 5
+    assert released[0] > 0.1 and abs(np.mean(released[-10:]) - 0.05) < 0.015, released[-10:]
+    assert v < 0.09 and 0 < m.lam_ < 100  # below λ's cap: the target is met, not given up on
     assert np.mean(m.predict(X) != y) < pfair.metrics.trivial_error(y) - 0.05  # not the constant predictor

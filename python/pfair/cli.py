@@ -145,8 +145,8 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--max-violation-epsilon-share", type=float, default=0.1, metavar="SHARE",
                    help="with --max-violation and --epsilon: fraction of each silo's epsilon spent on the releases "
                         "that measure the violation (default 0.1)")
-    p.add_argument("--lam-lr", type=float, default=3.0,
-                   help="with --max-violation: the dual step size of lambda (default 3)")
+    p.add_argument("--lam-lr", type=float, default=None,
+                   help="with --max-violation: the dual step size of lambda (default: SteFFLe's lam_lr)")
     p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
     p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
                    help="records per silo per round; auto (default): min(4096, smallest silo), 256 with "
@@ -275,7 +275,7 @@ def train_command(args: argparse.Namespace) -> int:
         noise_seed=args.noise_seed, progress=not args.json,
         track_history=not args.json or args.max_violation is not None,
         max_violation=args.max_violation, max_violation_epsilon_share=args.max_violation_epsilon_share,
-        lam_lr=args.lam_lr,
+        **({} if args.lam_lr is None else {"lam_lr": args.lam_lr}),
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
