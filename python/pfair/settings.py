@@ -20,7 +20,7 @@ from pfair._validation import check_choice, check_int, check_positive
 from pfair.exceptions import PrivacyWarning
 
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
-SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+SAMPLINGS = ("without_replacement", "poisson", "shuffle", "full_batch")
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
 

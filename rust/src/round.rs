@@ -120,9 +120,18 @@ impl SiloKeys {
     }
 }
 
-/// The batch of silo `silo_id` (with `n` records) in round `round`.
+/// The batch of silo `silo_id` (with `n` records) in round `round`, sorted.
 pub fn draw_batch(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, n: usize) -> Vec<usize> {
-    cfg.sampling.draw(&mut keys.batch.stream(silo_id, round, Purpose::Batch), n)
+    let mut out = Vec::new();
+    draw_batch_into(cfg, keys, silo_id, round, n, &mut out);
+    out
+}
+
+/// [`draw_batch`] into a reused buffer. The batch stream is `(silo, round, Batch)`, or
+/// `(silo, epoch, Batch)` for shuffled epochs (one permutation per epoch).
+pub fn draw_batch_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, n: usize, out: &mut Vec<usize>) {
+    let mut rng = keys.batch.stream(silo_id, cfg.sampling.stream_index(round, n), Purpose::Batch);
+    cfg.sampling.draw_into(&mut rng, n, round, out);
 }
 
 /// Adds the round's Gaussian noise to the protected parts of `msg` (the loss gradient in
@@ -462,6 +471,24 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, DIMS, &theta, psi, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn shuffled_rounds_use_every_record_once_per_epoch() {
+        let c = SiloConfig { sampling: Sampling::Shuffle { m: 32 }, ..cfg(0.0) };
+        let k = SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::Seeded(0) };
+        let n = 100; // 4 rounds per epoch, the last with 4 records
+        let mut buf = Vec::new();
+        for epoch in 0..2u64 {
+            let mut seen = vec![0; n];
+            for t in epoch * 4..epoch * 4 + 4 {
+                draw_batch_into(&c, &k, 3, t, n, &mut buf);
+                assert_eq!(buf, draw_batch(&c, &k, 3, t, n));
+                buf.iter().for_each(|&i| seen[i] += 1);
+            }
+            assert!(seen.iter().all(|&v| v == 1));
+        }
+        assert_ne!(draw_batch(&c, &k, 3, 0, n), draw_batch(&c, &k, 3, 4, n));
     }
 
     #[test]

@@ -51,9 +51,9 @@ impl PySiloConfig {
     }
 }
 
-/// A without-replacement batch must fit in its silo.
-fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult<()> {
-    if let Sampling::WithoutReplacement { m } = cfg.sampling {
+/// A without-replacement or shuffled batch must fit in its silo.
+pub(super) fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult<()> {
+    if let Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } = cfg.sampling {
         if m > n {
             return Err(format!("batch_size={m} is larger than silo {silo}, which has {n} records").into());
         }
