@@ -110,40 +110,83 @@ impl Sampling {
     /// Writes the sorted indices of round `round`'s batch from `0..n` into `out` (cleared
     /// first). `rng` must be the batch stream of [`Sampling::stream_index`]`(round, n)`: for
     /// shuffled epochs the epoch's permutation is keyed by it, and `round` picks the slice.
+    ///
+    /// Every scheme costs O(batch) (plus sorting the batch), never O(n), except the full batch:
+    /// without replacement by Floyd's algorithm, Poisson by geometric skips, shuffled epochs by
+    /// evaluating the epoch's permutation on the round's slice of positions.
     pub fn draw_into<R: Rng + ?Sized>(&self, rng: &mut R, n: usize, round: u64, out: &mut Vec<usize>) {
+        out.clear();
         match *self {
+            Sampling::WithoutReplacement { m } => floyd_into(rng, n, m.min(n), out),
+            Sampling::Poisson { q } => poisson_into(rng, n, q, out),
             Sampling::Shuffle { m } => {
-                out.clear();
                 let perm = EpochPermutation::new(rng, n);
                 let pos = (round % self.rounds_per_epoch(n)) as usize * m;
                 out.extend((pos..(pos + m).min(n)).map(|p| perm.apply(p)));
                 out.sort_unstable();
             }
-            _ => {
-                let v = self.draw(rng, n);
-                out.clear();
-                out.extend_from_slice(&v);
-            }
+            Sampling::FullBatch => out.extend(0..n),
         }
     }
 
     /// Draws the indices of one batch from `0..n` (for shuffled epochs: the first batch of the
     /// epoch keyed by `rng`; use [`Sampling::draw_into`] for any other round).
     pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Vec<usize> {
-        match *self {
-            Sampling::Shuffle { .. } => {
-                let mut out = Vec::new();
-                self.draw_into(rng, n, 0, &mut out);
-                out
-            }
-            Sampling::WithoutReplacement { m } => {
-                let mut idx = rand::seq::index::sample(rng, n, m.min(n)).into_vec();
-                idx.sort_unstable();
-                idx
-            }
-            Sampling::Poisson { q } => (0..n).filter(|_| rng.gen::<f64>() < q).collect(),
-            Sampling::FullBatch => (0..n).collect(),
+        let mut out = Vec::new();
+        self.draw_into(rng, n, 0, &mut out);
+        out
+    }
+}
+
+std::thread_local! {
+    /// Membership bits of Floyd's algorithm, one bit per record, reused by every draw on the
+    /// thread (only the bits a draw set are cleared afterwards, so a draw costs O(m)).
+    static CHOSEN: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A uniformly random `m`-subset of `0..n`, sorted, by Floyd's algorithm (Bentley and Floyd,
+/// "Programming pearls: a sample of brilliance", 1987): for `j = n-m .. n-1` draw `t` uniform on
+/// `0..=j` and take `t`, or `j` if `t` is taken already. Every `m`-subset has probability
+/// `1 / C(n, m)`; `m` draws, O(m) work.
+fn floyd_into<R: Rng + ?Sized>(rng: &mut R, n: usize, m: usize, out: &mut Vec<usize>) {
+    CHOSEN.with(|cell| {
+        let mut bits = cell.borrow_mut();
+        let words = n.div_ceil(64);
+        if bits.len() < words {
+            bits.resize(words, 0);
         }
+        for j in n - m..n {
+            let t = rng.gen_range(0..=j);
+            let pick = if bits[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
+            bits[pick / 64] |= 1 << (pick % 64);
+            out.push(pick);
+        }
+        for &i in out.iter() {
+            bits[i / 64] = 0;
+        }
+    });
+    out.sort_unstable();
+}
+
+/// Each of `0..n` independently with probability `q`, in increasing order, by geometric skips:
+/// the gap before the next chosen record is `⌊ln U / ln(1-q)⌋` with `U` uniform on `(0, 1]`,
+/// i.e. `P(gap = g) = (1-q)^g q`. One uniform per chosen record: O(q·n) work.
+fn poisson_into<R: Rng + ?Sized>(rng: &mut R, n: usize, q: f64, out: &mut Vec<usize>) {
+    if q >= 1.0 {
+        out.extend(0..n);
+        return;
+    }
+    let log_keep = (-q).ln_1p();
+    let mut i = 0usize;
+    while i < n {
+        let u = 1.0 - rng.gen::<f64>(); // in (0, 1]
+        let gap = (u.ln() / log_keep).floor();
+        if gap >= (n - i) as f64 {
+            break;
+        }
+        i += gap as usize;
+        out.push(i);
+        i += 1;
     }
 }
 
@@ -257,6 +300,64 @@ mod tests {
         }
         // Each index is drawn with probability 3/10: 6000 expected, sd ≈ 65.
         assert!(counts.iter().all(|&c| (c as f64 - 6000.0).abs() < 400.0), "{counts:?}");
+    }
+
+    /// χ² statistic of observed counts against equal expected counts.
+    fn chi2_uniform(counts: &[f64]) -> f64 {
+        let e = counts.iter().sum::<f64>() / counts.len() as f64;
+        counts.iter().map(|o| (o - e).powi(2) / e).sum()
+    }
+
+    #[test]
+    fn without_replacement_subsets_are_uniform() {
+        // n = 6, m = 3: 20 subsets, each with probability 1/20. χ² with 19 degrees of freedom;
+        // P(χ² > 43.8) = 0.001.
+        let mut counts = std::collections::HashMap::new();
+        let mut rng = stream(12, 0, 0, Purpose::Batch);
+        let mut out = Vec::new();
+        for _ in 0..40_000 {
+            Sampling::WithoutReplacement { m: 3 }.draw_into(&mut rng, 6, 0, &mut out);
+            *counts.entry(out.clone()).or_insert(0.0) += 1.0;
+        }
+        assert_eq!(counts.len(), 20);
+        let c: Vec<f64> = counts.values().copied().collect();
+        assert!(chi2_uniform(&c) < 43.8, "{counts:?}");
+        // m = n: every record; large n, small m: distinct, in range, and the scratch bits are
+        // clear again (a second draw on the same thread is still of full size).
+        Sampling::WithoutReplacement { m: 6 }.draw_into(&mut rng, 6, 0, &mut out);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
+        for _ in 0..3 {
+            Sampling::WithoutReplacement { m: 64 }.draw_into(&mut rng, 1_000_000, 0, &mut out);
+            assert_eq!(out.len(), 64);
+            assert!(out.windows(2).all(|w| w[0] < w[1]) && out[63] < 1_000_000);
+        }
+    }
+
+    #[test]
+    fn poisson_membership_is_independent_with_rate_q() {
+        // Each of 8 records with probability 0.3, independently: the 256 subsets have
+        // probabilities 0.3^|S| 0.7^(8-|S|). χ² with 255 degrees of freedom; P(χ² > 330.5) ≈ 0.001.
+        let (n, q, draws) = (8usize, 0.3, 200_000);
+        let mut counts = vec![0f64; 1 << n];
+        let mut rng = stream(13, 0, 0, Purpose::Batch);
+        let mut out = Vec::new();
+        for _ in 0..draws {
+            Sampling::Poisson { q }.draw_into(&mut rng, n, 0, &mut out);
+            assert!(out.windows(2).all(|w| w[0] < w[1]));
+            counts[out.iter().map(|&i| 1usize << i).sum::<usize>()] += 1.0;
+        }
+        let chi2: f64 = counts
+            .iter()
+            .enumerate()
+            .map(|(mask, o)| {
+                let k = (mask as u32).count_ones() as i32;
+                let e = draws as f64 * q.powi(k) * (1.0 - q).powi(n as i32 - k);
+                (o - e).powi(2) / e
+            })
+            .sum();
+        assert!(chi2 < 330.5, "chi2 = {chi2}");
+        Sampling::Poisson { q: 1.0 }.draw_into(&mut rng, 5, 0, &mut out);
+        assert_eq!(out, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]
