@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::config::{check_finite_non_negative, is_positive, ConfigError};
 use crate::features::{Dense, Features};
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
+use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Dims, Protect, PsiInputs, Workspace};
 use crate::sampling::Sampling;
 
 /// The data one silo holds: features (dense or CSR), labels and group indices.
@@ -183,11 +183,64 @@ pub fn silo_step(
     silo_id: u64,
     round: u64,
 ) -> BatchGradients {
+    let mut scratch = StepScratch::default();
+    silo_step_into(silo, dims, theta, psi, cfg, keys, silo_id, round, &mut scratch);
+    scratch.msg
+}
+
+/// What a silo's step writes into, kept between rounds: the batch, the kernel's scratch and the
+/// message (so a round allocates nothing once the sizes are known).
+#[derive(Clone, Debug, Default)]
+pub struct StepScratch {
+    pub batch: Vec<usize>,
+    pub ws: Workspace,
+    pub msg: BatchGradients,
+}
+
+/// [`silo_step`] into `scratch.msg`, with the same arithmetic.
+#[allow(clippy::too_many_arguments)]
+pub fn silo_step_into(
+    silo: &Silo,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    cfg: &SiloConfig,
+    keys: &SiloKeys,
+    silo_id: u64,
+    round: u64,
+    scratch: &mut StepScratch,
+) {
     let n = silo.len();
-    let batch = draw_batch(cfg, keys, silo_id, round, n);
-    let mut msg = silo_parts(silo, dims, theta, psi, &batch, cfg.sampling.denominator(n), cfg.protect);
-    noise_message(&mut msg, cfg, keys, silo_id, round);
-    msg
+    let StepScratch { batch, ws, msg } = scratch;
+    draw_batch_into(cfg, keys, silo_id, round, n, batch);
+    let denom = cfg.sampling.denominator(n);
+    match &silo.x {
+        Features::Dense { x, d } => {
+            batch_gradients_into(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
+        }
+        Features::Sparse(csr) => batch_gradients_into(csr, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg),
+    }
+    noise_message(msg, cfg, keys, silo_id, round);
+}
+
+/// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
+/// a round run one after the other on the calling thread: handing a few small silo steps to
+/// other threads costs more than it saves (measured on Adult, `docs/performance.md`).
+pub const PARALLEL_MIN_WORK: f64 = 60_000.0;
+
+/// Expected row entries a silo's step touches: batch size times mean stored entries per row.
+pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
+    let n = silo.len().max(1);
+    let per_row = match &silo.x {
+        Features::Dense { d, .. } => *d as f64,
+        Features::Sparse(c) => c.values.len() as f64 / n as f64,
+    };
+    let m = match cfg.sampling {
+        Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m.min(n) as f64,
+        Sampling::Poisson { q } => q * n as f64,
+        Sampling::FullBatch => n as f64,
+    };
+    m * (per_row + 4.0)
 }
 
 /// Projects each `k × l` block of `w` on the Frobenius ball of radius `radius`.
@@ -206,15 +259,15 @@ pub fn project_blocks(w: &mut [f64], block_len: usize, radius: f64) {
 
 /// Server step: `θ ← θ - η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)]` and
 /// `W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])`, with silo weights `ω` summing to 1.
-pub fn server_update(
+pub fn server_update<'a>(
     theta: &mut [f64],
     w: &mut [f64],
     block_len: usize,
-    messages: &[BatchGradients],
+    messages: impl IntoIterator<Item = &'a BatchGradients>,
     weights: &[f64],
     cfg: &ServerConfig,
 ) {
-    for (m, &om) in messages.iter().zip(weights) {
+    for (m, &om) in messages.into_iter().zip(weights) {
         let a = cfg.lr_theta * om;
         for t in 0..theta.len() {
             theta[t] -= a * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
@@ -259,25 +312,67 @@ pub fn run_rounds(
     n_rounds: u64,
     snapshot_round: Option<u64>,
 ) -> RoundsOutcome {
+    run_rounds_scheduled(
+        silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round, None,
+    )
+}
+
+/// [`run_rounds`] with the schedule forced: `Some(true)` runs each round's silos on the rayon
+/// pool, `Some(false)` one after the other, `None` picks by the round's work
+/// ([`PARALLEL_MIN_WORK`]). The results do not depend on the schedule.
+#[allow(clippy::too_many_arguments)]
+pub fn run_rounds_scheduled(
+    silos: &[Silo],
+    dims: Dims,
+    theta: &mut [f64],
+    w: &mut [f64],
+    psi_tables: (crate::psi::Fairness, &[f64]),
+    silo_cfgs: &[SiloConfig],
+    keys: &[SiloKeys],
+    weights: &[f64],
+    server: &ServerConfig,
+    start: u64,
+    n_rounds: u64,
+    snapshot_round: Option<u64>,
+    parallel: Option<bool>,
+) -> RoundsOutcome {
     let (fairness, inv_sqrt_ps) = psi_tables;
     let block_len = dims.k * dims.l;
     let mut out = RoundsOutcome::default();
     // A silo with weight 0 (one that refused, e.g. out of budget) is not asked at all.
     let active: Vec<usize> = (0..silos.len()).filter(|&j| weights[j] > 0.0).collect();
     let active_weights: Vec<f64> = active.iter().map(|&j| weights[j]).collect();
+    let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
+    let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
+    let parallel = parallel.unwrap_or(active.len() > 1 && work >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1);
+    if parallel && rayon::current_thread_index().is_none() {
+        // Run the whole loop on a pool thread: each round's fork-join is then between workers
+        // that are awake, instead of a hand-off from this thread and a wake-up every round.
+        return rayon::scope(|_| {
+            run_rounds_scheduled(
+                silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round,
+                Some(true),
+            )
+        });
+    }
     for round in start..start + n_rounds {
-        let messages: Vec<BatchGradients> = {
+        {
             let theta_ro: &[f64] = theta;
             let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            active
-                .par_iter()
-                .map(|&j| silo_step(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round))
-                .collect()
-        };
-        out.loss.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
-        out.clipped.push(messages.iter().map(|m| m.n_clipped).sum());
-        server_update(theta, w, block_len, &messages, &active_weights, server);
+            let step = |(&j, sc): (&usize, &mut StepScratch)| {
+                silo_step_into(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round, sc)
+            };
+            if parallel {
+                active.par_iter().zip(scratch.par_iter_mut()).for_each(step);
+            } else {
+                active.iter().zip(scratch.iter_mut()).for_each(step);
+            }
+        }
+        let messages = scratch.iter().map(|sc| &sc.msg);
+        out.loss.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
+        out.psi.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
+        out.clipped.push(messages.clone().map(|m| m.n_clipped).sum());
+        server_update(theta, w, block_len, messages, &active_weights, server);
         if snapshot_round == Some(round) {
             out.snapshot = Some((theta.to_vec(), w.to_vec()));
         }
@@ -471,6 +566,36 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, DIMS, &theta, psi, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn run_rounds_schedules_agree_bit_for_bit_and_match_silo_steps() {
+        let silos = vec![toy_silo(300, 3), toy_silo(200, 4), toy_silo(120, 5)];
+        let cfgs = vec![cfg(0.3); 3];
+        let server = ServerConfig { lam: 0.5, lr_theta: 0.5, lr_w: 0.5, w_radius: 5.0 };
+        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
+        let keys: Vec<SiloKeys> = (0..3).map(|j| SiloKeys::seeded(20 + j)).collect();
+        let weights = [0.5, 0.0, 0.5]; // silo 1 refused: never asked
+        let run = |par| {
+            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
+            let o = run_rounds_scheduled(
+                &silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server,
+                5, 30, None, par,
+            );
+            (theta, w, o)
+        };
+        let seq = run(Some(false));
+        assert_eq!(seq, run(Some(true)));
+        assert_eq!(seq, run(None));
+        // The same as the party loop: one silo_step per active silo, then server_update.
+        let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
+        for round in 5..35 {
+            let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+            let msgs: Vec<BatchGradients> =
+                [0usize, 2].iter().map(|&j| silo_step(&silos[j], DIMS, &theta, psi, &cfgs[j], &keys[j], j as u64, round)).collect();
+            server_update(&mut theta, &mut w, 4, &msgs, &[0.5, 0.5], &server);
+        }
+        assert_eq!((theta, w), (seq.0, seq.1));
     }
 
     #[test]

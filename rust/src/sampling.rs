@@ -155,8 +155,10 @@ fn floyd_into<R: Rng + ?Sized>(rng: &mut R, n: usize, m: usize, out: &mut Vec<us
         if bits.len() < words {
             bits.resize(words, 0);
         }
+        // Indices below 2^32 are drawn as u32 (half the random bytes of a u64 draw).
+        let small = n <= u32::MAX as usize;
         for j in n - m..n {
-            let t = rng.gen_range(0..=j);
+            let t = if small { rng.gen_range(0..=j as u32) as usize } else { rng.gen_range(0..=j) };
             let pick = if bits[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
             bits[pick / 64] |= 1 << (pick % 64);
             out.push(pick);
