@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use crate::config::{check_finite_non_negative, is_positive, ConfigError};
-use crate::features::{Dense, Features};
+use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Dims, Protect, PsiInputs, Workspace};
 use crate::sampling::Sampling;
@@ -164,10 +164,7 @@ pub fn silo_parts(
     denom: f64,
     protect: Protect,
 ) -> BatchGradients {
-    match &silo.x {
-        Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
-        Features::Sparse(csr) => batch_gradients(csr, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
-    }
+    crate::with_rows!(&silo.x, rows => batch_gradients(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect))
 }
 
 /// A silo's message for round `round`: [`draw_batch`], the exact parts ([`silo_parts`]), then
@@ -214,12 +211,9 @@ pub fn silo_step_into(
     let StepScratch { batch, ws, msg } = scratch;
     draw_batch_into(cfg, keys, silo_id, round, n, batch);
     let denom = cfg.sampling.denominator(n);
-    match &silo.x {
-        Features::Dense { x, d } => {
-            batch_gradients_into(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
-        }
-        Features::Sparse(csr) => batch_gradients_into(csr, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg),
-    }
+    crate::with_rows!(&silo.x, rows => {
+        batch_gradients_into(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
+    });
     noise_message(msg, cfg, keys, silo_id, round);
 }
 
@@ -231,10 +225,7 @@ pub const PARALLEL_MIN_WORK: f64 = 60_000.0;
 /// Expected row entries a silo's step touches: batch size times mean stored entries per row.
 pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
     let n = silo.len().max(1);
-    let per_row = match &silo.x {
-        Features::Dense { d, .. } => *d as f64,
-        Features::Sparse(c) => c.values.len() as f64 / n as f64,
-    };
+    let per_row = silo.x.entries_per_row();
     let m = match cfg.sampling {
         Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m.min(n) as f64,
         Sampling::Poisson { q } => q * n as f64,
@@ -596,6 +587,40 @@ pub(crate) mod tests {
             server_update(&mut theta, &mut w, 4, &msgs, &[0.5, 0.5], &server);
         }
         assert_eq!((theta, w), (seq.0, seq.1));
+    }
+
+    #[test]
+    fn shared_matrix_silos_match_owned_silos() {
+        use crate::features::{RowMap, SharedMatrix, SharedRows};
+        use std::sync::Arc;
+        let (x, y, s) = toy_data(90, 8);
+        let theta = vec![0.2, -0.3, 0.1];
+        let w = vec![0.3, -0.1, 0.2, 0.4];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let k = SiloKeys::seeded(4);
+        let rows: Vec<usize> = (0..90).rev().step_by(2).collect(); // a list, not a range
+        let pick = |v: &[u32]| rows.iter().map(|&r| v[r]).collect::<Vec<u32>>();
+        let owned = Silo {
+            x: Features::Dense { x: rows.iter().flat_map(|&r| x[2 * r..2 * r + 2].to_vec()).collect(), d: 2 },
+            y: pick(&y),
+            s: pick(&s),
+        };
+        let matrix = Arc::new(SharedMatrix::from_vec_f64(x.clone(), 2));
+        let shared = Silo { x: Features::Shared(SharedRows { matrix, rows: RowMap::from_rows(&rows) }), y: pick(&y), s: pick(&s) };
+        let a = silo_step(&owned, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
+        assert_eq!(a, silo_step(&shared, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        // float32 storage: the same as float64 features rounded to float32.
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let rounded = Silo {
+            x: Features::Dense { x: rows.iter().flat_map(|&r| x32[2 * r..2 * r + 2].iter().map(|&v| v as f64)).collect(), d: 2 },
+            ..owned.clone()
+        };
+        let m32 = Arc::new(SharedMatrix::from_vec_f32(x32, 2));
+        let shared32 = Silo { x: Features::Shared(SharedRows { matrix: m32, rows: RowMap::from_rows(&rows) }), ..owned.clone() };
+        let b = silo_step(&rounded, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
+        assert_eq!(b, silo_step(&shared32, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        assert_ne!(a.loss_grad, b.loss_grad);
     }
 
     #[test]
