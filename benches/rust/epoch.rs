@@ -57,7 +57,10 @@ fn main() {
     let keys: Vec<SiloKeys> =
         (0..3).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
     let rounds = n.div_ceil(m) as u64;
-    let schedules = [("auto", None), ("sequential", Some(false)), ("rayon", Some(true))];
+    let all = [("auto", None), ("sequential", Some(false)), ("rayon", Some(true))];
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: all three, interleaved).
+    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,rayon".into());
+    let schedules: Vec<(&str, Option<bool>)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
     // Interleaved, so that load from other processes hits every schedule alike.
     for _ in 0..reps {

@@ -218,9 +218,11 @@ pub fn silo_step_into(
 }
 
 /// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
-/// a round run one after the other on the calling thread: handing a few small silo steps to
-/// other threads costs more than it saves (measured on Adult, `docs/performance.md`).
-pub const PARALLEL_MIN_WORK: f64 = 60_000.0;
+/// a round run one after the other on the calling thread (toy problems, where handing work to
+/// other threads costs more than it saves). Above it they run on the rayon pool: on a shared
+/// machine that also gets the run a larger share of the CPUs (`docs/performance.md`: on Adult the
+/// pool is several times faster in median than one thread when other processes compete).
+pub const PARALLEL_MIN_WORK: f64 = 4_000.0;
 
 /// Expected row entries a silo's step touches: batch size times mean stored entries per row.
 pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
@@ -336,16 +338,6 @@ pub fn run_rounds_scheduled(
     let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
     let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
     let parallel = parallel.unwrap_or(active.len() > 1 && work >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1);
-    if parallel && rayon::current_thread_index().is_none() {
-        // Run the whole loop on a pool thread: each round's fork-join is then between workers
-        // that are awake, instead of a hand-off from this thread and a wake-up every round.
-        return rayon::scope(|_| {
-            run_rounds_scheduled(
-                silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round,
-                Some(true),
-            )
-        });
-    }
     for round in start..start + n_rounds {
         {
             let theta_ro: &[f64] = theta;

@@ -99,6 +99,17 @@ pub(super) fn silo_from(
     Ok(Silo { x: Features::auto(xv, d), y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
 }
 
+/// Non-zeros of a row, or None if it holds NaN or inf.
+fn finite_nnz<T: Copy + Into<f64>>(row: &[T]) -> Option<usize> {
+    let (mut nnz, mut finite) = (0usize, true);
+    for &v in row {
+        let v: f64 = v.into();
+        finite &= v.is_finite();
+        nnz += (v != 0.0) as usize;
+    }
+    finite.then_some(nnz)
+}
+
 /// Silos as row subsets of one dense matrix `x` (`n_rows × d`, float64 or float32, row-major),
 /// read in place when the matrix is dense enough, otherwise copied to CSR per silo. `y`, `s`
 /// hold every row's label and group; `rows[j]` the rows of silo `j`. Checks every silo's rows
@@ -131,19 +142,9 @@ pub(super) fn silos_from_matrix(
                 if i >= n {
                     return Err(format!("silo {j}: row index {i} out of range 0..{n}").into());
                 }
-                let finite_nnz = |row: &mut dyn Iterator<Item = f64>| -> Option<usize> {
-                    let mut c = 0;
-                    for v in row {
-                        if !v.is_finite() {
-                            return None;
-                        }
-                        c += (v != 0.0) as usize;
-                    }
-                    Some(c)
-                };
                 let count = match (matrix.as_f64(), matrix.as_f32()) {
-                    (Some(x), _) => finite_nnz(&mut x[i * d..(i + 1) * d].iter().copied()),
-                    (None, Some(x)) => finite_nnz(&mut x[i * d..(i + 1) * d].iter().map(|&v| v as f64)),
+                    (Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
+                    (None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
                     (None, None) => None,
                 };
                 nnz += count.ok_or_else(|| format!("silo {j}: X contains NaN or inf (row {i})"))?;

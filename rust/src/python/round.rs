@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -134,6 +134,9 @@ impl PySiloSet {
         }
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(x.clone().unbind());
         let matrix = if let Ok(a) = x.downcast::<PyArray2<f64>>() {
+            if !a.is_c_contiguous() {
+                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
+            }
             let ro = a.readonly();
             let (n, d) = ro.as_array().dim();
             let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
@@ -141,6 +144,9 @@ impl PySiloSet {
             // move, and the binding's contract says it is not written while the set lives.
             unsafe { SharedMatrix::from_raw_f64(data.as_ptr(), n, d, owner) }
         } else if let Ok(a) = x.downcast::<PyArray2<f32>>() {
+            if !a.is_c_contiguous() {
+                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
+            }
             let ro = a.readonly();
             let (n, d) = ro.as_array().dim();
             let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
