@@ -218,11 +218,12 @@ pub fn silo_step_into(
 }
 
 /// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
-/// a round run one after the other on the calling thread (toy problems, where handing work to
-/// other threads costs more than it saves). Above it they run on the rayon pool: on a shared
-/// machine that also gets the run a larger share of the CPUs (`docs/performance.md`: on Adult the
-/// pool is several times faster in median than one thread when other processes compete).
-pub const PARALLEL_MIN_WORK: f64 = 4_000.0;
+/// a round run one after the other on the calling thread. A round is a fork-join: with a few
+/// small silo steps (Adult: 3 × 256 rows of 14 entries, ≈ 14k) the hand-off and any worker the
+/// operating system has descheduled cost more than the second core saves (`docs/performance.md`:
+/// 4 ms sequential vs 20 ms median on the pool under load). Large rounds (many silos, dense rows)
+/// amortise it and run on the rayon pool.
+pub const PARALLEL_MIN_WORK: f64 = 100_000.0;
 
 /// Expected row entries a silo's step touches: batch size times mean stored entries per row.
 pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
