@@ -18,6 +18,12 @@ pub trait Rows: Sync {
     fn n_rows(&self) -> usize;
     /// Calls `f(j, x_ij)` for the stored entries of row `i`, in increasing column order.
     fn for_each<F: FnMut(usize, f64)>(&self, i: usize, f: F);
+    /// Row `i` as a dense float64 slice of length `d`, when stored so (kernels then skip the
+    /// per-entry visits; the arithmetic is the same).
+    #[inline]
+    fn dense_row(&self, _i: usize) -> Option<&[f64]> {
+        None
+    }
     /// Hints that row `i` will be read soon (loads its cache lines in the background).
     #[inline]
     fn prefetch_row(&self, _i: usize) {}
@@ -82,6 +88,10 @@ impl Rows for Dense<'_> {
         if let Some(row) = self.x.get(i * self.d..(i + 1) * self.d) {
             prefetch_slice(row);
         }
+    }
+    #[inline]
+    fn dense_row(&self, i: usize) -> Option<&[f64]> {
+        Some(&self.x[i * self.d..(i + 1) * self.d])
     }
 }
 
@@ -298,7 +308,26 @@ pub struct View<'a, T> {
     pub rows: &'a RowMap,
 }
 
-impl<T: Copy + Into<f64> + Sync> Rows for View<'_, T> {
+/// Element types a [`View`] can hold: float64 rows are handed to the kernels as slices.
+pub trait Element: Copy + Into<f64> + Sync + 'static {
+    fn as_f64_slice(row: &[Self]) -> Option<&[f64]>;
+}
+
+impl Element for f64 {
+    #[inline]
+    fn as_f64_slice(row: &[f64]) -> Option<&[f64]> {
+        Some(row)
+    }
+}
+
+impl Element for f32 {
+    #[inline]
+    fn as_f64_slice(_row: &[f32]) -> Option<&[f64]> {
+        None
+    }
+}
+
+impl<T: Element> Rows for View<'_, T> {
     fn n_features(&self) -> usize {
         self.d
     }
@@ -320,6 +349,11 @@ impl<T: Copy + Into<f64> + Sync> Rows for View<'_, T> {
                 prefetch_slice(row);
             }
         }
+    }
+    #[inline]
+    fn dense_row(&self, i: usize) -> Option<&[f64]> {
+        let r = self.rows.row(i);
+        T::as_f64_slice(&self.x[r * self.d..(r + 1) * self.d])
     }
     #[inline]
     fn prefetch_meta(&self, i: usize) {
