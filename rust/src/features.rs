@@ -216,14 +216,14 @@ impl SharedMatrix {
 
     /// A matrix owning `x` (`len / d` rows).
     pub fn from_vec_f64(x: Vec<f64>, d: usize) -> Self {
-        let (ptr, n_rows) = (x.as_ptr(), if d == 0 { 0 } else { x.len() / d });
+        let (ptr, n_rows) = (x.as_ptr(), x.len().checked_div(d).unwrap_or(0));
         // SAFETY: the Vec is the owner; its buffer never moves or changes while it is shared.
         unsafe { SharedMatrix::from_raw_f64(ptr, n_rows, d, Arc::new(x)) }
     }
 
     /// A matrix owning `x` (`len / d` rows) of float32 values.
     pub fn from_vec_f32(x: Vec<f32>, d: usize) -> Self {
-        let (ptr, n_rows) = (x.as_ptr(), if d == 0 { 0 } else { x.len() / d });
+        let (ptr, n_rows) = (x.as_ptr(), x.len().checked_div(d).unwrap_or(0));
         // SAFETY: as in `from_vec_f64`.
         unsafe { SharedMatrix::from_raw_f32(ptr, n_rows, d, Arc::new(x)) }
     }
