@@ -163,11 +163,23 @@ fn floyd_into<R: Rng + ?Sized>(rng: &mut R, n: usize, m: usize, out: &mut Vec<us
             bits[pick / 64] |= 1 << (pick % 64);
             out.push(pick);
         }
-        for &i in out.iter() {
-            bits[i / 64] = 0;
+        if words <= 4 * m {
+            // Few words: read the picks back in increasing order from the bits (no sort).
+            out.clear();
+            for (w, word) in bits[..words].iter_mut().enumerate() {
+                let mut v = std::mem::take(word);
+                while v != 0 {
+                    out.push(w * 64 + v.trailing_zeros() as usize);
+                    v &= v - 1;
+                }
+            }
+        } else {
+            for &i in out.iter() {
+                bits[i / 64] = 0;
+            }
+            out.sort_unstable();
         }
     });
-    out.sort_unstable();
 }
 
 /// Each of `0..n` independently with probability `q`, in increasing order, by geometric skips:
