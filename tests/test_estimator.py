@@ -36,7 +36,8 @@ def dp_violation(model, X, y, s):
 def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
     plain = SteFFLe(lam=0.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    fair = SteFFLe(lam=8.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    # 16 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over seeds).
+    fair = SteFFLe(lam=8.0, **{**FAST, "epochs": 16}).fit(X, y, sensitive_features=s, silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3

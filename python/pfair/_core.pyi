@@ -109,6 +109,19 @@ class SiloSet:
         fairness: str = "demographic_parity",
         positive: int = 1,
     ) -> None: ...
+    @staticmethod
+    def from_matrix(
+        x: npt.NDArray[Any],
+        y: npt.NDArray[np.int64],
+        s: npt.NDArray[np.int64],
+        rows: Sequence[npt.NDArray[np.int64]],
+        *,
+        n_groups: int,
+        n_classes: int,
+        fairness: str = "demographic_parity",
+        positive: int = 1,
+    ) -> SiloSet: ...
+    def is_shared(self, silo: int) -> bool: ...
     def step(
         self,
         silo: int,

@@ -7,7 +7,6 @@ lacks a group still uses the global index, and every group enters the fairness p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,23 +17,62 @@ from pfair._validation import as_features, as_labels, as_vector, check_groups, e
 FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 
 
-@dataclass
 class Silo:
     """One silo's shard: features, label indices, group indices and optional raw attributes.
 
     ``ledger`` is the silo's persistent privacy ledger (:class:`pfair.privacy.PrivacyLedger`),
     created by its first private fit and charged by every later one, so a budget spent on one fit
-    is not available to the next."""
+    is not available to the next.
 
-    X: np.ndarray
-    y: np.ndarray
-    s: np.ndarray
-    attrs: pd.DataFrame | None = field(default=None, repr=False)
-    ledger: Any = field(default=None, repr=False)
-    _fingerprint: str | None = field(default=None, repr=False, compare=False)
+    A silo made by :meth:`Federation.from_arrays` does not copy its features: it holds rows of the
+    federation's one feature matrix (:meth:`rows_of`). ``X`` is then a view when the rows are
+    consecutive, and otherwise a fresh copy on each access (training reads the matrix in place
+    and never asks for it)."""
+
+    def __init__(self, X: np.ndarray | None, y: np.ndarray, s: np.ndarray, attrs: pd.DataFrame | None = None,
+                 ledger: Any = None) -> None:
+        self._X = X
+        self.y = y
+        self.s = s
+        self.attrs = attrs
+        self.ledger = ledger
+        self._base: np.ndarray | None = None
+        self._rows: np.ndarray | None = None
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def rows_of(cls, base: np.ndarray, rows: np.ndarray, y: np.ndarray, s: np.ndarray,
+                attrs: pd.DataFrame | None = None) -> "Silo":
+        """The silo holding rows ``rows`` (increasing) of the matrix ``base``, without a copy."""
+        rows = np.asarray(rows, dtype=np.int64)
+        silo = cls(None, y, s, attrs)
+        silo._base, silo._rows = base, rows
+        if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+            silo._X = base[rows[0] : rows[-1] + 1]  # consecutive rows: a view
+        return silo
+
+    @property
+    def X(self) -> np.ndarray:
+        """The silo's features ``(n_j, d)``."""
+        if self._X is not None:
+            return self._X
+        assert self._base is not None and self._rows is not None
+        return self._base[self._rows]
+
+    @X.setter
+    def X(self, value: np.ndarray) -> None:
+        self._X, self._base, self._rows = value, None, None
+        self._fingerprint = None
+
+    @property
+    def n_features(self) -> int:
+        return int((self._base if self._base is not None else self._X).shape[1])
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
+
+    def __repr__(self) -> str:
+        return f"Silo(n_records={len(self)}, n_features={self.n_features})"
 
     def fingerprint(self) -> str:
         """SHA-256 of the silo's data (:func:`pfair.privacy.ledger.data_fingerprint`), cached."""
@@ -70,12 +108,12 @@ class Federation:
     ) -> None:
         if len(silos) == 0:
             raise ValueError("silos is empty; a federation needs at least one silo")
-        d = silos[0].X.shape[1]
+        d = silos[0].n_features
         for j, silo in enumerate(silos):
             if len(silo) == 0:
                 raise ValueError(f"silo {j} has no records; drop it or change the silo assignment")
-            if silo.X.shape[1] != d:
-                raise ValueError(f"silo {j} has {silo.X.shape[1]} features but silo 0 has {d}")
+            if silo.n_features != d:
+                raise ValueError(f"silo {j} has {silo.n_features} features but silo 0 has {d}")
         self.silos = list(silos)
         self.classes_ = np.asarray(classes)
         self.groups_ = np.asarray(groups)
@@ -122,7 +160,8 @@ class Federation:
         for j in range(len(silo_names)):
             rows = order[bounds[j] : bounds[j + 1]]
             sub = attrs.iloc[rows].reset_index(drop=True) if attrs is not None else None
-            shards.append(Silo(Xa[rows], y_codes[rows], s_codes[rows], sub))
+            # The silos hold rows of the one matrix Xa: no copy of the features.
+            shards.append(Silo.rows_of(Xa, rows, y_codes[rows], s_codes[rows], sub))
         fed = cls(shards, classes=cats_y, groups=cats_s, feature_names=feature_names)
         fed.silo_names_ = silo_names
         fed.row_order_ = order  # input row of each pooled record (pooled order = silo order)
@@ -256,7 +295,7 @@ class Federation:
 
     @property
     def n_features(self) -> int:
-        return int(self.silos[0].X.shape[1])
+        return self.silos[0].n_features
 
     @property
     def n_groups(self) -> int:
@@ -274,8 +313,41 @@ class Federation:
     def n_records(self) -> int:
         return sum(self.sizes)
 
+    def shared_matrix(self) -> np.ndarray | None:
+        """The one feature matrix every silo holds rows of, or None when the silos hold their own
+        arrays (e.g. built from :class:`Silo` objects)."""
+        base = self.silos[0]._base
+        if base is None or any(silo._base is not base for silo in self.silos):
+            return None
+        return base
+
+    def silo_set(self, *, fairness: str = "demographic_parity", positive: int = 1) -> Any:
+        """The silos' data handed to the Rust core (:class:`pfair._core.SiloSet`). When the silos
+        are rows of one matrix (:meth:`shared_matrix`), Rust reads it in place: no copy."""
+        from pfair import _core
+
+        k, l = self.n_groups, self.n_classes  # noqa: E741
+        base = self.shared_matrix()
+        if base is None:
+            return _core.SiloSet([(s.X, s.y, s.s) for s in self.silos], n_groups=k, n_classes=l,
+                                 fairness=fairness, positive=positive)
+        y_all = np.zeros(base.shape[0], dtype=np.int64)
+        s_all = np.zeros(base.shape[0], dtype=np.int64)
+        for silo in self.silos:
+            y_all[silo._rows] = silo.y
+            s_all[silo._rows] = silo.s
+        return _core.SiloSet.from_matrix(base, y_all, s_all, [silo._rows for silo in self.silos], n_groups=k,
+                                         n_classes=l, fairness=fairness, positive=positive)
+
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All silos' records stacked (for evaluation in simulations only)."""
+        base = self.shared_matrix()
+        if base is not None:
+            return (
+                base[np.concatenate([s._rows for s in self.silos])],
+                np.concatenate([s.y for s in self.silos]),
+                np.concatenate([s.s for s in self.silos]),
+            )
         return (
             np.concatenate([s.X for s in self.silos]),
             np.concatenate([s.y for s in self.silos]),

@@ -20,7 +20,7 @@ from pfair._validation import check_choice, check_int, check_positive
 from pfair.exceptions import PrivacyWarning
 
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
-SAMPLINGS = ("without_replacement", "poisson", "full_batch")
+SAMPLINGS = ("without_replacement", "poisson", "shuffle", "full_batch")
 W_STEPS = ("normalised", "paper")
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
 PRIVATE_CLIPS = {"clip": 0.5, "clip_loss": 1.0, "clip_w": 2.0}

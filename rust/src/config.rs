@@ -49,7 +49,7 @@ impl fmt::Display for ConfigError {
             ConfigError::WRadius(_) => f.write_str("w_radius must be > 0 (inf for no projection)"),
             ConfigError::UnknownSampling(name) => write!(
                 f,
-                "sampling={name:?} is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
+                "sampling={name:?} is unknown; use 'without_replacement', 'poisson', 'shuffle' or 'full_batch'"
             ),
             ConfigError::UnknownProtect(name) => {
                 write!(f, "protect={name:?} is unknown; use 'attribute' or 'record'")

@@ -16,7 +16,7 @@
 //! sensitive silo with N non-sensitive silos, (c) p non-sensitive and s sensitive silos.
 
 use crate::config::{is_positive, ConfigError};
-use crate::features::{Dense, Features};
+use crate::features::Features;
 use crate::noise::{add_gaussian, stream, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
 use crate::round::{server_update, ServerConfig};
@@ -126,10 +126,7 @@ pub fn split_by_owner(layout: &HybridLayout, batch: &[usize]) -> Vec<Vec<usize>>
 /// Sums (denominator 1) of every part over the records `ids`.
 fn owner_parts(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, ids: &[usize]) -> BatchGradients {
     let protect = Protect::Attribute { clip_theta };
-    match &layout.x {
-        Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
-        Features::Sparse(csr) => batch_gradients(csr, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect),
-    }
+    crate::with_rows!(&layout.x, rows => batch_gradients(rows, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect))
 }
 
 /// Adds sensitive silo `c`'s noise to its sums, from `key`'s stream `(n_public + c, round)`: first

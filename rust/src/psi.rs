@@ -214,7 +214,8 @@ pub fn softmax_in_place(z: &mut [f64]) {
     let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let mut sum = 0.0;
     for v in z.iter_mut() {
-        *v = (*v - max).exp();
+        // exp(0) = 1 exactly: the largest logit needs no call (half the calls for l = 2).
+        *v = if *v == max && max.is_finite() { 1.0 } else { (*v - max).exp() };
         sum += *v;
     }
     for v in z.iter_mut() {
@@ -269,15 +270,68 @@ pub fn batch_gradients<R: Rows>(
     denom: f64,
     protect: Protect,
 ) -> BatchGradients {
+    let mut out = BatchGradients::zeros(dims, psi.fairness);
+    batch_gradients_into(rows, y, s, dims, theta, psi, batch, denom, protect, &mut Workspace::default(), &mut out);
+    out
+}
+
+/// Scratch buffers of [`batch_gradients_into`], kept between rounds so that a round allocates
+/// nothing once they have their sizes.
+#[derive(Clone, Debug, Default)]
+pub struct Workspace {
+    q: Vec<f64>,
+    prob_sum: Vec<f64>,
+    acc: Vec<f64>,
+    coef: Vec<f64>,
+    probs: Vec<f64>,
+    g: Vec<f64>,
+    beta_b: Vec<f64>,
+    w_rec: Vec<f64>,
+}
+
+/// `v` resized to `len` and filled with zeros (no allocation once it has the size).
+#[inline]
+fn zeroed(v: &mut Vec<f64>, len: usize) -> &mut [f64] {
+    v.clear();
+    v.resize(len, 0.0);
+    v
+}
+
+/// Rows of the batch whose feature rows are prefetched ahead of use: the CSR row pointers
+/// [`PREFETCH_META`] rows ahead, the row data [`PREFETCH_ROWS`] rows ahead.
+const PREFETCH_ROWS: usize = 6;
+const PREFETCH_META: usize = 12;
+
+/// [`batch_gradients`] into `out` (overwritten, resized to `dims`), with scratch `ws`.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_gradients_into<R: Rows>(
+    rows: &R,
+    y: &[u32],
+    s: &[u32],
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    batch: &[usize],
+    denom: f64,
+    protect: Protect,
+    ws: &mut Workspace,
+    out: &mut BatchGradients,
+) {
     let Dims { d, k, l } = dims;
     debug_assert_eq!(rows.n_features(), d);
     let lm1 = l - 1;
     let blocks = psi.fairness.n_blocks(l);
-    let mut out = BatchGradients::zeros(dims, psi.fairness);
+    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
+    zeroed(&mut out.loss_grad, t_len);
+    zeroed(&mut out.psi_theta_sfree, t_len);
+    zeroed(&mut out.psi_theta, t_len);
+    zeroed(&mut out.psi_w_sfree, w_len);
+    zeroed(&mut out.psi_w, w_len);
+    (out.loss, out.psi, out.n_clipped) = (0.0, 0.0, 0);
     let inv_m = 1.0 / denom;
 
     // q[b][u] = ‖W_b[:, u]‖², shared by every record of the batch.
-    let mut q = vec![0.0; blocks * l];
+    let q = zeroed(&mut ws.q, blocks * l);
     for b in 0..blocks {
         for r in 0..k {
             for u in 0..l {
@@ -286,19 +340,28 @@ pub fn batch_gradients<R: Rows>(
             }
         }
     }
+    let q: &[f64] = q;
     // Per-block sum of F over records in the block (a_W = -2 W_b diag(ΣF)/m).
-    let mut prob_sum = vec![0.0; blocks * l];
+    let prob_sum = zeroed(&mut ws.prob_sum, blocks * l);
 
     // Packed accumulator: row j holds [β_loss | β_a | β_b] sums for feature j (j = d: intercept).
     let width = 3 * lm1;
-    let mut acc = vec![0.0; (d + 1) * width];
-    let mut coef = vec![0.0; width];
-    let mut probs = vec![0.0; l];
-    let mut g = vec![0.0; l];
-    let mut beta_b = vec![0.0; lm1];
-    let mut w_rec = vec![0.0; k * l];
+    let acc = zeroed(&mut ws.acc, (d + 1) * width);
+    let coef = zeroed(&mut ws.coef, width);
+    let probs = zeroed(&mut ws.probs, l);
+    let g = zeroed(&mut ws.g, l);
+    let beta_b = zeroed(&mut ws.beta_b, lm1);
+    let w_rec = zeroed(&mut ws.w_rec, k * l);
 
-    for &i in batch {
+    for (bi, &i) in batch.iter().enumerate() {
+        // The rows are random, so their loads would miss the caches one after the other; ask
+        // for them ahead (the row pointers first, then the row data they locate).
+        if let Some(&p) = batch.get(bi + PREFETCH_META) {
+            rows.prefetch_meta(p);
+        }
+        if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
+            rows.prefetch_row(p);
+        }
         let yi = y[i] as usize;
         let si = s[i] as usize;
 
@@ -306,7 +369,17 @@ pub fn batch_gradients<R: Rows>(
         let mut xsq = 1.0;
         probs[0] = 0.0;
         probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
-        if lm1 == 1 {
+        let dense_row = rows.dense_row(i);
+        if let (1, Some(x)) = (lm1, dense_row) {
+            // The same sums in the same order as below, without the per-entry closure and
+            // bounds checks.
+            let mut z = probs[1];
+            for (&xj, &t) in x.iter().zip(&theta[..d]) {
+                z += xj * t;
+                xsq += xj * xj;
+            }
+            probs[1] = z;
+        } else if lm1 == 1 {
             let mut z = probs[1];
             rows.for_each(i, |j, xj| {
                 z += xj * theta[j];
@@ -321,7 +394,7 @@ pub fn batch_gradients<R: Rows>(
                 }
             });
         }
-        softmax_in_place(&mut probs);
+        softmax_in_place(probs);
         let x_norm = xsq.sqrt();
 
         // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
@@ -347,39 +420,39 @@ pub fn batch_gradients<R: Rows>(
             let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
 
             // ψ_i = -F·q + cf (W F)[s_i] - 1
-            let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(&probs).map(|(w, p)| w * p).sum();
+            let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
             let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
             out.psi += -fq + cf * wf - 1.0;
 
             for u in 0..l {
                 g[u] = -qb[u];
             }
-            pull_back(&probs, &g, c_a);
+            pull_back(probs, g, c_a);
             for u in 0..l {
                 g[u] = cf * wb[si * l + u];
             }
-            pull_back(&probs, &g, &mut beta_b);
+            pull_back(probs, g, beta_b);
 
             match protect {
                 Protect::Attribute { clip_theta } => {
-                    let f = clip_factor(x_norm * norm(&beta_b), clip_theta);
+                    let f = clip_factor(x_norm * norm(beta_b), clip_theta);
                     if f < 1.0 {
                         out.n_clipped += 1;
                     }
-                    for (c, bb) in c_b.iter_mut().zip(&beta_b) {
+                    for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
                         *c = f * bb;
                     }
-                    for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(&probs) {
+                    for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
                         *ps += p;
                     }
                     let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
-                    for (o, p) in cw.iter_mut().zip(&probs) {
+                    for (o, p) in cw.iter_mut().zip(probs.iter()) {
                         *o += cf * p * inv_m;
                     }
                 }
                 Protect::Record { clip_theta, clip_w, .. } => {
                     // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
-                    for (c, bb) in c_a.iter_mut().zip(&beta_b) {
+                    for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
                         *c += bb;
                     }
                     let f = clip_factor(x_norm * norm(c_a), clip_theta);
@@ -399,11 +472,11 @@ pub fn batch_gradients<R: Rows>(
                     for u in 0..l {
                         w_rec[si * l + u] += cf * probs[u];
                     }
-                    let f = clip_factor(norm(&w_rec), clip_w);
+                    let f = clip_factor(norm(w_rec), clip_w);
                     if f < 1.0 {
                         out.n_clipped += 1;
                     }
-                    for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(&w_rec) {
+                    for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
                         *o += f * v * inv_m;
                     }
                 }
@@ -411,11 +484,28 @@ pub fn batch_gradients<R: Rows>(
         }
 
         // Pass 2: acc[j] += x̃_j · [β_loss | β_a | β_b].
-        rows.for_each(i, |j, xj| {
-            for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
-                *a += xj * c;
+        match (lm1, dense_row) {
+            (1, Some(x)) => {
+                let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
+                for (a, &xj) in acc.chunks_exact_mut(3).zip(x) {
+                    a[0] += xj * c0;
+                    a[1] += xj * c1;
+                    a[2] += xj * c2;
+                }
             }
-        });
+            (_, Some(x)) => {
+                for (a, &xj) in acc.chunks_exact_mut(width).zip(x) {
+                    for (ac, c) in a.iter_mut().zip(coef.iter()) {
+                        *ac += xj * c;
+                    }
+                }
+            }
+            _ => rows.for_each(i, |j, xj| {
+                for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
+                    *a += xj * c;
+                }
+            }),
+        }
         for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
             *a += c;
         }
@@ -442,7 +532,6 @@ pub fn batch_gradients<R: Rows>(
     }
     out.loss *= inv_m;
     out.psi *= inv_m;
-    out
 }
 
 /// Euclidean norm.
@@ -709,6 +798,35 @@ mod tests {
     }
 
     /// Equal opportunity ignores records outside the positive class.
+    /// Dense rows seen only through `for_each` (no `dense_row`): the generic path.
+    struct Generic<'a>(Dense<'a>);
+    impl Rows for Generic<'_> {
+        fn n_features(&self) -> usize {
+            self.0.n_features()
+        }
+        fn n_rows(&self) -> usize {
+            self.0.n_rows()
+        }
+        fn for_each<F: FnMut(usize, f64)>(&self, i: usize, f: F) {
+            self.0.for_each(i, f)
+        }
+    }
+
+    #[test]
+    fn dense_row_path_equals_the_generic_path_bit_for_bit() {
+        for l in [2, 3] {
+            let c = case(5, 2, l, 40, Fairness::DemographicParity, 21 + l as u64);
+            let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &c.w, inv_sqrt_ps: &c.inv };
+            let batch: Vec<usize> = (0..40).step_by(3).collect();
+            for p in [Protect::Attribute { clip_theta: 0.5 }, Protect::Record { clip_loss: 1.0, clip_theta: 0.5, clip_w: 0.5 }] {
+                let dense = Dense { x: &c.x, d: 5 };
+                let fast = batch_gradients(&dense, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 16.0, p);
+                let slow = batch_gradients(&Generic(dense), &c.y, &c.s, c.dims, &c.theta, psi, &batch, 16.0, p);
+                assert_eq!(fast, slow);
+            }
+        }
+    }
+
     #[test]
     fn equal_opportunity_ignores_negative_records() {
         let fairness = Fairness::EqualOpportunity { positive: 1 };

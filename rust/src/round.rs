@@ -6,9 +6,9 @@
 use rayon::prelude::*;
 
 use crate::config::{check_finite_non_negative, is_positive, ConfigError};
-use crate::features::{Dense, Features};
+use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
+use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Dims, Protect, PsiInputs, Workspace};
 use crate::sampling::Sampling;
 
 /// The data one silo holds: features (dense or CSR), labels and group indices.
@@ -120,9 +120,18 @@ impl SiloKeys {
     }
 }
 
-/// The batch of silo `silo_id` (with `n` records) in round `round`.
+/// The batch of silo `silo_id` (with `n` records) in round `round`, sorted.
 pub fn draw_batch(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, n: usize) -> Vec<usize> {
-    cfg.sampling.draw(&mut keys.batch.stream(silo_id, round, Purpose::Batch), n)
+    let mut out = Vec::new();
+    draw_batch_into(cfg, keys, silo_id, round, n, &mut out);
+    out
+}
+
+/// [`draw_batch`] into a reused buffer. The batch stream is `(silo, round, Batch)`, or
+/// `(silo, epoch, Batch)` for shuffled epochs (one permutation per epoch).
+pub fn draw_batch_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, n: usize, out: &mut Vec<usize>) {
+    let mut rng = keys.batch.stream(silo_id, cfg.sampling.stream_index(round, n), Purpose::Batch);
+    cfg.sampling.draw_into(&mut rng, n, round, out);
 }
 
 /// Adds the round's Gaussian noise to the protected parts of `msg` (the loss gradient in
@@ -155,10 +164,7 @@ pub fn silo_parts(
     denom: f64,
     protect: Protect,
 ) -> BatchGradients {
-    match &silo.x {
-        Features::Dense { x, d } => batch_gradients(&Dense { x, d: *d }, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
-        Features::Sparse(csr) => batch_gradients(csr, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect),
-    }
+    crate::with_rows!(&silo.x, rows => batch_gradients(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect))
 }
 
 /// A silo's message for round `round`: [`draw_batch`], the exact parts ([`silo_parts`]), then
@@ -174,11 +180,61 @@ pub fn silo_step(
     silo_id: u64,
     round: u64,
 ) -> BatchGradients {
+    let mut scratch = StepScratch::default();
+    silo_step_into(silo, dims, theta, psi, cfg, keys, silo_id, round, &mut scratch);
+    scratch.msg
+}
+
+/// What a silo's step writes into, kept between rounds: the batch, the kernel's scratch and the
+/// message (so a round allocates nothing once the sizes are known).
+#[derive(Clone, Debug, Default)]
+pub struct StepScratch {
+    pub batch: Vec<usize>,
+    pub ws: Workspace,
+    pub msg: BatchGradients,
+}
+
+/// [`silo_step`] into `scratch.msg`, with the same arithmetic.
+#[allow(clippy::too_many_arguments)]
+pub fn silo_step_into(
+    silo: &Silo,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    cfg: &SiloConfig,
+    keys: &SiloKeys,
+    silo_id: u64,
+    round: u64,
+    scratch: &mut StepScratch,
+) {
     let n = silo.len();
-    let batch = draw_batch(cfg, keys, silo_id, round, n);
-    let mut msg = silo_parts(silo, dims, theta, psi, &batch, cfg.sampling.denominator(n), cfg.protect);
-    noise_message(&mut msg, cfg, keys, silo_id, round);
-    msg
+    let StepScratch { batch, ws, msg } = scratch;
+    draw_batch_into(cfg, keys, silo_id, round, n, batch);
+    let denom = cfg.sampling.denominator(n);
+    crate::with_rows!(&silo.x, rows => {
+        batch_gradients_into(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
+    });
+    noise_message(msg, cfg, keys, silo_id, round);
+}
+
+/// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
+/// a round run one after the other on the calling thread. A round is a fork-join: with a few
+/// small silo steps (Adult: 3 × 256 rows of 14 entries, ≈ 14k) the hand-off and any worker the
+/// operating system has descheduled cost more than the second core saves (`docs/performance.md`:
+/// 4 ms sequential vs 20 ms median on the pool under load). Large rounds (many silos, dense rows)
+/// amortise it and run on the rayon pool.
+pub const PARALLEL_MIN_WORK: f64 = 100_000.0;
+
+/// Expected row entries a silo's step touches: batch size times mean stored entries per row.
+pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
+    let n = silo.len().max(1);
+    let per_row = silo.x.entries_per_row();
+    let m = match cfg.sampling {
+        Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m.min(n) as f64,
+        Sampling::Poisson { q } => q * n as f64,
+        Sampling::FullBatch => n as f64,
+    };
+    m * (per_row + 4.0)
 }
 
 /// Projects each `k × l` block of `w` on the Frobenius ball of radius `radius`.
@@ -197,15 +253,15 @@ pub fn project_blocks(w: &mut [f64], block_len: usize, radius: f64) {
 
 /// Server step: `θ ← θ - η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)]` and
 /// `W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])`, with silo weights `ω` summing to 1.
-pub fn server_update(
+pub fn server_update<'a>(
     theta: &mut [f64],
     w: &mut [f64],
     block_len: usize,
-    messages: &[BatchGradients],
+    messages: impl IntoIterator<Item = &'a BatchGradients>,
     weights: &[f64],
     cfg: &ServerConfig,
 ) {
-    for (m, &om) in messages.iter().zip(weights) {
+    for (m, &om) in messages.into_iter().zip(weights) {
         let a = cfg.lr_theta * om;
         for t in 0..theta.len() {
             theta[t] -= a * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
@@ -250,25 +306,57 @@ pub fn run_rounds(
     n_rounds: u64,
     snapshot_round: Option<u64>,
 ) -> RoundsOutcome {
+    run_rounds_scheduled(
+        silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round, None,
+    )
+}
+
+/// [`run_rounds`] with the schedule forced: `Some(true)` runs each round's silos on the rayon
+/// pool, `Some(false)` one after the other, `None` picks by the round's work
+/// ([`PARALLEL_MIN_WORK`]). The results do not depend on the schedule.
+#[allow(clippy::too_many_arguments)]
+pub fn run_rounds_scheduled(
+    silos: &[Silo],
+    dims: Dims,
+    theta: &mut [f64],
+    w: &mut [f64],
+    psi_tables: (crate::psi::Fairness, &[f64]),
+    silo_cfgs: &[SiloConfig],
+    keys: &[SiloKeys],
+    weights: &[f64],
+    server: &ServerConfig,
+    start: u64,
+    n_rounds: u64,
+    snapshot_round: Option<u64>,
+    parallel: Option<bool>,
+) -> RoundsOutcome {
     let (fairness, inv_sqrt_ps) = psi_tables;
     let block_len = dims.k * dims.l;
     let mut out = RoundsOutcome::default();
     // A silo with weight 0 (one that refused, e.g. out of budget) is not asked at all.
     let active: Vec<usize> = (0..silos.len()).filter(|&j| weights[j] > 0.0).collect();
     let active_weights: Vec<f64> = active.iter().map(|&j| weights[j]).collect();
+    let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
+    let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
+    let parallel = parallel.unwrap_or(active.len() > 1 && work >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1);
     for round in start..start + n_rounds {
-        let messages: Vec<BatchGradients> = {
+        {
             let theta_ro: &[f64] = theta;
             let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            active
-                .par_iter()
-                .map(|&j| silo_step(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round))
-                .collect()
-        };
-        out.loss.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
-        out.clipped.push(messages.iter().map(|m| m.n_clipped).sum());
-        server_update(theta, w, block_len, &messages, &active_weights, server);
+            let step = |(&j, sc): (&usize, &mut StepScratch)| {
+                silo_step_into(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round, sc)
+            };
+            if parallel {
+                active.par_iter().zip(scratch.par_iter_mut()).for_each(step);
+            } else {
+                active.iter().zip(scratch.iter_mut()).for_each(step);
+            }
+        }
+        let messages = scratch.iter().map(|sc| &sc.msg);
+        out.loss.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
+        out.psi.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
+        out.clipped.push(messages.clone().map(|m| m.n_clipped).sum());
+        server_update(theta, w, block_len, messages, &active_weights, server);
         if snapshot_round == Some(round) {
             out.snapshot = Some((theta.to_vec(), w.to_vec()));
         }
@@ -462,6 +550,88 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, DIMS, &theta, psi, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn run_rounds_schedules_agree_bit_for_bit_and_match_silo_steps() {
+        let silos = vec![toy_silo(300, 3), toy_silo(200, 4), toy_silo(120, 5)];
+        let cfgs = vec![cfg(0.3); 3];
+        let server = ServerConfig { lam: 0.5, lr_theta: 0.5, lr_w: 0.5, w_radius: 5.0 };
+        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
+        let keys: Vec<SiloKeys> = (0..3).map(|j| SiloKeys::seeded(20 + j)).collect();
+        let weights = [0.5, 0.0, 0.5]; // silo 1 refused: never asked
+        let run = |par| {
+            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
+            let o = run_rounds_scheduled(
+                &silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server,
+                5, 30, None, par,
+            );
+            (theta, w, o)
+        };
+        let seq = run(Some(false));
+        assert_eq!(seq, run(Some(true)));
+        assert_eq!(seq, run(None));
+        // The same as the party loop: one silo_step per active silo, then server_update.
+        let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
+        for round in 5..35 {
+            let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+            let msgs: Vec<BatchGradients> =
+                [0usize, 2].iter().map(|&j| silo_step(&silos[j], DIMS, &theta, psi, &cfgs[j], &keys[j], j as u64, round)).collect();
+            server_update(&mut theta, &mut w, 4, &msgs, &[0.5, 0.5], &server);
+        }
+        assert_eq!((theta, w), (seq.0, seq.1));
+    }
+
+    #[test]
+    fn shared_matrix_silos_match_owned_silos() {
+        use crate::features::{RowMap, SharedMatrix, SharedRows};
+        use std::sync::Arc;
+        let (x, y, s) = toy_data(90, 8);
+        let theta = vec![0.2, -0.3, 0.1];
+        let w = vec![0.3, -0.1, 0.2, 0.4];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let k = SiloKeys::seeded(4);
+        let rows: Vec<usize> = (0..90).rev().step_by(2).collect(); // a list, not a range
+        let pick = |v: &[u32]| rows.iter().map(|&r| v[r]).collect::<Vec<u32>>();
+        let owned = Silo {
+            x: Features::Dense { x: rows.iter().flat_map(|&r| x[2 * r..2 * r + 2].to_vec()).collect(), d: 2 },
+            y: pick(&y),
+            s: pick(&s),
+        };
+        let matrix = Arc::new(SharedMatrix::from_vec_f64(x.clone(), 2));
+        let shared = Silo { x: Features::Shared(SharedRows { matrix, rows: RowMap::from_rows(&rows) }), y: pick(&y), s: pick(&s) };
+        let a = silo_step(&owned, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
+        assert_eq!(a, silo_step(&shared, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        // float32 storage: the same as float64 features rounded to float32.
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let rounded = Silo {
+            x: Features::Dense { x: rows.iter().flat_map(|&r| x32[2 * r..2 * r + 2].iter().map(|&v| v as f64)).collect(), d: 2 },
+            ..owned.clone()
+        };
+        let m32 = Arc::new(SharedMatrix::from_vec_f32(x32, 2));
+        let shared32 = Silo { x: Features::Shared(SharedRows { matrix: m32, rows: RowMap::from_rows(&rows) }), ..owned.clone() };
+        let b = silo_step(&rounded, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
+        assert_eq!(b, silo_step(&shared32, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        assert_ne!(a.loss_grad, b.loss_grad);
+    }
+
+    #[test]
+    fn shuffled_rounds_use_every_record_once_per_epoch() {
+        let c = SiloConfig { sampling: Sampling::Shuffle { m: 32 }, ..cfg(0.0) };
+        let k = SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::Seeded(0) };
+        let n = 100; // 4 rounds per epoch, the last with 4 records
+        let mut buf = Vec::new();
+        for epoch in 0..2u64 {
+            let mut seen = vec![0; n];
+            for t in epoch * 4..epoch * 4 + 4 {
+                draw_batch_into(&c, &k, 3, t, n, &mut buf);
+                assert_eq!(buf, draw_batch(&c, &k, 3, t, n));
+                buf.iter().for_each(|&i| seen[i] += 1);
+            }
+            assert!(seen.iter().all(|&v| v == 1));
+        }
+        assert_ne!(draw_batch(&c, &k, 3, 0, n), draw_batch(&c, &k, 3, 4, n));
     }
 
     #[test]

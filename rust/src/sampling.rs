@@ -1,5 +1,10 @@
 //! Mini-batch sampling schemes. The accountant must match the scheme exactly (docs/accounting.md):
-//! fixed-size sampling without replacement (the default), Poisson sampling, or the full batch.
+//! fixed-size sampling without replacement (the default), Poisson sampling, shuffled epochs, or
+//! the full batch.
+//!
+//! A shuffled epoch visits the silo's records in the order of a keyed pseudorandom permutation
+//! ([`EpochPermutation`]), one slice of `m` positions per round; it costs O(m) per round and
+//! keeps no state between rounds.
 
 use rand::Rng;
 
@@ -12,6 +17,11 @@ pub enum Sampling {
     WithoutReplacement { m: usize },
     /// Each record independently with probability `q`; sums are divided by the expected size.
     Poisson { q: f64 },
+    /// Shuffled epochs: a silo with `n` records has `b = ⌈n/m⌉` rounds per epoch; round `t` takes
+    /// positions `[(t mod b)·m, min((t mod b + 1)·m, n))` of a permutation of `0..n` that is fresh
+    /// for each epoch `t / b`. Every record is used exactly once per epoch; sums are divided by
+    /// `m` (the short last batch too).
+    Shuffle { m: usize },
     /// Every record, every round.
     FullBatch,
 }
@@ -25,6 +35,14 @@ impl Sampling {
         Ok(Sampling::WithoutReplacement { m })
     }
 
+    /// Shuffled epochs of batches of `m ≥ 1` records (see [`Sampling::Shuffle`]).
+    pub fn shuffle(m: usize) -> Result<Self, ConfigError> {
+        if m == 0 {
+            return Err(ConfigError::BatchSize);
+        }
+        Ok(Sampling::Shuffle { m })
+    }
+
     /// Poisson sampling with rate `q ∈ (0, 1]`.
     pub fn poisson(q: f64) -> Result<Self, ConfigError> {
         if !(q > 0.0 && q <= 1.0) {
@@ -34,10 +52,12 @@ impl Sampling {
     }
 
     /// The scheme of public name `"without_replacement"` (batch of `batch_size`), `"poisson"`
-    /// (rate `sample_rate`) or `"full_batch"`; the argument the scheme does not use is ignored.
+    /// (rate `sample_rate`), `"shuffle"` (batches of `batch_size`) or `"full_batch"`; the argument
+    /// the scheme does not use is ignored.
     pub fn parse(name: &str, batch_size: usize, sample_rate: f64) -> Result<Self, ConfigError> {
         match name {
             "without_replacement" => Sampling::without_replacement(batch_size),
+            "shuffle" => Sampling::shuffle(batch_size),
             "poisson" => Sampling::poisson(sample_rate),
             "full_batch" => Ok(Sampling::FullBatch),
             other => Err(ConfigError::UnknownSampling(other.to_string())),
@@ -49,6 +69,7 @@ impl Sampling {
         match *self {
             Sampling::WithoutReplacement { m } => Sampling::without_replacement(m).map(drop),
             Sampling::Poisson { q } => Sampling::poisson(q).map(drop),
+            Sampling::Shuffle { m } => Sampling::shuffle(m).map(drop),
             Sampling::FullBatch => Ok(()),
         }
     }
@@ -56,33 +77,217 @@ impl Sampling {
     /// The fixed denominator of the batch means: `m`, `q·n`, or `n`.
     pub fn denominator(&self, n: usize) -> f64 {
         match *self {
-            Sampling::WithoutReplacement { m } => m as f64,
+            Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m as f64,
             Sampling::Poisson { q } => q * n as f64,
             Sampling::FullBatch => n as f64,
         }
     }
 
-    /// The sampling rate `q` seen by the accountant.
+    /// The sampling rate `q` seen by the accountant (`m/n` for shuffled epochs: the fraction of
+    /// the epoch one round uses).
     pub fn rate(&self, n: usize) -> f64 {
         match *self {
-            Sampling::WithoutReplacement { m } => m as f64 / n as f64,
+            Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m as f64 / n as f64,
             Sampling::Poisson { q } => q,
             Sampling::FullBatch => 1.0,
         }
     }
 
-    /// Draws the indices of one batch from `0..n`.
-    pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Vec<usize> {
+    /// Rounds per epoch of a shuffled silo with `n` records, `⌈n/m⌉` (at least 1); 1 otherwise.
+    pub fn rounds_per_epoch(&self, n: usize) -> u64 {
         match *self {
-            Sampling::WithoutReplacement { m } => {
-                let mut idx = rand::seq::index::sample(rng, n, m.min(n)).into_vec();
-                idx.sort_unstable();
-                idx
-            }
-            Sampling::Poisson { q } => (0..n).filter(|_| rng.gen::<f64>() < q).collect(),
-            Sampling::FullBatch => (0..n).collect(),
+            Sampling::Shuffle { m } => n.div_ceil(m).max(1) as u64,
+            _ => 1,
         }
     }
+
+    /// Which batch stream round `round` draws from: its epoch `round / b` for shuffled epochs
+    /// (one permutation per epoch), the round itself otherwise.
+    pub fn stream_index(&self, round: u64, n: usize) -> u64 {
+        round / self.rounds_per_epoch(n)
+    }
+
+    /// Writes the sorted indices of round `round`'s batch from `0..n` into `out` (cleared
+    /// first). `rng` must be the batch stream of [`Sampling::stream_index`]`(round, n)`: for
+    /// shuffled epochs the epoch's permutation is keyed by it, and `round` picks the slice.
+    ///
+    /// Every scheme costs O(batch) (plus sorting the batch), never O(n), except the full batch:
+    /// without replacement by Floyd's algorithm, Poisson by geometric skips, shuffled epochs by
+    /// evaluating the epoch's permutation on the round's slice of positions.
+    pub fn draw_into<R: Rng + ?Sized>(&self, rng: &mut R, n: usize, round: u64, out: &mut Vec<usize>) {
+        out.clear();
+        match *self {
+            Sampling::WithoutReplacement { m } => floyd_into(rng, n, m.min(n), out),
+            Sampling::Poisson { q } => poisson_into(rng, n, q, out),
+            Sampling::Shuffle { m } => {
+                let perm = EpochPermutation::new(rng, n);
+                let pos = (round % self.rounds_per_epoch(n)) as usize * m;
+                out.extend((pos..(pos + m).min(n)).map(|p| perm.apply(p)));
+                out.sort_unstable();
+            }
+            Sampling::FullBatch => out.extend(0..n),
+        }
+    }
+
+    /// Draws the indices of one batch from `0..n` (for shuffled epochs: the first batch of the
+    /// epoch keyed by `rng`; use [`Sampling::draw_into`] for any other round).
+    pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.draw_into(rng, n, 0, &mut out);
+        out
+    }
+}
+
+std::thread_local! {
+    /// Membership bits of Floyd's algorithm, one bit per record, reused by every draw on the
+    /// thread (only the bits a draw set are cleared afterwards, so a draw costs O(m)).
+    static CHOSEN: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A uniformly random `m`-subset of `0..n`, sorted, by Floyd's algorithm (Bentley and Floyd,
+/// "Programming pearls: a sample of brilliance", 1987): for `j = n-m .. n-1` draw `t` uniform on
+/// `0..=j` and take `t`, or `j` if `t` is taken already. Every `m`-subset has probability
+/// `1 / C(n, m)`; `m` draws, O(m) work.
+fn floyd_into<R: Rng + ?Sized>(rng: &mut R, n: usize, m: usize, out: &mut Vec<usize>) {
+    CHOSEN.with(|cell| {
+        let mut bits = cell.borrow_mut();
+        let words = n.div_ceil(64);
+        if bits.len() < words {
+            bits.resize(words, 0);
+        }
+        // Indices below 2^32 are drawn as u32 (half the random bytes of a u64 draw).
+        let small = n <= u32::MAX as usize;
+        for j in n - m..n {
+            let t = if small { rng.gen_range(0..=j as u32) as usize } else { rng.gen_range(0..=j) };
+            let pick = if bits[t / 64] >> (t % 64) & 1 == 1 { j } else { t };
+            bits[pick / 64] |= 1 << (pick % 64);
+            out.push(pick);
+        }
+        if words <= 4 * m {
+            // Few words: read the picks back in increasing order from the bits (no sort).
+            out.clear();
+            for (w, word) in bits[..words].iter_mut().enumerate() {
+                let mut v = std::mem::take(word);
+                while v != 0 {
+                    out.push(w * 64 + v.trailing_zeros() as usize);
+                    v &= v - 1;
+                }
+            }
+        } else {
+            for &i in out.iter() {
+                bits[i / 64] = 0;
+            }
+            out.sort_unstable();
+        }
+    });
+}
+
+/// Each of `0..n` independently with probability `q`, in increasing order, by geometric skips:
+/// the gap before the next chosen record is `⌊ln U / ln(1-q)⌋` with `U` uniform on `(0, 1]`,
+/// i.e. `P(gap = g) = (1-q)^g q`. One uniform per chosen record: O(q·n) work.
+fn poisson_into<R: Rng + ?Sized>(rng: &mut R, n: usize, q: f64, out: &mut Vec<usize>) {
+    if q >= 1.0 {
+        out.extend(0..n);
+        return;
+    }
+    let log_keep = (-q).ln_1p();
+    let mut i = 0usize;
+    while i < n {
+        let u = 1.0 - rng.gen::<f64>(); // in (0, 1]
+        let gap = (u.ln() / log_keep).floor();
+        if gap >= (n - i) as f64 {
+            break;
+        }
+        i += gap as usize;
+        out.push(i);
+        i += 1;
+    }
+}
+
+/// A keyed pseudorandom permutation of `0..n`: a balanced Feistel network on `2h` bits
+/// (`2^{2h} ≥ n`, `2^{2h} < 4n` for `n > 1`) with [`FEISTEL_ROUNDS`] rounds whose round function is
+/// SipHash-2-4 (a keyed pseudorandom function), restricted to `0..n` by cycle walking (apply the
+/// network again until the value falls in `0..n`; the expected number of passes is below 4).
+///
+/// One evaluation costs O(1) and the permutation is never materialised, so a batch of `m`
+/// positions costs O(m) with no state between rounds. It is pseudorandom, not a uniform draw
+/// from all `n!` orders (no O(1)-state construction is); under a secret key its order cannot be
+/// predicted, and under a seeded key it is public, like every seeded batch.
+#[derive(Clone, Copy, Debug)]
+pub struct EpochPermutation {
+    n: usize,
+    half: u32,
+    k0: u64,
+    k1: u64,
+}
+
+/// Rounds of the Feistel network of [`EpochPermutation`].
+pub const FEISTEL_ROUNDS: u64 = 6;
+
+impl EpochPermutation {
+    /// The permutation of `0..n` keyed by two words of `rng`.
+    pub fn new<R: Rng + ?Sized>(rng: &mut R, n: usize) -> Self {
+        let bits = usize::BITS - n.saturating_sub(1).leading_zeros();
+        let half = bits.max(2).div_ceil(2);
+        EpochPermutation { n, half, k0: rng.gen(), k1: rng.gen() }
+    }
+
+    /// One pass of the Feistel network on `2·half` bits (a bijection of `0..2^{2·half}`).
+    #[inline]
+    fn feistel(&self, x: u64) -> u64 {
+        let mask = (1u64 << self.half) - 1;
+        let (mut left, mut right) = (x >> self.half, x & mask);
+        for r in 0..FEISTEL_ROUNDS {
+            let f = siphash24(self.k0, self.k1, (r << 32) | right) & mask;
+            (left, right) = (right, left ^ f);
+        }
+        (left << self.half) | right
+    }
+
+    /// The image of position `p < n`.
+    #[inline]
+    pub fn apply(&self, p: usize) -> usize {
+        debug_assert!(p < self.n);
+        let mut x = p as u64;
+        loop {
+            x = self.feistel(x);
+            if (x as usize) < self.n {
+                return x as usize;
+            }
+        }
+    }
+}
+
+/// SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012) of one 64-bit
+/// word under the key `(k0, k1)`.
+#[inline]
+pub fn siphash24(k0: u64, k1: u64, m: u64) -> u64 {
+    let mut v = [k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573];
+    #[inline(always)]
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+    // Message: one 8-byte block, then the final block holding the length (8) in its top byte.
+    for block in [m, 8u64 << 56] {
+        v[3] ^= block;
+        round(&mut v);
+        round(&mut v);
+        v[0] ^= block;
+    }
+    v[2] ^= 0xff;
+    for _ in 0..4 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 #[cfg(test)]
@@ -111,11 +316,178 @@ mod tests {
         assert!(counts.iter().all(|&c| (c as f64 - 6000.0).abs() < 400.0), "{counts:?}");
     }
 
+    /// χ² statistic of observed counts against equal expected counts.
+    fn chi2_uniform(counts: &[f64]) -> f64 {
+        let e = counts.iter().sum::<f64>() / counts.len() as f64;
+        counts.iter().map(|o| (o - e).powi(2) / e).sum()
+    }
+
+    #[test]
+    fn without_replacement_subsets_are_uniform() {
+        // n = 6, m = 3: 20 subsets, each with probability 1/20. χ² with 19 degrees of freedom;
+        // P(χ² > 43.8) = 0.001.
+        let mut counts = std::collections::HashMap::new();
+        let mut rng = stream(12, 0, 0, Purpose::Batch);
+        let mut out = Vec::new();
+        for _ in 0..40_000 {
+            Sampling::WithoutReplacement { m: 3 }.draw_into(&mut rng, 6, 0, &mut out);
+            *counts.entry(out.clone()).or_insert(0.0) += 1.0;
+        }
+        assert_eq!(counts.len(), 20);
+        let c: Vec<f64> = counts.values().copied().collect();
+        assert!(chi2_uniform(&c) < 43.8, "{counts:?}");
+        // m = n: every record; large n, small m: distinct, in range, and the scratch bits are
+        // clear again (a second draw on the same thread is still of full size).
+        Sampling::WithoutReplacement { m: 6 }.draw_into(&mut rng, 6, 0, &mut out);
+        assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
+        for _ in 0..3 {
+            Sampling::WithoutReplacement { m: 64 }.draw_into(&mut rng, 1_000_000, 0, &mut out);
+            assert_eq!(out.len(), 64);
+            assert!(out.windows(2).all(|w| w[0] < w[1]) && out[63] < 1_000_000);
+        }
+    }
+
+    #[test]
+    fn poisson_membership_is_independent_with_rate_q() {
+        // Each of 8 records with probability 0.3, independently: the 256 subsets have
+        // probabilities 0.3^|S| 0.7^(8-|S|). χ² with 255 degrees of freedom; P(χ² > 330.5) ≈ 0.001.
+        let (n, q, draws) = (8usize, 0.3, 200_000);
+        let mut counts = vec![0f64; 1 << n];
+        let mut rng = stream(13, 0, 0, Purpose::Batch);
+        let mut out = Vec::new();
+        for _ in 0..draws {
+            Sampling::Poisson { q }.draw_into(&mut rng, n, 0, &mut out);
+            assert!(out.windows(2).all(|w| w[0] < w[1]));
+            counts[out.iter().map(|&i| 1usize << i).sum::<usize>()] += 1.0;
+        }
+        let chi2: f64 = counts
+            .iter()
+            .enumerate()
+            .map(|(mask, o)| {
+                let k = (mask as u32).count_ones() as i32;
+                let e = draws as f64 * q.powi(k) * (1.0 - q).powi(n as i32 - k);
+                (o - e).powi(2) / e
+            })
+            .sum();
+        assert!(chi2 < 330.5, "chi2 = {chi2}");
+        Sampling::Poisson { q: 1.0 }.draw_into(&mut rng, 5, 0, &mut out);
+        assert_eq!(out, vec![0, 1, 2, 3, 4]);
+    }
+
     #[test]
     fn poisson_has_rate_q() {
         let mut rng = stream(3, 0, 0, Purpose::Batch);
         let total: usize = (0..200).map(|_| Sampling::Poisson { q: 0.1 }.draw(&mut rng, 1000).len()).sum();
         assert!((total as f64 / 200.0 - 100.0).abs() < 3.0);
+    }
+
+    /// The batch of round `t` as the round code draws it: epoch stream, then the slice.
+    fn shuffle_batch(m: usize, key: u64, silo: u64, t: u64, n: usize) -> Vec<usize> {
+        let s = Sampling::Shuffle { m };
+        let mut out = Vec::new();
+        s.draw_into(&mut stream(key, silo, s.stream_index(t, n), Purpose::Batch), n, t, &mut out);
+        out
+    }
+
+    #[test]
+    fn siphash24_matches_the_reference_vector_and_std() {
+        // Aumasson–Bernstein test vector: key 00..0f, message 00..07.
+        let k0 = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
+        let k1 = u64::from_le_bytes([8, 9, 10, 11, 12, 13, 14, 15]);
+        let m = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(siphash24(k0, k1, m), 0x93f5_f579_9a93_2462);
+        #[allow(deprecated)]
+        let std_hash = |x: u64| {
+            use std::hash::Hasher;
+            let mut h = std::hash::SipHasher::new_with_keys(k0, k1);
+            h.write(&x.to_le_bytes());
+            h.finish()
+        };
+        for x in [0u64, 1, 12345, u64::MAX] {
+            assert_eq!(siphash24(k0, k1, x), std_hash(x));
+        }
+    }
+
+    #[test]
+    fn shuffle_epoch_is_a_permutation() {
+        for (n, m) in [(1usize, 1usize), (2, 1), (3, 2), (10, 3), (64, 8), (100, 7), (1000, 256), (4097, 100)] {
+            let b = n.div_ceil(m) as u64;
+            assert_eq!(Sampling::Shuffle { m }.rounds_per_epoch(n), b);
+            for epoch in 0..3u64 {
+                let mut seen = vec![0u32; n];
+                for t in epoch * b..(epoch + 1) * b {
+                    let batch = shuffle_batch(m, 5, 2, t, n);
+                    let pos = (t % b) as usize * m;
+                    assert_eq!(batch.len(), (pos + m).min(n) - pos, "n={n} m={m} t={t}");
+                    assert!(batch.windows(2).all(|w| w[0] < w[1]));
+                    batch.iter().for_each(|&i| seen[i] += 1);
+                }
+                assert!(seen.iter().all(|&c| c == 1), "n={n} m={m} epoch {epoch}: {seen:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn shuffle_short_last_batch_keeps_the_divisor_m() {
+        let s = Sampling::Shuffle { m: 4 };
+        assert_eq!(s.rounds_per_epoch(10), 3);
+        assert_eq!(shuffle_batch(4, 1, 0, 2, 10).len(), 2);
+        assert_eq!(shuffle_batch(4, 1, 0, 5, 10).len(), 2);
+        assert_eq!(s.denominator(10), 4.0);
+        assert_eq!(s.rate(10), 0.4);
+        // n < m: one round per epoch, every record, still divided by m.
+        assert_eq!(s.rounds_per_epoch(3), 1);
+        assert_eq!(shuffle_batch(4, 1, 0, 7, 3), vec![0, 1, 2]);
+        assert_eq!(s.denominator(3), 4.0);
+    }
+
+    #[test]
+    fn shuffle_batches_differ_across_epochs_silos_and_keys() {
+        let (n, m) = (1000, 100);
+        let base = shuffle_batch(m, 1, 0, 0, n);
+        assert_eq!(base, shuffle_batch(m, 1, 0, 0, n));
+        assert_ne!(base, shuffle_batch(m, 1, 0, 10, n)); // next epoch, same slot
+        assert_ne!(base, shuffle_batch(m, 1, 1, 0, n)); // another silo
+        assert_ne!(base, shuffle_batch(m, 2, 0, 0, n)); // another key
+        assert_ne!(base, shuffle_batch(m, 1, 0, 1, n)); // next round, same epoch
+        // Secret keys: the epoch's permutation follows the key too.
+        let s = Sampling::Shuffle { m };
+        let secret = crate::noise::NoiseKey::from_entropy().unwrap();
+        let mut a = Vec::new();
+        s.draw_into(&mut secret.stream(0, 0, Purpose::Batch), n, 0, &mut a);
+        assert_ne!(a, base);
+        assert_eq!(a.len(), m);
+    }
+
+    #[test]
+    fn shuffle_position_distribution_is_uniform() {
+        // Over many epochs, the record at position 0 is uniform on 0..n: chi-square with n-1 = 19
+        // degrees of freedom; P(χ² > 43.8) = 0.001.
+        let (n, epochs) = (20usize, 20_000u64);
+        let s = Sampling::Shuffle { m: 5 };
+        let mut counts = vec![0f64; n];
+        let mut pair = vec![0f64; n];
+        for e in 0..epochs {
+            let perm = EpochPermutation::new(&mut stream(9, 0, e, Purpose::Batch), n);
+            counts[perm.apply(0)] += 1.0;
+            pair[perm.apply(7)] += 1.0;
+            assert_eq!(s.stream_index(e * 4 + 3, n), e);
+        }
+        let expected = epochs as f64 / n as f64;
+        for c in [&counts, &pair] {
+            let chi2: f64 = c.iter().map(|o| (o - expected).powi(2) / expected).sum();
+            assert!(chi2 < 43.8, "chi2 = {chi2}, counts {c:?}");
+        }
+        // Membership of the first batch: each record with probability m/n = 1/4.
+        let mut inb = vec![0f64; n];
+        for e in 0..epochs {
+            for i in shuffle_batch(5, 3, 0, e * 4, n) {
+                inb[i] += 1.0;
+            }
+        }
+        let (p, tot) = (0.25, epochs as f64);
+        let chi2: f64 = inb.iter().map(|o| (o - p * tot).powi(2) / (p * tot * (1.0 - p))).sum();
+        assert!(chi2 < 43.8, "chi2 = {chi2}, counts {inb:?}");
     }
 
     #[test]
@@ -128,6 +500,8 @@ mod tests {
         assert_eq!(Sampling::parse("without_replacement", 8, f64::NAN), Ok(Sampling::WithoutReplacement { m: 8 }));
         assert_eq!(Sampling::parse("poisson", 0, 0.25), Ok(Sampling::Poisson { q: 0.25 }));
         assert_eq!(Sampling::parse("full_batch", 0, -1.0), Ok(Sampling::FullBatch));
+        assert_eq!(Sampling::parse("shuffle", 64, f64::NAN), Ok(Sampling::Shuffle { m: 64 }));
+        assert_eq!(Sampling::Shuffle { m: 3 }.validate(), Ok(()));
         assert_eq!(Sampling::FullBatch.validate(), Ok(()));
         assert_eq!(Sampling::Poisson { q: 0.5 }.validate(), Ok(()));
     }
@@ -137,13 +511,15 @@ mod tests {
         let msg = |r: Result<Sampling, ConfigError>| r.unwrap_err().to_string();
         assert_eq!(msg(Sampling::without_replacement(0)), "batch_size must be >= 1");
         assert_eq!(msg(Sampling::parse("without_replacement", 0, 1.0)), "batch_size must be >= 1");
+        assert_eq!(msg(Sampling::parse("shuffle", 0, 1.0)), "batch_size must be >= 1");
+        assert_eq!(Sampling::Shuffle { m: 0 }.validate(), Err(ConfigError::BatchSize));
         for (q, shown) in [(0.0, "0"), (1.5, "1.5"), (-0.1, "-0.1"), (f64::NAN, "NaN"), (f64::INFINITY, "inf")] {
             assert_eq!(msg(Sampling::poisson(q)), format!("sample_rate must be in (0, 1], got {shown}"));
             assert_eq!(msg(Sampling::parse("poisson", 10, q)), format!("sample_rate must be in (0, 1], got {shown}"));
         }
         assert_eq!(
             msg(Sampling::parse("bernoulli", 10, 0.5)),
-            "sampling=\"bernoulli\" is unknown; use 'without_replacement', 'poisson' or 'full_batch'"
+            "sampling=\"bernoulli\" is unknown; use 'without_replacement', 'poisson', 'shuffle' or 'full_batch'"
         );
         assert_eq!(Sampling::WithoutReplacement { m: 0 }.validate(), Err(ConfigError::BatchSize));
         assert_eq!(Sampling::Poisson { q: 2.0 }.validate(), Err(ConfigError::SampleRate(2.0)));

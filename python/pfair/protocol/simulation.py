@@ -126,8 +126,8 @@ class Simulation:
         self.plans: list = []
         self.ledgers = resolve_ledgers(st, fed, ledgers)
         # The linear model's kernel holds the silos' data in Rust; another provider holds its own.
-        self.silo_set = (_core.SiloSet([(s.X, s.y, s.s) for s in fed.silos], n_groups=k, n_classes=l,
-                                       fairness=st.fairness, positive=st.positive_class)
+        # Silos that are rows of one matrix are read in place (no copy of the features).
+        self.silo_set = (fed.silo_set(fairness=st.fairness, positive=st.positive_class)
                          if provider_factory is None else None)
         self.fast = fast and provider_factory is None
         #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise

@@ -7,7 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::errors::BindResult;
-use crate::features::Features;
+use std::sync::Arc;
+
+use crate::features::{Csr, Features, RowMap, SharedMatrix, SharedRows, SPARSE_BELOW_DENSITY};
 use crate::psi::{BatchGradients, Dims, Fairness};
 use crate::round::Silo;
 
@@ -95,6 +97,89 @@ pub(super) fn silo_from(
         a.iter().map(|&v| index_in(v, hi, what).map(|i| i as u32)).collect()
     };
     Ok(Silo { x: Features::auto(xv, d), y: conv(ya, l, "label")?, s: conv(sa, k, "group")? })
+}
+
+/// Non-zeros of a row, or None if it holds NaN or inf.
+fn finite_nnz<T: Copy + Into<f64>>(row: &[T]) -> Option<usize> {
+    let (mut nnz, mut finite) = (0usize, true);
+    for &v in row {
+        let v: f64 = v.into();
+        finite &= v.is_finite();
+        nnz += (v != 0.0) as usize;
+    }
+    finite.then_some(nnz)
+}
+
+/// Silos as row subsets of one dense matrix `x` (`n_rows × d`, float64 or float32, row-major),
+/// read in place when the matrix is dense enough, otherwise copied to CSR per silo. `y`, `s`
+/// hold every row's label and group; `rows[j]` the rows of silo `j`. Checks every silo's rows
+/// (in range, finite features, codes in range) in parallel over silos.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn silos_from_matrix(
+    matrix: Arc<SharedMatrix>,
+    y: &[i64],
+    s: &[i64],
+    rows: Vec<Vec<usize>>,
+    k: usize,
+    l: usize,
+) -> BindResult<Vec<Silo>> {
+    use rayon::prelude::*;
+    let (n, d) = (matrix.n_rows(), matrix.d());
+    if y.len() != n || s.len() != n {
+        return Err(format!("X has {n} rows but y has {} and s has {}", y.len(), s.len()).into());
+    }
+    // One pass per silo: index ranges, codes, finiteness and the number of non-zeros.
+    let checked: Vec<BindResult<(Vec<u32>, Vec<u32>, usize)>> = rows
+        .par_iter()
+        .enumerate()
+        .map(|(j, r)| {
+            if r.is_empty() {
+                return Err(format!("silo {j} has no records").into());
+            }
+            let mut nnz = 0usize;
+            let (mut ys, mut ss) = (Vec::with_capacity(r.len()), Vec::with_capacity(r.len()));
+            for &i in r {
+                if i >= n {
+                    return Err(format!("silo {j}: row index {i} out of range 0..{n}").into());
+                }
+                let count = match (matrix.as_f64(), matrix.as_f32()) {
+                    (Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
+                    (None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
+                    (None, None) => None,
+                };
+                nnz += count.ok_or_else(|| format!("silo {j}: X contains NaN or inf (row {i})"))?;
+                ys.push(index_in(y[i], l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
+                ss.push(index_in(s[i], k, "group").map_err(|e| format!("silo {j}: {e}"))? as u32);
+            }
+            Ok((ys, ss, nnz))
+        })
+        .collect();
+    let mut parts = Vec::with_capacity(checked.len());
+    for c in checked {
+        parts.push(c?);
+    }
+    let total: usize = rows.iter().map(|r| r.len()).sum();
+    let nnz: usize = parts.iter().map(|p| p.2).sum();
+    let sparse = d > 0 && (nnz as f64) < SPARSE_BELOW_DENSITY * (total * d) as f64;
+    Ok(rows
+        .into_par_iter()
+        .zip(parts)
+        .map(|(r, (y, s, _))| {
+            let x = if sparse {
+                // Sparse data are smaller as CSR than in place, and the kernels visit only the
+                // non-zeros.
+                let dense: Vec<f64> = match (matrix.as_f64(), matrix.as_f32()) {
+                    (Some(x), _) => r.iter().flat_map(|&i| x[i * d..(i + 1) * d].iter().copied()).collect(),
+                    (_, Some(x)) => r.iter().flat_map(|&i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64)).collect(),
+                    _ => Vec::new(),
+                };
+                Features::Sparse(Csr::from_dense(&dense, d))
+            } else {
+                Features::Shared(SharedRows { matrix: matrix.clone(), rows: RowMap::from_rows(&r) })
+            };
+            Silo { x, y, s }
+        })
+        .collect())
 }
 
 /// A batch's gradient parts as the dict the Python layer reads.

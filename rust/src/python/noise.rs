@@ -96,7 +96,7 @@ pub(super) fn draw_batch<'py>(
     if n == 0 {
         return Err(value_error("n must be >= 1"));
     }
-    if let crate::sampling::Sampling::WithoutReplacement { m } = config.inner.sampling {
+    if let crate::sampling::Sampling::WithoutReplacement { m } | crate::sampling::Sampling::Shuffle { m } = config.inner.sampling {
         if m > n {
             return Err(value_error(format!("batch_size={m} is larger than the silo, which has {n} records")));
         }

@@ -1,10 +1,13 @@
 //! Federation and rounds (`crate::round`): `SiloConfig` and `SiloSet`.
 
-use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2};
+use std::sync::Arc;
+
+use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, index_in, silo_from, state_vecs};
+use super::convert::{check_state, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs};
+use crate::features::SharedMatrix;
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
 use crate::psi::{BatchGradients, Dims, Fairness, Protect, PsiInputs};
@@ -51,9 +54,9 @@ impl PySiloConfig {
     }
 }
 
-/// A without-replacement batch must fit in its silo.
-fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult<()> {
-    if let Sampling::WithoutReplacement { m } = cfg.sampling {
+/// A without-replacement or shuffled batch must fit in its silo.
+pub(super) fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult<()> {
+    if let Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } = cfg.sampling {
         if m > n {
             return Err(format!("batch_size={m} is larger than silo {silo}, which has {n} records").into());
         }
@@ -102,6 +105,75 @@ impl PySiloSet {
             out.push(silo);
         }
         Ok(PySiloSet { silos: out, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+    }
+
+    /// Silos as row subsets of one C-contiguous matrix `x` (`n × d`, float64 or float32), read in
+    /// place (no copy) unless the data are sparse (then copied to CSR per silo). `y`, `s` are the
+    /// int64 label and group codes of all `n` rows; `rows[j]` lists silo `j`'s rows. `x` must not
+    /// be modified while the set is alive.
+    #[staticmethod]
+    #[pyo3(signature = (x, y, s, rows, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_matrix(
+        py: Python<'_>,
+        x: Bound<'_, PyAny>,
+        y: PyReadonlyArray1<'_, i64>,
+        s: PyReadonlyArray1<'_, i64>,
+        rows: Vec<PyReadonlyArray1<'_, i64>>,
+        n_groups: usize,
+        n_classes: usize,
+        fairness: &str,
+        positive: u32,
+    ) -> PyResult<Self> {
+        let fairness = Fairness::parse(fairness, positive)?;
+        if n_groups < 2 || n_classes < 2 {
+            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
+        }
+        if rows.is_empty() {
+            return Err(value_error("need at least one silo"));
+        }
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(x.clone().unbind());
+        let matrix = if let Ok(a) = x.downcast::<PyArray2<f64>>() {
+            if !a.is_c_contiguous() {
+                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
+            }
+            let ro = a.readonly();
+            let (n, d) = ro.as_array().dim();
+            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            // SAFETY: the array object is the owner and is kept alive by it; its buffer does not
+            // move, and the binding's contract says it is not written while the set lives.
+            unsafe { SharedMatrix::from_raw_f64(data.as_ptr(), n, d, owner) }
+        } else if let Ok(a) = x.downcast::<PyArray2<f32>>() {
+            if !a.is_c_contiguous() {
+                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
+            }
+            let ro = a.readonly();
+            let (n, d) = ro.as_array().dim();
+            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            // SAFETY: as above.
+            unsafe { SharedMatrix::from_raw_f32(data.as_ptr(), n, d, owner) }
+        } else {
+            return Err(value_error("x must be a 2-D float64 or float32 NumPy array"));
+        };
+        let d = matrix.d();
+        let mut idx = Vec::with_capacity(rows.len());
+        for (j, r) in rows.iter().enumerate() {
+            let v: Vec<usize> = r
+                .as_array()
+                .iter()
+                .map(|&i| index_in(i, matrix.n_rows(), "row").map_err(|e| value_error(format!("silo {j}: {e}"))))
+                .collect::<PyResult<_>>()?;
+            idx.push(v);
+        }
+        let (ya, sa) = (y.as_slice()?, s.as_slice()?);
+        let matrix = Arc::new(matrix);
+        let silos = py.allow_threads(|| silos_from_matrix(matrix, ya, sa, idx, n_groups, n_classes))?;
+        Ok(PySiloSet { silos, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
+    }
+
+    /// Whether silo `j`'s features are read in place from a shared matrix (no copy).
+    fn is_shared(&self, silo: usize) -> PyResult<bool> {
+        Ok(matches!(self.silo(silo)?.x, crate::features::Features::Shared(_)))
     }
 
     #[getter]

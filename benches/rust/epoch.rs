@@ -1,0 +1,85 @@
+//! One SteFFLe epoch in Rust alone (no Python), timed many times in one run: min and median, and
+//! the ratios between schedules (silos on the rayon pool or one after the other) and layouts.
+//! `cargo bench --bench epoch` (env `EPOCH_REPS`, default 300).
+
+use std::time::Instant;
+
+use pfair_core::features::Features;
+use pfair_core::noise::NoiseKey;
+use pfair_core::psi::{Dims, Fairness, Protect};
+use pfair_core::round::{run_rounds_scheduled, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::sampling::Sampling;
+
+/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
+fn silo(n: usize, d: usize, seed: u64) -> Silo {
+    let mut st = seed;
+    let mut next = || {
+        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (st >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut x = vec![0.0; n * d];
+    let block = (d - 6) / 8;
+    for row in x.chunks_exact_mut(d) {
+        for v in row.iter_mut().take(6) {
+            *v = next() * 2.0 - 1.0;
+        }
+        for b in 0..8 {
+            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
+        }
+    }
+    let y = (0..n).map(|_| (next() < 0.24) as u32).collect();
+    let s = (0..n).map(|_| (next() < 0.33) as u32).collect();
+    Silo { x: Features::auto(x, d), y, s }
+}
+
+fn stats(mut t: Vec<f64>) -> (f64, f64) {
+    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (t[0], t[t.len() / 2])
+}
+
+fn main() {
+    let reps: usize = std::env::var("EPOCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
+    let (n, d, m) = (11_304, 102, 256);
+    let dims = Dims { d, k: 2, l: 2 };
+    let silos: Vec<Silo> = (0..3).map(|j| silo(n, d, 10 + j)).collect();
+    let cfg = SiloConfig {
+        sampling: Sampling::WithoutReplacement { m },
+        protect: Protect::Attribute { clip_theta: 1.0 },
+        sigma_loss: 0.0,
+        sigma_theta: 0.05,
+        sigma_w: 0.1,
+        send_psi: true,
+    };
+    let cfgs = vec![cfg; 3];
+    let server = ServerConfig { lam: 1.0, lr_theta: 0.25, lr_w: 0.5, w_radius: 2.0 };
+    let weights = vec![1.0 / 3.0; 3];
+    let inv = vec![(1.0f64 / 0.67).sqrt(), (1.0f64 / 0.33).sqrt()];
+    let keys: Vec<SiloKeys> =
+        (0..3).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
+    let rounds = n.div_ceil(m) as u64;
+    let all = [("auto", None), ("sequential", Some(false)), ("rayon", Some(true))];
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: all three, interleaved).
+    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,rayon".into());
+    let schedules: Vec<(&str, Option<bool>)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
+    // Interleaved, so that load from other processes hits every schedule alike.
+    for _ in 0..reps {
+        for (k, (_, par)) in schedules.iter().enumerate() {
+            let mut th = vec![0.0; dims.theta_len()];
+            let mut wv = vec![0.0; 4];
+            let t = Instant::now();
+            let out = run_rounds_scheduled(
+                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, 0,
+                rounds, None, *par,
+            );
+            times[k].push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(out.loss.len(), rounds as usize);
+        }
+    }
+    println!("Adult-like epoch: 3 silos x {n} rows, d = {d} (CSR), batch {m}, {rounds} rounds, {reps} reps");
+    let (_, base) = stats(times[0].clone());
+    for (k, (name, _)) in schedules.iter().enumerate() {
+        let (mn, med) = stats(times[k].clone());
+        println!("  {name:<10} min {mn:7.3} ms  median {med:7.3} ms  median/auto {:.2}", med / base);
+    }
+}

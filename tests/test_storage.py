@@ -1,0 +1,77 @@
+"""One owner of the feature matrix: a Federation's silos are rows of it, and Rust reads it in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pfair
+from pfair import _core
+
+
+def _arrays(n=600, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    s = rng.integers(0, 2, size=n)
+    return X, y, s
+
+
+def test_silos_hold_rows_of_one_matrix_without_copies():
+    X, y, s = _arrays()
+    ids = np.repeat([0, 1, 2], 200)  # consecutive silos: views
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    assert fed.shared_matrix() is not None
+    for j, silo in enumerate(fed.silos):
+        assert np.shares_memory(silo.X, X)
+        np.testing.assert_array_equal(silo.X, X[200 * j : 200 * (j + 1)])
+    mixed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(600) % 4)
+    assert mixed.shared_matrix() is X
+    for j, silo in enumerate(mixed.silos):
+        np.testing.assert_array_equal(silo.X, X[np.arange(600) % 4 == j])
+        assert silo.n_features == 6
+    Xp, yp, sp = mixed.pooled()
+    np.testing.assert_array_equal(Xp, X[mixed.row_order_])
+    np.testing.assert_array_equal(yp, y[mixed.row_order_])
+
+
+@pytest.mark.parametrize("ids", [np.repeat([0, 1, 2], 200), np.arange(600) % 3])
+def test_rust_reads_the_shared_matrix_and_trains_as_on_copies(ids):
+    X, y, s = _arrays()
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    shared = fed.silo_set()
+    copied = _core.SiloSet([(silo.X, silo.y, silo.s) for silo in fed.silos], n_groups=2, n_classes=2)
+    assert all(shared.is_shared(j) for j in range(3)) and not copied.is_shared(0)
+    cfg = _core.SiloConfig(batch_size=32, clip_theta=1.0, sigma_theta=0.1, sigma_w=0.1)
+    keys = [_core.NoiseKey.seeded(j) for j in range(3)]
+    kw = dict(batch_keys=keys, noise_keys=keys, lam=1.0, lr_theta=0.3, lr_w=0.3, w_radius=2.0, start=0, n_rounds=25)
+    a = shared.run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3, **kw)
+    b = copied.run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3, **kw)
+    np.testing.assert_array_equal(a["theta"], b["theta"])
+    np.testing.assert_array_equal(a["w"], b["w"])
+    assert np.linalg.norm(a["theta"]) > 0.05
+
+
+def test_float32_matrix_and_bad_inputs():
+    X, y, s = _arrays(n=300)
+    rows = [np.arange(0, 150), np.arange(150, 300)]
+    f64 = _core.SiloSet.from_matrix(X.astype(np.float32).astype(np.float64), y, s, rows, n_groups=2, n_classes=2)
+    f32 = _core.SiloSet.from_matrix(X.astype(np.float32), y, s, rows, n_groups=2, n_classes=2)
+    cfg = _core.SiloConfig(batch_size=16, clip_theta=1.0)
+    keys = [_core.NoiseKey.seeded(1)] * 2
+    kw = dict(batch_keys=keys, noise_keys=keys, lam=1.0, lr_theta=0.3, lr_w=0.3, w_radius=2.0, start=0, n_rounds=10)
+    a = f64.run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 2, [0.5, 0.5], **kw)
+    b = f32.run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 2, [0.5, 0.5], **kw)
+    np.testing.assert_array_equal(a["theta"], b["theta"])
+    bad = X.copy()
+    bad[170, 2] = np.inf
+    with pytest.raises(ValueError, match=r"silo 1: X contains NaN or inf \(row 170\)"):
+        _core.SiloSet.from_matrix(bad, y, s, rows, n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="silo 0: row index 300 out of range"):
+        _core.SiloSet.from_matrix(X, y, s, [np.array([0, 300])], n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.SiloSet.from_matrix(np.asfortranarray(X), y, s, rows, n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="float64 or float32"):
+        _core.SiloSet.from_matrix(X.astype(int), y, s, rows, n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="silo 1 has no records"):
+        _core.SiloSet.from_matrix(X, y, s, [rows[0], np.array([], dtype=np.int64)], n_groups=2, n_classes=2)
