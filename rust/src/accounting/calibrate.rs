@@ -18,7 +18,7 @@ const SCAN_PATIENCE: usize = 16;
 /// multiplier calibrated with it never under-noises; `test_noise_multiplier_for_contract` checks
 /// that it stays within the 2% contract of the full ε.
 fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: &[f64]) -> f64 {
-    let t = steps as f64;
+    let t = super::Event { scheme, q, z, steps }.releases() as f64;
     let mut step = StepBound::new(scheme, q, z);
     let (mut best, mut since) = (f64::INFINITY, 0);
     for &a in orders {
