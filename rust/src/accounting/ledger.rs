@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::convert::epsilon_from_rdp;
-use super::mixture::{binomial_window, Binomial, Mixture, Mu2Pmf};
+use super::mixture::{Binomial, Mixture, Mu2Pmf};
 use super::gaussian::log_gaussian_delta;
 use super::gaussian::epsilon_for_log_delta;
 use super::{check_delta, default_orders, AccountingError, Event, Result, Scheme};
@@ -135,31 +135,68 @@ fn deltas_by_k() -> &'static Mutex<HashMap<DeltaKey, Vec<f64>>> {
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// `log δ(ε)` of `fixed + K/z²`, `K ~ Bin(t, q)`: the same sum as [`Mu2Pmf::log_delta`] over the
-/// same truncated window (tails to μ² = ∞ and to the lowest point), with the Gaussian factors
-/// taken from [`deltas_by_k`].
-fn single_binomial_log_delta(eps: f64, fixed: f64, b: &Binomial) -> Result<f64> {
-    let w = binomial_window(b.trials, b.q);
-    let hi = w.lo as usize + w.lp.len();
+/// `δ(ε)` of `fixed + K/z²`, `K ~ Bin(t, q)`: the same sum as [`Mu2Pmf::log_delta`] over the same
+/// truncated window as [`binomial_window`] (terms below `e^{−70}` of the mode; the upper tail
+/// bounded by a geometric series and charged δ = 1, the lower tail moved up to the window's
+/// lowest point), in linear space, with the Gaussian factors taken from [`deltas_by_k`].
+fn single_binomial_delta(eps: f64, fixed: f64, b: &Binomial) -> Result<f64> {
+    let (t, q) = (b.trials, b.q);
     let key = (eps.to_bits(), b.z.to_bits(), fixed.to_bits());
     let mut c = deltas_by_k().lock().map_err(|_| AccountingError::NoOrders)?;
     if c.len() > 4096 {
         c.clear();
     }
     let d = c.entry(key).or_default();
-    while d.len() < hi {
-        let k = d.len() as f64;
-        d.push(log_gaussian_delta(eps, (fixed + k / (b.z * b.z)).sqrt()));
-    }
-    let mut acc = w.log_upper;
-    for (i, l) in w.lp.iter().enumerate() {
-        let mut li = *l;
-        if i == 0 {
-            li = super::bounds::log_add(li, w.log_lower);
+    let mut need = |k: u64, d: &mut Vec<f64>| {
+        while d.len() as u64 <= k {
+            let kk = d.len() as f64;
+            d.push(log_gaussian_delta(eps, (fixed + kk / (b.z * b.z)).sqrt()).exp());
         }
-        acc = super::bounds::log_add(acc, li + d[w.lo as usize + i]);
+    };
+    if q >= 1.0 {
+        need(t, d);
+        return Ok(d[t as usize]);
     }
-    Ok(acc.min(0.0))
+    let odds = q / (1.0 - q);
+    let floor = (-70.0f64).exp();
+    let k0 = (((t + 1) as f64 * q).floor() as u64).min(t);
+    need(k0, d);
+    // Relative to p(k0) = 1: walk up and down with p(k+1)/p(k) = (t−k)/(k+1)·q/(1−q).
+    let (mut total, mut acc) = (1.0, d[k0 as usize]);
+    let (mut k, mut p) = (k0, 1.0);
+    while k < t {
+        let r = (t - k) as f64 / (k + 1) as f64 * odds;
+        p *= r;
+        k += 1;
+        if p < floor {
+            let rr = if k < t { (t - k) as f64 / (k + 1) as f64 * odds } else { 0.0 };
+            let tail = p / (1.0 - rr.min(1.0 - 1e-16));
+            total += tail;
+            acc += tail; // δ ≤ 1
+            break;
+        }
+        need(k, d);
+        total += p;
+        acc += p * d[k as usize];
+    }
+    let (mut k, mut p) = (k0, 1.0);
+    let mut lowest = k0;
+    while k > 0 {
+        let r = k as f64 / (t - k + 1) as f64 / odds; // p(k−1)/p(k)
+        p *= r;
+        k -= 1;
+        if p < floor {
+            let rr = if k > 0 { k as f64 / (t - k + 1) as f64 / odds } else { 0.0 };
+            let tail = p / (1.0 - rr.min(1.0 - 1e-16));
+            total += tail;
+            acc += tail * d[lowest as usize];
+            break;
+        }
+        total += p;
+        acc += p * d[k as usize];
+        lowest = k;
+    }
+    Ok((acc / total).min(1.0))
 }
 
 /// Whether `held` is (budget, δ)-DP by either accountant: the exact δ at `budget` when it
@@ -169,7 +206,7 @@ pub fn ledger_admits(held: &[Held], delta: f64, budget: f64) -> Result<bool> {
     if let Some(m) = ledger_mixture(held)? {
         let ld = match m.binomials.as_slice() {
             [] if m.fixed_mu2 == 0.0 => f64::NEG_INFINITY,
-            [b] => single_binomial_log_delta(budget, m.fixed_mu2, b)?,
+            [b] => single_binomial_delta(budget, m.fixed_mu2, b)?.ln(),
             _ => Mu2Pmf::of(&m).log_delta(budget, 1.0),
         };
         if ld <= delta.ln() {
@@ -194,6 +231,11 @@ mod tests {
         assert!(rel(e1, exact_epsilon_for(z, q, 1800, d, Scheme::PublicBatch).unwrap()) < 1e-12);
         assert!(e1 < ledger_rdp_epsilon(&one, d).unwrap());
         assert!(ledger_admits(&one, d, e1 * (1.0 + 1e-9)).unwrap());
+        // The cached linear-space sum is the mixture sum.
+        let b = Binomial { trials: 1800, q, z };
+        let m = Mixture { fixed_mu2: 0.01, binomials: vec![b] };
+        let want = Mu2Pmf::of(&m).log_delta(0.9, 1.0).exp();
+        assert!(rel(single_binomial_delta(0.9, 0.01, &b).unwrap(), want) < 1e-10);
         assert!(!ledger_admits(&one, d, e1 * (1.0 - 1e-6)).unwrap());
         // Shuffle: count is K.
         let k = shuffle_releases(q, 1800);
