@@ -223,3 +223,24 @@ def test_an_epoch_of_charging_is_cheap_at_a_thousand_silos():
         elapsed = time.perf_counter() - t0
         print(f"1,000 silos, epoch {epoch}: {elapsed * 1e3:.1f} ms")
     assert all(len(ledger.events) == 3 for ledger, _ in ledgers)
+
+
+# ------------------------------------------------------------------------------------ PF-LD
+
+@pytest.mark.parametrize("q,share", [(Q, 0.25), (1.0, 0.25), (Q, 0.6)])
+def test_pfld_budgets_compose_jointly_to_the_target(q, share):
+    from pfair.baselines.pfld import joint_noise
+
+    t_p, t_d = 39 * (1 if q == 1.0 else B), 39
+    z_p, z_d, joint, basic = joint_noise(epsilon=1.0, delta=DELTA, sample_rate=q, primal_steps=t_p, dual_steps=t_d,
+                                         dual_share=share)
+    assert joint <= 1.0 and joint == pytest.approx(1.0, rel=1e-6)
+    assert basic > 1.05 * joint  # the same noise priced by basic composition (ε_p + ε_d, δ/2 each)
+    # Independent check of the joint account: the mixture over the primal's K, by scipy.
+    k = np.arange(0, t_p + 1)
+    pmf = stats.binom.pmf(k, t_p, q) if q < 1 else (k == t_p).astype(float)
+    mu = np.sqrt(k / z_p**2 + t_d / z_d**2)
+    d = float(np.sum(pmf * np.array([ref_gaussian_delta(1.0, m) for m in mu])))
+    assert d == pytest.approx(DELTA, rel=1e-4)
+    # The dual holds `share` of the expected μ².
+    assert (t_d / z_d**2) / (t_d / z_d**2 + t_p * q / z_p**2) == pytest.approx(share)

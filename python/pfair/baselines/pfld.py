@@ -42,10 +42,13 @@ The primal steps are Gaussian mechanisms on a public batch: the step also carrie
 unclipped loss gradient, which reveals who was drawn, so amplification by a hidden sample is not
 available and each record only benefits from being drawn with probability q = m/n per step
 (the ``"public_batch"`` bound of ``docs/accounting.md``). The dual steps are full-batch Gaussian
-mechanisms. Each part gets its own
-share of the budget (``dual_share`` of ε, δ/2 each), is calibrated with
-:func:`pfair.privacy.noise_multiplier_for`, and the two are added (basic composition), so the
-reported ε is an upper bound. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
+mechanisms. Both are Gaussian given public information (the batches are public), so they compose
+exactly and jointly: the record's privacy loss is that of a Gaussian with
+``μ² = K/z_p² + T_d/z_d²``, ``K ~ Bin(T_p, q)`` the primal steps whose batch holds it (Dong, Roth,
+Su 2019; Balle, Wang 2018; ``docs/accounting.md``), and ``δ(ε) = E_K[δ_Gauss(ε; μ)]``. The dual
+gets ``dual_share`` of the expected μ² (``T_d/z_d² = dual_share/(1 − dual_share) · T_p q/z_p²``)
+and one scale is calibrated so the joint guarantee is exactly (ε, δ) — cheaper than splitting ε
+and δ between the parts and adding them (basic composition), which the report also gives. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
 loss and the population terms but no group term; the counts n_{b,a} count reporters only, which
 is where seed 002's Δ/r comes from.
 
@@ -208,21 +211,11 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         delta_d = H * _two_largest_sum(1.0 / n_ba**2) ** 0.5
         z_p = z_d = 0.0
         eps_spent = math.inf
+        eps_basic = math.inf
         if private:
-            from pfair.privacy import epsilon_for, noise_multiplier_for
-
-            primal_sampling = "full_batch" if self.sampling == "full_batch" else "public_batch"
-            eps_p, eps_d = (1 - self.dual_share) * self.epsilon, self.dual_share * self.epsilon
-            z_p = noise_multiplier_for(epsilon=eps_p, delta=delta / 2, sample_rate=q, steps=t_primal,
-                                       sampling=primal_sampling) if t_primal > 0 else 0.0
-            z_d = noise_multiplier_for(epsilon=eps_d, delta=delta / 2, sample_rate=1.0, steps=t_dual,
-                                       sampling="full_batch") if t_dual > 0 else 0.0
-            eps_spent = (
-                (epsilon_for(noise_multiplier=z_p, sample_rate=q, steps=t_primal, delta=delta / 2,
-                             sampling=primal_sampling) if t_primal > 0 else 0.0)
-                + (epsilon_for(noise_multiplier=z_d, sample_rate=1.0, steps=t_dual, delta=delta / 2,
-                               sampling="full_batch") if t_dual > 0 else 0.0)
-            )
+            z_p, z_d, eps_spent, eps_basic = joint_noise(
+                epsilon=self.epsilon, delta=delta, sample_rate=1.0 if self.sampling == "full_batch" else q,
+                primal_steps=t_primal, dual_steps=t_dual, dual_share=self.dual_share)
         sigma_p, sigma_d = z_p * delta_p, z_d * delta_d
 
         rng = np.random.default_rng(self.seed)  # batches only
@@ -267,7 +260,9 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
             "dual_steps": t_dual, "sensitivity_primal": delta_p, "sensitivity_dual": delta_d,
             "noise_multiplier_primal": z_p, "noise_multiplier_dual": z_d, "sigma_primal": sigma_p,
             "sigma_dual": sigma_d, "target_epsilon": self.epsilon, "delta": delta if private else np.nan,
-            "epsilon_spent": eps_spent if private else math.inf, "composition": "basic (primal + dual)",
+            "epsilon_spent": eps_spent if private else math.inf,
+            "epsilon_basic_composition": eps_basic if private else math.inf,
+            "composition": "exact joint (binomial mixture of Gaussians, primal + dual)",
             "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
         }]).set_index("silo")
@@ -326,6 +321,61 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         np.add.at(grp, (block[has], s[has]), h[has])
         grp /= n_ba[:, :, None]
         return pop[:, None, :] - grp
+
+
+def _joint_parts(scale: float, *, sample_rate: float, primal_steps: int, dual_steps: int,
+                 dual_share: float) -> tuple[float, float, float, list]:
+    """``(z_p, z_d, fixed μ², binomials)`` at a common ``scale``: ``z_p = scale`` and ``z_d`` such
+    that the dual holds ``dual_share`` of the expected μ² (only one part: that part alone)."""
+    mean_p = primal_steps * sample_rate
+    if primal_steps and dual_steps:
+        z_p = scale
+        z_d = scale * math.sqrt(dual_steps * (1 - dual_share) / (dual_share * mean_p))
+    else:
+        z_p = scale if primal_steps else 0.0
+        z_d = scale if dual_steps else 0.0
+    fixed = dual_steps / z_d**2 if dual_steps else 0.0
+    binomials = []
+    if primal_steps:
+        if sample_rate >= 1.0:
+            fixed += primal_steps / z_p**2
+        else:
+            binomials = [(primal_steps, sample_rate, z_p)]
+    return z_p, z_d, fixed, binomials
+
+
+def joint_noise(*, epsilon: float, delta: float, sample_rate: float, primal_steps: int, dual_steps: int,
+                dual_share: float) -> tuple[float, float, float, float]:
+    """PF-LD's noise multipliers ``(z_p, z_d)`` calibrated jointly, the joint ε they deliver at
+    ``delta`` (exact binomial mixture; equals ``epsilon`` to 1e-9 relative, never above), and
+    the ε that basic composition would claim for the same noise (ε_p at δ/2 plus ε_d at δ/2,
+    each exact). Geometric bisection on the common scale; the joint δ(ε) falls as it grows."""
+    if primal_steps == 0 and dual_steps == 0:
+        return 0.0, 0.0, 0.0, 0.0
+
+    def joint_delta(scale: float) -> float:
+        _, _, fixed, binomials = _joint_parts(scale, sample_rate=sample_rate, primal_steps=primal_steps,
+                                              dual_steps=dual_steps, dual_share=dual_share)
+        return _core.mixture_delta(epsilon, fixed, binomials)
+
+    lo, hi = 1e-3, 1.0
+    while joint_delta(hi) > delta:
+        lo, hi = hi, hi * 2
+        if hi > 1e7:
+            raise ValueError(f"epsilon={epsilon:g} at delta={delta:g} is unreachable for PF-LD: raise epsilon or delta")
+    while hi / lo > 1 + 1e-10:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if joint_delta(mid) <= delta else (mid, hi)
+    z_p, z_d, fixed, binomials = _joint_parts(hi, sample_rate=sample_rate, primal_steps=primal_steps,
+                                              dual_steps=dual_steps, dual_share=dual_share)
+    joint = _core.mixture_epsilon(delta, fixed, binomials)
+    basic = 0.0
+    if primal_steps:
+        basic += _core.exact_epsilon_for(z_p, sample_rate, primal_steps, delta / 2,
+                                         "full_batch" if sample_rate >= 1.0 else "public_batch")
+    if dual_steps:
+        basic += _core.exact_epsilon_for(z_d, 1.0, dual_steps, delta / 2, "full_batch")
+    return z_p, z_d, float(joint), float(basic)
 
 
 def _two_largest_sum(a: np.ndarray) -> float:
