@@ -120,6 +120,10 @@ pub struct Mu2Pmf {
     lp: Vec<f64>,
     /// `log Σ_{j ≤ i} p_j`
     lcum: Vec<f64>,
+    /// `log Σ_{j ≥ i} p_j`
+    lcum_up: Vec<f64>,
+    /// index of the largest `p_i`
+    mode: usize,
     log_inf: f64,
 }
 
@@ -131,7 +135,14 @@ impl Mu2Pmf {
             acc = log_add(acc, l);
             lcum.push(acc);
         }
-        Mu2Pmf { v, lp, lcum, log_inf }
+        let mut lcum_up = vec![f64::NEG_INFINITY; lp.len()];
+        let mut acc = f64::NEG_INFINITY;
+        for i in (0..lp.len()).rev() {
+            acc = log_add(acc, lp[i]);
+            lcum_up[i] = acc;
+        }
+        let mode = (0..lp.len()).fold(0, |m, i| if lp[i] > lp[m] { i } else { m });
+        Mu2Pmf { v, lp, lcum, lcum_up, mode, log_inf }
     }
 
     /// The law of μ² of `mix` (exact for at most one binomial, rounded up onto a grid for more).
@@ -212,17 +223,27 @@ impl Mu2Pmf {
         Mu2Pmf::new(v, lp, log_inf.min(0.0))
     }
 
-    /// `log Σ_i p_i δ_Gauss(ε; √(scale · v_i)) + P(μ² = ∞)`. Sums from the largest μ² down and
-    /// stops once the rest, bounded by `δ_Gauss(ε; √(scale·v_i)) · P(μ² ≤ v_i)`, is below
-    /// `e^{−36}` of the sum (and then adds that bound).
+    /// `log Σ_i p_i δ_Gauss(ε; √(scale · v_i)) + P(μ² = ∞)`. Sums outwards from the mode and
+    /// stops upwards once the remaining mass (charged δ = 1) and downwards once the rest,
+    /// bounded by `δ_Gauss(ε; √(scale·v_i)) · P(μ² ≤ v_i)`, are below `e^{−30}` of the sum, and
+    /// then adds those bounds: the value never drops below the full sum.
     pub fn log_delta(&self, eps: f64, scale: f64) -> f64 {
+        const STOP: f64 = 30.0;
+        let n = self.v.len();
         let mut acc = self.log_inf;
-        for i in (0..self.v.len()).rev() {
+        for i in self.mode..n {
+            acc = log_add(acc, self.lp[i] + log_gaussian_delta(eps, (scale * self.v[i]).sqrt()));
+            if i + 1 < n && self.lcum_up[i + 1] < acc - STOP {
+                acc = log_add(acc, self.lcum_up[i + 1]);
+                break;
+            }
+        }
+        for i in (0..self.mode).rev() {
             let ld = log_gaussian_delta(eps, (scale * self.v[i]).sqrt());
             acc = log_add(acc, self.lp[i] + ld);
             if i > 0 {
                 let rest = self.lcum[i - 1] + ld;
-                if rest < acc - 36.0 {
+                if rest < acc - STOP {
                     acc = log_add(acc, rest);
                     break;
                 }
@@ -327,20 +348,26 @@ pub fn exact_noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, 
     let mu = mu_for_log_delta(target, |m| log_gaussian_delta(epsilon, m));
     let z = match r {
         Releases::Fixed(k) => (k as f64).sqrt() / mu,
-        Releases::Binomial(t, _) => {
+        Releases::Binomial(t, q) => {
             let pmf = k_pmf(&r);
-            let good = ((t as f64).sqrt() / mu).ln(); // feasible: K ≤ T
             let f = |u: f64| pmf.log_delta(epsilon, (-2.0 * u).exp()).max(-1e4) - target;
-            // Step down until infeasible (or the bracket's end).
-            let (mut g, mut b) = (good, good - 0.5);
-            while f(b) <= 0.0 {
-                g = b;
-                b -= 1.0;
-                if b < Z_MIN.ln() {
+            // Bracket around the Gaussian of a high quantile of K (usually feasible) and of its
+            // mean (usually not); the full batch, K = T, is always feasible (K ≤ T).
+            let (m, sd) = (t as f64 * q, (t as f64 * q * (1.0 - q)).sqrt());
+            let full = ((t as f64).sqrt() / mu).ln();
+            let mut good = ((m + 8.0 * sd + 8.0).min(t as f64).sqrt() / mu).ln();
+            if f(good) > 0.0 {
+                good = full;
+            }
+            let mut bad = (m.max(1e-300).sqrt() / mu).ln().min(good - 1e-3);
+            while f(bad) <= 0.0 {
+                good = bad;
+                bad -= 1.0;
+                if bad < Z_MIN.ln() {
                     return Ok(Z_MIN); // feasible: a larger z than a feasible one
                 }
             }
-            solve_feasible(g, b, 1e-11, f).exp() * (1.0 + 1e-12)
+            solve_feasible(good, bad, 1e-10, f).exp() * (1.0 + 1e-12)
         }
     };
     if !(z <= Z_MAX) {
