@@ -244,3 +244,39 @@ def test_pfld_budgets_compose_jointly_to_the_target(q, share):
     assert d == pytest.approx(DELTA, rel=1e-4)
     # The dual holds `share` of the expected μ².
     assert (t_d / z_d**2) / (t_d / z_d**2 + t_p * q / z_p**2) == pytest.approx(share)
+
+
+# --------------------------------------------------------------------------------------- PLD
+
+def _dpa_pld_epsilon(z, q, steps, delta, relation, pessimistic=True):
+    import dp_accounting as dpa
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    rel = {"add_remove": dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, "replace_one": dpa.NeighboringRelation.REPLACE_ONE}
+    d = pld.from_gaussian_mechanism(z, sampling_prob=q, value_discretization_interval=1e-3,
+                                    pessimistic_estimate=pessimistic, neighboring_relation=rel[relation])
+    return d.self_compose(steps).get_epsilon_for_delta(delta)
+
+
+@pytest.mark.parametrize("z,steps", [(1.0, 100), (3.0, 400)])
+def test_pld_matches_dp_accounting_for_poisson(z, steps):
+    q, d = 256 / 12211, 1e-6
+    ours = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=d, sampling="poisson", accountant="pld")
+    assert ours == pytest.approx(_dpa_pld_epsilon(z, q, steps, d, "add_remove"), rel=1e-3)
+    ours = _core.pld_epsilon_for(z, q, steps, d, "poisson_replace_one")
+    assert ours == pytest.approx(_dpa_pld_epsilon(z, q, steps, d, "replace_one"), rel=1e-3)
+    assert ours < _core.epsilon_for(z, q, steps, d, "poisson_replace_one")[0]
+
+
+def test_pld_without_replacement_lies_between_a_realised_pair_and_rdp():
+    q, z, steps, d = 256 / 12211, 2.0, 300, 1e-6
+    ours = _core.pld_epsilon_for(z, q, steps, d, "without_replacement")
+    rdp = _core.epsilon_for(z, q, steps, d, "without_replacement")[0]
+    # Lower bound: data where the other records contribute 0 and the replaced one Δ or 0 realise
+    # (1−q)N(0)+qN(1/z) vs N(0) in either order; dp-accounting's optimistic estimate of that pair.
+    lower = _dpa_pld_epsilon(z, q, steps, d, "add_remove", pessimistic=False)
+    assert lower <= ours < rdp
+    z_pld = noise_multiplier_for(epsilon=1.0, delta=d, sample_rate=q, steps=steps, sampling="without_replacement",
+                                 accountant="pld")
+    assert z_pld < noise_multiplier_for(epsilon=1.0, delta=d, sample_rate=q, steps=steps, sampling="without_replacement")
+    assert _core.pld_epsilon_for(z_pld, q, steps, d, "without_replacement") <= 1.0

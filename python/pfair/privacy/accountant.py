@@ -32,8 +32,14 @@ Accountants (``accountant=``):
     ``"shuffle"``, ``"public_batch"``): the analytic Gaussian mechanism (Balle, Wang 2018) of
     ``μ = √K/z`` (Dong, Roth, Su 2019, GDP composition), for public batches averaged over
     ``K ~ Bin(steps, q)``. Exact, not a bound (up to rounding towards more privacy loss).
+``"pld"``
+    hidden-batch schemes (``"without_replacement"``, ``"poisson"``, ``"poisson_replace_one"``):
+    the privacy-loss distribution of the scheme's dominating pair (Zhu, Dong, Wang 2022),
+    discretised pessimistically ("connect the dots", Doroshenko et al. 2022) and composed by
+    FFT; an upper bound, usually below RDP. Slow (≈ 50–200 ms per ε, seconds per calibration).
 ``"best"``
-    the smallest valid value: the minimum of ``"exact"`` (where it applies) and ``"rdp"``.
+    the smallest valid value that is fast: the minimum of ``"exact"`` (where it applies) and
+    ``"rdp"``; hidden batches stay on RDP (ask for ``"pld"`` explicitly).
 
 The math (per step, order α > 1, then ``steps``-fold composition by addition):
 
@@ -56,6 +62,7 @@ from pfair import _core
 __all__ = [
     "ACCOUNTANTS",
     "EXACT_SCHEMES",
+    "PLD_SCHEMES",
     "SAMPLING_SCHEMES",
     "default_orders",
     "gaussian_delta",
@@ -72,7 +79,9 @@ __all__ = [
 
 SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch", "public_batch", "shuffle")
 #: Accountants: Rényi DP (every scheme), exact Gaussian / binomial mixture, and the best valid one.
-ACCOUNTANTS = ("rdp", "exact", "best")
+ACCOUNTANTS = ("rdp", "exact", "pld", "best")
+#: Schemes whose batch stays hidden (the PLD accountant applies).
+PLD_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one")
 #: Schemes whose releases are Gaussian given public information (the exact accountant applies).
 EXACT_SCHEMES = ("full_batch", "shuffle", "public_batch")
 
@@ -102,6 +111,9 @@ def _accountant(accountant: object, sampling: str) -> str:
             f"accountant='exact' needs releases that are Gaussian given public information (sampling in "
             f"{EXACT_SCHEMES}); sampling={sampling!r} hides its batch: use accountant='rdp'"
         )
+    if accountant == "pld" and sampling not in PLD_SCHEMES:
+        raise ValueError(f"accountant='pld' is for hidden batches (sampling in {PLD_SCHEMES}); got {sampling!r}: "
+                         "use accountant='exact'")
     if accountant == "best":
         return "exact" if sampling in EXACT_SCHEMES else "rdp"
     return str(accountant)
@@ -224,7 +236,7 @@ def epsilon_for(
         ``docs/accounting.md`` (weak triangle inequality, Mironov 2017 Prop. 11, and joint
         convexity); α/(2z²) (Mironov 2017, Prop. 7); ``log(1 − q + q e^{α(α−1)/(2z²)})/(α − 1)``
         (public batch, ``docs/accounting.md``). Composition adds RDP (Mironov 2017, Prop. 1).
-    accountant : {"rdp", "exact", "best"}
+    accountant : {"rdp", "exact", "pld", "best"}
         ``"exact"``: the smallest ε with ``E_K[δ_Gauss(ε; √K/z)] ≤ δ`` (module docstring), for
         ``sampling`` in :data:`EXACT_SCHEMES`; ``"best"``: the exact value where it applies,
         else RDP (the exact value is never above the RDP one).
@@ -239,7 +251,10 @@ def epsilon_for(
     """
     s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
     a = _accountant(accountant, s)
-    if a == "exact":
+    if a == "pld":
+        eps, order = min(float(_core.pld_epsilon_for(z, q, t, _delta(delta), s)),
+                         float(_core.epsilon_for(z, q, t, _delta(delta), s)[0])), None
+    elif a == "exact":
         eps, order = min(float(_core.exact_epsilon_for(z, q, t, _delta(delta), s)),
                          float(_core.epsilon_for(z, q, t, _delta(delta), s)[0])), None
     else:
@@ -263,7 +278,11 @@ def delta_for(
     capped at 1. Exact: ``E_K[δ_Gauss(ε; √K/z)]``. Units and arguments as in :func:`epsilon_for`.
     """
     s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
-    if _accountant(accountant, s) == "exact":
+    a = _accountant(accountant, s)
+    if a == "pld":
+        d, order = min(float(_core.pld_delta_for(z, q, t, _epsilon(epsilon), s)),
+                       float(_core.delta_for(z, q, t, _epsilon(epsilon), s)[0])), None
+    elif a == "exact":
         d, order = min(float(_core.exact_delta_for(z, q, t, _epsilon(epsilon), s)),
                        float(_core.delta_for(z, q, t, _epsilon(epsilon), s)[0])), None
     else:
@@ -301,8 +320,11 @@ def noise_multiplier_for(
     """
     s = _sampling(sampling)
     args = (_epsilon(epsilon), _delta(delta), _sample_rate(sample_rate, s), _steps(steps), s)
-    if _accountant(accountant, s) == "exact":
+    a = _accountant(accountant, s)
+    if a == "exact":
         return float(_core.exact_noise_multiplier_for(*args))
+    if a == "pld":
+        return float(_core.pld_noise_multiplier_for(*args))
     return float(_core.noise_multiplier_for(*args))
 
 

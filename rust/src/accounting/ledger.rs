@@ -147,7 +147,7 @@ fn single_binomial_delta(eps: f64, fixed: f64, b: &Binomial) -> Result<f64> {
         c.clear();
     }
     let d = c.entry(key).or_default();
-    let mut need = |k: u64, d: &mut Vec<f64>| {
+    let need = |k: u64, d: &mut Vec<f64>| {
         while d.len() as u64 <= k {
             let kk = d.len() as f64;
             d.push(log_gaussian_delta(eps, (fixed + kk / (b.z * b.z)).sqrt()).exp());

@@ -165,6 +165,10 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mixture_delta, m)?)?;
     m.add_function(wrap_pyfunction!(mixture_epsilon, m)?)?;
     m.add_function(wrap_pyfunction!(ledger_epsilons, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_epsilon_for, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_delta_for, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_noise_multiplier_for, m)?)?;
+    m.add("PLD_GRID", acc::PLD_GRID)?;
     m.add_function(wrap_pyfunction!(ledger_admits, m)?)?;
     m.add("CALIBRATION_TOL", acc::CALIBRATION_TOL)?;
     m.add("Z_MIN", acc::Z_MIN)?;
@@ -291,4 +295,46 @@ pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Vec<(String, f64, f64,
 #[pyfunction]
 pub(super) fn ledger_admits(mechanisms: Vec<(String, f64, f64, u64)>, delta: f64, budget: f64) -> PyResult<bool> {
     Ok(acc::ledger_admits(&held(mechanisms)?, delta, budget)?)
+}
+
+/// ε of a hidden-batch scheme by the PLD accountant (connect-the-dots, FFT composition).
+#[pyfunction]
+pub(super) fn pld_epsilon_for(
+    py: Python<'_>,
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    delta: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_epsilon_for(noise_multiplier, sample_rate, steps, delta, s))?)
+}
+
+/// δ at ε of a hidden-batch scheme by the PLD accountant.
+#[pyfunction]
+pub(super) fn pld_delta_for(
+    py: Python<'_>,
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    epsilon: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_delta_for(noise_multiplier, sample_rate, steps, epsilon, s))?)
+}
+
+/// Smallest noise multiplier the PLD accountant certifies for (ε, δ) (slow: FFT per evaluation).
+#[pyfunction]
+pub(super) fn pld_noise_multiplier_for(
+    py: Python<'_>,
+    epsilon: f64,
+    delta: f64,
+    sample_rate: f64,
+    steps: u64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_noise_multiplier_for(epsilon, delta, sample_rate, steps, s))?)
 }
