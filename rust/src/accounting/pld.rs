@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn pld_is_below_rdp_for_every_hidden_scheme() {
         let o = default_orders();
-        let (q, z, t, d) = (0.02, 1.2, 200u64, 1e-6);
+        let (q, z, t, d) = (0.05, 1.2, 40u64, 1e-6);
         for s in [Scheme::Poisson, Scheme::PoissonReplaceOne, Scheme::WithoutReplacement] {
             let pld = pld_epsilon_for(z, q, t, d, s).unwrap();
             let rdp = epsilon_for(z, q, t, d, s, &o).unwrap().0;
