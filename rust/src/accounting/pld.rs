@@ -4,18 +4,18 @@
 //! of neighbouring data sets and every `ε`, `H_{e^ε}(M(D) ‖ M(D')) ≤ H_{e^ε}(P ‖ Q)`, with the
 //! hockey-stick divergence `H_γ(P‖Q) = sup_A P(A) − γ Q(A)`. Dominating pairs compose: the
 //! product of the pairs of T adaptively composed mechanisms dominates the composition (Zhu, Dong,
-//! Wang 2022, "Optimal accounting of differential privacy via characteristic function", Thm. 10).
+//! Wang 2022, "Optimal accounting of differential privacy via characteristic function").
 //! In noise-std units (`μ = 1/z`):
 //!
 //! * Poisson sampling, add/remove (remove direction; the add direction swaps P and Q):
-//!   `P = (1−q)N(0,1) + qN(μ,1)`, `Q = N(0,1)` (ZDW 2022, Thm. 11; `z` against the add/remove
+//!   `P = (1−q)N(0,1) + qN(μ,1)`, `Q = N(0,1)` (ZDW 2022; `z` against the add/remove
 //!   sensitivity).
 //! * Poisson sampling, replace-one with the record present in both sets (pfair's adjacency), `z`
 //!   against the add/remove sensitivity Δ (contributions `u, u'` with `‖u‖, ‖u'‖ ≤ Δ`):
 //!   `P = (1−q)N(0,1) + qN(−μ,1)`, `Q = (1−q)N(0,1) + qN(μ,1)` (ZDW 2022, substitution
 //!   relation; dp-accounting's `REPLACE_ONE` for Poisson-sampled Gaussians uses the same pair).
 //! * Fixed-size batches without replacement, replace-one, `z` against the replace-one
-//!   sensitivity: `P = (1−q)N(0,1) + qN(μ,1)`, `Q = N(0,1)` and its swap (ZDW 2022, Thm. 11 for
+//!   sensitivity: `P = (1−q)N(0,1) + qN(μ,1)`, `Q = N(0,1)` and its swap (ZDW 2022, for
 //!   sampling without replacement under substitution, from the coupling of Balle, Barthe,
 //!   Gaboardi 2018, "Privacy amplification by subsampling: tight analyses via couplings and
 //!   divergences"). The pair is realised by data in which every other record contributes 0 and
