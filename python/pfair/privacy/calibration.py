@@ -210,11 +210,11 @@ def plan_silo_noise(
         )
 
     if calibration == "rdp":
-        if ledger.events or accountant == "rdp":
-            z = noise_multiplier_after(ledger.epsilon_with if accountant == "best" else _rdp_with(ledger), epsilon=epsilon, sample_rate=q, steps=steps,
-                                       sampling=scheme)
+        acct = accountant_for(scheme, accountant)
+        if ledger.events:
+            spent_with = ledger.epsilon_with if acct == "best" else _rdp_with(ledger)
+            z = noise_multiplier_after(spent_with, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme)
         else:
-            acct = accountant_for(scheme, accountant)
             # The exact accountant would land on the target itself; aim inside the band RDP
             # calibration lands in ([99.5%, 100%]), so a resumed or later fit keeps a sliver.
             target = epsilon * (1 - 0.5 * _core.CALIBRATION_TOL) if acct == "best" else epsilon
