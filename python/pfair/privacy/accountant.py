@@ -48,6 +48,7 @@ The math (per step, order α > 1, then ``steps``-fold composition by addition):
 * Poisson, rate ``q``: ``ε(α) = log A_α / (α − 1)`` (Mironov, Talwar, Zhang 2019, Sec. 3.3);
 * public batch, rate ``q``: ``ε(α) = log(1 − q + q e^{α(α−1)/(2z²)}) / (α − 1)`` (the Rényi
   divergence when the adversary sees the batch; derivation in ``docs/accounting.md``);
+* shuffled epochs: ``K = ⌈steps/b⌉`` full-batch Gaussians, ``ε(α) = K α / (2 z²)`` in total;
 * RDP → (ε, δ): ``ε = min_α [R(α) + log(1 − 1/α) − log(δ α)/(α − 1)]`` (Balle et al. 2020, Thm. 21).
 """
 
