@@ -92,7 +92,8 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
     lr : α, primal step size.  lr_dual : η_λ, dual step size.  lam_max : λ_max (0: plain ERM).
     clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (seed 002 used 10).
     clip_dual : C_d, clip of |h| in the dual violations (seed 002 used 5).
-    dual_share : fraction of ε given to the dual steps (the rest goes to the primal steps).
+    dual_share : the dual steps' share of the expected μ² of the joint Gaussian account (the rest goes
+        to the primal steps); the two are calibrated jointly to (ε, δ).
     sampling : {"without_replacement", "full_batch"}.
     seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).
     noise_seed : int or None. None: noise from a secret key drawn from the operating system's
