@@ -242,8 +242,13 @@ def test_pfld_budgets_compose_jointly_to_the_target(q, share):
     mu = np.sqrt(k / z_p**2 + t_d / z_d**2)
     d = float(np.sum(pmf * np.array([ref_gaussian_delta(1.0, m) for m in mu])))
     assert d == pytest.approx(DELTA, rel=1e-4)
-    # The dual holds `share` of the expected μ².
-    assert (t_d / z_d**2) / (t_d / z_d**2 + t_p * q / z_p**2) == pytest.approx(share)
+    # Both noises are below the basic split's (share of ε and δ/2 each), in the same ratio.
+    scheme = "full_batch" if q == 1.0 else "public_batch"
+    zp0 = noise_multiplier_for(epsilon=(1 - share) * 1.0, delta=DELTA / 2, sample_rate=q, steps=t_p, sampling=scheme,
+                               accountant="exact")
+    zd0 = noise_multiplier_for(epsilon=share * 1.0, delta=DELTA / 2, sample_rate=1.0, steps=t_d, sampling="full_batch",
+                               accountant="exact")
+    assert z_p < zp0 and z_d < zd0 and z_d / z_p == pytest.approx(zd0 / zp0, rel=1e-9)
 
 
 # --------------------------------------------------------------------------------------- PLD

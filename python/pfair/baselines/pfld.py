@@ -45,10 +45,10 @@ available and each record only benefits from being drawn with probability q = m/
 mechanisms. Both are Gaussian given public information (the batches are public), so they compose
 exactly and jointly: the record's privacy loss is that of a Gaussian with
 ``μ² = K/z_p² + T_d/z_d²``, ``K ~ Bin(T_p, q)`` the primal steps whose batch holds it (Dong, Roth,
-Su 2019; Balle, Wang 2018; ``docs/accounting.md``), and ``δ(ε) = E_K[δ_Gauss(ε; μ)]``. The dual
-gets ``dual_share`` of the expected μ² (``T_d/z_d² = dual_share/(1 − dual_share) · T_p q/z_p²``)
-and one scale is calibrated so the joint guarantee is exactly (ε, δ) — cheaper than splitting ε
-and δ between the parts and adding them (basic composition), which the report also gives. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
+Su 2019; Balle, Wang 2018; ``docs/accounting.md``), and ``δ(ε) = E_K[δ_Gauss(ε; μ)]``. The two
+noises keep the ratio of the basic split (``dual_share`` of ε and δ/2 to the dual, the rest to
+the primal) and are scaled down together until the joint guarantee is exactly (ε, δ): both are
+below what basic composition (which the report also gives) needs. Records whose s is missing (−1/NaN/None, seed 002 §7) enter the
 loss and the population terms but no group term; the counts n_{b,a} count reporters only, which
 is where seed 002's Δ/r comes from.
 
@@ -92,8 +92,8 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
     lr : α, primal step size.  lr_dual : η_λ, dual step size.  lam_max : λ_max (0: plain ERM).
     clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (seed 002 used 10).
     clip_dual : C_d, clip of |h| in the dual violations (seed 002 used 5).
-    dual_share : the dual steps' share of the expected μ² of the joint Gaussian account (the rest goes
-        to the primal steps); the two are calibrated jointly to (ε, δ).
+    dual_share : fraction of ε the basic split gives the dual steps; it fixes the ratio of the two
+        noises, which are then calibrated jointly to (ε, δ).
     sampling : {"without_replacement", "full_batch"}.
     seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).
     noise_seed : int or None. None: noise from a secret key drawn from the operating system's
@@ -324,17 +324,12 @@ class PFLD(_ParamsMixin, LinearSoftmaxMixin):
         return pop[:, None, :] - grp
 
 
-def _joint_parts(scale: float, *, sample_rate: float, primal_steps: int, dual_steps: int,
-                 dual_share: float) -> tuple[float, float, float, list]:
-    """``(z_p, z_d, fixed μ², binomials)`` at a common ``scale``: ``z_p = scale`` and ``z_d`` such
-    that the dual holds ``dual_share`` of the expected μ² (only one part: that part alone)."""
-    mean_p = primal_steps * sample_rate
-    if primal_steps and dual_steps:
-        z_p = scale
-        z_d = scale * math.sqrt(dual_steps * (1 - dual_share) / (dual_share * mean_p))
-    else:
-        z_p = scale if primal_steps else 0.0
-        z_d = scale if dual_steps else 0.0
+def _joint_parts(scale: float, *, ratio: float, sample_rate: float, primal_steps: int,
+                 dual_steps: int) -> tuple[float, float, float, list]:
+    """``(z_p, z_d, fixed μ², binomials)`` at a common ``scale``: ``z_p = scale``,
+    ``z_d = ratio · scale`` (only one part: that part alone, at ``scale``)."""
+    z_p = scale if primal_steps else 0.0
+    z_d = (ratio * scale if primal_steps else scale) if dual_steps else 0.0
     fixed = dual_steps / z_d**2 if dual_steps else 0.0
     binomials = []
     if primal_steps:
@@ -348,15 +343,26 @@ def _joint_parts(scale: float, *, sample_rate: float, primal_steps: int, dual_st
 def joint_noise(*, epsilon: float, delta: float, sample_rate: float, primal_steps: int, dual_steps: int,
                 dual_share: float) -> tuple[float, float, float, float]:
     """PF-LD's noise multipliers ``(z_p, z_d)`` calibrated jointly, the joint ε they deliver at
-    ``delta`` (exact binomial mixture; equals ``epsilon`` to 1e-9 relative, never above), and
-    the ε that basic composition would claim for the same noise (ε_p at δ/2 plus ε_d at δ/2,
-    each exact). Geometric bisection on the common scale; the joint δ(ε) falls as it grows."""
+    ``delta``, and the ε that basic composition would claim for the same noise.
+
+    The relative noise of the two parts is that of the basic split (primal: ``(1 − dual_share)·ε``
+    at ``δ/2``, dual: ``dual_share·ε`` at ``δ/2``, each calibrated exactly); both are then scaled
+    down together until the exact joint account, ``δ(ε) = E_K[δ_Gauss(ε; √(K/z_p² + T_d/z_d²))]``
+    with ``K ~ Bin(T_p, q)``, meets ``(ε, δ)`` (geometric bisection to 1e-10; the joint ε equals
+    ``epsilon`` to 1e-9 relative, never above). So both noises are below the basic split's."""
     if primal_steps == 0 and dual_steps == 0:
         return 0.0, 0.0, 0.0, 0.0
+    primal_scheme = "full_batch" if sample_rate >= 1.0 else "public_batch"
+    ratio = 1.0
+    if primal_steps and dual_steps:
+        zp0 = _core.exact_noise_multiplier_for((1 - dual_share) * epsilon, delta / 2, sample_rate, primal_steps,
+                                               primal_scheme)
+        zd0 = _core.exact_noise_multiplier_for(dual_share * epsilon, delta / 2, 1.0, dual_steps, "full_batch")
+        ratio = zd0 / zp0
+    parts = dict(ratio=ratio, sample_rate=sample_rate, primal_steps=primal_steps, dual_steps=dual_steps)
 
     def joint_delta(scale: float) -> float:
-        _, _, fixed, binomials = _joint_parts(scale, sample_rate=sample_rate, primal_steps=primal_steps,
-                                              dual_steps=dual_steps, dual_share=dual_share)
+        _, _, fixed, binomials = _joint_parts(scale, **parts)
         return _core.mixture_delta(epsilon, fixed, binomials)
 
     lo, hi = 1e-3, 1.0
@@ -367,13 +373,11 @@ def joint_noise(*, epsilon: float, delta: float, sample_rate: float, primal_step
     while hi / lo > 1 + 1e-10:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if joint_delta(mid) <= delta else (mid, hi)
-    z_p, z_d, fixed, binomials = _joint_parts(hi, sample_rate=sample_rate, primal_steps=primal_steps,
-                                              dual_steps=dual_steps, dual_share=dual_share)
+    z_p, z_d, fixed, binomials = _joint_parts(hi, **parts)
     joint = _core.mixture_epsilon(delta, fixed, binomials)
     basic = 0.0
     if primal_steps:
-        basic += _core.exact_epsilon_for(z_p, sample_rate, primal_steps, delta / 2,
-                                         "full_batch" if sample_rate >= 1.0 else "public_batch")
+        basic += _core.exact_epsilon_for(z_p, sample_rate, primal_steps, delta / 2, primal_scheme)
     if dual_steps:
         basic += _core.exact_epsilon_for(z_d, 1.0, dual_steps, delta / 2, "full_batch")
     return z_p, z_d, float(joint), float(basic)
