@@ -261,7 +261,7 @@ def test_audit_of_the_sigmas_fit_uses(rounds):
     # z below 1, so one round is attackable.
     X, y, s = _silo(0)
     model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP,
-                          p_s=[0.5, 0.5]).fit(X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64),
+                          p_s=[0.5, 0.5], sampling="without_replacement").fit(X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64),
                                               ledgers="new")
     report = model.privacy_report_.loc[0]
     assert report["accounting"] == "public_batch" and report["noise"] == "secret"

@@ -30,7 +30,7 @@ def test_train_json_has_the_promised_keys_and_honest_privacy(capsys, tmp_path):
     assert 0 < result["test_error"] < result["trivial_error"]
     assert 0.9 < result["epsilon_spent"] <= 1.0
     code, out, _ = run(capsys, "privacy-report", str(out_file))
-    assert code == 0 and "epsilon_spent" in out and "public" in out
+    assert code == 0 and "epsilon_spent" in out and "shuffle" in out
     code, out, _ = run(capsys, "privacy-report", str(out_file), "--json")
     rows = json.loads(out)
     assert len(rows) == 3 and all(r["epsilon_spent"] <= 1.0 for r in rows)
@@ -73,13 +73,19 @@ def test_privacy_command_both_directions(capsys):
     res = json.loads(out)
     z = res["noise_multiplier"]
     steps = 40 * -(-12000 // 256)
-    # The default is SteFFLe's account in attribute mode (the batch is public).
-    assert res["sampling"] == "public_batch"
-    eps = epsilon_for(noise_multiplier=z, sample_rate=256 / 12000, steps=steps, delta=1e-5, sampling="public_batch")
+    # The default is SteFFLe's account in attribute mode: shuffled epochs, public batches, exact.
+    assert res["sampling"] == "shuffle" and res["accountant"] == "best"
+    eps = epsilon_for(noise_multiplier=z, sample_rate=256 / 12000, steps=steps, delta=1e-5, sampling="shuffle",
+                      accountant="exact")
     assert 0.98 <= eps <= 1.0
+    # Random public batches priced by RDP need more noise for the same target.
+    code, out, _ = run(capsys, "privacy", "--epsilon", "1", "--delta", "1e-5", "--batch", "256", "--silo-size",
+                       "12000", "--epochs", "40", "--sampling", "public_batch", "--accountant", "rdp", "--json")
+    assert code == 0 and json.loads(out)["noise_multiplier"] > 1.1 * z
     # The hidden-batch bound, on request, needs less noise for the same target.
     code, out, _ = run(capsys, "privacy", "--epsilon", "1", "--delta", "1e-5", "--batch", "256", "--silo-size",
-                       "12000", "--epochs", "40", "--sampling", "without_replacement", "--json")
+                       "12000", "--epochs", "40", "--sampling", "without_replacement", "--accountant", "rdp",
+                       "--json")
     assert code == 0 and json.loads(out)["noise_multiplier"] < z / 2
 
 
@@ -218,7 +224,7 @@ def test_privacy_report_shows_accounting_noise_and_guarantee(capsys, tmp_path):
     header = out.splitlines()[1].split()
     for column in ("accounting", "noise", "guarantee", "sampling", "epsilon_spent"):
         assert column in header
-    assert "public_batch" in out and "covered" in out and "…" not in out and "..." not in out
+    assert "shuffle" in out and "covered" in out and "…" not in out and "..." not in out
 
 
 def test_privacy_report_object_prints_in_full():

@@ -76,7 +76,7 @@ def test_the_shell_block_runs(page, capsys):
     finally:
         os.chdir(cwd)
     out = capsys.readouterr().out
-    assert "public_batch" in out and "covered" in out
+    assert "shuffle" in out and "covered" in out
 
 
 def test_the_figures_the_page_shows_exist_and_readme_links_the_page_first():

@@ -162,8 +162,10 @@ def add_train_parser(sub: Any) -> None:
                    help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
                         "to; auto (default): 0.5 when private, no clipping otherwise; 'none' = no clipping "
                         "(only with --epsilon none)")
-    p.add_argument("--sampling", default="without_replacement", choices=["without_replacement", "poisson", "full_batch"],
-                   help="how a silo draws its batch each round (default without_replacement)")
+    p.add_argument("--sampling", default="auto", choices=["auto", "shuffle", "without_replacement", "poisson", "full_batch"],
+                   help="how a silo draws its batch each round: shuffle = every record once per epoch "
+                        "(exact accounting); auto (default) = shuffle with --protect attribute, "
+                        "without_replacement with --protect record")
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"],
                    help="what the guarantee covers: the sensitive attribute of a record (default) or the whole record")
     p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"],

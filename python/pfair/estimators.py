@@ -147,7 +147,12 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         private, where the sensitivity needs a clip norm).
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with
         ``protect="record"``; ``"auto"``: 1.0 and 2.0 when private, no clipping otherwise.
-    sampling : {"without_replacement", "poisson", "full_batch"}; the accountant matches it exactly.
+    sampling : {"auto", "shuffle", "without_replacement", "poisson", "full_batch"}; the accountant
+        matches it exactly. ``"shuffle"``: shuffled epochs (every record exactly once per epoch, in
+        batches of m with divisor m), accounted exactly as √K/z-GDP for K epochs. ``"auto"``
+        (default): ``"shuffle"`` with ``protect="attribute"`` (the batch is public anyway, and this
+        is the cheapest exact account), ``"without_replacement"`` with ``protect="record"`` (a
+        hidden fixed-size batch amplifies privacy).
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
     calibration : "rdp" (numeric accountant) or "paper" (the paper's closed form; its rounds past the
         budget are refused, so training may stop early — warned).
@@ -236,7 +241,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         clip: float | str | None = "auto",
         clip_loss: float | str | None = "auto",
         clip_w: float | str | None = "auto",
-        sampling: str = "without_replacement",
+        sampling: str = "auto",
         protect: str = "attribute",
         calibration: str = "rdp",
         p_s: Any = None,

@@ -37,6 +37,14 @@ P_S_SOURCES = ("dp", "pooled")
 LAM_STEP_LIMIT = 100.0
 
 
+def auto_sampling(protect: str, mode: str = "standard") -> str:
+    """What ``sampling="auto"`` means: ``"shuffle"`` when only the sensitive attribute is protected
+    (the batch is public anyway, and shuffled epochs are accounted exactly as √epochs/z-GDP, the
+    cheapest account), ``"without_replacement"`` when whole records are (a hidden fixed-size batch
+    amplifies privacy) and in the hybrid modes (which sample fixed-size batches)."""
+    return "shuffle" if protect == "attribute" and mode == "standard" else "without_replacement"
+
+
 def default_delta(n_records: int) -> float:
     """The default δ of a silo with ``n_records`` records: ``1/n²`` (smaller than the chance of
     picking any one record). Needs at least 2 records."""
@@ -118,7 +126,7 @@ class SteFFLeSettings:
     clip: float | str | None = "auto"
     clip_loss: float | str | None = "auto"
     clip_w: float | str | None = "auto"
-    sampling: str = "without_replacement"
+    sampling: str = "auto"
     protect: str = "attribute"
     calibration: str = "rdp"
     p_s: Any = None
@@ -148,6 +156,8 @@ class SteFFLeSettings:
         for name in CLIP_NAMES:
             if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
                 object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
+        if self.sampling == "auto":
+            object.__setattr__(self, "sampling", auto_sampling(self.protect, self.mode))
 
     # ------------------------------------------------------------------ derived
     @property
@@ -248,7 +258,9 @@ class SteFFLeSettings:
                                      f"when epsilon is set, no clipping otherwise); got {p[name]!r}")
                 p[name] = PRIVATE_CLIPS[name] if private else None
             check_positive(p[name], name, allow_none=True)
-        check_choice(p["sampling"], "sampling", SAMPLINGS)
+        if p["sampling"] == "auto":
+            p["sampling"] = auto_sampling(p["protect"], p["mode"])
+        check_choice(p["sampling"], "sampling", SAMPLINGS + ("auto",))
         check_choice(p["protect"], "protect", ("attribute", "record"))
         check_choice(p["calibration"], "calibration", ("rdp", "paper"))
         check_choice(p["output"], "output", ("last", "random"))

@@ -43,10 +43,13 @@ The primal steps are Gaussian mechanisms on a public batch: the step also carrie
 unclipped loss gradient, which reveals who was drawn, so amplification by a hidden sample is not
 available and each record only benefits from being drawn with probability q = m/n per step
 (the ``"public_batch"`` bound of ``docs/accounting.md``). The dual steps are full-batch Gaussian
-mechanisms. Each part gets its own
-share of the budget (``dual_share`` of ε, δ/2 each), is calibrated with
-:func:`pfair.privacy.noise_multiplier_for`, and the two are added (basic composition), so the
-reported ε is an upper bound. Records whose s is missing (−1/NaN/None, Tran et al. 2021, §7) enter the
+mechanisms. Both are Gaussian given public information (the batches are public), so they compose
+exactly and jointly: the record's privacy loss is that of a Gaussian with
+``μ² = K/z_p² + T_d/z_d²``, ``K ~ Bin(T_p, q)`` the primal steps whose batch holds it (Dong, Roth,
+Su 2019; Balle, Wang 2018; ``docs/accounting.md``), and ``δ(ε) = E_K[δ_Gauss(ε; μ)]``. The two
+noises keep the ratio of the basic split (``dual_share`` of ε and δ/2 to the dual, the rest to
+the primal) and are scaled down together until the joint guarantee is exactly (ε, δ): both are
+below what basic composition (which the report also gives) needs. Records whose s is missing (−1/NaN/None, Tran et al. 2021, §7) enter the
 loss and the population terms but no group term; the counts n_{b,a} count reporters only, which
 is where Tran et al.'s Δ/r comes from.
 
@@ -91,7 +94,8 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
     lr : α, primal step size.  lr_dual : η_λ, dual step size.  lam_max : λ_max (0: plain ERM).
     clip_primal : C_p, per-record clip norm of ∇_θ h in the group terms (Tran et al. 2021 used 10).
     clip_dual : C_d, clip of |h| in the dual violations (Tran et al. 2021 used 5).
-    dual_share : fraction of ε given to the dual steps (the rest goes to the primal steps).
+    dual_share : fraction of ε the basic split gives the dual steps; it fixes the ratio of the two
+        noises, which are then calibrated jointly to (ε, δ).
     sampling : {"without_replacement", "full_batch"}.
     seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).
     noise_seed : int or None. None: noise from a secret key drawn from the operating system's
@@ -217,21 +221,11 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         delta_d = H * _two_largest_sum(1.0 / n_ba**2) ** 0.5
         z_p = z_d = 0.0
         eps_spent = math.inf
+        eps_basic = math.inf
         if private:
-            from pfair.privacy import epsilon_for, noise_multiplier_for
-
-            primal_sampling = "full_batch" if self.sampling == "full_batch" else "public_batch"
-            eps_p, eps_d = (1 - self.dual_share) * self.epsilon, self.dual_share * self.epsilon
-            z_p = noise_multiplier_for(epsilon=eps_p, delta=delta / 2, sample_rate=q, steps=t_primal,
-                                       sampling=primal_sampling) if t_primal > 0 else 0.0
-            z_d = noise_multiplier_for(epsilon=eps_d, delta=delta / 2, sample_rate=1.0, steps=t_dual,
-                                       sampling="full_batch") if t_dual > 0 else 0.0
-            eps_spent = (
-                (epsilon_for(noise_multiplier=z_p, sample_rate=q, steps=t_primal, delta=delta / 2,
-                             sampling=primal_sampling) if t_primal > 0 else 0.0)
-                + (epsilon_for(noise_multiplier=z_d, sample_rate=1.0, steps=t_dual, delta=delta / 2,
-                               sampling="full_batch") if t_dual > 0 else 0.0)
-            )
+            z_p, z_d, eps_spent, eps_basic = joint_noise(
+                epsilon=self.epsilon, delta=delta, sample_rate=1.0 if self.sampling == "full_batch" else q,
+                primal_steps=t_primal, dual_steps=t_dual, dual_share=self.dual_share)
         sigma_p, sigma_d = z_p * delta_p, z_d * delta_d
 
         rng = np.random.default_rng(self.seed)  # batches only
@@ -276,7 +270,9 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             "dual_steps": t_dual, "sensitivity_primal": delta_p, "sensitivity_dual": delta_d,
             "noise_multiplier_primal": z_p, "noise_multiplier_dual": z_d, "sigma_primal": sigma_p,
             "sigma_dual": sigma_d, "target_epsilon": self.epsilon, "delta": delta if private else np.nan,
-            "epsilon_spent": eps_spent if private else math.inf, "composition": "basic (primal + dual)",
+            "epsilon_spent": eps_spent if private else math.inf,
+            "epsilon_basic_composition": eps_basic if private else math.inf,
+            "composition": "exact joint (binomial mixture of Gaussians, primal + dual)",
             "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
         }]).set_index("silo")
@@ -335,6 +331,65 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         np.add.at(grp, (block[has], s[has]), h[has])
         grp /= n_ba[:, :, None]
         return pop[:, None, :] - grp
+
+
+def _joint_parts(scale: float, *, ratio: float, sample_rate: float, primal_steps: int,
+                 dual_steps: int) -> tuple[float, float, float, list]:
+    """``(z_p, z_d, fixed μ², binomials)`` at a common ``scale``: ``z_p = scale``,
+    ``z_d = ratio · scale`` (only one part: that part alone, at ``scale``)."""
+    z_p = scale if primal_steps else 0.0
+    z_d = (ratio * scale if primal_steps else scale) if dual_steps else 0.0
+    fixed = dual_steps / z_d**2 if dual_steps else 0.0
+    binomials = []
+    if primal_steps:
+        if sample_rate >= 1.0:
+            fixed += primal_steps / z_p**2
+        else:
+            binomials = [(primal_steps, sample_rate, z_p)]
+    return z_p, z_d, fixed, binomials
+
+
+def joint_noise(*, epsilon: float, delta: float, sample_rate: float, primal_steps: int, dual_steps: int,
+                dual_share: float) -> tuple[float, float, float, float]:
+    """PF-LD's noise multipliers ``(z_p, z_d)`` calibrated jointly, the joint ε they deliver at
+    ``delta``, and the ε that basic composition would claim for the same noise.
+
+    The relative noise of the two parts is that of the basic split (primal: ``(1 − dual_share)·ε``
+    at ``δ/2``, dual: ``dual_share·ε`` at ``δ/2``, each calibrated exactly); both are then scaled
+    down together until the exact joint account, ``δ(ε) = E_K[δ_Gauss(ε; √(K/z_p² + T_d/z_d²))]``
+    with ``K ~ Bin(T_p, q)``, meets ``(ε, δ)`` (geometric bisection to 1e-10; the joint ε equals
+    ``epsilon`` to 1e-9 relative, never above). So both noises are below the basic split's."""
+    if primal_steps == 0 and dual_steps == 0:
+        return 0.0, 0.0, 0.0, 0.0
+    primal_scheme = "full_batch" if sample_rate >= 1.0 else "public_batch"
+    ratio = 1.0
+    if primal_steps and dual_steps:
+        zp0 = _core.exact_noise_multiplier_for((1 - dual_share) * epsilon, delta / 2, sample_rate, primal_steps,
+                                               primal_scheme)
+        zd0 = _core.exact_noise_multiplier_for(dual_share * epsilon, delta / 2, 1.0, dual_steps, "full_batch")
+        ratio = zd0 / zp0
+    parts = dict(ratio=ratio, sample_rate=sample_rate, primal_steps=primal_steps, dual_steps=dual_steps)
+
+    def joint_delta(scale: float) -> float:
+        _, _, fixed, binomials = _joint_parts(scale, **parts)
+        return _core.mixture_delta(epsilon, fixed, binomials)
+
+    lo, hi = 1e-3, 1.0
+    while joint_delta(hi) > delta:
+        lo, hi = hi, hi * 2
+        if hi > 1e7:
+            raise ValueError(f"epsilon={epsilon:g} at delta={delta:g} is unreachable for PF-LD: raise epsilon or delta")
+    while hi / lo > 1 + 1e-10:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if joint_delta(mid) <= delta else (mid, hi)
+    z_p, z_d, fixed, binomials = _joint_parts(hi, **parts)
+    joint = _core.mixture_epsilon(delta, fixed, binomials)
+    basic = 0.0
+    if primal_steps:
+        basic += _core.exact_epsilon_for(z_p, sample_rate, primal_steps, delta / 2, primal_scheme)
+    if dual_steps:
+        basic += _core.exact_epsilon_for(z_d, 1.0, dual_steps, delta / 2, "full_batch")
+    return z_p, z_d, float(joint), float(basic)
 
 
 def _two_largest_sum(a: np.ndarray) -> float:

@@ -18,6 +18,28 @@ under the adjacency the sampling scheme names:
     PUBLIC (the rest of the message reveals it); replace-one adjacency, ``z = σ / Δ_replace``.
     This is what a SteFFLe silo in attribute mode is: its s-free parts are exact sums over the
     batch, so the subsampled bounds above (which need a hidden batch) do not apply to it.
+``"shuffle"``
+    shuffled epochs: every record exactly once per epoch, in ``b = ⌈n/m⌉ = ⌈1/q⌉`` batches of
+    fixed divisor ``m`` (``q = m/n``); ``steps`` rounds from an epoch's start are
+    ``K = ⌈steps/b⌉`` Gaussian releases per record; replace-one, ``z = σ / Δ_replace``.
+
+Accountants (``accountant=``):
+
+``"rdp"`` (default)
+    Rényi DP, every scheme (the bounds below).
+``"exact"``
+    schemes whose releases are Gaussian given public information (``"full_batch"``,
+    ``"shuffle"``, ``"public_batch"``): the analytic Gaussian mechanism (Balle, Wang 2018) of
+    ``μ = √K/z`` (Dong, Roth, Su 2019, GDP composition), for public batches averaged over
+    ``K ~ Bin(steps, q)``. Exact, not a bound (up to rounding towards more privacy loss).
+``"pld"``
+    hidden-batch schemes (``"without_replacement"``, ``"poisson"``, ``"poisson_replace_one"``):
+    the privacy-loss distribution of the scheme's dominating pair (Zhu, Dong, Wang 2022),
+    discretised pessimistically ("connect the dots", Doroshenko et al. 2022) and composed by
+    FFT; an upper bound, usually below RDP. Slow (≈ 50–200 ms per ε, seconds per calibration).
+``"best"``
+    the smallest valid value that is fast: the minimum of ``"exact"`` (where it applies) and
+    ``"rdp"``; hidden batches stay on RDP (ask for ``"pld"`` explicitly).
 
 The math (per step, order α > 1, then ``steps``-fold composition by addition):
 
@@ -26,6 +48,7 @@ The math (per step, order α > 1, then ``steps``-fold composition by addition):
 * Poisson, rate ``q``: ``ε(α) = log A_α / (α − 1)`` (Mironov, Talwar, Zhang 2019, Sec. 3.3);
 * public batch, rate ``q``: ``ε(α) = log(1 − q + q e^{α(α−1)/(2z²)}) / (α − 1)`` (the Rényi
   divergence when the adversary sees the batch; derivation in ``docs/accounting.md``);
+* shuffled epochs: ``K = ⌈steps/b⌉`` full-batch Gaussians, ``ε(α) = K α / (2 z²)`` in total;
 * RDP → (ε, δ): ``ε = min_α [R(α) + log(1 − 1/α) − log(δ α)/(α − 1)]`` (Balle et al. 2020, Thm. 21).
 """
 
@@ -38,8 +61,14 @@ from typing import Optional, Sequence, Tuple
 from pfair import _core
 
 __all__ = [
+    "ACCOUNTANTS",
+    "EXACT_SCHEMES",
+    "PLD_SCHEMES",
     "SAMPLING_SCHEMES",
     "default_orders",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_mu",
     "delta_for",
     "epsilon_for",
     "epsilon_from_rdp",
@@ -49,7 +78,13 @@ __all__ = [
     "validate_event_args",
 ]
 
-SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch", "public_batch")
+SAMPLING_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one", "full_batch", "public_batch", "shuffle")
+#: Accountants: Rényi DP (every scheme), exact Gaussian / binomial mixture, and the best valid one.
+ACCOUNTANTS = ("rdp", "exact", "pld", "best")
+#: Schemes whose batch stays hidden (the PLD accountant applies).
+PLD_SCHEMES = ("without_replacement", "poisson", "poisson_replace_one")
+#: Schemes whose releases are Gaussian given public information (the exact accountant applies).
+EXACT_SCHEMES = ("full_batch", "shuffle", "public_batch")
 
 
 def _real(name: str, value: object) -> float:
@@ -67,6 +102,22 @@ def _sampling(sampling: object) -> str:
     if sampling not in SAMPLING_SCHEMES:
         raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}; got {sampling!r}")
     return sampling
+
+
+def _accountant(accountant: object, sampling: str) -> str:
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {ACCOUNTANTS}; got {accountant!r}")
+    if accountant == "exact" and sampling not in EXACT_SCHEMES:
+        raise ValueError(
+            f"accountant='exact' needs releases that are Gaussian given public information (sampling in "
+            f"{EXACT_SCHEMES}); sampling={sampling!r} hides its batch: use accountant='rdp'"
+        )
+    if accountant == "pld" and sampling not in PLD_SCHEMES:
+        raise ValueError(f"accountant='pld' is for hidden batches (sampling in {PLD_SCHEMES}); got {sampling!r}: "
+                         "use accountant='exact'")
+    if accountant == "best":
+        return "exact" if sampling in EXACT_SCHEMES else "rdp"
+    return str(accountant)
 
 
 def _steps(steps: object) -> int:
@@ -161,6 +212,7 @@ def epsilon_for(
     steps: int,
     delta: float,
     sampling: str,
+    accountant: str = "rdp",
     return_order: bool = False,
 ):
     """ε spent by ``steps`` Gaussian releases with noise multiplier ``noise_multiplier``.
@@ -185,17 +237,29 @@ def epsilon_for(
         ``docs/accounting.md`` (weak triangle inequality, Mironov 2017 Prop. 11, and joint
         convexity); α/(2z²) (Mironov 2017, Prop. 7); ``log(1 − q + q e^{α(α−1)/(2z²)})/(α − 1)``
         (public batch, ``docs/accounting.md``). Composition adds RDP (Mironov 2017, Prop. 1).
+    accountant : {"rdp", "exact", "pld", "best"}
+        ``"exact"``: the smallest ε with ``E_K[δ_Gauss(ε; √K/z)] ≤ δ`` (module docstring), for
+        ``sampling`` in :data:`EXACT_SCHEMES`; ``"best"``: the exact value where it applies,
+        else RDP (the exact value is never above the RDP one).
     return_order : bool
-        Also return the optimal RDP order.
+        Also return the optimal RDP order (``None`` for the exact accountant).
 
     Returns
     -------
     float, or (float, float) with ``return_order=True``
-        ``ε = min_α [steps·ε_step(α) + log(1 − 1/α) − log(δα)/(α−1)]`` over the default orders
-        (Balle, Barthe, Gaboardi, Hsu, Sato 2020, Thm. 21).
+        RDP: ``ε = min_α [steps·ε_step(α) + log(1 − 1/α) − log(δα)/(α−1)]`` over the default
+        orders (Balle, Barthe, Gaboardi, Hsu, Sato 2020, Thm. 21).
     """
     s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
-    eps, order = _core.epsilon_for(z, q, t, _delta(delta), s)
+    a = _accountant(accountant, s)
+    if a == "pld":
+        eps, order = min(float(_core.pld_epsilon_for(z, q, t, _delta(delta), s)),
+                         float(_core.epsilon_for(z, q, t, _delta(delta), s)[0])), None
+    elif a == "exact":
+        eps, order = min(float(_core.exact_epsilon_for(z, q, t, _delta(delta), s)),
+                         float(_core.epsilon_for(z, q, t, _delta(delta), s)[0])), None
+    else:
+        eps, order = _core.epsilon_for(z, q, t, _delta(delta), s)
     return (eps, order) if return_order else eps
 
 
@@ -206,15 +270,24 @@ def delta_for(
     steps: int,
     epsilon: float,
     sampling: str,
+    accountant: str = "rdp",
     return_order: bool = False,
 ):
     """δ at which ``steps`` Gaussian releases are ``epsilon``-DP (inverse of :func:`epsilon_for`).
 
-    ``log δ = min_α [(α−1)(R(α) − ε + log(1 − 1/α)) − log α]`` (Balle et al. 2020, Thm. 21), capped
-    at 1. Units and arguments as in :func:`epsilon_for`.
+    RDP: ``log δ = min_α [(α−1)(R(α) − ε + log(1 − 1/α)) − log α]`` (Balle et al. 2020, Thm. 21),
+    capped at 1. Exact: ``E_K[δ_Gauss(ε; √K/z)]``. Units and arguments as in :func:`epsilon_for`.
     """
     s, q, z, t = validate_event_args(sampling=sampling, sample_rate=sample_rate, noise_multiplier=noise_multiplier, steps=steps)
-    d, order = _core.delta_for(z, q, t, _epsilon(epsilon), s)
+    a = _accountant(accountant, s)
+    if a == "pld":
+        d, order = min(float(_core.pld_delta_for(z, q, t, _epsilon(epsilon), s)),
+                       float(_core.delta_for(z, q, t, _epsilon(epsilon), s)[0])), None
+    elif a == "exact":
+        d, order = min(float(_core.exact_delta_for(z, q, t, _epsilon(epsilon), s)),
+                       float(_core.delta_for(z, q, t, _epsilon(epsilon), s)[0])), None
+    else:
+        d, order = _core.delta_for(z, q, t, _epsilon(epsilon), s)
     return (d, order) if return_order else d
 
 
@@ -225,8 +298,14 @@ def noise_multiplier_for(
     sample_rate: float,
     steps: int,
     sampling: str,
+    accountant: str = "rdp",
 ) -> float:
     """Noise multiplier ``z`` (noise std / L2 sensitivity) so that ``steps`` releases are (ε, δ)-DP.
+
+    ``accountant="exact"`` (or ``"best"`` for a scheme in :data:`EXACT_SCHEMES`): the smallest
+    ``z`` (to relative 1e-10, rounded up) whose exact ε meets the target — in closed form
+    ``z = √K / μ(ε, δ)`` for full batches and shuffled epochs, by regula falsi on ``log z`` for
+    the binomial mixture (< 1 ms; ``docs/accounting.md``).
 
     ε(z) is :func:`epsilon_for` (RDP bounds cited there, composed over ``steps`` and converted
     with Balle et al. 2020, Thm. 21); it does not increase with z. The bracket ``z ∈ [1e-3, 1e6]``
@@ -241,4 +320,38 @@ def noise_multiplier_for(
         Bad argument (message names it), or a target unreachable inside the bracket.
     """
     s = _sampling(sampling)
-    return float(_core.noise_multiplier_for(_epsilon(epsilon), _delta(delta), _sample_rate(sample_rate, s), _steps(steps), s))
+    args = (_epsilon(epsilon), _delta(delta), _sample_rate(sample_rate, s), _steps(steps), s)
+    a = _accountant(accountant, s)
+    if a == "exact":
+        return float(_core.exact_noise_multiplier_for(*args))
+    if a == "pld":
+        return float(_core.pld_noise_multiplier_for(*args))
+    return float(_core.noise_multiplier_for(*args))
+
+
+def gaussian_delta(*, epsilon: float, mu: float) -> float:
+    """δ(ε; μ) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2): the exact privacy profile of a μ-GDP
+    mechanism (a Gaussian with sensitivity/std = μ; Balle, Wang 2018, Thm. 8)."""
+    e = _real("epsilon", epsilon)
+    if not (e >= 0.0 and math.isfinite(e)):
+        raise ValueError(f"epsilon must be finite and >= 0; got {e}")
+    return float(_core.gaussian_delta(e, _mu(mu)))
+
+
+def gaussian_epsilon(*, delta: float, mu: float) -> float:
+    """The smallest ε (rounded up) at which a μ-GDP mechanism is (ε, δ)-DP (inverse of
+    :func:`gaussian_delta` in ε)."""
+    return float(_core.gaussian_epsilon(_delta(delta), _mu(mu)))
+
+
+def gaussian_mu(*, epsilon: float, delta: float) -> float:
+    """The largest μ (rounded down) for which μ-GDP implies (ε, δ)-DP. ``K`` Gaussian releases
+    with noise multiplier ``z`` are ``√K/z``-GDP (Dong, Roth, Su 2019), so ``z = √K / μ``."""
+    return float(_core.gaussian_mu(_epsilon(epsilon), _delta(delta)))
+
+
+def _mu(mu: object) -> float:
+    v = _real("mu", mu)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ValueError(f"mu must be finite and > 0 (sensitivity / noise std); got {v}")
+    return v

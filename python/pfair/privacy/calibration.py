@@ -20,11 +20,12 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
-from pfair.privacy.accountant import default_orders, epsilon_from_rdp, noise_multiplier_for, rdp_curve
+from pfair.privacy.accountant import noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 
-__all__ = ["PrivacyWarning", "SiloNoise", "accounting_scheme", "plan_silo_noise", "sample_rate_and_denominator"]
+__all__ = ["PrivacyWarning", "SiloNoise", "accountant_for", "accounting_scheme", "plan_silo_noise",
+           "sample_rate_and_denominator"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,14 @@ class SiloNoise:
 def sample_rate_and_denominator(sampling: str, n: int, batch_size: int) -> tuple[float, float]:
     """``(q, m)`` of a silo with ``n`` records: the sample rate the accountant sees and the fixed
     divisor of the batch means — ``(1, n)`` for the full batch, ``(m/n, m)`` without replacement,
-    ``(q, q·n)`` with Poisson sampling (``q = m/n``, at most 1). The Rust ``SiloConfig`` and every
-    gradient provider divide by this ``m``."""
+    ``(q, q·n)`` with Poisson sampling, ``(m/n, m)`` for shuffled epochs (``q = m/n``, at most 1;
+    the divisor stays ``m`` when a silo has fewer than ``m`` records, as in Rust's
+    ``Sampling::denominator``). The Rust ``SiloConfig`` and every gradient provider divide by this
+    ``m``."""
     if sampling == "full_batch":
         return 1.0, float(n)
     q = min(1.0, batch_size / n)
-    return q, float(batch_size) if sampling == "without_replacement" else q * n
+    return q, float(batch_size) if sampling in ("without_replacement", "shuffle") else q * n
 
 
 def accounting_scheme(sampling: str, protect: str) -> str:
@@ -83,22 +86,39 @@ def accounting_scheme(sampling: str, protect: str) -> str:
       the subsampled bounds apply: WBK 2019 for ``"without_replacement"``, and for Poisson batches
       the replace-one bound of ``docs/accounting.md`` (noise multiplier against the add/remove
       sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
+    * ``sampling="shuffle"`` (either mode): shuffled epochs, ``√K/z``-GDP with K the epochs
+      touched — exact, and valid whether or not the batch is public.
+
+    Which accountant prices the scheme is :func:`accountant_for`.
     """
-    if sampling == "full_batch":
-        return "full_batch"
+    if sampling in ("full_batch", "shuffle"):
+        return sampling
     if protect == "attribute":
         return "public_batch"
     return "poisson_replace_one" if sampling == "poisson" else sampling
 
 
+def accountant_for(scheme: str, accountant: str = "best") -> str:
+    """The accountant calibration uses for ``scheme``: ``"best"`` (default) is the exact Gaussian
+    account for schemes that are Gaussian given public information (full batch, shuffled epochs,
+    public batches as a binomial mixture — the "public_batch_exact" account) and RDP for hidden
+    batches; ``"rdp"`` keeps RDP everywhere (e.g. to reproduce earlier runs). Either way the
+    ledger reports the minimum of the valid accountants, so the guarantee is the same."""
+    if accountant not in ("best", "rdp"):
+        raise ValueError(f"accountant must be 'best' or 'rdp'; got {accountant!r}")
+    return accountant
+
+
 def composed_epsilon(events: list[MechanismEvent], delta: float) -> float:
-    """ε at ``delta`` of the RDP composition of ``events`` (Balle et al. 2020 conversion)."""
-    orders = default_orders()
-    total = np.zeros(len(orders))
+    """ε at ``delta`` of the composition of ``events``: the minimum of the RDP composition (Balle
+    et al. 2020 conversion) and, when every event is Gaussian given public information, the
+    exact Gaussian-mixture account — the ledger's currency, recomputed from the events alone."""
+    counts: dict = {}
     for e in events:
-        total += np.asarray(rdp_curve(noise_multiplier=e.noise_multiplier, sample_rate=e.sample_rate,
-                                      steps=e.steps, sampling=e.sampling, orders=orders)[1])
-    return float(epsilon_from_rdp(orders=orders, rdp=total.tolist(), delta=delta)[0])
+        key = (e.sampling, e.sample_rate, e.noise_multiplier)
+        counts[key] = counts.get(key, 0) + e.count()
+    items = [(s, q, z, t) for (s, q, z), t in counts.items()]
+    return float(min(_core.ledger_epsilons(items, delta))) if items else 0.0
 
 
 def noise_multiplier_after(spent_with: Callable[[list], float], *, epsilon: float, sample_rate: float,
@@ -148,6 +168,7 @@ def plan_silo_noise(
     calibration: str,
     sends_psi: bool,
     ledger: Optional[PrivacyLedger] = None,
+    accountant: str = "best",
 ) -> SiloNoise:
     """Noise plan of one silo for ``steps`` rounds (see the module docstring).
 
@@ -191,11 +212,16 @@ def plan_silo_noise(
         )
 
     if calibration == "rdp":
+        acct = accountant_for(scheme, accountant)
         if ledger.events:
-            z = noise_multiplier_after(ledger.epsilon_with, epsilon=epsilon, sample_rate=q, steps=steps,
-                                       sampling=scheme)
+            spent_with = ledger.epsilon_with if acct == "best" else _rdp_with(ledger)
+            z = noise_multiplier_after(spent_with, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme)
         else:
-            z = noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
+            # The exact accountant would land on the target itself; aim inside the band RDP
+            # calibration lands in ([99.5%, 100%]), so a resumed or later fit keeps a sliver.
+            target = epsilon * (1 - 0.5 * _core.CALIBRATION_TOL) if acct == "best" else epsilon
+            z = noise_multiplier_for(epsilon=target, delta=delta, sample_rate=q, steps=steps, sampling=scheme,
+                                     accountant=acct)
         stds = _core.noise_stds(parts, z)
     else:  # "paper": Gupta et al. 2024, Thm 3.3 closed form, then measured
         rho = float(proportions.min())
@@ -215,6 +241,11 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
+
+
+def _rdp_with(ledger: PrivacyLedger) -> Callable[[list], float]:
+    """``events ↦`` the RDP ε of the ledger's events plus ``events`` (``accountant="rdp"``)."""
+    return lambda events: ledger.epsilons(events)["rdp"]
 
 
 def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:

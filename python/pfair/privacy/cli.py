@@ -4,9 +4,12 @@
     pfair privacy --noise-multiplier 2.0 --delta 1e-5 --batch 256 --silo-size 12000 --epochs 40
 
 ``q = batch / silo_size`` and ``steps = epochs · ceil(silo_size / batch)``. The default
-``--sampling public_batch`` is how a SteFFLe silo protecting the sensitive attribute is accounted
-(its s-free parts reveal the batch); ``without_replacement`` and ``poisson_replace_one`` assume a
-hidden batch and fit ``protect="record"``. The main CLI calls :func:`add_privacy_parser`.
+``--sampling shuffle`` (shuffled epochs) is how a SteFFLe silo protecting the sensitive attribute
+is accounted by default (its s-free parts reveal the batch; one Gaussian release per epoch);
+``public_batch`` is random visible batches; ``without_replacement`` and ``poisson_replace_one``
+assume a hidden batch and fit ``protect="record"``. ``--accountant best`` (default) gives the
+smaller of the RDP bound and the exact account (shuffle, public batches, full batch) or the PLD
+(hidden batches). The main CLI calls :func:`add_privacy_parser`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ import argparse
 import json
 import math
 
-from pfair.privacy.accountant import SAMPLING_SCHEMES, epsilon_for, noise_multiplier_for
+from pfair.privacy.accountant import ACCOUNTANTS, SAMPLING_SCHEMES, epsilon_for, noise_multiplier_for
 from pfair.settings import default_delta
 
 __all__ = ["add_privacy_parser", "privacy_command"]
 
 #: What each scheme assumes, and what its noise multiplier is measured against.
 SCHEME_NOTES = {
+    "shuffle": "shuffled epochs, batch membership public (SteFFLe's default with protect='attribute'): one "
+               "Gaussian release per epoch; z = std / replace-one sensitivity",
     "public_batch": "batch membership public, as in SteFFLe with protect='attribute'; z = std / replace-one sensitivity",
     "without_replacement": "hidden fixed-size batch (all of the message noised, e.g. protect='record'); "
                            "z = std / replace-one sensitivity",
@@ -34,7 +39,7 @@ SCHEME_NOTES = {
 
 def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``privacy`` subcommand on an argparse ``subparsers`` object."""
-    p = subparsers.add_parser("privacy", help="calibrate or price a silo's DP noise (RDP accountant)")
+    p = subparsers.add_parser("privacy", help="calibrate or price a silo's DP noise")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--epsilon", type=float, help="target epsilon: print the calibrated noise multiplier")
     target.add_argument("--noise-multiplier", type=float, help="noise std / L2 sensitivity: print the epsilon spent")
@@ -42,8 +47,12 @@ def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, required=True, help="batch size m")
     p.add_argument("--silo-size", type=int, required=True, help="records in the silo n")
     p.add_argument("--epochs", type=int, required=True, help="passes over the silo")
-    p.add_argument("--sampling", choices=SAMPLING_SCHEMES, default="public_batch",
-                   help="accounting bound (default public_batch: SteFFLe protecting s; see the module docs)")
+    p.add_argument("--sampling", choices=SAMPLING_SCHEMES, default="shuffle",
+                   help="batch scheme (default shuffle: SteFFLe protecting s; public_batch: random visible "
+                        "batches; without_replacement / poisson_replace_one: hidden batches)")
+    p.add_argument("--accountant", choices=ACCOUNTANTS, default="best",
+                   help="rdp (Renyi-DP bound), exact (shuffle/public_batch/full_batch), pld (hidden batches; "
+                        "slower) or best (default: the smallest valid one)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=privacy_command)
     return p
@@ -62,19 +71,19 @@ def privacy_command(args) -> int:
         q = 1.0
     steps = args.epochs * math.ceil(args.silo_size / args.batch)
     delta = args.delta if args.delta is not None else default_delta(args.silo_size)
-    out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling,
+    out = {"sample_rate": q, "steps": steps, "delta": delta, "sampling": args.sampling, "accountant": args.accountant,
            "assumes": SCHEME_NOTES[args.sampling]}
     try:
         if args.epsilon is not None:
-            z = noise_multiplier_for(epsilon=args.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=args.sampling)
-            eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=delta, sampling=args.sampling)
+            z = noise_multiplier_for(epsilon=args.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=args.sampling,
+                                     accountant=args.accountant)
+            eps = epsilon_for(noise_multiplier=z, sample_rate=q, steps=steps, delta=delta, sampling=args.sampling,
+                              accountant=args.accountant)
             out.update(target_epsilon=args.epsilon, noise_multiplier=z, epsilon=eps)
         else:
-            eps, order = epsilon_for(
-                noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps, delta=delta,
-                sampling=args.sampling, return_order=True,
-            )
-            out.update(noise_multiplier=args.noise_multiplier, epsilon=eps, optimal_order=order)
+            eps = epsilon_for(noise_multiplier=args.noise_multiplier, sample_rate=q, steps=steps, delta=delta,
+                              sampling=args.sampling, accountant=args.accountant)
+            out.update(noise_multiplier=args.noise_multiplier, epsilon=eps)
     except (ValueError, TypeError) as e:
         raise SystemExit(f"pfair privacy: {e}")
     if args.json:

@@ -1,8 +1,12 @@
 """Per-silo privacy ledger: a silo's (ε, δ) budget and the mechanisms charged against it.
 
 Each silo is its own accountant (ISRL-DP). A :class:`PrivacyLedger` holds the budget and the list
-of recorded :class:`MechanismEvent`; the RDP of all events is composed by addition and converted to
-ε at the budget's δ (Balle et al. 2020). :meth:`PrivacyLedger.charge` refuses — by raising
+of recorded :class:`MechanismEvent`. Its ε is the minimum of two valid upper bounds at the
+budget's δ: the RDP composition of every event (addition, Balle et al. 2020 conversion), and —
+when every event is Gaussian given public information (full-batch releases such as the DP
+histogram, shuffled epochs, public-batch rounds) — the exact account, ``δ(ε) = E[δ_Gauss(ε; μ)]``
+over the law of ``μ² = Σ K_j/z_j²`` (``docs/accounting.md``, "One ledger currency").
+:meth:`PrivacyLedger.charge` refuses — by raising
 :class:`PrivacyBudgetExceeded` *before* recording — any event that would push ε past the budget,
 so a silo that has spent its budget stops answering.
 
@@ -29,7 +33,6 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -41,7 +44,10 @@ from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "data_fingerprint"]
 
-LEDGER_FORMAT = 1
+LEDGER_FORMAT = 2
+#: Formats this pfair reads. Format 1 (before shuffled epochs) holds no ``epochs`` fields and no
+#: shuffle runs; its events are accounted exactly as written (the exact currency can only lower ε).
+READABLE_FORMATS = (1, 2)
 
 
 def data_fingerprint(X: np.ndarray, y: np.ndarray, s: np.ndarray) -> str:
@@ -67,6 +73,9 @@ class MechanismEvent:
     sample_rate: float
     noise_multiplier: float
     steps: int
+    #: ``sampling="shuffle"`` only: Gaussian releases per record (epochs newly touched by these
+    #: rounds); ``None`` means the rounds start an epoch, ``⌈steps/b⌉`` with ``b = ⌈1/q⌉``.
+    epochs: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -83,6 +92,21 @@ class MechanismEvent:
         object.__setattr__(self, "sample_rate", q)
         object.__setattr__(self, "noise_multiplier", z)
         object.__setattr__(self, "steps", t)
+        if s != "shuffle":
+            if self.epochs is not None:
+                raise ValueError(f"epochs is for sampling='shuffle' only; got epochs={self.epochs!r} with {s!r}")
+            return
+        if self.epochs is None:
+            object.__setattr__(self, "epochs", int(_core.shuffle_releases(q, t)))
+        k = self.epochs
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"epochs must be an int; got {k!r}")
+        # `steps` consecutive rounds touch at least ⌈steps/b⌉ epochs, at most one touched before.
+        least = max(0, int(_core.shuffle_releases(q, t)) - 1)
+        if not least <= k <= t:
+            raise ValueError(f"epochs={k} is impossible for {t} shuffled rounds at sample_rate={q:g} "
+                             f"(between {least} and {t}); the ledger record is corrupt")
+        object.__setattr__(self, "epochs", int(k))
 
     @classmethod
     def gaussian_histogram(cls, *, noise_multiplier: float, name: str = "dp_histogram") -> "MechanismEvent":
@@ -93,12 +117,20 @@ class MechanismEvent:
     def as_tuple(self) -> tuple:
         return (self.sampling, self.sample_rate, self.noise_multiplier, self.steps)
 
+    @classmethod
+    def _trusted(cls, name: str, sampling: str, sample_rate: float, noise_multiplier: float, steps: int,
+                 epochs: Optional[int]) -> "MechanismEvent":
+        """An event of a mechanism validated before (a registered run), without re-validation:
+        a silo charges its run every epoch, and this keeps a charge one cheap Rust call."""
+        e = object.__new__(cls)
+        for k, v in (("name", name), ("sampling", sampling), ("sample_rate", sample_rate),
+                     ("noise_multiplier", noise_multiplier), ("steps", steps), ("epochs", epochs)):
+            object.__setattr__(e, k, v)
+        return e
 
-@lru_cache(maxsize=256)
-def _per_step_rdp(sampling: str, sample_rate: float, noise_multiplier: float, orders: tuple) -> np.ndarray:
-    """RDP of ONE step of a mechanism at each order (RDP composes additively, so ``steps``
-    steps cost ``steps`` times this). Cached: a silo charges the same mechanism every epoch."""
-    return np.asarray(_core.rdp_curve(sampling, sample_rate, noise_multiplier, 1, list(orders)), dtype=np.float64)
+    def count(self) -> int:
+        """What composes: Gaussian releases per record for shuffled epochs, else steps."""
+        return int(self.epochs) if self.sampling == "shuffle" else self.steps
 
 
 class PrivacyLedger:
@@ -126,36 +158,44 @@ class PrivacyLedger:
         self.events: List[MechanismEvent] = []
         self.runs: Dict[str, Dict[str, Any]] = {}
         self.releases: Dict[str, Any] = {}
-        self._orders = tuple(_core.default_orders())
-        # Steps recorded per distinct mechanism (in first-charged order). The total RDP is
-        # Σ steps · per-step curve, so charging T rounds epoch by epoch costs exactly what a
-        # calibration for T rounds computed (summing per-epoch curves drifts by a few ulps).
+        # Count per distinct mechanism (sampling, q, z), in first-charged order: steps, or
+        # Gaussian releases for shuffled epochs. Both currencies are functions of these counts
+        # (equal public-batch mechanisms merge exactly, Bin(a, q) + Bin(b, q) = Bin(a + b, q)),
+        # so charging T rounds epoch by epoch costs exactly what a calibration for T rounds computed.
         self._steps: Dict[tuple, int] = {}
-        self._rdp = np.zeros(len(self._orders))
+        self._spent: Optional[float] = 0.0
 
     # ------------------------------------------------------------------ accounting
-    def _total(self, steps: Dict[tuple, int]) -> np.ndarray:
-        total = np.zeros(len(self._orders))
-        for (sampling, q, z), t in steps.items():
-            total = total + t * _per_step_rdp(sampling, q, z, self._orders)
-        return total
-
     def _with(self, *events: MechanismEvent) -> Dict[tuple, int]:
-        """The step counts per mechanism with ``events`` added to what is recorded."""
+        """The counts per mechanism with ``events`` added to what is recorded."""
         steps = dict(self._steps)
         for e in events:
             key = (e.sampling, e.sample_rate, e.noise_multiplier)
-            steps[key] = steps.get(key, 0) + e.steps
+            steps[key] = steps.get(key, 0) + e.count()
         return steps
 
-    def _epsilon_at(self, rdp: np.ndarray) -> float:
-        if not rdp.any():
+    @staticmethod
+    def _items(steps: Dict[tuple, int]) -> list:
+        return [(s, q, z, t) for (s, q, z), t in steps.items() if t > 0]
+
+    def epsilons(self, events: Optional[List[MechanismEvent]] = None) -> Dict[str, float]:
+        """ε of what is recorded (plus ``events``) by each accountant: ``"rdp"`` (always valid),
+        ``"exact"`` (``inf`` unless every event is Gaussian given public information)."""
+        rdp, exact = _core.ledger_epsilons(self._items(self._with(*(events or []))), self.delta)
+        return {"rdp": float(rdp), "exact": float(exact)}
+
+    def _epsilon_of(self, steps: Dict[tuple, int]) -> float:
+        items = self._items(steps)
+        if not items:
             return 0.0
-        return float(_core.epsilon_from_rdp(list(self._orders), rdp.tolist(), self.delta)[0])
+        return float(min(_core.ledger_epsilons(items, self.delta)))
 
     def epsilon_spent(self) -> float:
-        """ε of all recorded events at the budget's δ (0 if none)."""
-        return self._epsilon_at(self._rdp)
+        """ε of all recorded events at the budget's δ (0 if none): the minimum of the RDP and the
+        exact account (both upper bounds). Cached until the next charge."""
+        if self._spent is None:
+            self._spent = self._epsilon_of(self._steps)
+        return self._spent
 
     def remaining(self) -> float:
         """Budget left, ``epsilon − epsilon_spent()`` (never below 0)."""
@@ -163,53 +203,66 @@ class PrivacyLedger:
 
     def epsilon_with(self, events: List[MechanismEvent]) -> float:
         """ε spent if ``events`` were recorded on top of what is recorded now."""
-        return self._epsilon_at(self._total(self._with(*events)))
+        return self._epsilon_of(self._with(*events))
 
     def would_exceed(self, event: MechanismEvent) -> bool:
         """Whether recording ``event`` would make ε exceed the budget."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
-        return self.epsilon_with([event]) > self.epsilon
+        return not _core.ledger_admits(self._items(self._with(event)), self.delta, self.epsilon)
 
     def charge(self, event: MechanismEvent) -> float:
         """Record ``event`` if it fits the budget; return the new ε spent.
 
         Raises :class:`PrivacyBudgetExceeded` (nothing is recorded) if it does not fit.
         """
-        steps, total, after = self._admit(event)
-        self._record(event, steps, total)
+        steps = self._admit(event)
+        self._record(event, steps)
         self._write_through()
-        return after
+        return self.epsilon_spent()
 
-    def _admit(self, event: MechanismEvent) -> tuple:
-        """The ledger state after ``event``, or :class:`PrivacyBudgetExceeded` if it does not fit."""
+    def _admit(self, event: MechanismEvent) -> Dict[tuple, int]:
+        """The counts after ``event``, or :class:`PrivacyBudgetExceeded` if it does not fit.
+        One Rust call: the exact δ at the budget when it applies (cached Gaussian factors),
+        else RDP (cached per-step curves)."""
         if not isinstance(event, MechanismEvent):
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
         steps = self._with(event)
-        total = self._total(steps)
-        after = self._epsilon_at(total)
-        if after > self.epsilon:
+        if not _core.ledger_admits(self._items(steps), self.delta, self.epsilon):
             spent = self.epsilon_spent()
+            after = self._epsilon_of(steps)
             raise PrivacyBudgetExceeded(
                 f"{self._who()}: charging {event.name!r} ({event.sampling}, sample_rate={event.sample_rate:g}, "
                 f"noise_multiplier={event.noise_multiplier:g}, steps={event.steps}) would raise epsilon "
                 f"from {spent:.4g} to {after:.4g}, over the budget epsilon={self.epsilon:g} at delta={self.delta:g}; "
                 f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
             )
-        return steps, total, after
+        return steps
 
-    def _record(self, event: MechanismEvent, steps: Dict[tuple, int], total: np.ndarray) -> None:
+    def _record(self, event: MechanismEvent, steps: Dict[tuple, int]) -> None:
         self.events.append(event)
-        self._steps, self._rdp = steps, total
+        self._steps, self._spent = steps, None
 
     # ------------------------------------------------------------------ runs and rounds
     def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
-                  planned_steps: int) -> None:
+                  planned_steps: int, rounds_per_epoch: Optional[int] = None) -> None:
         """Register a training run: the mechanism of each of its rounds and how many it plans.
         Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
-        registered before must come with the same mechanism (that is a resume)."""
+        registered before must come with the same mechanism (that is a resume).
+
+        ``sampling="shuffle"``: round r belongs to epoch ``r // b`` with ``b = rounds_per_epoch``
+        (default ``⌈1/q⌉``; a larger ``b`` than that is refused, it would under-count epochs),
+        and the run costs one Gaussian release per distinct epoch its answered rounds touch."""
         record = {"sampling": sampling, "sample_rate": float(sample_rate),
                   "noise_multiplier": float(noise_multiplier), "planned_steps": int(planned_steps)}
+        if sampling == "shuffle":
+            most = int(_core.shuffle_rounds_per_epoch(float(sample_rate)))
+            b = most if rounds_per_epoch is None else int(rounds_per_epoch)
+            if not 1 <= b <= most:
+                raise ValueError(f"rounds_per_epoch must be in [1, ceil(1/sample_rate) = {most}]; got {b}")
+            record["rounds_per_epoch"] = b
+        elif rounds_per_epoch is not None:
+            raise ValueError("rounds_per_epoch is for sampling='shuffle' only")
         old = self.runs.get(run_id)
         if old is not None:
             same = {k: old[k] for k in record} == record
@@ -220,19 +273,23 @@ class PrivacyLedger:
         MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
                        noise_multiplier=noise_multiplier, steps=1)  # validates the mechanism
         self.runs[run_id] = {**record, "next_round": 0}
+        if sampling == "shuffle":
+            self.runs[run_id]["last_epoch"] = -1
         self._write_through()
 
     def next_round(self, run_id: str) -> int:
         """The first round of ``run_id`` not yet answered (0 for an unknown run)."""
         return int(self.runs.get(run_id, {}).get("next_round", 0))
 
-    def charge_rounds(self, run_id: str, first_round: int, count: int = 1) -> float:
+    def charge_rounds(self, run_id: str, first_round: int, count: int = 1) -> None:
         """Charge rounds ``first_round .. first_round + count`` of a registered run.
 
         Rounds are answered at most once and in increasing order: a silo that missed rounds (it
         was down) may skip them, and can never answer them later. Raises :class:`ReplayRefused`
         for a round at or before one already answered, :class:`PrivacyBudgetExceeded` past the
-        plan or the budget; nothing is recorded then. Returns the new ε spent."""
+        plan or the budget; nothing is recorded then. For a shuffle run the rounds cost the
+        epochs they touch that no earlier charge touched. Returns nothing (the ε spent is
+        :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call)."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
@@ -250,13 +307,19 @@ class PrivacyLedger:
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
                 f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
-        event = MechanismEvent(name="steffle_rounds", sampling=run["sampling"], sample_rate=run["sample_rate"],
-                               noise_multiplier=run["noise_multiplier"], steps=count)
-        steps, total, after = self._admit(event)
-        self._record(event, steps, total)
+        epochs = None
+        if run["sampling"] == "shuffle":
+            b = int(run["rounds_per_epoch"])
+            e0, e1 = first_round // b, (first_round + count - 1) // b
+            epochs = e1 - e0 + 1 - (1 if e0 == run["last_epoch"] else 0)
+        event = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
+                                        float(run["noise_multiplier"]), count, epochs)
+        steps = self._admit(event)
+        self._record(event, steps)
         run["next_round"] = first_round + count
+        if epochs is not None:
+            run["last_epoch"] = e1
         self._write_through()
-        return after
 
     def _write_through(self) -> None:
         if self.path is not None:
@@ -298,24 +361,36 @@ class PrivacyLedger:
             "fingerprint": self.fingerprint,
             "epsilon_spent": spent,
             "epsilon_remaining": max(0.0, self.epsilon - spent),
-            "events": [asdict(e) for e in self.events],
+            "events": [{k: v for k, v in asdict(e).items() if v is not None} for e in self.events],
             "runs": {k: dict(v) for k, v in self.runs.items()},
             "releases": {k: np.asarray(v).tolist() for k, v in self.releases.items()},
-            "accountant": "RDP (public batch / WBK 2019 / MTZ 2019) + Balle et al. 2020 conversion, replace-one adjacency",
+            "epsilon_by_accountant": self.epsilons(),
+            "accountant": "min of RDP (public batch / WBK 2019 / MTZ 2019, Balle et al. 2020 conversion) and the exact "
+                          "Gaussian mixture (Balle-Wang 2018, Dong-Roth-Su 2019) when every event is Gaussian given "
+                          "public information; replace-one adjacency",
         }
 
     @classmethod
     def from_dict(cls, data: dict, *, path: Optional[os.PathLike | str] = None) -> "PrivacyLedger":
         """Restore a ledger from :meth:`to_dict`; the events are replayed and checked against the budget."""
-        if data.get("format") != LEDGER_FORMAT:
-            raise ValueError(f"unknown ledger format {data.get('format')!r}; this pfair writes format {LEDGER_FORMAT}")
+        if data.get("format") not in READABLE_FORMATS:
+            raise ValueError(f"unknown ledger format {data.get('format')!r}; this pfair reads formats "
+                             f"{READABLE_FORMATS} and writes format {LEDGER_FORMAT} (a newer pfair wrote this file?)")
         silo = data.get("silo")
         ledger = cls(epsilon=data["epsilon_budget"], delta=data["delta"], silo=silo,
                      fingerprint=data.get("fingerprint"))
         for e in data.get("events", []):
             event = MechanismEvent(**e)
-            ledger._record(event, *ledger._admit(event)[:2])  # refuses events past the budget
+            ledger._record(event, ledger._admit(event))  # refuses events past the budget
         ledger.runs = {k: dict(v) for k, v in data.get("runs", {}).items()}
+        for rid, run in ledger.runs.items():
+            if run.get("sampling") == "shuffle":
+                b, last, nxt = run.get("rounds_per_epoch"), run.get("last_epoch"), run.get("next_round", 0)
+                most = int(_core.shuffle_rounds_per_epoch(float(run["sample_rate"])))
+                if not (isinstance(b, int) and 1 <= b <= most and isinstance(last, int)
+                        and (last == (nxt - 1) // b if nxt > 0 else last == -1)):
+                    raise ValueError(f"ledger run {rid!r}: inconsistent shuffle record {run} (rounds_per_epoch, "
+                                     "last_epoch and next_round disagree); the ledger file is corrupt")
         ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
         ledger.path = Path(path) if path is not None else None
         return ledger

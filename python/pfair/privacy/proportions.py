@@ -57,7 +57,8 @@ def histogram_event(noise_multiplier: float) -> MechanismEvent:
 
 def histogram_noise_multiplier(*, epsilon: float, share: float, delta: float) -> float:
     """``z_h`` such that the histogram alone costs ``share · epsilon`` at ``delta``."""
-    return noise_multiplier_for(epsilon=share * epsilon, delta=delta, sample_rate=1.0, steps=1, sampling="full_batch")
+    return noise_multiplier_for(epsilon=share * epsilon, delta=delta, sample_rate=1.0, steps=1, sampling="full_batch",
+                                accountant="exact")
 
 
 def release_name(fairness: str, positive: int) -> str:

@@ -33,8 +33,10 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
     "delta": "the silo's delta (default 1/n_j^2)",
     "epsilon": "epsilon of the silo's earlier spending plus every planned round of this fit",
     "epsilon_spent": "epsilon the silo's ledger has recorded, over every fit on its data",
-    "accounting": "the Renyi-DP bound the rounds are priced with: public_batch (the batch is visible, "
-                  "only the noise protects), without_replacement / poisson (hidden batch), full_batch",
+    "accounting": "how the rounds are priced: shuffle (every record once per epoch, the batch is visible; "
+                  "one Gaussian release per epoch, exact), public_batch (random visible batches; exact "
+                  "binomial mixture or RDP, whichever is smaller), without_replacement / poisson_replace_one "
+                  "(hidden batch, RDP), full_batch",
     "calibration": "rdp (numeric accountant) or paper (the paper's closed form)",
     "protect": "what a neighbouring data set changes: one record's sensitive attribute, or a whole record",
     "sends_psi": "whether the silo sends the fairness term's parts at all (False when lam = 0)",

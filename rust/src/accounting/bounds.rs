@@ -11,7 +11,7 @@ use super::{check_order, check_rate, check_scheme_rate, check_z, Result, Scheme}
 
 /// `log(e^x + e^y)`.
 #[inline]
-fn log_add(x: f64, y: f64) -> f64 {
+pub(super) fn log_add(x: f64, y: f64) -> f64 {
     let (a, b) = if x < y { (x, y) } else { (y, x) };
     if a == f64::NEG_INFINITY {
         return b;
@@ -26,7 +26,7 @@ fn log_abs_binom(alpha: f64, k: f64) -> f64 {
 }
 
 /// `log erfc(x)`, accurate in the far right tail where `erfc` underflows.
-fn log_erfc(x: f64) -> f64 {
+pub(super) fn log_erfc(x: f64) -> f64 {
     if x < 25.0 {
         libm::erfc(x).ln()
     } else {
@@ -467,7 +467,7 @@ impl StepBound {
     pub(super) fn rdp(&mut self, alpha: f64) -> f64 {
         let (q, z) = (self.q, self.z);
         match self.scheme {
-            Scheme::FullBatch => alpha / (2.0 * z * z),
+            Scheme::FullBatch | Scheme::Shuffle => alpha / (2.0 * z * z),
             Scheme::PublicBatch => rdp_public_batch_unchecked(q, z, alpha),
             Scheme::Poisson => rdp_poisson_unchecked(q, z, alpha),
             Scheme::PoissonReplaceOne => rdp_poisson_replace_one_unchecked(q, z, alpha),

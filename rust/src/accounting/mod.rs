@@ -30,6 +30,10 @@ use std::fmt;
 mod bounds;
 mod calibrate;
 mod convert;
+mod gaussian;
+mod ledger;
+mod mixture;
+mod pld;
 
 use bounds::StepBound;
 
@@ -38,6 +42,12 @@ pub use bounds::{
 };
 pub use calibrate::{noise_multiplier_for, noise_multiplier_for_orders, CALIBRATION_TOL, Z_MAX, Z_MIN};
 pub use convert::{delta_for, delta_from_rdp, epsilon_for, epsilon_from_rdp};
+pub use gaussian::{gaussian_delta, gaussian_epsilon, gaussian_mu, gdp_compose, log_gaussian_delta, log_ndtr};
+pub use pld::{pld_delta_for, pld_epsilon_for, pld_noise_multiplier_for, PLD_GRID};
+pub use ledger::{ledger_admits, ledger_exact_epsilon, ledger_mixture, ledger_rdp_epsilon, Held};
+pub use mixture::{
+    exact_delta_for, exact_epsilon_for, exact_noise_multiplier_for, mixture_delta, mixture_epsilon, Binomial, Mixture,
+};
 
 /// Which batch scheme a mechanism's steps use (and hence which RDP bound applies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +65,11 @@ pub enum Scheme {
     /// WHO is in the batch is public: the rest of the message reveals it. Replace-one adjacency,
     /// no secrecy of the sample assumed. See [`rdp_public_batch`].
     PublicBatch,
+    /// Shuffled epochs: every record exactly once per epoch, in `b = ⌈1/q⌉` fixed-size batches
+    /// (`q = m/n`); batch membership public or not. A record takes part in at most one round per
+    /// epoch, so `steps` rounds starting at an epoch's first round are `⌈steps/b⌉` Gaussian
+    /// releases (see [`shuffle_releases`]); replace-one adjacency, `z = σ / Δ_replace`.
+    Shuffle,
 }
 
 impl Scheme {
@@ -67,6 +82,7 @@ impl Scheme {
             "poisson_replace_one" => Ok(Scheme::PoissonReplaceOne),
             "full_batch" => Ok(Scheme::FullBatch),
             "public_batch" => Ok(Scheme::PublicBatch),
+            "shuffle" => Ok(Scheme::Shuffle),
             other => Err(AccountingError::UnknownSampling(other.to_string())),
         }
     }
@@ -79,6 +95,7 @@ impl Scheme {
             Scheme::PoissonReplaceOne => "poisson_replace_one",
             Scheme::FullBatch => "full_batch",
             Scheme::PublicBatch => "public_batch",
+            Scheme::Shuffle => "shuffle",
         }
     }
 }
@@ -114,6 +131,11 @@ pub enum AccountingError {
     TargetTooLoose { epsilon: f64, z_min: f64, epsilon_at_z_min: f64 },
     /// Bisection ended without an ε within the tolerance (ε(z) not continuous enough).
     NotConverged { epsilon: f64, best: f64 },
+    /// A GDP parameter μ must be finite and > 0 (≥ 0 inside a composition).
+    Mu(f64),
+    /// The exact (Gaussian / binomial-mixture) accountant needs a scheme whose releases are
+    /// Gaussian given public information.
+    NotExact(Scheme),
 }
 
 impl AccountingError {
@@ -127,7 +149,8 @@ impl AccountingError {
             AccountingError::Steps => "steps",
             AccountingError::Order(_) | AccountingError::NoOrders => "orders",
             AccountingError::LengthMismatch { .. } | AccountingError::RdpValue(_) => "rdp",
-            AccountingError::UnknownSampling(_) => "sampling",
+            AccountingError::UnknownSampling(_) | AccountingError::NotExact(_) => "sampling",
+            AccountingError::Mu(_) => "mu",
             AccountingError::Unreachable { .. }
             | AccountingError::TargetTooLoose { .. }
             | AccountingError::NotConverged { .. } => "epsilon",
@@ -163,7 +186,7 @@ impl fmt::Display for AccountingError {
             AccountingError::RdpValue(r) => write!(f, "rdp values must not be NaN; got {r}"),
             AccountingError::UnknownSampling(s) => write!(
                 f,
-                "sampling must be one of 'without_replacement', 'poisson', 'poisson_replace_one', 'full_batch', 'public_batch'; got {s:?}"
+                "sampling must be one of 'without_replacement', 'poisson', 'poisson_replace_one', 'full_batch', 'public_batch', 'shuffle'; got {s:?}"
             ),
             AccountingError::Unreachable { epsilon, z_max, epsilon_at_z_max } => write!(
                 f,
@@ -172,6 +195,13 @@ impl fmt::Display for AccountingError {
             AccountingError::TargetTooLoose { epsilon, z_min, epsilon_at_z_min } => write!(
                 f,
                 "epsilon={epsilon} is met even by noise_multiplier={z_min:e} (epsilon={epsilon_at_z_min}); such a loose target is outside the calibration bracket"
+            ),
+            AccountingError::Mu(m) => write!(f, "mu (GDP parameter, sensitivity / noise std) must be finite and > 0; got {m}"),
+            AccountingError::NotExact(s) => write!(
+                f,
+                "sampling={:?} hides its batch: its releases are not Gaussian given public information, so the exact \
+                 (GDP / binomial-mixture) accountant does not apply; use the RDP or PLD accountant",
+                s.name()
             ),
             AccountingError::NotConverged { epsilon, best } => write!(
                 f,
@@ -286,12 +316,36 @@ impl Event {
     }
 }
 
+/// Rounds per epoch of shuffled epochs at rate `q = m/n`: `b = ⌈n/m⌉ = ⌈1/q⌉`, computed so that
+/// float rounding of `q` can only make `b` smaller (more epochs, so more releases charged).
+pub fn shuffle_rounds_per_epoch(q: f64) -> u64 {
+    ((1.0 / q) * (1.0 - 1e-12)).ceil().max(1.0) as u64
+}
+
+/// Gaussian releases per record of `steps` shuffled rounds that start at an epoch's first round:
+/// the number of epochs they touch, `⌈steps/b⌉` with `b` = [`shuffle_rounds_per_epoch`].
+pub fn shuffle_releases(q: f64, steps: u64) -> u64 {
+    steps.div_ceil(shuffle_rounds_per_epoch(q))
+}
+
+impl Event {
+    /// How many per-step bounds compose: `steps`, except for [`Scheme::Shuffle`], where a record
+    /// is in one batch per epoch ([`shuffle_releases`]).
+    pub fn releases(&self) -> u64 {
+        if self.scheme == Scheme::Shuffle {
+            shuffle_releases(self.q, self.steps)
+        } else {
+            self.steps
+        }
+    }
+}
+
 /// Total RDP of `event.steps` adaptive compositions at each order (Mironov 2017, Prop. 1:
-/// RDP adds up under composition).
+/// RDP adds up under composition); for shuffled epochs, of its [`Event::releases`].
 pub fn rdp_curve(event: &Event, orders: &[f64]) -> Result<Vec<f64>> {
     event.check()?;
     check_orders(orders)?;
-    let t = event.steps as f64;
+    let t = event.releases() as f64;
     let mut step = StepBound::new(event.scheme, event.q, event.z);
     Ok(orders.iter().map(|&a| step.rdp(a) * t).collect())
 }
@@ -330,7 +384,7 @@ mod tests {
 
     #[test]
     fn scheme_names_round_trip_and_unknown_is_an_error() {
-        for s in [Scheme::WithoutReplacement, Scheme::Poisson, Scheme::PoissonReplaceOne, Scheme::FullBatch] {
+        for s in [Scheme::WithoutReplacement, Scheme::Poisson, Scheme::PoissonReplaceOne, Scheme::FullBatch, Scheme::Shuffle] {
             assert_eq!(Scheme::parse(s.name()).unwrap(), s);
         }
         let e = Scheme::parse("uniform").unwrap_err();

@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 
-use crate::accounting::{self as acc, Event, Scheme};
+use crate::accounting::{self as acc, Binomial, Event, Held, Mixture, Scheme};
 
 fn orders_or_default(orders: Option<Vec<f64>>) -> Vec<f64> {
     orders.unwrap_or_else(acc::default_orders)
@@ -136,4 +136,205 @@ pub(super) fn noise_multiplier_for(
 ) -> PyResult<f64> {
     let s = Scheme::parse(sampling)?;
     Ok(py.allow_threads(|| acc::noise_multiplier_for(epsilon, delta, sample_rate, steps, s))?)
+}
+
+/// Registers every accounting export on the module.
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(default_orders, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_gaussian, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_poisson, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_without_replacement, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_poisson_replace_one, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_public_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_curve, m)?)?;
+    m.add_function(wrap_pyfunction!(rdp_composed, m)?)?;
+    m.add_function(wrap_pyfunction!(epsilon_from_rdp, m)?)?;
+    m.add_function(wrap_pyfunction!(delta_from_rdp, m)?)?;
+    m.add_function(wrap_pyfunction!(epsilon_for, m)?)?;
+    m.add_function(wrap_pyfunction!(delta_for, m)?)?;
+    m.add_function(wrap_pyfunction!(noise_multiplier_for, m)?)?;
+    m.add_function(wrap_pyfunction!(gaussian_delta, m)?)?;
+    m.add_function(wrap_pyfunction!(gaussian_epsilon, m)?)?;
+    m.add_function(wrap_pyfunction!(gaussian_mu, m)?)?;
+    m.add_function(wrap_pyfunction!(gdp_compose, m)?)?;
+    m.add_function(wrap_pyfunction!(shuffle_rounds_per_epoch, m)?)?;
+    m.add_function(wrap_pyfunction!(shuffle_releases, m)?)?;
+    m.add_function(wrap_pyfunction!(exact_epsilon_for, m)?)?;
+    m.add_function(wrap_pyfunction!(exact_delta_for, m)?)?;
+    m.add_function(wrap_pyfunction!(exact_noise_multiplier_for, m)?)?;
+    m.add_function(wrap_pyfunction!(mixture_delta, m)?)?;
+    m.add_function(wrap_pyfunction!(mixture_epsilon, m)?)?;
+    m.add_function(wrap_pyfunction!(ledger_epsilons, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_epsilon_for, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_delta_for, m)?)?;
+    m.add_function(wrap_pyfunction!(pld_noise_multiplier_for, m)?)?;
+    m.add("PLD_GRID", acc::PLD_GRID)?;
+    m.add_function(wrap_pyfunction!(ledger_admits, m)?)?;
+    m.add("CALIBRATION_TOL", acc::CALIBRATION_TOL)?;
+    m.add("Z_MIN", acc::Z_MIN)?;
+    m.add("Z_MAX", acc::Z_MAX)?;
+    Ok(())
+}
+
+/// δ(ε; μ) of a μ-GDP mechanism (Balle, Wang 2018).
+#[pyfunction]
+pub(super) fn gaussian_delta(epsilon: f64, mu: f64) -> PyResult<f64> {
+    Ok(acc::gaussian_delta(epsilon, mu)?)
+}
+
+/// Smallest ε at which a μ-GDP mechanism is (ε, δ)-DP.
+#[pyfunction]
+pub(super) fn gaussian_epsilon(delta: f64, mu: f64) -> PyResult<f64> {
+    Ok(acc::gaussian_epsilon(delta, mu)?)
+}
+
+/// Largest μ such that μ-GDP implies (ε, δ)-DP.
+#[pyfunction]
+pub(super) fn gaussian_mu(epsilon: f64, delta: f64) -> PyResult<f64> {
+    Ok(acc::gaussian_mu(epsilon, delta)?)
+}
+
+/// μ of composed μ_i-GDP mechanisms, sqrt(Σ μ_i²).
+#[pyfunction]
+pub(super) fn gdp_compose(mus: Vec<f64>) -> PyResult<f64> {
+    Ok(acc::gdp_compose(&mus)?)
+}
+
+/// Rounds per epoch b = ceil(1/q) of shuffled epochs (rounded so that b is never too large).
+#[pyfunction]
+pub(super) fn shuffle_rounds_per_epoch(sample_rate: f64) -> PyResult<u64> {
+    if !(sample_rate.is_finite() && sample_rate > 0.0 && sample_rate <= 1.0) {
+        return Err(acc::AccountingError::SampleRate(sample_rate).into());
+    }
+    Ok(acc::shuffle_rounds_per_epoch(sample_rate))
+}
+
+/// Gaussian releases per record of `steps` shuffled rounds from an epoch's start, ceil(steps/b).
+#[pyfunction]
+pub(super) fn shuffle_releases(sample_rate: f64, steps: u64) -> PyResult<u64> {
+    shuffle_rounds_per_epoch(sample_rate)?;
+    Ok(acc::shuffle_releases(sample_rate, steps))
+}
+
+/// Exact ε (full batch, shuffle, public-batch binomial mixture).
+#[pyfunction]
+pub(super) fn exact_epsilon_for(
+    py: Python<'_>,
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    delta: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::exact_epsilon_for(noise_multiplier, sample_rate, steps, delta, s))?)
+}
+
+/// Exact δ at ε (full batch, shuffle, public-batch binomial mixture).
+#[pyfunction]
+pub(super) fn exact_delta_for(
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    epsilon: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(acc::exact_delta_for(noise_multiplier, sample_rate, steps, epsilon, s)?)
+}
+
+/// Smallest noise multiplier meeting (ε, δ) under the exact accountant.
+#[pyfunction]
+pub(super) fn exact_noise_multiplier_for(
+    py: Python<'_>,
+    epsilon: f64,
+    delta: f64,
+    sample_rate: f64,
+    steps: u64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::exact_noise_multiplier_for(epsilon, delta, sample_rate, steps, s))?)
+}
+
+fn mixture(fixed_mu2: f64, binomials: Vec<(u64, f64, f64)>) -> Mixture {
+    Mixture { fixed_mu2, binomials: binomials.into_iter().map(|(trials, q, z)| Binomial { trials, q, z }).collect() }
+}
+
+/// δ(ε) of μ² = fixed_mu2 + Σ_j K_j / z_j², K_j ~ Bin(trials_j, q_j); binomials as (trials, q, z).
+#[pyfunction]
+pub(super) fn mixture_delta(epsilon: f64, fixed_mu2: f64, binomials: Vec<(u64, f64, f64)>) -> PyResult<f64> {
+    Ok(acc::mixture_delta(epsilon, &mixture(fixed_mu2, binomials))?)
+}
+
+/// Smallest ε at δ of the same mixture.
+#[pyfunction]
+pub(super) fn mixture_epsilon(py: Python<'_>, delta: f64, fixed_mu2: f64, binomials: Vec<(u64, f64, f64)>) -> PyResult<f64> {
+    let m = mixture(fixed_mu2, binomials);
+    Ok(py.allow_threads(|| acc::mixture_epsilon(delta, &m))?)
+}
+
+fn held(items: Vec<(String, f64, f64, u64)>) -> acc::Result<Vec<Held>> {
+    items
+        .into_iter()
+        .map(|(s, q, z, count)| Ok(Held { scheme: Scheme::parse(&s)?, q, z, count }))
+        .collect()
+}
+
+/// (ε by RDP, ε by the exact account or inf) of a ledger's mechanisms (sampling, q, z, count);
+/// count = steps, or Gaussian releases (epochs touched) for "shuffle".
+#[pyfunction]
+pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Vec<(String, f64, f64, u64)>, delta: f64) -> PyResult<(f64, f64)> {
+    let h = held(mechanisms)?;
+    Ok(py.allow_threads(|| -> acc::Result<(f64, f64)> {
+        Ok((acc::ledger_rdp_epsilon(&h, delta)?, acc::ledger_exact_epsilon(&h, delta)?))
+    })?)
+}
+
+/// Whether a ledger's mechanisms are (budget, δ)-DP by RDP or by the exact account.
+#[pyfunction]
+pub(super) fn ledger_admits(mechanisms: Vec<(String, f64, f64, u64)>, delta: f64, budget: f64) -> PyResult<bool> {
+    Ok(acc::ledger_admits(&held(mechanisms)?, delta, budget)?)
+}
+
+/// ε of a hidden-batch scheme by the PLD accountant (connect-the-dots, FFT composition).
+#[pyfunction]
+pub(super) fn pld_epsilon_for(
+    py: Python<'_>,
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    delta: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_epsilon_for(noise_multiplier, sample_rate, steps, delta, s))?)
+}
+
+/// δ at ε of a hidden-batch scheme by the PLD accountant.
+#[pyfunction]
+pub(super) fn pld_delta_for(
+    py: Python<'_>,
+    noise_multiplier: f64,
+    sample_rate: f64,
+    steps: u64,
+    epsilon: f64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_delta_for(noise_multiplier, sample_rate, steps, epsilon, s))?)
+}
+
+/// Smallest noise multiplier the PLD accountant certifies for (ε, δ) (slow: FFT per evaluation).
+#[pyfunction]
+pub(super) fn pld_noise_multiplier_for(
+    py: Python<'_>,
+    epsilon: f64,
+    delta: f64,
+    sample_rate: f64,
+    steps: u64,
+    sampling: &str,
+) -> PyResult<f64> {
+    let s = Scheme::parse(sampling)?;
+    Ok(py.allow_threads(|| acc::pld_noise_multiplier_for(epsilon, delta, sample_rate, steps, s))?)
 }

@@ -36,20 +36,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(round::server_update, m)?)?;
     m.add_class::<hybrid::PyHybridSet>()?;
     // privacy accounting
-    m.add_function(wrap_pyfunction!(accounting::default_orders, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_gaussian, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_poisson, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_without_replacement, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_poisson_replace_one, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_public_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_curve, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::rdp_composed, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::epsilon_from_rdp, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::delta_from_rdp, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::epsilon_for, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::delta_for, m)?)?;
-    m.add_function(wrap_pyfunction!(accounting::noise_multiplier_for, m)?)?;
-    m.add("CALIBRATION_TOL", crate::accounting::CALIBRATION_TOL)?;
+    accounting::register(m)?;
     // partitioners
     m.add_function(wrap_pyfunction!(partition::partition_heterogeneous, m)?)?;
     m.add_function(wrap_pyfunction!(partition::partition_dirichlet, m)?)?;
