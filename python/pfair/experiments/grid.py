@@ -5,8 +5,8 @@ A method with a knob gets 6 knob values × 2 step sizes; a method without a knob
 ERM: they are single points, not trade-offs) gets 12 step sizes. The knob ranges are chosen so
 that each method reaches its own low-violation end (checked by the pilot, see
 ``docs/experiments.md``): λ up to 8 for the FERMI family (at λ = 2 COMPAS's violation had not
-floored), λ_max up to 8 for PF-LD, ε from 0.16 (≈ unconstrained) down to 0.002 for
-ExponentiatedGradient (smaller is fairer there), ρ_o up to 80 for the single-shot method.
+floored), λ_max up to 8 for PF-LD, a constraint bound from 0.16 (≈ unconstrained) down to 0.002
+for ExponentiatedGradient (smaller is fairer there), ρ_o up to 80 for the single-shot method.
 
 Parts (each a list of sweeps; every method writes to its own directory ``OUT/<part>/<method>``
 so that one method can be rerun by deleting its directory, e.g. after a change to SteFFLe's
@@ -70,7 +70,7 @@ METHOD_GRIDS: dict[str, MethodGrid] = {
     "fermi": MethodGrid(tuple(_LAMS), {"lr_theta": (0.1, 0.25)}),
     "dp_fermi": MethodGrid(tuple(_LAMS), {"lr_theta": (0.1, 0.25)}),
     "pfld": MethodGrid(tuple(_LAMS), {"lr": (0.1, 0.25)}),
-    "eg": MethodGrid((0.002, 0.005, 0.01, 0.02, 0.05, 0.16), {"eta0": (0.5, 2.0)}),
+    "eg": MethodGrid((0.002, 0.005, 0.01, 0.02, 0.05, 0.16), {"eta0": (0.5, 2.0)}),  # difference_bound
     # ρ_o = 10 × knob; 50 outer steps instead of 200 (about 4× cheaper) and 3 seeds: at 200
     # steps the single-shot method alone would take days of this grid's compute.
     "single_shot": MethodGrid(tuple(_LAMS), {"outer_lr": (0.02, 0.05)}, {"outer_steps": 50}, seeds=3),

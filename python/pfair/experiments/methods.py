@@ -12,13 +12,13 @@ is mapped onto the hyper-parameter that trades accuracy for fairness in that met
     single_shot          pfair.baselines.SingleShotSyntheticFL  rho_o = 10·v  no       yes
     fedavg               pfair.baselines.FedAvg              none             no       yes
     central_erm          pfair.baselines.CentralERM          none             no       no (pooled)
-    eg                   experiments.reference.ExponentiatedGradientLR  eps = v   no    no (pooled)
+    eg                   experiments.reference.ExponentiatedGradientLR  difference_bound = v  no  no (pooled)
 
 The knob value v becomes ``hyper-parameter = scale · v``: scale 1 for λ (SteFFLe, FERMI,
 DP-FERMI) and λ_max (PF-LD, whose multipliers live in [0, λ_max], so λ_max plays λ's role), and
 scale 10 for the single-shot method's covariance penalty ρ_o, so that the paper's λ ∈ [0, 2]
 spans ρ_o ∈ [0, 20] around the single-shot method's default ρ_o = 10. fairlearn's ExponentiatedGradient
-(``eg``) takes its allowed constraint violation ``eps`` = v, so for it a *smaller* knob is fairer.
+(``eg``) takes its constraint bound ``difference_bound`` = v, so for it a *smaller* knob is fairer.
 Methods without a knob run once per grid point (knob = NaN); methods that are not private run
 once with ε = ∞; methods that ignore the fairness notion run once with ``fairness = "any"``; and
 ``eg``, which pools the records and is deterministic given them, runs once per data set, notion
@@ -172,9 +172,9 @@ METHODS: dict[str, MethodSpec] = {
                    fairness_aware=False,
                    description="single-shot synthetic-data fair FL, rho_o = 10 x knob, no DP claim",
                    step_size="outer_lr"),
-        MethodSpec("eg", _eg, "eps", 1.0, private=False, federated=False, fairness_aware=True,
-                   description="fairlearn ExponentiatedGradient over logistic regression, eps = knob (smaller is "
-                               "fairer), non-private, pooled", step_size="eta0", uses_partition=False),
+        MethodSpec("eg", _eg, "difference_bound", 1.0, private=False, federated=False, fairness_aware=True,
+                   description="fairlearn ExponentiatedGradient over logistic regression, difference_bound = knob "
+                               "(smaller is fairer), non-private, pooled", step_size="eta0", uses_partition=False),
     )
 }
 

@@ -17,11 +17,14 @@ record (``random_state``): the guarantee is on that randomised classifier.
 other methods: ``fit`` takes a :class:`pfair.Federation` (or ``X, y, sensitive_features,
 silos``), pools the silos (the method is central and not private) and ignores their partition;
 the fit is deterministic given the records (``seed`` only fixes the randomised predictions).
-The sweep's knob is fairlearn's ``eps``, the allowed constraint violation: *smaller* is fairer.
+The sweep's knob is the constraint's ``difference_bound`` (the bound on every constraint moment;
+fairlearn's ``eps`` only sets the L1 bound 1/eps of the multipliers since fairlearn 0.7): *smaller*
+is fairer.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -38,9 +41,10 @@ class ExponentiatedGradientLR:
     ----------
     fairness : ``"demographic_parity"`` or ``"equalized_odds"`` (fairlearn's
         ``DemographicParity`` or ``EqualizedOdds`` constraint).
-    eps : allowed violation of each constraint moment (fairlearn's ``eps``); the solution's
-        violation is at most 2·(eps + best gap) and its error within 2·best gap of the best
-        error under the constraint (Agarwal et al. 2018, Thm. 1). Must be > 0.
+    difference_bound : the bound on every constraint moment, |P(h = 1 | s = a) − P(h = 1)| ≤
+        bound (within each label for equalized odds). Must be > 0.
+    eps : fairlearn's ``eps``: the multipliers' L1 norm is bounded by 1/eps (the Lagrangian
+        game's B); fairlearn's default 0.01.
     eta0 : initial step of the exponentiated-gradient update of the multipliers.
     max_iter : at most this many best responses (base-learner fits).
     C : inverse L2 regularisation strength of the logistic-regression base learner.
@@ -48,9 +52,11 @@ class ExponentiatedGradientLR:
     seed : seeds the randomised predictions (the fit itself is deterministic).
     """
 
-    def __init__(self, *, fairness: str = "demographic_parity", eps: float = 0.01, eta0: float = 2.0,
-                 max_iter: int = 50, C: float = 1.0, base_max_iter: int = 200, seed: int = 0) -> None:
+    def __init__(self, *, fairness: str = "demographic_parity", difference_bound: float = 0.01, eps: float = 0.01,
+                 eta0: float = 2.0, max_iter: int = 50, C: float = 1.0, base_max_iter: int = 200,
+                 seed: int = 0) -> None:
         self.fairness = fairness
+        self.difference_bound = difference_bound
         self.eps = eps
         self.eta0 = eta0
         self.max_iter = max_iter
@@ -62,7 +68,7 @@ class ExponentiatedGradientLR:
         if self.fairness not in _CONSTRAINTS:
             raise ValueError(f"fairness: {self.fairness!r} is not supported by ExponentiatedGradientLR; "
                              f"choose from {', '.join(_CONSTRAINTS)}")
-        for name in ("eps", "eta0", "C"):
+        for name in ("difference_bound", "eps", "eta0", "C"):
             value = getattr(self, name)
             if not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0 or not np.isfinite(value):
                 raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
@@ -86,11 +92,16 @@ class ExponentiatedGradientLR:
         self._validate()
         sh = shards_from(X, y, sensitive_features, silos, need_s=True)
         Xp, yp, sp = sh.pooled()
-        constraint = DemographicParity() if self.fairness == "demographic_parity" else EqualizedOdds()
+        moment = DemographicParity if self.fairness == "demographic_parity" else EqualizedOdds
+        constraint = moment(difference_bound=float(self.difference_bound))
         base = LogisticRegression(C=float(self.C), max_iter=int(self.base_max_iter))
         eg = ExponentiatedGradient(base, constraint, eps=float(self.eps), max_iter=int(self.max_iter),
                                    eta0=float(self.eta0))
-        eg.fit(Xp, yp, sensitive_features=sp)
+        with warnings.catch_warnings():
+            # fairlearn 0.15 trips pandas' deprecation warnings on every iteration; nothing to act on
+            warnings.filterwarnings("ignore", module=r"fairlearn\..*")
+            warnings.filterwarnings("ignore", message=r".*incompatible dtype.*|.*key that does not exist.*")
+            eg.fit(Xp, yp, sensitive_features=sp)
         self.model_ = eg
         self.classes_ = sh.classes
         self.groups_ = sh.groups
@@ -101,5 +112,7 @@ class ExponentiatedGradientLR:
         """Labels of the randomised classifier (one base classifier drawn per record, seeded)."""
         if not hasattr(self, "model_"):
             raise ValueError("this ExponentiatedGradientLR is not fitted yet; call fit first")
-        codes = np.asarray(self.model_.predict(np.asarray(X, dtype=float), random_state=int(self.seed)))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"fairlearn\..*")
+            codes = np.asarray(self.model_.predict(np.asarray(X, dtype=float), random_state=int(self.seed)))
         return self.classes_[codes.astype(np.int64)]
