@@ -482,8 +482,8 @@ def test_exponentiated_gradient_reference_fits_and_trades_error_for_fairness():
     X = np.column_stack([s + rng.normal(0, 0.7, n), rng.normal(0, 1, n)])
     y = (X[:, 0] + 0.5 * X[:, 1] + rng.normal(0, 0.3, n) > 0.5).astype(int)
     silos = rng.integers(0, 3, n)
-    loose = ExponentiatedGradientLR(difference_bound=0.5, max_iter=20).fit(X, y, sensitive_features=s, silos=silos)
-    tight = ExponentiatedGradientLR(difference_bound=0.01, max_iter=20).fit(X, y, sensitive_features=s, silos=silos)
+    loose = ExponentiatedGradientLR(difference_bound=0.5, max_iter=10).fit(X, y, sensitive_features=s, silos=silos)
+    tight = ExponentiatedGradientLR(difference_bound=0.01, max_iter=10).fit(X, y, sensitive_features=s, silos=silos)
     v_loose = metrics.demographic_parity_violation(y, loose.predict(X), sensitive_features=s)
     v_tight = metrics.demographic_parity_violation(y, tight.predict(X), sensitive_features=s)
     e_loose, e_tight = np.mean(loose.predict(X) != y), np.mean(tight.predict(X) != y)
@@ -515,10 +515,11 @@ def test_every_method_gets_the_same_tuning_budget_and_the_grid_expands_as_docume
     assert by[("paper", "fermi")] == 3 * 2 * 2 * 12 * 15  # non-private: ε = inf once
     assert by[("paper", "fedavg")] == 3 * 2 * 12 * 15  # notion-agnostic as well
     assert by[("paper", "eg")] == 3 * 2 * 12 * 15  # no partition: once per data set, notion and seed
-    assert by[("paper", "single_shot")] == 3 * 2 * 12 * 3  # capped at 3 seeds
-    # fig2: h ∈ {0, …, 0.9} at N = 3, then N ∈ {1, 2, 3, 4, 6, 8, 10, 12} at h ∈ {0, 0.75}, shared cells once
+    assert by[("paper", "single_shot")] == 3 * 2 * 12 * 15  # notion-agnostic
+    # fig2: h ∈ {0, 0.1, …, 0.9} at N = 3, then N ∈ {1, 2, 3, 4, 6, 8, 10, 12} at h ∈ {0, 0.75}; the one
+    # shared point (h = 0, N = 3) runs once
     fig2 = sum(len(cs) for sw, _, cs in planned if sw.part == "fig2" and sw.method == "steffle")
-    assert fig2 == (10 + 2 * 8 - 2) * 12 * 15
+    assert fig2 == (10 + 2 * 8 - 1) * 12 * 15
     paths = {d for _, d, _ in planned}
     assert {str(p) for p in paths} >= {"/nonexistent/paper/steffle", "/nonexistent/fig2/fedavg"}
 
@@ -558,3 +559,21 @@ def test_report_blocks_are_replaced_and_pending_without_steffle(tmp_path):
 
 def _pct_text(v: float) -> str:
     return f"{100 * v:+.0f}%".replace("-", "−")
+
+
+def test_paper_grid_script_dry_run_runs_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "results"
+    done = subprocess.run(["bash", str(root / "examples" / "paper_grid.sh"), str(out), "--dry-run", "--methods",
+                           "steffle,fedavg", "--parts", "paper"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{out}/paper/steffle" in done.stdout and "total: 7560 cells" in done.stdout  # 6,480 + 1,080
+    assert not out.exists()
