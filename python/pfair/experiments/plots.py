@@ -1,16 +1,16 @@
 """Figures of a sweep: trade-off curves per setting, and the heterogeneity and silo-count sweeps.
 
-Every panel plots test error (y) against the fairness violation (x) of the sweep's notion, one
-point per knob value: the mean over seeds, with ±1 standard deviation (over seeds) error bars
-on both axes. Every panel draws the trivial error (the constant majority-class predictor on the
-test set) as a horizontal line: a point on or above it is no better than predicting one class
-for everyone.
+Every panel plots test error (y) against the test violation (x) of the sweep's notion. Every
+configuration (knob value × tuned hyper-parameters) is a faint dot, the mean over seeds; the
+configurations the summary compares (:func:`pfair.experiments.summary.selected_front`, chosen on
+the validation split when the runs have one) are drawn at their test coordinates with ±1
+standard deviation (over seeds) error bars on both axes, joined in order of selection error.
+Every panel draws the trivial error (the constant majority-class predictor on the test set) as
+a horizontal line: a point on or above it is no better than predicting one class for everyone.
 
-* ``tradeoff_<dataset>_<fairness>_N<silos>``: one panel per (h, ε), one colour per method; the
-  points are joined in knob order (thin line) and each method's Pareto front (the same front as
-  :mod:`pfair.experiments.summary`: points below the trivial error, non-dominated) is drawn
-  bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
-* ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (seed 003 Fig. 2): the
+* ``tradeoff_<dataset>_<fairness>_N<silos>``: one panel per (h, ε), one colour per method, the
+  selected fronts bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
+* ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (the paper's Fig. 2): the
   reference method's trade-off curves coloured by h, at one ε (default 1), when the sweep has at
   least two values of h.
 * ``silos_<dataset>_<fairness>_<method>_eps<ε>``: the same coloured by the number of silos N, one

@@ -20,8 +20,9 @@ luckiest configurations on the numbers it reports).
 *Setting.* ``(dataset, fairness, ε, h, N)``. A non-private method (run once with ε = ∞) belongs
 to every finite-ε setting of its ``(dataset, fairness, h, N)`` as a reference.
 
-*Points.* For a method in a setting, one point per knob value: ``(error, violation)``, averaged
-over the seeds that finished without error.
+*Points.* For a method in a setting, one point per configuration (knob value × tuned
+hyper-parameters): its errors and violations, averaged over the seeds that finished without
+error. The front and the curve below are :func:`selected_front`'s (see above).
 
 *Collapsed points.* A point whose error is ``≥ e_triv − margin``, where ``e_triv`` is the error
 of the constant majority-class predictor on the test set, is no better than that constant
