@@ -5,7 +5,7 @@ A method with a knob gets 6 knob values × 2 step sizes; a method without a knob
 ERM: they are single points, not trade-offs) gets 12 step sizes. The knob ranges are chosen so
 that each method reaches its own low-violation end (checked by the pilot, see
 ``docs/experiments.md``): λ up to 8 for the FERMI family (at λ = 2 COMPAS's violation had not
-floored), λ_max up to 8 for PF-LD, a constraint bound from 0.16 (≈ unconstrained) down to 0.002
+floored), λ_max up to 8 for PF-LD, a constraint bound from 0.16 (≈ unconstrained) down to 0.005
 for ExponentiatedGradient (smaller is fairer there), ρ_o up to 80 for the single-shot method.
 
 Parts (each a list of sweeps; every method writes to its own directory ``OUT/<part>/<method>``
@@ -70,7 +70,7 @@ METHOD_GRIDS: dict[str, MethodGrid] = {
     "fermi": MethodGrid(tuple(_LAMS), {"lr_theta": (0.1, 0.25)}),
     "dp_fermi": MethodGrid(tuple(_LAMS), {"lr_theta": (0.1, 0.25)}),
     "pfld": MethodGrid(tuple(_LAMS), {"lr": (0.1, 0.25)}),
-    "eg": MethodGrid((0.002, 0.005, 0.01, 0.02, 0.05, 0.16), {"eta0": (0.5, 2.0)}),  # difference_bound
+    "eg": MethodGrid((0.005, 0.01, 0.02, 0.04, 0.08, 0.16), {"eta0": (0.5, 2.0)}),  # difference_bound
     # ρ_o = 10 × knob, at the method's default 200 outer steps
     "single_shot": MethodGrid(tuple(_LAMS), {"outer_lr": (0.02, 0.05)}),
     "fedavg": MethodGrid((), {"lr": (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5, 0.75, 1.0)}),
