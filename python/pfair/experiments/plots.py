@@ -77,14 +77,14 @@ def _trivial_line(ax: Any, trivial: float) -> None:
 
 
 def _curve(ax: Any, pts: pd.DataFrame, colour: Any, label: str, dashed: bool, select: str,
-           highlight_front: bool) -> None:
+           highlight_front: bool, margin: float = 0.0) -> None:
     """One method's (or one setting's) configurations: every point faint, and the configurations
     its comparison uses (:func:`~pfair.experiments.summary.selected_front`, chosen on ``select``'s
     split) at their *test* coordinates with ±1 std error bars, joined in order of selection
     error (bold when ``highlight_front``)."""
     style = "--" if dashed else "-"
     ax.scatter(pts["violation"], pts["test_error"], color=colour, s=7, alpha=0.3, zorder=1, linewidths=0)
-    sel = selected_front(pts, select)
+    sel = selected_front(pts, select, margin)
     if not len(sel):
         ax.plot([], [], color=colour, linestyle=style, label=f"{label} (collapsed)")
         return
@@ -118,7 +118,8 @@ def _figure_legend(fig: Any, axes: np.ndarray) -> None:
                fontsize=8, frameon=False)
 
 
-def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], select: str) -> list[Path]:
+def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], select: str,
+                      margin: float = 0.0) -> list[Path]:
     paths = []
     for (ds, fair, n), grp in points.groupby(["dataset", "fairness", "silos"], sort=True):
         hs = sorted(grp["heterogeneity"].unique())
@@ -130,14 +131,17 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], s
                 ax = axes[i, j]
                 here = grp[(grp["heterogeneity"] == h) & ((grp["epsilon"] == eps) | np.isinf(grp["epsilon"]))]
                 trivial = float(here["trivial_error"].mean()) if len(here) else math.nan
+                val_trivial = float(here["val_trivial_error"].mean()) if len(here) else math.nan
                 for method in [m for m in METHODS if m in set(here["method"])] + sorted(
                         set(here["method"]) - set(METHODS)):
                     pts = here[here["method"] == method]
                     spec = METHODS.get(method)
                     private = spec.private if spec else bool(np.isfinite(pts["epsilon"]).all())
                     label = method if private else f"{method} (non-private)"
-                    pts = pts.assign(val_trivial_error=pts["val_trivial_error"].mean(), trivial_error=trivial)
-                    _curve(ax, pts, METHOD_COLOURS.get(method, "#333333"), label, not private, select, True)
+                    # the summary's trivial errors: one per panel (setting), whatever the method's seeds
+                    pts = pts.assign(val_trivial_error=val_trivial, trivial_error=trivial)
+                    _curve(ax, pts, METHOD_COLOURS.get(method, "#333333"), label, not private, select, True,
+                           margin)
                 if math.isfinite(trivial):
                     _trivial_line(ax, trivial)
                 ax.set_title(_panel_title(eps, h, n), fontsize=10)
@@ -151,7 +155,7 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], s
 
 
 def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial: float, label: str,
-                     select: str) -> None:
+                     select: str, margin: float = 0.0) -> None:
     """One curve per value of ``by``, coloured along viridis from its smallest to its largest value."""
     matplotlib, _, _ = _matplotlib()
     values = sorted(pts[by].unique())
@@ -159,7 +163,7 @@ def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial
     span = max(values) - min(values)
     for v in values:
         colour = cmap(0.9 * (v - min(values)) / span if span > 0 else 0.0)
-        _curve(ax, pts[pts[by] == v], colour, f"{label} = {v:g}", False, select, False)
+        _curve(ax, pts[pts[by] == v], colour, f"{label} = {v:g}", False, select, False, margin)
     _trivial_line(ax, trivial)
     _finish(ax, fairness)
 
@@ -169,7 +173,7 @@ def _pick_epsilon(eps_values: Sequence[float], wanted: float) -> float | None:
 
 
 def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], method: str,
-                   epsilon: float, select: str) -> list[Path]:
+                   epsilon: float, select: str, margin: float = 0.0) -> list[Path]:
     paths = []
     pts_m = points[points["method"] == method]
     eps_text = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
@@ -183,14 +187,14 @@ def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], meth
             if by_n["heterogeneity"].nunique() < 2:
                 continue
             fig, axes = _new_figure(1, 1, width=5.6, height=4.2)
-            _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h", select)
+            _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h", select, margin)
             axes[0, 0].set_title(f"{ds}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h", fontsize=10)
             paths += _save(fig, out, f"heterogeneity_{ds}_{fair}_{method}_eps{eps_text}_N{n}", formats)
         hs = [h for h, by_h in grp.groupby("heterogeneity", sort=True) if by_h["silos"].nunique() >= 2]
         if hs:
             fig, axes = _new_figure(1, len(hs), width=5.6, height=4.2)
             for ax, h in zip(axes[0], hs):
-                _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N", select)
+                _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N", select, margin)
                 ax.set_title(f"{ds}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N", fontsize=10)
             paths += _save(fig, out, f"silos_{ds}_{fair}_{method}_eps{eps_text}", formats)
     return paths
@@ -198,7 +202,7 @@ def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], meth
 
 def plot_results(path: str | os.PathLike | Sequence[str | os.PathLike], *, out: str | os.PathLike | None = None,
                  formats: Sequence[str] = ("png", "svg"), method: str = "steffle", epsilon: float = 1.0,
-                 select: str = "auto") -> list[Path]:
+                 select: str = "auto", margin: float = 0.0) -> list[Path]:
     """Draw every figure of the sweep in ``path`` (a results directory or its ``runs.csv``, or a
     list of them, drawn together).
 
@@ -206,7 +210,8 @@ def plot_results(path: str | os.PathLike | Sequence[str | os.PathLike], *, out: 
     types (PNG and SVG). ``method``, ``epsilon``: whose curves and which ε the heterogeneity and
     silo-count figures show (default SteFFLe at ε = 1, the paper's Fig. 2). ``select``: the split
     the drawn fronts are chosen on (``validation``, ``test``; ``auto``: validation when the runs
-    have it). Returns the paths written."""
+    have it). ``margin``: points with selection error ≥ trivial − margin are left out of the
+    drawn fronts, as in :func:`~pfair.experiments.summary.summarize`. Returns the paths written."""
     from pfair.experiments.sweep import load_runs
 
     paths_in = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -222,6 +227,6 @@ def plot_results(path: str | os.PathLike | Sequence[str | os.PathLike], *, out: 
     results_dir = src if src.is_dir() else src.parent
     out_dir = Path(out) if out is not None else results_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = _tradeoff_figures(points, out_dir, formats, select)
-    paths += _sweep_figures(points, out_dir, formats, method, float(epsilon), select)
+    paths = _tradeoff_figures(points, out_dir, formats, select, margin)
+    paths += _sweep_figures(points, out_dir, formats, method, float(epsilon), select, margin)
     return paths
