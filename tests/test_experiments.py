@@ -538,6 +538,10 @@ def test_grid_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path):
     assert f"{expected_h:.2f} core-hours" in text and f"about {expected_h / 2:.2f} h of wall time" in text
     assert grid.main(["--out", str(tmp_path), "--dry-run", "--methods", "magic"]) == 2
     assert "unknown method 'magic'" in capsys.readouterr().err
+    # a data-set subset (the pilot): COMPAS alone, one seed
+    assert grid.main(["--out", str(tmp_path / "p"), "--dry-run", "--methods", "steffle", "--datasets", "compas",
+                      "--seeds", "1", "--parts", "paper"]) == 0
+    assert f"total: {2 * 3 * 2 * 12} cells" in capsys.readouterr().out
 
 
 def test_report_blocks_are_replaced_and_pending_without_steffle(tmp_path):

@@ -20,7 +20,7 @@ optimiser)::
 ``python -m pfair.experiments.grid --out results`` runs everything (resumable), then writes the
 summaries, the figures and the markdown tables (:mod:`pfair.experiments.report`).
 ``--dry-run`` prints the cell counts and the estimated compute instead; ``--methods``,
-``--parts`` and ``--seeds`` restrict the grid (e.g. the non-private references alone:
+``--parts``, ``--datasets`` and ``--seeds`` restrict the grid (e.g. the non-private references alone:
 ``--methods central_erm,fedavg,fermi,eg``).
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pfair.experiments.methods import METHODS, check_methods
-from pfair.experiments.sweep import VAL_FRACTION, Cell, expand_grid
+from pfair.experiments.sweep import VAL_FRACTION, Cell, _check_datasets, expand_grid
 
 __all__ = ["BUDGET", "METHOD_GRIDS", "PARTS", "Sweep", "sweeps", "cells", "estimate_seconds", "run_grid", "main"]
 
@@ -138,18 +138,22 @@ FIT_SECONDS: dict[str, dict[str, float]] = {
 }
 
 
-def sweeps(parts: Sequence[str] = ("paper", "fig2"), methods: Any = None, seeds: int = 15) -> list[Sweep]:
-    """The sweeps of the chosen parts, one per (part entry, method), restricted to ``methods``."""
+def sweeps(parts: Sequence[str] = ("paper", "fig2"), methods: Any = None, seeds: int = 15,
+           datasets: Any = None) -> list[Sweep]:
+    """The sweeps of the chosen parts, one per (part entry, method), restricted to ``methods``
+    and ``datasets`` (None: all)."""
     wanted = None if methods is None else set(check_methods(methods))
+    keep = None if datasets is None else set(_check_datasets(datasets))
     out = []
     for part in parts:
         if part not in PARTS:
             raise ValueError(f"parts: unknown part {part!r}; choose from {', '.join(PARTS)}")
         for entry in PARTS[part]:
             for method in entry["methods"]:
-                if wanted is not None and method not in wanted:
+                names = tuple(d for d in entry["datasets"] if keep is None or d in keep)
+                if (wanted is not None and method not in wanted) or not names:
                     continue
-                out.append(Sweep(part, method, entry["datasets"], entry["fairness"], entry["epsilons"],
+                out.append(Sweep(part, method, names, entry["fairness"], entry["epsilons"],
                                  entry["heterogeneities"], entry["silos"], int(seeds)))
     return out
 
@@ -168,12 +172,13 @@ def _directory(out: Path, sweep: Sweep) -> Path:
     return out / sweep.part / sweep.method
 
 
-def plan(out: str | Path, parts: Sequence[str], methods: Any, seeds: int) -> list[tuple[Sweep, Path, list[Cell]]]:
+def plan(out: str | Path, parts: Sequence[str], methods: Any, seeds: int, datasets: Any = None
+         ) -> list[tuple[Sweep, Path, list[Cell]]]:
     """Each sweep with its directory and cells (duplicates across a part's entries removed)."""
     out = Path(out)
     result = []
     seen: dict[Path, set[tuple[str, ...]]] = {}
-    for sw in sweeps(parts, methods, seeds):
+    for sw in sweeps(parts, methods, seeds, datasets):
         directory = _directory(out, sw)
         keys = seen.setdefault(directory, set())
         new = [c for c in cells(sw) if c.key() not in keys]
@@ -200,12 +205,12 @@ def describe(planned: Sequence[tuple[Sweep, Path, list[Cell]]], jobs: int) -> st
 
 def run_grid(out: str | Path, *, parts: Sequence[str] = ("paper", "fig2"), methods: Any = None, seeds: int = 15,
              jobs: int = 2, progress: bool = True, epochs: int = 40, batch_size: int = 256,
-             val_fraction: float = VAL_FRACTION) -> list[Path]:
+             val_fraction: float = VAL_FRACTION, datasets: Any = None) -> list[Path]:
     """Run (resume) every sweep of the plan; return the directories written."""
     from pfair.experiments.sweep import run_sweep
 
     done = []
-    for sw, directory, cs in plan(out, parts, methods, seeds):
+    for sw, directory, cs in plan(out, parts, methods, seeds, datasets):
         if not cs:
             continue
         kw = sw.kwargs()
@@ -228,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="results", help="results directory (default results)")
     parser.add_argument("--parts", nargs="+", default=["paper", "fig2"], choices=list(PARTS))
     parser.add_argument("--methods", default=None, help=f"comma-separated subset of {', '.join(METHOD_GRIDS)}")
+    parser.add_argument("--datasets", default=None, help="comma-separated subset of the data sets (e.g. compas)")
     parser.add_argument("--seeds", type=int, default=15)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dry-run", action="store_true", help="print the cells and estimated compute; run nothing")
@@ -237,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
-        planned = plan(args.out, args.parts, args.methods, args.seeds)
+        planned = plan(args.out, args.parts, args.methods, args.seeds, args.datasets)
     except ValueError as exc:
         print(f"grid: error: {exc}", file=sys.stderr)
         return 2
@@ -245,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         return 0
     run_grid(args.out, parts=args.parts, methods=args.methods, seeds=args.seeds, jobs=args.jobs,
-             progress=not args.no_progress)
+             progress=not args.no_progress, datasets=args.datasets)
     if not args.no_report:
         from pfair.experiments.report import write_report
 
