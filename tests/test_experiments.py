@@ -534,7 +534,8 @@ def test_grid_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path):
     assert "paper  central_erm" in text and "paper  eg" in text and "steffle" not in text
     n = 3 * 2 * 12 * 2
     assert f"total: {2 * n} cells" in text
-    expected_h = sum(grid.FIT_SECONDS[d][m] * 2 * 12 * 2 for d in grid.FIT_SECONDS for m in ("central_erm", "eg")) / 3600
+    expected_h = sum(grid.FIT_SECONDS[d][m] * 2 * 12 * 2 for d in grid.FIT_SECONDS
+                     for m in ("central_erm", "eg")) / 3600
     assert f"{expected_h:.2f} core-hours" in text and f"about {expected_h / 2:.2f} h of wall time" in text
     assert grid.main(["--out", str(tmp_path), "--dry-run", "--methods", "magic"]) == 2
     assert "unknown method 'magic'" in capsys.readouterr().err
@@ -547,8 +548,8 @@ def test_grid_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path):
 def test_report_blocks_are_replaced_and_pending_without_steffle(tmp_path):
     from pfair.experiments.report import replace_blocks, tables
 
-    text = "intro\n<!-- generated:matched -->\nold numbers\n<!-- /generated:matched -->\n<!-- generated:other -->\nkeep\n" \
-           "<!-- /generated:other -->\n"
+    text = ("intro\n<!-- generated:matched -->\nold numbers\n<!-- /generated:matched -->\n"
+            "<!-- generated:other -->\nkeep\n<!-- /generated:other -->\n")
     new = replace_blocks(text, {"matched": "| a |\n"}, "from x")
     assert new == ("intro\n<!-- generated:matched -->\n<!-- from x -->\n| a |\n<!-- /generated:matched -->\n"
                    "<!-- generated:other -->\nkeep\n<!-- /generated:other -->\n")

@@ -175,10 +175,10 @@ def verdict_table(summary: pd.DataFrame) -> str:
         at = _best_private(by, "violation")
         band = _best_private(by, "mean_violation")
         paper = _pct(PAPER_CLAIMS.get(fair, math.nan))
-        out.append(f"| {ds} | {fair.replace('_', ' ')} | {eps:g} | {h:g} | "
-                   f"{_label(at['method']) if at is not None else '—'} | {_pct(at['reduction']) if at is not None else '—'} | "
-                   f"{_label(band['method']) if band is not None else '—'} | "
-                   f"{_pct(band['range_reduction']) if band is not None else '—'} | {paper} |")
+        at_txt = (_label(at["method"]), _pct(at["reduction"])) if at is not None else ("—", "—")
+        band_txt = (_label(band["method"]), _pct(band["range_reduction"])) if band is not None else ("—", "—")
+        out.append(f"| {ds} | {fair.replace('_', ' ')} | {eps:g} | {h:g} | {at_txt[0]} | {at_txt[1]} | "
+                   f"{band_txt[0]} | {band_txt[1]} | {paper} |")
     return "\n".join(out) + "\n"
 
 
