@@ -582,3 +582,19 @@ def test_paper_grid_script_dry_run_runs_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"{out}/paper/steffle" in done.stdout and "total: 7560 cells" in done.stdout  # 6,480 + 1,080
     assert not out.exists()
+
+
+def test_schema_1_runs_read_back_and_are_summarised_with_test_selection(tmp_path):
+    old_columns = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed",
+                   "test_error", "trivial_error", "dp_violation", "eo_violation", "epsilon_spent", "error",
+                   "finished_at"]
+    runs = _hand_runs().assign(finished_at=1.0)
+    runs[old_columns].to_csv(tmp_path / "runs.csv", index=False)
+    back = load_runs(tmp_path)
+    assert (back["config"] == "").all() and back["val_error"].isna().all() and len(back) == len(runs)
+    table = summarize(tmp_path)
+    assert (table["selection"] == "test").all()
+    pf = table[(table["epsilon"] == 1.0) & (table["method"] == "pfld")].iloc[0]
+    assert pf["reduction"] == pytest.approx(1 - (0.20 - 0.10 / 3) / 0.30)  # as in the hand-built summary test
+    with pytest.raises(ValueError, match="another --out"):  # a schema-2 sweep does not append to it
+        run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)
