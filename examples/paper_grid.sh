@@ -9,7 +9,7 @@
 # Grid (pfair/experiments/grid.py): Credit Card, Adult, COMPAS × demographic parity, equalized odds ×
 # ε ∈ {1, 3, 9} × h ∈ {0, 0.75} × N = 3 × 15 seeds, every method with the same tuning budget (12
 # configurations per setting and seed), fronts selected on a validation split and reported on test;
-# plus the h and N sweeps of the paper's Fig. 2. About 5.6 core-hours: ≈ 3 h with --jobs 2 on an idle
+# plus the h and N sweeps of the paper's Fig. 2. About 5.2 core-hours: ≈ 2.6 h with --jobs 2 on an idle
 # 2-core machine. Each method writes OUT/<part>/<method>/runs.csv: delete a method's directory to
 # rerun it (e.g. SteFFLe, FERMI, DP-FERMI and the non-private SteFFLe after a change to SteFFLe).
 set -euo pipefail
