@@ -1,61 +1,48 @@
-"""Markdown tables for docs/results.md from a sweep's summary (``pfair summary DIR`` writes it).
+"""The generated tables and figures of docs/results.md, from the comparison grid's runs.
 
-    python docs/results_tables.py results/paper/summary.csv
+    python docs/results_tables.py RESULTS_DIR                         # print the tables
+    python docs/results_tables.py RESULTS_DIR --write docs/results.md # and replace its generated blocks
 
-One table per (data set, fairness notion): for every (ε, h), SteFFLe's best error, then its
-comparison with PF-LD at the matched error e* (violation of each, SteFFLe's reduction, and the
-reduction of the mean violation over [e*, trivial error]), and the same reduction against the
-non-private, federated SteFFLe (negative: what privacy costs). Definitions: docs/experiments.md.
+RESULTS_DIR is the ``--out`` of ``examples/paper_grid.sh`` (``python -m pfair.experiments.grid``):
+``RESULTS_DIR/paper/<method>/runs.csv`` and ``RESULTS_DIR/fig2/<method>/runs.csv``. Writes
+``RESULTS_DIR/<part>/summary.csv``, ``tables.md`` and ``plots/*.png``; with ``--write``, copies
+the trade-off figures to ``docs/figures/`` and replaces every ``<!-- generated:NAME -->`` block of
+the markdown file (``references``, ``matched``, ``band``, ``verdict``, ``fig2``) with the table
+computed from the runs, stamped with the number of runs it came from. Blocks whose runs are
+missing say what is pending. Definitions: docs/experiments.md.
 """
 
 from __future__ import annotations
 
-import math
+import argparse
+import shutil
 import sys
-
-import pandas as pd
-
-
-def _pct(v: float) -> str:
-    return "—" if not math.isfinite(v) else f"{100 * v:+.0f}%"
+from pathlib import Path
 
 
-def _num(v: float) -> str:
-    return "—" if not math.isfinite(v) else f"{v:.4f}"
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="--out directory of examples/paper_grid.sh")
+    parser.add_argument("--write", default=None, help="markdown file whose generated blocks to replace")
+    parser.add_argument("--no-plots", action="store_true")
+    args = parser.parse_args(argv)
+    from pfair.experiments.report import write_report
 
-
-def _cell(row: pd.Series | None) -> tuple[str, ...]:
-    """(V_SteFFLe(e*), V_method(e*), reduction, range reduction) or why there is no comparison."""
-    if row is None:
-        return ("—",) * 4
-    if row["status"] != "compared":
-        return ("—", "—", str(row["status"]), "—")
-    return (_num(row["reference_violation"]), _num(row["violation"]), _pct(row["reduction"]),
-            _pct(row["range_reduction"]))
-
-
-def tables(summary: pd.DataFrame) -> str:
-    out = []
-    private = summary[summary["epsilon"].apply(math.isfinite)]
-    for (ds, fair), grp in private.groupby(["dataset", "fairness"], sort=False):
-        trivial = grp["trivial_error"].iloc[0]
-        out.append(f"**{ds}, {fair.replace('_', ' ')}** (trivial error {trivial:.4f})\n")
-        out.append("| ε | h | SteFFLe min error | SteFFLe min violation | V_SteFFLe(e*) | V_PF-LD(e*) | vs PF-LD | "
-                   "range | vs non-private SteFFLe |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
-        for (eps, h), rows in grp.groupby(["epsilon", "heterogeneity"], sort=True):
-            by = {r["method"]: r for _, r in rows.iterrows()}
-            ref = by.get("steffle")
-            if ref is None:
-                continue
-            v_s, v_p, red, rng = _cell(by.get("pfld"))
-            np_cell = _cell(by.get("nonprivate_steffle"))
-            ref_txt = (_num(ref["min_error"]), _num(ref["min_violation"])) if not ref["collapsed"] else ("collapsed", "—")
-            out.append(f"| {eps:g} | {h:g} | {ref_txt[0]} | {ref_txt[1]} | {v_s} | {v_p} | {red} | {rng} | "
-                       f"{np_cell[2]} |")
-        out.append("")
-    return "\n".join(out)
+    paths = write_report(args.results, docs=args.write, plots=not args.no_plots)
+    results = Path(args.results)
+    for part in ("paper", "fig2"):
+        tables = results / part / "tables.md"
+        if tables.exists():
+            print(tables.read_text())
+    if args.write:
+        figures = Path(args.write).parent / "figures"
+        figures.mkdir(exist_ok=True)
+        for png in paths:
+            if png.suffix == ".png" and png.name.startswith(("tradeoff_", "heterogeneity_", "silos_")):
+                shutil.copy(png, figures / f"grid_{png.name}")
+    print("\n".join(str(p) for p in paths), file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    print(tables(pd.read_csv(sys.argv[1] if len(sys.argv) > 1 else "results/paper/summary.csv")))
+    sys.exit(main())

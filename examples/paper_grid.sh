@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The grids behind docs/results.md (the settings of Gupta et al. 2024, §5: N = 3, 40 epochs, batch 256,
-# 6 values of λ in [0, 2]).
-# Resumable: rerun the script and finished cells are skipped. Usage: bash examples/paper_grid.sh [OUT]
+# The comparison grid behind docs/results.md, in one command (resumable: rerun it and finished cells
+# are skipped), then the summaries, figures and the generated tables of docs/results.md.
+#
+#   bash examples/paper_grid.sh [OUT] [extra options of python -m pfair.experiments.grid]
+#   bash examples/paper_grid.sh results --dry-run                      # cells and estimated compute only
+#   bash examples/paper_grid.sh results --methods central_erm,fedavg,fermi,eg --jobs 1   # a subset
+#
+# Grid (pfair/experiments/grid.py): Credit Card, Adult, COMPAS × demographic parity, equalized odds ×
+# ε ∈ {1, 3, 9} × h ∈ {0, 0.75} × N = 3 × 15 seeds, every method with the same tuning budget (12
+# configurations per setting and seed), fronts selected on a validation split and reported on test;
+# plus the h and N sweeps of the paper's Fig. 2. About 5.2 core-hours: ≈ 2.6 h with --jobs 2 on an idle
+# 2-core machine. Each method writes OUT/<part>/<method>/runs.csv: delete a method's directory to
+# rerun it (e.g. SteFFLe, FERMI, DP-FERMI and the non-private SteFFLe after a change to SteFFLe).
 set -euo pipefail
 OUT=${1:-results}
-PFAIR=${PFAIR:-pfair}
-METHODS=steffle,pfld,fedavg,central_erm,fermi,nonprivate_steffle
-for ds in credit_card adult compas; do
-  for fairness in demographic_parity equalized_odds; do
-    "$PFAIR" sweep --no-progress --dataset "$ds" --fairness "$fairness" --methods "$METHODS" --epsilon 1 3 9 \
-      --heterogeneity 0 0.75 --silos 3 --lam 0:2:6 --seeds 5 --out "$OUT/paper"
-  done
-done
-# Fig. 2: heterogeneity h ∈ [0, 0.9] (N = 3) and silo count N ∈ [1, 12] (h = 0 and 0.75), ε = 1.
-"$PFAIR" sweep --no-progress --dataset credit_card --methods steffle --epsilon 1 --heterogeneity 0:0.9:10 --silos 3 \
-  --lam 0:2:6 --seeds 5 --out "$OUT/fig2"
-"$PFAIR" sweep --no-progress --dataset credit_card --methods steffle --epsilon 1 --heterogeneity 0 0.75 \
-  --silos 1 2 3 4 6 8 10 12 --lam 0:2:6 --seeds 5 --out "$OUT/fig2"
-"$PFAIR" summary "$OUT/paper"
-"$PFAIR" plot "$OUT/paper"
-"$PFAIR" plot "$OUT/fig2"
+shift || true
+PYTHON=${PYTHON:-python}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+"$PYTHON" -m pfair.experiments.grid --out "$OUT" --jobs "${JOBS:-2}" --no-report "$@"
+for arg in "$@"; do [[ "$arg" == "--dry-run" ]] && exit 0; done
+"$PYTHON" "$HERE/../docs/results_tables.py" "$OUT" --write "$HERE/../docs/results.md"

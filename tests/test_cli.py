@@ -168,7 +168,9 @@ def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
     runs = load_runs(tmp_path)
     assert len(runs) == 4 and (runs["error"].fillna("") == "").all()
     spec = runs["dataset"].iloc[0]
-    assert spec.startswith("csv:") and "partition_by=branch" in spec and (runs["n_train"] == 750).all()
+    assert spec.startswith("csv:") and "partition_by=branch" in spec
+    # The 750 training records: 80% train the model, 20% are the validation split.
+    assert (runs["n_train"] + runs["n_val"] == 750).all() and (runs["n_val"] == 150).all()
     # The same spec is accepted by --dataset (and by pfair.datasets.load).
     from pfair.datasets import load
 

@@ -33,12 +33,19 @@ def tiny_sweep(tmp_path_factory):
 
 # ---------------------------------------------------------------------------------------- grid
 def test_grid_collapses_knobless_and_nonprivate_methods():
-    cells = expand_grid(methods="steffle,pfld,fedavg,central_erm,fermi,single_shot", datasets="adult",
-                        epsilons=[1, 3, 9], heterogeneities=[0, 0.75], silos=[3], knobs="0:2:11", seeds=2)
+    cells = expand_grid(methods="steffle,pfld,fedavg,central_erm,fermi,single_shot,eg", datasets="adult",
+                        fairness=["demographic_parity", "equalized_odds"], epsilons=[1, 3, 9],
+                        heterogeneities=[0, 0.75], silos=[3], knobs="0:2:11", seeds=2,
+                        method_knobs={"eg": [0.01, 0.1]}, tuning={"steffle": {"lr_theta": [0.1, 0.25]}})
     count = pd.Series([c.method for c in cells]).value_counts().to_dict()
-    # private with a knob: ε × h × N × λ × seeds; non-private: ε = inf only; knob-less: knob = NaN only
-    assert count == {"steffle": 3 * 2 * 11 * 2, "pfld": 3 * 2 * 11 * 2, "fermi": 2 * 11 * 2,
-                     "single_shot": 2 * 11 * 2, "fedavg": 2 * 2, "central_erm": 2 * 2}
+    # private with a knob: notion × ε × h × N × λ × configs × seeds; non-private: ε = inf only; knob-less:
+    # knob = NaN only; notion-agnostic (fedavg, central_erm, single_shot): one "any" notion; eg: no partition
+    assert count == {"steffle": 2 * 3 * 2 * 11 * 2 * 2, "pfld": 2 * 3 * 2 * 11 * 2, "fermi": 2 * 2 * 11 * 2,
+                     "single_shot": 2 * 11 * 2, "fedavg": 2 * 2, "central_erm": 2 * 2, "eg": 2 * 2 * 2}
+    assert {c.config for c in cells if c.method == "steffle"} == {"lr_theta=0.1", "lr_theta=0.25"}
+    assert {c.fairness for c in cells if c.method == "fedavg"} == {"any"}
+    assert all(math.isnan(c.heterogeneity) and c.silos == 0 for c in cells if c.method == "eg")
+    assert {c.knob for c in cells if c.method == "eg"} == {0.01, 0.1}
     assert len({c.key() for c in cells}) == len(cells)
     for c in cells:
         spec = METHODS[c.method]
@@ -108,7 +115,13 @@ def test_runs_csv_has_one_row_per_cell_with_the_promised_columns(tiny_sweep):
     assert (private["epsilon_spent"] <= private["epsilon"] + 1e-9).all()
     assert np.isinf(raw.loc[raw["method"].isin(["fedavg", "fermi"]), ["epsilon", "epsilon_spent"]]).all().all()
     assert raw.loc[raw["method"] == "fedavg", "knob"].isna().all()
-    assert (raw["violation"] == raw["dp_violation"]).all()
+    aware = raw["method"] != "fedavg"  # fedavg ignores the notion: fairness "any", both violations, no "violation"
+    assert (raw.loc[aware, "violation"] == raw.loc[aware, "dp_violation"]).all()
+    assert (raw.loc[~aware, "fairness"] == "any").all() and raw.loc[~aware, "violation"].isna().all()
+    # the validation split: 20% of German's 750 training records, stratified by (y, s), measured like the test
+    assert (raw["n_val"] == 150).all() and (raw["n_train"] == 600).all()
+    assert ((raw["val_error"] > 0) & (raw["val_error"] < 1)).all() and np.allclose(raw["val_trivial_error"], 0.3)
+    assert (raw.loc[aware, "val_violation"] == raw.loc[aware, "val_dp_violation"]).all()
     assert (out / "sweep.json").exists()
 
 
@@ -309,8 +322,9 @@ def test_cli_sweep_summary_plot_end_to_end(capsys, tmp_path):
     stdout = capsys.readouterr().out
     assert code == 0 and "ran 12 cells (0 already" in stdout
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == 12 and set(runs["fairness"]) == {"equalized_odds"}
-    assert (runs["violation"] == runs["eo_violation"]).all()
+    assert len(runs) == 12 and set(runs["fairness"]) == {"equalized_odds", "any"}
+    steffle = runs[runs["method"] == "steffle"]
+    assert (steffle["fairness"] == "equalized_odds").all() and (steffle["violation"] == steffle["eo_violation"]).all()
     assert main(["summary", str(out)]) == 0
     stdout = capsys.readouterr().out
     assert "german · equalized_odds · ε = 1 · h = 0 · N = 3" in stdout and "fedavg (non-private)" in stdout
@@ -350,3 +364,237 @@ def test_two_sweeps_cannot_write_into_the_same_directory(tmp_path):
         with pytest.raises(ValueError, match="another sweep is running"):
             run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)
     assert run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY).ran == 2
+
+
+# ---------------------------------------------------------------------------------------- validation protocol
+def test_validation_split_is_stratified_disjoint_and_fixed_by_the_seed():
+    from pfair.experiments.sweep import split_validation, validation_indices
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 1000)
+    s = (rng.random(1000) < 0.3).astype(int)
+    idx = validation_indices(y, s, 0.2, seed=5)
+    assert np.array_equal(idx, validation_indices(y, s, 0.2, seed=5))  # fixed by the seed
+    assert not np.array_equal(idx, validation_indices(y, s, 0.2, seed=6))
+    assert len(np.unique(idx)) == len(idx)
+    for yv in (0, 1):
+        for sv in (0, 1):
+            stratum = np.flatnonzero((y == yv) & (s == sv))
+            assert np.isin(idx, stratum).sum() == round(0.2 * len(stratum))  # exactly its share in every (y, s)
+    assert validation_indices(y, s, 0.0, seed=5).size == 0
+    with pytest.raises(ValueError, match=r"val_fraction: must be in \[0, 1\)"):
+        validation_indices(y, s, 1.0, seed=0)
+    from pfair.datasets import load
+
+    ds = load("german")
+    train, (Xv, yv, sv) = split_validation(ds, 0.2, seed=3)
+    assert train.n_train + len(yv) == ds.n_train and len(train.attrs_train) == train.n_train
+    assert train.n_test == ds.n_test and np.array_equal(train.X_test, ds.X_test)  # the test split is untouched
+    # the held-out rows are exactly the training rows at the validation indices, and none of them stays in training
+    held = validation_indices(ds.y_train, ds.s_train, 0.2, 3)
+    assert np.array_equal(Xv, ds.X_train[held])
+    kept = np.setdiff1d(np.arange(ds.n_train), held)
+    assert np.array_equal(train.X_train, ds.X_train[kept])
+
+
+def _selection_runs() -> pd.DataFrame:
+    """One setting, two seeds, validation and test numbers per configuration. SteFFLe has three
+    configurations: A looks best on test but is dominated on validation by B; C is the fair end.
+    PF-LD has two. Validation trivial error 0.30, test trivial error 0.25."""
+    rows = []
+
+    def add(method, knob, config, val, test):
+        for seed in (0, 1):
+            d = 0.01 * (1 if seed else -1)  # seeds scatter symmetrically around the means given
+            rows.append(dict(method=method, dataset="adult", fairness="demographic_parity", epsilon=1.0,
+                             heterogeneity=0.0, silos=3, knob=knob, config=config, seed=seed,
+                             val_error=val[0] + d, val_dp_violation=val[1], val_eo_violation=0.5,
+                             val_trivial_error=0.30, test_error=test[0] + d, dp_violation=test[1],
+                             eo_violation=0.5, trivial_error=0.25, epsilon_spent=1.0, error=""))
+
+    add("steffle", 0.0, "lr_theta=0.1", val=(0.16, 0.20), test=(0.14, 0.10))  # A: lucky on test only
+    add("steffle", 0.0, "lr_theta=0.25", val=(0.15, 0.18), test=(0.16, 0.22))  # B: dominates A on validation
+    add("steffle", 1.0, "lr_theta=0.25", val=(0.20, 0.05), test=(0.21, 0.08))  # C
+    add("pfld", 0.0, "lr=0.25", val=(0.17, 0.30), test=(0.17, 0.30))
+    add("pfld", 1.0, "lr=0.25", val=(0.22, 0.10), test=(0.22, 0.10))
+    return pd.DataFrame(rows)
+
+
+def test_summary_selects_fronts_on_validation_and_reports_test_numbers():
+    runs = _selection_runs()
+    val = summarize(runs).set_index("method")  # auto: every row has validation metrics
+    assert (val["selection"] == "validation").all()
+    s = val.loc["steffle"]
+    # front by validation: B (0.15, 0.18) and C (0.20, 0.05); A is dominated by B on validation
+    assert s["front_size"] == 2 and s["min_error"] == pytest.approx(0.15)
+    assert s["min_test_error"] == pytest.approx(0.16)  # B's test error, not A's lucky 0.14
+    assert s["min_violation"] == pytest.approx(0.08)  # C's test violation
+    assert s["trivial_error"] == pytest.approx(0.30)  # the validation trivial error bounds the band
+    p = val.loc["pfld"]
+    # matched on validation error: e* = max(0.15, 0.17) = 0.17; SteFFLe's test violation there is B→C
+    # interpolated along validation error: 0.22 + (0.17 - 0.15) / 0.05 · (0.08 - 0.22)
+    v_s = 0.22 + 0.4 * (0.08 - 0.22)
+    assert p["matched_error"] == pytest.approx(0.17)
+    assert p["reference_violation"] == pytest.approx(v_s) and p["violation"] == pytest.approx(0.30)
+    assert p["reduction"] == pytest.approx(1 - v_s / 0.30)
+    assert p["reference_test_error"] == pytest.approx(0.16 + 0.4 * 0.05) and p["test_error"] == pytest.approx(0.17)
+    # the band [0.17, 0.30] of validation error, exact integrals of the piecewise-linear test violations
+    ref_band = ((v_s + 0.08) / 2 * 0.03 + 0.08 * 0.10) / 0.13
+    pf_band = ((0.30 + 0.10) / 2 * 0.05 + 0.10 * 0.08) / 0.13
+    assert p["reference_mean_violation"] == pytest.approx(ref_band) and p["mean_violation"] == pytest.approx(pf_band)
+    # selecting on test picks A instead (and matches on test error): a different, optimistic answer
+    test = summarize(runs, select="test").set_index("method")
+    assert (test["selection"] == "test").all()
+    assert test.loc["steffle", "min_error"] == pytest.approx(0.14) and test.loc["steffle", "front_size"] == 2
+    assert test.loc["pfld", "reference_violation"] == pytest.approx(0.10 - 0.03 / 0.07 * 0.02)
+    assert test.loc["pfld", "reduction"] > p["reduction"] + 0.2
+    # runs without a validation split fall back to test selection; asking for validation is an error
+    legacy = runs.drop(columns=[c for c in runs.columns if c.startswith("val_")])
+    assert (summarize(legacy)["selection"] == "test").all()
+    with pytest.raises(ValueError, match="select='validation' needs validation metrics"):
+        summarize(legacy, select="validation")
+
+
+def test_rows_of_notion_agnostic_and_partition_free_methods_join_every_setting():
+    from pfair.experiments.summary import broadcast
+
+    runs = _selection_runs()
+    runs = pd.concat([runs, runs.assign(heterogeneity=0.75)], ignore_index=True)
+    base = runs.iloc[:1]
+    fedavg = base.assign(method="fedavg", fairness="any", knob=math.nan, config="lr=0.1")
+    eg = base.assign(method="eg", heterogeneity=math.nan, silos=0, knob=0.01, config="eta0=2")
+    out = broadcast(pd.concat([runs, fedavg, eg], ignore_index=True))
+    assert set(out.loc[out["method"] == "fedavg", "fairness"]) == {"demographic_parity"}
+    assert sorted(out.loc[out["method"] == "eg", "heterogeneity"]) == [0.0, 0.75]
+    assert set(out.loc[out["method"] == "eg", "silos"]) == {3}
+    table = summarize(pd.concat([runs, eg], ignore_index=True))
+    assert set(table.loc[table["method"] == "eg", "heterogeneity"]) == {0.0, 0.75}
+
+
+# ---------------------------------------------------------------------------------------- ExponentiatedGradient
+def test_exponentiated_gradient_reference_fits_and_trades_error_for_fairness():
+    from pfair import metrics
+    from pfair.experiments.reference import ExponentiatedGradientLR
+
+    rng = np.random.default_rng(1)
+    n = 600
+    s = (rng.random(n) < 0.5).astype(int)
+    X = np.column_stack([s + rng.normal(0, 0.7, n), rng.normal(0, 1, n)])
+    y = (X[:, 0] + 0.5 * X[:, 1] + rng.normal(0, 0.3, n) > 0.5).astype(int)
+    silos = rng.integers(0, 3, n)
+    loose = ExponentiatedGradientLR(difference_bound=0.5, max_iter=10).fit(X, y, sensitive_features=s, silos=silos)
+    tight = ExponentiatedGradientLR(difference_bound=0.01, max_iter=10).fit(X, y, sensitive_features=s, silos=silos)
+    v_loose = metrics.demographic_parity_violation(y, loose.predict(X), sensitive_features=s)
+    v_tight = metrics.demographic_parity_violation(y, tight.predict(X), sensitive_features=s)
+    e_loose, e_tight = np.mean(loose.predict(X) != y), np.mean(tight.predict(X) != y)
+    assert v_loose > 0.3 and v_tight < 0.1 and e_tight > e_loose + 0.1  # fairness bought with error
+    assert set(np.unique(tight.predict(X))) <= {0, 1}
+    # the registry maps the knob onto eps and the notion onto the constraint; the partition is ignored
+    model = get_method("eg").build(knob=0.02, fairness="equalized_odds", epsilon=math.inf, epochs=5, batch_size=64,
+                                   seed=4, overrides={"eta0": 0.5})
+    assert (model.difference_bound, model.fairness, model.eta0, model.seed) == (0.02, "equalized_odds", 0.5, 4)
+    assert not METHODS["eg"].uses_partition and not METHODS["eg"].private
+    with pytest.raises(ValueError, match="fairness: 'equal_opportunity' is not supported"):
+        ExponentiatedGradientLR(fairness="equal_opportunity").fit(X, y, sensitive_features=s)
+    with pytest.raises(ValueError, match="difference_bound: must be a finite number > 0"):
+        ExponentiatedGradientLR(difference_bound=0).fit(X, y, sensitive_features=s)
+
+
+# ---------------------------------------------------------------------------------------- the comparison grid
+def test_every_method_gets_the_same_tuning_budget_and_the_grid_expands_as_documented():
+    from pfair.experiments import grid
+
+    assert set(grid.METHOD_GRIDS) == set(METHODS)
+    assert {m: g.size() for m, g in grid.METHOD_GRIDS.items()} == dict.fromkeys(METHODS, grid.BUDGET)
+    for name, g in grid.METHOD_GRIDS.items():  # the tuned axis is the method's own step size
+        assert set(g.tuning) == ({METHODS[name].step_size} if METHODS[name].step_size else set())
+    planned = grid.plan("/nonexistent", ["paper", "fig2"], None, 15)
+    by = {(sw.part, sw.method): len(cs) for sw, _, cs in planned if len(cs)}
+    # paper: 3 data sets × 2 notions × 3 ε × 2 h × N = 3 × 12 configs × 15 seeds for a private method
+    assert by[("paper", "steffle")] == 3 * 2 * 3 * 2 * 12 * 15
+    assert by[("paper", "fermi")] == 3 * 2 * 2 * 12 * 15  # non-private: ε = inf once
+    assert by[("paper", "fedavg")] == 3 * 2 * 12 * 15  # notion-agnostic as well
+    assert by[("paper", "eg")] == 3 * 2 * 12 * 15  # no partition: once per data set, notion and seed
+    assert by[("paper", "single_shot")] == 3 * 2 * 12 * 15  # notion-agnostic
+    # fig2: h ∈ {0, 0.1, …, 0.9} at N = 3, then N ∈ {1, 2, 3, 4, 6, 8, 10, 12} at h ∈ {0, 0.75}; the one
+    # shared point (h = 0, N = 3) runs once
+    fig2 = sum(len(cs) for sw, _, cs in planned if sw.part == "fig2" and sw.method == "steffle")
+    assert fig2 == (10 + 2 * 8 - 1) * 12 * 15
+    paths = {d for _, d, _ in planned}
+    assert {str(p) for p in paths} >= {"/nonexistent/paper/steffle", "/nonexistent/fig2/fedavg"}
+
+
+def test_grid_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path):
+    from pfair.experiments import grid
+
+    code = grid.main(["--out", str(tmp_path / "g"), "--dry-run", "--methods", "central_erm,eg", "--seeds", "2",
+                      "--parts", "paper", "--jobs", "2"])
+    text = capsys.readouterr().out
+    assert code == 0 and not (tmp_path / "g").exists()
+    assert "paper  central_erm" in text and "paper  eg" in text and "steffle" not in text
+    n = 3 * 2 * 12 * 2
+    assert f"total: {2 * n} cells" in text
+    expected_h = sum(grid.FIT_SECONDS[d][m] * 2 * 12 * 2 for d in grid.FIT_SECONDS
+                     for m in ("central_erm", "eg")) / 3600
+    assert f"{expected_h:.2f} core-hours" in text and f"about {expected_h / 2:.2f} h of wall time" in text
+    assert grid.main(["--out", str(tmp_path), "--dry-run", "--methods", "magic"]) == 2
+    assert "unknown method 'magic'" in capsys.readouterr().err
+    # a data-set subset (the pilot): COMPAS alone, one seed
+    assert grid.main(["--out", str(tmp_path / "p"), "--dry-run", "--methods", "steffle", "--datasets", "compas",
+                      "--seeds", "1", "--parts", "paper"]) == 0
+    assert f"total: {2 * 3 * 2 * 12} cells" in capsys.readouterr().out
+
+
+def test_report_blocks_are_replaced_and_pending_without_steffle(tmp_path):
+    from pfair.experiments.report import replace_blocks, tables
+
+    text = ("intro\n<!-- generated:matched -->\nold numbers\n<!-- /generated:matched -->\n"
+            "<!-- generated:other -->\nkeep\n<!-- /generated:other -->\n")
+    new = replace_blocks(text, {"matched": "| a |\n"}, "from x")
+    assert new == ("intro\n<!-- generated:matched -->\n<!-- from x -->\n| a |\n<!-- /generated:matched -->\n"
+                   "<!-- generated:other -->\nkeep\n<!-- /generated:other -->\n")
+    runs = _selection_runs()
+    blocks = tables(runs[runs["method"] == "pfld"])
+    assert "pending regeneration" in blocks["matched"] and "pending regeneration" in blocks["verdict"]
+    full = tables(runs)
+    assert "| 1 | 0 | 0.150 | 0.170 | " in full["matched"] and _pct_text(1 - (0.22 + 0.4 * (0.08 - 0.22)) / 0.30) in \
+        full["matched"]
+    assert "| adult | demographic parity | 1 | 0 | PF-LD |" in full["verdict"] and "+64%" in full["verdict"]
+
+
+def _pct_text(v: float) -> str:
+    return f"{100 * v:+.0f}%".replace("-", "−")
+
+
+def test_paper_grid_script_dry_run_runs_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "results"
+    done = subprocess.run(["bash", str(root / "examples" / "paper_grid.sh"), str(out), "--dry-run", "--methods",
+                           "steffle,fedavg", "--parts", "paper"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{out}/paper/steffle" in done.stdout and "total: 7560 cells" in done.stdout  # 6,480 + 1,080
+    assert not out.exists()
+
+
+def test_schema_1_runs_read_back_and_are_summarised_with_test_selection(tmp_path):
+    old_columns = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed",
+                   "test_error", "trivial_error", "dp_violation", "eo_violation", "epsilon_spent", "error",
+                   "finished_at"]
+    runs = _hand_runs().assign(finished_at=1.0)
+    runs[old_columns].to_csv(tmp_path / "runs.csv", index=False)
+    back = load_runs(tmp_path)
+    assert (back["config"] == "").all() and back["val_error"].isna().all() and len(back) == len(runs)
+    table = summarize(tmp_path)
+    assert (table["selection"] == "test").all()
+    pf = table[(table["epsilon"] == 1.0) & (table["method"] == "pfld")].iloc[0]
+    assert pf["reduction"] == pytest.approx(1 - (0.20 - 0.10 / 3) / 0.30)  # as in the hand-built summary test
+    with pytest.raises(ValueError, match="another --out"):  # a schema-2 sweep does not append to it
+        run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)

@@ -12,8 +12,12 @@ baselines at the same accuracy, at every privacy level and heterogeneity) on rea
 or ``pfair sweep ...``, ``pfair summary results/``, ``pfair plot results/``. Modules:
 :mod:`~pfair.experiments.methods` (the registry of methods and their knobs),
 :mod:`~pfair.experiments.sweep` (grid, parallel runner, resume, CSV),
-:mod:`~pfair.experiments.summary` (Pareto fronts, interpolation, the table) and
-:mod:`~pfair.experiments.plots`. ``docs/experiments.md`` documents the CSV and the definitions.
+:mod:`~pfair.experiments.summary` (selection on validation, Pareto fronts, interpolation, the
+table), :mod:`~pfair.experiments.plots`, :mod:`~pfair.experiments.reference` (fairlearn's
+ExponentiatedGradient as a non-private reference), :mod:`~pfair.experiments.grid` (the
+comparison grid of ``docs/results.md`` as data, ``python -m pfair.experiments.grid``) and
+:mod:`~pfair.experiments.report` (its tables). ``docs/experiments.md`` documents the CSV, the
+protocol and the definitions.
 """
 
 from pfair.experiments.methods import METHODS, MethodSpec

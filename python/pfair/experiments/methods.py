@@ -12,13 +12,17 @@ is mapped onto the hyper-parameter that trades accuracy for fairness in that met
     single_shot          pfair.baselines.SingleShotSyntheticFL  rho_o = 10·v  no       yes
     fedavg               pfair.baselines.FedAvg              none             no       yes
     central_erm          pfair.baselines.CentralERM          none             no       no (pooled)
+    eg                   experiments.reference.ExponentiatedGradientLR  difference_bound = v  no  no (pooled)
 
 The knob value v becomes ``hyper-parameter = scale · v``: scale 1 for λ (SteFFLe, FERMI,
 DP-FERMI) and λ_max (PF-LD, whose multipliers live in [0, λ_max], so λ_max plays λ's role), and
 scale 10 for the single-shot method's covariance penalty ρ_o, so that the paper's λ ∈ [0, 2]
-spans ρ_o ∈ [0, 20] around Wu et al.'s default ρ_o = 10. Methods without a knob run once per
-grid point (knob = NaN); methods that are not private run once with ε = ∞ (see
-:mod:`pfair.experiments.sweep`).
+spans ρ_o ∈ [0, 20] around the single-shot method's default ρ_o = 10. fairlearn's ExponentiatedGradient
+(``eg``) takes its constraint bound ``difference_bound`` = v, so for it a *smaller* knob is fairer.
+Methods without a knob run once per grid point (knob = NaN); methods that are not private run
+once with ε = ∞; methods that ignore the fairness notion run once with ``fairness = "any"``; and
+``eg``, which pools the records and is deterministic given them, runs once per data set, notion
+and seed whatever the partition (see :mod:`pfair.experiments.sweep`).
 
 Fixed hyper-parameters are the estimators' defaults, except ``epochs`` and ``batch_size``
 (shared by every SGD-based method and set by the sweep), ``track_history=False`` and
@@ -54,6 +58,12 @@ def _steffle() -> type:
     return SteFFLe
 
 
+def _eg() -> type:
+    from pfair.experiments.reference import ExponentiatedGradientLR
+
+    return ExponentiatedGradientLR
+
+
 def _baseline(name: str) -> Callable[[], type]:
     def factory() -> type:
         from pfair import baselines
@@ -80,6 +90,11 @@ class MethodSpec:
         partition only fixes the order of the records).
     fairness_aware : whether ``fairness=`` is passed to the estimator.
     description : one line for ``pfair sweep --help`` and the docs.
+    step_size : the name of the method's step-size hyper-parameter (the one a tuning grid
+        varies next to the knob), or None.
+    uses_partition : False when the fit does not depend on the partition into silos at all
+        (pooled and deterministic given the records): the sweep then runs it once per data set,
+        notion and seed, and the summary places it in every (h, N).
     """
 
     name: str
@@ -90,6 +105,8 @@ class MethodSpec:
     federated: bool
     fairness_aware: bool
     description: str
+    step_size: str | None = None
+    uses_partition: bool = True
 
     def parameters(self) -> list[str]:
         """Names of the estimator's ``__init__`` parameters."""
@@ -134,22 +151,30 @@ METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
         MethodSpec("steffle", _steffle, "lam", 1.0, private=True, federated=True, fairness_aware=True,
-                   description="SteFFLe: per-silo ISRL-DP fair federated learning (Gupta et al. 2024)"),
+                   description="SteFFLe: per-silo ISRL-DP fair federated learning (Gupta et al. 2024)",
+                   step_size="lr_theta"),
         MethodSpec("pfld", _baseline("PFLD"), "lam_max", 1.0, private=True, federated=False, fairness_aware=True,
-                   description="PF-LD: private fair Lagrangian dual, central DP (Tran et al. 2021)"),
+                   description="PF-LD: private fair Lagrangian dual, central DP (Tran et al. 2021)",
+                   step_size="lr"),
         MethodSpec("fedavg", _baseline("FedAvg"), None, 1.0, private=False, federated=True, fairness_aware=False,
-                   description="FedAvg: non-private, non-fair federated averaging"),
+                   description="FedAvg: non-private, non-fair federated averaging", step_size="lr"),
         MethodSpec("central_erm", _baseline("CentralERM"), None, 1.0, private=False, federated=False,
-                   fairness_aware=False, description="central ERM: non-private, non-fair SGD on pooled data"),
+                   fairness_aware=False, description="central ERM: non-private, non-fair SGD on pooled data",
+                   step_size="lr"),
         MethodSpec("fermi", _baseline("FERMI"), "lam", 1.0, private=False, federated=False, fairness_aware=True,
-                   description="FERMI: non-private fair, pooled data"),
+                   description="FERMI: non-private fair, pooled data", step_size="lr_theta"),
         MethodSpec("dp_fermi", _baseline("DPFERMI"), "lam", 1.0, private=True, federated=False,
-                   fairness_aware=True, description="DP-FERMI: central DP fair, pooled data"),
+                   fairness_aware=True, description="DP-FERMI: central DP fair, pooled data", step_size="lr_theta"),
         MethodSpec("nonprivate_steffle", _baseline("NonPrivateSteFFLe"), "lam", 1.0, private=False, federated=True,
-                   fairness_aware=True, description="SteFFLe without noise (sigma = 0), federated"),
+                   fairness_aware=True, description="SteFFLe without noise (sigma = 0), federated",
+                   step_size="lr_theta"),
         MethodSpec("single_shot", _baseline("SingleShotSyntheticFL"), "rho_o", 10.0, private=False, federated=True,
                    fairness_aware=False,
-                   description="single-shot synthetic-data fair FL, rho_o = 10 x knob, no DP claim (Wu et al. 2024)"),
+                   description="single-shot synthetic-data fair FL, rho_o = 10 x knob, no DP claim (Wu et al. 2024)",
+                   step_size="outer_lr"),
+        MethodSpec("eg", _eg, "difference_bound", 1.0, private=False, federated=False, fairness_aware=True,
+                   description="fairlearn ExponentiatedGradient over logistic regression, difference_bound = knob "
+                               "(smaller is fairer), non-private, pooled", step_size="eta0", uses_partition=False),
     )
 }
 

@@ -1,15 +1,15 @@
 """Figures of a sweep: trade-off curves per setting, and the heterogeneity and silo-count sweeps.
 
-Every panel plots test error (y) against the fairness violation (x) of the sweep's notion, one
-point per knob value: the mean over seeds, with ±1 standard deviation (over seeds) error bars
-on both axes. Every panel draws the trivial error (the constant majority-class predictor on the
-test set) as a horizontal line: a point on or above it is no better than predicting one class
-for everyone.
+Every panel plots test error (y) against the test violation (x) of the sweep's notion. Every
+configuration (knob value × tuned hyper-parameters) is a faint dot, the mean over seeds; the
+configurations the summary compares (:func:`pfair.experiments.summary.selected_front`, chosen on
+the validation split when the runs have one) are drawn at their test coordinates with ±1
+standard deviation (over seeds) error bars on both axes, joined in order of selection error.
+Every panel draws the trivial error (the constant majority-class predictor on the test set) as
+a horizontal line: a point on or above it is no better than predicting one class for everyone.
 
-* ``tradeoff_<dataset>_<fairness>_N<silos>``: one panel per (h, ε), one colour per method; the
-  points are joined in knob order (thin line) and each method's Pareto front (the same front as
-  :mod:`pfair.experiments.summary`: points below the trivial error, non-dominated) is drawn
-  bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
+* ``tradeoff_<dataset>_<fairness>_N<silos>``: one panel per (h, ε), one colour per method, the
+  selected fronts bold. Non-private methods (ε = ∞) appear in every ε panel, dashed.
 * ``heterogeneity_<dataset>_<fairness>_<method>_eps<ε>_N<silos>`` (Gupta et al. 2024, Fig. 2): the
   reference method's trade-off curves coloured by h, at one ε (default 1), when the sweep has at
   least two values of h.
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from pfair.experiments.methods import METHODS
-from pfair.experiments.summary import front, tradeoff_points
+from pfair.experiments.summary import has_validation, selected_front, tradeoff_points
 
 __all__ = ["plot_results", "METHOD_COLOURS"]
 
@@ -81,23 +81,23 @@ def _trivial_line(ax: Any, trivial: float) -> None:
     ax.axhline(trivial, color="black", linestyle=":", linewidth=1.2, label=f"trivial error {trivial:.3f}", zorder=1)
 
 
-def _curve(ax: Any, pts: pd.DataFrame, colour: Any, label: str, dashed: bool, trivial: float | None,
-           highlight_front: bool) -> None:
-    """One method's (or one setting's) points in knob order, error bars, and its front in bold."""
-    pts = pts.sort_values("knob", na_position="first")
-    x, y = pts["violation"].to_numpy(), pts["test_error"].to_numpy()
+def _curve(ax: Any, pts: pd.DataFrame, colour: Any, label: str, dashed: bool, select: str,
+           highlight_front: bool, margin: float = 0.0) -> None:
+    """One method's (or one setting's) configurations: every point faint, and the configurations
+    its comparison uses (:func:`~pfair.experiments.summary.selected_front`, chosen on ``select``'s
+    split) at their *test* coordinates with ±1 std error bars, joined in order of selection
+    error (bold when ``highlight_front``)."""
     style = "--" if dashed else "-"
-    ax.errorbar(x, y, xerr=pts["violation_std"].to_numpy(), yerr=pts["test_error_std"].to_numpy(), color=colour,
-                linestyle=style, linewidth=0.9, marker="o", markersize=3.5, elinewidth=0.7, capsize=2,
-                alpha=0.55 if highlight_front else 0.9, label=None if highlight_front else label, zorder=2)
-    if highlight_front:
-        keep = y < trivial if trivial is not None else np.ones(len(y), dtype=bool)
-        fe, fv = front(y[keep], x[keep])
-        if len(fe):
-            ax.plot(fv, fe, color=colour, linestyle=style, linewidth=2.4, marker="o", markersize=6,
-                    markeredgecolor="black", markeredgewidth=0.6, label=label, zorder=3)
-        else:
-            ax.plot([], [], color=colour, linestyle=style, label=f"{label} (collapsed)")
+    ax.scatter(pts["violation"], pts["test_error"], color=colour, s=7, alpha=0.3, zorder=1, linewidths=0)
+    sel = selected_front(pts, select, margin)
+    if not len(sel):
+        ax.plot([], [], color=colour, linestyle=style, label=f"{label} (collapsed)")
+        return
+    x, y = sel["violation"].to_numpy(), sel["test_error"].to_numpy()
+    ax.errorbar(x, y, xerr=sel["violation_std"].to_numpy(), yerr=sel["test_error_std"].to_numpy(), color=colour,
+                linestyle=style, linewidth=2.2 if highlight_front else 1.1, marker="o",
+                markersize=5 if highlight_front else 3.5, elinewidth=0.7, capsize=2, label=label, zorder=3,
+                markeredgecolor="black" if highlight_front else colour, markeredgewidth=0.5)
 
 
 def _panel_title(eps: float, h: float, n: int) -> str:
@@ -123,7 +123,8 @@ def _figure_legend(fig: Any, axes: np.ndarray) -> None:
                fontsize=8, frameon=False)
 
 
-def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str]) -> list[Path]:
+def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], select: str,
+                      margin: float = 0.0) -> list[Path]:
     paths = []
     for (ds, fair, n), grp in points.groupby(["dataset", "fairness", "silos"], sort=True):
         hs = sorted(grp["heterogeneity"].unique())
@@ -135,26 +136,31 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str]) -
                 ax = axes[i, j]
                 here = grp[(grp["heterogeneity"] == h) & ((grp["epsilon"] == eps) | np.isinf(grp["epsilon"]))]
                 trivial = float(here["trivial_error"].mean()) if len(here) else math.nan
+                val_trivial = float(here["val_trivial_error"].mean()) if len(here) else math.nan
                 for method in [m for m in METHODS if m in set(here["method"])] + sorted(
                         set(here["method"]) - set(METHODS)):
                     pts = here[here["method"] == method]
                     spec = METHODS.get(method)
                     private = spec.private if spec else bool(np.isfinite(pts["epsilon"]).all())
                     label = method if private else f"{method} (non-private)"
-                    _curve(ax, pts, METHOD_COLOURS.get(method, "#333333"), label, not private, trivial, True)
+                    # the summary's trivial errors: one per panel (setting), whatever the method's seeds
+                    pts = pts.assign(val_trivial_error=val_trivial, trivial_error=trivial)
+                    _curve(ax, pts, METHOD_COLOURS.get(method, "#333333"), label, not private, select, True,
+                           margin)
                 if math.isfinite(trivial):
                     _trivial_line(ax, trivial)
                 ax.set_title(_panel_title(eps, h, n), fontsize=10)
                 _finish(ax, fair, legend=False)
         _figure_legend(fig, axes)
         # Two lines, so that a one-panel figure does not clip the title.
-        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off\nmean ± std over seeds; bold: Pareto front",
-                     fontsize=11)
+        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off, test numbers (mean ± std over seeds)\n"
+                     f"faint: every configuration; bold: the front chosen on the {select} split", fontsize=11)
         paths += _save(fig, out, f"tradeoff_{ds}_{fair}_N{n}", formats)
     return paths
 
 
-def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial: float, label: str) -> None:
+def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial: float, label: str,
+                     select: str, margin: float = 0.0) -> None:
     """One curve per value of ``by``, coloured along viridis from its smallest to its largest value."""
     matplotlib, _, _ = _matplotlib()
     values = sorted(pts[by].unique())
@@ -162,7 +168,7 @@ def _coloured_curves(ax: Any, pts: pd.DataFrame, by: str, fairness: str, trivial
     span = max(values) - min(values)
     for v in values:
         colour = cmap(0.9 * (v - min(values)) / span if span > 0 else 0.0)
-        _curve(ax, pts[pts[by] == v], colour, f"{label} = {v:g}", False, None, False)
+        _curve(ax, pts[pts[by] == v], colour, f"{label} = {v:g}", False, select, False, margin)
     _trivial_line(ax, trivial)
     _finish(ax, fairness)
 
@@ -172,7 +178,7 @@ def _pick_epsilon(eps_values: Sequence[float], wanted: float) -> float | None:
 
 
 def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], method: str,
-                   epsilon: float) -> list[Path]:
+                   epsilon: float, select: str, margin: float = 0.0) -> list[Path]:
     paths = []
     pts_m = points[points["method"] == method]
     eps_text = "inf" if math.isinf(epsilon) else f"{epsilon:g}"
@@ -186,37 +192,46 @@ def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], meth
             if by_n["heterogeneity"].nunique() < 2:
                 continue
             fig, axes = _new_figure(1, 1, width=5.6, height=4.2)
-            _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h")
+            _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h", select, margin)
             axes[0, 0].set_title(f"{ds}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h", fontsize=10)
             paths += _save(fig, out, f"heterogeneity_{ds}_{fair}_{method}_eps{eps_text}_N{n}", formats)
         hs = [h for h, by_h in grp.groupby("heterogeneity", sort=True) if by_h["silos"].nunique() >= 2]
         if hs:
             fig, axes = _new_figure(1, len(hs), width=5.6, height=4.2)
             for ax, h in zip(axes[0], hs):
-                _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N")
+                _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N", select, margin)
                 ax.set_title(f"{ds}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N", fontsize=10)
             paths += _save(fig, out, f"silos_{ds}_{fair}_{method}_eps{eps_text}", formats)
     return paths
 
 
-def plot_results(path: str | os.PathLike, *, out: str | os.PathLike | None = None,
-                 formats: Sequence[str] = ("png", "svg"), method: str = "steffle", epsilon: float = 1.0
-                 ) -> list[Path]:
-    """Draw every figure of the sweep in ``path`` (a results directory or its ``runs.csv``).
+def plot_results(path: str | os.PathLike | Sequence[str | os.PathLike], *, out: str | os.PathLike | None = None,
+                 formats: Sequence[str] = ("png", "svg"), method: str = "steffle", epsilon: float = 1.0,
+                 select: str = "auto", margin: float = 0.0) -> list[Path]:
+    """Draw every figure of the sweep in ``path`` (a results directory or its ``runs.csv``, or a
+    list of them, drawn together).
 
-    ``out``: where to save (default ``<results>/plots``). ``formats``: file types (PNG and SVG).
-    ``method``, ``epsilon``: whose curves and which ε the heterogeneity and silo-count figures
-    show (default SteFFLe at ε = 1, the paper's Fig. 2). Returns the paths written."""
+    ``out``: where to save (default ``<results>/plots``, of the first path). ``formats``: file
+    types (PNG and SVG). ``method``, ``epsilon``: whose curves and which ε the heterogeneity and
+    silo-count figures show (default SteFFLe at ε = 1, the paper's Fig. 2). ``select``: the split
+    the drawn fronts are chosen on (``validation``, ``test``; ``auto``: validation when the runs
+    have it). ``margin``: points with selection error ≥ trivial − margin are left out of the
+    drawn fronts, as in :func:`~pfair.experiments.summary.summarize`. Returns the paths written."""
     from pfair.experiments.sweep import load_runs
 
-    src = Path(path)
-    runs = load_runs(src)
+    paths_in = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not paths_in:
+        raise ValueError("path: no results directory given")
+    runs = pd.concat([load_runs(p) for p in paths_in], ignore_index=True)
     points = tradeoff_points(runs)
+    src = Path(paths_in[0])
     if points.empty:
         raise ValueError(f"path: {src} has no finished runs to plot")
+    if select == "auto":
+        select = "validation" if has_validation(points) else "test"
     results_dir = src if src.is_dir() else src.parent
     out_dir = Path(out) if out is not None else results_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = _tradeoff_figures(points, out_dir, formats)
-    paths += _sweep_figures(points, out_dir, formats, method, float(epsilon))
+    paths = _tradeoff_figures(points, out_dir, formats, select, margin)
+    paths += _sweep_figures(points, out_dir, formats, method, float(epsilon), select, margin)
     return paths

@@ -1,13 +1,28 @@
-r"""The summary table: fairness violation at matched test error, and SteFFLe's reduction.
+r"""The summary table: fairness violation at matched error, and SteFFLe's reduction.
 
-Definitions (also in ``docs/experiments.md``). Throughout, "error" is the mean test error over
-seeds and "violation" the mean violation (DP or EO, per the row's ``fairness``) over seeds.
+Definitions (also in ``docs/experiments.md``). Throughout, "error" and "violation" (DP or EO,
+per the setting's ``fairness``) are means over seeds.
+
+*Selection on validation, reported on test* (``select="validation"``, the default whenever the
+runs have a validation split). Every configuration (knob value × tuned hyper-parameters) of a
+method has a validation point (error, violation on the validation split carved from the
+training data) and a test point. The method's front is chosen on validation alone: the
+configurations whose validation error is below the validation trivial error, non-dominated in
+(validation error, validation violation). The comparison then reads the *test* violation (and
+test error) of exactly those configurations, placed on the axis of their validation error:
+below, "error" e means validation error and V_m(e) the test violation of the selected
+configurations interpolated along it (a mixture of two selected models chosen on validation
+has the mixture's test error and at most the mixture's test violation). No test number
+influences which configurations are compared. ``select="test"`` is the same with the test split
+in both roles (the protocol of sweeps without a validation split, optimistic: it picks the
+luckiest configurations on the numbers it reports).
 
 *Setting.* ``(dataset, fairness, ε, h, N)``. A non-private method (run once with ε = ∞) belongs
 to every finite-ε setting of its ``(dataset, fairness, h, N)`` as a reference.
 
-*Points.* For a method in a setting, one point per knob value: ``(error, violation)``, averaged
-over the seeds that finished without error.
+*Points.* For a method in a setting, one point per configuration (knob value × tuned
+hyper-parameters): its errors and violations, averaged over the seeds that finished without
+error. The front and the curve below are :func:`selected_front`'s (see above).
 
 *Collapsed points.* A point whose error is ``≥ e_triv − margin``, where ``e_triv`` is the error
 of the constant majority-class predictor on the test set, is no better than that constant
@@ -59,6 +74,10 @@ from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS
 
 __all__ = [
     "SETTING_COLUMNS",
+    "SELECTIONS",
+    "broadcast",
+    "selected_front",
+    "has_validation",
     "pareto_mask",
     "front",
     "violation_at",
@@ -165,26 +184,68 @@ def _runs(runs: Any) -> pd.DataFrame:
         from pfair.experiments.sweep import load_runs
 
         return load_runs(runs)
-    raise TypeError(f"runs must be a DataFrame or the path of a sweep's results, got {type(runs).__name__}")
+    if isinstance(runs, (list, tuple)):
+        from pfair.experiments.sweep import load_runs
+
+        return pd.concat([_runs(r) if isinstance(r, pd.DataFrame) else load_runs(r) for r in runs],
+                         ignore_index=True)
+    raise TypeError(f"runs must be a DataFrame, the path of a sweep's results or a list of them, "
+                    f"got {type(runs).__name__}")
+
+
+def broadcast(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows placed in every setting they belong to: a row with ``fairness = "any"`` (a method
+    that ignores the notion) once per notion present for its data set (both if none is), and a
+    row with ``heterogeneity = NaN, silos = 0`` (a method that does not use the partition) once
+    per (h, N) present for its data set (h = 0, N = 1 if none is)."""
+    from pfair.experiments.sweep import ANY_FAIRNESS, ANY_SILOS
+
+    df = df.copy()
+    if "config" not in df.columns:
+        df["config"] = ""
+    df["config"] = df["config"].fillna("").astype(str)
+    parts = [df[(df["fairness"] != ANY_FAIRNESS)]]
+    anyf = df[df["fairness"] == ANY_FAIRNESS]
+    for ds, grp in anyf.groupby("dataset", sort=False):
+        notions = sorted(set(df.loc[(df["dataset"] == ds) & (df["fairness"] != ANY_FAIRNESS), "fairness"]))
+        for notion in notions or list(FAIRNESS_CHOICES):
+            parts.append(grp.assign(fairness=notion))
+    df = pd.concat(parts, ignore_index=True)
+    free = df["heterogeneity"].isna() & (df["silos"] == ANY_SILOS)
+    parts = [df[~free]]
+    for ds, grp in df[free].groupby("dataset", sort=False):
+        here = df.loc[(df["dataset"] == ds) & ~free, ["heterogeneity", "silos"]].drop_duplicates()
+        pairs = list(here.itertuples(index=False, name=None)) or [(0.0, 1)]
+        for h, n in pairs:
+            parts.append(grp.assign(heterogeneity=float(h), silos=int(n)))
+    return pd.concat(parts, ignore_index=True)
 
 
 def tradeoff_points(runs: Any) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of each (setting, method, knob): one row per point.
+    """Mean and standard deviation over seeds of each (setting, method, knob, config): one row
+    per point (rows placed in their settings by :func:`broadcast`).
 
-    Columns: the setting columns, ``method``, ``knob``, ``test_error``, ``test_error_std``,
-    ``violation``, ``violation_std`` (for the row's ``fairness``), ``dp_violation``,
-    ``eo_violation``, ``epsilon_spent`` (max over seeds), ``trivial_error``, ``n_seeds``. Rows
-    whose fit raised are left out. Non-private methods keep ``epsilon = inf`` here (see
-    :func:`summarize` for their placement in ε settings). Standard deviations use ddof = 0."""
+    Columns: the setting columns, ``method``, ``knob``, ``config``, ``test_error``,
+    ``test_error_std``, ``violation``, ``violation_std`` (for the row's ``fairness``),
+    ``dp_violation``, ``eo_violation``, ``epsilon_spent`` (max over seeds), ``trivial_error``,
+    ``val_error``, ``val_violation``, ``val_trivial_error`` (NaN without a validation split),
+    ``n_seeds``. Rows whose fit raised are left out. Non-private methods keep
+    ``epsilon = inf`` here (see :func:`summarize` for their placement in ε settings). Standard
+    deviations use ddof = 0."""
     df = _runs(runs)
     if "error" in df.columns:
         df = df[df["error"].fillna("").astype(str) == ""]
-    df = df.copy()
+    df = broadcast(df)
     unknown = sorted(set(df["fairness"]) - set(FAIRNESS_CHOICES))
     if unknown:
         raise ValueError(f"runs: unknown fairness notions {unknown}; expected {list(FAIRNESS_CHOICES)}")
-    df["violation"] = np.where(df["fairness"] == "equalized_odds", df["eo_violation"], df["dp_violation"])
-    keys = SETTING_COLUMNS + ["method", "knob"]
+    eo = df["fairness"] == "equalized_odds"
+    df["violation"] = np.where(eo, df["eo_violation"], df["dp_violation"])
+    for col in ("val_error", "val_dp_violation", "val_eo_violation", "val_trivial_error"):
+        if col not in df.columns:
+            df[col] = np.nan
+    df["val_violation"] = np.where(eo, df["val_eo_violation"], df["val_dp_violation"])
+    keys = SETTING_COLUMNS + ["method", "knob", "config"]
     df["knob"] = df["knob"].fillna(-1.0)  # group NaN knobs together; restored below
     g = df.groupby(keys, sort=True, dropna=False)
     out = g.agg(
@@ -196,10 +257,49 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
         eo_violation=("eo_violation", "mean"),
         epsilon_spent=("epsilon_spent", "max"),
         trivial_error=("trivial_error", "mean"),
+        val_error=("val_error", "mean"),
+        val_violation=("val_violation", "mean"),
+        val_trivial_error=("val_trivial_error", "mean"),
         n_seeds=("seed", "nunique"),
     ).reset_index()
     out.loc[out["knob"] < 0, "knob"] = np.nan
     return out
+
+
+SELECTIONS = ("validation", "test")
+
+
+def has_validation(points: pd.DataFrame) -> bool:
+    """Whether every point has validation metrics (a sweep with a validation split)."""
+    return bool(len(points)) and bool(points[["val_error", "val_violation", "val_trivial_error"]].notna().all().all())
+
+
+def selected_front(pts: pd.DataFrame, select: str = "validation", margin: float = 0.0) -> pd.DataFrame:
+    """The configurations a method's comparison uses, chosen on ``select``'s split, with their
+    test numbers.
+
+    ``pts``: one method's points in one setting (rows of :func:`tradeoff_points`). With
+    ``select="validation"``: the points whose *validation* error is below the validation trivial
+    error − ``margin``, then their Pareto front by (validation error, validation violation).
+    With ``select="test"``: the same on the test split (the protocol of schema-1 sweeps, which
+    have no validation split). Returns those rows sorted by the selection error, with the
+    column ``x`` = the selection error (the axis on which methods are matched) and the test
+    metrics ``test_error`` and ``violation`` untouched. Exact duplicates in (x, selection
+    violation) keep one row."""
+    if select not in SELECTIONS:
+        raise ValueError(f"select: {select!r} is not a selection split; choose from {', '.join(SELECTIONS)}")
+    if select == "validation":
+        err, viol, triv = pts["val_error"], pts["val_violation"], pts["val_trivial_error"]
+    else:
+        err, viol, triv = pts["test_error"], pts["violation"], pts["trivial_error"]
+    usable = (err < triv - margin).to_numpy()
+    chosen = pts[usable].copy()
+    chosen["x"] = err[usable].to_numpy()
+    chosen["_sel_v"] = viol[usable].to_numpy()
+    mask = pareto_mask(chosen["x"], chosen["_sel_v"])
+    chosen = chosen[mask].sort_values(["x", "_sel_v", "knob", "config"], kind="stable")
+    chosen = chosen.drop_duplicates(["x", "_sel_v"], keep="first")
+    return chosen.drop(columns="_sel_v").reset_index(drop=True)
 
 
 def _settings_of(points: pd.DataFrame) -> list[tuple[Any, ...]]:
@@ -217,19 +317,29 @@ def _order(methods: Any) -> list[str]:
     return sorted(set(methods), key=lambda m: (names.index(m) if m in names else len(names), m))
 
 
-def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> pd.DataFrame:
-    """The summary table of a sweep (``runs``: a DataFrame of ``runs.csv`` rows or its path).
+def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0, select: str = "auto") -> pd.DataFrame:
+    """The summary table of a sweep (``runs``: a DataFrame of ``runs.csv`` rows, its path, or a
+    list of either).
 
-    One row per (setting, method), with the definitions of the module docstring:
+    ``select``: ``"validation"`` (configurations chosen on the validation split, reported on
+    test), ``"test"`` (chosen and reported on test: the older protocol) or ``"auto"``
+    (validation when every row has validation metrics, else test). The chosen protocol is in
+    the ``selection`` column.
+
+    One row per (setting, method), with the definitions of the module docstring, where a
+    method's front is :func:`selected_front` and the error axis is the selection split's error:
 
     ``dataset, fairness, epsilon, heterogeneity, silos`` — the setting; ``method``;
     ``reference`` — the method compared against (default ``steffle``); ``private``;
-    ``trivial_error``; ``n_points`` (knob values), ``n_seeds`` (fewest seeds of a point);
-    ``front_size``; ``min_error`` (e_min of the front) and ``min_violation`` (its lowest
-    violation); ``collapsed`` (every point has error ≥ trivial − margin);
-    ``matched_error`` e*, ``violation`` V_method(e*), ``reference_violation`` V_ref(e*),
+    ``selection``; ``trivial_error`` (of the selection split); ``n_points`` (configurations),
+    ``n_seeds`` (fewest seeds of a point); ``front_size``; ``min_error`` (the front's lowest
+    selection error) and ``min_violation`` (the *test* violation of its last, fairest point);
+    ``min_test_error`` (the test error of its first point); ``collapsed`` (no configuration below
+    the trivial error − margin); ``matched_error`` e*, ``violation`` V_method(e*) and
+    ``reference_violation`` V_ref(e*) (test violations, interpolated along the selection
+    error), ``test_error`` and ``reference_test_error`` (their test errors at e*, the same way),
     ``reduction`` 1 − V_ref(e*)/V_method(e*); ``mean_violation``, ``reference_mean_violation``
-    and ``range_reduction``, the same for the mean over the error range [e*, trivial − margin];
+    and ``range_reduction``, the same for the mean over the band [e*, trivial − margin];
     ``status``: ``compared``, ``reference``, ``collapsed`` (this method), ``reference
     collapsed`` or ``no reference``.
 
@@ -237,7 +347,15 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
     """
     if margin < 0 or not math.isfinite(margin):
         raise ValueError(f"margin must be >= 0 and finite, got {margin}")
+    if select not in SELECTIONS + ("auto",):
+        raise ValueError(f"select: {select!r} is not supported; choose from validation, test, auto")
     points = tradeoff_points(runs)
+    if select == "auto":
+        select = "validation" if has_validation(points) else "test"
+    elif select == "validation" and not has_validation(points):
+        raise ValueError("select='validation' needs validation metrics in every row; these runs have none "
+                         "(a schema-1 sweep or val_fraction=0): use select='test' or rerun with a validation split")
+    trivial_col = "val_trivial_error" if select == "validation" else "trivial_error"
     rows = []
     for setting in _settings_of(points):
         ds, fair, eps, h, n = setting
@@ -245,32 +363,36 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
                       & (points["silos"] == n) & ((points["epsilon"] == eps) | np.isinf(points["epsilon"]))]
         if here.empty:
             continue
-        trivial = float(here["trivial_error"].mean())
-        fronts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        trivial = float(here[trivial_col].mean())
+        fronts: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         info: dict[str, dict[str, Any]] = {}
         for method in _order(here["method"]):
-            pts = here[here["method"] == method]
-            usable = pts[pts["test_error"] < trivial - margin]
-            fe, fv = front(usable["test_error"], usable["violation"])
-            fronts[method] = (fe, fv)
+            pts = here[here["method"] == method].copy()
+            pts[trivial_col] = trivial
+            sel = selected_front(pts, select, margin)
+            fe, fv, ft = (sel[c].to_numpy(dtype=float) for c in ("x", "violation", "test_error"))
+            fronts[method] = (fe, fv, ft)
             spec = METHODS.get(method)
             info[method] = {
                 "private": bool(spec.private) if spec else bool(np.isfinite(pts["epsilon"]).all()),
                 "n_points": len(pts), "n_seeds": int(pts["n_seeds"].min()), "front_size": len(fe),
                 "min_error": float(fe[0]) if len(fe) else math.nan,
                 "min_violation": float(fv[-1]) if len(fv) else math.nan,
+                "min_test_error": float(ft[0]) if len(ft) else math.nan,
                 "collapsed": len(fe) == 0,
             }
         ref = fronts.get(reference)
-        for method, (fe, fv) in fronts.items():
+        for method, (fe, fv, ft) in fronts.items():
             row: dict[str, Any] = dict(zip(SETTING_COLUMNS, setting))
-            row.update(method=method, reference=reference, trivial_error=trivial, **info[method])
-            cmp = dict.fromkeys(("matched_error", "violation", "reference_violation", "reduction",
-                                 "mean_violation", "reference_mean_violation", "range_reduction"), math.nan)
+            row.update(method=method, reference=reference, selection=select, trivial_error=trivial, **info[method])
+            cmp = dict.fromkeys(("matched_error", "violation", "reference_violation", "test_error",
+                                 "reference_test_error", "reduction", "mean_violation", "reference_mean_violation",
+                                 "range_reduction"), math.nan)
             if method == reference:
                 status = "collapsed" if info[method]["collapsed"] else "reference"
                 if len(fe):
-                    cmp.update(matched_error=float(fe[0]), violation=float(fv[0]), reference_violation=float(fv[0]))
+                    cmp.update(matched_error=float(fe[0]), violation=float(fv[0]), reference_violation=float(fv[0]),
+                               test_error=float(ft[0]), reference_test_error=float(ft[0]))
             elif info[method]["collapsed"]:
                 status = "collapsed"
             elif ref is None:
@@ -278,14 +400,18 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0) -> 
             elif len(ref[0]) == 0:
                 status = "reference collapsed"
             else:
-                cmp.update(matched_reduction(ref, (fe, fv), upper_error=trivial - margin))
+                cmp.update(matched_reduction(ref[:2], (fe, fv), upper_error=trivial - margin))
+                e_star = cmp["matched_error"]
+                cmp.update(test_error=violation_at(fe, ft, e_star), reference_test_error=violation_at(ref[0], ref[2],
+                                                                                                     e_star))
                 status = "compared"
             row.update(cmp, status=status)
             rows.append(row)
-    columns = SETTING_COLUMNS + ["method", "reference", "private", "trivial_error", "n_points", "n_seeds",
-                                 "front_size", "min_error", "min_violation", "collapsed", "matched_error",
-                                 "violation", "reference_violation", "reduction", "mean_violation",
-                                 "reference_mean_violation", "range_reduction", "status"]
+    columns = SETTING_COLUMNS + ["method", "reference", "private", "selection", "trivial_error", "n_points",
+                                 "n_seeds", "front_size", "min_error", "min_test_error", "min_violation", "collapsed",
+                                 "matched_error", "violation", "reference_violation", "test_error",
+                                 "reference_test_error", "reduction", "mean_violation", "reference_mean_violation",
+                                 "range_reduction", "status"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -295,8 +421,8 @@ def format_summary(table: pd.DataFrame) -> str:
         return "no finished runs to summarise\n"
     ref = table["reference"].iloc[0]
     lines = [
-        f"Violation V at matched test error e* = max(lowest errors of {ref} and the method) on their Pareto "
-        f"fronts;",
+        f"Violation V (test) at matched error e* = max(lowest errors of {ref} and the method) on their Pareto "
+        f"fronts (chosen and matched on the selection split);",
         f"reduction = 1 - V_{ref}(e*) / V_method(e*) (positive: {ref} is fairer at the same error); mean V and "
         "range reduction:",
         "the same averaged over errors in [e*, trivial error]. Means over seeds; see docs/experiments.md.",
@@ -305,14 +431,16 @@ def format_summary(table: pd.DataFrame) -> str:
     for setting, grp in table.groupby(SETTING_COLUMNS, sort=False):
         ds, fair, eps, h, n = setting
         eps_text = "non-private" if math.isinf(eps) else f"ε = {eps:g}"
-        lines.append(f"{ds} · {fair} · {eps_text} · h = {h:g} · N = {n} · trivial error "
-                     f"{grp['trivial_error'].iloc[0]:.4f}")
+        sel = grp["selection"].iloc[0] if "selection" in grp else "test"
+        lines.append(f"{ds} · {fair} · {eps_text} · h = {h:g} · N = {n} · trivial {sel} error "
+                     f"{grp['trivial_error'].iloc[0]:.4f} · fronts chosen on {sel}, violations on test")
         view = pd.DataFrame({
             "method": grp["method"] + np.where(grp["private"], "", " (non-private)"),
             "points": grp["n_points"],
             "seeds": grp["n_seeds"],
             "min error": grp["min_error"].map(_num),
             "e*": grp["matched_error"].map(_num),
+            "test err(e*)": grp["test_error"].map(_num) if "test_error" in grp else "—",
             "V(e*)": grp["violation"].map(_num),
             f"V_{ref}(e*)": grp["reference_violation"].map(_num),
             "reduction": grp["reduction"].map(_pct),

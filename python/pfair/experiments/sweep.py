@@ -50,20 +50,33 @@ from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, 
 __all__ = [
     "Cell", "SweepResult", "COLUMNS", "KEY_COLUMNS", "RUNS_FILE", "SETTINGS_FILE",
     "expand_grid", "parse_values", "run_cell", "run_sweep", "load_runs", "cell_key", "parse_params",
+    "format_config", "parse_config", "validation_indices", "split_validation", "VAL_FRACTION", "ANY_FAIRNESS",
+    "ANY_SILOS",
 ]
 
 RUNS_FILE = "runs.csv"
 SETTINGS_FILE = "sweep.json"
-SCHEMA = 1
+#: Version of the ``runs.csv`` schema. 1: no ``config`` key, no validation columns (read back
+#: with ``config = ""`` and NaN validation metrics); 2: both.
+SCHEMA = 2
+
+#: Fraction of each data set's training split held out as the validation split (default).
+VAL_FRACTION = 0.2
+
+#: ``fairness`` of a method that ignores the notion (run once, measured on both notions).
+ANY_FAIRNESS = "any"
+#: ``silos`` of a method that does not use the partition (run once per data set and seed).
+ANY_SILOS = 0
 
 #: Columns that identify a cell; two rows with equal keys are the same fit.
-KEY_COLUMNS = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed"]
+KEY_COLUMNS = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "config", "seed"]
 
 #: Every column of ``runs.csv``, in order (see ``docs/experiments.md`` for their meaning).
 COLUMNS = KEY_COLUMNS + [
     "knob_name", "hyper_parameter", "private", "federated",
     "test_error", "trivial_error", "dp_violation", "eo_violation", "violation",
-    "epsilon_spent", "noise", "seconds", "epochs", "batch_size", "n_train", "n_test",
+    "val_error", "val_trivial_error", "val_dp_violation", "val_eo_violation", "val_violation",
+    "epsilon_spent", "noise", "seconds", "epochs", "batch_size", "n_train", "n_val", "n_test",
     "warnings", "warning_messages", "error", "finished_at",
 ]
 
@@ -72,7 +85,10 @@ COLUMNS = KEY_COLUMNS + [
 @dataclass(frozen=True)
 class Cell:
     """One fit of a sweep. ``epsilon`` is ``inf`` for non-private methods, ``knob`` NaN for
-    methods without a knob."""
+    methods without a knob, ``config`` the cell's tuned hyper-parameters as canonical text
+    (``"lr_theta=0.1"``, see :func:`format_config`; empty: the defaults), ``fairness`` is
+    :data:`ANY_FAIRNESS` for a method that ignores the notion, and ``heterogeneity = NaN``,
+    ``silos =`` :data:`ANY_SILOS` for a method that does not use the partition."""
 
     method: str
     dataset: str
@@ -81,6 +97,7 @@ class Cell:
     heterogeneity: float
     silos: int
     knob: float
+    config: str
     seed: int
 
     def key(self) -> tuple[str, ...]:
@@ -112,6 +129,8 @@ def cell_key(row: Mapping[str, Any]) -> tuple[str, ...]:
         value = row[col]
         if col in ("silos", "seed"):
             value = int(value)
+        elif col == "config":
+            value = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
         elif col in ("epsilon", "heterogeneity", "knob"):
             value = float(value)
         out.append(_fmt(value))
@@ -215,6 +234,56 @@ def _check_seeds(seeds: Any) -> list[int]:
     return out
 
 
+def format_config(params: Mapping[str, Any]) -> str:
+    """Canonical text of a cell's tuned hyper-parameters: ``name=value`` pairs sorted by name,
+    joined by ``,`` (values as JSON; floats to 12 significant digits), ``""`` for none."""
+    parts = []
+    for name in sorted(params):
+        value = params[name]
+        if isinstance(value, (float, np.floating)) and not isinstance(value, bool):
+            text = _fmt(float(value))
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            text = str(int(value))
+        else:
+            text = json.dumps(value)
+        parts.append(f"{name}={text}")
+    return ",".join(parts)
+
+
+def parse_config(text: Any) -> dict[str, Any]:
+    """The hyper-parameters of a ``config`` (the inverse of :func:`format_config`)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip():
+        return {}
+    out: dict[str, Any] = {}
+    for part in str(text).split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"config: expected name=value pairs joined by ',', got {text!r}")
+        try:
+            out[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name.strip()] = value
+    return out
+
+
+def _configs(method: str, axes: Mapping[str, Any] | None) -> list[str]:
+    """Every configuration of a method's tuning grid ``{param: values}`` (Cartesian product)."""
+    if not axes:
+        return [""]
+    spec = get_method(method)
+    names = sorted(axes)
+    for name in names:
+        if name not in spec.parameters():
+            raise ValueError(f"tuning: {name!r} is not a parameter of {method}; valid: {sorted(spec.parameters())}")
+        if name in ("seed", "epsilon", "fairness") or name == spec.knob:
+            raise ValueError(f"tuning: {method}.{name} is set by the grid itself; tune another parameter")
+    grids = [parse_values(axes[n], f"tuning {method}.{n}") for n in names]
+    out = [""]
+    for name, values in zip(names, grids):
+        out = [",".join(p for p in (c, format_config({name: v})) if p) for c in out for v in values]
+    return out
+
+
 def expand_grid(
     *,
     methods: Any,
@@ -225,18 +294,27 @@ def expand_grid(
     silos: Any = (3,),
     knobs: Any = "0:2:11",
     seeds: Any = 15,
+    method_knobs: Mapping[str, Any] | None = None,
+    tuning: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Cell]:
     """Every cell of a grid, seeds outermost (an interrupted sweep has whole seeds done first).
 
     ``methods``: names of :data:`pfair.experiments.methods.METHODS` (list or comma-separated).
-    ``datasets``: bundled data set names or user CSV specs (:func:`pfair.datasets.csv_spec`).
-    ``fairness``: one or more of ``demographic_parity``, ``equalized_odds``. ``epsilons`` (> 0),
-    ``heterogeneities`` (in [0, 1]), ``silos`` (whole, >= 1) and ``knobs`` (>= 0): numbers or ``start:stop:count`` strings (:func:`parse_values`).
-    ``seeds``: a count n (seeds 0..n-1) or explicit seeds.
+    ``datasets``: bundled data set names or user CSV specs
+    (:func:`pfair.datasets.csv_spec`). ``fairness``: one or more of ``demographic_parity``,
+    ``equalized_odds``. ``epsilons`` (> 0), ``heterogeneities`` (in [0, 1]), ``silos`` (whole,
+    >= 1) and ``knobs`` (>= 0): numbers or ``start:stop:count`` strings (:func:`parse_values`).
+    ``seeds``: a count n (seeds 0..n-1) or explicit seeds. ``method_knobs``: per-method knob
+    values replacing ``knobs`` for that method (``{"pfld": "0:8:6"}``). ``tuning``: per-method
+    hyper-parameter grids ``{"steffle": {"lr_theta": [0.1, 0.25]}}``; each cell of the method
+    is repeated for every configuration of the Cartesian product (the ``config`` column).
 
-    A method without a knob gets one cell per other grid point (knob NaN); a non-private method
-    gets one cell per other grid point with ε = inf. All arguments are validated here; errors
-    are ``ValueError`` naming the argument and the valid choices."""
+    Collapses (no fit runs twice): a method without a knob gets knob NaN; a non-private method
+    gets ε = inf; a method that ignores the fairness notion (``fairness_aware=False``) gets
+    ``fairness = "any"`` (its row holds both violations); a method that does not use the
+    partition (``uses_partition=False``) gets ``heterogeneity = NaN, silos = 0``. The summary
+    and the plots place such rows in every setting they belong to. All arguments are validated
+    here; errors are ``ValueError`` naming the argument and the valid choices."""
     method_names = check_methods(methods)
     dataset_names = _check_datasets(datasets)
     notions = _check_fairness(fairness)
@@ -252,19 +330,31 @@ def expand_grid(
     ks = parse_values(knobs, "lam")
     if any(k < 0 for k in ks):
         raise ValueError(f"lam: knob values must be >= 0, got {ks}")
+    per_method_knobs: dict[str, list[float]] = {}
+    for name, spec_knobs in (method_knobs or {}).items():
+        get_method(name)
+        values = parse_values(spec_knobs, f"knobs of {name}")
+        if any(k < 0 for k in values):
+            raise ValueError(f"knobs of {name}: values must be >= 0, got {values}")
+        per_method_knobs[name] = values
+    for name in (tuning or {}):
+        get_method(name)
+    configs = {name: _configs(name, (tuning or {}).get(name)) for name in method_names}
     seed_list = _check_seeds(seeds)
 
     cells: list[Cell] = []
     for seed in seed_list:
         for dataset in dataset_names:
-            for notion in notions:
-                for h in hs:
-                    for n in ns:
-                        for name in method_names:
-                            spec = METHODS[name]
-                            for e in (eps if spec.private else [math.inf]):
-                                for k in (ks if spec.knob is not None else [math.nan]):
-                                    cells.append(Cell(name, dataset, notion, e, h, n, k, seed))
+            for name in method_names:
+                spec = METHODS[name]
+                method_notions = notions if spec.fairness_aware else [ANY_FAIRNESS]
+                partition = [(h, n) for h in hs for n in ns] if spec.uses_partition else [(math.nan, ANY_SILOS)]
+                for notion in method_notions:
+                    for h, n in partition:
+                        for e in (eps if spec.private else [math.inf]):
+                            for k in (per_method_knobs.get(name, ks) if spec.knob is not None else [math.nan]):
+                                for config in configs[name]:
+                                    cells.append(Cell(name, dataset, notion, e, h, n, k, config, seed))
     return cells
 
 
@@ -300,14 +390,16 @@ def parse_params(items: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _settings(epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _settings(epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]],
+              val_fraction: float = VAL_FRACTION) -> dict[str, Any]:
     from pfair import __version__
 
     return {"schema": SCHEMA, "epochs": int(epochs), "batch_size": int(batch_size),
-            "params": {m: dict(sorted(p.items())) for m, p in sorted(params.items())}, "pfair_version": __version__}
+            "params": {m: dict(sorted(p.items())) for m, p in sorted(params.items())},
+            "val_fraction": float(val_fraction), "pfair_version": __version__}
 
 
-_CHECKED_SETTINGS = ("schema", "epochs", "batch_size", "params")
+_CHECKED_SETTINGS = ("schema", "epochs", "batch_size", "params", "val_fraction")
 
 
 def _check_or_write_settings(out: Path, settings: dict[str, Any]) -> None:
@@ -330,6 +422,7 @@ def _check_or_write_settings(out: Path, settings: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------- worker
 _DATASETS: dict[str, Any] = {}
+_SPLITS: dict[tuple[str, int, float], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
 
 def _dataset(name: str) -> Any:
@@ -341,6 +434,57 @@ def _dataset(name: str) -> Any:
     return _DATASETS[name]
 
 
+def validation_indices(y: Any, s: Any, fraction: float, seed: int) -> np.ndarray:
+    """Sorted indices of the training records held out for validation: in every stratum
+    (y, s), ``round(fraction · size)`` records drawn without replacement by a generator seeded
+    with ``(seed, 0x7A11D)`` (independent of the partition's and the noise's streams). Empty when
+    ``fraction == 0``. Raises ``ValueError`` unless ``0 <= fraction < 1``."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"val_fraction: must be in [0, 1) (0: no validation split), got {fraction}")
+    y = np.asarray(y)
+    s = np.asarray(s)
+    if fraction == 0:
+        return np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng([int(seed), 0x7A11D])
+    picked = []
+    strata = np.unique(np.stack([y, s], axis=1), axis=0)
+    for yv, sv in strata:
+        members = np.flatnonzero((y == yv) & (s == sv))
+        k = int(round(fraction * len(members)))
+        if k:
+            picked.append(rng.choice(members, size=k, replace=False))
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+
+
+def split_validation(ds: Any, fraction: float, seed: int) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(train, (X_val, y_val, s_val))``: the data set with the validation records
+    (:func:`validation_indices`) removed from its training split (raw attributes too, so the
+    partition into silos sees only the remaining records), and the validation records. The test
+    split is untouched. With ``fraction == 0`` the data set is returned as is and the validation
+    arrays are empty."""
+    import dataclasses
+
+    idx = validation_indices(ds.y_train, ds.s_train, fraction, seed)
+    if idx.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return ds, (ds.X_train[:0], empty, empty)
+    keep = np.ones(ds.n_train, dtype=bool)
+    keep[idx] = False
+    train = dataclasses.replace(ds, X_train=ds.X_train[keep], y_train=ds.y_train[keep], s_train=ds.s_train[keep],
+                                attrs_train=ds.attrs_train.iloc[np.flatnonzero(keep)].reset_index(drop=True))
+    return train, (ds.X_train[idx], ds.y_train[idx], ds.s_train[idx])
+
+
+def _split(name: str, seed: int, fraction: float) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`split_validation` of a data set, cached per process (a few seeds at a time)."""
+    key = (name, int(seed), float(fraction))
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 8:
+            _SPLITS.pop(next(iter(_SPLITS)))
+        _SPLITS[key] = split_validation(_dataset(name), fraction, seed)
+    return _SPLITS[key]
+
+
 def _init_worker(dataset_names: Sequence[str]) -> None:
     """Worker initializer: one Rust thread (before any Rust parallel code runs in this process;
     the sweep already runs one worker per core) and the data sets loaded up front."""
@@ -350,9 +494,28 @@ def _init_worker(dataset_names: Sequence[str]) -> None:
         _dataset(name)
 
 
-def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]] | None = None
-             ) -> dict[str, Any]:
+def _metrics(y: np.ndarray, pred: np.ndarray, s: np.ndarray, prefix: str) -> dict[str, float]:
+    from pfair import metrics
+
+    if len(y) == 0:
+        return {}
+    report = metrics.fairness_report(y, pred, sensitive_features=s)
+    names = {"test_error": "error", "trivial_error": "trivial_error", "dp_violation": "dp_violation",
+             "eo_violation": "eo_violation"}
+    if prefix == "test":
+        return {k: float(report[k]) for k in names}
+    return {f"{prefix}_{v}": float(report[k]) for k, v in names.items()}
+
+
+def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]] | None = None,
+             val_fraction: float = VAL_FRACTION) -> dict[str, Any]:
     """Fit one cell and return its ``runs.csv`` row (a dict over :data:`COLUMNS`).
+
+    The cell's seed fixes the validation split (:func:`split_validation`, ``val_fraction`` of the
+    training split, stratified by (y, s)); the method is trained on the rest and measured on the
+    validation split (``val_*`` columns) and on the test split. A method that ignores the
+    fairness notion (``fairness = "any"``) gets ``violation = NaN``: the summary reads the
+    column of each setting's notion.
 
     Exceptions of the fit (e.g. a batch larger than a silo, divergence) do not propagate: the row
     gets NaN metrics and the message in ``error``. Warnings are counted in ``warnings`` and their
@@ -370,19 +533,30 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            train, (X_val, y_val, s_val) = _split(cell.dataset, cell.seed, val_fraction)
             ds = _dataset(cell.dataset)
-            row.update(n_train=ds.n_train, n_test=ds.n_test)
-            fed = Federation.for_dataset(ds, cell.silos, heterogeneity=cell.heterogeneity, seed=cell.seed)
-            model = spec.build(knob=cell.knob, fairness=cell.fairness, epsilon=cell.epsilon, epochs=epochs,
-                               batch_size=batch_size, seed=cell.seed, overrides=(params or {}).get(cell.method))
+            row.update(n_train=train.n_train, n_val=len(y_val), n_test=ds.n_test)
+            silos = cell.silos if cell.silos != ANY_SILOS else 1
+            h = 0.0 if math.isnan(cell.heterogeneity) else cell.heterogeneity
+            fed = Federation.for_dataset(train, silos, heterogeneity=h, seed=cell.seed)
+            overrides = dict((params or {}).get(cell.method, {}))
+            tuned = parse_config(cell.config)
+            clash = sorted(set(overrides) & set(tuned))
+            if clash:
+                raise ValueError(f"param: {cell.method}.{clash[0]} is both a fixed override and tuned by the grid")
+            overrides.update(tuned)
+            fairness = cell.fairness if cell.fairness != ANY_FAIRNESS else "demographic_parity"
+            model = spec.build(knob=cell.knob, fairness=fairness, epsilon=cell.epsilon, epochs=epochs,
+                               batch_size=batch_size, seed=cell.seed, overrides=overrides)
             model.fit(fed)
             seeded = getattr(model, "noise_seed", None)
             row["noise"] = ("none" if not spec.private else
                             f"reproducible (noise_seed={seeded})" if seeded is not None else "secret")
-            pred = model.predict(ds.X_test)
-            report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
-            row.update({k: float(report[k]) for k in ("test_error", "trivial_error", "dp_violation", "eo_violation")})
-            row["violation"] = row[violation_column(cell.fairness)]
+            row.update(_metrics(ds.y_test, model.predict(ds.X_test), ds.s_test, "test"))
+            row.update(_metrics(y_val, model.predict(X_val) if len(y_val) else y_val, s_val, "val"))
+            if cell.fairness in FAIRNESS_CHOICES:
+                row["violation"] = row[violation_column(cell.fairness)]
+                row["val_violation"] = row.get(f"val_{violation_column(cell.fairness)}", math.nan)
             row["epsilon_spent"] = (float(model.privacy_report_["epsilon_spent"].max()) if spec.private
                                     else math.inf)
         except Exception as exc:  # noqa: BLE001 - recorded in the row; the sweep goes on
@@ -411,14 +585,19 @@ def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataF
     if not file.exists():
         raise ValueError(f"path: no {RUNS_FILE} at {file}; run `pfair sweep --out DIR` first")
     df = pd.read_csv(file, dtype={c: str for c in ("method", "dataset", "fairness", "knob_name", "warning_messages",
-                                                   "error")})
+                                                   "error", "config")}, keep_default_na=True)
+    if "config" not in df.columns and "finished_at" in df.columns:  # schema 1: defaults, no validation split
+        df.insert(df.columns.get_loc("knob") + 1 if "knob" in df.columns else 0, "config", "")
+        for col in COLUMNS:
+            if col.startswith("val_") or col == "n_val":
+                df[col] = math.nan
     missing = [c for c in KEY_COLUMNS + ["finished_at"] if c not in df.columns]
     if missing:
         raise ValueError(f"path: {file} is not a sweep's runs.csv (missing columns {missing})")
     df = df[df["finished_at"].notna() & df["seed"].notna()].copy()
     df["silos"] = df["silos"].astype(int)
     df["seed"] = df["seed"].astype(int)
-    for col in ("error", "warning_messages", "knob_name"):
+    for col in ("error", "warning_messages", "knob_name", "config"):
         if col in df.columns:
             df[col] = df[col].fillna("").astype(str)
     df["_key"] = [cell_key(r) for r in df[KEY_COLUMNS].to_dict(orient="records")]
@@ -560,6 +739,9 @@ def run_sweep(
     jobs: int | None = None,
     progress: bool = True,
     retry_failed: bool = False,
+    method_knobs: Mapping[str, Any] | None = None,
+    tuning: Mapping[str, Mapping[str, Any]] | None = None,
+    val_fraction: float = VAL_FRACTION,
 ) -> SweepResult:
     """Run every cell of a grid that ``out/runs.csv`` does not hold yet; return all rows.
 
@@ -577,12 +759,19 @@ def run_sweep(
     progress : show a tqdm progress bar over cells.
     retry_failed : run again the cells whose row has an ``error`` (by default a failed cell
         counts as done, since a deterministic failure would fail again).
+    method_knobs, tuning : per-method knob values and hyper-parameter grids (see
+        :func:`expand_grid`).
+    val_fraction : fraction of each training split held out for validation, stratified by
+        (y, s) and fixed by the seed (:func:`split_validation`); 0 disables it. Recorded in
+        ``sweep.json``.
     """
     _refuse_in_spawned_import()
     t0 = time.perf_counter()
     cells = expand_grid(methods=methods, datasets=datasets, fairness=fairness, epsilons=epsilons,
-                        heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds)
+                        heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds,
+                        method_knobs=method_knobs, tuning=tuning)
     epochs = _check_positive_int(epochs, "epochs")
+    validation_indices(np.zeros(0), np.zeros(0), float(val_fraction), 0)  # checks the range
     batch_size = _check_positive_int(batch_size, "batch_size")
     jobs = _check_positive_int((os.cpu_count() or 1) if jobs is None else jobs, "jobs")
     overrides = parse_params(params)
@@ -592,12 +781,13 @@ def run_sweep(
     out_dir.mkdir(parents=True, exist_ok=True)
     file = out_dir / RUNS_FILE
     with _exclusive(out_dir):
-        _check_or_write_settings(out_dir, _settings(epochs, batch_size, overrides))
-        return _run(cells, file, epochs, batch_size, overrides, jobs, progress, retry_failed, t0)
+        _check_or_write_settings(out_dir, _settings(epochs, batch_size, overrides, val_fraction))
+        return _run(cells, file, epochs, batch_size, overrides, jobs, progress, retry_failed, t0, float(val_fraction))
 
 
 def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides: Mapping[str, Mapping[str, Any]],
-         jobs: int, progress: bool, retry_failed: bool, t0: float) -> SweepResult:
+         jobs: int, progress: bool, retry_failed: bool, t0: float, val_fraction: float = VAL_FRACTION
+         ) -> SweepResult:
     done: set[tuple[str, ...]] = set()
     if file.exists() and file.stat().st_size > 0:
         previous = load_runs(file)
@@ -612,7 +802,7 @@ def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides:
     bar = _progress_bar(len(todo), progress)
     dataset_names = sorted({c.dataset for c in todo})
     try:
-        for row in _execute(todo, epochs, batch_size, overrides, jobs, dataset_names):
+        for row in _execute(todo, epochs, batch_size, overrides, jobs, dataset_names, val_fraction):
             writer.write(row)
             if row["error"]:
                 failed += 1
@@ -626,14 +816,15 @@ def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides:
 
 
 def _execute(todo: Sequence[Cell], epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]],
-             jobs: int, dataset_names: Sequence[str]) -> Iterator[dict[str, Any]]:
+             jobs: int, dataset_names: Sequence[str], val_fraction: float = VAL_FRACTION
+             ) -> Iterator[dict[str, Any]]:
     """Rows of the cells as they finish: in this process for ``jobs=1``, else in a process pool
     with at most ``2·jobs`` cells in flight (so an interruption wastes little)."""
     if not todo:
         return
     if jobs == 1:
         for cell in todo:
-            yield run_cell(cell, epochs, batch_size, params)
+            yield run_cell(cell, epochs, batch_size, params, val_fraction)
         return
     pending: set[Future] = set()
     queue = iter(todo)
@@ -642,11 +833,11 @@ def _execute(todo: Sequence[Cell], epochs: int, batch_size: int, params: Mapping
         executor = _executor(min(jobs, len(todo)), dataset_names)
         try:
             for cell in _take(queue, 2 * jobs):
-                pending.add(executor.submit(run_cell, cell, epochs, batch_size, params))
+                pending.add(executor.submit(run_cell, cell, epochs, batch_size, params, val_fraction))
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for cell in _take(queue, len(finished)):
-                    pending.add(executor.submit(run_cell, cell, epochs, batch_size, params))
+                    pending.add(executor.submit(run_cell, cell, epochs, batch_size, params, val_fraction))
                 for future in finished:
                     try:
                         result = future.result()
