@@ -224,3 +224,111 @@ def test_a_warm_start_is_a_new_run_on_the_same_ledgers():
     assert not np.array_equal(twice.theta_, cold.theta_)
     assert np.linalg.norm(twice.theta_) > np.linalg.norm(cold.theta_)
     assert not np.array_equal(first_theta, m.theta_)
+
+
+# --------------------------------------------------------------------------------------------
+# Set-up and per-epoch charging at scale: the same answers as one ledger at a time.
+
+
+def _reference_z_after(ledger, *, epsilon, sample_rate, steps, sampling):
+    """The calibration after a ledger as it was written in Python: geometric bisection on z of
+    the ledger's ε with one more event, to a ratio of 1.005 (the upper end)."""
+    def eps(z):
+        return ledger.epsilon_with([MechanismEvent(name="r", sampling=sampling, sample_rate=sample_rate,
+                                                   noise_multiplier=z, steps=steps)])
+
+    lo, hi = 1e-3, 1.0
+    while eps(hi) > epsilon:
+        lo, hi = hi, hi * 4
+    while hi / lo > 1.005:
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
+    return hi
+
+
+@pytest.mark.parametrize("sampling", ["public_batch", "shuffle", "without_replacement"])
+def test_calibration_after_a_ledger_equals_the_python_bisection(sampling):
+    from pfair.privacy.calibration import noise_multiplier_after
+
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-6, silo=0)
+    ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=12.0))
+    q, steps = 64 / 3000, 900
+    z = noise_multiplier_after(ledger, epsilon=1.0, sample_rate=q, steps=steps, sampling=sampling)
+    assert z == pytest.approx(_reference_z_after(ledger, epsilon=1.0, sample_rate=q, steps=steps, sampling=sampling),
+                              rel=1e-12)
+    event = MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z, steps=steps)
+    assert ledger.epsilon_with([event]) <= 1.0
+    assert ledger.epsilon_with([MechanismEvent(name="r", sampling=sampling, sample_rate=q,
+                                               noise_multiplier=z / 1.006, steps=steps)]) > 1.0
+    # accountant="rdp" prices the same by RDP alone: never less noise than the ledger's currency.
+    z_rdp = noise_multiplier_after(ledger, epsilon=1.0, sample_rate=q, steps=steps, sampling=sampling,
+                                   accountant="rdp")
+    assert z_rdp >= z * (1 - 0.006)
+    assert ledger.epsilons([MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z_rdp,
+                                           steps=steps)])["rdp"] <= 1.0
+
+
+def test_calibration_after_a_spent_ledger_refuses_instead_of_pure_noise():
+    from pfair.privacy.calibration import noise_multiplier_after
+
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-6, silo=0)
+    ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=5.0))
+    with pytest.raises(PrivacyBudgetExceeded, match="cannot be met"):
+        noise_multiplier_after(ledger, epsilon=ledger.epsilon_spent() * (1 - 1e-9), sample_rate=0.1, steps=100,
+                               sampling="public_batch")
+
+
+def test_charging_many_ledgers_together_equals_charging_each_alone():
+    from pfair.privacy.ledger import charge_rounds_together
+
+    def make(budget, z, n_before):
+        ledger = PrivacyLedger(epsilon=budget, delta=1e-6, silo=budget)
+        ledger.begin_run("run", sampling="public_batch", sample_rate=0.05, noise_multiplier=z, planned_steps=400)
+        if n_before:
+            ledger.charge_rounds("run", 0, n_before)
+        return ledger
+
+    # Equal ledgers (deduplicated in Rust), a nearly spent one, one whose plan ends, and a replay.
+    specs = [(1.0, 8.0, 0)] * 5 + [(0.3, 3.0, 0), (1.0, 8.0, 20), (2.0, 4.0, 0), (1.0, 8.0, 0)]
+    together, alone = [make(*sp) for sp in specs], [make(*sp) for sp in specs]
+    for start in (0, 20, 40, 390):
+        count = 10 if start < 390 else 20  # the last charge goes past the 400 planned rounds
+        got = charge_rounds_together([(lg, "run") for lg in together], start, count)
+        for lg, exc in zip(alone, got):
+            try:
+                lg.charge_rounds("run", start, count)
+                want = None
+            except (PrivacyBudgetExceeded, ReplayRefused) as e:
+                want = e
+            assert type(exc) is type(want) and str(exc) == str(want)
+    assert [lg.to_dict() for lg in together] == [lg.to_dict() for lg in alone]
+    outcomes = {type(e).__name__ for e in got}
+    assert {"PrivacyBudgetExceeded"} <= outcomes
+    assert sum(lg.next_round("run") > 40 for lg in together) >= 1  # some ledgers went on charging
+    # A refused charge records nothing; the one ledger twice in a list is charged in order.
+    lg = make(1.0, 8.0, 0)
+    lg.begin_run("other", sampling="public_batch", sample_rate=0.05, noise_multiplier=8.0, planned_steps=400)
+    twice = charge_rounds_together([(lg, "run"), (lg, "other")], 0, 10)
+    assert twice == [None, None] and lg.next_round("run") == lg.next_round("other") == 10
+    assert lg.epsilon_spent() == pytest.approx(PrivacyLedger(epsilon=1.0, delta=1e-6).epsilon_with(
+        [MechanismEvent(name="r", sampling="public_batch", sample_rate=0.05, noise_multiplier=8.0, steps=20)]))
+
+
+def test_a_silo_of_rows_is_fingerprinted_in_blocks_with_the_same_digest():
+    from pfair import federation
+
+    rng = np.random.default_rng(3)
+    n = 3 * federation._HASH_ROWS + 17  # several blocks and a short last one
+    X = rng.normal(size=(n, 4))
+    y, s = rng.integers(0, 2, n), rng.integers(0, 3, n)
+    silos = np.arange(n) % 3  # row lists: neither silo is a view
+    f = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    prints = federation.silo_fingerprints(f.silos)
+    for silo, fp in zip(f.silos, prints):
+        assert silo._X is None  # hashed from the rows, not a gathered copy
+        assert fp == data_fingerprint(silo.X, silo.y, silo.s)
+    assert len(set(prints)) == 3
+    X2 = X.copy()
+    X2[5, 2] += 1e-12
+    f2 = Federation.from_arrays(X2, y, sensitive_features=s, silos=silos)
+    assert federation.silo_fingerprints(f2.silos)[5 % 3] != prints[5 % 3]

@@ -7,6 +7,7 @@ lacks a group still uses the global index, and every group enters the fairness p
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -75,12 +76,36 @@ class Silo:
         return f"Silo(n_records={len(self)}, n_features={self.n_features})"
 
     def fingerprint(self) -> str:
-        """SHA-256 of the silo's data (:func:`pfair.privacy.ledger.data_fingerprint`), cached."""
+        """SHA-256 of the silo's data (:func:`pfair.privacy.ledger.data_fingerprint`), cached.
+        A silo that is rows of a larger matrix is hashed in blocks of rows, without gathering
+        its features into one copy (the same digest)."""
         if self._fingerprint is None:
             from pfair.privacy.ledger import data_fingerprint
 
-            self._fingerprint = data_fingerprint(self.X, self.y, self.s)
+            if self._X is None and self._base is not None and self._rows is not None:
+                base, rows = self._base, self._rows
+                blocks = (base[rows[i : i + _HASH_ROWS]] for i in range(0, rows.size, _HASH_ROWS))
+                self._fingerprint = data_fingerprint(blocks, self.y, self.s, shape=(rows.size, base.shape[1]))
+            else:
+                self._fingerprint = data_fingerprint(self.X, self.y, self.s)
         return self._fingerprint
+
+
+#: Rows per block when a silo that is rows of a larger matrix is hashed.
+_HASH_ROWS = 8192
+
+
+def silo_fingerprints(silos: Sequence[Silo]) -> list[str]:
+    """Every silo's :meth:`Silo.fingerprint`, those not cached yet computed on a thread per core
+    (hashlib and NumPy's row gathers release the GIL, so the silos are hashed in parallel)."""
+    todo = [silo for silo in silos if silo._fingerprint is None]
+    workers = min(len(todo), os.cpu_count() or 1)
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(Silo.fingerprint, todo))
+    return [silo.fingerprint() for silo in silos]
 
 
 class Federation:

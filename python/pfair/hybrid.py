@@ -167,7 +167,7 @@ class HybridRunner:
 
                     raise PrivacyBudgetExceeded(f"sensitive silo {c}: its ledger has no budget left")
                 if ledger.events:
-                    z = noise_multiplier_after(ledger.epsilon_with, epsilon=st.epsilon, sample_rate=q,
+                    z = noise_multiplier_after(ledger, epsilon=st.epsilon, sample_rate=q,
                                                steps=self.total_rounds, sampling=scheme)
                 else:
                     z = noise_multiplier_for(epsilon=st.epsilon, delta=deltas[c], sample_rate=q,

@@ -11,6 +11,7 @@ Thm 3.3 and then *measures* the ε that those σ's really deliver with the same 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass
@@ -121,32 +122,46 @@ def composed_epsilon(events: list[MechanismEvent], delta: float) -> float:
     return float(min(_core.ledger_epsilons(items, delta))) if items else 0.0
 
 
-def noise_multiplier_after(spent_with: Callable[[list], float], *, epsilon: float, sample_rate: float,
-                           steps: int, sampling: str) -> float:
-    """Smallest z (to 0.5%) such that what is spent already plus ``steps`` rounds at z compose to at
-    most ``epsilon``; ``spent_with(events)`` is the ε of the recorded events plus ``events``
-    (:meth:`PrivacyLedger.epsilon_with`).
+def noise_multiplier_after(ledger: PrivacyLedger, *, epsilon: float, sample_rate: float, steps: int,
+                           sampling: str, accountant: str = "best") -> float:
+    """Smallest z (to 0.5%) such that what ``ledger`` has recorded plus ``steps`` rounds at z
+    compose to at most ``epsilon`` at the ledger's δ, in the ledger's currency (``accountant=
+    "best"``: the minimum of RDP and the exact account) or by RDP alone (``"rdp"``).
 
-    Geometric bisection on z; ε of the composition decreases in z. The returned z always meets
-    the target (the upper end of the final bracket).
+    Geometric bisection on z in Rust (``ledger_noise_multiplier_after``; ε of the composition
+    decreases in z); the returned z always meets the target (the upper end of the final bracket).
+    The answer is a function of the ledger's mechanisms, δ and the round schedule only, so silos
+    of one size with the same history share one computation (cached).
+
+    Raises :class:`~pfair.exceptions.PrivacyBudgetExceeded` when no z up to 1e7 meets the target.
     """
-    def eps(z: float) -> float:
-        event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
-                               noise_multiplier=z, steps=steps)
-        return spent_with([event])
+    z = _z_after(ledger.mechanisms(), float(ledger.delta), float(epsilon), str(sampling), float(sample_rate),
+                 int(steps), accountant_for(sampling, accountant))
+    if z is None:
+        raise PrivacyBudgetExceeded(
+            f"epsilon={epsilon:g} cannot be met after the earlier releases: what is left of the budget would "
+            "need a noise multiplier above 1e7 (pure noise). The silo refuses to train again"
+        )
+    return z
 
-    lo, hi = 1e-3, 1.0
-    while eps(hi) > epsilon:
-        lo, hi = hi, hi * 4
-        if hi > 1e7:
-            raise PrivacyBudgetExceeded(
-                f"epsilon={epsilon:g} cannot be met after the earlier releases: what is left of the budget would "
-                "need a noise multiplier above 1e7 (pure noise). The silo refuses to train again"
-            )
-    while hi / lo > 1.005:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if eps(mid) <= epsilon else (mid, hi)
-    return hi
+
+@functools.lru_cache(maxsize=4096)
+def _z_after(mechanisms: tuple, delta: float, epsilon: float, sampling: str, q: float, steps: int,
+             accountant: str) -> Optional[float]:
+    return _core.ledger_noise_multiplier_after(list(mechanisms), delta, epsilon, sampling, q, steps, accountant)
+
+
+@functools.lru_cache(maxsize=4096)
+def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, accountant: str) -> float:
+    """:func:`noise_multiplier_for` for a silo whose ledger is empty (cached: silos of one size share it)."""
+    return noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, sampling=sampling,
+                                accountant=accountant)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spent_with(mechanisms: tuple, delta: float, event: tuple) -> float:
+    """ε of ``mechanisms`` plus one more ``(sampling, q, z, count)`` in the ledger's currency."""
+    return float(min(_core.ledger_epsilons(list(mechanisms) + [event], delta)))
 
 
 def plan_silo_noise(
@@ -214,14 +229,13 @@ def plan_silo_noise(
     if calibration == "rdp":
         acct = accountant_for(scheme, accountant)
         if ledger.events:
-            spent_with = ledger.epsilon_with if acct == "best" else _rdp_with(ledger)
-            z = noise_multiplier_after(spent_with, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme)
+            z = noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme,
+                                       accountant=acct)
         else:
             # The exact accountant would land on the target itself; aim inside the band RDP
             # calibration lands in ([99.5%, 100%]), so a resumed or later fit keeps a sliver.
             target = epsilon * (1 - 0.5 * _core.CALIBRATION_TOL) if acct == "best" else epsilon
-            z = noise_multiplier_for(epsilon=target, delta=delta, sample_rate=q, steps=steps, sampling=scheme,
-                                     accountant=acct)
+            z = _z_first(float(target), float(delta), float(q), int(steps), scheme, acct)
         stds = _core.noise_stds(parts, z)
     else:  # "paper": Gupta et al. 2024, Thm 3.3 closed form, then measured
         rho = float(proportions.min())
@@ -231,7 +245,8 @@ def plan_silo_noise(
         stds = [sigma_theta, sigma_w]
         z = _core.effective_noise_multiplier(parts, stds)
     event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
-    spent = ledger.epsilon_with([event])
+    spent = _spent_with(ledger.mechanisms(), float(ledger.delta), (scheme, event.sample_rate, event.noise_multiplier,
+                                                                     event.count()))
     sig = dict(zip(names, stds))
     return SiloNoise(
         **base,
@@ -241,11 +256,6 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
-
-
-def _rdp_with(ledger: PrivacyLedger) -> Callable[[list], float]:
-    """``events ↦`` the RDP ε of the ledger's events plus ``events`` (``accountant="rdp"``)."""
-    return lambda events: ledger.epsilons(events)["rdp"]
 
 
 def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:

@@ -42,7 +42,8 @@ from pfair import _core
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
-__all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "data_fingerprint"]
+__all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
+           "data_fingerprint"]
 
 LEDGER_FORMAT = 2
 #: Formats this pfair reads. Format 1 (before shuffled epochs) holds no ``epochs`` fields and no
@@ -50,13 +51,21 @@ LEDGER_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 
 
-def data_fingerprint(X: np.ndarray, y: np.ndarray, s: np.ndarray) -> str:
+def data_fingerprint(X: Any, y: np.ndarray, s: np.ndarray, *, shape: Optional[tuple] = None) -> str:
     """SHA-256 of a silo's data (shapes, features as float64, label and group indices as int64).
-    Binds a ledger to the data it accounts for; it is never sent anywhere."""
+    Binds a ledger to the data it accounts for; it is never sent anywhere.
+
+    ``X`` is the feature matrix, or an iterable of consecutive blocks of its rows together with
+    ``shape`` (the matrix's shape): the digest is the same, without one copy of the whole."""
     h = hashlib.sha256()
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    h.update(np.asarray(X.shape, dtype=np.int64).tobytes())
-    h.update(memoryview(X).cast("B"))
+    if shape is None:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        shape, blocks = X.shape, (X,)
+    else:
+        blocks = X
+    h.update(np.asarray(shape, dtype=np.int64).tobytes())
+    for block in blocks:
+        h.update(memoryview(np.ascontiguousarray(block, dtype=np.float64)).cast("B"))
     for v in (y, s):
         h.update(np.ascontiguousarray(v, dtype=np.int64).tobytes())
     return h.hexdigest()
@@ -178,6 +187,11 @@ class PrivacyLedger:
     def _items(steps: Dict[tuple, int]) -> list:
         return [(s, q, z, t) for (s, q, z), t in steps.items() if t > 0]
 
+    def mechanisms(self) -> tuple:
+        """What composes, as ``(sampling, sample_rate, noise_multiplier, count)`` tuples in
+        first-charged order: the Rust accountant's input (hashable, for caches keyed on it)."""
+        return tuple(self._items(self._steps))
+
     def epsilons(self, events: Optional[List[MechanismEvent]] = None) -> Dict[str, float]:
         """ε of what is recorded (plus ``events``) by each accountant: ``"rdp"`` (always valid),
         ``"exact"`` (``inf`` unless every event is Gaussian given public information)."""
@@ -229,14 +243,7 @@ class PrivacyLedger:
             raise TypeError(f"event must be a MechanismEvent; got {type(event).__name__}")
         steps = self._with(event)
         if not _core.ledger_admits(self._items(steps), self.delta, self.epsilon):
-            spent = self.epsilon_spent()
-            after = self._epsilon_of(steps)
-            raise PrivacyBudgetExceeded(
-                f"{self._who()}: charging {event.name!r} ({event.sampling}, sample_rate={event.sample_rate:g}, "
-                f"noise_multiplier={event.noise_multiplier:g}, steps={event.steps}) would raise epsilon "
-                f"from {spent:.4g} to {after:.4g}, over the budget epsilon={self.epsilon:g} at delta={self.delta:g}; "
-                f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
-            )
+            raise self._refusal(event, steps)
         return steps
 
     def _record(self, event: MechanismEvent, steps: Dict[tuple, int]) -> None:
@@ -289,7 +296,14 @@ class PrivacyLedger:
         for a round at or before one already answered, :class:`PrivacyBudgetExceeded` past the
         plan or the budget; nothing is recorded then. For a shuffle run the rounds cost the
         epochs they touch that no earlier charge touched. Returns nothing (the ε spent is
-        :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call)."""
+        :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call).
+        :func:`charge_rounds_together` charges many ledgers in one Rust call."""
+        pending = self._rounds_event(run_id, first_round, count)
+        self._commit_rounds(run_id, first_round, count, pending, self._admit(pending[0]))
+
+    def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
+        """The event that rounds ``first_round ..`` of ``run_id`` would record, and the epoch a
+        shuffle run would have touched last; refuses replays and rounds past the plan."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
@@ -307,19 +321,34 @@ class PrivacyLedger:
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
                 f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
-        epochs = None
+        epochs = last = None
         if run["sampling"] == "shuffle":
             b = int(run["rounds_per_epoch"])
-            e0, e1 = first_round // b, (first_round + count - 1) // b
-            epochs = e1 - e0 + 1 - (1 if e0 == run["last_epoch"] else 0)
+            e0, last = first_round // b, (first_round + count - 1) // b
+            epochs = last - e0 + 1 - (1 if e0 == run["last_epoch"] else 0)
         event = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
                                         float(run["noise_multiplier"]), count, epochs)
-        steps = self._admit(event)
+        return event, last
+
+    def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
+                       steps: Dict[tuple, int]) -> None:
+        event, last = pending
         self._record(event, steps)
-        run["next_round"] = first_round + count
-        if epochs is not None:
-            run["last_epoch"] = e1
+        run = self.runs[run_id]
+        run["next_round"] = first_round + int(count)
+        if last is not None:
+            run["last_epoch"] = last
         self._write_through()
+
+    def _refusal(self, event: MechanismEvent, steps: Dict[tuple, int]) -> PrivacyBudgetExceeded:
+        spent = self.epsilon_spent()
+        after = self._epsilon_of(steps)
+        return PrivacyBudgetExceeded(
+            f"{self._who()}: charging {event.name!r} ({event.sampling}, sample_rate={event.sample_rate:g}, "
+            f"noise_multiplier={event.noise_multiplier:g}, steps={event.steps}) would raise epsilon "
+            f"from {spent:.4g} to {after:.4g}, over the budget epsilon={self.epsilon:g} at delta={self.delta:g}; "
+            f"remaining epsilon={max(0.0, self.epsilon - spent):.4g}. The silo refuses to answer."
+        )
 
     def _write_through(self) -> None:
         if self.path is not None:
@@ -420,3 +449,38 @@ class PrivacyLedger:
     def __repr__(self) -> str:
         return (f"PrivacyLedger(silo={self.silo!r}, epsilon={self.epsilon}, delta={self.delta}, "
                 f"spent={self.epsilon_spent():.4g}, events={len(self.events)})")
+
+
+def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -> List[Optional[Exception]]:
+    """Charge rounds ``first_round .. first_round + count`` of one run per ledger, for many
+    ledgers at once: ``charges`` is a list of ``(ledger, run_id)``. Every ledger is checked as
+    :meth:`PrivacyLedger.charge_rounds` checks it, but the budget test of all of them is one Rust
+    call (``ledgers_admit``: equal ledgers, e.g. silos of one size, are evaluated once; distinct
+    ones in parallel). Returns, per entry, ``None`` (charged) or the exception that
+    ``charge_rounds`` would have raised (:class:`PrivacyBudgetExceeded`, :class:`ReplayRefused`);
+    a refused ledger records nothing."""
+    out: List[Optional[Exception]] = [None] * len(charges)
+    if len({id(ledger) for ledger, _ in charges}) < len(charges):
+        # One ledger for several runs: each charge must see the ones before it.
+        for i, (ledger, run_id) in enumerate(charges):
+            try:
+                ledger.charge_rounds(run_id, first_round, count)
+            except (PrivacyBudgetExceeded, ReplayRefused) as exc:
+                out[i] = exc
+        return out
+    ready = []
+    for i, (ledger, run_id) in enumerate(charges):
+        try:
+            pending = ledger._rounds_event(run_id, first_round, count)
+        except (PrivacyBudgetExceeded, ReplayRefused) as exc:
+            out[i] = exc
+            continue
+        ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
+    admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)
+                                    for _, ledger, _, _, steps in ready]) if ready else []
+    for ok, (i, ledger, run_id, pending, steps) in zip(admitted, ready):
+        if ok:
+            ledger._commit_rounds(run_id, first_round, count, pending, steps)
+        else:
+            out[i] = ledger._refusal(pending[0], steps)
+    return out

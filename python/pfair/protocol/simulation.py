@@ -30,9 +30,10 @@ import numpy as np
 
 from pfair import _core
 from pfair.fairness_target import linear_predictor
+from pfair.federation import silo_fingerprints
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning
 from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
-from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.ledger import PrivacyLedger, charge_rounds_together
 from pfair.privacy.proportions import combine_histograms, public_proportions
 from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.server import ServerParty, reply_limits
@@ -92,8 +93,8 @@ def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
                 out.append(PrivacyLedger.load(item))
             else:
                 out.append(PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j, path=item))
-    for j, (ledger, silo) in enumerate(zip(out, fed.silos)):
-        ledger.bind(silo.fingerprint())
+    for j, (ledger, fingerprint) in enumerate(zip(out, silo_fingerprints(fed.silos))):
+        ledger.bind(fingerprint)
         if settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(
                 f"silo {j}: epsilon={settings.epsilon:g} is more than its ledger's budget {ledger.epsilon:g}; a silo's "
@@ -190,10 +191,10 @@ class Simulation:
                                      "classes and fairness notion)")
                 theta, w = t0.copy(), w0.copy()
             state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
-                             fingerprints=[s.fingerprint() for s in fed.silos], settings=st.as_dict())
+                             fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict())
         else:
             state = resume
-            if state.fingerprints != [s.fingerprint() for s in fed.silos]:
+            if state.fingerprints != silo_fingerprints(fed.silos):
                 raise ValueError("resume: the federation's data differ from the interrupted run's")
             if state.settings != st.as_dict():
                 raise ValueError("resume: the settings differ from the interrupted run's; resume with the same ones")
@@ -232,19 +233,22 @@ class Simulation:
             epochs = progress_bar(epochs, desc="SteFFLe", unit="epoch", total=st.epochs, initial=start_epoch)
         for epoch in epochs:
             start = epoch * R
-            active = []
-            for j, p in enumerate(self.parties):
-                if j in refused:
-                    continue
-                if self.fast:
-                    try:
-                        p.charge(start, R)
-                    except PrivacyBudgetExceeded as exc:
-                        refused.add(j)
-                        warnings.warn(f"silo {j} refused epoch {epoch + 1} and stops answering: {exc}",
-                                      PrivacyWarning, stacklevel=3)
+            active = [j for j in range(len(self.parties)) if j not in refused]
+            if self.fast:
+                # Every answering silo charges the epoch's rounds before they are computed, all
+                # ledgers in one Rust call; the party loop below charges round by round instead.
+                charging = [j for j in active if self.parties[j].charges]
+                results = charge_rounds_together(
+                    [(self.parties[j].ledger, self.parties[j].run_id) for j in charging], start, R)
+                for j, exc in zip(charging, results):
+                    if exc is None:
                         continue
-                active.append(j)
+                    if not isinstance(exc, PrivacyBudgetExceeded):
+                        raise exc
+                    refused.add(j)
+                    warnings.warn(f"silo {j} refused epoch {epoch + 1} and stops answering: {exc}",
+                                  PrivacyWarning, stacklevel=3)
+                active = [j for j in active if j not in refused]
             if not active:
                 warnings.warn(f"every silo has refused; training stopped after {epoch} of {st.epochs} epochs",
                               PrivacyWarning, stacklevel=3)

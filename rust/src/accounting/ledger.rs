@@ -216,6 +216,86 @@ pub fn ledger_admits(held: &[Held], delta: f64, budget: f64) -> Result<bool> {
     Ok(ledger_rdp_epsilon(held, delta)? <= budget)
 }
 
+/// ε of `held` at `delta` in the ledger's currency: the minimum of RDP and the exact account
+/// (`exact = true`), or RDP alone (`exact = false`, the `accountant="rdp"` option).
+pub fn ledger_epsilon(held: &[Held], delta: f64, exact: bool) -> Result<f64> {
+    let rdp = ledger_rdp_epsilon(held, delta)?;
+    Ok(if exact { rdp.min(ledger_exact_epsilon(held, delta)?) } else { rdp })
+}
+
+/// Largest noise multiplier the calibration after a ledger looks at before it gives up (pure noise).
+pub const AFTER_Z_MAX: f64 = 1e7;
+
+/// Smallest noise multiplier `z` (to relative 0.5%) such that what `held` records plus `steps`
+/// rounds of `scheme` at rate `q` and multiplier `z` compose to at most `epsilon` at `delta` in the
+/// ledger's currency ([`ledger_epsilon`]). Geometric bisection on `z` (ε of the composition does
+/// not increase with `z`) from the bracket `[1e-3, 1]`, grown ×4 until feasible; the returned `z`
+/// is the upper, feasible end of the final bracket. `None` when even [`AFTER_Z_MAX`] does not meet
+/// the target (nothing useful is left of the budget).
+pub fn ledger_noise_multiplier_after(
+    held: &[Held],
+    delta: f64,
+    epsilon: f64,
+    scheme: Scheme,
+    q: f64,
+    steps: u64,
+    exact: bool,
+) -> Result<Option<f64>> {
+    let count = if scheme == Scheme::Shuffle { super::shuffle_releases(q, steps) } else { steps };
+    let mut with: Vec<Held> = held.to_vec();
+    with.push(Held { scheme, q, z: 1.0, count });
+    let last = with.len() - 1;
+    let mut eps = |z: f64| -> Result<f64> {
+        with[last].z = z;
+        ledger_epsilon(&with, delta, exact)
+    };
+    let (mut lo, mut hi) = (1e-3, 1.0);
+    while eps(hi)? > epsilon {
+        lo = hi;
+        hi *= 4.0;
+        if hi > AFTER_Z_MAX {
+            return Ok(None);
+        }
+    }
+    while hi / lo > 1.005 {
+        let mid = (lo * hi).sqrt();
+        if eps(mid)? <= epsilon {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(Some(hi))
+}
+
+/// [`ledger_admits`] for many ledgers at once (one call per epoch for all silos): entry `i` is
+/// `(held_i, δ_i, budget_i)`. Entries that are equal (silos of one size with the same history)
+/// are evaluated once; distinct ones in parallel when there are many.
+pub fn ledgers_admit(entries: &[(Vec<Held>, f64, f64)]) -> Result<Vec<bool>> {
+    use rayon::prelude::*;
+    // Group equal entries: the answer is a function of (held, δ, budget) only.
+    let mut first: HashMap<Vec<(u8, u64, u64, u64)>, usize> = HashMap::new();
+    let mut rep: Vec<usize> = Vec::with_capacity(entries.len());
+    let mut unique: Vec<usize> = Vec::new();
+    for (i, (held, delta, budget)) in entries.iter().enumerate() {
+        let mut key: Vec<(u8, u64, u64, u64)> =
+            held.iter().map(|h| (h.scheme as u8, h.q.to_bits(), h.z.to_bits(), h.count)).collect();
+        key.push((u8::MAX, delta.to_bits(), budget.to_bits(), 0));
+        let j = *first.entry(key).or_insert_with(|| {
+            unique.push(i);
+            unique.len() - 1
+        });
+        rep.push(j);
+    }
+    let answer = |&i: &usize| ledger_admits(&entries[i].0, entries[i].1, entries[i].2);
+    let answers: Vec<bool> = if unique.len() >= 16 {
+        unique.par_iter().map(answer).collect::<Result<_>>()?
+    } else {
+        unique.iter().map(answer).collect::<Result<_>>()?
+    };
+    Ok(rep.into_iter().map(|j| answers[j]).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +325,43 @@ mod tests {
         let h = [Held { scheme: Scheme::WithoutReplacement, q, z: 3.0, count: 10 }];
         assert_eq!(ledger_exact_epsilon(&h, d).unwrap(), f64::INFINITY);
         assert_eq!(ledger_rdp_epsilon(&[], d).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn calibration_after_a_ledger_meets_the_target_within_half_a_percent() {
+        let (q, d, n) = (256.0 / 11305.0, 1.0 / 11305f64.powi(2), 1800);
+        let hist = [Held { scheme: Scheme::FullBatch, q: 1.0, z: 20.0, count: 1 }];
+        for exact in [true, false] {
+            let z = ledger_noise_multiplier_after(&hist, d, 1.0, Scheme::PublicBatch, q, n, exact).unwrap().unwrap();
+            let mut with = hist.to_vec();
+            with.push(Held { scheme: Scheme::PublicBatch, q, z, count: n });
+            assert!(ledger_epsilon(&with, d, exact).unwrap() <= 1.0);
+            with[1].z = z / 1.006;
+            assert!(ledger_epsilon(&with, d, exact).unwrap() > 1.0, "z is not the smallest to 0.5%");
+        }
+        // Shuffle: the event counts epochs, not rounds.
+        let z = ledger_noise_multiplier_after(&[], d, 1.0, Scheme::Shuffle, q, n, true).unwrap().unwrap();
+        let k = shuffle_releases(q, n);
+        assert!(ledger_epsilon(&[Held { scheme: Scheme::Shuffle, q, z, count: k }], d, true).unwrap() <= 1.0);
+        // Nothing left: None, not a huge z.
+        let spent = [Held { scheme: Scheme::FullBatch, q: 1.0, z: 0.05, count: 1 }];
+        assert_eq!(ledger_noise_multiplier_after(&spent, d, 1.0, Scheme::PublicBatch, q, n, true).unwrap(), None);
+    }
+
+    #[test]
+    fn many_ledgers_admit_as_each_alone() {
+        let (q, d) = (256.0 / 11305.0, 1.0 / 11305f64.powi(2));
+        let entries: Vec<(Vec<Held>, f64, f64)> = (0..40)
+            .map(|i| {
+                let held = vec![Held { scheme: Scheme::PublicBatch, q, z: 30.0 + (i % 7) as f64, count: 45 * (1 + i % 5) }];
+                (held, d, [0.05, 0.2, 1.0][i as usize % 3])
+            })
+            .collect();
+        let many = ledgers_admit(&entries).unwrap();
+        for ((held, delta, budget), got) in entries.iter().zip(&many) {
+            assert_eq!(*got, ledger_admits(held, *delta, *budget).unwrap());
+        }
+        assert!(many.iter().any(|&b| b) && many.iter().any(|&b| !b));
+        assert!(ledgers_admit(&[]).unwrap().is_empty());
     }
 }

@@ -6,6 +6,8 @@ use pyo3::prelude::*;
 
 use crate::accounting::{self as acc, Binomial, Event, Held, Mixture, Scheme};
 
+use super::errors::value_error;
+
 fn orders_or_default(orders: Option<Vec<f64>>) -> Vec<f64> {
     orders.unwrap_or_else(acc::default_orders)
 }
@@ -170,6 +172,8 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pld_noise_multiplier_for, m)?)?;
     m.add("PLD_GRID", acc::PLD_GRID)?;
     m.add_function(wrap_pyfunction!(ledger_admits, m)?)?;
+    m.add_function(wrap_pyfunction!(ledgers_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(ledger_noise_multiplier_after, m)?)?;
     m.add("CALIBRATION_TOL", acc::CALIBRATION_TOL)?;
     m.add("Z_MIN", acc::Z_MIN)?;
     m.add("Z_MAX", acc::Z_MAX)?;
@@ -295,6 +299,42 @@ pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Vec<(String, f64, f64,
 #[pyfunction]
 pub(super) fn ledger_admits(mechanisms: Vec<(String, f64, f64, u64)>, delta: f64, budget: f64) -> PyResult<bool> {
     Ok(acc::ledger_admits(&held(mechanisms)?, delta, budget)?)
+}
+
+/// [`ledger_admits`] for many ledgers in one call: `entries[i] = (mechanisms, δ, budget)`.
+#[pyfunction]
+pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Vec<(String, f64, f64, u64)>, f64, f64)>) -> PyResult<Vec<bool>> {
+    let e = entries
+        .into_iter()
+        .map(|(items, delta, budget)| Ok((held(items)?, delta, budget)))
+        .collect::<acc::Result<Vec<_>>>()?;
+    Ok(py.allow_threads(|| acc::ledgers_admit(&e))?)
+}
+
+/// Smallest z (to 0.5%) such that a ledger's mechanisms plus `steps` rounds of `sampling` at
+/// `sample_rate` and z meet ε at δ; `accountant` "best" (min of RDP and exact) or "rdp". `None`
+/// when no z up to `AFTER_Z_MAX` does.
+#[pyfunction]
+#[pyo3(signature = (mechanisms, delta, epsilon, sampling, sample_rate, steps, accountant="best"))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn ledger_noise_multiplier_after(
+    py: Python<'_>,
+    mechanisms: Vec<(String, f64, f64, u64)>,
+    delta: f64,
+    epsilon: f64,
+    sampling: &str,
+    sample_rate: f64,
+    steps: u64,
+    accountant: &str,
+) -> PyResult<Option<f64>> {
+    let h = held(mechanisms)?;
+    let s = Scheme::parse(sampling)?;
+    let exact = match accountant {
+        "best" => true,
+        "rdp" => false,
+        other => return Err(value_error(format!("accountant: must be 'best' or 'rdp'; got {other:?}"))),
+    };
+    Ok(py.allow_threads(|| acc::ledger_noise_multiplier_after(&h, delta, epsilon, s, sample_rate, steps, exact))?)
 }
 
 /// ε of a hidden-batch scheme by the PLD accountant (connect-the-dots, FFT composition).
