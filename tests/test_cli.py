@@ -160,13 +160,16 @@ def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
     code, out, err = run(capsys, "sweep", "--csv", str(user_csv), "--label", "credit_risk", "--sensitive", "sex",
                          "--positive-label", "1", "--keep", "branch", "--partition-by", "branch",
                          "--methods", "steffle,fedavg", "--epsilon", "3", "--heterogeneity", "0", "1",
-                         "--lam", "1", "--seeds", "1", "--epochs", "1", "--batch-size", "32", "--jobs", "1",
+                         "--lam", "1", "--seeds", "1", "--epochs", "1", "--jobs", "1",
                          "--no-progress", "--out", str(tmp_path))
     assert code == 0, err
     from pfair.experiments import load_runs
 
     runs = load_runs(tmp_path)
     assert len(runs) == 4 and (runs["error"].fillna("") == "").all()
+    # The default batch (256) is larger than these silos (600 records in 3): each cell used its
+    # smallest silo's size instead of failing.
+    assert (runs["batch_size"] <= 200).all() and (runs["batch_size"] > 50).all()
     spec = runs["dataset"].iloc[0]
     assert spec.startswith("csv:") and "partition_by=branch" in spec
     # The 750 training records: 80% train the model, 20% are the validation split.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,13 +16,13 @@ from pfair.experiments import expand_grid, load_runs, parse_values, plot_results
 from pfair.experiments.methods import METHODS, get_method
 from pfair.experiments.summary import (front, matched_reduction, mean_violation, pareto_mask, tradeoff_points,
                                       violation_at)
-from pfair.experiments.sweep import COLUMNS, KEY_COLUMNS, cell_key
+from pfair.experiments.sweep import COLUMNS, KEY_COLUMNS, RENAMED, cell_key
 
 # A small, fast grid on German credit (750 training records): 2 epochs, batches of 32.
 TINY = dict(datasets="german", epsilons=[1, 3], heterogeneities=[0, 0.75], silos=[3], lams="0:2:3",
             epochs=2, batch_size=32, progress=False)
 REQUIRED = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed", "test_error",
-            "dp_violation", "eo_violation", "epsilon_spent", "seconds", "trivial_error"]
+            "demographic_parity_difference", "equalized_odds_difference", "epsilon_spent", "seconds", "trivial_error"]
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +117,12 @@ def test_runs_csv_has_one_row_per_cell_with_the_promised_columns(tiny_sweep):
     assert np.isinf(raw.loc[raw["method"].isin(["fedavg", "fermi"]), ["epsilon", "epsilon_spent"]]).all().all()
     assert raw.loc[raw["method"] == "fedavg", "knob"].isna().all()
     aware = raw["method"] != "fedavg"  # fedavg ignores the notion: fairness "any", both violations, no "violation"
-    assert (raw.loc[aware, "violation"] == raw.loc[aware, "dp_violation"]).all()
+    assert (raw.loc[aware, "violation"] == raw.loc[aware, "demographic_parity_difference"]).all()
     assert (raw.loc[~aware, "fairness"] == "any").all() and raw.loc[~aware, "violation"].isna().all()
     # the validation split: 20% of German's 750 training records, stratified by (y, s), measured like the test
     assert (raw["n_val"] == 150).all() and (raw["n_train"] == 600).all()
     assert ((raw["val_error"] > 0) & (raw["val_error"] < 1)).all() and np.allclose(raw["val_trivial_error"], 0.3)
-    assert (raw.loc[aware, "val_violation"] == raw.loc[aware, "val_dp_violation"]).all()
+    assert (raw.loc[aware, "val_violation"] == raw.loc[aware, "val_demographic_parity_difference"]).all()
     assert (out / "sweep.json").exists()
 
 
@@ -176,7 +177,7 @@ def test_same_seed_same_metrics_with_one_or_two_workers(tmp_path):
     grid = dict(methods="steffle,pfld,fedavg", seeds=1, **{**TINY, "heterogeneities": [0.75]})
     one = load_runs(run_sweep(tmp_path / "one", jobs=1, **grid).path)
     two = load_runs(run_sweep(tmp_path / "two", jobs=2, **grid).path)
-    cols = ["test_error", "dp_violation", "eo_violation", "epsilon_spent"]
+    cols = ["test_error", "demographic_parity_difference", "equalized_odds_difference", "epsilon_spent"]
     a = one.sort_values(KEY_COLUMNS).reset_index(drop=True)
     b = two.sort_values(KEY_COLUMNS).reset_index(drop=True)
     pd.testing.assert_frame_equal(a[KEY_COLUMNS + cols], b[KEY_COLUMNS + cols])
@@ -251,8 +252,8 @@ def _hand_runs() -> pd.DataFrame:
     def add(method, eps, knob, errs, viols):
         for seed, (e, v) in enumerate(zip(errs, viols)):
             rows.append(dict(method=method, dataset="adult", fairness="demographic_parity", epsilon=eps,
-                             heterogeneity=0.0, silos=3, knob=knob, seed=seed, test_error=e, dp_violation=v,
-                             eo_violation=9.0, trivial_error=0.25, epsilon_spent=eps, error=""))
+                             heterogeneity=0.0, silos=3, knob=knob, seed=seed, test_error=e,
+                             demographic_parity_difference=v, equalized_odds_difference=9.0, trivial_error=0.25, epsilon_spent=eps, error=""))
 
     add("steffle", 1.0, 0.0, [0.14, 0.16], [0.19, 0.21])   # mean (0.15, 0.20)
     add("steffle", 1.0, 1.0, [0.17, 0.19], [0.09, 0.11])   # mean (0.18, 0.10)
@@ -324,7 +325,7 @@ def test_cli_sweep_summary_plot_end_to_end(capsys, tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 12 and set(runs["fairness"]) == {"equalized_odds", "any"}
     steffle = runs[runs["method"] == "steffle"]
-    assert (steffle["fairness"] == "equalized_odds").all() and (steffle["violation"] == steffle["eo_violation"]).all()
+    assert (steffle["fairness"] == "equalized_odds").all() and (steffle["violation"] == steffle["equalized_odds_difference"]).all()
     assert main(["summary", str(out)]) == 0
     stdout = capsys.readouterr().out
     assert "german · equalized_odds · ε = 1 · h = 0 · N = 3" in stdout and "fedavg (non-private)" in stdout
@@ -408,9 +409,9 @@ def _selection_runs() -> pd.DataFrame:
             d = 0.01 * (1 if seed else -1)  # seeds scatter symmetrically around the means given
             rows.append(dict(method=method, dataset="adult", fairness="demographic_parity", epsilon=1.0,
                              heterogeneity=0.0, silos=3, knob=knob, config=config, seed=seed,
-                             val_error=val[0] + d, val_dp_violation=val[1], val_eo_violation=0.5,
-                             val_trivial_error=0.30, test_error=test[0] + d, dp_violation=test[1],
-                             eo_violation=0.5, trivial_error=0.25, epsilon_spent=1.0, error=""))
+                             val_error=val[0] + d, val_demographic_parity_difference=val[1], val_equalized_odds_difference=0.5,
+                             val_trivial_error=0.30, test_error=test[0] + d, demographic_parity_difference=test[1],
+                             equalized_odds_difference=0.5, trivial_error=0.25, epsilon_spent=1.0, error=""))
 
     add("steffle", 0.0, "lr_theta=0.1", val=(0.16, 0.20), test=(0.14, 0.10))  # A: lucky on test only
     add("steffle", 0.0, "lr_theta=0.25", val=(0.15, 0.18), test=(0.16, 0.22))  # B: dominates A on validation
@@ -588,7 +589,7 @@ def test_schema_1_runs_read_back_and_are_summarised_with_test_selection(tmp_path
     old_columns = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "silos", "knob", "seed",
                    "test_error", "trivial_error", "dp_violation", "eo_violation", "epsilon_spent", "error",
                    "finished_at"]
-    runs = _hand_runs().assign(finished_at=1.0)
+    runs = _hand_runs().assign(finished_at=1.0).rename(columns={v: k for k, v in RENAMED.items()})
     runs[old_columns].to_csv(tmp_path / "runs.csv", index=False)
     back = load_runs(tmp_path)
     assert (back["config"] == "").all() and back["val_error"].isna().all() and len(back) == len(runs)
@@ -598,3 +599,24 @@ def test_schema_1_runs_read_back_and_are_summarised_with_test_selection(tmp_path
     assert pf["reduction"] == pytest.approx(1 - (0.20 - 0.10 / 3) / 0.30)  # as in the hand-built summary test
     with pytest.raises(ValueError, match="another --out"):  # a schema-2 sweep does not append to it
         run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)
+
+
+def test_a_schema_2_sweep_with_the_old_metric_names_is_read_and_resumed_under_fairlearns_names(tmp_path):
+    grid = dict(methods="fedavg", seeds=1, **{**TINY, "heterogeneities": [0.0]})
+    first = run_sweep(tmp_path, **grid)
+    file = tmp_path / "runs.csv"
+    lines = file.read_text().splitlines(keepends=True)
+    old_header = ",".join({v: k for k, v in RENAMED.items()}.get(c, c) for c in COLUMNS)
+    assert "dp_violation" in old_header and "demographic_parity_difference" not in old_header
+    file.write_text(old_header + "\r\n" + "".join(lines[1:]))  # as schema 2 wrote it
+    settings = json.loads((tmp_path / "sweep.json").read_text())
+    (tmp_path / "sweep.json").write_text(json.dumps({**settings, "schema": 2}))
+    back = load_runs(tmp_path)
+    assert {"demographic_parity_difference", "val_equalized_odds_difference"} <= set(back.columns)
+    assert not {"dp_violation", "eo_violation"} & set(back.columns)
+    pd.testing.assert_frame_equal(back, load_runs(first.path))
+    # A resumed sweep upgrades the header and appends under it.
+    more = run_sweep(tmp_path, **{**grid, "seeds": 2})
+    assert more.ran == len(load_runs(tmp_path)) // 2 and more.skipped == len(back)
+    assert file.read_text().splitlines()[0].split(",") == COLUMNS
+    assert json.loads((tmp_path / "sweep.json").read_text())["schema"] == 3

@@ -610,6 +610,9 @@ def test_group_report_hand_example_and_errors():
     assert r.loc["a", "count"] == 3 and r.loc["a", "selection_rate"] == pytest.approx(1 / 3)
     assert r.loc["a", "true_positive_rate"] == pytest.approx(1 / 2) and r.loc["b", "false_positive_rate"] == 1.0
     assert r.loc["a", "error"] == pytest.approx(1 / 3) and r.loc["b", "error"] == pytest.approx(2 / 3)
+    with pd.option_context("display.max_columns", 3, "display.width", 40):
+        text = str(r)
+    assert "..." not in text and all(c in text for c in r.columns)  # print shows every column
     with pytest.raises(ValueError, match="method='worst' is not supported"):
         pm.demographic_parity_difference(y, yp, sensitive_features=s, method="worst")
     with pytest.raises(ValueError, match="sample_weight must be finite and >= 0"):

@@ -43,6 +43,8 @@ def test_every_python_block_runs_and_leaves_what_the_page_describes(page):
     ds, fed, model = ns["ds"], ns["fed"], ns["model"]
     assert (workdir / "adult.csv").exists() and ds.name == "adult" and ds.n_train + ds.n_test == 45_222
     assert "source" in ds.attrs_train.columns and not any(f.startswith("source") for f in ds.feature_names)
+    # The output the page shows for print(ds.group_names, ds.label_names) is what it prints.
+    assert f"{list(ds.group_names)} {list(ds.label_names)}" in (DOCS / "start_here.md").read_text()
     # h = 0.75 by age: silo means of age increase, unlike the uniform split.
     ages = fed.describe()["mean(age)"].to_numpy()
     assert ages[0] < ages[1] < ages[2] and ages[2] - ages[0] > 10

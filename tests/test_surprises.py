@@ -136,3 +136,46 @@ def test_private_fit_without_sensitive_features_is_refused_unless_lam_is_zero():
         warnings.simplefilter("ignore", PrivacyWarning)
         m = SteFFLe(lam=0.0, epsilon=1.0, protect="record", noise_seed=0, **QUICK).fit(X, y, silos=ids)
     assert np.isfinite(m.epsilon_spent_) and m.epsilon_spent_ <= 1.0 + 1e-9
+
+
+# ----------------------------------------------------------------- the same through a CSV
+def _table(n=400, seed=0):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"income": rng.normal(50, 10, n).round(3), "sex": rng.choice(["f", "m"], n),
+                         "age": rng.integers(18, 90, n) + 0.5, "x": rng.normal(size=n),
+                         "default": rng.integers(0, 2, n), "zip": rng.integers(0, 40, n)})
+
+
+def test_a_continuous_label_column_is_refused_naming_positive_label_and_binning(tmp_path, capsys):
+    from pfair.cli import main
+    from pfair.datasets import load_csv
+
+    frame = _table()
+    with pytest.raises(ValueError, match=r"label: column 'income' looks continuous .*positive_label=.*pd\.cut"):
+        load_csv(frame, label="income", sensitive="sex")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    code = main(["train", "--csv", str(tmp_path / "t.csv"), "--label", "income", "--sensitive", "sex", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "looks continuous" in err and "pos_label" not in err
+    # A binned label, or positive_label, is fine; many whole-number classes only warn.
+    load_csv(frame.assign(income=(frame.income > 50).astype(int)), label="income", sensitive="sex")
+    with pytest.warns(UserWarning, match=r"label: column 'zip' has 40 distinct values.*positive_label="):
+        load_csv(frame, label="zip", sensitive="sex")
+
+
+def test_a_continuous_sensitive_column_is_refused_with_binning_advice(tmp_path, capsys):
+    from pfair.cli import main
+    from pfair.datasets import load_csv
+
+    frame = _table()
+    with pytest.raises(ValueError, match=r"sensitive: frame\['age'\] has 72 distinct values .*pd\.cut\(frame\['age'\]"):
+        load_csv(frame, label="default", sensitive="age")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    code = main(["train", "--csv", str(tmp_path / "t.csv"), "--label", "default", "--sensitive", "income",
+                 "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "must be categorical" in err and "no records in the test split" not in err
+    binned = frame.assign(age=np.digitize(frame.age, [30, 50, 70]))
+    assert load_csv(binned, label="default", sensitive="age").n_groups == 4

@@ -42,11 +42,11 @@ def main() -> None:
                     model.fit(data.X_train, data.y_train, sensitive_features=data.s_train, silos=silos)
                 pred = model.predict(data.X_test)
                 rows.append(dict(data=name, lam=lam, seed=seed, test_error=float(np.mean(pred != data.y_test)),
-                                 dp_violation=metrics.demographic_parity_difference(data.y_test, pred,
+                                 demographic_parity_difference=metrics.demographic_parity_difference(data.y_test, pred,
                                                                                    sensitive_features=data.s_test),
                                  trivial=metrics.trivial_error(data.y_test)))
         df = pd.DataFrame(rows)
-        print(df[df.data == name].groupby("lam")[["test_error", "dp_violation", "trivial"]].mean().round(4)
+        print(df[df.data == name].groupby("lam")[["test_error", "demographic_parity_difference", "trivial"]].mean().round(4)
               .rename_axis(name).to_string(), flush=True)
     if args.out:
         pd.DataFrame(rows).to_csv(args.out, index=False, float_format="%.5g")

@@ -42,12 +42,12 @@ def main() -> None:
                 pred = model.predict(data.X_test)
                 rep = metrics.fairness_report(data.y_test, pred, sensitive_features=data.s_test)
                 rows.append(dict(data=name, w_step=w_step, lam=float(lam), test_error=rep["test_error"],
-                                 dp_violation=rep["demographic_parity_difference"], theta_norm=float(np.linalg.norm(model.theta_)),
+                                 demographic_parity_difference=rep["demographic_parity_difference"], theta_norm=float(np.linalg.norm(model.theta_)),
                                  w_norm=float(np.linalg.norm(model.W_)),
                                  positive=float(np.mean(pred == model.classes_[1])),
                                  trivial=metrics.trivial_error(data.y_test)))
                 r = rows[-1]
-                print(f"{name:12s} {w_step:10s} λ={lam:5.2f} err={r['test_error']:.4f} dp={r['dp_violation']:.4f} "
+                print(f"{name:12s} {w_step:10s} λ={lam:5.2f} err={r['test_error']:.4f} dp={r['demographic_parity_difference']:.4f} "
                       f"|θ|={r['theta_norm']:.2f} |W|={r['w_norm']:.2f} pos={r['positive']:.3f}", flush=True)
     df = pd.DataFrame(rows)
     if args.out:
@@ -64,7 +64,7 @@ def main() -> None:
             for w_step, style in (("paper", "o--"), ("normalised", "s-")):
                 s = sub[sub.w_step == w_step]
                 axes[0, c].plot(s.lam, s.test_error, style, ms=3, label=f"W step: {w_step}")
-                axes[1, c].plot(s.lam, s.dp_violation, style, ms=3, label=f"W step: {w_step}")
+                axes[1, c].plot(s.lam, s.demographic_parity_difference, style, ms=3, label=f"W step: {w_step}")
             axes[0, c].axhline(sub.trivial.iloc[0], color="grey", lw=0.8, ls=":", label="constant predictor")
             axes[0, c].set_title(f"{name} (non-private, {args.epochs} epochs)")
             axes[0, c].set_ylabel("test error")

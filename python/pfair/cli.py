@@ -366,7 +366,8 @@ def add_experiment_parsers(sub: Any) -> None:
     p.add_argument("--seeds", type=int, default=15, help="number of seeds (0..seeds-1); a seed drives partition, "
                                                         "batches and noise")
     p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records per fit (default 40)")
-    p.add_argument("--batch-size", type=int, default=256, help="records per silo per round (default 256)")
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="records per silo per round (default 256; a cell whose smallest silo is smaller uses its size)")
     p.add_argument("--param", action="append", default=[], metavar="METHOD.NAME=VALUE",
                    help="override a method's hyper-parameter, e.g. single_shot.outer_steps=50 (repeatable)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")

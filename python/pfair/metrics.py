@@ -890,7 +890,7 @@ def group_report(
     The group rows equal ``MetricFrame(...).by_group``; the difference of ``selection_rate`` is
     :func:`demographic_parity_difference`, and the larger of the TPR and FPR differences is
     :func:`equalized_odds_difference`. With more than two classes the rates are one-vs-rest for
-    ``pos_label``.
+    ``pos_label``. The table is a DataFrame that ``print`` shows in full.
     """
     r = _rates(y_true, y_pred, sensitive_features, pos_label, sample_weight)
     cols = ["count", "selection_rate", "error", "true_positive_rate", "false_positive_rate"]
@@ -902,7 +902,9 @@ def group_report(
     )
     out = pd.concat([by_group, extra[cols]])
     out.index.name = getattr(sensitive_features, "name", None) or "sensitive_features"
-    return out
+    from pfair.privacy.report import FullTable
+
+    return FullTable(out)  # prints every column
 
 
 __all__ += [

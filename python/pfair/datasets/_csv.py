@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from pandas.api import types as ptypes
 
+from pfair._validation import MAX_GROUPS, check_groups
+
 from ._base import Dataset, build_dataset, encode_categories
 
 
@@ -149,6 +151,7 @@ def load_csv(
         )
     positive_label = _match_dtype(frame[label], positive_label)
     if positive_label is None:
+        _check_label_column(frame[label], label)
         y, label_names = encode_categories(frame[label], argument=f"label {label!r}")
     else:
         is_pos = (frame[label] == positive_label).to_numpy()
@@ -163,6 +166,12 @@ def load_csv(
         # Two values: the other one names the negative class; "not X" only when several merge.
         negative = str(others[0]) if len(others) == 1 else f"not {positive_label}"
         label_names = [negative, str(positive_label)]
+    column = frame[sensitive].to_numpy()
+    if column.dtype.kind in "fiu":  # a numeric attribute must be binned first (each value is a group)
+        try:
+            check_groups(np.unique(column), column, name=f"frame[{sensitive!r}]")
+        except ValueError as exc:
+            raise ValueError(f"sensitive: {exc}") from None
     s, group_names = encode_categories(frame[sensitive], argument=f"sensitive {sensitive!r}")
     return build_dataset(
         name or default_name, frame, y=y, label_names=label_names, s=s, group_names=group_names,
@@ -241,6 +250,27 @@ def parse_csv_spec(spec: str) -> tuple[str, dict[str, Any]]:
         if not options.get(required):
             raise ValueError(f"dataset: {spec!r} has no {required}=COLUMN; add &{required}=COLUMN")
     return path, options
+
+
+def _check_label_column(column: pd.Series, label: str) -> None:
+    """A label column without ``positive_label`` becomes one class per distinct value: refuse a
+    continuous one (float values that are not whole numbers) and warn past :data:`MAX_GROUPS`
+    classes, naming the two ways out."""
+    values = column.to_numpy()
+    distinct = pd.unique(column)
+    fix = (f"pass positive_label= (y = 1 where the label equals it) or bin the column first, e.g. "
+           f"frame[{label!r}] = pd.cut(frame[{label!r}], bins) or (frame[{label!r}] > threshold)")
+    if values.dtype.kind == "f" and not np.all(distinct == np.round(distinct)):
+        raise ValueError(
+            f"label: column {label!r} looks continuous ({distinct.size} distinct float values, e.g. "
+            f"{np.sort(distinct)[:3].tolist()}); pfair trains classifiers, and every distinct value would be a class. "
+            f"Either {fix}"
+        )
+    if distinct.size > MAX_GROUPS:
+        import warnings
+
+        warnings.warn(f"label: column {label!r} has {distinct.size} distinct values, so the model gets "
+                      f"{distinct.size} classes; if that is not meant, {fix}", UserWarning, stacklevel=3)
 
 
 def load_csv_spec(spec: str) -> Dataset:

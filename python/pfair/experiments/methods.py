@@ -40,13 +40,14 @@ __all__ = ["METHODS", "MethodSpec", "get_method", "check_methods", "FAIRNESS_CHO
 
 #: Fairness notions a sweep can target, and the column of the CSV that measures each.
 FAIRNESS_CHOICES: dict[str, str] = {
-    "demographic_parity": "dp_violation",
-    "equalized_odds": "eo_violation",
+    "demographic_parity": "demographic_parity_difference",
+    "equalized_odds": "equalized_odds_difference",
 }
 
 
 def violation_column(fairness: str) -> str:
-    """The CSV column holding the violation of ``fairness`` (``dp_violation`` or ``eo_violation``)."""
+    """The CSV column holding the violation of ``fairness`` (``demographic_parity_difference`` or
+    ``equalized_odds_difference``, fairlearn's names)."""
     if fairness not in FAIRNESS_CHOICES:
         raise ValueError(f"fairness={fairness!r} is not supported; choose one of {', '.join(FAIRNESS_CHOICES)}")
     return FAIRNESS_CHOICES[fairness]

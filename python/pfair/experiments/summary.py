@@ -179,7 +179,9 @@ def matched_reduction(ref_front: tuple[Any, Any], other_front: tuple[Any, Any],
 
 def _runs(runs: Any) -> pd.DataFrame:
     if isinstance(runs, pd.DataFrame):
-        return runs
+        from pfair.experiments.sweep import RENAMED
+
+        return runs.rename(columns=RENAMED)  # rows of schema ≤ 2 keep working
     if isinstance(runs, (str, os.PathLike)):
         from pfair.experiments.sweep import load_runs
 
@@ -227,7 +229,7 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
 
     Columns: the setting columns, ``method``, ``knob``, ``config``, ``test_error``,
     ``test_error_std``, ``violation``, ``violation_std`` (for the row's ``fairness``),
-    ``dp_violation``, ``eo_violation``, ``epsilon_spent`` (max over seeds), ``trivial_error``,
+    ``demographic_parity_difference``, ``equalized_odds_difference``, ``epsilon_spent`` (max over seeds), ``trivial_error``,
     ``val_error``, ``val_violation``, ``val_trivial_error`` (NaN without a validation split),
     ``n_seeds``. Rows whose fit raised are left out. Non-private methods keep
     ``epsilon = inf`` here (see :func:`summarize` for their placement in ε settings). Standard
@@ -240,11 +242,12 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
     if unknown:
         raise ValueError(f"runs: unknown fairness notions {unknown}; expected {list(FAIRNESS_CHOICES)}")
     eo = df["fairness"] == "equalized_odds"
-    df["violation"] = np.where(eo, df["eo_violation"], df["dp_violation"])
-    for col in ("val_error", "val_dp_violation", "val_eo_violation", "val_trivial_error"):
+    df["violation"] = np.where(eo, df["equalized_odds_difference"], df["demographic_parity_difference"])
+    for col in ("val_error", "val_demographic_parity_difference", "val_equalized_odds_difference",
+                "val_trivial_error"):
         if col not in df.columns:
             df[col] = np.nan
-    df["val_violation"] = np.where(eo, df["val_eo_violation"], df["val_dp_violation"])
+    df["val_violation"] = np.where(eo, df["val_equalized_odds_difference"], df["val_demographic_parity_difference"])
     keys = SETTING_COLUMNS + ["method", "knob", "config"]
     df["knob"] = df["knob"].fillna(-1.0)  # group NaN knobs together; restored below
     g = df.groupby(keys, sort=True, dropna=False)
@@ -253,8 +256,8 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
         test_error_std=("test_error", lambda x: float(np.std(x))),
         violation=("violation", "mean"),
         violation_std=("violation", lambda x: float(np.std(x))),
-        dp_violation=("dp_violation", "mean"),
-        eo_violation=("eo_violation", "mean"),
+        demographic_parity_difference=("demographic_parity_difference", "mean"),
+        equalized_odds_difference=("equalized_odds_difference", "mean"),
         epsilon_spent=("epsilon_spent", "max"),
         trivial_error=("trivial_error", "mean"),
         val_error=("val_error", "mean"),

@@ -57,8 +57,15 @@ __all__ = [
 RUNS_FILE = "runs.csv"
 SETTINGS_FILE = "sweep.json"
 #: Version of the ``runs.csv`` schema. 1: no ``config`` key, no validation columns (read back
-#: with ``config = ""`` and NaN validation metrics); 2: both.
-SCHEMA = 2
+#: with ``config = ""`` and NaN validation metrics); 2: both; 3: fairlearn's metric names
+#: (``demographic_parity_difference`` for 2's ``dp_violation``, and so on: :data:`RENAMED`).
+SCHEMA = 3
+
+#: Columns of schema ≤ 2 and their names since schema 3 (fairlearn's vocabulary). Older files
+#: are read with the new names, and a resumed sweep rewrites their header first.
+RENAMED = {"dp_violation": "demographic_parity_difference", "eo_violation": "equalized_odds_difference",
+           "val_dp_violation": "val_demographic_parity_difference",
+           "val_eo_violation": "val_equalized_odds_difference"}
 
 #: Fraction of each data set's training split held out as the validation split (default).
 VAL_FRACTION = 0.2
@@ -74,8 +81,9 @@ KEY_COLUMNS = ["method", "dataset", "fairness", "epsilon", "heterogeneity", "sil
 #: Every column of ``runs.csv``, in order (see ``docs/experiments.md`` for their meaning).
 COLUMNS = KEY_COLUMNS + [
     "knob_name", "hyper_parameter", "private", "federated",
-    "test_error", "trivial_error", "dp_violation", "eo_violation", "violation",
-    "val_error", "val_trivial_error", "val_dp_violation", "val_eo_violation", "val_violation",
+    "test_error", "trivial_error", "demographic_parity_difference", "equalized_odds_difference", "violation",
+    "val_error", "val_trivial_error", "val_demographic_parity_difference", "val_equalized_odds_difference",
+    "val_violation",
     "epsilon_spent", "noise", "seconds", "epochs", "batch_size", "n_train", "n_val", "n_test",
     "warnings", "warning_messages", "error", "finished_at",
 ]
@@ -408,11 +416,16 @@ def _check_or_write_settings(out: Path, settings: dict[str, Any]) -> None:
     runs = out / RUNS_FILE
     if path.exists():
         old = json.loads(path.read_text())
+        upgrade = old.get("schema") == 2 and settings["schema"] == 3  # only metric names differ (RENAMED)
+        if upgrade:
+            old = {**old, "schema": 3}
         diff = {k: (old.get(k), settings[k]) for k in _CHECKED_SETTINGS if old.get(k) != settings[k]}
         if diff:
             text = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
             raise ValueError(f"out: {out} holds a sweep run with other fixed settings ({text}); its rows are not "
                              "comparable with this sweep's: use the same settings to resume, or another --out")
+        if upgrade:
+            path.write_text(json.dumps(old, indent=1) + "\n")
     elif runs.exists() and runs.stat().st_size > 0:
         raise ValueError(f"out: {runs} exists but {path} does not, so its settings are unknown; "
                          "use another --out directory")
@@ -500,8 +513,9 @@ def _metrics(y: np.ndarray, pred: np.ndarray, s: np.ndarray, prefix: str) -> dic
     if len(y) == 0:
         return {}
     report = metrics.fairness_report(y, pred, sensitive_features=s)
-    names = {"test_error": "error", "trivial_error": "trivial_error", "dp_violation": "dp_violation",
-             "eo_violation": "eo_violation"}
+    names = {"test_error": "error", "trivial_error": "trivial_error",
+             "demographic_parity_difference": "demographic_parity_difference",
+             "equalized_odds_difference": "equalized_odds_difference"}
     if prefix == "test":
         return {k: float(report[k]) for k in names}
     return {f"{prefix}_{v}": float(report[k]) for k, v in names.items()}
@@ -539,6 +553,9 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             silos = cell.silos if cell.silos != ANY_SILOS else 1
             h = 0.0 if math.isnan(cell.heterogeneity) else cell.heterogeneity
             fed = Federation.for_dataset(train, silos, heterogeneity=h, seed=cell.seed)
+            # A batch never exceeds a silo: small user tables get their smallest silo's size.
+            used_batch = min(int(batch_size), int(min(fed.sizes)))
+            row["batch_size"] = used_batch
             overrides = dict((params or {}).get(cell.method, {}))
             tuned = parse_config(cell.config)
             clash = sorted(set(overrides) & set(tuned))
@@ -547,7 +564,7 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             overrides.update(tuned)
             fairness = cell.fairness if cell.fairness != ANY_FAIRNESS else "demographic_parity"
             model = spec.build(knob=cell.knob, fairness=fairness, epsilon=cell.epsilon, epochs=epochs,
-                               batch_size=batch_size, seed=cell.seed, overrides=overrides)
+                               batch_size=used_batch, seed=cell.seed, overrides=overrides)
             model.fit(fed)
             seeded = getattr(model, "noise_seed", None)
             row["noise"] = ("none" if not spec.private else
@@ -586,6 +603,7 @@ def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataF
         raise ValueError(f"path: no {RUNS_FILE} at {file}; run `pfair sweep --out DIR` first")
     df = pd.read_csv(file, dtype={c: str for c in ("method", "dataset", "fairness", "knob_name", "warning_messages",
                                                    "error", "config")}, keep_default_na=True)
+    df = df.rename(columns=RENAMED)
     if "config" not in df.columns and "finished_at" in df.columns:  # schema 1: defaults, no validation split
         df.insert(df.columns.get_loc("knob") + 1 if "knob" in df.columns else 0, "config", "")
         for col in COLUMNS:
@@ -615,6 +633,9 @@ class _RowWriter:
         if exists:
             with open(file, newline="") as fh:
                 header = next(csv.reader(fh), [])
+            if header != COLUMNS and [RENAMED.get(c, c) for c in header] == COLUMNS:
+                _upgrade_header(file)  # schema 2 with the old metric names
+                header = COLUMNS
             if header != COLUMNS:
                 raise ValueError(f"out: {file} has columns {header}, not this version's {COLUMNS}; "
                                  "use another --out directory")
@@ -635,6 +656,18 @@ class _RowWriter:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def _upgrade_header(file: Path) -> None:
+    """Rewrite a schema-2 ``runs.csv`` header with fairlearn's names (atomically; rows unchanged)."""
+    with open(file, newline="") as fh:
+        fh.readline()
+        rest = fh.read()
+    tmp = file.with_name(file.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        csv.writer(fh).writerow(COLUMNS)
+        fh.write(rest)
+    os.replace(tmp, file)
 
 
 def _csv_value(value: Any) -> Any:
@@ -752,7 +785,9 @@ def run_sweep(
     methods, datasets, fairness, epsilons, heterogeneities, silos, seeds : the grid (see
         :func:`expand_grid`); ``lams`` is the knob axis (``"0:2:11"`` = numpy.linspace(0, 2, 11),
         or numbers).
-    epochs, batch_size : passed to every method that has them (not to ``single_shot``).
+    epochs, batch_size : passed to every method that has them (not to ``single_shot``); a cell
+        whose smallest silo has fewer records than ``batch_size`` uses that silo's size (the
+        ``batch_size`` column says what was used).
     params : hyper-parameter overrides, ``{"steffle": {"lr_theta": 0.1}}`` or
         ``["steffle.lr_theta=0.1"]`` (:func:`parse_params`).
     jobs : worker processes (default ``os.cpu_count()``); 1 runs in this process.

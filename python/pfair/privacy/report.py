@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["PrivacyReport", "REPORT_COLUMN_MEANINGS"]
+__all__ = ["FullTable", "PrivacyReport", "REPORT_COLUMN_MEANINGS"]
 
 #: One line per column of ``SteFFLe.privacy_report_`` (see docs/privacy.md, "The privacy report").
 REPORT_COLUMN_MEANINGS: dict[str, str] = {
@@ -47,23 +47,25 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
 }
 
 
-class PrivacyReport(pd.DataFrame):
-    """A privacy report (one row per silo) whose ``print`` shows every column.
-
-    ``str(report)`` and ``repr(report)`` are ``report.to_string()`` with floats to 4 significant
-    digits, whatever ``pandas.options.display`` says; everything else is a plain DataFrame.
-    """
+class FullTable(pd.DataFrame):
+    """A DataFrame whose ``print`` shows every row and column: ``str`` and ``repr`` are
+    ``to_string()`` with floats to 4 significant digits, whatever ``pandas.options.display``
+    says; everything else is a plain DataFrame. Base of the reports pfair returns."""
 
     _metadata: list[str] = []
 
     @property
     def _constructor(self) -> Any:
-        return PrivacyReport
+        return type(self)
 
     def __repr__(self) -> str:
         return self.to_string(float_format=lambda v: f"{v:.4g}")
 
     __str__ = __repr__
+
+
+class PrivacyReport(FullTable):
+    """A privacy report (one row per silo) whose ``print`` shows every column (:class:`FullTable`)."""
 
     def explain(self) -> pd.DataFrame:
         """One row per column of the report: its value(s) across silos (floats to 4 significant
