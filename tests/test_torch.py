@@ -264,15 +264,19 @@ def _soft_ermi(proba, s, k):
 def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation():
     data = pfair.datasets.load_adult(sensitive="race")
     assert data.n_groups == 5
-    rng = np.random.default_rng(0)
-    idx = rng.choice(data.n_train, 8000, replace=False)
-    X, y, s = data.X_train[idx], data.y_train[idx], data.s_train[idx]
+    # All 33,915 training records in 2 silos, 2 epochs (134 rounds): few epochs keep the noise small
+    # (√epochs accounting of shuffled epochs), many records per epoch average it out.
+    X, y, s = data.X_train, data.y_train, data.s_train
     silos = np.arange(len(y)) % 2
-    # lr_w = 0.3 at λ = 3 is the W step the paper's rule gave with lr_w = 0.1 (λ·0.1).
-    common = dict(epsilon=8.0, epochs=8, batch_size=256, lr_theta=0.5, lr_w=0.3, clip=0.05, noise_seed=3,
+    # clip = 0.5: a smaller C_θ (0.05) clips most b_i and the penalty loses its effect, private or
+    # not. lr_w = 0.1: the noise on ∇_W ψ scales with max p^{-1/2} = 10 (the 1 % groups), and a
+    # slower W averages it (lr_w = 0.3 left the DP difference at 0.16-0.18 for some seeds).
+    # Measured for noise seeds 3-10: DP difference 0.184 → 0.084-0.126, soft ERMI 0.0060 →
+    # 0.0029-0.0037, accuracy 0.845 → 0.820-0.838 (non-private λ = 6: 0.122, 0.0029, 0.837).
+    common = dict(epsilon=8.0, epochs=2, batch_size=256, lr_theta=0.5, lr_w=0.1, clip=0.5, noise_seed=3,
                   init_seed=3, p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu")
     out = {}
-    for lam in (0.0, 3.0):
+    for lam in (0.0, 6.0):
         with pytest.warns(PrivacyWarning, match="noise_seed"):
             model = DeepSteFFLe(mlp(data.n_features, 2, (16,)), lam=lam, **common)
             model.fit(X, y, sensitive_features=s, silos=silos)
@@ -281,11 +285,11 @@ def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation
                     pfair.metrics.demographic_parity_difference(data.y_test, pred, sensitive_features=data.s_test),
                     _soft_ermi(model.predict_proba(data.X_test), data.s_test, 5), model)
     acc0, dp0, ermi0, _ = out[0.0]
-    acc1, dp1, ermi1, fair = out[3.0]
+    acc1, dp1, ermi1, fair = out[6.0]
     report = fair.privacy_report_
     assert (report["epsilon_spent"] <= 8.0).all() and (report["epsilon_spent"] > 0).all()
     assert (report["sigma_theta"] > 0).all() and (report["sigma_w"] > 0).all()
-    assert dp1 < dp0 - 0.02 and ermi1 < ermi0
+    assert dp1 < dp0 - 0.04 and ermi1 < 0.75 * ermi0
     assert acc1 > 0.80  # well above the constant predictor (0.752)
     # Without noise_seed the noise is secret and the guarantee is covered.
     model = DeepSteFFLe(mlp(data.n_features, 2, (4,)), lam=1.0, epsilon=2.0, epochs=1, batch_size=256,
