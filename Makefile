@@ -36,7 +36,7 @@ demo: install
 ## Every test: the Rust unit tests and the Python test suite.
 test: install-test
 	cargo test --quiet
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install-test
 	cargo bench

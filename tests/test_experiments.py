@@ -163,9 +163,9 @@ def test_resume_refuses_other_fixed_settings(tmp_path):
 
 
 def test_failed_cells_are_recorded_and_can_be_retried(tmp_path):
-    grid = dict(methods="fedavg", seeds=1, jobs=1, **{**TINY, "batch_size": 400})  # > a silo of 250
+    grid = dict(methods="fedavg", seeds=1, jobs=1, params={"fedavg": {"lr": -1.0}}, **TINY)  # refused at fit
     result = run_sweep(tmp_path, **grid)
-    assert result.failed == result.ran == 2 and "batch_size=400 is larger than silo" in result.first_error
+    assert result.failed == result.ran == 2 and "lr must be > 0" in result.first_error
     runs = load_runs(tmp_path)
     assert runs["test_error"].isna().all() and (runs["error"] != "").all()
     assert run_sweep(tmp_path, **grid).ran == 0

@@ -149,3 +149,19 @@ def test_a_declared_group_with_no_records_is_refused_for_every_notion():
     for fairness in ("demographic_parity", "equalized_odds", "equal_opportunity"):
         with pytest.raises(ValueError, match="group 'absent' has no records"):
             SteFFLe(fairness=fairness, epochs=1, batch_size=8).fit(fed)
+
+
+def test_non_finite_features_are_refused_with_the_number_of_bad_rows():
+    from pfair import _core
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20_000, 7))
+    X[[3, 3, 19_999], [0, 6, 2]] = [np.nan, np.inf, -np.inf]  # two bad rows, one with two bad entries
+    X[12_345, 5] = np.nan
+    s = rng.integers(0, 2, len(X))
+    with pytest.raises(ValueError, match=r"X contains NaN or inf in 3 rows"):
+        Federation.from_arrays(X, s, sensitive_features=s, silos=np.zeros(len(X), dtype=int))
+    assert _core.nonfinite_rows(X) == int((~np.isfinite(X)).any(axis=1).sum()) == 3
+    assert _core.nonfinite_rows(np.zeros((0, 3))) == 0
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.nonfinite_rows(X[:, ::2])

@@ -14,11 +14,38 @@ Quick start::
     model.predict(data.X_test); model.privacy_report_
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pfair import _core
-from pfair import datasets, metrics, partition, privacy
-from pfair.estimators import SteFFLe
-from pfair.federation import Federation
 
 __version__: str = _core.__version__
 
 __all__ = ["Federation", "SteFFLe", "datasets", "metrics", "partition", "privacy", "__version__"]
+
+# The names below load on first use (PEP 562): ``import pfair`` stays cheap for the processes
+# that need only part of it (a Flower ClientApp starts a fresh process for every message, and
+# scikit-learn and pandas alone take seconds to import there).
+_SUBMODULES = {"datasets", "metrics", "partition", "privacy"}
+_CLASSES = {"SteFFLe": "pfair.estimators", "Federation": "pfair.federation"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pfair import datasets, metrics, partition, privacy
+    from pfair.estimators import SteFFLe
+    from pfair.federation import Federation
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"pfair.{name}")
+    if name in _CLASSES:
+        value = getattr(importlib.import_module(_CLASSES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pfair' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

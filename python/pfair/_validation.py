@@ -38,10 +38,13 @@ def as_features(X: Any, name: str = "X") -> np.ndarray:
         raise ValueError(f"{name} has no rows: 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required.")
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
-    if not np.isfinite(arr).all():
-        bad = int((~np.isfinite(arr)).any(axis=1).sum())
+    arr = np.ascontiguousarray(arr)
+    from pfair import _core
+
+    bad = int(_core.nonfinite_rows(arr))  # in parallel, no temporary the size of X
+    if bad:
         raise ValueError(f"{name} contains NaN or inf in {bad} rows; impute or drop them before fitting")
-    return np.ascontiguousarray(arr)
+    return arr
 
 
 def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:

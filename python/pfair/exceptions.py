@@ -22,15 +22,28 @@ class LedgerMismatch(ValueError):
     budget than its own."""
 
 
-try:  # scikit-learn is a dependency; the fallback keeps this module importable on its own
-    from sklearn.exceptions import NotFittedError as _SklearnNotFitted
-except ImportError:  # pragma: no cover
-    _SklearnNotFitted = ValueError  # type: ignore[misc,assignment]
+def _not_fitted_error() -> type:
+    try:  # scikit-learn is a dependency; the fallback keeps this module importable on its own
+        from sklearn.exceptions import NotFittedError as sklearn_not_fitted
+    except ImportError:  # pragma: no cover
+        sklearn_not_fitted = ValueError
+
+    class NotFittedError(sklearn_not_fitted, RuntimeError):  # type: ignore[misc,valid-type]
+        """Raised when a model is used before ``fit``: scikit-learn's ``NotFittedError`` (a
+        ``ValueError``/``AttributeError``) and a ``RuntimeError`` (what pfair raised before)."""
+
+    NotFittedError.__module__, NotFittedError.__qualname__ = __name__, "NotFittedError"
+    return NotFittedError
 
 
-class NotFittedError(_SklearnNotFitted, RuntimeError):  # type: ignore[misc,valid-type]
-    """Raised when a model is used before ``fit``: scikit-learn's ``NotFittedError`` (a
-    ``ValueError``/``AttributeError``) and a ``RuntimeError`` (what pfair raised before)."""
+def __getattr__(name: str) -> type:
+    # NotFittedError subclasses scikit-learn's, whose import takes a second; it is made on first
+    # use so that processes that never fit (a Flower ClientApp) do not pay for it.
+    if name == "NotFittedError":
+        cls = globals()["NotFittedError"] = _not_fitted_error()
+        return cls
+    raise AttributeError(f"module 'pfair.exceptions' has no attribute {name!r}")
+
 class ConvergenceWarning(UserWarning):
     """Training failed silently: θ diverged (its norm exploded) or the model collapsed to a
     constant predictor. The message gives the epoch, the norms and the share of the predicted class."""
