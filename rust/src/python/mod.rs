@@ -34,6 +34,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<round::PySiloConfig>()?;
     m.add_class::<round::PySiloSet>()?;
     m.add_function(wrap_pyfunction!(round::server_update, m)?)?;
+    m.add_function(wrap_pyfunction!(round::nonfinite_rows, m)?)?;
     m.add_class::<hybrid::PyHybridSet>()?;
     // privacy accounting
     accounting::register(m)?;
