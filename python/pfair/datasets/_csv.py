@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any, Optional, Sequence, Union
 from urllib.parse import parse_qsl, urlencode
 
@@ -267,8 +268,6 @@ def _check_label_column(column: pd.Series, label: str) -> None:
             f"Either {fix}"
         )
     if distinct.size > MAX_GROUPS:
-        import warnings
-
         warnings.warn(f"label: column {label!r} has {distinct.size} distinct values, so the model gets "
                       f"{distinct.size} classes; if that is not meant, {fix}", UserWarning, stacklevel=3)
 

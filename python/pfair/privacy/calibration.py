@@ -15,7 +15,7 @@ import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -158,12 +158,6 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
                                 accountant=accountant)
 
 
-@functools.lru_cache(maxsize=4096)
-def _spent_with(mechanisms: tuple, delta: float, event: tuple) -> float:
-    """ε of ``mechanisms`` plus one more ``(sampling, q, z, count)`` in the ledger's currency."""
-    return float(min(_core.ledger_epsilons(list(mechanisms) + [event], delta)))
-
-
 def plan_silo_noise(
     *,
     silo: int,
@@ -245,8 +239,7 @@ def plan_silo_noise(
         stds = [sigma_theta, sigma_w]
         z = _core.effective_noise_multiplier(parts, stds)
     event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
-    spent = _spent_with(ledger.mechanisms(), float(ledger.delta), (scheme, event.sample_rate, event.noise_multiplier,
-                                                                     event.count()))
+    spent = ledger.epsilon_with([event])
     sig = dict(zip(names, stds))
     return SiloNoise(
         **base,
