@@ -7,7 +7,7 @@ use std::time::Instant;
 use pfair_core::features::Features;
 use pfair_core::noise::NoiseKey;
 use pfair_core::psi::{Dims, Fairness, Protect};
-use pfair_core::round::{run_rounds_scheduled, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
 /// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
@@ -57,20 +57,25 @@ fn main() {
     let keys: Vec<SiloKeys> =
         (0..3).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
     let rounds = n.div_ceil(m) as u64;
-    let all = [("auto", None), ("sequential", Some(false)), ("rayon", Some(true))];
-    // EPOCH_SCHEDULES=auto,sequential picks some (default: all three, interleaved).
-    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,rayon".into());
-    let schedules: Vec<(&str, Option<bool>)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
+    let all = [
+        ("auto", Schedule::Auto),
+        ("sequential", Schedule::Sequential),
+        ("pipelined", Schedule::Pipelined),
+        ("rayon", Schedule::Parallel),
+    ];
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: all four, interleaved).
+    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,pipelined,rayon".into());
+    let schedules: Vec<(&str, Schedule)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
     // Interleaved, so that load from other processes hits every schedule alike.
     for _ in 0..reps {
-        for (k, (_, par)) in schedules.iter().enumerate() {
+        for (k, (_, schedule)) in schedules.iter().enumerate() {
             let mut th = vec![0.0; dims.theta_len()];
             let mut wv = vec![0.0; 4];
             let t = Instant::now();
             let out = run_rounds_scheduled(
                 &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, 0,
-                rounds, None, *par,
+                rounds, None, *schedule,
             );
             times[k].push(t.elapsed().as_secs_f64() * 1e3);
             assert_eq!(out.loss.len(), rounds as usize);

@@ -136,15 +136,51 @@ pub fn draw_batch_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u
 
 /// Adds the round's Gaussian noise to the protected parts of `msg` (the loss gradient in
 /// `Record` mode, then `h_θ`, then `h_W`, all from the stream `(silo, round, Noise)`), or, when
-/// the ψ parts are not sent, zeroes them.
+/// the ψ parts are not sent, zeroes them. The same as [`draw_noise_into`] then [`apply_noise`].
 pub fn noise_message(msg: &mut BatchGradients, cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64) {
-    let mut rng = keys.noise.stream(silo_id, round, Purpose::Noise);
-    if let Protect::Record { .. } = cfg.protect {
-        add_gaussian(&mut rng, &mut msg.loss_grad, cfg.sigma_loss);
+    let mut z = Vec::new();
+    draw_noise_into(cfg, keys, silo_id, round, (msg.loss_grad.len(), msg.psi_w.len()), &mut z);
+    apply_noise(msg, cfg, &z);
+}
+
+/// Lengths of the noised parts in the order they are drawn: (loss gradient, `h_θ`, `h_W`), zero
+/// for a part that gets no noise (its std is 0, or it is not noised in this mode, or not sent).
+fn noised_lengths(cfg: &SiloConfig, theta_len: usize, w_len: usize) -> [usize; 3] {
+    let on = |sigma: f64, yes: bool, len: usize| if yes && sigma != 0.0 { len } else { 0 };
+    [
+        on(cfg.sigma_loss, matches!(cfg.protect, Protect::Record { .. }), theta_len),
+        on(cfg.sigma_theta, cfg.send_psi, theta_len),
+        on(cfg.sigma_w, cfg.send_psi, w_len),
+    ]
+}
+
+/// The standard normal draws of a silo's round, in the order [`apply_noise`] uses them (a part
+/// with std 0 draws nothing, as [`add_gaussian`] does). They depend on neither θ nor W, so they
+/// can be drawn ahead of the round (the pipelined schedule of [`run_rounds_scheduled`]).
+/// `lens` = (θ length, W length).
+pub fn draw_noise_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, lens: (usize, usize), out: &mut Vec<f64>) {
+    out.clear();
+    let total: usize = noised_lengths(cfg, lens.0, lens.1).iter().sum();
+    if total > 0 {
+        out.resize(total, 0.0);
+        // add_gaussian on zeros gives σ·z; with σ = 1 it writes the draws z themselves.
+        let mut rng = keys.noise.stream(silo_id, round, Purpose::Noise);
+        add_gaussian(&mut rng, out, 1.0);
     }
+}
+
+/// Adds `σ·z` to each noised part of `msg` from the draws `z` of [`draw_noise_into`] (the same
+/// arithmetic as adding fresh draws), or zeroes the ψ parts when they are not sent.
+pub fn apply_noise(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64]) {
+    let [n_loss, n_theta, n_w] = noised_lengths(cfg, msg.loss_grad.len(), msg.psi_w.len());
+    debug_assert_eq!(z.len(), n_loss + n_theta + n_w);
+    let (z_loss, rest) = z.split_at(n_loss);
+    let (z_theta, z_w) = rest.split_at(n_theta);
+    let add = |part: &mut [f64], z: &[f64], sigma: f64| part.iter_mut().zip(z).for_each(|(v, z)| *v += sigma * z);
+    add(&mut msg.loss_grad, z_loss, cfg.sigma_loss);
     if cfg.send_psi {
-        add_gaussian(&mut rng, &mut msg.psi_theta, cfg.sigma_theta);
-        add_gaussian(&mut rng, &mut msg.psi_w, cfg.sigma_w);
+        add(&mut msg.psi_theta, z_theta, cfg.sigma_theta);
+        add(&mut msg.psi_w, z_w, cfg.sigma_w);
     } else {
         for part in [&mut msg.psi_theta_sfree, &mut msg.psi_theta, &mut msg.psi_w_sfree, &mut msg.psi_w] {
             part.iter_mut().for_each(|v| *v = 0.0);
@@ -185,11 +221,12 @@ pub fn silo_step(
     scratch.msg
 }
 
-/// What a silo's step writes into, kept between rounds: the batch, the kernel's scratch and the
-/// message (so a round allocates nothing once the sizes are known).
+/// What a silo's step writes into, kept between rounds: the batch, the noise draws, the
+/// kernel's scratch and the message (so a round allocates nothing once the sizes are known).
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {
     pub batch: Vec<usize>,
+    pub noise: Vec<f64>,
     pub ws: Workspace,
     pub msg: BatchGradients,
 }
@@ -207,14 +244,47 @@ pub fn silo_step_into(
     round: u64,
     scratch: &mut StepScratch,
 ) {
-    let n = silo.len();
-    let StepScratch { batch, ws, msg } = scratch;
+    let StepScratch { batch, noise, ws, msg } = scratch;
+    draw_round_into(cfg, keys, silo_id, round, silo.len(), (dims.theta_len(), dims.w_len(psi.fairness)), batch, noise);
+    noised_parts_into(silo, dims, theta, psi, cfg, batch, noise, ws, msg);
+}
+
+/// The draws of a silo's round that depend on neither θ nor W: its batch and its noise
+/// ([`draw_batch_into`], [`draw_noise_into`]). `lens` = (θ length, W length).
+#[allow(clippy::too_many_arguments)]
+pub fn draw_round_into(
+    cfg: &SiloConfig,
+    keys: &SiloKeys,
+    silo_id: u64,
+    round: u64,
+    n: usize,
+    lens: (usize, usize),
+    batch: &mut Vec<usize>,
+    noise: &mut Vec<f64>,
+) {
     draw_batch_into(cfg, keys, silo_id, round, n, batch);
-    let denom = cfg.sampling.denominator(n);
+    draw_noise_into(cfg, keys, silo_id, round, lens, noise);
+}
+
+/// The rest of a silo's step once its round is drawn: the exact parts of `batch`, then the noise
+/// `z` ([`apply_noise`]), into `msg`.
+#[allow(clippy::too_many_arguments)]
+fn noised_parts_into(
+    silo: &Silo,
+    dims: Dims,
+    theta: &[f64],
+    psi: PsiInputs<'_>,
+    cfg: &SiloConfig,
+    batch: &[usize],
+    z: &[f64],
+    ws: &mut Workspace,
+    msg: &mut BatchGradients,
+) {
+    let denom = cfg.sampling.denominator(silo.len());
     crate::with_rows!(&silo.x, rows => {
         batch_gradients_into(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
     });
-    noise_message(msg, cfg, keys, silo_id, round);
+    apply_noise(msg, cfg, z);
 }
 
 /// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
@@ -307,13 +377,32 @@ pub fn run_rounds(
     snapshot_round: Option<u64>,
 ) -> RoundsOutcome {
     run_rounds_scheduled(
-        silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round, None,
+        silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round, Schedule::Auto,
     )
 }
 
-/// [`run_rounds`] with the schedule forced: `Some(true)` runs each round's silos on the rayon
-/// pool, `Some(false)` one after the other, `None` picks by the round's work
-/// ([`PARALLEL_MIN_WORK`]). The results do not depend on the schedule.
+/// How [`run_rounds_scheduled`] runs the silos of a round. Every schedule gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// [`Schedule::Parallel`] for rounds of at least [`PARALLEL_MIN_WORK`] row entries, else
+    /// [`Schedule::Pipelined`] when the pool has more than one thread and there are several
+    /// rounds, else [`Schedule::Sequential`].
+    Auto,
+    /// Every silo step on the calling thread, one after the other.
+    Sequential,
+    /// The silo steps on the calling thread, while a second thread draws the batches and the
+    /// noise of the coming rounds ([`draw_round_into`]: they depend on neither θ nor W). No
+    /// hand-off per round: the draw thread runs ahead, up to [`PIPELINE_AHEAD`] rounds.
+    Pipelined,
+    /// The silo steps of each round on the rayon pool (a fork-join per round).
+    Parallel,
+}
+
+/// How many rounds the draw thread of [`Schedule::Pipelined`] may run ahead (an Adult epoch has
+/// 45 rounds: all of them are drawn while the first ones are computed).
+pub const PIPELINE_AHEAD: usize = 64;
+
+/// [`run_rounds`] with the schedule forced. The results do not depend on the schedule.
 #[allow(clippy::too_many_arguments)]
 pub fn run_rounds_scheduled(
     silos: &[Silo],
@@ -328,17 +417,73 @@ pub fn run_rounds_scheduled(
     start: u64,
     n_rounds: u64,
     snapshot_round: Option<u64>,
-    parallel: Option<bool>,
+    schedule: Schedule,
 ) -> RoundsOutcome {
     let (fairness, inv_sqrt_ps) = psi_tables;
-    let block_len = dims.k * dims.l;
+    let lens = (dims.theta_len(), dims.w_len(fairness));
     let mut out = RoundsOutcome::default();
     // A silo with weight 0 (one that refused, e.g. out of budget) is not asked at all.
     let active: Vec<usize> = (0..silos.len()).filter(|&j| weights[j] > 0.0).collect();
     let active_weights: Vec<f64> = active.iter().map(|&j| weights[j]).collect();
     let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
-    let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
-    let parallel = parallel.unwrap_or(active.len() > 1 && work >= PARALLEL_MIN_WORK && rayon::current_num_threads() > 1);
+    let schedule = match schedule {
+        Schedule::Auto => {
+            let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
+            let threads = rayon::current_num_threads();
+            if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
+                Schedule::Parallel
+            } else if n_rounds > 1 && threads > 1 && !active.is_empty() {
+                Schedule::Pipelined
+            } else {
+                Schedule::Sequential
+            }
+        }
+        s => s,
+    };
+    // After the silo steps of a round: the summaries, the server step, the snapshot.
+    let mut finish = |round: u64, theta: &mut [f64], w: &mut [f64], scratch: &[StepScratch]| {
+        let messages = scratch.iter().map(|sc| &sc.msg);
+        out.loss.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
+        out.psi.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
+        out.clipped.push(messages.clone().map(|m| m.n_clipped).sum());
+        server_update(theta, w, dims.k * dims.l, messages, &active_weights, server);
+        if snapshot_round == Some(round) {
+            out.snapshot = Some((theta.to_vec(), w.to_vec()));
+        }
+    };
+    if schedule == Schedule::Pipelined {
+        // Drawn rounds go to the calling thread through a bounded channel; their buffers come back
+        // through another one, so a round allocates nothing once the first ones are recycled.
+        type Draws = Vec<(Vec<usize>, Vec<f64>)>;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Draws>(PIPELINE_AHEAD);
+        let (back_tx, back_rx) = std::sync::mpsc::channel::<Draws>();
+        let active = &active;
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for round in start..start + n_rounds {
+                    let mut draws = back_rx.try_recv().unwrap_or_else(|_| vec![Default::default(); active.len()]);
+                    for ((batch, noise), &j) in draws.iter_mut().zip(active) {
+                        draw_round_into(&silo_cfgs[j], &keys[j], j as u64, round, silos[j].len(), lens, batch, noise);
+                    }
+                    if tx.send(draws).is_err() {
+                        return; // the calling thread stopped
+                    }
+                }
+            });
+            for round in start..start + n_rounds {
+                let draws = rx.recv().expect("the draw thread of the pipelined schedule stopped");
+                {
+                    let psi = PsiInputs { fairness, w, inv_sqrt_ps };
+                    for (((batch, z), &j), sc) in draws.iter().zip(active).zip(scratch.iter_mut()) {
+                        noised_parts_into(&silos[j], dims, theta, psi, &silo_cfgs[j], batch, z, &mut sc.ws, &mut sc.msg);
+                    }
+                }
+                let _ = back_tx.send(draws);
+                finish(round, theta, w, &scratch);
+            }
+        });
+        return out;
+    }
     for round in start..start + n_rounds {
         {
             let theta_ro: &[f64] = theta;
@@ -346,20 +491,13 @@ pub fn run_rounds_scheduled(
             let step = |(&j, sc): (&usize, &mut StepScratch)| {
                 silo_step_into(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round, sc)
             };
-            if parallel {
+            if schedule == Schedule::Parallel {
                 active.par_iter().zip(scratch.par_iter_mut()).for_each(step);
             } else {
                 active.iter().zip(scratch.iter_mut()).for_each(step);
             }
         }
-        let messages = scratch.iter().map(|sc| &sc.msg);
-        out.loss.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
-        out.clipped.push(messages.clone().map(|m| m.n_clipped).sum());
-        server_update(theta, w, block_len, messages, &active_weights, server);
-        if snapshot_round == Some(round) {
-            out.snapshot = Some((theta.to_vec(), w.to_vec()));
-        }
+        finish(round, theta, w, &scratch);
     }
     out
 }
@@ -568,9 +706,10 @@ pub(crate) mod tests {
             );
             (theta, w, o)
         };
-        let seq = run(Some(false));
-        assert_eq!(seq, run(Some(true)));
-        assert_eq!(seq, run(None));
+        let seq = run(Schedule::Sequential);
+        assert_eq!(seq, run(Schedule::Parallel));
+        assert_eq!(seq, run(Schedule::Pipelined));
+        assert_eq!(seq, run(Schedule::Auto));
         // The same as the party loop: one silo_step per active silo, then server_update.
         let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
         for round in 5..35 {
