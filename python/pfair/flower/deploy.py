@@ -104,8 +104,10 @@ class LoopbackDeployment:
     """SuperLink + SuperNodes on 127.0.0.1 (use as a context manager: teardown always runs).
 
     ``fast_poll`` (default): the SuperExec polls for tasks every 0.1 s, and the SuperNodes run as
-    :mod:`pfair.flower.fast_supernode` (Flower's command with a 0.2 s idle poll instead of 3 s),
-    so a local round is not dominated by waiting. ``fast_poll=False`` runs Flower's defaults."""
+    :mod:`pfair.flower.fast_supernode` (Flower's command with a 0.2 s idle poll instead of 3 s,
+    whose SuperExec forks each message's ClientApp from a warm process that has imported Flower
+    and pfair once: :mod:`pfair.flower.fast_superexec`), so a local round is not dominated by
+    waiting and process start-up. ``fast_poll=False`` runs Flower's defaults."""
 
     def __init__(self, workdir: str | os.PathLike | None = None, *, fast_poll: bool = True,
                  env: Mapping[str, str] | None = None) -> None:
@@ -293,7 +295,13 @@ def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, 
                    model: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Start a loopback deployment with one SuperNode per node config, run SteFFLe with
     ``settings`` (a :class:`~pfair.settings.SteFFLeSettings`), tear everything down, and return the
-    ServerApp's result (θ, W, the silos' plans and ε spent, events, timings)."""
+    ServerApp's result (θ, W, the silos' plans and ε spent, events, timings).
+
+    With a torch ``model``, the SuperNodes' warm process (:mod:`pfair.flower.fast_superexec`)
+    also imports :mod:`pfair.torch`, so a message's ClientApp does not import torch afresh."""
+    env = dict(env or {})
+    if model and "PFAIR_CLIENTAPP_PRELOAD" not in env:
+        env["PFAIR_CLIENTAPP_PRELOAD"] = "pfair.torch"
     with LoopbackDeployment(workdir, env=env) as dep:
         t0 = time.monotonic()
         t_link = dep.start_superlink()

@@ -22,11 +22,14 @@ The strategy runs the same protocol as the in-process simulation (:mod:`pfair.pr
    final model (θ, W and metadata) written as JSON to the run config's ``out`` path.
 
 Flower's polling ``send_and_receive`` sleeps 3 s between pulls; the strategy pushes and pulls
-itself every ``poll`` seconds, bounded by ``round-timeout``.
+itself every ``poll`` seconds, bounded by ``round-timeout``. The objects of a reply are pulled
+within the same bound (:func:`bound_object_pulls`): a silo that dies while uploading its reply
+costs the round its timeout, not Flower's upload-session expiry (minutes).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import math
@@ -49,6 +52,43 @@ from pfair.protocol.server import ServerParty, reply_limits
 from pfair.settings import SteFFLeSettings
 
 log = logging.getLogger("pfair.flower")
+
+# The monotonic deadline of the exchange in progress (None: Flower's own limits apply).
+_PULL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pfair_pull_deadline", default=None)
+
+
+def bound_object_pulls() -> bool:
+    """Bound the object pulls of Flower's ``HttpGrid.pull_messages`` by the current exchange's
+    deadline; returns whether Flower's grid could be bound (else its defaults stay).
+
+    Flower 1.41 pulls the objects of every announced reply with retries for up to two hours
+    (``flwr.supercore.constant.PULL_MAX_TIME``), backing off up to 10 s. When a silo's process
+    dies after announcing its reply but before its objects arrive, the whole ``pull_messages``
+    call waits until the SuperLink's upload session expires (about 3 minutes here), past any
+    round timeout, and the replies of the other silos wait with it. Inside
+    :meth:`SteFFLeStrategy._exchange` the pulls get the time left in the round instead (backing
+    off from 0.1 s to at most 0.5 s); such a reply then ends as Flower's "message unavailable"
+    error reply, which the round logs and drops like a missing one."""
+    try:
+        from flwr.superlink.grid import http_grid
+    except ImportError:  # pragma: no cover - another Flower layout
+        return False
+    real = getattr(http_grid, "pull_objects", None)
+    if real is None:  # pragma: no cover - another Flower layout
+        return False
+    if getattr(real, "_pfair_bounded", False):
+        return True
+
+    def pull_objects(*args: Any, **kwargs: Any) -> Any:
+        deadline = _PULL_DEADLINE.get()
+        if deadline is not None:
+            kwargs.update(max_time=max(0.0, deadline - time.monotonic()), initial_backoff=0.1,
+                          backoff_cap=0.5)
+        return real(*args, **kwargs)
+
+    pull_objects._pfair_bounded = True  # type: ignore[attr-defined]
+    http_grid.pull_objects = pull_objects
+    return True
 
 
 class SteFFLeStrategy(Strategy):
@@ -100,12 +140,17 @@ class SteFFLeStrategy(Strategy):
             ids.append(mid)
         pending, got = set(ids), {}
         deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for r in grid.pull_messages(list(pending)):
-                got[r.metadata.reply_to_message_id] = r
-                pending.discard(r.metadata.reply_to_message_id)
-            if pending:
-                time.sleep(self.poll)
+        bound_object_pulls()
+        token = _PULL_DEADLINE.set(deadline)
+        try:
+            while pending and time.monotonic() < deadline:
+                for r in grid.pull_messages(list(pending)):
+                    got[r.metadata.reply_to_message_id] = r
+                    pending.discard(r.metadata.reply_to_message_id)
+                if pending:
+                    time.sleep(self.poll)
+        finally:
+            _PULL_DEADLINE.reset(token)
         return [(dst[mid], got.get(mid)) for mid in ids]
 
     def _message(self, node: int, kind: str, *, arrays: ArrayRecord | None = None, group: str = "", **cfg: Any
