@@ -1,6 +1,6 @@
 """A ClientApp for the fault tests: pfair's silo, except that a node whose node config has
 ``corrupt=1`` returns a broken reply in each round (NaN, a wrong shape, a huge norm, a stale round).
-Loaded by the SuperNodes of ``tests/test_flower.py`` through PYTHONPATH."""
+Loaded by the SuperNodes of ``tests/test_flower_faults.py`` through PYTHONPATH."""
 
 from __future__ import annotations
 
