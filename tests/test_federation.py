@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pfair import partition
 from pfair.federation import Federation
@@ -165,3 +167,21 @@ def test_non_finite_features_are_refused_with_the_number_of_bad_rows():
     assert _core.nonfinite_rows(np.zeros((0, 3))) == 0
     with pytest.raises(ValueError, match="C-contiguous"):
         _core.nonfinite_rows(X[:, ::2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-70_000, 70_000), min_size=1, max_size=300),
+       st.sampled_from([np.int64, np.int32, np.int16, np.uint16, np.uint64]))
+def test_unique_inverse_equals_np_unique(values, dtype):
+    """The O(n) encoding of small-range integers gives np.unique's categories and codes (and falls
+    back to np.unique for wide ranges and other dtypes)."""
+    from pfair._validation import unique_inverse
+
+    info = np.iinfo(dtype)
+    arr = np.clip(np.asarray(values), info.min, info.max).astype(dtype)
+    cats, codes = unique_inverse(arr)
+    ref_cats, ref_codes = np.unique(arr, return_inverse=True)
+    assert cats.dtype == ref_cats.dtype and np.array_equal(cats, ref_cats)
+    assert np.array_equal(codes, ref_codes) and np.array_equal(cats[codes], arr)
+    strings = arr.astype(str)
+    assert np.array_equal(unique_inverse(strings)[1], np.unique(strings, return_inverse=True)[1])

@@ -65,10 +65,30 @@ def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, in O(n) for integers of a small range.
+
+    Labels, groups and silo ids are usually small integers; ``np.unique`` sorts them (O(n log n),
+    0.2 s per call at 2·10⁶ records). For integers spanning at most ``max(2**16, n)`` values the
+    same sorted categories and codes come from a table of which values occur."""
+    if values.dtype.kind in "iu" and values.ndim == 1 and values.size:
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo <= max(1 << 16, values.size):
+            # values - lo cannot overflow: in int64 for signed types (hi - lo is small), in the
+            # array's own type for unsigned ones (every value is ≥ lo).
+            base = values.astype(np.int64, copy=False) if values.dtype.kind == "i" else values
+            offset = (base - base.dtype.type(lo)).astype(np.intp, copy=False)
+            present = np.bincount(offset, minlength=hi - lo + 1) > 0
+            cats = (np.flatnonzero(present) + lo).astype(values.dtype)
+            lookup = np.cumsum(present) - 1
+            return cats, lookup[offset]
+    return np.unique(values, return_inverse=True)
+
+
 def encode(values: np.ndarray, name: str, categories: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes ``0..c-1`` of ``values`` and the sorted categories (global encoding)."""
     if categories is None:
-        cats, codes = np.unique(values, return_inverse=True)
+        cats, codes = unique_inverse(values)
     else:
         cats = np.asarray(categories)
         lookup = {c: i for i, c in enumerate(cats.tolist())}
