@@ -153,7 +153,16 @@ def test_warm_clientapps_are_forks_running_flowers_own_command(tmp_path):
         "deadline = time.monotonic() + 20\n"
         "while launcher.alive() and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
-        "print('WARM ALIVE', launcher.alive(), flush=True)\n")
+        "print('WARM ALIVE', launcher.alive(), flush=True)\n"
+        # What a fork inherits: the warm process's imports, not its randomness. Two forks of a
+        # process that imported pfair draw different secret noise (keys come from getrandom).
+        "import pfair._core as core\n"
+        "for _ in range(2):\n"
+        "    if os.fork() == 0:\n"
+        "        z = core.gaussian_stream(core.NoiseKey.secret(), 0, 0, 4)\n"
+        "        print('NOISE', ' '.join(f'{v:.17g}' for v in z), flush=True)\n"
+        "        os._exit(0)\n"
+        "    os.wait()\n")
     env = {**os.environ, "PFAIR_CLIENTAPP_PRELOAD": "json"}
     import subprocess
     done = subprocess.run([__import__("sys").executable, str(script)], capture_output=True, text=True, timeout=120,
@@ -163,6 +172,8 @@ def test_warm_clientapps_are_forks_running_flowers_own_command(tmp_path):
     assert "LAUNCHED _Launched" in out  # not a Popen: a fork of the warm process
     assert "usage: flwr-clientapp" in out  # Flower's own parser ran, with the launch's argv
     assert "PLAIN" in out and "WARM ALIVE False" in out
+    noise = [line for line in out.splitlines() if line.startswith("NOISE")]
+    assert len(noise) == 2 and noise[0] != noise[1]
 
 
 def test_reply_object_pulls_end_at_the_round_deadline():
