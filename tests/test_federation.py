@@ -185,3 +185,21 @@ def test_unique_inverse_equals_np_unique(values, dtype):
     assert np.array_equal(codes, ref_codes) and np.array_equal(cats[codes], arr)
     strings = arr.astype(str)
     assert np.array_equal(unique_inverse(strings)[1], np.unique(strings, return_inverse=True)[1])
+
+
+def test_strided_rows_of_a_shared_matrix_are_gathered_alone():
+    """Silo.strided_X: the collapse check's sample of a silo's rows, equal to X[::step], and a
+    view (no copy) when the silo's rows are consecutive."""
+    from pfair.protocol.convergence import local_prediction_counts
+
+    X = np.arange(200.0).reshape(100, 2)
+    y, s = np.arange(100) % 2, np.arange(100) % 3 % 2
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(100) % 2)
+    silo = fed.silos[1]  # rows 1, 3, 5, ...: a row list
+    np.testing.assert_array_equal(silo.strided_X(7), silo.X[:: -(-50 // 7)])
+    assert silo.strided_X(7).shape[0] <= 7 and silo.strided_X(1000).shape[0] == 50
+    block = Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(100) // 50).silos[0]
+    assert np.shares_memory(block.strided_X(10), X)
+    theta = np.array([0.01, -0.02, 0.1])
+    np.testing.assert_array_equal(local_prediction_counts(silo, theta, 2, sample=20),
+                                  local_prediction_counts(silo.X, theta, 2, sample=20))

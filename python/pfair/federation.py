@@ -60,6 +60,15 @@ class Silo:
         assert self._base is not None and self._rows is not None
         return self._base[self._rows]
 
+    def strided_X(self, sample: int) -> np.ndarray:
+        """At most ``sample`` of the silo's feature rows, every ``ceil(n / sample)``-th one: a view,
+        or a gather of those rows only (never a copy of the whole silo)."""
+        step = max(1, -(-len(self) // max(1, int(sample))))
+        if self._X is not None:
+            return self._X[::step]
+        assert self._base is not None and self._rows is not None
+        return self._base[self._rows[::step]]
+
     @X.setter
     def X(self, value: np.ndarray) -> None:
         self._X, self._base, self._rows = value, None, None

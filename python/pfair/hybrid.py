@@ -266,7 +266,7 @@ class HybridRunner:
         # (pfair.protocol.convergence), never sent nor kept in the history of a private fit.
         monitor = ConvergenceMonitor(
             n_classes=l, lam=float(st.lam), lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
-            silo_features=[silo.X for silo in self.fed.silos])
+            silo_features=list(self.fed.silos))
         for epoch in epochs:
             start = epoch * R
             lr = st.lr_at(epoch)

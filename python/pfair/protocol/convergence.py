@@ -36,11 +36,16 @@ COLLAPSE_SHARE = 0.999
 SAMPLE = 2000
 
 
-def local_prediction_counts(X: np.ndarray, theta: np.ndarray, n_classes: int, sample: int = SAMPLE) -> np.ndarray:
+def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: int = SAMPLE) -> np.ndarray:
     """How many of (a fixed stride of at most ``sample`` of) a silo's records each class is
-    predicted for. Silo-local: it reads the silo's features."""
-    n = X.shape[0]
-    rows = X if n <= sample else X[:: math.ceil(n / sample)]
+    predicted for. Silo-local: it reads the silo's features, an array or a
+    :class:`~pfair.federation.Silo` (whose sampled rows alone are gathered, so a silo made of
+    rows of a shared matrix is never copied whole)."""
+    if hasattr(X, "strided_X"):
+        rows = X.strided_X(sample)
+    else:
+        n = X.shape[0]
+        rows = X if n <= sample else X[:: math.ceil(n / sample)]
     pred = np.argmax(_core.predict_proba(np.ascontiguousarray(rows), theta, n_classes), axis=1)
     return np.bincount(pred, minlength=n_classes)
 
@@ -49,13 +54,14 @@ def local_prediction_counts(X: np.ndarray, theta: np.ndarray, n_classes: int, sa
 class ConvergenceMonitor:
     """Follows a fit epoch by epoch (see the module docstring).
 
-    ``silo_features``: the silos' feature arrays for the silo-local collapse check (None: no
+    ``silo_features``: the silos' feature arrays, or the :class:`~pfair.federation.Silo` objects
+    (read lazily: nothing is copied up front), for the silo-local collapse check (None: no
     collapse check, e.g. a model other than the linear one)."""
 
     n_classes: int
     lam: float
     lr_w_text: str
-    silo_features: Sequence[np.ndarray] | None = None
+    silo_features: Sequence[Any] | None = None
     diverged: bool = False
     collapse_since: int | None = None
     collapse_info: dict = field(default_factory=dict)
