@@ -122,7 +122,18 @@ impl Sampling {
             Sampling::Shuffle { m } => {
                 let perm = EpochPermutation::new(rng, n);
                 let pos = (round % self.rounds_per_epoch(n)) as usize * m;
-                out.extend((pos..(pos + m).min(n)).map(|p| perm.apply(p)));
+                let slice = pos..(pos + m).min(n);
+                if perm.table_pays_for(slice.len()) {
+                    // Small silos: the round function tabulated once for this batch costs fewer
+                    // SipHash calls than evaluating it for every position (same values).
+                    FEISTEL_TABLE.with(|cell| {
+                        let mut table = cell.borrow_mut();
+                        perm.tabulate(&mut table);
+                        out.extend(slice.map(|p| perm.apply_with(&table, p)));
+                    });
+                } else {
+                    out.extend(slice.map(|p| perm.apply(p)));
+                }
                 out.sort_unstable();
             }
             Sampling::FullBatch => out.extend(0..n),
@@ -139,6 +150,9 @@ impl Sampling {
 }
 
 std::thread_local! {
+    /// The tabulated round function of a shuffled epoch's permutation, reused by every draw on the
+    /// thread ([`EpochPermutation::tabulate`]).
+    static FEISTEL_TABLE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Membership bits of Floyd's algorithm, one bit per record, reused by every draw on the
     /// thread (only the bits a draw set are cleared afterwards, so a draw costs O(m)).
     static CHOSEN: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -242,6 +256,42 @@ impl EpochPermutation {
             (left, right) = (right, left ^ f);
         }
         (left << self.half) | right
+    }
+
+    /// Whether tabulating the round function ([`EpochPermutation::tabulate`], `FEISTEL_ROUNDS ·
+    /// 2^half` SipHash calls) is cheaper than `positions` direct evaluations (each about
+    /// `2 · FEISTEL_ROUNDS` calls: fewer than two cycle-walking passes on average).
+    pub fn table_pays_for(&self, positions: usize) -> bool {
+        (1usize << self.half) < 2 * positions
+    }
+
+    /// The round function for every round `r` and right half `x`: `table[r · 2^half + x]`.
+    pub fn tabulate(&self, table: &mut Vec<u64>) {
+        let size = 1u64 << self.half;
+        let mask = size - 1;
+        table.clear();
+        for r in 0..FEISTEL_ROUNDS {
+            table.extend((0..size).map(|x| siphash24(self.k0, self.k1, (r << 32) | x) & mask));
+        }
+    }
+
+    /// [`EpochPermutation::apply`] with the round function read from `table`
+    /// ([`EpochPermutation::tabulate`]); the same value.
+    #[inline]
+    pub fn apply_with(&self, table: &[u64], p: usize) -> usize {
+        let mask = (1u64 << self.half) - 1;
+        let mut x = p as u64;
+        loop {
+            let (mut left, mut right) = (x >> self.half, x & mask);
+            for r in 0..FEISTEL_ROUNDS {
+                let f = table[((r << self.half) | right) as usize];
+                (left, right) = (right, left ^ f);
+            }
+            x = (left << self.half) | right;
+            if (x as usize) < self.n {
+                return x as usize;
+            }
+        }
     }
 
     /// The image of position `p < n`.
@@ -405,6 +455,22 @@ mod tests {
         };
         for x in [0u64, 1, 12345, u64::MAX] {
             assert_eq!(siphash24(k0, k1, x), std_hash(x));
+        }
+    }
+
+    #[test]
+    fn tabulated_feistel_equals_the_direct_evaluation() {
+        use rand::SeedableRng;
+        for n in [1usize, 2, 3, 5, 17, 64, 100, 1000, 2000, 11_305, 70_000] {
+            for seed in 0..4u64 {
+                let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed * 1000 + n as u64);
+                let perm = EpochPermutation::new(&mut rng, n);
+                let mut table = Vec::new();
+                perm.tabulate(&mut table);
+                for p in (0..n).step_by((n / 300).max(1)) {
+                    assert_eq!(perm.apply_with(&table, p), perm.apply(p), "n = {n}, seed = {seed}, p = {p}");
+                }
+            }
         }
     }
 
