@@ -37,6 +37,16 @@ DEFAULT_PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "pfair.flower.client_app
 CLIENTAPP_COMMAND = "flwr-clientapp"
 
 
+def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
+    """A copy of ``module``'s namespace with ``attrs`` replaced: assigned to a Flower module's
+    global (e.g. its ``time`` or ``subprocess``), it changes what that one module calls and
+    nothing else in the process."""
+    shim = types.ModuleType(module.__name__)
+    shim.__dict__.update(module.__dict__)
+    shim.__dict__.update(attrs)
+    return shim
+
+
 def _preload() -> list[str]:
     extra = os.environ.get("PFAIR_CLIENTAPP_PRELOAD", "")
     return list(DEFAULT_PRELOAD) + [m.strip() for m in extra.split(",") if m.strip()]
@@ -152,10 +162,7 @@ def install(launcher: WarmLauncher) -> None:
                 return _Launched(argv)
         return real(args, *a, **kw)
 
-    shim = types.ModuleType("subprocess")
-    shim.__dict__.update(subprocess.__dict__)
-    shim.Popen = popen  # type: ignore[attr-defined]
-    subprocess_executor.subprocess = shim  # type: ignore[attr-defined]
+    subprocess_executor.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 from typing import Any
 
 
@@ -29,11 +28,11 @@ def main() -> int:
     from flwr.supernode import start_client_internal
     from flwr.supernode.cli import flower_supernode
 
+    from pfair.flower.fast_superexec import module_with
+
     poll = float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2"))
-    shim = types.ModuleType("time")
-    shim.__dict__.update(time.__dict__)
-    shim.sleep = lambda seconds: time.sleep(min(float(seconds), poll))  # type: ignore[attr-defined]
-    start_client_internal.time = shim  # type: ignore[attr-defined]
+    start_client_internal.time = module_with(  # type: ignore[attr-defined]
+        time, sleep=lambda seconds: time.sleep(min(float(seconds), poll)))
 
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0":
         real = subprocess.Popen
@@ -43,10 +42,7 @@ def main() -> int:
                 args = [sys.executable, "-m", "pfair.flower.fast_superexec", *args[1:]]
             return real(args, *a, **kw)
 
-        sub = types.ModuleType("subprocess")
-        sub.__dict__.update(subprocess.__dict__)
-        sub.Popen = popen  # type: ignore[attr-defined]
-        start_client_internal.subprocess = sub  # type: ignore[attr-defined]
+        start_client_internal.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
 
     sys.argv[0] = "flower-supernode"
     return flower_supernode() or 0
