@@ -123,13 +123,13 @@ impl Sampling {
                 let perm = EpochPermutation::new(rng, n);
                 let pos = (round % self.rounds_per_epoch(n)) as usize * m;
                 let slice = pos..(pos + m).min(n);
-                if perm.table_pays_for(slice.len()) {
-                    // Small silos: the round function tabulated once for this batch costs fewer
+                if perm.tabulates() {
+                    // The round function tabulated once per epoch (and thread) costs far fewer
                     // SipHash calls than evaluating it for every position (same values).
-                    FEISTEL_TABLE.with(|cell| {
-                        let mut table = cell.borrow_mut();
-                        perm.tabulate(&mut table);
-                        out.extend(slice.map(|p| perm.apply_with(&table, p)));
+                    FEISTEL_TABLES.with(|cell| {
+                        let mut tables = cell.borrow_mut();
+                        let table = tables.get(&perm);
+                        out.extend(slice.map(|p| perm.apply_with(table, p)));
                     });
                 } else {
                     out.extend(slice.map(|p| perm.apply(p)));
@@ -150,9 +150,9 @@ impl Sampling {
 }
 
 std::thread_local! {
-    /// The tabulated round function of a shuffled epoch's permutation, reused by every draw on the
-    /// thread ([`EpochPermutation::tabulate`]).
-    static FEISTEL_TABLE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The tabulated round functions of the shuffled epochs' permutations this thread drew from
+    /// ([`EpochPermutation::tabulate`]), so that each is computed once per epoch, not per batch.
+    static FEISTEL_TABLES: std::cell::RefCell<FeistelTables> = std::cell::RefCell::new(FeistelTables::default());
     /// Membership bits of Floyd's algorithm, one bit per record, reused by every draw on the
     /// thread (only the bits a draw set are cleared afterwards, so a draw costs O(m)).
     static CHOSEN: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -238,6 +238,40 @@ pub struct EpochPermutation {
 /// Rounds of the Feistel network of [`EpochPermutation`].
 pub const FEISTEL_ROUNDS: u64 = 6;
 
+/// Largest round-function table (entries) a draw builds: 6 · 2^17 (3 MB).
+pub const FEISTEL_TABLE_MAX: usize = 6 << 17;
+
+/// Entries [`FeistelTables`] keeps per thread before it starts afresh (64 MB).
+const FEISTEL_CACHE_MAX: usize = 16 << 20;
+
+/// Round-function tables by permutation key. An epoch's table serves all of that epoch's
+/// batches; tables of past epochs are dropped together when the entries pass
+/// [`FEISTEL_CACHE_MAX`] (1,000 silos of 2,000 records take 1.5 MB an epoch).
+#[derive(Default)]
+pub struct FeistelTables {
+    tables: std::collections::HashMap<(u64, u64, u32), Vec<u32>>,
+    entries: usize,
+}
+
+impl FeistelTables {
+    /// The table of `perm`, built on first use.
+    pub fn get(&mut self, perm: &EpochPermutation) -> &[u32] {
+        let key = (perm.k0, perm.k1, perm.half);
+        if !self.tables.contains_key(&key) {
+            let size = (FEISTEL_ROUNDS as usize) << perm.half;
+            if self.entries + size > FEISTEL_CACHE_MAX {
+                self.tables.clear();
+                self.entries = 0;
+            }
+            let mut table = Vec::with_capacity(size);
+            perm.tabulate(&mut table);
+            self.entries += size;
+            self.tables.insert(key, table);
+        }
+        &self.tables[&key]
+    }
+}
+
 impl EpochPermutation {
     /// The permutation of `0..n` keyed by two words of `rng`.
     pub fn new<R: Rng + ?Sized>(rng: &mut R, n: usize) -> Self {
@@ -258,33 +292,35 @@ impl EpochPermutation {
         (left << self.half) | right
     }
 
-    /// Whether tabulating the round function ([`EpochPermutation::tabulate`], `FEISTEL_ROUNDS ·
-    /// 2^half` SipHash calls) is cheaper than `positions` direct evaluations (each about
-    /// `2 · FEISTEL_ROUNDS` calls: fewer than two cycle-walking passes on average).
-    pub fn table_pays_for(&self, positions: usize) -> bool {
-        (1usize << self.half) < 2 * positions
+    /// Whether draws read the round function from a table ([`EpochPermutation::tabulate`],
+    /// `FEISTEL_ROUNDS · 2^half` SipHash calls, about `√(2n)·FEISTEL_ROUNDS`, against about
+    /// `2·FEISTEL_ROUNDS` per position evaluated directly): when the table is at most
+    /// [`FEISTEL_TABLE_MAX`] entries, that is for silos below about 2^33 records.
+    pub fn tabulates(&self) -> bool {
+        FEISTEL_ROUNDS << self.half <= FEISTEL_TABLE_MAX as u64
     }
 
     /// The round function for every round `r` and right half `x`: `table[r · 2^half + x]`.
-    pub fn tabulate(&self, table: &mut Vec<u64>) {
+    pub fn tabulate(&self, table: &mut Vec<u32>) {
         let size = 1u64 << self.half;
         let mask = size - 1;
         table.clear();
         for r in 0..FEISTEL_ROUNDS {
-            table.extend((0..size).map(|x| siphash24(self.k0, self.k1, (r << 32) | x) & mask));
+            // half ≤ 32, so every value fits in 32 bits.
+            table.extend((0..size).map(|x| (siphash24(self.k0, self.k1, (r << 32) | x) & mask) as u32));
         }
     }
 
     /// [`EpochPermutation::apply`] with the round function read from `table`
     /// ([`EpochPermutation::tabulate`]); the same value.
     #[inline]
-    pub fn apply_with(&self, table: &[u64], p: usize) -> usize {
+    pub fn apply_with(&self, table: &[u32], p: usize) -> usize {
         let mask = (1u64 << self.half) - 1;
         let mut x = p as u64;
         loop {
             let (mut left, mut right) = (x >> self.half, x & mask);
             for r in 0..FEISTEL_ROUNDS {
-                let f = table[((r << self.half) | right) as usize];
+                let f = table[((r << self.half) | right) as usize] as u64;
                 (left, right) = (right, left ^ f);
             }
             x = (left << self.half) | right;
@@ -472,6 +508,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn cached_tables_belong_to_their_permutation() {
+        use rand::SeedableRng;
+        let mut tables = FeistelTables::default();
+        let perms: Vec<EpochPermutation> = (0..6u64)
+            .map(|seed| EpochPermutation::new(&mut rand_chacha::ChaCha20Rng::seed_from_u64(seed), [100, 2000, 70_000][seed as usize % 3]))
+            .collect();
+        // Interleaved, as silos draw in turn: each lookup gives that permutation's values.
+        for _ in 0..2 {
+            for perm in &perms {
+                let table = tables.get(perm).to_vec();
+                for p in (0..perm.n).step_by(7) {
+                    assert_eq!(perm.apply_with(&table, p), perm.apply(p));
+                }
+            }
+        }
+        assert_eq!(tables.tables.len(), perms.len());
+        assert!(perms.iter().all(|p| p.tabulates()));
     }
 
     #[test]
