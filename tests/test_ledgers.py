@@ -314,21 +314,68 @@ def test_charging_many_ledgers_together_equals_charging_each_alone():
         [MechanismEvent(name="r", sampling="public_batch", sample_rate=0.05, noise_multiplier=8.0, steps=20)]))
 
 
-def test_a_silo_of_rows_is_fingerprinted_in_blocks_with_the_same_digest():
+def test_a_silo_of_rows_is_fingerprinted_from_its_sampled_rows_with_the_same_digest():
     from pfair import federation
+    from pfair.privacy.ledger import fingerprint_step, legacy_fingerprint
 
     rng = np.random.default_rng(3)
-    n = 3 * federation._HASH_ROWS + 17  # several blocks and a short last one
+    n = 3 * federation._HASH_ROWS + 17  # several legacy blocks and a short last one
     X = rng.normal(size=(n, 4))
     y, s = rng.integers(0, 2, n), rng.integers(0, 3, n)
     silos = np.arange(n) % 3  # row lists: neither silo is a view
     f = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     prints = federation.silo_fingerprints(f.silos)
     for silo, fp in zip(f.silos, prints):
-        assert silo._X is None  # hashed from the rows, not a gathered copy
-        assert fp == data_fingerprint(silo.X, silo.y, silo.s)
+        assert silo._X is None  # hashed from the sampled rows, not a gathered copy
+        assert fp.startswith("v2:") and fp == data_fingerprint(silo.X, silo.y, silo.s)
+        assert silo.legacy_fingerprint() == legacy_fingerprint(silo.X, silo.y, silo.s)
     assert len(set(prints)) == 3
-    X2 = X.copy()
-    X2[5, 2] += 1e-12
-    f2 = Federation.from_arrays(X2, y, sensitive_features=s, silos=silos)
-    assert federation.silo_fingerprints(f2.silos)[5 % 3] != prints[5 % 3]
+    step = fingerprint_step(len(f.silos[2]))
+    assert step == 33  # 8,197 records: 249 rows are read
+
+    def changed(edit):
+        X2, y2, s2 = X.copy(), y.copy(), s.copy()
+        edit(X2, y2, s2)
+        f2 = Federation.from_arrays(X2, y2, sensitive_features=s2, silos=silos)
+        return f2.silos[2].fingerprint() != prints[2], f2.silos[2].legacy_fingerprint() != f.silos[2].legacy_fingerprint()
+
+    # Record k of silo 2 is row 3k + 2 of X. A sampled row, any label or group: a new fingerprint.
+    assert changed(lambda X2, y2, s2: X2.__setitem__((3 * step + 2, 1), X2[3 * step + 2, 1] + 1e-12)) == (True, True)
+    assert changed(lambda X2, y2, s2: y2.__setitem__(3 * 5 + 2, 1 - y2[3 * 5 + 2])) == (True, True)
+    assert changed(lambda X2, y2, s2: s2.__setitem__(3 * 5 + 2, (s2[3 * 5 + 2] + 1) % 3)) == (True, True)
+    # A feature of a row the sample skips: the same fingerprint (the ledger carries on, charging
+    # more, never less); the legacy digest, which read every row, saw it.
+    assert changed(lambda X2, y2, s2: X2.__setitem__((3 * 1 + 2, 1), X2[3 * 1 + 2, 1] + 1.0)) == (False, True)
+
+
+def test_a_ledger_bound_by_an_older_pfair_is_recognised_and_rebound():
+    from pfair.exceptions import LedgerMismatch
+    from pfair.privacy.ledger import legacy_fingerprint
+
+    rng = np.random.default_rng(4)
+    X, y, s = rng.normal(size=(300, 3)), rng.integers(0, 2, 300), rng.integers(0, 2, 300)
+    old = legacy_fingerprint(X, y, s)
+    assert len(old) == 64 and not old.startswith("v2:")
+    calls = []
+
+    def legacy():
+        calls.append(1)
+        return legacy_fingerprint(X, y, s)
+
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5, silo="a", fingerprint=old)
+    ledger.bind(data_fingerprint(X, y, s), legacy=legacy)
+    assert ledger.fingerprint == data_fingerprint(X, y, s) and calls == [1]
+    ledger.bind(data_fingerprint(X, y, s), legacy=legacy)  # current form: no legacy hashing
+    assert calls == [1]
+    other = PrivacyLedger(epsilon=1.0, delta=1e-5, silo="b", fingerprint=legacy_fingerprint(X + 1.0, y, s))
+    with pytest.raises(LedgerMismatch, match="other data"):
+        other.bind(data_fingerprint(X, y, s), legacy=legacy)
+    with pytest.raises(LedgerMismatch, match="other data"):  # without the legacy check: refused
+        PrivacyLedger(epsilon=1.0, delta=1e-5, fingerprint=old).bind(data_fingerprint(X, y, s))
+    # Through a fit: the silos' ledgers written by an older pfair are accepted and re-bound.
+    f = Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(300) % 2)
+    ledgers = [PrivacyLedger(epsilon=2.0, delta=1e-5, silo=j, fingerprint=silo.legacy_fingerprint())
+               for j, silo in enumerate(f.silos)]
+    SteFFLe(lam=1.0, epsilon=1.0, delta=1e-5, epochs=1, batch_size=32, p_s=[0.5, 0.5]).fit(f, ledgers=ledgers)
+    assert [lg.fingerprint for lg in ledgers] == [silo.fingerprint() for silo in f.silos]
+    assert all(lg.epsilon_spent() > 0 for lg in ledgers)

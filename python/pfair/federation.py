@@ -85,22 +85,37 @@ class Silo:
         return f"Silo(n_records={len(self)}, n_features={self.n_features})"
 
     def fingerprint(self) -> str:
-        """SHA-256 of the silo's data (:func:`pfair.privacy.ledger.data_fingerprint`), cached.
-        A silo that is rows of a larger matrix is hashed in blocks of rows, without gathering
-        its features into one copy (the same digest)."""
+        """The silo's :func:`pfair.privacy.ledger.data_fingerprint`, cached. Only the sampled
+        feature rows are read (a view, or a gather of those rows alone)."""
         if self._fingerprint is None:
-            from pfair.privacy.ledger import data_fingerprint
+            from pfair.privacy.ledger import data_fingerprint, fingerprint_step
 
-            if self._X is None and self._base is not None and self._rows is not None:
-                base, rows = self._base, self._rows
-                blocks = (base[rows[i : i + _HASH_ROWS]] for i in range(0, rows.size, _HASH_ROWS))
-                self._fingerprint = data_fingerprint(blocks, self.y, self.s, shape=(rows.size, base.shape[1]))
-            else:
-                self._fingerprint = data_fingerprint(self.X, self.y, self.s)
+            sample = self.strided_X(-(-len(self) // fingerprint_step(len(self))))
+            self._fingerprint = data_fingerprint(sample, self.y, self.s, shape=(len(self), self.n_features))
         return self._fingerprint
 
+    def legacy_fingerprint(self) -> str:
+        """The silo's :func:`pfair.privacy.ledger.legacy_fingerprint` (every feature hashed), to
+        recognise a ledger bound by an older pfair. A silo that is rows of a larger matrix is
+        hashed in blocks of rows, without gathering its features into one copy."""
+        from pfair.privacy.ledger import legacy_fingerprint
 
-#: Rows per block when a silo that is rows of a larger matrix is hashed.
+        if self._X is None and self._base is not None and self._rows is not None:
+            base, rows = self._base, self._rows
+            blocks = (base[rows[i : i + _HASH_ROWS]] for i in range(0, rows.size, _HASH_ROWS))
+            return legacy_fingerprint(blocks, self.y, self.s, shape=(rows.size, base.shape[1]))
+        return legacy_fingerprint(self.X, self.y, self.s)
+
+    def holds_data_of(self, fingerprint: str) -> bool:
+        """Whether ``fingerprint`` (current or legacy form) is this silo's."""
+        from pfair.privacy.ledger import FINGERPRINT_PREFIX
+
+        if fingerprint == self.fingerprint():
+            return True
+        return not fingerprint.startswith(FINGERPRINT_PREFIX) and fingerprint == self.legacy_fingerprint()
+
+
+#: Rows per block when a silo that is rows of a larger matrix is hashed whole (legacy fingerprint).
 _HASH_ROWS = 8192
 
 

@@ -24,6 +24,13 @@ pub trait Rows: Sync {
     fn dense_row(&self, _i: usize) -> Option<&[f64]> {
         None
     }
+    /// Writes row `i` as float64 into `buf` (length `d`) and returns true, when the rows are dense
+    /// but not stored as float64 (so [`Rows::dense_row`] is `None`): kernels then take the dense
+    /// path, with the same arithmetic as float64 rows of the same values.
+    #[inline]
+    fn dense_row_into(&self, _i: usize, _buf: &mut [f64]) -> bool {
+        false
+    }
     /// Hints that row `i` will be read soon (loads its cache lines in the background).
     #[inline]
     fn prefetch_row(&self, _i: usize) {}
@@ -354,6 +361,14 @@ impl<T: Element> Rows for View<'_, T> {
     fn dense_row(&self, i: usize) -> Option<&[f64]> {
         let r = self.rows.row(i);
         T::as_f64_slice(&self.x[r * self.d..(r + 1) * self.d])
+    }
+    #[inline]
+    fn dense_row_into(&self, i: usize, buf: &mut [f64]) -> bool {
+        let r = self.rows.row(i);
+        for (b, &v) in buf.iter_mut().zip(&self.x[r * self.d..(r + 1) * self.d]) {
+            *b = v.into();
+        }
+        true
     }
     #[inline]
     fn prefetch_meta(&self, i: usize) {

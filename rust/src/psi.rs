@@ -287,6 +287,7 @@ pub struct Workspace {
     g: Vec<f64>,
     beta_b: Vec<f64>,
     w_rec: Vec<f64>,
+    row: Vec<f64>,
 }
 
 /// `v` resized to `len` and filled with zeros (no allocation once it has the size).
@@ -360,7 +361,11 @@ pub fn batch_gradients_into<R: Rows>(
     // one cache line. Either layout adds the same terms in the same order.
     let width = 3 * lm1;
     let part = (d + 1) * lm1;
-    let split = batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
+    // Dense rows not stored as float64 (float32) are converted into `row_buf` one at a time.
+    let mut row_buf = std::mem::take(&mut ws.row);
+    row_buf.resize(d, 0.0);
+    let converts = batch.first().is_some_and(|&i| rows.dense_row(i).is_none() && rows.dense_row_into(i, &mut row_buf));
+    let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
     let acc = zeroed(&mut ws.acc, 3 * part);
     let coef = zeroed(&mut ws.coef, width);
     let probs = zeroed(&mut ws.probs, l);
@@ -384,7 +389,12 @@ pub fn batch_gradients_into<R: Rows>(
         let mut xsq = 1.0;
         probs[0] = 0.0;
         probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
-        let dense_row = rows.dense_row(i);
+        let dense_row = if converts {
+            rows.dense_row_into(i, &mut row_buf);
+            Some(&row_buf[..])
+        } else {
+            rows.dense_row(i)
+        };
         if let (1, Some(x)) = (lm1, dense_row) {
             // Column j goes to lane j mod LANES: independent chains, so the adds overlap.
             let (mut z, mut q) = ([0.0; LANES], [0.0; LANES]);
@@ -573,6 +583,7 @@ pub fn batch_gradients_into<R: Rows>(
     }
     out.loss *= inv_m;
     out.psi *= inv_m;
+    ws.row = row_buf;
 }
 
 /// Euclidean norm.

@@ -38,7 +38,7 @@ import numpy as np
 from pfair import _core
 from pfair.exceptions import LedgerMismatch
 from pfair.privacy.calibration import SiloNoise
-from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
+from pfair.privacy.ledger import PrivacyLedger, data_fingerprint, legacy_fingerprint
 from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
@@ -113,7 +113,8 @@ class SiloNode:
             delta = self.delta if self.delta is not None else default_delta(self.n_records)
             ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path)
             ledger.save(path)
-        return ledger.bind(data_fingerprint(self.X, self.y, self.s))
+        return ledger.bind(data_fingerprint(self.X, self.y, self.s),
+                           legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
 
     def _settings(self, settings: SteFFLeSettings, ledger: PrivacyLedger, check_budget: bool = True) -> SteFFLeSettings:
         import dataclasses

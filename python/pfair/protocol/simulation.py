@@ -94,7 +94,7 @@ def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
             else:
                 out.append(PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j, path=item))
     for j, (ledger, fingerprint) in enumerate(zip(out, silo_fingerprints(fed.silos))):
-        ledger.bind(fingerprint)
+        ledger.bind(fingerprint, legacy=fed.silos[j].legacy_fingerprint)
         if settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(
                 f"silo {j}: epsilon={settings.epsilon:g} is more than its ledger's budget {ledger.epsilon:g}; a silo's "
@@ -194,7 +194,9 @@ class Simulation:
                              fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict())
         else:
             state = resume
-            if state.fingerprints != silo_fingerprints(fed.silos):
+            silo_fingerprints(fed.silos)
+            if len(state.fingerprints) != len(fed.silos) or not all(
+                    silo.holds_data_of(fp) for silo, fp in zip(fed.silos, state.fingerprints)):
                 raise ValueError("resume: the federation's data differ from the interrupted run's")
             if state.settings != st.as_dict():
                 raise ValueError("resume: the settings differ from the interrupted run's; resume with the same ones")
