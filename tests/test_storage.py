@@ -67,6 +67,17 @@ def test_float32_matrix_and_bad_inputs():
     bad[170, 2] = np.inf
     with pytest.raises(ValueError, match=r"silo 1: X contains NaN or inf \(row 170\)"):
         _core.SiloSet.from_matrix(bad, y, s, rows, n_groups=2, n_classes=2)
+    # Silos over fewer than half the rows are checked row by row, not in one pass over the matrix:
+    # the same error, and a non-finite row outside every silo is not read.
+    few = [np.arange(0, 50), np.arange(160, 200)]
+    with pytest.raises(ValueError, match=r"silo 1: X contains NaN or inf \(row 170\)"):
+        _core.SiloSet.from_matrix(bad, y, s, few, n_groups=2, n_classes=2)
+    outside = X.copy()
+    outside[250, 0] = np.nan
+    assert _core.SiloSet.from_matrix(outside, y, s, few, n_groups=2, n_classes=2).sizes == [50, 40]
+    assert _core.SiloSet.from_matrix(outside, y, s, [np.arange(0, 200)], n_groups=2, n_classes=2).sizes == [200]
+    with pytest.raises(ValueError, match=r"silo 0: X contains NaN or inf \(row 250\)"):
+        _core.SiloSet.from_matrix(outside, y, s, [np.arange(100, 300)], n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="silo 0: row index 300 out of range"):
         _core.SiloSet.from_matrix(X, y, s, [np.array([0, 300])], n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="C-contiguous"):

@@ -110,10 +110,34 @@ fn finite_nnz<T: Copy + Into<f64>>(row: &[T]) -> Option<usize> {
     finite.then_some(nnz)
 }
 
+/// Per row of `matrix`: its number of non-zeros, or `u32::MAX` if it holds NaN or inf. Reads the
+/// matrix front to back in parallel blocks of rows (streaming, unlike a gather of each silo's
+/// rows, which are scattered).
+fn row_counts(matrix: &SharedMatrix) -> Vec<u32> {
+    use rayon::prelude::*;
+    const BLOCK: usize = 4096;
+    let (n, d) = (matrix.n_rows(), matrix.d());
+    let count = |c: Option<usize>| c.map_or(u32::MAX, |v| v.min(u32::MAX as usize - 1) as u32);
+    let mut counts = vec![0u32; n];
+    counts.par_chunks_mut(BLOCK).enumerate().for_each(|(b, out)| {
+        for (k, o) in out.iter_mut().enumerate() {
+            let i = b * BLOCK + k;
+            *o = match (matrix.as_f64(), matrix.as_f32()) {
+                (Some(x), _) => count(finite_nnz(&x[i * d..(i + 1) * d])),
+                (None, Some(x)) => count(finite_nnz(&x[i * d..(i + 1) * d])),
+                (None, None) => 0,
+            };
+        }
+    });
+    counts
+}
+
 /// Silos as row subsets of one dense matrix `x` (`n_rows × d`, float64 or float32, row-major),
 /// read in place when the matrix is dense enough, otherwise copied to CSR per silo. `y`, `s`
 /// hold every row's label and group; `rows[j]` the rows of silo `j`. Checks every silo's rows
-/// (in range, finite features, codes in range) in parallel over silos.
+/// (in range, finite features, codes in range) in parallel over silos. When the silos hold at
+/// least half the matrix's rows, the features are checked in one streaming pass over the whole
+/// matrix ([`row_counts`]) instead of row by row in each silo's order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn silos_from_matrix(
     matrix: Arc<SharedMatrix>,
@@ -128,6 +152,8 @@ pub(super) fn silos_from_matrix(
     if y.len() != n || s.len() != n {
         return Err(format!("X has {n} rows but y has {} and s has {}", y.len(), s.len()).into());
     }
+    let total: usize = rows.iter().map(|r| r.len()).sum();
+    let counts = (2 * total >= n).then(|| row_counts(&matrix));
     // One pass per silo: index ranges, codes, finiteness and the number of non-zeros.
     let checked: Vec<BindResult<(Vec<u32>, Vec<u32>, usize)>> = rows
         .par_iter()
@@ -142,10 +168,11 @@ pub(super) fn silos_from_matrix(
                 if i >= n {
                     return Err(format!("silo {j}: row index {i} out of range 0..{n}").into());
                 }
-                let count = match (matrix.as_f64(), matrix.as_f32()) {
-                    (Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
-                    (None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
-                    (None, None) => None,
+                let count = match (&counts, matrix.as_f64(), matrix.as_f32()) {
+                    (Some(c), _, _) => (c[i] != u32::MAX).then_some(c[i] as usize),
+                    (None, Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
+                    (None, None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
+                    (None, None, None) => None,
                 };
                 nnz += count.ok_or_else(|| format!("silo {j}: X contains NaN or inf (row {i})"))?;
                 ys.push(index_in(y[i], l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
@@ -158,7 +185,6 @@ pub(super) fn silos_from_matrix(
     for c in checked {
         parts.push(c?);
     }
-    let total: usize = rows.iter().map(|r| r.len()).sum();
     let nnz: usize = parts.iter().map(|p| p.2).sum();
     let sparse = d > 0 && (nnz as f64) < SPARSE_BELOW_DENSITY * (total * d) as f64;
     Ok(rows
