@@ -52,11 +52,20 @@ def test_rust_reads_the_shared_matrix_and_trains_as_on_copies(ids):
     assert np.linalg.norm(a["theta"]) > 0.05
 
 
+def by_silo(v, rows):
+    """Per-silo codes of the given rows (a row out of range gets the last record's, so that the
+    binding itself reports the row)."""
+    return [np.asarray(v)[np.minimum(r, len(v) - 1)] for r in rows]
+
+
 def test_float32_matrix_and_bad_inputs():
     X, y, s = _arrays(n=300)
+
+    def build(x, rows):
+        return _core.SiloSet.from_matrix(x, by_silo(y, rows), by_silo(s, rows), rows, n_groups=2, n_classes=2)
     rows = [np.arange(0, 150), np.arange(150, 300)]
-    f64 = _core.SiloSet.from_matrix(X.astype(np.float32).astype(np.float64), y, s, rows, n_groups=2, n_classes=2)
-    f32 = _core.SiloSet.from_matrix(X.astype(np.float32), y, s, rows, n_groups=2, n_classes=2)
+    f64 = build(X.astype(np.float32).astype(np.float64), rows)
+    f32 = build(X.astype(np.float32), rows)
     cfg = _core.SiloConfig(batch_size=16, clip_theta=1.0)
     keys = [_core.NoiseKey.seeded(1)] * 2
     kw = dict(batch_keys=keys, noise_keys=keys, lam=1.0, lr_theta=0.3, lr_w=0.3, w_radius=2.0, start=0, n_rounds=10)
@@ -66,23 +75,27 @@ def test_float32_matrix_and_bad_inputs():
     bad = X.copy()
     bad[170, 2] = np.inf
     with pytest.raises(ValueError, match=r"silo 1: X contains NaN or inf \(row 170\)"):
-        _core.SiloSet.from_matrix(bad, y, s, rows, n_groups=2, n_classes=2)
+        build(bad, rows)
     # Silos over fewer than half the rows are checked row by row, not in one pass over the matrix:
     # the same error, and a non-finite row outside every silo is not read.
     few = [np.arange(0, 50), np.arange(160, 200)]
     with pytest.raises(ValueError, match=r"silo 1: X contains NaN or inf \(row 170\)"):
-        _core.SiloSet.from_matrix(bad, y, s, few, n_groups=2, n_classes=2)
+        build(bad, few)
     outside = X.copy()
     outside[250, 0] = np.nan
-    assert _core.SiloSet.from_matrix(outside, y, s, few, n_groups=2, n_classes=2).sizes == [50, 40]
-    assert _core.SiloSet.from_matrix(outside, y, s, [np.arange(0, 200)], n_groups=2, n_classes=2).sizes == [200]
+    assert build(outside, few).sizes == [50, 40]
+    assert build(outside, [np.arange(0, 200)]).sizes == [200]
     with pytest.raises(ValueError, match=r"silo 0: X contains NaN or inf \(row 250\)"):
-        _core.SiloSet.from_matrix(outside, y, s, [np.arange(100, 300)], n_groups=2, n_classes=2)
+        build(outside, [np.arange(100, 300)])
     with pytest.raises(ValueError, match="silo 0: row index 300 out of range"):
-        _core.SiloSet.from_matrix(X, y, s, [np.array([0, 300])], n_groups=2, n_classes=2)
+        build(X, [np.array([0, 300])])
     with pytest.raises(ValueError, match="C-contiguous"):
-        _core.SiloSet.from_matrix(np.asfortranarray(X), y, s, rows, n_groups=2, n_classes=2)
+        build(np.asfortranarray(X), rows)
     with pytest.raises(ValueError, match="float64 or float32"):
-        _core.SiloSet.from_matrix(X.astype(int), y, s, rows, n_groups=2, n_classes=2)
+        build(X.astype(int), rows)
+    with pytest.raises(ValueError, match="silo 0 has 150 rows but 149 labels and 150 groups"):
+        _core.SiloSet.from_matrix(X, [y[1:150], y[150:]], by_silo(s, rows), rows, n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="rows, y and s must list the same silos; got 2, 1 and 2"):
+        _core.SiloSet.from_matrix(X, [y[:150]], by_silo(s, rows), rows, n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="silo 1 has no records"):
-        _core.SiloSet.from_matrix(X, y, s, [rows[0], np.array([], dtype=np.int64)], n_groups=2, n_classes=2)
+        build(X, [rows[0], np.array([], dtype=np.int64)])

@@ -112,8 +112,8 @@ class SiloSet:
     @staticmethod
     def from_matrix(
         x: npt.NDArray[Any],
-        y: npt.NDArray[np.int64],
-        s: npt.NDArray[np.int64],
+        y: Sequence[npt.NDArray[np.int64]],
+        s: Sequence[npt.NDArray[np.int64]],
         rows: Sequence[npt.NDArray[np.int64]],
         *,
         n_groups: int,

@@ -382,13 +382,10 @@ class Federation:
         if base is None:
             return _core.SiloSet([(s.X, s.y, s.s) for s in self.silos], n_groups=k, n_classes=l,
                                  fairness=fairness, positive=positive)
-        y_all = np.zeros(base.shape[0], dtype=np.int64)
-        s_all = np.zeros(base.shape[0], dtype=np.int64)
-        for silo in self.silos:
-            y_all[silo._rows] = silo.y
-            s_all[silo._rows] = silo.s
-        return _core.SiloSet.from_matrix(base, y_all, s_all, [silo._rows for silo in self.silos], n_groups=k,
-                                         n_classes=l, fairness=fairness, positive=positive)
+        as64 = lambda v: np.ascontiguousarray(v, dtype=np.int64)  # noqa: E731
+        return _core.SiloSet.from_matrix(base, [as64(silo.y) for silo in self.silos], [as64(silo.s) for silo in self.silos],
+                                         [silo._rows for silo in self.silos], n_groups=k, n_classes=l,
+                                         fairness=fairness, positive=positive)
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All silos' records stacked (for evaluation in simulations only)."""

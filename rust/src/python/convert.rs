@@ -133,24 +133,26 @@ fn row_counts(matrix: &SharedMatrix) -> Vec<u32> {
 }
 
 /// Silos as row subsets of one dense matrix `x` (`n_rows × d`, float64 or float32, row-major),
-/// read in place when the matrix is dense enough, otherwise copied to CSR per silo. `y`, `s`
-/// hold every row's label and group; `rows[j]` the rows of silo `j`. Checks every silo's rows
+/// read in place when the matrix is dense enough, otherwise copied to CSR per silo. `rows[j]`
+/// lists the rows of silo `j`, `y[j]`, `s[j]` their labels and groups. Checks every silo's rows
 /// (in range, finite features, codes in range) in parallel over silos. When the silos hold at
 /// least half the matrix's rows, the features are checked in one streaming pass over the whole
 /// matrix ([`row_counts`]) instead of row by row in each silo's order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn silos_from_matrix(
     matrix: Arc<SharedMatrix>,
-    y: &[i64],
-    s: &[i64],
+    y: &[&[i64]],
+    s: &[&[i64]],
     rows: Vec<Vec<usize>>,
     k: usize,
     l: usize,
 ) -> BindResult<Vec<Silo>> {
     use rayon::prelude::*;
     let (n, d) = (matrix.n_rows(), matrix.d());
-    if y.len() != n || s.len() != n {
-        return Err(format!("X has {n} rows but y has {} and s has {}", y.len(), s.len()).into());
+    for (j, r) in rows.iter().enumerate() {
+        if y[j].len() != r.len() || s[j].len() != r.len() {
+            return Err(format!("silo {j} has {} rows but {} labels and {} groups", r.len(), y[j].len(), s[j].len()).into());
+        }
     }
     let total: usize = rows.iter().map(|r| r.len()).sum();
     let counts = (2 * total >= n).then(|| row_counts(&matrix));
@@ -164,7 +166,7 @@ pub(super) fn silos_from_matrix(
             }
             let mut nnz = 0usize;
             let (mut ys, mut ss) = (Vec::with_capacity(r.len()), Vec::with_capacity(r.len()));
-            for &i in r {
+            for (&i, (&yi, &si)) in r.iter().zip(y[j].iter().zip(s[j])) {
                 if i >= n {
                     return Err(format!("silo {j}: row index {i} out of range 0..{n}").into());
                 }
@@ -175,8 +177,8 @@ pub(super) fn silos_from_matrix(
                     (None, None, None) => None,
                 };
                 nnz += count.ok_or_else(|| format!("silo {j}: X contains NaN or inf (row {i})"))?;
-                ys.push(index_in(y[i], l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
-                ss.push(index_in(s[i], k, "group").map_err(|e| format!("silo {j}: {e}"))? as u32);
+                ys.push(index_in(yi, l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
+                ss.push(index_in(si, k, "group").map_err(|e| format!("silo {j}: {e}"))? as u32);
             }
             Ok((ys, ss, nnz))
         })

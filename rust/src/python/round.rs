@@ -108,17 +108,18 @@ impl PySiloSet {
     }
 
     /// Silos as row subsets of one C-contiguous matrix `x` (`n × d`, float64 or float32), read in
-    /// place (no copy) unless the data are sparse (then copied to CSR per silo). `y`, `s` are the
-    /// int64 label and group codes of all `n` rows; `rows[j]` lists silo `j`'s rows. `x` must not
-    /// be modified while the set is alive.
+    /// place (no copy) unless the data are sparse (then copied to CSR per silo). `rows[j]` lists
+    /// silo `j`'s rows, `y[j]`, `s[j]` their int64 label and group codes (in the same order, so
+    /// nothing of length `n` is gathered or scattered). `x` must not be modified while the set is
+    /// alive.
     #[staticmethod]
     #[pyo3(signature = (x, y, s, rows, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
     #[allow(clippy::too_many_arguments)]
     fn from_matrix(
         py: Python<'_>,
         x: Bound<'_, PyAny>,
-        y: PyReadonlyArray1<'_, i64>,
-        s: PyReadonlyArray1<'_, i64>,
+        y: Vec<PyReadonlyArray1<'_, i64>>,
+        s: Vec<PyReadonlyArray1<'_, i64>>,
         rows: Vec<PyReadonlyArray1<'_, i64>>,
         n_groups: usize,
         n_classes: usize,
@@ -165,9 +166,18 @@ impl PySiloSet {
                 .collect::<PyResult<_>>()?;
             idx.push(v);
         }
-        let (ya, sa) = (y.as_slice()?, s.as_slice()?);
+        if y.len() != rows.len() || s.len() != rows.len() {
+            return Err(value_error(format!(
+                "rows, y and s must list the same silos; got {}, {} and {}",
+                rows.len(),
+                y.len(),
+                s.len()
+            )));
+        }
+        let ya: Vec<&[i64]> = y.iter().map(|v| v.as_slice()).collect::<Result<_, _>>()?;
+        let sa: Vec<&[i64]> = s.iter().map(|v| v.as_slice()).collect::<Result<_, _>>()?;
         let matrix = Arc::new(matrix);
-        let silos = py.allow_threads(|| silos_from_matrix(matrix, ya, sa, idx, n_groups, n_classes))?;
+        let silos = py.allow_threads(|| silos_from_matrix(matrix, &ya, &sa, idx, n_groups, n_classes))?;
         Ok(PySiloSet { silos, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
     }
 
