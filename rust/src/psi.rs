@@ -372,6 +372,10 @@ pub fn batch_gradients_into<R: Rows>(
     let g = zeroed(&mut ws.g, l);
     let beta_b = zeroed(&mut ws.beta_b, lm1);
     let w_rec = zeroed(&mut ws.w_rec, k * l);
+    // Two classes in attribute mode (the common case) take an unrolled copy of the per-record
+    // step below: the same operations in the same order, without loops over the classes.
+    let clip_theta = if let Protect::Attribute { clip_theta } = protect { clip_theta } else { f64::NAN };
+    let binary_attribute = lm1 == 1 && matches!(protect, Protect::Attribute { .. }) && !generic_only();
 
     for (bi, &i) in batch.iter().enumerate() {
         // The rows are random, so their loads would miss the caches one after the other; ask
@@ -431,87 +435,91 @@ pub fn batch_gradients_into<R: Rows>(
         softmax_in_place(probs);
         let x_norm = xsq.sqrt();
 
-        // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
-        out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
-        let (c_loss, rest) = coef.split_at_mut(lm1);
-        let (c_a, c_b) = rest.split_at_mut(lm1);
-        for v in 1..l {
-            c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
-        }
-        if let Protect::Record { clip_loss, .. } = protect {
-            let f = clip_factor(x_norm * norm(c_loss), clip_loss);
-            if f < 1.0 {
-                out.n_clipped += 1;
+        if binary_attribute {
+            binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
+        } else {
+            // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
+            out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
+            let (c_loss, rest) = coef.split_at_mut(lm1);
+            let (c_a, c_b) = rest.split_at_mut(lm1);
+            for v in 1..l {
+                c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
             }
-            c_loss.iter_mut().for_each(|v| *v *= f);
-        }
-        c_a.iter_mut().for_each(|v| *v = 0.0);
-        c_b.iter_mut().for_each(|v| *v = 0.0);
-
-        if let Some(b) = psi.fairness.block(yi as u32) {
-            let wb = &psi.w[b * k * l..(b + 1) * k * l];
-            let qb = &q[b * l..(b + 1) * l];
-            let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
-
-            // ψ_i = -F·q + cf (W F)[s_i] - 1
-            let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
-            let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
-            out.psi += -fq + cf * wf - 1.0;
-
-            for u in 0..l {
-                g[u] = -qb[u];
-            }
-            pull_back(probs, g, c_a);
-            for u in 0..l {
-                g[u] = cf * wb[si * l + u];
-            }
-            pull_back(probs, g, beta_b);
-
-            match protect {
-                Protect::Attribute { clip_theta } => {
-                    let f = clip_factor(x_norm * norm(beta_b), clip_theta);
-                    if f < 1.0 {
-                        out.n_clipped += 1;
-                    }
-                    for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
-                        *c = f * bb;
-                    }
-                    for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
-                        *ps += p;
-                    }
-                    let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
-                    for (o, p) in cw.iter_mut().zip(probs.iter()) {
-                        *o += cf * p * inv_m;
-                    }
+            if let Protect::Record { clip_loss, .. } = protect {
+                let f = clip_factor(x_norm * norm(c_loss), clip_loss);
+                if f < 1.0 {
+                    out.n_clipped += 1;
                 }
-                Protect::Record { clip_theta, clip_w, .. } => {
-                    // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
-                    for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
-                        *c += bb;
-                    }
-                    let f = clip_factor(x_norm * norm(c_a), clip_theta);
-                    if f < 1.0 {
-                        out.n_clipped += 1;
-                    }
-                    for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
-                        *cb = f * *ca;
-                        *ca = 0.0;
-                    }
-                    // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
-                    for r in 0..k {
-                        for u in 0..l {
-                            w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                c_loss.iter_mut().for_each(|v| *v *= f);
+            }
+            c_a.iter_mut().for_each(|v| *v = 0.0);
+            c_b.iter_mut().for_each(|v| *v = 0.0);
+
+            if let Some(b) = psi.fairness.block(yi as u32) {
+                let wb = &psi.w[b * k * l..(b + 1) * k * l];
+                let qb = &q[b * l..(b + 1) * l];
+                let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
+
+                // ψ_i = -F·q + cf (W F)[s_i] - 1
+                let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
+                let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
+                out.psi += -fq + cf * wf - 1.0;
+
+                for u in 0..l {
+                    g[u] = -qb[u];
+                }
+                pull_back(probs, g, c_a);
+                for u in 0..l {
+                    g[u] = cf * wb[si * l + u];
+                }
+                pull_back(probs, g, beta_b);
+
+                match protect {
+                    Protect::Attribute { clip_theta } => {
+                        let f = clip_factor(x_norm * norm(beta_b), clip_theta);
+                        if f < 1.0 {
+                            out.n_clipped += 1;
+                        }
+                        for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
+                            *c = f * bb;
+                        }
+                        for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
+                            *ps += p;
+                        }
+                        let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
+                        for (o, p) in cw.iter_mut().zip(probs.iter()) {
+                            *o += cf * p * inv_m;
                         }
                     }
-                    for u in 0..l {
-                        w_rec[si * l + u] += cf * probs[u];
-                    }
-                    let f = clip_factor(norm(w_rec), clip_w);
-                    if f < 1.0 {
-                        out.n_clipped += 1;
-                    }
-                    for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
-                        *o += f * v * inv_m;
+                    Protect::Record { clip_theta, clip_w, .. } => {
+                        // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
+                        for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
+                            *c += bb;
+                        }
+                        let f = clip_factor(x_norm * norm(c_a), clip_theta);
+                        if f < 1.0 {
+                            out.n_clipped += 1;
+                        }
+                        for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
+                            *cb = f * *ca;
+                            *ca = 0.0;
+                        }
+                        // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
+                        for r in 0..k {
+                            for u in 0..l {
+                                w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                            }
+                        }
+                        for u in 0..l {
+                            w_rec[si * l + u] += cf * probs[u];
+                        }
+                        let f = clip_factor(norm(w_rec), clip_w);
+                        if f < 1.0 {
+                            out.n_clipped += 1;
+                        }
+                        for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
+                            *o += f * v * inv_m;
+                        }
                     }
                 }
             }
@@ -584,6 +592,70 @@ pub fn batch_gradients_into<R: Rows>(
     out.loss *= inv_m;
     out.psi *= inv_m;
     ws.row = row_buf;
+}
+
+/// The per-record step of [`batch_gradients_into`] for two classes in attribute mode: the loss,
+/// the coefficients `[β_loss | β_a | β_b]` (β_b clipped), and the ψ and W sums; each operation
+/// as in the general code, in the same order (a test checks the bits).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn binary_attribute_row(
+    probs: &[f64],
+    x_norm: f64,
+    yi: usize,
+    si: usize,
+    dims: Dims,
+    psi: PsiInputs<'_>,
+    q: &[f64],
+    clip_theta: f64,
+    inv_m: f64,
+    coef: &mut [f64],
+    prob_sum: &mut [f64],
+    out: &mut BatchGradients,
+) {
+    let k = dims.k;
+    let (p0, p1) = (probs[0], probs[1]);
+    out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
+    coef[0] = p1 - if yi == 1 { 1.0 } else { 0.0 };
+    coef[1] = 0.0;
+    coef[2] = 0.0;
+    let Some(b) = psi.fairness.block(yi as u32) else {
+        return;
+    };
+    let at = (b * k + si) * 2;
+    let (w0, w1) = (psi.w[at], psi.w[at + 1]);
+    let (q0, q1) = (q[b * 2], q[b * 2 + 1]);
+    let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
+    let wf = w0 * p0 + w1 * p1;
+    let fq = p0 * q0 + p1 * q1;
+    out.psi += -fq + cf * wf - 1.0;
+    let (g0, g1) = (-q0, -q1);
+    coef[1] = p1 * (g1 - (p0 * g0 + p1 * g1));
+    let (g0, g1) = (cf * w0, cf * w1);
+    let beta_b = p1 * (g1 - (p0 * g0 + p1 * g1));
+    let f = clip_factor(x_norm * (beta_b * beta_b).sqrt(), clip_theta);
+    if f < 1.0 {
+        out.n_clipped += 1;
+    }
+    coef[2] = f * beta_b;
+    prob_sum[b * 2] += p0;
+    prob_sum[b * 2 + 1] += p1;
+    out.psi_w[at] += cf * p0 * inv_m;
+    out.psi_w[at + 1] += cf * p1 * inv_m;
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Tests set this to run the general per-record code where the unrolled one would run.
+    static GENERIC_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[inline]
+fn generic_only() -> bool {
+    #[cfg(test)]
+    return GENERIC_ONLY.with(|c| c.get());
+    #[cfg(not(test))]
+    false
 }
 
 /// Euclidean norm.
@@ -846,6 +918,41 @@ mod tests {
                 assert!((a - b).abs() < 1e-12);
             }
             assert_eq!(dense.psi_w, sparse.psi_w);
+        }
+    }
+
+    #[test]
+    fn unrolled_binary_attribute_step_equals_the_general_one_bit_for_bit() {
+        for fairness in [Fairness::DemographicParity, Fairness::EqualizedOdds, Fairness::EqualOpportunity { positive: 1 }] {
+            for k in [2, 3] {
+                let mut c = case(7, k, 2, 60, fairness, 5 + k as u64);
+                for (idx, v) in c.x.iter_mut().enumerate() {
+                    if idx % 3 == 1 {
+                        *v = 0.0;
+                    }
+                }
+                let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
+                let batch: Vec<usize> = (0..60).step_by(3).collect(); // both labels, every group
+                let csr = Csr::from_dense(&c.x, 7);
+                for clip in [1.0, f64::INFINITY] {
+                    let p = Protect::Attribute { clip_theta: clip };
+                    let run = |generic: bool| {
+                        GENERIC_ONLY.with(|g| g.set(generic));
+                        let r = (
+                            batch_gradients(&Dense { x: &c.x, d: 7 }, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 30.0, p),
+                            batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 30.0, p),
+                        );
+                        GENERIC_ONLY.with(|g| g.set(false));
+                        r
+                    };
+                    let (fast, general) = (run(false), run(true));
+                    assert_eq!(fast, general, "{fairness:?} k={k} clip={clip}");
+                    if clip == 1.0 {
+                        // Some records clipped, some not: both branches of the clip ran.
+                        assert!(fast.0.n_clipped > 0 && fast.0.n_clipped < batch.len(), "{}", fast.0.n_clipped);
+                    }
+                }
+            }
         }
     }
 
