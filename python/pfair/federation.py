@@ -196,23 +196,32 @@ class Federation:
             feature_names = [str(c) for c in X.columns]
         Xa = as_features(X)
         n = Xa.shape[0]
-        y_codes, cats_y = encode(as_labels(y, n, estimator="every pfair estimator"), "y", classes)
+        y_raw = as_labels(y, n, estimator="every pfair estimator")
         s_raw = as_vector(sensitive_features, "sensitive_features", n)
-        s_codes, cats_s = encode(s_raw, "sensitive_features", groups)
-        if groups is None:
-            check_groups(cats_s, s_raw)
         ids = silo_ids(silos, n)
         silo_names, silo_codes = unique_inverse(ids)
+        del ids
         # Stable sort by silo: NumPy radix-sorts integers of 16 bits or less (O(n)).
         small = np.uint16 if len(silo_names) <= np.iinfo(np.uint16).max else np.int64
         order = np.argsort(silo_codes.astype(small, copy=False), kind="stable")
-        bounds = np.searchsorted(silo_codes[order], np.arange(len(silo_names) + 1))
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(silo_codes, minlength=len(silo_names)))])
+        del silo_codes
+        # Labels and groups encoded after the sort (so that their codes and the sort's arrays do
+        # not coexist), then put in silo order once; each silo holds views of them. At 10⁸
+        # records every integer array of this kind is 0.8 GB.
+        y_codes, cats_y = encode(y_raw, "y", classes)
+        y_codes = y_codes[order]
+        s_codes, cats_s = encode(s_raw, "sensitive_features", groups)
+        if groups is None:
+            check_groups(cats_s, s_raw)
+        s_codes = s_codes[order]
         shards = []
         for j in range(len(silo_names)):
-            rows = order[bounds[j] : bounds[j + 1]]
+            a, b = bounds[j], bounds[j + 1]
+            rows = order[a:b]
             sub = attrs.iloc[rows].reset_index(drop=True) if attrs is not None else None
             # The silos hold rows of the one matrix Xa: no copy of the features.
-            shards.append(Silo.rows_of(Xa, rows, y_codes[rows], s_codes[rows], sub))
+            shards.append(Silo.rows_of(Xa, rows, y_codes[a:b], s_codes[a:b], sub))
         fed = cls(shards, classes=cats_y, groups=cats_s, feature_names=feature_names)
         fed.silo_names_ = silo_names
         fed.row_order_ = order  # input row of each pooled record (pooled order = silo order)
