@@ -337,7 +337,8 @@ def test_a_silo_of_rows_is_fingerprinted_from_its_sampled_rows_with_the_same_dig
         X2, y2, s2 = X.copy(), y.copy(), s.copy()
         edit(X2, y2, s2)
         f2 = Federation.from_arrays(X2, y2, sensitive_features=s2, silos=silos)
-        return f2.silos[2].fingerprint() != prints[2], f2.silos[2].legacy_fingerprint() != f.silos[2].legacy_fingerprint()
+        new, old = f2.silos[2], f.silos[2]
+        return new.fingerprint() != prints[2], new.legacy_fingerprint() != old.legacy_fingerprint()
 
     # Record k of silo 2 is row 3k + 2 of X. A sampled row, any label or group: a new fingerprint.
     assert changed(lambda X2, y2, s2: X2.__setitem__((3 * step + 2, 1), X2[3 * step + 2, 1] + 1e-12)) == (True, True)

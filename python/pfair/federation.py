@@ -391,9 +391,9 @@ class Federation:
         if base is None:
             return _core.SiloSet([(s.X, s.y, s.s) for s in self.silos], n_groups=k, n_classes=l,
                                  fairness=fairness, positive=positive)
-        as64 = lambda v: np.ascontiguousarray(v, dtype=np.int64)  # noqa: E731
-        return _core.SiloSet.from_matrix(base, [as64(silo.y) for silo in self.silos], [as64(silo.s) for silo in self.silos],
-                                         [silo._rows for silo in self.silos], n_groups=k, n_classes=l,
+        ys = [np.ascontiguousarray(silo.y, dtype=np.int64) for silo in self.silos]
+        ss = [np.ascontiguousarray(silo.s, dtype=np.int64) for silo in self.silos]
+        return _core.SiloSet.from_matrix(base, ys, ss, [silo._rows for silo in self.silos], n_groups=k, n_classes=l,
                                          fairness=fairness, positive=positive)
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

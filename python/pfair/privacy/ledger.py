@@ -11,8 +11,9 @@ over the law of ``μ² = Σ K_j/z_j²`` (``docs/accounting.md``, "One ledger cur
 so a silo that has spent its budget stops answering.
 
 A ledger outlives a fit. It is bound to its silo's data by a fingerprint (a hash of the silo's
-shape, labels, groups and a fixed sample of its feature rows), serialises to a plain dict or a JSON file (:meth:`save`,
-:meth:`load`; with a ``path`` every charge is written through atomically), and keeps
+shape, labels, groups and a fixed sample of its feature rows), serialises to a plain dict or a
+JSON file (:meth:`save`, :meth:`load`; with a ``path`` every charge is written through
+atomically), and keeps
 
 * ``runs``: each training run's mechanism and the next round it may answer, so a round is charged
   at most once (a second request for it raises :class:`ReplayRefused`; a silo that was down skips
