@@ -273,12 +273,17 @@ pub enum RowMap {
 
 impl RowMap {
     /// The map of `rows`: a range when they are consecutive, a list otherwise.
+    /// Rows must be below 2^32 (the bindings check the matrix's size first).
     pub fn from_rows(rows: &[usize]) -> Self {
+        Self::from_list(rows.iter().map(|&r| u32::try_from(r).expect("row index below 2^32")).collect())
+    }
+    /// The map of a row list it takes over: a range when the rows are consecutive.
+    pub fn from_list(rows: Vec<u32>) -> Self {
         match (rows.first(), rows.last()) {
-            (Some(&a), Some(&b)) if b >= a && b - a + 1 == rows.len() && rows.windows(2).all(|w| w[1] == w[0] + 1) => {
-                RowMap::Range { start: a, len: rows.len() }
+            (Some(&a), Some(&b)) if b >= a && (b - a) as usize + 1 == rows.len() && rows.windows(2).all(|w| w[1] == w[0] + 1) => {
+                RowMap::Range { start: a as usize, len: rows.len() }
             }
-            _ => RowMap::List(rows.iter().map(|&r| r as u32).collect()),
+            _ => RowMap::List(rows),
         }
     }
     pub fn len(&self) -> usize {

@@ -143,12 +143,18 @@ pub(super) fn silos_from_matrix(
     matrix: Arc<SharedMatrix>,
     y: &[&[i64]],
     s: &[&[i64]],
-    rows: Vec<Vec<usize>>,
+    rows: &[&[i64]],
     k: usize,
     l: usize,
 ) -> BindResult<Vec<Silo>> {
     use rayon::prelude::*;
     let (n, d) = (matrix.n_rows(), matrix.d());
+    if n > u32::MAX as usize {
+        return Err(format!("x has {n} rows; silos of a shared matrix support at most {} rows", u32::MAX).into());
+    }
+    if y.len() != rows.len() || s.len() != rows.len() {
+        return Err(format!("rows, y and s must list the same silos; got {}, {} and {}", rows.len(), y.len(), s.len()).into());
+    }
     for (j, r) in rows.iter().enumerate() {
         if y[j].len() != r.len() || s[j].len() != r.len() {
             return Err(format!("silo {j} has {} rows but {} labels and {} groups", r.len(), y[j].len(), s[j].len()).into());
@@ -156,8 +162,11 @@ pub(super) fn silos_from_matrix(
     }
     let total: usize = rows.iter().map(|r| r.len()).sum();
     let counts = (2 * total >= n).then(|| row_counts(&matrix));
-    // One pass per silo: index ranges, codes, finiteness and the number of non-zeros.
-    let checked: Vec<BindResult<(Vec<u32>, Vec<u32>, usize)>> = rows
+    // One pass per silo: index ranges, codes, finiteness and the number of non-zeros; the rows
+    // become 32-bit indices as they are checked (no wider copy of the row lists).
+    /// A silo's checked rows, labels and groups, and its number of non-zeros.
+    type Checked = (Vec<u32>, Vec<u32>, Vec<u32>, usize);
+    let checked: Vec<BindResult<Checked>> = rows
         .par_iter()
         .enumerate()
         .map(|(j, r)| {
@@ -166,10 +175,10 @@ pub(super) fn silos_from_matrix(
             }
             let mut nnz = 0usize;
             let (mut ys, mut ss) = (Vec::with_capacity(r.len()), Vec::with_capacity(r.len()));
+            let mut rs = Vec::with_capacity(r.len());
             for (&i, (&yi, &si)) in r.iter().zip(y[j].iter().zip(s[j])) {
-                if i >= n {
-                    return Err(format!("silo {j}: row index {i} out of range 0..{n}").into());
-                }
+                let i = index_in(i, n, "row").map_err(|e| format!("silo {j}: {e}"))?;
+                rs.push(i as u32);
                 let count = match (&counts, matrix.as_f64(), matrix.as_f32()) {
                     (Some(c), _, _) => (c[i] != u32::MAX).then_some(c[i] as usize),
                     (None, Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
@@ -180,30 +189,30 @@ pub(super) fn silos_from_matrix(
                 ys.push(index_in(yi, l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
                 ss.push(index_in(si, k, "group").map_err(|e| format!("silo {j}: {e}"))? as u32);
             }
-            Ok((ys, ss, nnz))
+            Ok((rs, ys, ss, nnz))
         })
         .collect();
     let mut parts = Vec::with_capacity(checked.len());
     for c in checked {
         parts.push(c?);
     }
-    let nnz: usize = parts.iter().map(|p| p.2).sum();
+    let nnz: usize = parts.iter().map(|p| p.3).sum();
     let sparse = d > 0 && (nnz as f64) < SPARSE_BELOW_DENSITY * (total * d) as f64;
-    Ok(rows
+    Ok(parts
         .into_par_iter()
-        .zip(parts)
-        .map(|(r, (y, s, _))| {
+        .map(|(r, y, s, _)| {
             let x = if sparse {
                 // Sparse data are smaller as CSR than in place, and the kernels visit only the
                 // non-zeros.
+                let row = |i: u32| i as usize * d..(i as usize + 1) * d;
                 let dense: Vec<f64> = match (matrix.as_f64(), matrix.as_f32()) {
-                    (Some(x), _) => r.iter().flat_map(|&i| x[i * d..(i + 1) * d].iter().copied()).collect(),
-                    (_, Some(x)) => r.iter().flat_map(|&i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64)).collect(),
+                    (Some(x), _) => r.iter().flat_map(|&i| x[row(i)].iter().copied()).collect(),
+                    (_, Some(x)) => r.iter().flat_map(|&i| x[row(i)].iter().map(|&v| v as f64)).collect(),
                     _ => Vec::new(),
                 };
                 Features::Sparse(Csr::from_dense(&dense, d))
             } else {
-                Features::Shared(SharedRows { matrix: matrix.clone(), rows: RowMap::from_rows(&r) })
+                Features::Shared(SharedRows { matrix: matrix.clone(), rows: RowMap::from_list(r) })
             };
             Silo { x, y, s }
         })

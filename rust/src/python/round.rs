@@ -157,27 +157,9 @@ impl PySiloSet {
             return Err(value_error("x must be a 2-D float64 or float32 NumPy array"));
         };
         let d = matrix.d();
-        let mut idx = Vec::with_capacity(rows.len());
-        for (j, r) in rows.iter().enumerate() {
-            let v: Vec<usize> = r
-                .as_array()
-                .iter()
-                .map(|&i| index_in(i, matrix.n_rows(), "row").map_err(|e| value_error(format!("silo {j}: {e}"))))
-                .collect::<PyResult<_>>()?;
-            idx.push(v);
-        }
-        if y.len() != rows.len() || s.len() != rows.len() {
-            return Err(value_error(format!(
-                "rows, y and s must list the same silos; got {}, {} and {}",
-                rows.len(),
-                y.len(),
-                s.len()
-            )));
-        }
-        let ya: Vec<&[i64]> = y.iter().map(|v| v.as_slice()).collect::<Result<_, _>>()?;
-        let sa: Vec<&[i64]> = s.iter().map(|v| v.as_slice()).collect::<Result<_, _>>()?;
+        let (ra, ya, sa) = (contiguous(&rows, "rows")?, contiguous(&y, "y")?, contiguous(&s, "s")?);
         let matrix = Arc::new(matrix);
-        let silos = py.allow_threads(|| silos_from_matrix(matrix, &ya, &sa, idx, n_groups, n_classes))?;
+        let silos = py.allow_threads(|| silos_from_matrix(matrix, &ya, &sa, &ra, n_groups, n_classes))?;
         Ok(PySiloSet { silos, dims: Dims { d, k: n_groups, l: n_classes }, fairness })
     }
 
@@ -374,4 +356,11 @@ pub(super) fn nonfinite_rows(py: Python<'_>, x: PyReadonlyArray2<'_, f64>) -> Py
             .map(|block| block.chunks(d).filter(|row| row.iter().any(|v| !v.is_finite())).count())
             .sum()
     }))
+}
+
+/// The slices of int64 arrays, each of which must be contiguous (`name` for the error).
+fn contiguous<'a>(v: &'a [PyReadonlyArray1<'_, i64>], name: &str) -> PyResult<Vec<&'a [i64]>> {
+    v.iter()
+        .map(|a| a.as_slice().map_err(|_| value_error(format!("{name}: each array must be contiguous (numpy.ascontiguousarray)"))))
+        .collect()
 }
