@@ -95,6 +95,9 @@ def test_float32_matrix_and_bad_inputs():
         build(X.astype(int), rows)
     with pytest.raises(ValueError, match="silo 0 has 150 rows but 149 labels and 150 groups"):
         _core.SiloSet.from_matrix(X, [y[1:150], y[150:]], by_silo(s, rows), rows, n_groups=2, n_classes=2)
+    strided = [np.arange(0, 300)[::2]]
+    with pytest.raises(ValueError, match="rows: each array must be contiguous"):
+        _core.SiloSet.from_matrix(X, by_silo(y, strided), by_silo(s, strided), strided, n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="rows, y and s must list the same silos; got 2, 1 and 2"):
         _core.SiloSet.from_matrix(X, [y[:150]], by_silo(s, rows), rows, n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="silo 1 has no records"):
