@@ -257,7 +257,8 @@ pub fn clip_factor(norm: f64, c: f64) -> f64 {
 ///
 /// Every θ-part of a record is `x̃ ⊗ β` for some `β ∈ R^{l-1}`, so the kernel makes two passes
 /// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
-/// (already scaled and clipped) `β`s into a packed `(d+1) × 3(l-1)` accumulator.
+/// (already scaled and clipped) `β`s into a `3 × (d+1) × (l-1)` accumulator (interleaved per
+/// feature for sparse rows). A dense binary row's logit is summed in [`LANES`] partial sums.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_gradients<R: Rows>(
     rows: &R,
