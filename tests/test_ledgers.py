@@ -373,6 +373,11 @@ def test_a_ledger_bound_by_an_older_pfair_is_recognised_and_rebound():
         other.bind(data_fingerprint(X, y, s), legacy=legacy)
     with pytest.raises(LedgerMismatch, match="other data"):  # without the legacy check: refused
         PrivacyLedger(epsilon=1.0, delta=1e-5, fingerprint=old).bind(data_fingerprint(X, y, s))
+    # A resumed run's stored fingerprints may be of either form.
+    silo = Federation.from_arrays(X, y, sensitive_features=s, silos=np.zeros(300, dtype=int)).silos[0]
+    assert silo.holds_data_of(silo.fingerprint()) and silo.holds_data_of(old)
+    assert not silo.holds_data_of(legacy_fingerprint(X + 1.0, y, s))
+    assert not silo.holds_data_of(data_fingerprint(X, 1 - y, s))
     # Through a fit: the silos' ledgers written by an older pfair are accepted and re-bound.
     f = Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(300) % 2)
     ledgers = [PrivacyLedger(epsilon=2.0, delta=1e-5, silo=j, fingerprint=silo.legacy_fingerprint())
