@@ -111,3 +111,32 @@ def test_hybrid_modes_warn_too(german):
         SteFFLe(mode="divisions", lam=1e9, epochs=2, batch_size=64, p_s="pooled").fit(
             german.X_train, german.y_train, sensitive_features=german.s_train, silos=np.arange(n) % 3,
             sensitive_silos=np.arange(n) % 2)
+
+
+def test_collapse_check_gives_the_same_counts_with_and_without_the_gathered_sample(monkeypatch):
+    from pfair.protocol import convergence
+
+    rng = np.random.default_rng(0)
+    silos = [rng.normal(size=(n, 4)) + j for j, n in enumerate((500, 60, 3000))]
+    thetas = [np.array([1.0, 0, 0, 0, 0]), np.array([1.0, -1, 0.5, 0, 0.2]), np.array([0.0, 0, 0, 0, 40])]
+
+    def shares(cache_bytes):
+        monkeypatch.setattr(convergence, "SAMPLE_CACHE_BYTES", cache_bytes)
+        mon = convergence.ConvergenceMonitor(n_classes=2, lam=1.0, lr_w_text="", silo_features=silos)
+        out = []
+        for epoch, theta in enumerate(thetas, 1):
+            mon.after_epoch(epoch, theta, np.zeros(4), 0.1)
+            out.append((mon.collapse_since, dict(mon.collapse_info)))
+        return out, mon._sample
+
+    gathered, sample = shares(64 << 20)
+    per_silo, none = shares(0)
+    assert isinstance(sample, np.ndarray) and sample.shape == (500 + 60 + 1500, 4)  # 3,000 rows at stride 2 and none is False
+    assert gathered == per_silo
+    assert gathered[0][0] is None and gathered[2][0] == 3  # the last θ predicts one class everywhere
+    assert gathered[2][1]["records"] == 2060 and gathered[2][1]["share"] == 1.0
+    per = convergence.SAMPLE  # three silos: each reads up to SAMPLE rows
+    want = sum(convergence.local_prediction_counts(X, thetas[1], 2, per) for X in silos)
+    got = convergence.prediction_counts(sample, thetas[1], 2)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < got[0] < got.sum()

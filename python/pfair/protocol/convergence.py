@@ -9,7 +9,8 @@
   the records. This reads the silos' records, so it is a *silo-local* check: each silo looks at
   its own records (at most ``SAMPLE`` of them, a fixed stride, and with many silos at most
   ``TOTAL_SAMPLE`` over all silos: 1,000 silos read 20 records each, so the check costs a small
-  share of an epoch at any scale) and the warning is raised in the
+  share of an epoch at any scale; in the simulation, which holds every silo, these rows are
+  gathered once per fit when they take at most 64 MB) and the warning is raised in the
   process that holds them (the simulation). The shares are never sent, and never stored in the
   ``history_`` of a private fit.
 
@@ -38,6 +39,19 @@ COLLAPSE_SHARE = 0.999
 SAMPLE = 2000
 #: Records read by all silos together (per silo: ``TOTAL_SAMPLE // n_silos``, at most ``SAMPLE``).
 TOTAL_SAMPLE = 20_000
+#: The sampled rows of all silos are gathered once per fit and kept if they take at most this many
+#: bytes (then an epoch's check is one prediction call, not one per silo).
+SAMPLE_CACHE_BYTES = 64 << 20
+
+
+def sampled_rows(X: Any, sample: int) -> np.ndarray:
+    """A fixed stride of at most ``sample`` of a silo's feature rows: an array's, or a
+    :class:`~pfair.federation.Silo`'s (whose sampled rows alone are gathered, so a silo made of
+    rows of a shared matrix is never copied whole)."""
+    if hasattr(X, "strided_X"):
+        return X.strided_X(sample)
+    n = X.shape[0]
+    return X if n <= sample else X[:: math.ceil(n / sample)]
 
 
 def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: int = SAMPLE) -> np.ndarray:
@@ -45,11 +59,11 @@ def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: i
     predicted for. Silo-local: it reads the silo's features, an array or a
     :class:`~pfair.federation.Silo` (whose sampled rows alone are gathered, so a silo made of
     rows of a shared matrix is never copied whole)."""
-    if hasattr(X, "strided_X"):
-        rows = X.strided_X(sample)
-    else:
-        n = X.shape[0]
-        rows = X if n <= sample else X[:: math.ceil(n / sample)]
+    return prediction_counts(sampled_rows(X, sample), theta, n_classes)
+
+
+def prediction_counts(rows: np.ndarray, theta: np.ndarray, n_classes: int) -> np.ndarray:
+    """How many of ``rows`` each class is predicted for."""
     pred = np.argmax(_core.predict_proba(np.ascontiguousarray(rows), theta, n_classes), axis=1)
     return np.bincount(pred, minlength=n_classes)
 
@@ -71,6 +85,8 @@ class ConvergenceMonitor:
     collapse_info: dict = field(default_factory=dict)
     last_norm: float = 0.0
     ever_varied: bool = False
+    #: All silos' sampled rows, gathered on the first check (False: too large to keep).
+    _sample: Any = field(default=None, repr=False)
 
     def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float) -> None:
         """Check θ after epoch ``epoch`` (1-based) and warn on divergence."""
@@ -87,7 +103,14 @@ class ConvergenceMonitor:
         if self.silo_features is None:
             return
         per_silo = max(1, min(SAMPLE, TOTAL_SAMPLE // max(1, len(self.silo_features))))
-        counts = sum(local_prediction_counts(X, theta, self.n_classes, per_silo) for X in self.silo_features)
+        if self._sample is None:
+            parts = [sampled_rows(X, per_silo) for X in self.silo_features]
+            small = sum(p.shape[0] * p.shape[1] for p in parts) * 8 <= SAMPLE_CACHE_BYTES
+            self._sample = np.concatenate(parts).astype(np.float64, copy=False) if small else False
+        if self._sample is not False:
+            counts = prediction_counts(self._sample, theta, self.n_classes)
+        else:
+            counts = sum(local_prediction_counts(X, theta, self.n_classes, per_silo) for X in self.silo_features)
         total = int(np.sum(counts))
         share = float(np.max(counts)) / total if total else 0.0
         if share >= COLLAPSE_SHARE:
