@@ -181,9 +181,10 @@ const JUMP_WIDTH: f64 = 1e-3;
 ///
 /// Every z that some order α certifies is feasible, so bisecting with the ε of a few orders (the
 /// set `S`, never below the full ε) finds a feasible z cheaply. One full evaluation just below it
-/// (stopping at the first order that certifies) either confirms that it is the smallest, or names a further order for `S` (or shows that the
-/// floor itself is feasible, which is then halved), and the search repeats. Each repeat grows
-/// `S` or lowers the floor, so this ends; only the last, confirming evaluation visits every order.
+/// (stopping at the first order that certifies) either confirms that it is the smallest, or names
+/// a further order for `S` (or shows that the floor itself is feasible, which is then halved), and
+/// the search repeats. Each repeat grows `S` or lowers the floor, so this ends; only the last,
+/// confirming evaluation visits every order.
 #[allow(clippy::too_many_arguments)]
 fn smallest_feasible(
     target: f64,
