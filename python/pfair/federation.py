@@ -88,9 +88,9 @@ class Silo:
         """The silo's :func:`pfair.privacy.ledger.data_fingerprint`, cached. Only the sampled
         feature rows are read (a view, or a gather of those rows alone)."""
         if self._fingerprint is None:
-            from pfair.privacy.ledger import data_fingerprint, fingerprint_step
+            from pfair.privacy.ledger import FINGERPRINT_ROWS, data_fingerprint
 
-            sample = self.strided_X(-(-len(self) // fingerprint_step(len(self))))
+            sample = self.strided_X(FINGERPRINT_ROWS)  # every fingerprint_step(n)-th row
             self._fingerprint = data_fingerprint(sample, self.y, self.s, shape=(len(self), self.n_features))
         return self._fingerprint
 

@@ -375,8 +375,10 @@ pub fn batch_gradients_into<R: Rows>(
     let w_rec = zeroed(&mut ws.w_rec, k * l);
     // Two classes in attribute mode (the common case) take an unrolled copy of the per-record
     // step below: the same operations in the same order, without loops over the classes.
-    let clip_theta = if let Protect::Attribute { clip_theta } = protect { clip_theta } else { f64::NAN };
-    let binary_attribute = lm1 == 1 && matches!(protect, Protect::Attribute { .. }) && !generic_only();
+    let binary_attribute = match protect {
+        Protect::Attribute { clip_theta } if lm1 == 1 && !generic_only() => Some(clip_theta),
+        _ => None,
+    };
 
     for (bi, &i) in batch.iter().enumerate() {
         // The rows are random, so their loads would miss the caches one after the other; ask
@@ -436,7 +438,7 @@ pub fn batch_gradients_into<R: Rows>(
         softmax_in_place(probs);
         let x_norm = xsq.sqrt();
 
-        if binary_attribute {
+        if let Some(clip_theta) = binary_attribute {
             binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
         } else {
             // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.

@@ -18,9 +18,8 @@ const SCAN_PATIENCE: usize = 16;
 /// multiplier calibrated with it never under-noises; `test_noise_multiplier_for_contract` checks
 /// that it stays within the 2% contract of the full ε.
 fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: &[f64]) -> (f64, f64) {
-    let t = super::Event { scheme, q, z, steps }.releases() as f64;
-    let mut step = StepBound::new(scheme, q, z);
-    let mut eps_at = |i: usize| epsilon_at_order(orders[i], step.rdp(orders[i]) * t, delta);
+    let mut at_order = order_epsilon(z, q, steps, delta, scheme);
+    let mut eps_at = |i: usize| at_order(orders[i]);
     // Pass 1: the integer orders up to 16, every third one above, and every STRIDE-th order, ascending, until SCAN_PATIENCE / 2
     // evaluations bring no improvement on a finite ε. Pass 2: every order within a stride of
     // the best one. ε(α) falls, then rises (integer orders are often the tighter ones: the
@@ -54,6 +53,14 @@ fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: 
         }
     }
     (best.max(0.0), orders[at])
+}
+
+/// The ε that each order certifies after `steps` steps at noise multiplier `z` (one term of
+/// [`epsilon_for`](super::epsilon_for)'s minimum), computing the step's RDP order by order.
+fn order_epsilon(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme) -> impl FnMut(f64) -> f64 {
+    let t = super::Event { scheme, q, z, steps }.releases() as f64;
+    let mut step = StepBound::new(scheme, q, z);
+    move |a| epsilon_at_order(a, step.rdp(a) * t, delta)
 }
 
 /// Calibration bracket for [`noise_multiplier_for`]: `z ∈ [Z_MIN, Z_MAX]`.
@@ -198,15 +205,13 @@ fn smallest_feasible(
     orders: &[f64],
 ) -> f64 {
     let over = |z: f64, set: &[f64]| {
-        let t = super::Event { scheme, q, z, steps }.releases() as f64;
-        let mut step = StepBound::new(scheme, q, z);
-        set.iter().map(|&a| epsilon_at_order(a, step.rdp(a) * t, delta)).fold(f64::INFINITY, f64::min).max(0.0)
+        let mut at_order = order_epsilon(z, q, steps, delta, scheme);
+        set.iter().map(|&a| at_order(a)).fold(f64::INFINITY, f64::min).max(0.0)
     };
     // The first order certifying `z`, if any: the full-order test, stopping at a certificate.
     let certify = |z: f64| {
-        let t = super::Event { scheme, q, z, steps }.releases() as f64;
-        let mut step = StepBound::new(scheme, q, z);
-        orders.iter().copied().find(|&a| epsilon_at_order(a, step.rdp(a) * t, delta).max(0.0) <= target)
+        let mut at_order = order_epsilon(z, q, steps, delta, scheme);
+        orders.iter().copied().find(|&a| at_order(a).max(0.0) <= target)
     };
     let mut set = vec![seed];
     loop {

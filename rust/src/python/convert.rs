@@ -110,23 +110,26 @@ fn finite_nnz<T: Copy + Into<f64>>(row: &[T]) -> Option<usize> {
     finite.then_some(nnz)
 }
 
+/// Non-zeros of row `i` of `matrix`, or None if it holds NaN or inf.
+fn matrix_row_nnz(matrix: &SharedMatrix, i: usize) -> Option<usize> {
+    let d = matrix.d();
+    match (matrix.as_f64(), matrix.as_f32()) {
+        (Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
+        (None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
+        (None, None) => None,
+    }
+}
+
 /// Per row of `matrix`: its number of non-zeros, or `u32::MAX` if it holds NaN or inf. Reads the
 /// matrix front to back in parallel blocks of rows (streaming, unlike a gather of each silo's
 /// rows, which are scattered).
 fn row_counts(matrix: &SharedMatrix) -> Vec<u32> {
     use rayon::prelude::*;
     const BLOCK: usize = 4096;
-    let (n, d) = (matrix.n_rows(), matrix.d());
-    let count = |c: Option<usize>| c.map_or(u32::MAX, |v| v.min(u32::MAX as usize - 1) as u32);
-    let mut counts = vec![0u32; n];
+    let mut counts = vec![0u32; matrix.n_rows()];
     counts.par_chunks_mut(BLOCK).enumerate().for_each(|(b, out)| {
         for (k, o) in out.iter_mut().enumerate() {
-            let i = b * BLOCK + k;
-            *o = match (matrix.as_f64(), matrix.as_f32()) {
-                (Some(x), _) => count(finite_nnz(&x[i * d..(i + 1) * d])),
-                (None, Some(x)) => count(finite_nnz(&x[i * d..(i + 1) * d])),
-                (None, None) => 0,
-            };
+            *o = matrix_row_nnz(matrix, b * BLOCK + k).map_or(u32::MAX, |v| v.min(u32::MAX as usize - 1) as u32);
         }
     });
     counts
@@ -179,11 +182,9 @@ pub(super) fn silos_from_matrix(
             for (&i, (&yi, &si)) in r.iter().zip(y[j].iter().zip(s[j])) {
                 let i = index_in(i, n, "row").map_err(|e| format!("silo {j}: {e}"))?;
                 rs.push(i as u32);
-                let count = match (&counts, matrix.as_f64(), matrix.as_f32()) {
-                    (Some(c), _, _) => (c[i] != u32::MAX).then_some(c[i] as usize),
-                    (None, Some(x), _) => finite_nnz(&x[i * d..(i + 1) * d]),
-                    (None, None, Some(x)) => finite_nnz(&x[i * d..(i + 1) * d]),
-                    (None, None, None) => None,
+                let count = match &counts {
+                    Some(c) => (c[i] != u32::MAX).then_some(c[i] as usize),
+                    None => matrix_row_nnz(&matrix, i),
                 };
                 nnz += count.ok_or_else(|| format!("silo {j}: X contains NaN or inf (row {i})"))?;
                 ys.push(index_in(yi, l, "label").map_err(|e| format!("silo {j}: {e}"))? as u32);
