@@ -177,12 +177,22 @@ def test_unique_inverse_equals_np_unique(values, dtype):
     back to np.unique for wide ranges and other dtypes)."""
     from pfair._validation import unique_inverse
 
+    import pfair._validation as validation
+
     info = np.iinfo(dtype)
     arr = np.clip(np.asarray(values), info.min, info.max).astype(dtype)
     cats, codes = unique_inverse(arr)
     ref_cats, ref_codes = np.unique(arr, return_inverse=True)
     assert cats.dtype == ref_cats.dtype and np.array_equal(cats, ref_cats)
     assert np.array_equal(codes, ref_codes) and np.array_equal(cats[codes], arr)
+    assert codes.dtype == np.int32  # half of int64 at 10⁸ records, wide enough for y * k + s
+    # Built block by block (no temporary as long as the values): the same with blocks of 7.
+    block, validation._CODE_BLOCK = validation._CODE_BLOCK, 7
+    try:
+        small_cats, small_codes = unique_inverse(arr)
+    finally:
+        validation._CODE_BLOCK = block
+    assert np.array_equal(small_cats, cats) and np.array_equal(small_codes, codes)
     strings = arr.astype(str)
     assert np.array_equal(unique_inverse(strings)[1], np.unique(strings, return_inverse=True)[1])
 
@@ -203,3 +213,30 @@ def test_strided_rows_of_a_shared_matrix_are_gathered_alone():
     theta = np.array([0.01, -0.02, 0.1])
     np.testing.assert_array_equal(local_prediction_counts(silo, theta, 2, sample=20),
                                   local_prediction_counts(silo.X, theta, 2, sample=20))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-5, 5), min_size=1, max_size=40), st.sampled_from([np.int64, np.int8, np.float64]),
+       st.booleans())
+def test_encoding_against_given_categories(values, dtype, sort):
+    """encode with categories: numeric values and sorted categories take a blockwise binary search,
+    others a lookup table; both give each value's index and refuse a value outside the categories."""
+    import pfair._validation as validation
+    from pfair._validation import encode
+
+    arr = np.asarray(values).astype(dtype)
+    cats = np.array([-3, -1, 0, 2, 4], dtype=dtype)
+    if not sort:
+        cats = cats[::-1].copy()  # unsorted: the table
+    known = np.isin(arr, cats)
+    block, validation._CODE_BLOCK = validation._CODE_BLOCK, 3
+    try:
+        if known.all():
+            codes, out = encode(arr, "s", cats)
+            assert codes.dtype == np.int32 and out is not None
+            np.testing.assert_array_equal(cats[codes], arr)
+        else:
+            with pytest.raises(ValueError, match=rf"s contains {arr[~known][0].item()!r}, which is not among"):
+                encode(arr, "s", cats)
+    finally:
+        validation._CODE_BLOCK = block

@@ -102,3 +102,56 @@ def test_float32_matrix_and_bad_inputs():
         _core.SiloSet.from_matrix(X, [y[:150]], by_silo(s, rows), rows, n_groups=2, n_classes=2)
     with pytest.raises(ValueError, match="silo 1 has no records"):
         build(X, [rows[0], np.array([], dtype=np.int64)])
+
+
+def test_codes_and_rows_are_int32_and_the_core_takes_both_widths():
+    """At 10⁸ records an int64 code array is 0.8 GB. A Federation keeps labels, groups and the row
+    order as int32 (the silos hold views of them), hands them to Rust without a wider copy, and
+    Rust keeps codes in 16 bits. int64 inputs train exactly as int32 ones; other types are
+    refused by the core with the fix, and converted by Federation.silo_set."""
+    X, y, s = _arrays()
+    fed = pfair.Federation.from_arrays(X, y.astype(np.int8), sensitive_features=s, silos=np.arange(600) % 3)
+    assert fed.row_order_.dtype == np.int32
+    for silo in fed.silos:
+        assert silo.y.dtype == silo.s.dtype == silo._rows.dtype == np.int32
+        assert np.shares_memory(silo._rows, fed.row_order_)
+    rows = [silo._rows for silo in fed.silos]
+    wide = _core.SiloSet.from_matrix(X, [si.y.astype(np.int64) for si in fed.silos],
+                                     [si.s.astype(np.int64) for si in fed.silos], [r.astype(np.int64) for r in rows],
+                                     n_groups=2, n_classes=2)
+    cfg = _core.SiloConfig(batch_size=32, clip_theta=1.0, sigma_theta=0.1, sigma_w=0.1)
+    keys = [_core.NoiseKey.seeded(j) for j in range(3)]
+    kw = dict(batch_keys=keys, noise_keys=keys, lam=1.0, lr_theta=0.3, lr_w=0.3, w_radius=2.0, start=0, n_rounds=20)
+    a = fed.silo_set().run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3, **kw)
+    b = wide.run_rounds(np.zeros(7), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3, **kw)
+    np.testing.assert_array_equal(a["theta"], b["theta"])
+    assert np.linalg.norm(a["theta"]) > 0.05
+    with pytest.raises(TypeError, match="int64 or int32 NumPy array"):
+        _core.SiloSet.from_matrix(X, [y.astype(np.int16)], [s], [np.arange(600)], n_groups=2, n_classes=2)
+    own = pfair.Federation([pfair.federation.Silo(X, y.astype(np.uint8), s.astype(np.int16))], classes=[0, 1],
+                           groups=[0, 1])
+    assert own.silo_set().sizes == [600]
+    with pytest.raises(ValueError, match="at most 65536 groups and 65536 classes are supported; got 2 groups and 70000"):
+        _core.SiloSet([(X, y, s)], n_groups=2, n_classes=70_000)
+    with pytest.raises(ValueError, match="at most 65536 groups"):
+        _core.SiloSet.from_matrix(X, [y], [s], [np.arange(600)], n_groups=70_000, n_classes=2)
+
+
+@pytest.mark.parametrize("n, silos", [(1, 1), (1000, 7), (300_000, 1000)])
+def test_silo_order_is_a_stable_sort_in_int32(n, silos):
+    """Federation.from_arrays orders the records by silo with a counting sort in Rust: the same as
+    numpy's stable argsort, but int32 and without its int64 array of the records' length."""
+    from pfair.federation import silo_order
+
+    codes = np.random.default_rng(n).integers(0, silos, n).astype(np.int32)
+    order, starts = silo_order(codes, silos)
+    assert order.dtype == np.int32
+    np.testing.assert_array_equal(order, np.argsort(codes, kind="stable"))
+    np.testing.assert_array_equal(starts, np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=silos))]))
+    wide_order, wide_starts = silo_order(codes.astype(np.int64), silos)  # the argsort path
+    np.testing.assert_array_equal(wide_order, order)
+    np.testing.assert_array_equal(wide_starts, starts)
+    with pytest.raises(ValueError, match=rf"codes: {silos} is outside 0..{silos}"):
+        _core.silo_order(np.append(codes, silos).astype(np.int32), silos)
+    with pytest.raises(ValueError, match="codes: -1 is outside"):
+        _core.silo_order(np.append(codes, -1).astype(np.int32), silos)

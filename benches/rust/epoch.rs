@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use pfair_core::features::Features;
 use pfair_core::noise::NoiseKey;
-use pfair_core::psi::{Dims, Fairness, Protect};
+use pfair_core::psi::{Code, Dims, Fairness, Protect};
 use pfair_core::round::{run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
@@ -27,8 +27,8 @@ fn silo(n: usize, d: usize, seed: u64) -> Silo {
             row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
         }
     }
-    let y = (0..n).map(|_| (next() < 0.24) as u32).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as u32).collect();
+    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
+    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
     Silo { x: Features::auto(x, d), y, s }
 }
 

@@ -3,13 +3,13 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pfair_core::features::{Csr, Dense, Features};
-use pfair_core::psi::{batch_gradients, Dims, Fairness, Protect, PsiInputs};
+use pfair_core::psi::{batch_gradients, Code, Dims, Fairness, Protect, PsiInputs};
 use pfair_core::noise::NoiseKey;
 use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
 /// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
-fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
+fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
     let mut st = seed;
     let mut next = || {
         st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -25,8 +25,8 @@ fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
             row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
         }
     }
-    let y = (0..n).map(|_| (next() < 0.24) as u32).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as u32).collect();
+    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
+    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
     (x, y, s)
 }
 

@@ -5,6 +5,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
+# Label and group codes and row indices: int64, or int32 (half the memory; what a Federation makes).
+Indices = npt.NDArray[np.int64] | npt.NDArray[np.int32]
+
 __version__: str
 
 # ---- psi kernels, sensitivities, noise (rust/src/psi.rs, sensitivity.rs, noise.rs) ----------
@@ -14,8 +17,8 @@ __version__: str
 def predict_proba(x: npt.NDArray[np.float64], theta: npt.NDArray[np.float64], n_classes: int) -> npt.NDArray[np.float64]: ...
 def batch_gradients(
     x: npt.NDArray[np.float64],
-    y: npt.NDArray[np.int64],
-    s: npt.NDArray[np.int64],
+    y: Indices,
+    s: Indices,
     theta: npt.NDArray[np.float64],
     w: npt.NDArray[np.float64],
     inv_sqrt_ps: npt.NDArray[np.float64],
@@ -102,7 +105,7 @@ class SiloSet:
     sizes: List[int]
     def __init__(
         self,
-        silos: Sequence[Tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+        silos: Sequence[Tuple[npt.NDArray[np.float64], Indices, Indices]],
         *,
         n_groups: int,
         n_classes: int,
@@ -112,9 +115,9 @@ class SiloSet:
     @staticmethod
     def from_matrix(
         x: npt.NDArray[Any],
-        y: Sequence[npt.NDArray[np.int64]],
-        s: Sequence[npt.NDArray[np.int64]],
-        rows: Sequence[npt.NDArray[np.int64]],
+        y: Sequence[Indices],
+        s: Sequence[Indices],
+        rows: Sequence[Indices],
         *,
         n_groups: int,
         n_classes: int,
@@ -183,8 +186,8 @@ class HybridSet:
     def __init__(
         self,
         x: npt.NDArray[np.float64],
-        y: npt.NDArray[np.int64],
-        s: npt.NDArray[np.int64],
+        y: Indices,
+        s: Indices,
         members: Sequence[npt.NDArray[np.int64]],
         owner: npt.NDArray[np.int64],
         *,
@@ -331,3 +334,4 @@ def partition_dirichlet(
 def partition_power_law_sizes(n: int, n_silos: int, exponent: float, min_size: int) -> npt.NDArray[np.int64]: ...
 def partition_heterogeneity_tv(silo_ids: npt.NDArray[np.int64], groups: npt.NDArray[np.int64]) -> float: ...
 def partition_heterogeneity_eta2(silo_ids: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> float: ...
+def silo_order(codes: npt.NDArray[np.int32], n_codes: int) -> Tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]: ...

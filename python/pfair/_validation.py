@@ -65,43 +65,90 @@ def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
+#: Label, group and silo codes, and row indices below 2³¹, are int32: half of int64 at 10⁸ records,
+#: and still wide enough that arithmetic on codes (``y * k + s``, ``(y * k + s) * l + p``) cannot
+#: overflow, which int8 or int16 codes would do silently (NumPy 2 keeps the narrow type).
+CODE_DTYPE = np.int32
+#: Entries per block when a code array is made block by block (no temporary of its full length).
+_CODE_BLOCK = 1 << 20
+
+
+def index_dtype(n: int) -> type:
+    """The integer type of codes or row indices below ``n``: :data:`CODE_DTYPE`, or int64 from 2³¹."""
+    return CODE_DTYPE if n <= np.iinfo(CODE_DTYPE).max else np.int64
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)``, in O(n) for integers of a small range.
+    """``np.unique(values, return_inverse=True)``, with codes of :func:`index_dtype`, in O(n) for
+    integers of a small range.
 
     Labels, groups and silo ids are usually small integers; ``np.unique`` sorts them (O(n log n),
     0.2 s per call at 2·10⁶ records). For integers spanning at most ``max(2**16, n)`` values the
-    same sorted categories and codes come from a table of which values occur."""
-    if values.dtype.kind in "iu" and values.ndim == 1 and values.size:
+    same sorted categories and codes come from a table of which values occur, built block by
+    block, so that no temporary as long as ``values`` is made (at 10⁸ records each would be 0.8 GB)."""
+    n = values.size
+    if values.dtype.kind in "iu" and values.ndim == 1 and n:
         lo, hi = int(values.min()), int(values.max())
-        if hi - lo <= max(1 << 16, values.size):
-            # values - lo cannot overflow: in int64 for signed types (hi - lo is small), in the
-            # array's own type for unsigned ones (every value is ≥ lo).
-            base = values.astype(np.int64, copy=False) if values.dtype.kind == "i" else values
-            offset = (base - base.dtype.type(lo)).astype(np.intp, copy=False)
-            present = np.bincount(offset, minlength=hi - lo + 1) > 0
+        if hi - lo <= max(1 << 16, n):
+            def offsets(a: int) -> np.ndarray:
+                block = values[a : a + _CODE_BLOCK]
+                # block - lo cannot overflow: in int64 for signed types (hi - lo is small), in the
+                # array's own type for unsigned ones (every value is ≥ lo).
+                base = block.astype(np.int64, copy=False) if block.dtype.kind == "i" else block
+                return (base - base.dtype.type(lo)).astype(np.intp, copy=False)
+
+            counts = np.zeros(hi - lo + 1, dtype=np.int64)
+            for a in range(0, n, _CODE_BLOCK):
+                counts += np.bincount(offsets(a), minlength=counts.size)
+            present = counts > 0
             cats = (np.flatnonzero(present) + lo).astype(values.dtype)
-            lookup = np.cumsum(present) - 1
-            return cats, lookup[offset]
-    return np.unique(values, return_inverse=True)
+            lookup = (np.cumsum(present) - 1).astype(index_dtype(cats.size))
+            codes = np.empty(n, dtype=lookup.dtype)
+            for a in range(0, n, _CODE_BLOCK):
+                codes[a : a + _CODE_BLOCK] = lookup[offsets(a)]
+            return cats, codes
+    cats, codes = np.unique(values, return_inverse=True)
+    return cats, codes.reshape(-1).astype(index_dtype(cats.size), copy=False)
 
 
 def encode(values: np.ndarray, name: str, categories: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes ``0..c-1`` of ``values`` and the sorted categories (global encoding)."""
+    """Integer codes ``0..c-1`` of ``values`` (:func:`index_dtype`) and the sorted categories
+    (global encoding)."""
     if categories is None:
         cats, codes = unique_inverse(values)
     else:
         cats = np.asarray(categories)
-        lookup = {c: i for i, c in enumerate(cats.tolist())}
-        try:
-            codes = np.fromiter((lookup[v] for v in values.tolist()), dtype=np.int64, count=len(values))
-        except KeyError as exc:
-            raise ValueError(f"{name} contains {exc.args[0]!r}, which is not among the known categories {cats.tolist()}") from None
+        codes = _codes_among(values, cats, name)
     if len(cats) < 2:
         if name == "y":
             raise ValueError(f"y has only 1 class ({cats.tolist()[0]!r}); a classifier needs at least 2 classes "
                              "in the training labels")
         raise ValueError(f"{name} has {len(cats)} distinct value(s); at least 2 are needed")
-    return codes.astype(np.int64), cats
+    return codes, cats
+
+
+def _codes_among(values: np.ndarray, cats: np.ndarray, name: str) -> np.ndarray:
+    """The index of each value in the given categories; a value outside them is refused."""
+    dtype = index_dtype(cats.size)
+    numeric = values.dtype.kind in "iuf" and cats.dtype.kind in "iuf" and cats.ndim == 1
+    if not (numeric and cats.size and np.all(cats[:-1] < cats[1:])):
+        lookup = {c: i for i, c in enumerate(cats.tolist())}
+        try:
+            return np.fromiter((lookup[v] for v in values.tolist()), dtype=dtype, count=len(values))
+        except KeyError as exc:
+            raise ValueError(f"{name} contains {exc.args[0]!r}, which is not among the known categories "
+                             f"{cats.tolist()}") from None
+    # Numeric values and sorted categories: a binary search per value, block by block.
+    codes = np.empty(values.size, dtype=dtype)
+    for a in range(0, values.size, _CODE_BLOCK):
+        block = values[a : a + _CODE_BLOCK]
+        at = np.minimum(np.searchsorted(cats, block), cats.size - 1)
+        bad = cats[at] != block
+        if bad.any():
+            raise ValueError(f"{name} contains {block[bad][0].item()!r}, which is not among the known categories "
+                             f"{cats.tolist()}")
+        codes[a : a + _CODE_BLOCK] = at
+    return codes
 
 
 def as_labels(y: Any, n: int | None = None, *, estimator: str = "SteFFLe") -> np.ndarray:

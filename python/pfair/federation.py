@@ -44,8 +44,11 @@ class Silo:
     @classmethod
     def rows_of(cls, base: np.ndarray, rows: np.ndarray, y: np.ndarray, s: np.ndarray,
                 attrs: pd.DataFrame | None = None) -> "Silo":
-        """The silo holding rows ``rows`` (increasing) of the matrix ``base``, without a copy."""
-        rows = np.asarray(rows, dtype=np.int64)
+        """The silo holding rows ``rows`` (increasing, int32 or int64) of the matrix ``base``,
+        without a copy."""
+        rows = np.asarray(rows)
+        if rows.dtype not in (np.int32, np.int64):
+            rows = rows.astype(np.int64)
         silo = cls(None, y, s, attrs)
         silo._base, silo._rows = base, rows
         if rows.size and rows[-1] - rows[0] + 1 == rows.size:
@@ -113,6 +116,27 @@ class Silo:
         if fingerprint == self.fingerprint():
             return True
         return not fingerprint.startswith(FINGERPRINT_PREFIX) and fingerprint == self.legacy_fingerprint()
+
+
+def silo_order(codes: np.ndarray, n_silos: int) -> tuple[np.ndarray, np.ndarray]:
+    """The records sorted by silo code, each silo's in their input order (a stable sort), and the
+    ``n_silos + 1`` silo start offsets. Below 2³¹ records a counting sort in Rust gives int32
+    indices directly (``numpy.argsort`` would make an int64 array of the records' length first:
+    0.8 GB at 10⁸)."""
+    from pfair import _core
+
+    if codes.dtype == np.int32:
+        return _core.silo_order(np.ascontiguousarray(codes), int(n_silos))
+    order = np.argsort(codes, kind="stable")
+    return order, np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_silos))])
+
+
+def _indices(v: np.ndarray) -> np.ndarray:
+    """``v`` as the Rust core takes codes and row indices: contiguous int32 or int64 (a view when
+    it is one already, as :meth:`Federation.from_arrays` makes them)."""
+    if v.dtype in (np.int32, np.int64) and v.flags.c_contiguous:
+        return v
+    return np.ascontiguousarray(v, dtype=np.int64)
 
 
 #: Rows per block when a silo that is rows of a larger matrix is hashed whole (legacy fingerprint).
@@ -201,14 +225,11 @@ class Federation:
         ids = silo_ids(silos, n)
         silo_names, silo_codes = unique_inverse(ids)
         del ids
-        # Stable sort by silo: NumPy radix-sorts integers of 16 bits or less (O(n)).
-        small = np.uint16 if len(silo_names) <= np.iinfo(np.uint16).max else np.int64
-        order = np.argsort(silo_codes.astype(small, copy=False), kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(silo_codes, minlength=len(silo_names)))])
+        order, bounds = silo_order(silo_codes, len(silo_names))
         del silo_codes
         # Labels and groups encoded after the sort (so that their codes and the sort's arrays do
-        # not coexist), then put in silo order once; each silo holds views of them. At 10⁸
-        # records every integer array of this kind is 0.8 GB.
+        # not coexist), then put in silo order once; each silo holds views of them. Codes and
+        # the order are int32 (below 2³¹ records): at 10⁸ records each is 0.4 GB, not 0.8.
         y_codes, cats_y = encode(y_raw, "y", classes)
         y_codes = y_codes[order]
         s_codes, cats_s = encode(s_raw, "sensitive_features", groups)
@@ -389,12 +410,11 @@ class Federation:
         k, l = self.n_groups, self.n_classes  # noqa: E741
         base = self.shared_matrix()
         if base is None:
-            return _core.SiloSet([(s.X, s.y, s.s) for s in self.silos], n_groups=k, n_classes=l,
+            return _core.SiloSet([(s.X, _indices(s.y), _indices(s.s)) for s in self.silos], n_groups=k, n_classes=l,
                                  fairness=fairness, positive=positive)
-        ys = [np.ascontiguousarray(silo.y, dtype=np.int64) for silo in self.silos]
-        ss = [np.ascontiguousarray(silo.s, dtype=np.int64) for silo in self.silos]
-        return _core.SiloSet.from_matrix(base, ys, ss, [silo._rows for silo in self.silos], n_groups=k, n_classes=l,
-                                         fairness=fairness, positive=positive)
+        ys, ss = [_indices(silo.y) for silo in self.silos], [_indices(silo.s) for silo in self.silos]
+        return _core.SiloSet.from_matrix(base, ys, ss, [_indices(silo._rows) for silo in self.silos], n_groups=k,
+                                         n_classes=l, fairness=fairness, positive=positive)
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All silos' records stacked (for evaluation in simulations only)."""

@@ -18,7 +18,7 @@
 use crate::config::{is_positive, ConfigError};
 use crate::features::Features;
 use crate::noise::{add_gaussian, stream, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, BatchGradients, Dims, Protect, PsiInputs};
+use crate::psi::{batch_gradients, BatchGradients, Code, Dims, Protect, PsiInputs};
 use crate::round::{server_update, ServerConfig};
 use crate::sampling::Sampling;
 
@@ -26,8 +26,8 @@ use crate::sampling::Sampling;
 #[derive(Clone, Debug)]
 pub struct HybridLayout {
     pub x: Features,
-    pub y: Vec<u32>,
-    pub s: Vec<u32>,
+    pub y: Vec<Code>,
+    pub s: Vec<Code>,
     /// Universal ids of the records of each non-sensitive silo.
     pub members: Vec<Vec<usize>>,
     /// The sensitive silo holding each record's `s`.
@@ -313,7 +313,7 @@ mod tests {
     use crate::round::tests::toy_data;
     use crate::round::{run_rounds, Silo, SiloConfig, SiloKeys};
 
-    fn data(n: usize) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
+    fn data(n: usize) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
         toy_data(n, 17)
     }
 

@@ -250,6 +250,16 @@ pub fn counting_scatter<T: Copy + Send + Sync>(
     n_buckets: usize,
 ) -> (Vec<T>, Vec<usize>) {
     assert_eq!(src.len(), bucket.len());
+    counting_scatter_with(bucket, n_buckets, |i| src[i])
+}
+
+/// [`counting_scatter`] of the items `item(0), item(1), …` (one per entry of `bucket`), made as
+/// they are written: no input array of the items.
+fn counting_scatter_with<T: Copy + Send + Sync>(
+    bucket: &[u32],
+    n_buckets: usize,
+    item: impl Fn(usize) -> T + Sync,
+) -> (Vec<T>, Vec<usize>) {
     // Per-chunk histograms, then each chunk's write offset in each bucket.
     let mut offsets: Vec<Vec<usize>> = bucket
         .par_chunks(CHUNK)
@@ -272,19 +282,17 @@ pub fn counting_scatter<T: Copy + Send + Sync>(
         }
     }
     starts[n_buckets] = next;
-    let len = src.len();
+    let len = bucket.len();
     let mut out: Vec<T> = Vec::with_capacity(len);
     let dst = SharedMut(out.as_mut_ptr());
-    src.par_chunks(CHUNK).zip(bucket.par_chunks(CHUNK)).zip(offsets.par_iter_mut()).for_each(
-        |((items, ids), at)| {
-            for (&item, &b) in items.iter().zip(ids) {
-                // SAFETY: the offsets of (chunk, bucket) pairs are disjoint ranges of `0..len`
-                // (prefix sums of the histograms), so no position is written twice.
-                unsafe { dst.write(at[b as usize], item) };
-                at[b as usize] += 1;
-            }
-        },
-    );
+    bucket.par_chunks(CHUNK).zip(offsets.par_iter_mut()).enumerate().for_each(|(c, (ids, at))| {
+        for (k, &b) in ids.iter().enumerate() {
+            // SAFETY: the offsets of (chunk, bucket) pairs are disjoint ranges of `0..len`
+            // (prefix sums of the histograms), so no position is written twice.
+            unsafe { dst.write(at[b as usize], item(c * CHUNK + k)) };
+            at[b as usize] += 1;
+        }
+    });
     // SAFETY: the (chunk, bucket) ranges partition `0..len`, so every position of the spare
     // capacity was written exactly once above, and `T: Copy` has no drop to run.
     unsafe { out.set_len(len) };
@@ -305,8 +313,8 @@ fn split_by_starts<'a, T>(mut data: &'a mut [T], starts: &[usize]) -> Vec<&'a mu
 /// Record indices grouped by code: `(indices, starts)` with the records of code c, in index
 /// order, at `indices[starts[c]..starts[c+1]]`. Codes must be in `0..n_codes`.
 pub fn group_indices(codes: &[u32], n_codes: usize) -> (Vec<u32>, Vec<usize>) {
-    let all: Vec<u32> = (0..codes.len() as u32).collect();
-    counting_scatter(&all, codes, n_codes)
+    assert!(codes.len() <= u32::MAX as usize + 1, "at most 2^32 records");
+    counting_scatter_with(codes, n_codes, |i| i as u32)
 }
 
 /// Writes `out[i] = label` for every index `i` of every `(indices, label)` run, in parallel. The

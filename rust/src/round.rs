@@ -8,15 +8,15 @@ use rayon::prelude::*;
 use crate::config::{check_finite_non_negative, is_positive, ConfigError};
 use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Dims, Protect, PsiInputs, Workspace};
+use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Code, Dims, Protect, PsiInputs, Workspace};
 use crate::sampling::Sampling;
 
 /// The data one silo holds: features (dense or CSR), labels and group indices.
 #[derive(Clone, Debug)]
 pub struct Silo {
     pub x: Features,
-    pub y: Vec<u32>,
-    pub s: Vec<u32>,
+    pub y: Vec<Code>,
+    pub s: Vec<Code>,
 }
 
 impl Silo {
@@ -508,7 +508,7 @@ pub(crate) mod tests {
     use crate::psi::{norm, Fairness};
 
     /// A toy silo for tests: two features, the first shifted by the group, labels from both.
-    pub(crate) fn toy_data(n: usize, seed: u64) -> (Vec<f64>, Vec<u32>, Vec<u32>) {
+    pub(crate) fn toy_data(n: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
         let mut st = seed;
         let mut next = || {
             st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -518,11 +518,11 @@ pub(crate) mod tests {
         let mut y = Vec::new();
         let mut s = Vec::new();
         for _ in 0..n {
-            let si = (next() < 0.4) as u32;
+            let si = (next() < 0.4) as Code;
             let x0 = next() * 2.0 - 1.0 + si as f64;
             let x1 = next() * 2.0 - 1.0;
             x.extend([x0, x1]);
-            y.push((x0 + 0.3 * x1 + 0.2 * (next() - 0.5) > 0.4) as u32);
+            y.push((x0 + 0.3 * x1 + 0.2 * (next() - 0.5) > 0.4) as Code);
             s.push(si);
         }
         (x, y, s)
@@ -732,7 +732,7 @@ pub(crate) mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let k = SiloKeys::seeded(4);
         let rows: Vec<usize> = (0..90).rev().step_by(2).collect(); // a list, not a range
-        let pick = |v: &[u32]| rows.iter().map(|&r| v[r]).collect::<Vec<u32>>();
+        let pick = |v: &[Code]| rows.iter().map(|&r| v[r]).collect::<Vec<Code>>();
         let owned = Silo {
             x: Features::Dense { x: rows.iter().flat_map(|&r| x[2 * r..2 * r + 2].to_vec()).collect(), d: 2 },
             y: pick(&y),

@@ -4,7 +4,7 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, silo_from, state_vecs};
+use super::convert::{check_state, gradients_dict, silo_from, state_vecs, IndexArray};
 use super::errors::value_error;
 use super::noise::PyNoiseKey;
 use crate::config::ConfigError;
@@ -31,8 +31,8 @@ impl PyHybridSet {
     #[allow(clippy::too_many_arguments)]
     fn new(
         x: PyReadonlyArray2<'_, f64>,
-        y: PyReadonlyArray1<'_, i64>,
-        s: PyReadonlyArray1<'_, i64>,
+        y: IndexArray<'_>,
+        s: IndexArray<'_>,
         members: Vec<PyReadonlyArray1<'_, i64>>,
         owner: PyReadonlyArray1<'_, i64>,
         n_sensitive: usize,

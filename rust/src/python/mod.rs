@@ -44,5 +44,6 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(partition::partition_power_law_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(partition::partition_heterogeneity_tv, m)?)?;
     m.add_function(wrap_pyfunction!(partition::partition_heterogeneity_eta2, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::silo_order, m)?)?;
     Ok(())
 }

@@ -87,3 +87,30 @@ pub(super) fn partition_heterogeneity_eta2(
     let (s, v) = (slice("silo_ids", &silo_ids)?, slice("values", &values)?);
     Ok(py.allow_threads(|| partition::heterogeneity_eta2(s, v))?)
 }
+
+/// The order of the records (int32) and the silos' start offsets (int64).
+type OrderArrays<'py> = (Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<i64>>);
+
+/// Records ordered by silo: a stable counting sort of `codes` (each in `0..n_codes`, fewer than
+/// 2³¹ records), as int32 record indices, and the `n_codes + 1` start offsets of the silos. No
+/// 64-bit array of the records' length is made (`numpy.argsort` makes one).
+#[pyfunction]
+pub(super) fn silo_order<'py>(py: Python<'py>, codes: PyReadonlyArray1<'py, i32>, n_codes: usize) -> PyResult<OrderArrays<'py>> {
+    use rayon::prelude::*;
+    let c = slice("codes", &codes)?;
+    let (order, starts) = py.allow_threads(|| -> BindResult<(Vec<i32>, Vec<i64>)> {
+        if c.len() > i32::MAX as usize {
+            return Err(format!("codes: {} records; silo_order takes fewer than 2^31", c.len()).into());
+        }
+        if let Some(&bad) = c.par_iter().find_any(|&&v| v < 0 || v as usize >= n_codes) {
+            return Err(format!("codes: {bad} is outside 0..{n_codes}").into());
+        }
+        // SAFETY: i32 and u32 have the same size and alignment, and every code is ≥ 0 (checked),
+        // so each reads as the same number.
+        let codes = unsafe { std::slice::from_raw_parts(c.as_ptr() as *const u32, c.len()) };
+        let (order, starts) = partition::group_indices(codes, n_codes);
+        // Indices below 2³¹ (the codes are an int32 array): each fits an i32. Collected in place.
+        Ok((order.into_iter().map(|i| i as i32).collect(), starts.into_iter().map(|s| s as i64).collect()))
+    })?;
+    Ok((PyArray1::from_vec(py, order), PyArray1::from_vec(py, starts)))
+}

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, silo_from, state_vecs,
+    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, silo_from, state_vecs, IndexArray,
 };
 use super::errors::value_error;
 use crate::features::Dense;
@@ -59,8 +59,8 @@ pub(super) fn predict_proba<'py>(
 pub(super) fn batch_gradients<'py>(
     py: Python<'py>,
     x: PyReadonlyArray2<'py, f64>,
-    y: PyReadonlyArray1<'py, i64>,
-    s: PyReadonlyArray1<'py, i64>,
+    y: IndexArray<'py>,
+    s: IndexArray<'py>,
     theta: PyReadonlyArray1<'py, f64>,
     w: PyReadonlyArray1<'py, f64>,
     inv_sqrt_ps: PyReadonlyArray1<'py, f64>,

@@ -6,7 +6,7 @@ use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyA
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs};
+use super::convert::{check_state, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices};
 use crate::features::SharedMatrix;
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
@@ -74,11 +74,11 @@ pub(super) struct PySiloSet {
 
 #[pymethods]
 impl PySiloSet {
-    /// `silos` is a list of `(X, y, s)` with `X` float64 `n_j × d`, `y`/`s` int64 indices.
+    /// `silos` is a list of `(X, y, s)` with `X` float64 `n_j × d`, `y`/`s` int64 or int32 indices.
     #[new]
     #[pyo3(signature = (silos, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
     fn new(
-        silos: Vec<(PyReadonlyArray2<'_, f64>, PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, i64>)>,
+        silos: Vec<(PyReadonlyArray2<'_, f64>, IndexArray<'_>, IndexArray<'_>)>,
         n_groups: usize,
         n_classes: usize,
         fairness: &str,
@@ -109,7 +109,7 @@ impl PySiloSet {
 
     /// Silos as row subsets of one C-contiguous matrix `x` (`n × d`, float64 or float32), read in
     /// place (no copy) unless the data are sparse (then copied to CSR per silo). `rows[j]` lists
-    /// silo `j`'s rows, `y[j]`, `s[j]` their int64 label and group codes (in the same order, so
+    /// silo `j`'s rows, `y[j]`, `s[j]` their label and group codes (in the same order, so
     /// nothing of length `n` is gathered or scattered). `x` must not be modified while the set is
     /// alive.
     #[staticmethod]
@@ -118,9 +118,9 @@ impl PySiloSet {
     fn from_matrix(
         py: Python<'_>,
         x: Bound<'_, PyAny>,
-        y: Vec<PyReadonlyArray1<'_, i64>>,
-        s: Vec<PyReadonlyArray1<'_, i64>>,
-        rows: Vec<PyReadonlyArray1<'_, i64>>,
+        y: Vec<IndexArray<'_>>,
+        s: Vec<IndexArray<'_>>,
+        rows: Vec<IndexArray<'_>>,
         n_groups: usize,
         n_classes: usize,
         fairness: &str,
@@ -358,9 +358,7 @@ pub(super) fn nonfinite_rows(py: Python<'_>, x: PyReadonlyArray2<'_, f64>) -> Py
     }))
 }
 
-/// The slices of int64 arrays, each of which must be contiguous (`name` for the error).
-fn contiguous<'a>(v: &'a [PyReadonlyArray1<'_, i64>], name: &str) -> PyResult<Vec<&'a [i64]>> {
-    v.iter()
-        .map(|a| a.as_slice().map_err(|_| value_error(format!("{name}: each array must be contiguous (numpy.ascontiguousarray)"))))
-        .collect()
+/// The data of integer arrays, each of which must be contiguous (`name` for the error).
+fn contiguous<'a>(v: &'a [IndexArray<'_>], name: &str) -> PyResult<Vec<Indices<'a>>> {
+    Ok(v.iter().map(|a| a.indices(name)).collect::<Result<_, _>>()?)
 }
