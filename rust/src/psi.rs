@@ -291,6 +291,7 @@ pub struct Workspace {
     acc: Vec<f64>,
     coef: Vec<f64>,
     probs: Vec<f64>,
+    norms: Vec<f64>,
     g: Vec<f64>,
     beta_b: Vec<f64>,
     w_rec: Vec<f64>,
@@ -346,6 +347,7 @@ pub fn batch_gradients_into<R: Rows>(
     zeroed(&mut out.psi_w_sfree, w_len);
     zeroed(&mut out.psi_w, w_len);
     (out.loss, out.psi, out.n_clipped) = (0.0, 0.0, 0);
+    let mut log_likelihood = LogSum::default();
     let inv_m = 1.0 / denom;
 
     // q[b][u] = ‖W_b[:, u]‖², shared by every record of the batch.
@@ -375,7 +377,8 @@ pub fn batch_gradients_into<R: Rows>(
     let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
     let acc = zeroed(&mut ws.acc, 3 * part);
     let coef = zeroed(&mut ws.coef, width);
-    let probs = zeroed(&mut ws.probs, l);
+    let all_probs = zeroed(&mut ws.probs, batch.len() * l);
+    let norms = zeroed(&mut ws.norms, batch.len());
     let g = zeroed(&mut ws.g, l);
     let beta_b = zeroed(&mut ws.beta_b, lm1);
     let w_rec = zeroed(&mut ws.w_rec, k * l);
@@ -386,7 +389,10 @@ pub fn batch_gradients_into<R: Rows>(
         _ => None,
     };
 
-    for (bi, &i) in batch.iter().enumerate() {
+    // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
+    // each other here, so one record's loads and exponential overlap the next one's; the sums
+    // over records below keep their order.
+    for (bi, (&i, probs)) in batch.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
         // The rows are random, so their loads would miss the caches one after the other; ask
         // for them ahead (the row pointers first, then the row data they locate).
         if let Some(&p) = batch.get(bi + PREFETCH_META) {
@@ -395,10 +401,6 @@ pub fn batch_gradients_into<R: Rows>(
         if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
             rows.prefetch_row(p);
         }
-        let yi = y[i] as usize;
-        let si = s[i] as usize;
-
-        // Pass 1: logits and ‖x̃‖².
         let mut xsq = 1.0;
         probs[0] = 0.0;
         probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
@@ -442,13 +444,25 @@ pub fn batch_gradients_into<R: Rows>(
             });
         }
         softmax_in_place(probs);
-        let x_norm = xsq.sqrt();
+        norms[bi] = xsq.sqrt();
+    }
 
+    // Pass 2, record by record in batch order: the coefficients, then acc += x̃ ⊗ β.
+    for ((&i, probs), &x_norm) in batch.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
+        let yi = y[i] as usize;
+        let si = s[i] as usize;
+        let dense_row = if converts {
+            rows.dense_row_into(i, &mut row_buf);
+            Some(&row_buf[..])
+        } else {
+            rows.dense_row(i)
+        };
         if let Some(clip_theta) = binary_attribute {
+            log_likelihood.add(probs[yi]);
             binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
         } else {
             // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
-            out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
+            log_likelihood.add(probs[yi]);
             let (c_loss, rest) = coef.split_at_mut(lm1);
             let (c_a, c_b) = rest.split_at_mut(lm1);
             for v in 1..l {
@@ -534,7 +548,7 @@ pub fn batch_gradients_into<R: Rows>(
             }
         }
 
-        // Pass 2: acc += x̃ ⊗ β for the three β.
+        // acc += x̃ ⊗ β for the three β.
         match (lm1, dense_row.filter(|_| split)) {
             (1, Some(x)) => {
                 for (a, &c) in acc.chunks_exact_mut(part).zip(coef.iter()) {
@@ -551,6 +565,16 @@ pub fn batch_gradients_into<R: Rows>(
                         }
                     }
                 }
+            }
+            (1, None) => {
+                // Sparse rows of a binary model: three coefficients, a fixed-size update per entry.
+                let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
+                rows.for_each(i, |j, xj| {
+                    let a: &mut [f64; 3] = (&mut acc[j * 3..j * 3 + 3]).try_into().expect("width 3");
+                    a[0] += xj * c0;
+                    a[1] += xj * c1;
+                    a[2] += xj * c2;
+                });
             }
             _ => rows.for_each(i, |j, xj| {
                 for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
@@ -598,9 +622,51 @@ pub fn batch_gradients_into<R: Rows>(
             }
         }
     }
-    out.loss *= inv_m;
+    out.loss = -log_likelihood.total() * inv_m;
     out.psi *= inv_m;
     ws.row = row_buf;
+}
+
+/// `Σ ln p` over a batch (its cross-entropy loss, a diagnostic) with one `ln` at the end instead
+/// of one per record: the product of the `p`, kept in range by factors of `2^SCALE`, plus the
+/// logarithms of the rare `p` below `2^-SCALE` taken one by one. Each `p` counts as
+/// `max(p, f64::MIN_POSITIVE)`.
+#[derive(Clone, Copy, Debug)]
+struct LogSum {
+    product: f64,
+    scalings: f64,
+    direct: f64,
+}
+
+impl Default for LogSum {
+    fn default() -> Self {
+        LogSum { product: 1.0, scalings: 0.0, direct: 0.0 }
+    }
+}
+
+impl LogSum {
+    const SCALE: i32 = 500;
+    /// `2^-SCALE`; the product stays in `[2^-2·SCALE, 1]` (or just above 1 by rounding).
+    const TINY: f64 = f64::from_bits(((1023 - Self::SCALE) as u64) << 52);
+    const UP: f64 = f64::from_bits(((1023 + Self::SCALE) as u64) << 52);
+
+    #[inline(always)]
+    fn add(&mut self, p: f64) {
+        let p = p.max(f64::MIN_POSITIVE);
+        if p >= Self::TINY {
+            self.product *= p;
+            if self.product < Self::TINY {
+                self.product *= Self::UP;
+                self.scalings += 1.0;
+            }
+        } else {
+            self.direct += p.ln();
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.product.ln() - self.scalings * f64::from(Self::SCALE) * std::f64::consts::LN_2 + self.direct
+    }
 }
 
 /// The per-record step of [`batch_gradients_into`] for two classes in attribute mode: the loss,
@@ -624,7 +690,6 @@ fn binary_attribute_row(
 ) {
     let k = dims.k;
     let (p0, p1) = (probs[0], probs[1]);
-    out.loss -= probs[yi].max(f64::MIN_POSITIVE).ln();
     coef[0] = p1 - if yi == 1 { 1.0 } else { 0.0 };
     coef[1] = 0.0;
     coef[2] = 0.0;
@@ -790,6 +855,26 @@ mod tests {
         let mut z = [1000.0, 1001.0];
         softmax_in_place(&mut z);
         assert!((z[1] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12);
+    }
+
+    #[test]
+    fn log_sum_equals_the_sum_of_logarithms() {
+        let mut st = 7u64;
+        for case in 0..4 {
+            let ps: Vec<f64> = (0..3000)
+                .map(|i| match case {
+                    0 => lcg(&mut st).abs().max(1e-300),
+                    1 => 1e-200 * (1.0 + lcg(&mut st).abs()), // rescaled every third record
+                    2 => if i % 7 == 0 { 1e-320 } else { 0.5 }, // subnormal: counted one by one
+                    _ => if i % 5 == 0 { 0.0 } else { f64::NAN }, // counted as MIN_POSITIVE
+                })
+                .collect();
+            let mut acc = LogSum::default();
+            ps.iter().for_each(|&p| acc.add(p));
+            let want: f64 = ps.iter().map(|p| p.max(f64::MIN_POSITIVE).ln()).sum();
+            assert!((acc.total() - want).abs() <= 1e-12 * want.abs().max(1.0), "case {case}: {} vs {want}", acc.total());
+        }
+        assert_eq!(LogSum::default().total(), 0.0);
     }
 
     #[test]
