@@ -134,6 +134,7 @@ def silo_order(codes: np.ndarray, n_silos: int) -> tuple[np.ndarray, np.ndarray]
 def _indices(v: np.ndarray) -> np.ndarray:
     """``v`` as the Rust core takes codes and row indices: contiguous int32 or int64 (a view when
     it is one already, as :meth:`Federation.from_arrays` makes them)."""
+    v = np.asarray(v)
     if v.dtype in (np.int32, np.int64) and v.flags.c_contiguous:
         return v
     return np.ascontiguousarray(v, dtype=np.int64)

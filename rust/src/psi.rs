@@ -199,6 +199,25 @@ impl BatchGradients {
 pub fn predict_proba_row(x: &[f64], theta: &[f64], l: usize, probs: &mut [f64]) {
     let lm1 = l - 1;
     let d = x.len();
+    if lm1 == 1 {
+        // Two classes: one dot product without a branch per entry (on one-hot data the test for
+        // a zero mispredicts), column j in lane j mod LANES as in the training kernel.
+        let mut z = [0.0; LANES];
+        let (xc, tc) = (x.chunks_exact(LANES), theta[..d].chunks_exact(LANES));
+        let (xr, tr) = (xc.remainder(), tc.remainder());
+        for (xs, ts) in xc.zip(tc) {
+            for k in 0..LANES {
+                z[k] += xs[k] * ts[k];
+            }
+        }
+        for (k, (&xj, &t)) in xr.iter().zip(tr).enumerate() {
+            z[k] += xj * t;
+        }
+        probs[0] = 0.0;
+        probs[1] = theta[d] + lane_sum(&z);
+        softmax_in_place(probs);
+        return;
+    }
     probs[0] = 0.0;
     for v in 1..l {
         probs[v] = theta[d * lm1 + (v - 1)];
@@ -230,11 +249,23 @@ pub fn softmax_in_place(z: &mut [f64]) {
 }
 
 /// Class probabilities for all rows of `x` (`n × d`, row-major) into `out` (`n × l`).
+/// Blocks of [`PREDICT_BLOCK`] rows run on the rayon pool.
 pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f64]) {
-    for (row, probs) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(l)) {
-        predict_proba_row(&row[..d], theta, l, probs);
+    use rayon::prelude::*;
+    let rows = |x: &[f64], out: &mut [f64]| {
+        for (row, probs) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(l)) {
+            predict_proba_row(&row[..d], theta, l, probs);
+        }
+    };
+    if out.len() / l <= PREDICT_BLOCK {
+        rows(x, out);
+    } else {
+        x.par_chunks(d.max(1) * PREDICT_BLOCK).zip(out.par_chunks_mut(l * PREDICT_BLOCK)).for_each(|(x, out)| rows(x, out));
     }
 }
+
+/// Rows per parallel task of [`predict_proba`].
+const PREDICT_BLOCK: usize = 2048;
 
 /// `out_v = F_v (g_v - F·g)` for `v = 1..l-1` (the reference class 0 has no parameters).
 #[inline]

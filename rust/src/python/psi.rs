@@ -13,7 +13,10 @@ use crate::features::Dense;
 use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
 use crate::sensitivity;
 
-/// Class probabilities `F(x)` of the linear-softmax model, `n × l`.
+/// Class probabilities `F(x)` of the linear-softmax model, `n × l`. A C-contiguous `x` is read in
+/// place, in parallel blocks of rows, with the GIL held so that no Python code can write to it
+/// meanwhile (a copy of a 10⁷ × 100 matrix would be 8 GB); other layouts are copied first and
+/// computed without the GIL.
 #[pyfunction]
 pub(super) fn predict_proba<'py>(
     py: Python<'py>,
@@ -28,11 +31,7 @@ pub(super) fn predict_proba<'py>(
     }
     let th = theta.as_slice()?.to_vec();
     check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
-    let xv: Vec<f64> = match x.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => xa.iter().copied().collect(),
-    };
-    let out = py.allow_threads(|| {
+    let compute = |xv: &[f64]| {
         let mut out = vec![0.0; n * n_classes];
         if d == 0 {
             let mut p = vec![0.0; n_classes];
@@ -41,10 +40,17 @@ pub(super) fn predict_proba<'py>(
                 row.copy_from_slice(&p);
             }
         } else {
-            psi::predict_proba(&xv, d, &th, n_classes, &mut out);
+            psi::predict_proba(xv, d, &th, n_classes, &mut out);
         }
         out
-    });
+    };
+    let out = match x.as_slice() {
+        Ok(xv) => compute(xv),
+        Err(_) => {
+            let xv: Vec<f64> = xa.iter().copied().collect();
+            py.allow_threads(|| compute(&xv))
+        }
+    };
     Ok(numpy::ndarray::Array2::from_shape_vec((n, n_classes), out)
         .map_err(|e| value_error(e.to_string()))?
         .into_pyarray(py))
