@@ -93,6 +93,21 @@ def test_predict_proba_matches_reference_and_logistic_regression():
     np.testing.assert_allclose(_core.predict_proba(X, theta, 2)[:, 1], 1 / (1 + np.exp(-z)), rtol=1e-12)
 
 
+def test_predict_proba_in_parallel_blocks_and_on_strided_arrays():
+    """More rows than one block (2,048) run in parallel blocks in place; a strided matrix is
+    copied first. Both give every row's reference probabilities, one-hot rows included."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(5000, 14))
+    X[:, 6:] = rng.integers(0, 2, size=(5000, 8))  # zeros and ones, as one-hot columns
+    for l in (2, 3):
+        theta = rng.normal(size=15 * (l - 1))
+        want = softmax_probs(X, theta, l)
+        np.testing.assert_allclose(_core.predict_proba(X, theta, l), want, rtol=1e-12)
+        wide = np.repeat(X, 2, axis=1)[:, ::2]  # the same values, not contiguous
+        assert not wide.flags.c_contiguous
+        np.testing.assert_allclose(_core.predict_proba(wide, theta, l), want, rtol=1e-12)
+
+
 def test_predict_proba_rejects_wrong_theta_length():
     with pytest.raises(ValueError, match="theta has length"):
         _core.predict_proba(np.zeros((2, 3)), np.zeros(3), 2)
