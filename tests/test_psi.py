@@ -70,6 +70,22 @@ def test_gradients_match_finite_differences_of_reference(fairness, k, l):
     assert g["psi"] == pytest.approx(psi, rel=1e-10, abs=1e-12)
 
 
+@pytest.mark.parametrize("l", [2, 3])
+def test_a_large_batch_is_the_sum_of_its_parts(l):
+    """The kernel runs a batch in chunks of 1,024 records, each in two passes (probabilities
+    first, then the sums): a batch of 2,500 shuffled records gives the sums of five sub-batches of
+    500 (one chunk each), for every part, the loss and ψ."""
+    rng = np.random.default_rng(l)
+    X, y, s, theta, W, inv = random_problem(rng, n=2500, d=5, k=2, l=l, fairness="demographic_parity")
+    batch = rng.permutation(2500)
+    kw = dict(k=2, l=l, fairness="demographic_parity", denom=2500.0, protect="attribute", clip_theta=0.5)
+    whole = rust_gradients(X, y, s, theta, W, inv, batch=batch, **kw)
+    parts = [rust_gradients(X, y, s, theta, W, inv, batch=batch[a : a + 500], **kw) for a in range(0, 2500, 500)]
+    for key in ("loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w", "loss", "psi"):
+        np.testing.assert_allclose(whole[key], sum(p[key] for p in parts), rtol=1e-11, atol=1e-14)
+    assert whole["n_clipped"] == sum(p["n_clipped"] for p in parts) > 0
+
+
 @pytest.mark.parametrize("fairness", NOTIONS)
 def test_public_parts_do_not_depend_on_s(fairness):
     rng = np.random.default_rng(7)

@@ -340,6 +340,8 @@ fn zeroed(v: &mut Vec<f64>, len: usize) -> &mut [f64] {
 /// Rows of the batch whose feature rows are prefetched ahead of use: the CSR row pointers
 /// [`PREFETCH_META`] rows ahead, the row data [`PREFETCH_ROWS`] rows ahead.
 const PREFETCH_ROWS: usize = 6;
+/// Records per chunk of [`batch_gradients_into`]'s two passes (a batch of 256 is one chunk).
+const KERNEL_CHUNK: usize = 1024;
 const PREFETCH_META: usize = 12;
 
 /// Independent partial sums of a binary model's logit and of ‖x‖² over a dense row (column `j`
@@ -408,8 +410,8 @@ pub fn batch_gradients_into<R: Rows>(
     let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
     let acc = zeroed(&mut ws.acc, 3 * part);
     let coef = zeroed(&mut ws.coef, width);
-    let all_probs = zeroed(&mut ws.probs, batch.len() * l);
-    let norms = zeroed(&mut ws.norms, batch.len());
+    let all_probs = zeroed(&mut ws.probs, batch.len().min(KERNEL_CHUNK) * l);
+    let norms = zeroed(&mut ws.norms, batch.len().min(KERNEL_CHUNK));
     let g = zeroed(&mut ws.g, l);
     let beta_b = zeroed(&mut ws.beta_b, lm1);
     let w_rec = zeroed(&mut ws.w_rec, k * l);
@@ -420,208 +422,214 @@ pub fn batch_gradients_into<R: Rows>(
         _ => None,
     };
 
-    // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
-    // each other here, so one record's loads and exponential overlap the next one's; the sums
-    // over records below keep their order.
-    for (bi, (&i, probs)) in batch.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
-        // The rows are random, so their loads would miss the caches one after the other; ask
-        // for them ahead (the row pointers first, then the row data they locate).
-        if let Some(&p) = batch.get(bi + PREFETCH_META) {
-            rows.prefetch_meta(p);
-        }
-        if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
-            rows.prefetch_row(p);
-        }
-        let mut xsq = 1.0;
-        probs[0] = 0.0;
-        probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
-        let dense_row = if converts {
-            rows.dense_row_into(i, &mut row_buf);
-            Some(&row_buf[..])
-        } else {
-            rows.dense_row(i)
-        };
-        if let (1, Some(x)) = (lm1, dense_row) {
-            // Column j goes to lane j mod LANES: independent chains, so the adds overlap.
-            let (mut z, mut q) = ([0.0; LANES], [0.0; LANES]);
-            let (xc, tc) = (x.chunks_exact(LANES), theta[..d].chunks_exact(LANES));
-            let (xr, tr) = (xc.remainder(), tc.remainder());
-            for (xs, ts) in xc.zip(tc) {
-                for k in 0..LANES {
-                    z[k] += xs[k] * ts[k];
-                    q[k] += xs[k] * xs[k];
-                }
+    // The batch in chunks of at most KERNEL_CHUNK records (a full batch of a large silo does not
+    // need probabilities for all its records at once); each chunk in two passes.
+    for (c, chunk) in batch.chunks(KERNEL_CHUNK).enumerate() {
+        let first = c * KERNEL_CHUNK;
+        // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
+        // each other here, so one record's loads and exponential overlap the next one's; the sums
+        // over records below keep their order.
+        for (bi, (&i, probs)) in chunk.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
+            let (local, bi) = (bi, first + bi);
+            // The rows are random, so their loads would miss the caches one after the other; ask
+            // for them ahead (the row pointers first, then the row data they locate).
+            if let Some(&p) = batch.get(bi + PREFETCH_META) {
+                rows.prefetch_meta(p);
             }
-            for (k, (&xj, &t)) in xr.iter().zip(tr).enumerate() {
-                z[k] += xj * t;
-                q[k] += xj * xj;
+            if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
+                rows.prefetch_row(p);
             }
-            probs[1] += lane_sum(&z);
-            xsq += lane_sum(&q);
-        } else if lm1 == 1 {
-            // Sparse rows are short: one chain, in column order.
-            let mut z = probs[1];
-            rows.for_each(i, |j, xj| {
-                z += xj * theta[j];
-                xsq += xj * xj;
-            });
-            probs[1] = z;
-        } else {
-            rows.for_each(i, |j, xj| {
-                xsq += xj * xj;
-                for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
-                    *p += xj * t;
-                }
-            });
-        }
-        softmax_in_place(probs);
-        norms[bi] = xsq.sqrt();
-    }
-
-    // Pass 2, record by record in batch order: the coefficients, then acc += x̃ ⊗ β.
-    for ((&i, probs), &x_norm) in batch.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
-        let yi = y[i] as usize;
-        let si = s[i] as usize;
-        let dense_row = if converts {
-            rows.dense_row_into(i, &mut row_buf);
-            Some(&row_buf[..])
-        } else {
-            rows.dense_row(i)
-        };
-        if let Some(clip_theta) = binary_attribute {
-            log_likelihood.add(probs[yi]);
-            binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
-        } else {
-            // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
-            log_likelihood.add(probs[yi]);
-            let (c_loss, rest) = coef.split_at_mut(lm1);
-            let (c_a, c_b) = rest.split_at_mut(lm1);
-            for v in 1..l {
-                c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
-            }
-            if let Protect::Record { clip_loss, .. } = protect {
-                let f = clip_factor(x_norm * norm(c_loss), clip_loss);
-                if f < 1.0 {
-                    out.n_clipped += 1;
-                }
-                c_loss.iter_mut().for_each(|v| *v *= f);
-            }
-            c_a.iter_mut().for_each(|v| *v = 0.0);
-            c_b.iter_mut().for_each(|v| *v = 0.0);
-
-            if let Some(b) = psi.fairness.block(yi as u32) {
-                let wb = &psi.w[b * k * l..(b + 1) * k * l];
-                let qb = &q[b * l..(b + 1) * l];
-                let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
-
-                // ψ_i = -F·q + cf (W F)[s_i] - 1
-                let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
-                let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
-                out.psi += -fq + cf * wf - 1.0;
-
-                for u in 0..l {
-                    g[u] = -qb[u];
-                }
-                pull_back(probs, g, c_a);
-                for u in 0..l {
-                    g[u] = cf * wb[si * l + u];
-                }
-                pull_back(probs, g, beta_b);
-
-                match protect {
-                    Protect::Attribute { clip_theta } => {
-                        let f = clip_factor(x_norm * norm(beta_b), clip_theta);
-                        if f < 1.0 {
-                            out.n_clipped += 1;
-                        }
-                        for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
-                            *c = f * bb;
-                        }
-                        for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
-                            *ps += p;
-                        }
-                        let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
-                        for (o, p) in cw.iter_mut().zip(probs.iter()) {
-                            *o += cf * p * inv_m;
-                        }
-                    }
-                    Protect::Record { clip_theta, clip_w, .. } => {
-                        // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
-                        for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
-                            *c += bb;
-                        }
-                        let f = clip_factor(x_norm * norm(c_a), clip_theta);
-                        if f < 1.0 {
-                            out.n_clipped += 1;
-                        }
-                        for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
-                            *cb = f * *ca;
-                            *ca = 0.0;
-                        }
-                        // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
-                        for r in 0..k {
-                            for u in 0..l {
-                                w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
-                            }
-                        }
-                        for u in 0..l {
-                            w_rec[si * l + u] += cf * probs[u];
-                        }
-                        let f = clip_factor(norm(w_rec), clip_w);
-                        if f < 1.0 {
-                            out.n_clipped += 1;
-                        }
-                        for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
-                            *o += f * v * inv_m;
-                        }
+            let mut xsq = 1.0;
+            probs[0] = 0.0;
+            probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
+            let dense_row = if converts {
+                rows.dense_row_into(i, &mut row_buf);
+                Some(&row_buf[..])
+            } else {
+                rows.dense_row(i)
+            };
+            if let (1, Some(x)) = (lm1, dense_row) {
+                // Column j goes to lane j mod LANES: independent chains, so the adds overlap.
+                let (mut z, mut q) = ([0.0; LANES], [0.0; LANES]);
+                let (xc, tc) = (x.chunks_exact(LANES), theta[..d].chunks_exact(LANES));
+                let (xr, tr) = (xc.remainder(), tc.remainder());
+                for (xs, ts) in xc.zip(tc) {
+                    for k in 0..LANES {
+                        z[k] += xs[k] * ts[k];
+                        q[k] += xs[k] * xs[k];
                     }
                 }
-            }
-        }
-
-        // acc += x̃ ⊗ β for the three β.
-        match (lm1, dense_row.filter(|_| split)) {
-            (1, Some(x)) => {
-                for (a, &c) in acc.chunks_exact_mut(part).zip(coef.iter()) {
-                    for (av, &xj) in a[..d].iter_mut().zip(x) {
-                        *av += xj * c;
-                    }
+                for (k, (&xj, &t)) in xr.iter().zip(tr).enumerate() {
+                    z[k] += xj * t;
+                    q[k] += xj * xj;
                 }
-            }
-            (_, Some(x)) => {
-                for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
-                    for (av, &xj) in a[..d * lm1].chunks_exact_mut(lm1).zip(x) {
-                        for (ac, cv) in av.iter_mut().zip(c) {
-                            *ac += xj * cv;
-                        }
-                    }
-                }
-            }
-            (1, None) => {
-                // Sparse rows of a binary model: three coefficients, a fixed-size update per entry.
-                let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
+                probs[1] += lane_sum(&z);
+                xsq += lane_sum(&q);
+            } else if lm1 == 1 {
+                // Sparse rows are short: one chain, in column order.
+                let mut z = probs[1];
                 rows.for_each(i, |j, xj| {
-                    let a: &mut [f64; 3] = (&mut acc[j * 3..j * 3 + 3]).try_into().expect("width 3");
-                    a[0] += xj * c0;
-                    a[1] += xj * c1;
-                    a[2] += xj * c2;
+                    z += xj * theta[j];
+                    xsq += xj * xj;
+                });
+                probs[1] = z;
+            } else {
+                rows.for_each(i, |j, xj| {
+                    xsq += xj * xj;
+                    for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
+                        *p += xj * t;
+                    }
                 });
             }
-            _ => rows.for_each(i, |j, xj| {
-                for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
-                    *a += xj * c;
-                }
-            }),
+            softmax_in_place(probs);
+            norms[local] = xsq.sqrt();
         }
-        if split {
-            for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
-                for (ac, cv) in a[d * lm1..].iter_mut().zip(c) {
-                    *ac += cv;
+
+        // Pass 2, record by record in batch order: the coefficients, then acc += x̃ ⊗ β.
+        for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
+            let yi = y[i] as usize;
+            let si = s[i] as usize;
+            let dense_row = if converts {
+                rows.dense_row_into(i, &mut row_buf);
+                Some(&row_buf[..])
+            } else {
+                rows.dense_row(i)
+            };
+            if let Some(clip_theta) = binary_attribute {
+                log_likelihood.add(probs[yi]);
+                binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
+            } else {
+                // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
+                log_likelihood.add(probs[yi]);
+                let (c_loss, rest) = coef.split_at_mut(lm1);
+                let (c_a, c_b) = rest.split_at_mut(lm1);
+                for v in 1..l {
+                    c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
+                }
+                if let Protect::Record { clip_loss, .. } = protect {
+                    let f = clip_factor(x_norm * norm(c_loss), clip_loss);
+                    if f < 1.0 {
+                        out.n_clipped += 1;
+                    }
+                    c_loss.iter_mut().for_each(|v| *v *= f);
+                }
+                c_a.iter_mut().for_each(|v| *v = 0.0);
+                c_b.iter_mut().for_each(|v| *v = 0.0);
+
+                if let Some(b) = psi.fairness.block(yi as u32) {
+                    let wb = &psi.w[b * k * l..(b + 1) * k * l];
+                    let qb = &q[b * l..(b + 1) * l];
+                    let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
+
+                    // ψ_i = -F·q + cf (W F)[s_i] - 1
+                    let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
+                    let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
+                    out.psi += -fq + cf * wf - 1.0;
+
+                    for u in 0..l {
+                        g[u] = -qb[u];
+                    }
+                    pull_back(probs, g, c_a);
+                    for u in 0..l {
+                        g[u] = cf * wb[si * l + u];
+                    }
+                    pull_back(probs, g, beta_b);
+
+                    match protect {
+                        Protect::Attribute { clip_theta } => {
+                            let f = clip_factor(x_norm * norm(beta_b), clip_theta);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
+                                *c = f * bb;
+                            }
+                            for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
+                                *ps += p;
+                            }
+                            let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
+                            for (o, p) in cw.iter_mut().zip(probs.iter()) {
+                                *o += cf * p * inv_m;
+                            }
+                        }
+                        Protect::Record { clip_theta, clip_w, .. } => {
+                            // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
+                            for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
+                                *c += bb;
+                            }
+                            let f = clip_factor(x_norm * norm(c_a), clip_theta);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
+                                *cb = f * *ca;
+                                *ca = 0.0;
+                            }
+                            // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
+                            for r in 0..k {
+                                for u in 0..l {
+                                    w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                                }
+                            }
+                            for u in 0..l {
+                                w_rec[si * l + u] += cf * probs[u];
+                            }
+                            let f = clip_factor(norm(w_rec), clip_w);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
+                                *o += f * v * inv_m;
+                            }
+                        }
+                    }
                 }
             }
-        } else {
-            for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
-                *a += c;
+
+            // acc += x̃ ⊗ β for the three β.
+            match (lm1, dense_row.filter(|_| split)) {
+                (1, Some(x)) => {
+                    for (a, &c) in acc.chunks_exact_mut(part).zip(coef.iter()) {
+                        for (av, &xj) in a[..d].iter_mut().zip(x) {
+                            *av += xj * c;
+                        }
+                    }
+                }
+                (_, Some(x)) => {
+                    for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
+                        for (av, &xj) in a[..d * lm1].chunks_exact_mut(lm1).zip(x) {
+                            for (ac, cv) in av.iter_mut().zip(c) {
+                                *ac += xj * cv;
+                            }
+                        }
+                    }
+                }
+                (1, None) => {
+                    // Sparse rows of a binary model: three coefficients, a fixed-size update per entry.
+                    let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
+                    rows.for_each(i, |j, xj| {
+                        let a: &mut [f64; 3] = (&mut acc[j * 3..j * 3 + 3]).try_into().expect("width 3");
+                        a[0] += xj * c0;
+                        a[1] += xj * c1;
+                        a[2] += xj * c2;
+                    });
+                }
+                _ => rows.for_each(i, |j, xj| {
+                    for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
+                        *a += xj * c;
+                    }
+                }),
+            }
+            if split {
+                for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
+                    for (ac, cv) in a[d * lm1..].iter_mut().zip(c) {
+                        *ac += cv;
+                    }
+                }
+            } else {
+                for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
+                    *a += c;
+                }
             }
         }
     }
