@@ -200,21 +200,10 @@ pub fn predict_proba_row(x: &[f64], theta: &[f64], l: usize, probs: &mut [f64]) 
     let lm1 = l - 1;
     let d = x.len();
     if lm1 == 1 {
-        // Two classes: one dot product without a branch per entry (on one-hot data the test for
-        // a zero mispredicts), column j in lane j mod LANES as in the training kernel.
-        let mut z = [0.0; LANES];
-        let (xc, tc) = (x.chunks_exact(LANES), theta[..d].chunks_exact(LANES));
-        let (xr, tr) = (xc.remainder(), tc.remainder());
-        for (xs, ts) in xc.zip(tc) {
-            for k in 0..LANES {
-                z[k] += xs[k] * ts[k];
-            }
-        }
-        for (k, (&xj, &t)) in xr.iter().zip(tr).enumerate() {
-            z[k] += xj * t;
-        }
+        // Two classes: the training kernel's dot product of a dense row (no branch per entry: on
+        // one-hot data the test for a zero mispredicts), so a dense row's logit has its bits.
         probs[0] = 0.0;
-        probs[1] = theta[d] + lane_sum(&z);
+        probs[1] = theta[d] + dense_dot_and_square(x, &theta[..d]).0;
         softmax_in_place(probs);
         return;
     }
@@ -354,6 +343,26 @@ fn lane_sum(v: &[f64; LANES]) -> f64 {
     (v[0] + v[1]) + (v[2] + v[3])
 }
 
+/// `(x · t, ‖x‖²)` of a dense row: column j goes to lane j mod LANES (independent chains, so the
+/// adds overlap), and the lanes are added by [`lane_sum`].
+#[inline(always)]
+fn dense_dot_and_square(x: &[f64], t: &[f64]) -> (f64, f64) {
+    let (mut z, mut q) = ([0.0; LANES], [0.0; LANES]);
+    let (xc, tc) = (x.chunks_exact(LANES), t.chunks_exact(LANES));
+    let (xr, tr) = (xc.remainder(), tc.remainder());
+    for (xs, ts) in xc.zip(tc) {
+        for k in 0..LANES {
+            z[k] += xs[k] * ts[k];
+            q[k] += xs[k] * xs[k];
+        }
+    }
+    for (k, (&xj, &tj)) in xr.iter().zip(tr).enumerate() {
+        z[k] += xj * tj;
+        q[k] += xj * xj;
+    }
+    (lane_sum(&z), lane_sum(&q))
+}
+
 /// [`batch_gradients`] into `out` (overwritten, resized to `dims`), with scratch `ws`.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_gradients_into<R: Rows>(
@@ -449,22 +458,9 @@ pub fn batch_gradients_into<R: Rows>(
                 rows.dense_row(i)
             };
             if let (1, Some(x)) = (lm1, dense_row) {
-                // Column j goes to lane j mod LANES: independent chains, so the adds overlap.
-                let (mut z, mut q) = ([0.0; LANES], [0.0; LANES]);
-                let (xc, tc) = (x.chunks_exact(LANES), theta[..d].chunks_exact(LANES));
-                let (xr, tr) = (xc.remainder(), tc.remainder());
-                for (xs, ts) in xc.zip(tc) {
-                    for k in 0..LANES {
-                        z[k] += xs[k] * ts[k];
-                        q[k] += xs[k] * xs[k];
-                    }
-                }
-                for (k, (&xj, &t)) in xr.iter().zip(tr).enumerate() {
-                    z[k] += xj * t;
-                    q[k] += xj * xj;
-                }
-                probs[1] += lane_sum(&z);
-                xsq += lane_sum(&q);
+                let (z, q) = dense_dot_and_square(x, &theta[..d]);
+                probs[1] += z;
+                xsq += q;
             } else if lm1 == 1 {
                 // Sparse rows are short: one chain, in column order.
                 let mut z = probs[1];
