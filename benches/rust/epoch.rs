@@ -32,9 +32,10 @@ fn silo(n: usize, d: usize, seed: u64) -> Silo {
     Silo { x: Features::auto(x, d), y, s }
 }
 
-fn stats(mut t: Vec<f64>) -> (f64, f64) {
+/// Min, median and 90th percentile.
+fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (t[0], t[t.len() / 2])
+    (t[0], t[t.len() / 2], t[t.len() * 9 / 10])
 }
 
 fn main() {
@@ -62,9 +63,10 @@ fn main() {
         ("sequential", Schedule::Sequential),
         ("pipelined", Schedule::Pipelined),
         ("rayon", Schedule::Parallel),
+        ("shared", Schedule::Shared),
     ];
-    // EPOCH_SCHEDULES=auto,sequential picks some (default: all four, interleaved).
-    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,pipelined,rayon".into());
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: all five, interleaved).
+    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,pipelined,rayon,shared".into());
     let schedules: Vec<(&str, Schedule)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
     // Interleaved, so that load from other processes hits every schedule alike.
@@ -82,9 +84,10 @@ fn main() {
         }
     }
     println!("Adult-like epoch: 3 silos x {n} rows, d = {d} (CSR), batch {m}, {rounds} rounds, {reps} reps");
-    let (_, base) = stats(times[0].clone());
+    let (_, base, _) = stats(times[0].clone());
+    let first = schedules[0].0;
     for (k, (name, _)) in schedules.iter().enumerate() {
-        let (mn, med) = stats(times[k].clone());
-        println!("  {name:<10} min {mn:7.3} ms  median {med:7.3} ms  median/auto {:.2}", med / base);
+        let (mn, med, p90) = stats(times[k].clone());
+        println!("  {name:<10} min {mn:7.3} ms  median {med:7.3} ms  p90 {p90:7.3} ms  median/{first} {:.2}", med / base);
     }
 }

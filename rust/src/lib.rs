@@ -14,6 +14,7 @@ pub mod psi;
 pub mod round;
 pub mod sampling;
 pub mod sensitivity;
+pub mod shared_schedule;
 
 #[cfg(feature = "python")]
 mod python;

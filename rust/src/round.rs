@@ -269,7 +269,7 @@ pub fn draw_round_into(
 /// The rest of a silo's step once its round is drawn: the exact parts of `batch`, then the noise
 /// `z` ([`apply_noise`]), into `msg`.
 #[allow(clippy::too_many_arguments)]
-fn noised_parts_into(
+pub(crate) fn noised_parts_into(
     silo: &Silo,
     dims: Dims,
     theta: &[f64],
@@ -385,8 +385,8 @@ pub fn run_rounds(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     /// [`Schedule::Parallel`] for rounds of at least [`PARALLEL_MIN_WORK`] row entries, else
-    /// [`Schedule::Pipelined`] when the pool has more than one thread and there are several
-    /// rounds, else [`Schedule::Sequential`].
+    /// [`Schedule::Shared`] when the pool has more than one thread and there are several silos
+    /// or several rounds, else [`Schedule::Sequential`].
     Auto,
     /// Every silo step on the calling thread, one after the other.
     Sequential,
@@ -396,6 +396,11 @@ pub enum Schedule {
     Pipelined,
     /// The silo steps of each round on the rayon pool (a fork-join per round).
     Parallel,
+    /// The silo steps of each round shared between the calling thread and one helper thread,
+    /// which draws the batches and noise of the coming rounds when it has no step to run
+    /// (`shared_schedule`). Neither thread hands work to the other: each takes what is left, so
+    /// a descheduled helper slows a round down to the sequential schedule, no more.
+    Shared,
 }
 
 /// How many rounds the draw thread of [`Schedule::Pipelined`] may run ahead (an Adult epoch has
@@ -432,8 +437,8 @@ pub fn run_rounds_scheduled(
             let threads = rayon::current_num_threads();
             if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
                 Schedule::Parallel
-            } else if n_rounds > 1 && threads > 1 && !active.is_empty() {
-                Schedule::Pipelined
+            } else if (n_rounds > 1 || active.len() > 1) && threads > 1 && !active.is_empty() {
+                Schedule::Shared
             } else {
                 Schedule::Sequential
             }
@@ -441,16 +446,21 @@ pub fn run_rounds_scheduled(
         s => s,
     };
     // After the silo steps of a round: the summaries, the server step, the snapshot.
-    let mut finish = |round: u64, theta: &mut [f64], w: &mut [f64], scratch: &[StepScratch]| {
-        let messages = scratch.iter().map(|sc| &sc.msg);
-        out.loss.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.clone().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
-        out.clipped.push(messages.clone().map(|m| m.n_clipped).sum());
-        server_update(theta, w, dims.k * dims.l, messages, &active_weights, server);
+    let mut finish = |round: u64, theta: &mut [f64], w: &mut [f64], messages: &[&BatchGradients]| {
+        out.loss.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
+        out.psi.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
+        out.clipped.push(messages.iter().map(|m| m.n_clipped).sum());
+        server_update(theta, w, dims.k * dims.l, messages.iter().copied(), &active_weights, server);
         if snapshot_round == Some(round) {
             out.snapshot = Some((theta.to_vec(), w.to_vec()));
         }
     };
+    if schedule == Schedule::Shared {
+        crate::shared_schedule::run_shared(
+            silos, dims, theta, w, psi_tables, silo_cfgs, keys, &active, start, n_rounds, &mut finish,
+        );
+        return out;
+    }
     if schedule == Schedule::Pipelined {
         // Drawn rounds go to the calling thread through a bounded channel; their buffers come back
         // through another one, so a round allocates nothing once the first ones are recycled.
@@ -479,7 +489,7 @@ pub fn run_rounds_scheduled(
                     }
                 }
                 let _ = back_tx.send(draws);
-                finish(round, theta, w, &scratch);
+                finish(round, theta, w, &scratch.iter().map(|sc| &sc.msg).collect::<Vec<_>>());
             }
         });
         return out;
@@ -497,7 +507,7 @@ pub fn run_rounds_scheduled(
                 active.iter().zip(scratch.iter_mut()).for_each(step);
             }
         }
-        finish(round, theta, w, &scratch);
+        finish(round, theta, w, &scratch.iter().map(|sc| &sc.msg).collect::<Vec<_>>());
     }
     out
 }
@@ -709,6 +719,7 @@ pub(crate) mod tests {
         let seq = run(Schedule::Sequential);
         assert_eq!(seq, run(Schedule::Parallel));
         assert_eq!(seq, run(Schedule::Pipelined));
+        assert_eq!(seq, run(Schedule::Shared));
         assert_eq!(seq, run(Schedule::Auto));
         // The same as the party loop: one silo_step per active silo, then server_update.
         let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
@@ -719,6 +730,40 @@ pub(crate) mod tests {
             server_update(&mut theta, &mut w, 4, &msgs, &[0.5, 0.5], &server);
         }
         assert_eq!((theta, w), (seq.0, seq.1));
+    }
+
+    #[test]
+    fn shared_schedule_agrees_past_its_ring_and_with_one_silo() {
+        // More rounds than the ring of drawn units holds, silos of different sizes and sampling
+        // schemes, secret keys: the shared schedule gives the sequential bits.
+        let silos = vec![toy_silo(300, 6), toy_silo(90, 7), toy_silo(500, 8), toy_silo(40, 9)];
+        let mut cfgs = vec![cfg(0.3); 4];
+        cfgs[1].sampling = Sampling::Poisson { q: 0.2 };
+        cfgs[2].sampling = Sampling::Shuffle { m: 64 };
+        let server = ServerConfig { lam: 0.5, lr_theta: 0.3, lr_w: 0.3, w_radius: 5.0 };
+        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
+        let keys: Vec<SiloKeys> =
+            (0..4).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
+        let run = |silos: &[Silo], weights: &[f64], n_rounds: u64, schedule| {
+            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
+            let o = run_rounds_scheduled(
+                silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs[..silos.len()], &keys[..silos.len()],
+                weights, &server, 7, n_rounds, Some(100), schedule,
+            );
+            (theta, w, o)
+        };
+        let rounds = 2 * crate::shared_schedule::SHARED_AHEAD + 9;
+        let weights = [0.4, 0.1, 0.5, 0.0];
+        let seq = run(&silos, &weights, rounds, Schedule::Sequential);
+        assert_eq!(seq.2.loss.len(), rounds as usize);
+        assert!(seq.2.snapshot.is_some());
+        for _ in 0..3 {
+            assert_eq!(seq, run(&silos, &weights, rounds, Schedule::Shared));
+        }
+        // One silo (the helper only draws), one round, no round at all.
+        for n_rounds in [0, 1, 40] {
+            assert_eq!(run(&silos[..1], &[1.0], n_rounds, Schedule::Sequential), run(&silos[..1], &[1.0], n_rounds, Schedule::Shared));
+        }
     }
 
     #[test]
