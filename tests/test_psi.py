@@ -127,6 +127,26 @@ def test_predict_proba_in_parallel_blocks_and_on_strided_arrays():
 def test_predict_proba_rejects_wrong_theta_length():
     with pytest.raises(ValueError, match="theta has length"):
         _core.predict_proba(np.zeros((2, 3)), np.zeros(3), 2)
+    with pytest.raises(ValueError, match="theta has length"):
+        _core.predict_counts(np.zeros((2, 3)), np.zeros(3), 2)
+    with pytest.raises(ValueError, match="n_classes must be >= 2"):
+        _core.predict_counts(np.zeros((2, 3)), np.zeros(4), 1)
+
+
+def test_predict_counts_are_the_classes_of_the_reference_probabilities():
+    """The collapse check's counts: argmax of the reference probabilities per row, counted, in
+    parallel blocks (5,000 rows), on a strided copy, and with no features at all."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(5000, 14))
+    X[:, 6:] = rng.integers(0, 2, size=(5000, 8))
+    for l in (2, 3, 4):
+        theta = rng.normal(size=15 * (l - 1))
+        want = np.bincount(np.argmax(softmax_probs(X, theta, l), axis=1), minlength=l)
+        assert want.min() > 0
+        np.testing.assert_array_equal(_core.predict_counts(X, theta, l), want)
+        np.testing.assert_array_equal(_core.predict_counts(np.repeat(X, 2, axis=1)[:, ::2], theta, l), want)
+    # No features: every row gets the class of the intercepts (the largest, here class 2).
+    np.testing.assert_array_equal(_core.predict_counts(np.zeros((7, 0)), np.array([0.5, 1.5]), 3), [0, 0, 7])
 
 
 def _ascend_w(X, y, s, theta, inv, *, k, l, fairness, steps=3000, lr=0.5):

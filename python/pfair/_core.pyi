@@ -15,6 +15,8 @@ __version__: str
 # holds p(s=r|block)^(-1/2), blocks*k entries. Errors raise ValueError naming the argument.
 
 def predict_proba(x: npt.NDArray[np.float64], theta: npt.NDArray[np.float64], n_classes: int) -> npt.NDArray[np.float64]: ...
+def predict_counts(x: npt.NDArray[np.float64], theta: npt.NDArray[np.float64], n_classes: int) -> npt.NDArray[np.int64]:
+    """Rows predicted as each class (largest logit, ties to the lower class): ``bincount(argmax(predict_proba))``."""
 def batch_gradients(
     x: npt.NDArray[np.float64],
     y: Indices,

@@ -63,9 +63,9 @@ def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: i
 
 
 def prediction_counts(rows: np.ndarray, theta: np.ndarray, n_classes: int) -> np.ndarray:
-    """How many of ``rows`` each class is predicted for."""
-    pred = np.argmax(_core.predict_proba(np.ascontiguousarray(rows), theta, n_classes), axis=1)
-    return np.bincount(pred, minlength=n_classes)
+    """How many of ``rows`` each class is predicted for (the class of the largest logit: the
+    largest probability, without the softmax)."""
+    return _core.predict_counts(np.ascontiguousarray(rows), np.ascontiguousarray(theta, dtype=np.float64), n_classes)
 
 
 @dataclass

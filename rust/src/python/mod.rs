@@ -21,6 +21,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // ψ kernels, sensitivities, noise
     m.add_function(wrap_pyfunction!(psi::predict_proba, m)?)?;
+    m.add_function(wrap_pyfunction!(psi::predict_counts, m)?)?;
     m.add_function(wrap_pyfunction!(psi::batch_gradients, m)?)?;
     m.add_function(wrap_pyfunction!(psi::sensitivities, m)?)?;
     m.add_function(wrap_pyfunction!(psi::noise_stds, m)?)?;

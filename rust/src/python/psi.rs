@@ -1,7 +1,7 @@
 //! ψ kernels and prediction, sensitivities and noise (`crate::psi`, `crate::sensitivity`,
 //! `crate::noise`).
 
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -54,6 +54,42 @@ pub(super) fn predict_proba<'py>(
     Ok(numpy::ndarray::Array2::from_shape_vec((n, n_classes), out)
         .map_err(|e| value_error(e.to_string()))?
         .into_pyarray(py))
+}
+
+/// How many rows of `x` each class is predicted for (the class of the largest logit, ties to the
+/// lower class), length `n_classes`: the counts of `argmax(predict_proba(x), axis=1)` without the
+/// softmax and the `n × l` array. `x` is read as [`predict_proba`] reads it.
+#[pyfunction]
+pub(super) fn predict_counts<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray2<'py, f64>,
+    theta: PyReadonlyArray1<'py, f64>,
+    n_classes: usize,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let xa = x.as_array();
+    let (n, d) = xa.dim();
+    if n_classes < 2 {
+        return Err(value_error("n_classes must be >= 2"));
+    }
+    let th = theta.as_slice()?.to_vec();
+    check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
+    let compute = |xv: &[f64]| -> Vec<u64> {
+        if d == 0 {
+            let mut counts = vec![0u64; n_classes];
+            counts[psi::predict_class_row(&[], &th, n_classes, &mut vec![0.0; n_classes])] = n as u64;
+            counts
+        } else {
+            psi::predict_counts(xv, d, &th, n_classes)
+        }
+    };
+    let counts = match x.as_slice() {
+        Ok(xv) => compute(xv),
+        Err(_) => {
+            let xv: Vec<f64> = xa.iter().copied().collect();
+            py.allow_threads(|| compute(&xv))
+        }
+    };
+    Ok(counts.into_iter().map(|c| c as i64).collect::<Vec<i64>>().into_pyarray(py))
 }
 
 /// Gradient parts of one batch (no noise), divided by `denom`. For tests and analysis.
