@@ -1,0 +1,143 @@
+//! The large-data epoch against the time it takes only to read its rows: the physical floor of an
+//! epoch whose rows do not fit in cache. `cargo bench --bench rows` (env `ROWS_N` records,
+//! default 2,000,000; `ROWS_REPS`, default 5; `ROWS_BATCH`, default 64).
+//!
+//! Data as `benches/python/scale.py` makes them: `n × 100` float64 features, 1,000 silos, silo of
+//! record `i` is `i mod 1000`, so each silo is a list of rows of one shared matrix. Each rep times,
+//! alternately:
+//! * **epoch**: one shuffled epoch of private SteFFLe rounds (`run_rounds_scheduled`, silos on the
+//!   rayon pool);
+//! * **read**: the same rounds' batches drawn the same way, each batch's rows read (summed) with
+//!   the kernel's prefetch distance, silos on the rayon pool: no arithmetic beyond one add per
+//!   value, no noise, no server step.
+//!
+//! The ratio epoch / read says how far the epoch is from the memory system's limit for this access
+//! pattern (random rows of 800 bytes). A bare sequential sum of the matrix is printed too.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use pfair_core::features::{Features, RowMap, Rows, SharedMatrix, SharedRows};
+use pfair_core::noise::NoiseKey;
+use pfair_core::psi::{Code, Dims, Fairness, Protect};
+use pfair_core::round::{draw_batch_into, run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::sampling::Sampling;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn stats(mut t: Vec<f64>) -> (f64, f64) {
+    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (t[0], t[t.len() / 2])
+}
+
+/// Sum of the rows of `batch` (prefetching 6 rows ahead, as the kernel does).
+fn read_batch<R: Rows>(rows: &R, batch: &[usize]) -> f64 {
+    let mut total = 0.0;
+    for (k, &i) in batch.iter().enumerate() {
+        if let Some(&ahead) = batch.get(k + 6) {
+            rows.prefetch_row(ahead);
+        }
+        total += rows.dense_row(i).map_or(0.0, |r| r.iter().sum::<f64>());
+    }
+    total
+}
+
+/// Asks for transparent huge pages on the (not yet touched) buffer of `v`, as NumPy does for its
+/// large arrays: with 4 kB pages every random row is a TLB miss, and the comparison with what
+/// pfair sees from Python would be unfair.
+fn huge_pages(v: &Vec<f64>) {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+        }
+        const MADV_HUGEPAGE: i32 = 14;
+        let (start, len) = (v.as_ptr() as usize, v.capacity() * 8);
+        let aligned = start.next_multiple_of(1 << 21);
+        if len > (aligned - start) + (1 << 21) {
+            // SAFETY: the range lies inside the allocation of `v`; madvise only sets a hint.
+            unsafe { madvise(aligned as *mut _, (len - (aligned - start)) & !((1 << 21) - 1), MADV_HUGEPAGE) };
+        }
+    }
+}
+
+fn main() {
+    let (n, d, n_silos) = (env("ROWS_N", 2_000_000), 100, 1000);
+    let (reps, m) = (env("ROWS_REPS", 5), env("ROWS_BATCH", 64));
+    let mut st = 7u64;
+    let mut next = move || {
+        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (st >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut x: Vec<f64> = Vec::with_capacity(n * d);
+    huge_pages(&x);
+    x.extend((0..n * d).map(|_| next() * 2.0 - 1.0));
+    let y: Vec<Code> = (0..n).map(|i| (x[i * d] + 0.3 * x[i * d + 1] > 0.0) as Code).collect();
+    let s: Vec<Code> = (0..n).map(|_| (next() < 0.4) as Code).collect();
+    let matrix = Arc::new(SharedMatrix::from_vec_f64(x, d));
+    let silos: Vec<Silo> = (0..n_silos)
+        .map(|j| {
+            let rows: Vec<usize> = (j..n).step_by(n_silos).collect();
+            Silo {
+                y: rows.iter().map(|&r| y[r]).collect(),
+                s: rows.iter().map(|&r| s[r]).collect(),
+                x: Features::Shared(SharedRows { matrix: matrix.clone(), rows: RowMap::from_rows(&rows) }),
+            }
+        })
+        .collect();
+    let dims = Dims { d, k: 2, l: 2 };
+    let cfg = SiloConfig {
+        sampling: Sampling::Shuffle { m },
+        protect: Protect::Attribute { clip_theta: 0.5 },
+        sigma_loss: 0.0,
+        sigma_theta: 0.14,
+        sigma_w: 0.58,
+        send_psi: true,
+    };
+    let cfgs = vec![cfg; n_silos];
+    let keys: Vec<SiloKeys> =
+        (0..n_silos).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
+    let weights = vec![1.0 / n_silos as f64; n_silos];
+    let server = ServerConfig { lam: 1.0, lr_theta: 0.1, lr_w: 0.1, w_radius: 10.0 };
+    let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
+    let rounds = (n / n_silos).div_ceil(m) as u64;
+    let (mut t_epoch, mut t_read, mut t_seq) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sink = 0.0;
+    for rep in 0..reps as u64 {
+        let start = rep * rounds;
+        let (mut th, mut wv) = (vec![0.0; dims.theta_len()], vec![0.0; 4]);
+        let t = Instant::now();
+        run_rounds_scheduled(
+            &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, start, rounds,
+            None, Schedule::Parallel,
+        );
+        t_epoch.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for round in start..start + rounds {
+            sink += (0..n_silos)
+                .into_par_iter()
+                .map_init(Vec::new, |batch, j| {
+                    draw_batch_into(&cfgs[j], &keys[j], j as u64, round, silos[j].len(), batch);
+                    pfair_core::with_rows!(&silos[j].x, r => read_batch(r, batch))
+                })
+                .sum::<f64>();
+        }
+        t_read.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        sink += matrix.as_f64().unwrap().par_chunks(1 << 16).map(|c| c.iter().sum::<f64>()).sum::<f64>();
+        t_seq.push(t.elapsed().as_secs_f64());
+    }
+    let gb = (n * d * 8) as f64 / 1e9;
+    println!("{n} x {d} float64 ({gb:.2} GB), {n_silos} silos (rows i mod {n_silos}), batch {m}, {rounds} rounds, {reps} reps (sink {sink:.3e})");
+    let (e, em) = stats(t_epoch);
+    let (r, rm) = stats(t_read);
+    let (q, qm) = stats(t_seq);
+    println!("  epoch             min {e:.3} s  median {em:.3} s  ({:.1} GB/s of rows)", gb / e);
+    println!("  read its rows     min {r:.3} s  median {rm:.3} s  ({:.1} GB/s)", gb / r);
+    println!("  sequential sum    min {q:.3} s  median {qm:.3} s  ({:.1} GB/s)", gb / q);
+    println!("  epoch / read: {:.2} (min), {:.2} (median)", e / r, em / rm);
+}
