@@ -232,8 +232,40 @@ fn logits_row(x: &[f64], theta: &[f64], l: usize, z: &mut [f64]) {
 #[inline]
 pub fn predict_class_row(x: &[f64], theta: &[f64], l: usize, z: &mut [f64]) -> usize {
     logits_row(x, theta, l, z);
-    let mut best = 0;
+    argmax(z)
+}
+
+/// The predicted class of row `i` of `rows` ([`predict_class_row`]; `z` is scratch of length `l`).
+/// A row held as float64 is read as a slice (the dense dot product's bits); other rows (CSR,
+/// float32) entry by entry, in column order.
+#[inline]
+pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &mut [f64]) -> usize {
+    if let Some(x) = rows.dense_row(i) {
+        return predict_class_row(x, theta, l, z);
+    }
+    let (d, lm1) = (rows.n_features(), l - 1);
+    if l == 2 {
+        let mut z1 = theta[d];
+        rows.for_each(i, |j, xj| z1 += xj * theta[j]);
+        return (z1 > 0.0) as usize;
+    }
+    z[0] = 0.0;
     for v in 1..l {
+        z[v] = theta[d * lm1 + (v - 1)];
+    }
+    rows.for_each(i, |j, xj| {
+        for v in 1..l {
+            z[v] += xj * theta[j * lm1 + (v - 1)];
+        }
+    });
+    argmax(z)
+}
+
+/// The index of the largest entry (ties: the lowest index).
+#[inline]
+fn argmax(z: &[f64]) -> usize {
+    let mut best = 0;
+    for v in 1..z.len() {
         if z[v] > z[best] {
             best = v;
         }

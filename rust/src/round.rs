@@ -307,6 +307,37 @@ pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
     m * (per_row + 4.0)
 }
 
+/// Rows above which [`predict_counts_strided`] runs the silos on the rayon pool.
+const PREDICT_PARALLEL_ROWS: usize = 8192;
+
+/// How many of the silos' sampled records each of the `l` classes is predicted for, all silos
+/// together: silo `j` reads its rows `0, t, 2t, …` with `t = ⌈n_j / per_silo⌉` (at most
+/// `per_silo` of them; the stride of `Silo.strided_X` in Python), where its data are held (no
+/// gathered copy). The collapse check of a fit (`pfair.protocol.convergence`).
+pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo: usize) -> Vec<u64> {
+    let count = |silo: &Silo| {
+        let mut counts = vec![0u64; l];
+        let mut z = vec![0.0; l];
+        let step = silo.len().div_ceil(per_silo.max(1)).max(1);
+        crate::with_rows!(&silo.x, rows => {
+            for i in (0..silo.len()).step_by(step) {
+                counts[crate::psi::predict_class(rows, i, theta, l, &mut z)] += 1;
+            }
+        });
+        counts
+    };
+    let add = |mut a: Vec<u64>, b: Vec<u64>| {
+        a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+        a
+    };
+    let rows: usize = silos.iter().map(|s| s.len().min(per_silo.max(1))).sum();
+    if rows < PREDICT_PARALLEL_ROWS {
+        silos.iter().map(count).fold(vec![0; l], add)
+    } else {
+        silos.par_iter().map(count).reduce(|| vec![0; l], add)
+    }
+}
+
 /// Projects each `k × l` block of `w` on the Frobenius ball of radius `radius`.
 pub fn project_blocks(w: &mut [f64], block_len: usize, radius: f64) {
     if !radius.is_finite() {
@@ -763,6 +794,44 @@ pub(crate) mod tests {
         // One silo (the helper only draws), one round, no round at all.
         for n_rounds in [0, 1, 40] {
             assert_eq!(run(&silos[..1], &[1.0], n_rounds, Schedule::Sequential), run(&silos[..1], &[1.0], n_rounds, Schedule::Shared));
+        }
+    }
+
+    #[test]
+    fn strided_prediction_counts_match_predict_counts_of_the_strided_rows() {
+        use crate::features::{RowMap, SharedMatrix, SharedRows};
+        use std::sync::Arc;
+        // A dense silo, a CSR one (mostly zeros) and a float32 shared one; strides 1, 2 and 3.
+        let (x, y, s) = toy_data(700, 12);
+        let mut sparse_x = x.clone();
+        sparse_x.iter_mut().step_by(3).for_each(|v| *v = 0.0);
+        let rows: Vec<usize> = (0..700).rev().collect();
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let shared = Features::Shared(SharedRows { matrix: Arc::new(SharedMatrix::from_vec_f32(x32.clone(), 2)), rows: RowMap::from_rows(&rows) });
+        let silos = vec![
+            Silo { x: Features::Dense { x: x[..400].to_vec(), d: 2 }, y: y[..200].to_vec(), s: s[..200].to_vec() },
+            Silo { x: Features::Sparse(crate::features::Csr::from_dense(&sparse_x, 2)), y: y.clone(), s: s.clone() },
+            Silo { x: shared, y: y.clone(), s: s.clone() },
+        ];
+        assert!(matches!(silos[1].x, Features::Sparse(_)));
+        for (l, theta) in [(2, vec![1.5, -0.7, -0.4]), (3, vec![1.0, -2.0, 0.5, 0.3, -0.2, 0.1])] {
+            let got = predict_counts_strided(&silos, &theta, l, 300);
+            // The same rows gathered densely (float32 ones rounded), through predict_counts.
+            let mut want = crate::psi::predict_counts(&x[..400], 2, &theta, l); // 200 rows, stride 1
+            let picked = |src: &[f64], step: usize, order: &dyn Fn(usize) -> usize| -> Vec<f64> {
+                (0..700).step_by(step).flat_map(|i| src[2 * order(i)..2 * order(i) + 2].to_vec()).collect()
+            };
+            let x32_64: Vec<f64> = x32.iter().map(|&v| v as f64).collect();
+            for part in [picked(&sparse_x, 3, &|i| i), picked(&x32_64, 3, &|i| 699 - i)] {
+                want.iter_mut().zip(crate::psi::predict_counts(&part, 2, &theta, l)).for_each(|(a, b)| *a += b);
+            }
+            assert_eq!(got, want, "l = {l}");
+            assert_eq!(got.iter().sum::<u64>(), 200 + 234 + 234);
+            assert!(got.iter().all(|&c| c > 0), "{got:?}");
+            // Many rows: the parallel path gives the same counts.
+            let many: Vec<Silo> = (0..12).map(|_| silos[1].clone()).collect();
+            let one = predict_counts_strided(&many[..1], &theta, l, 700);
+            assert_eq!(predict_counts_strided(&many, &theta, l, 700), one.iter().map(|c| 12 * c).collect::<Vec<_>>());
         }
     }
 

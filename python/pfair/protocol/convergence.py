@@ -9,9 +9,9 @@
   the records. This reads the silos' records, so it is a *silo-local* check: each silo looks at
   its own records (at most ``SAMPLE`` of them, a fixed stride, and with many silos at most
   ``TOTAL_SAMPLE`` over all silos: 1,000 silos read 20 records each, so the check costs a small
-  share of an epoch at any scale; in the simulation, which holds every silo, these rows are
-  gathered once per fit when they take at most 64 MB) and the warning is raised in the
-  process that holds them (the simulation). The shares are never sent, and never stored in the
+  share of an epoch at any scale; the simulation's Rust core reads these rows where it holds the
+  silos' data, other callers gather them once per fit when they take at most 64 MB) and the
+  warning is raised in the process that holds them (the simulation). The shares are never sent, and never stored in the
   ``history_`` of a private fit.
 
 Both warn once per fit, as :class:`pfair.exceptions.ConvergenceWarning`.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -74,12 +74,17 @@ class ConvergenceMonitor:
 
     ``silo_features``: the silos' feature arrays, or the :class:`~pfair.federation.Silo` objects
     (read lazily: nothing is copied up front), for the silo-local collapse check (None: no
-    collapse check, e.g. a model other than the linear one)."""
+    collapse check, e.g. a model other than the linear one). ``counts``, when given, does that
+    check's reading instead: ``counts(theta, per_silo)`` is how many of every silo's rows
+    ``0, t, 2t, …`` (``t = ⌈n_j / per_silo⌉``, the rows :func:`sampled_rows` picks) each class is
+    predicted for, all silos together (``pfair._core.SiloSet.predict_counts``, which reads the
+    rows where the Rust core holds them)."""
 
     n_classes: int
     lam: float
     lr_w_text: str
     silo_features: Sequence[Any] | None = None
+    counts: Callable[[np.ndarray, int], np.ndarray] | None = field(default=None, repr=False)
     diverged: bool = False
     collapse_since: int | None = None
     collapse_info: dict = field(default_factory=dict)
@@ -103,14 +108,7 @@ class ConvergenceMonitor:
         if self.silo_features is None:
             return
         per_silo = max(1, min(SAMPLE, TOTAL_SAMPLE // max(1, len(self.silo_features))))
-        if self._sample is None:
-            parts = [sampled_rows(X, per_silo) for X in self.silo_features]
-            small = sum(p.shape[0] * p.shape[1] for p in parts) * 8 <= SAMPLE_CACHE_BYTES
-            self._sample = np.concatenate(parts).astype(np.float64, copy=False) if small else False
-        if self._sample is not False:
-            counts = prediction_counts(self._sample, theta, self.n_classes)
-        else:
-            counts = sum(local_prediction_counts(X, theta, self.n_classes, per_silo) for X in self.silo_features)
+        counts = self._counts(theta, per_silo)
         total = int(np.sum(counts))
         share = float(np.max(counts)) / total if total else 0.0
         if share >= COLLAPSE_SHARE:
@@ -121,6 +119,19 @@ class ConvergenceMonitor:
         else:
             self.collapse_since, self.collapse_info = None, {}
             self.ever_varied = True
+
+    def _counts(self, theta: np.ndarray, per_silo: int) -> np.ndarray:
+        """Records of all silos' samples predicted as each class."""
+        if self.counts is not None:
+            return self.counts(np.ascontiguousarray(theta, dtype=np.float64), per_silo)
+        assert self.silo_features is not None
+        if self._sample is None:
+            parts = [sampled_rows(X, per_silo) for X in self.silo_features]
+            small = sum(p.shape[0] * p.shape[1] for p in parts) * 8 <= SAMPLE_CACHE_BYTES
+            self._sample = np.concatenate(parts).astype(np.float64, copy=False) if small else False
+        if self._sample is not False:
+            return prediction_counts(self._sample, theta, self.n_classes)
+        return sum(local_prediction_counts(X, theta, self.n_classes, per_silo) for X in self.silo_features)
 
     def finish(self, w_radius: float | None) -> None:
         """Warn if the final model is a constant predictor (silo-local numbers)."""

@@ -227,7 +227,8 @@ class Simulation:
         # about locally (linear model only), never sent nor kept in the history of a private fit.
         monitor = ConvergenceMonitor(
             n_classes=l, lam=float(st.lam), lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
-            silo_features=list(fed.silos) if self.silo_set is not None else None)
+            silo_features=list(fed.silos) if self.silo_set is not None else None,
+            counts=self.silo_set.predict_counts if self.silo_set is not None else None)
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
             from pfair._progress import progress_bar

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use numpy::{IntoPyArray, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices};
+use super::convert::{check_state, check_theta_len, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices};
 use crate::features::SharedMatrix;
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
@@ -226,6 +226,27 @@ impl PySiloSet {
             round::silo_parts(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, cfg.protect)
         });
         gradients_dict(py, g)
+    }
+
+    /// How many of the silos' sampled records each class is predicted for, all silos together
+    /// (`round::predict_counts_strided`): silo `j` reads its rows `0, t, 2t, …` with
+    /// `t = ⌈n_j / per_silo⌉`, where they are held. The collapse check of a fit; silo-local data,
+    /// never sent.
+    #[pyo3(signature = (theta, per_silo))]
+    fn predict_counts<'py>(
+        &self,
+        py: Python<'py>,
+        theta: PyReadonlyArray1<'py, f64>,
+        per_silo: usize,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let th = theta.as_slice()?.to_vec();
+        check_theta_len(th.len(), self.dims.theta_len())?;
+        if per_silo == 0 {
+            return Err(value_error("per_silo must be >= 1"));
+        }
+        let l = self.dims.l;
+        let counts = py.allow_threads(|| round::predict_counts_strided(&self.silos, &th, l, per_silo));
+        Ok(counts.into_iter().map(|c| c as i64).collect::<Vec<i64>>().into_pyarray(py))
     }
 
     /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
