@@ -140,3 +140,34 @@ def test_collapse_check_gives_the_same_counts_with_and_without_the_gathered_samp
     got = convergence.prediction_counts(sample, thetas[1], 2)
     np.testing.assert_array_equal(got, want)
     assert 0 < got[0] < got.sum()
+
+
+def test_the_simulation_counts_its_collapse_sample_in_rust_as_python_would():
+    """``SiloSet.predict_counts`` (what the simulation's collapse check calls) reads the same
+    rows as ``Silo.strided_X`` and predicts the same classes: silos of row lists and of
+    consecutive rows, dense and sparse (CSR) layouts, two and three classes."""
+    from pfair.protocol import convergence
+
+    rng = np.random.default_rng(4)
+    n = 9000
+    X = rng.normal(size=(n, 6))
+    sparse = np.zeros((n, 30))
+    sparse[np.arange(n), rng.integers(0, 30, size=n)] = 1.0  # one-hot: stored as CSR in Rust
+    s = rng.integers(0, 2, size=n)
+    for feats, silos in ((X, np.arange(n) % 4), (sparse, np.repeat(np.arange(3), n // 3))):
+        for l in (2, 3):
+            y = rng.integers(0, l, size=n)
+            fed = pfair.Federation.from_arrays(feats, y, sensitive_features=s, silos=silos)
+            ss = fed.silo_set()
+            assert ss.is_shared(0) == (feats is X)  # the one-hot matrix is copied to CSR
+            d = feats.shape[1]
+            for per in (1, 700, 5000):
+                theta = rng.normal(size=(d + 1) * (l - 1))
+                want = sum(convergence.local_prediction_counts(silo, theta, l, per) for silo in fed.silos)
+                got = ss.predict_counts(theta, per)
+                np.testing.assert_array_equal(got, want)
+                assert got.sum() == sum(len(range(0, len(silo), -(-len(silo) // per))) for silo in fed.silos)
+    with pytest.raises(ValueError, match="per_silo must be >= 1"):
+        ss.predict_counts(theta, 0)
+    with pytest.raises(ValueError, match="theta has length"):
+        ss.predict_counts(theta[:-1], 5)
