@@ -164,7 +164,10 @@ def test_non_finite_features_are_refused_with_the_number_of_bad_rows():
     with pytest.raises(ValueError, match=r"X contains NaN or inf in 3 rows"):
         Federation.from_arrays(X, s, sensitive_features=s, silos=np.zeros(len(X), dtype=int))
     assert _core.nonfinite_rows(X) == int((~np.isfinite(X)).any(axis=1).sum()) == 3
+    assert _core.nonfinite_rows(X.astype(np.float32)) == 3
     assert _core.nonfinite_rows(np.zeros((0, 3))) == 0
+    with pytest.raises(ValueError, match="float64 or float32"):
+        _core.nonfinite_rows(np.zeros((2, 3), dtype=np.int64))
     with pytest.raises(ValueError, match="C-contiguous"):
         _core.nonfinite_rows(X[:, ::2])
 
@@ -240,3 +243,41 @@ def test_encoding_against_given_categories(values, dtype, sort):
                 encode(arr, "s", cats)
     finally:
         validation._CODE_BLOCK = block
+
+
+def test_float32_features_are_kept_and_fit_as_their_float64_values():
+    """A float32 matrix stays float32 (the federation holds the caller's array, no float64 copy),
+    silos hand out float64 rows, and a private fit gives the bits of the same values in float64:
+    the kernels read float32 rows in place and compute in float64. Dense and one-hot (CSR) data."""
+    import warnings
+
+    import pfair
+    from pfair.exceptions import PrivacyWarning
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    dense = rng.normal(size=(n, 5)).astype(np.float32)
+    onehot = np.zeros((n, 12), dtype=np.float32)
+    onehot[np.arange(n), rng.integers(0, 12, size=n)] = 1.0
+    s = rng.integers(0, 2, size=n)
+    for X32 in (dense, np.hstack([dense[:, :1], onehot])):
+        y = (X32[:, 0] + 0.5 * s + rng.logistic(size=n) > 0.3).astype(int)
+        silos = np.arange(n) % 3
+        fed = Federation.from_arrays(X32, y, sensitive_features=s, silos=silos)
+        assert fed.shared_matrix() is X32
+        assert fed.silos[1].X.dtype == np.float64
+        np.testing.assert_array_equal(fed.silos[1].X, X32[1::3].astype(np.float64))
+        assert fed.pooled()[0].dtype == np.float64
+        X64 = X32.astype(np.float64)
+        fits = []
+        for X in (X32, X64):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PrivacyWarning)
+                fits.append(pfair.SteFFLe(lam=1.0, epsilon=2.0, epochs=3, batch_size=64, noise_seed=3).fit(
+                    X, y, sensitive_features=s, silos=silos))
+        np.testing.assert_array_equal(fits[0].theta_, fits[1].theta_)
+        np.testing.assert_array_equal(fits[0].predict(X32), fits[1].predict(X64))
+    bad = dense.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf in 1 rows"):
+        Federation.from_arrays(bad, y, sensitive_features=s, silos=silos)

@@ -1,6 +1,7 @@
 //! The large-data epoch against the time it takes only to read its rows: the physical floor of an
 //! epoch whose rows do not fit in cache. `cargo bench --bench rows` (env `ROWS_N` records,
-//! default 2,000,000; `ROWS_REPS`, default 5; `ROWS_BATCH`, default 64).
+//! default 2,000,000; `ROWS_REPS`, default 5; `ROWS_BATCH`, default 64; `ROWS_DTYPE=f32` for
+//! float32 features).
 //!
 //! Data as `benches/python/scale.py` makes them: `n × 100` float64 features, 1,000 silos, silo of
 //! record `i` is `i mod 1000`, so each silo is a list of rows of one shared matrix. Each rep times,
@@ -41,7 +42,14 @@ fn read_batch<R: Rows>(rows: &R, batch: &[usize]) -> f64 {
         if let Some(&ahead) = batch.get(k + 6) {
             rows.prefetch_row(ahead);
         }
-        total += rows.dense_row(i).map_or(0.0, |r| r.iter().sum::<f64>());
+        total += match rows.dense_row(i) {
+            Some(r) => r.iter().sum::<f64>(),
+            None => {
+                let mut s = 0.0;
+                rows.for_each(i, |_, v| s += v);
+                s
+            }
+        };
     }
     total
 }
@@ -49,14 +57,14 @@ fn read_batch<R: Rows>(rows: &R, batch: &[usize]) -> f64 {
 /// Asks for transparent huge pages on the (not yet touched) buffer of `v`, as NumPy does for its
 /// large arrays: with 4 kB pages every random row is a TLB miss, and the comparison with what
 /// pfair sees from Python would be unfair.
-fn huge_pages(v: &Vec<f64>) {
+fn huge_pages<T>(v: &Vec<T>) {
     #[cfg(target_os = "linux")]
     {
         extern "C" {
             fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
         }
         const MADV_HUGEPAGE: i32 = 14;
-        let (start, len) = (v.as_ptr() as usize, v.capacity() * 8);
+        let (start, len) = (v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>());
         let aligned = start.next_multiple_of(1 << 21);
         if len > (aligned - start) + (1 << 21) {
             // SAFETY: the range lies inside the allocation of `v`; madvise only sets a hint.
@@ -78,7 +86,16 @@ fn main() {
     x.extend((0..n * d).map(|_| next() * 2.0 - 1.0));
     let y: Vec<Code> = (0..n).map(|i| (x[i * d] + 0.3 * x[i * d + 1] > 0.0) as Code).collect();
     let s: Vec<Code> = (0..n).map(|_| (next() < 0.4) as Code).collect();
-    let matrix = Arc::new(SharedMatrix::from_vec_f64(x, d));
+    let f32_rows = std::env::var("ROWS_DTYPE").is_ok_and(|v| v == "f32");
+    let matrix = Arc::new(if f32_rows {
+        let mut x32: Vec<f32> = Vec::with_capacity(n * d);
+        huge_pages(&x32);
+        x32.extend(x.iter().map(|&v| v as f32));
+        drop(x);
+        SharedMatrix::from_vec_f32(x32, d)
+    } else {
+        SharedMatrix::from_vec_f64(x, d)
+    });
     let silos: Vec<Silo> = (0..n_silos)
         .map(|j| {
             let rows: Vec<usize> = (j..n).step_by(n_silos).collect();
@@ -128,11 +145,16 @@ fn main() {
         }
         t_read.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        sink += matrix.as_f64().unwrap().par_chunks(1 << 16).map(|c| c.iter().sum::<f64>()).sum::<f64>();
+        sink += match (matrix.as_f64(), matrix.as_f32()) {
+            (Some(x), _) => x.par_chunks(1 << 16).map(|c| c.iter().sum::<f64>()).sum::<f64>(),
+            (_, Some(x)) => x.par_chunks(1 << 16).map(|c| c.iter().map(|&v| v as f64).sum::<f64>()).sum::<f64>(),
+            _ => unreachable!(),
+        };
         t_seq.push(t.elapsed().as_secs_f64());
     }
-    let gb = (n * d * 8) as f64 / 1e9;
-    println!("{n} x {d} float64 ({gb:.2} GB), {n_silos} silos (rows i mod {n_silos}), batch {m}, {rounds} rounds, {reps} reps (sink {sink:.3e})");
+    let gb = (n * d * if f32_rows { 4 } else { 8 }) as f64 / 1e9;
+    let dtype = if f32_rows { "float32" } else { "float64" };
+    println!("{n} x {d} {dtype} ({gb:.2} GB), {n_silos} silos (rows i mod {n_silos}), batch {m}, {rounds} rounds, {reps} reps (sink {sink:.3e})");
     let (e, em) = stats(t_epoch);
     let (r, rm) = stats(t_read);
     let (q, qm) = stats(t_seq);

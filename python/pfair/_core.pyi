@@ -172,7 +172,7 @@ class SiloSet:
     ) -> Dict[str, Any]:
         """Keys: theta, w, loss, psi, clipped, snapshot ((theta, w) or None). Silos of weight 0 are skipped."""
 
-def nonfinite_rows(x: npt.NDArray[np.float64]) -> int: ...
+def nonfinite_rows(x: npt.NDArray[np.float64] | npt.NDArray[np.float32]) -> int: ...
 def server_update(
     theta: npt.NDArray[np.float64],
     w: npt.NDArray[np.float64],

@@ -450,7 +450,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: call "
                              "fit(X, y, sensitive_features=s), or pass a Federation as X")
-        Xa = as_features(X)
+        Xa = as_features(X, keep_float32=True)  # the Federation keeps float32 features as they are
         validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
         n = Xa.shape[0]
         y_arr = as_labels(y, n, estimator=type(self).__name__)

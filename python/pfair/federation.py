@@ -26,9 +26,9 @@ class Silo:
     is not available to the next.
 
     A silo made by :meth:`Federation.from_arrays` does not copy its features: it holds rows of the
-    federation's one feature matrix (:meth:`rows_of`). ``X`` is then a view when the rows are
-    consecutive, and otherwise a fresh copy on each access (training reads the matrix in place
-    and never asks for it)."""
+    federation's one feature matrix (:meth:`rows_of`), float64 or float32. ``X`` is float64: a view
+    when the rows are consecutive and the matrix is float64, and otherwise a fresh copy on each
+    access (training reads the matrix in place and never asks for it)."""
 
     def __init__(self, X: np.ndarray | None, y: np.ndarray, s: np.ndarray, attrs: pd.DataFrame | None = None,
                  ledger: Any = None) -> None:
@@ -59,18 +59,18 @@ class Silo:
     def X(self) -> np.ndarray:
         """The silo's features ``(n_j, d)``."""
         if self._X is not None:
-            return self._X
+            return np.asarray(self._X, dtype=np.float64)
         assert self._base is not None and self._rows is not None
-        return self._base[self._rows]
+        return self._base[self._rows].astype(np.float64, copy=False)
 
     def strided_X(self, sample: int) -> np.ndarray:
         """At most ``sample`` of the silo's feature rows, every ``ceil(n / sample)``-th one: a view,
         or a gather of those rows only (never a copy of the whole silo)."""
         step = max(1, -(-len(self) // max(1, int(sample))))
         if self._X is not None:
-            return self._X[::step]
+            return np.asarray(self._X[::step], dtype=np.float64)
         assert self._base is not None and self._rows is not None
-        return self._base[self._rows[::step]]
+        return self._base[self._rows[::step]].astype(np.float64, copy=False)
 
     @X.setter
     def X(self, value: np.ndarray) -> None:
@@ -216,10 +216,13 @@ class Federation:
         list of index arrays, one per silo (the row indices it holds; together every row once).
 
         ``classes``/``groups`` fix the global encodings (defaults: the sorted distinct values).
+
+        A float32 ``X`` is kept as float32 (half the memory; the Rust kernels read it in place and
+        compute in float64); anything else is converted to float64.
         """
         if hasattr(X, "columns") and feature_names is None:
             feature_names = [str(c) for c in X.columns]
-        Xa = as_features(X)
+        Xa = as_features(X, keep_float32=True)
         n = Xa.shape[0]
         y_raw = as_labels(y, n, estimator="every pfair estimator")
         s_raw = as_vector(sensitive_features, "sensitive_features", n)
@@ -422,7 +425,7 @@ class Federation:
         base = self.shared_matrix()
         if base is not None:
             return (
-                base[np.concatenate([s._rows for s in self.silos])],
+                base[np.concatenate([s._rows for s in self.silos])].astype(np.float64, copy=False),
                 np.concatenate([s.y for s in self.silos]),
                 np.concatenate([s.s for s in self.silos]),
             )

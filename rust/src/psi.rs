@@ -1298,6 +1298,27 @@ mod tests {
     }
 
     #[test]
+    fn float32_rows_give_the_bits_of_their_float64_values() {
+        // Short and long rows, two and three classes: each float32 row is converted to float64
+        // in each pass.
+        for (d, n) in [(9, 300), (1000, 300)] {
+            for l in [2, 3] {
+                let c = case(d, 2, l, n, Fairness::DemographicParity, 7 + d as u64);
+                let x32: Vec<f32> = c.x.iter().map(|&v| v as f32).collect();
+                let rounded: Vec<f64> = x32.iter().map(|&v| v as f64).collect();
+                let rows: Vec<usize> = (0..n).collect();
+                let map = crate::features::RowMap::from_rows(&rows);
+                let view32 = crate::features::View { x: &x32, d, rows: &map };
+                let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &c.w, inv_sqrt_ps: &c.inv };
+                let batch: Vec<usize> = (0..n).step_by(2).collect();
+                let p = Protect::Attribute { clip_theta: 0.4 };
+                let want = batch_gradients(&Dense { x: &rounded, d }, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p);
+                assert_eq!(batch_gradients(&view32, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p), want, "d = {d}, l = {l}");
+            }
+        }
+    }
+
+    #[test]
     fn the_avx2_build_of_the_kernel_has_the_baseline_bits() {
         // Only meaningful where the processor has AVX2 (then `batch_gradients` runs that build);
         // elsewhere both runs take the baseline build and the test checks nothing new.

@@ -365,18 +365,27 @@ pub(super) fn server_update<'py>(
     Ok((th.into_pyarray(py), wv.into_pyarray(py)))
 }
 
-/// How many rows of a float64 matrix hold a NaN or an infinity: the finiteness check of a
-/// feature matrix, in parallel over blocks of rows, without the temporary a NumPy check makes.
+/// How many rows of a float64 or float32 matrix hold a NaN or an infinity: the finiteness check
+/// of a feature matrix, in parallel over blocks of rows, without the temporary a NumPy check makes.
 #[pyfunction]
-pub(super) fn nonfinite_rows(py: Python<'_>, x: PyReadonlyArray2<'_, f64>) -> PyResult<usize> {
+pub(super) fn nonfinite_rows(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<usize> {
     use rayon::prelude::*;
-    let d = x.shape()[1].max(1);
-    let data = x.as_slice().map_err(|_| value_error("X must be C-contiguous"))?;
-    Ok(py.allow_threads(|| {
+    fn count<T: Copy + Into<f64> + Sync>(data: &[T], d: usize) -> usize {
         data.par_chunks(d * 4096)
-            .map(|block| block.chunks(d).filter(|row| row.iter().any(|v| !v.is_finite())).count())
+            .map(|block| block.chunks(d).filter(|row| row.iter().any(|&v| !v.into().is_finite())).count())
             .sum()
-    }))
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArray2<'_, f64>>() {
+        let d = a.shape()[1].max(1);
+        let data = a.as_slice().map_err(|_| value_error("X must be C-contiguous"))?;
+        return Ok(py.allow_threads(|| count(data, d)));
+    }
+    if let Ok(a) = x.extract::<PyReadonlyArray2<'_, f32>>() {
+        let d = a.shape()[1].max(1);
+        let data = a.as_slice().map_err(|_| value_error("X must be C-contiguous"))?;
+        return Ok(py.allow_threads(|| count(data, d)));
+    }
+    Err(value_error("X must be a 2-D float64 or float32 array"))
 }
 
 /// The data of integer arrays, each of which must be contiguous (`name` for the error).
