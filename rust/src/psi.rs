@@ -495,12 +495,26 @@ pub fn batch_gradients_into<R: Rows>(
     ws: &mut Workspace,
     out: &mut BatchGradients,
 ) {
+    let call = KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect };
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the processor has AVX2 (checked at run time just above).
-        return unsafe { batch_gradients_avx2(rows, y, s, dims, theta, psi, batch, denom, protect, ws, out) };
+        return unsafe { batch_gradients_avx2(&call, ws, out) };
     }
-    batch_gradients_body(rows, y, s, dims, theta, psi, batch, denom, protect, ws, out)
+    batch_gradients_body(&call, ws, out)
+}
+
+/// The inputs of one kernel call, handed to each build of [`batch_gradients_body`].
+struct KernelCall<'a, R> {
+    rows: &'a R,
+    y: &'a [Code],
+    s: &'a [Code],
+    dims: Dims,
+    theta: &'a [f64],
+    psi: PsiInputs<'a>,
+    batch: &'a [usize],
+    denom: f64,
+    protect: Protect,
 }
 
 /// Whether the processor has AVX2 (cached by the standard library after the first test).
@@ -517,39 +531,14 @@ fn has_avx2() -> bool {
 /// [`batch_gradients_body`] compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn batch_gradients_avx2<R: Rows>(
-    rows: &R,
-    y: &[Code],
-    s: &[Code],
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
-    batch: &[usize],
-    denom: f64,
-    protect: Protect,
-    ws: &mut Workspace,
-    out: &mut BatchGradients,
-) {
-    batch_gradients_body(rows, y, s, dims, theta, psi, batch, denom, protect, ws, out)
+unsafe fn batch_gradients_avx2<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, out: &mut BatchGradients) {
+    batch_gradients_body(call, ws, out)
 }
 
 /// The kernel of [`batch_gradients_into`] (inlined into each build of it).
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn batch_gradients_body<R: Rows>(
-    rows: &R,
-    y: &[Code],
-    s: &[Code],
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
-    batch: &[usize],
-    denom: f64,
-    protect: Protect,
-    ws: &mut Workspace,
-    out: &mut BatchGradients,
-) {
+fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, out: &mut BatchGradients) {
+    let &KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect } = call;
     let Dims { d, k, l } = dims;
     debug_assert_eq!(rows.n_features(), d);
     let lm1 = l - 1;

@@ -13,10 +13,35 @@ use crate::features::Dense;
 use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
 use crate::sensitivity;
 
-/// Class probabilities `F(x)` of the linear-softmax model, `n × l`. A C-contiguous `x` is read in
-/// place, in parallel blocks of rows, with the GIL held so that no Python code can write to it
-/// meanwhile (a copy of a 10⁷ × 100 matrix would be 8 GB); other layouts are copied first and
-/// computed without the GIL.
+/// Runs `compute(x, n, d, theta)` on the rows of a prediction's `x` after checking `n_classes`
+/// and θ's length. A C-contiguous `x` is read in place with the GIL held, so that no Python code
+/// can write to it meanwhile (a copy of a 10⁷ × 100 matrix would be 8 GB); other layouts are
+/// copied first and computed without the GIL.
+fn on_rows<'py, T: Send>(
+    py: Python<'py>,
+    x: &PyReadonlyArray2<'py, f64>,
+    theta: &PyReadonlyArray1<'py, f64>,
+    n_classes: usize,
+    compute: impl Fn(&[f64], usize, usize, &[f64]) -> T + Sync,
+) -> PyResult<T> {
+    let xa = x.as_array();
+    let (n, d) = xa.dim();
+    if n_classes < 2 {
+        return Err(value_error("n_classes must be >= 2"));
+    }
+    let th = theta.as_slice()?.to_vec();
+    check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
+    Ok(match x.as_slice() {
+        Ok(xv) => compute(xv, n, d, &th),
+        Err(_) => {
+            let xv: Vec<f64> = xa.iter().copied().collect();
+            py.allow_threads(|| compute(&xv, n, d, &th))
+        }
+    })
+}
+
+/// Class probabilities `F(x)` of the linear-softmax model, `n × l`, in parallel blocks of rows
+/// (`x` read as [`on_rows`] reads it).
 #[pyfunction]
 pub(super) fn predict_proba<'py>(
     py: Python<'py>,
@@ -24,41 +49,26 @@ pub(super) fn predict_proba<'py>(
     theta: PyReadonlyArray1<'py, f64>,
     n_classes: usize,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let xa = x.as_array();
-    let (n, d) = xa.dim();
-    if n_classes < 2 {
-        return Err(value_error("n_classes must be >= 2"));
-    }
-    let th = theta.as_slice()?.to_vec();
-    check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
-    let compute = |xv: &[f64]| {
-        let mut out = vec![0.0; n * n_classes];
+    let l = n_classes;
+    let (out, n) = on_rows(py, &x, &theta, l, |xv, n, d, th| {
+        let mut out = vec![0.0; n * l];
         if d == 0 {
-            let mut p = vec![0.0; n_classes];
-            psi::predict_proba_row(&[], &th, n_classes, &mut p);
-            for row in out.chunks_exact_mut(n_classes) {
+            let mut p = vec![0.0; l];
+            psi::predict_proba_row(&[], th, l, &mut p);
+            for row in out.chunks_exact_mut(l) {
                 row.copy_from_slice(&p);
             }
         } else {
-            psi::predict_proba(xv, d, &th, n_classes, &mut out);
+            psi::predict_proba(xv, d, th, l, &mut out);
         }
-        out
-    };
-    let out = match x.as_slice() {
-        Ok(xv) => compute(xv),
-        Err(_) => {
-            let xv: Vec<f64> = xa.iter().copied().collect();
-            py.allow_threads(|| compute(&xv))
-        }
-    };
-    Ok(numpy::ndarray::Array2::from_shape_vec((n, n_classes), out)
-        .map_err(|e| value_error(e.to_string()))?
-        .into_pyarray(py))
+        (out, n)
+    })?;
+    Ok(numpy::ndarray::Array2::from_shape_vec((n, l), out).map_err(|e| value_error(e.to_string()))?.into_pyarray(py))
 }
 
 /// How many rows of `x` each class is predicted for (the class of the largest logit, ties to the
 /// lower class), length `n_classes`: the counts of `argmax(predict_proba(x), axis=1)` without the
-/// softmax and the `n × l` array. `x` is read as [`predict_proba`] reads it.
+/// softmax and the `n × l` array (`x` read as [`on_rows`] reads it).
 #[pyfunction]
 pub(super) fn predict_counts<'py>(
     py: Python<'py>,
@@ -66,29 +76,16 @@ pub(super) fn predict_counts<'py>(
     theta: PyReadonlyArray1<'py, f64>,
     n_classes: usize,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let xa = x.as_array();
-    let (n, d) = xa.dim();
-    if n_classes < 2 {
-        return Err(value_error("n_classes must be >= 2"));
-    }
-    let th = theta.as_slice()?.to_vec();
-    check_theta_len(th.len(), (d + 1) * (n_classes - 1))?;
-    let compute = |xv: &[f64]| -> Vec<u64> {
+    let l = n_classes;
+    let counts = on_rows(py, &x, &theta, l, |xv, n, d, th| {
         if d == 0 {
-            let mut counts = vec![0u64; n_classes];
-            counts[psi::predict_class_row(&[], &th, n_classes, &mut vec![0.0; n_classes])] = n as u64;
+            let mut counts = vec![0u64; l];
+            counts[psi::predict_class_row(&[], th, l, &mut vec![0.0; l])] = n as u64;
             counts
         } else {
-            psi::predict_counts(xv, d, &th, n_classes)
+            psi::predict_counts(xv, d, th, l)
         }
-    };
-    let counts = match x.as_slice() {
-        Ok(xv) => compute(xv),
-        Err(_) => {
-            let xv: Vec<f64> = xa.iter().copied().collect();
-            py.allow_threads(|| compute(&xv))
-        }
-    };
+    })?;
     Ok(counts.into_iter().map(|c| c as i64).collect::<Vec<i64>>().into_pyarray(py))
 }
 
