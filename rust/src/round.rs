@@ -791,10 +791,12 @@ pub(crate) mod tests {
         for _ in 0..3 {
             assert_eq!(seq, run(&silos, &weights, rounds, Schedule::Shared));
         }
-        // One silo (the helper only draws), one round, no round at all.
+        // One silo (the helper only draws), one round, no round at all; no silo answering.
         for n_rounds in [0, 1, 40] {
             assert_eq!(run(&silos[..1], &[1.0], n_rounds, Schedule::Sequential), run(&silos[..1], &[1.0], n_rounds, Schedule::Shared));
         }
+        let none = [0.0; 4];
+        assert_eq!(run(&silos, &none, 5, Schedule::Sequential), run(&silos, &none, 5, Schedule::Shared));
     }
 
     #[test]

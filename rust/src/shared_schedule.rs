@@ -156,6 +156,9 @@ impl Board<'_> {
     /// The helper's loop: tasks of the open round first, then units ahead, until the call ends.
     fn help(&self, dims: Dims, fairness: crate::psi::Fairness, inv_sqrt_ps: &[f64]) {
         let n = self.tasks() as u64;
+        if n == 0 {
+            return; // no silo answers: nothing to run or draw
+        }
         let mut next_unit = 0u64; // units in order: round q, task t = next_unit / n, next_unit % n
         let mut idle = 0u32;
         while !self.stop.0.load(Ordering::Acquire) {

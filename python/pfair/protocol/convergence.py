@@ -11,8 +11,8 @@
   ``TOTAL_SAMPLE`` over all silos: 1,000 silos read 20 records each, so the check costs a small
   share of an epoch at any scale; the simulation's Rust core reads these rows where it holds the
   silos' data, other callers gather them once per fit when they take at most 64 MB) and the
-  warning is raised in the process that holds them (the simulation). The shares are never sent, and never stored in the
-  ``history_`` of a private fit.
+  warning is raised in the process that holds them (the simulation). The shares are never sent,
+  and never stored in the ``history_`` of a private fit.
 
 Both warn once per fit, as :class:`pfair.exceptions.ConvergenceWarning`.
 """
