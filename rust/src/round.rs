@@ -354,6 +354,10 @@ pub fn project_blocks(w: &mut [f64], block_len: usize, radius: f64) {
 
 /// Server step: `θ ← θ - η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)]` and
 /// `W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])`, with silo weights `ω` summing to 1.
+///
+/// Each coordinate takes the messages' terms one by one in message order. With many messages
+/// (at least [`SERVER_PARALLEL_TERMS`] terms of θ) the coordinates of θ are split between the
+/// rayon pool's threads, each taking its coordinates' terms in the same order: the same bits.
 pub fn server_update<'a>(
     theta: &mut [f64],
     w: &mut [f64],
@@ -362,11 +366,25 @@ pub fn server_update<'a>(
     weights: &[f64],
     cfg: &ServerConfig,
 ) {
-    for (m, &om) in messages.into_iter().zip(weights) {
-        let a = cfg.lr_theta * om;
-        for t in 0..theta.len() {
-            theta[t] -= a * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
+    let messages: Vec<(&BatchGradients, f64)> = messages.into_iter().zip(weights.iter().copied()).collect();
+    // θ coordinates `first ..` of `part`, every message in order.
+    let theta_part = |first: usize, part: &mut [f64]| {
+        for &(m, om) in &messages {
+            let a = cfg.lr_theta * om;
+            let (g, sa, h) = (&m.loss_grad[first..], &m.psi_theta_sfree[first..], &m.psi_theta[first..]);
+            for (t, v) in part.iter_mut().enumerate() {
+                *v -= a * (g[t] + cfg.lam * (sa[t] + h[t]));
+            }
         }
+    };
+    let threads = rayon::current_num_threads();
+    if messages.len() * theta.len() >= SERVER_PARALLEL_TERMS && threads > 1 && theta.len() > 1 {
+        let chunk = theta.len().div_ceil(threads);
+        theta.par_chunks_mut(chunk).enumerate().for_each(|(c, part)| theta_part(c * chunk, part));
+    } else {
+        theta_part(0, theta);
+    }
+    for &(m, om) in &messages {
         let b = cfg.lam * cfg.lr_w * om;
         if b != 0.0 {
             for t in 0..w.len() {
@@ -376,6 +394,10 @@ pub fn server_update<'a>(
     }
     project_blocks(w, block_len, cfg.w_radius);
 }
+
+/// Terms of θ (messages × θ's length) from which [`server_update`] splits θ's coordinates
+/// between threads (1,000 silos of a 101-coordinate θ: 101,000).
+pub const SERVER_PARALLEL_TERMS: usize = 1 << 16;
 
 /// Per-round summaries of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -897,6 +919,52 @@ pub(crate) mod tests {
         assert_eq!(&w[2..], &[0.3, 0.4]);
         project_blocks(&mut w, 2, f64::INFINITY);
         assert!((norm(&w[..2]) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn server_update_with_coordinates_split_between_threads_has_the_sequential_bits() {
+        let mut st = 3u64;
+        let mut next = || {
+            st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (st >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        let (n, t_len, w_len) = (700, 101, 8);
+        let msgs: Vec<BatchGradients> = (0..n)
+            .map(|_| BatchGradients {
+                loss_grad: (0..t_len).map(|_| next()).collect(),
+                psi_theta_sfree: (0..t_len).map(|_| next()).collect(),
+                psi_theta: (0..t_len).map(|_| next()).collect(),
+                psi_w_sfree: (0..w_len).map(|_| next()).collect(),
+                psi_w: (0..w_len).map(|_| next()).collect(),
+                ..Default::default()
+            })
+            .collect();
+        let weights: Vec<f64> = (0..n).map(|_| next() + 0.5).collect();
+        assert!(n * t_len >= SERVER_PARALLEL_TERMS);
+        let cfg = ServerConfig { lam: 1.3, lr_theta: 0.2, lr_w: 0.7, w_radius: 0.5 };
+        let (theta0, w0): (Vec<f64>, Vec<f64>) = ((0..t_len).map(|_| next()).collect(), (0..w_len).map(|_| next()).collect());
+        let (mut theta, mut w) = (theta0.clone(), w0.clone());
+        server_update(&mut theta, &mut w, 4, &msgs, &weights, &cfg);
+        // The formula, one message after the other over all coordinates.
+        let (mut want_t, mut want_w) = (theta0, w0);
+        for (m, &om) in msgs.iter().zip(&weights) {
+            for t in 0..t_len {
+                want_t[t] -= cfg.lr_theta * om * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
+            }
+            for t in 0..w_len {
+                want_w[t] += cfg.lam * cfg.lr_w * om * (m.psi_w_sfree[t] + m.psi_w[t]);
+            }
+        }
+        project_blocks(&mut want_w, 4, cfg.w_radius);
+        assert_eq!(theta, want_t);
+        assert_eq!(w, want_w);
+        // On a one-thread pool the coordinates are not split: the same bits again.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let (mut theta1, mut w1) = (want_t.clone(), want_w.clone());
+        let (mut theta2, mut w2) = (want_t.clone(), want_w.clone());
+        server_update(&mut theta1, &mut w1, 4, &msgs, &weights, &cfg);
+        pool.install(|| server_update(&mut theta2, &mut w2, 4, &msgs, &weights, &cfg));
+        assert_eq!((theta1, w1), (theta2, w2));
     }
 
     #[test]
