@@ -24,6 +24,10 @@ pub const SHARED_AHEAD: u64 = 64;
 
 /// Busy-wait iterations before a waiting thread yields its core to the operating system.
 const SPINS_BEFORE_YIELD: u32 = 2_000;
+/// Yields of an idle helper before it naps ([`NAP_MICROS`] at a time) instead.
+const YIELDS_BEFORE_NAP: u32 = 2_000;
+/// An idle helper's nap.
+const NAP_MICROS: u64 = 50;
 
 /// A value on its own cache line (the two threads write different atomics; sharing a line would
 /// make each write invalidate the other thread's copy).
@@ -178,11 +182,16 @@ impl Board<'_> {
                 idle = 0;
                 continue;
             }
+            // Nothing to do: spin a little, then yield the core, then sleep in short naps (a
+            // helper with nothing left to draw, e.g. for one silo, does not hold a core for the
+            // rest of the call; the calling thread never waits for a helper that is not busy).
+            idle = idle.saturating_add(1);
             if idle < SPINS_BEFORE_YIELD {
-                idle += 1;
                 std::hint::spin_loop();
-            } else {
+            } else if idle < SPINS_BEFORE_YIELD + YIELDS_BEFORE_NAP {
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(NAP_MICROS));
             }
         }
     }
