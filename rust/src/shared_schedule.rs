@@ -70,7 +70,7 @@ struct Board<'a> {
     helper_failed: AtomicBool,
     /// θ and W of the open round, for the helper's tasks (the calling thread reads its own).
     params: RwLock<(Vec<f64>, Vec<f64>)>,
-    /// Ring of units: entry `(q mod SHARED_AHEAD) · tasks + t`.
+    /// Ring of units: entry `(q mod min(SHARED_AHEAD, n_rounds)) · tasks + t`.
     units: Vec<Mutex<Unit>>,
     states: Vec<AtomicU64>,
     /// One scratch per task (silo), whoever runs it.
@@ -83,7 +83,7 @@ impl Board<'_> {
     }
 
     fn entry(&self, q: u64, t: usize) -> usize {
-        (q % SHARED_AHEAD) as usize * self.tasks() + t
+        (q % SHARED_AHEAD.min(self.n_rounds)) as usize * self.tasks() + t
     }
 
     /// Draws unit `(q, t)` if nobody has claimed it; true if this call drew it.
@@ -228,7 +228,11 @@ pub(crate) fn run_shared(
     let (fairness, inv_sqrt_ps) = psi_tables;
     let tasks = active.len();
     assert!(tasks < 1 << 32, "too many silos for the shared schedule");
-    let ring = SHARED_AHEAD as usize * tasks;
+    if n_rounds == 0 {
+        return; // no helper to start
+    }
+    // The ring holds the units of at most SHARED_AHEAD rounds (fewer when the call has fewer).
+    let ring = SHARED_AHEAD.min(n_rounds) as usize * tasks;
     let board = Board {
         silos,
         cfgs: silo_cfgs,
