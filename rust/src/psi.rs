@@ -612,12 +612,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
             let mut xsq = 1.0;
             probs[0] = 0.0;
             probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
-            let dense_row = if converts {
-                rows.dense_row_into(i, &mut row_buf);
-                Some(&row_buf[..])
-            } else {
-                rows.dense_row(i)
-            };
+            let dense_row = dense_row_of(rows, i, converts, &mut row_buf);
             if let (1, Some(x)) = (lm1, dense_row) {
                 let (z, q) = dense_dot_and_square(x, &theta[..d]);
                 probs[1] += z;
@@ -646,18 +641,12 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
         for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
             let yi = y[i] as usize;
             let si = s[i] as usize;
-            let dense_row = if converts {
-                rows.dense_row_into(i, &mut row_buf);
-                Some(&row_buf[..])
-            } else {
-                rows.dense_row(i)
-            };
+            let dense_row = dense_row_of(rows, i, converts, &mut row_buf);
+            // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
+            log_likelihood.add(probs[yi]);
             if let Some(clip_theta) = binary_attribute {
-                log_likelihood.add(probs[yi]);
                 binary_attribute_row(probs, x_norm, yi, si, dims, psi, q, clip_theta, inv_m, coef, prob_sum, out);
             } else {
-                // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
-                log_likelihood.add(probs[yi]);
                 let (c_loss, rest) = coef.split_at_mut(lm1);
                 let (c_a, c_b) = rest.split_at_mut(lm1);
                 for v in 1..l {
@@ -821,6 +810,18 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     out.loss = -log_likelihood.total() * inv_m;
     out.psi *= inv_m;
     ws.row = row_buf;
+}
+
+/// Row `i` as a float64 slice when the kernel reads rows whole: in place when stored as float64,
+/// else (`converts`: float32 storage) converted into `buf`; `None` for rows read entry by entry.
+#[inline(always)]
+fn dense_row_of<'a, R: Rows>(rows: &'a R, i: usize, converts: bool, buf: &'a mut [f64]) -> Option<&'a [f64]> {
+    if converts {
+        rows.dense_row_into(i, buf);
+        Some(buf)
+    } else {
+        rows.dense_row(i)
+    }
 }
 
 /// `Σ ln p` over a batch (its cross-entropy loss, a diagnostic) with one `ln` at the end instead
