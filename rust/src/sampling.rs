@@ -129,12 +129,12 @@ impl Sampling {
                     FEISTEL_TABLES.with(|cell| {
                         let mut tables = cell.borrow_mut();
                         let table = tables.get(&perm);
-                        out.extend(slice.map(|p| perm.apply_with(table, p)));
+                        perm.apply_range_with(table, slice, |i| out.push(i));
                     });
                 } else {
                     out.extend(slice.map(|p| perm.apply(p)));
                 }
-                out.sort_unstable();
+                sort_distinct(out, n);
             }
             Sampling::FullBatch => out.extend(0..n),
         }
@@ -179,20 +179,49 @@ fn floyd_into<R: Rng + ?Sized>(rng: &mut R, n: usize, m: usize, out: &mut Vec<us
         }
         if words <= 4 * m {
             // Few words: read the picks back in increasing order from the bits (no sort).
-            out.clear();
-            for (w, word) in bits[..words].iter_mut().enumerate() {
-                let mut v = std::mem::take(word);
-                while v != 0 {
-                    out.push(w * 64 + v.trailing_zeros() as usize);
-                    v &= v - 1;
-                }
-            }
+            drain_bits(&mut bits[..words], out);
         } else {
             for &i in out.iter() {
                 bits[i / 64] = 0;
             }
             out.sort_unstable();
         }
+    });
+}
+
+/// Replaces `out` by the indices whose bits are set in `bits`, in increasing order, and clears
+/// those bits.
+fn drain_bits(bits: &mut [u64], out: &mut Vec<usize>) {
+    out.clear();
+    for (w, word) in bits.iter_mut().enumerate() {
+        let mut v = std::mem::take(word);
+        while v != 0 {
+            out.push(w * 64 + v.trailing_zeros() as usize);
+            v &= v - 1;
+        }
+    }
+}
+
+/// Sorts `out`, whose entries are distinct and below `n`: through the thread's membership bits
+/// when they are few against the entries (`n/64 ≤ 4·len`: one pass to set them, one to read them
+/// back), else by `sort_unstable`. Either way the same sorted list.
+fn sort_distinct(out: &mut Vec<usize>, n: usize) {
+    let words = n.div_ceil(64);
+    if words > 4 * out.len() {
+        out.sort_unstable();
+        return;
+    }
+    CHOSEN.with(|cell| {
+        let mut bits = cell.borrow_mut();
+        if bits.len() < words {
+            bits.resize(words, 0);
+        }
+        let count = out.len();
+        for &i in out.iter() {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+        drain_bits(&mut bits[..words], out);
+        debug_assert_eq!(out.len(), count, "sort_distinct: entries must be distinct");
     });
 }
 
@@ -234,6 +263,9 @@ pub struct EpochPermutation {
     k0: u64,
     k1: u64,
 }
+
+/// Positions [`EpochPermutation::apply_range_with`] walks through the network at once.
+const WALK_LANES: usize = 4;
 
 /// Rounds of the Feistel network of [`EpochPermutation`].
 pub const FEISTEL_ROUNDS: u64 = 6;
@@ -326,6 +358,51 @@ impl EpochPermutation {
             x = (left << self.half) | right;
             if (x as usize) < self.n {
                 return x as usize;
+            }
+        }
+    }
+
+    /// The images of the positions `range` (each below `n`) under the permutation, passed to
+    /// `emit` in no particular order, with the round function read from `table`
+    /// ([`EpochPermutation::tabulate`]): the values of [`EpochPermutation::apply_with`].
+    ///
+    /// One position's walk is a chain of dependent table loads (`FEISTEL_ROUNDS` per pass of the
+    /// network, and the passes of its cycle walking one after the other); [`WALK_LANES`]
+    /// positions walk at once here, so that their loads overlap. A lane whose value falls in
+    /// `0..n` emits it and takes the next position.
+    pub fn apply_range_with(&self, table: &[u32], range: std::ops::Range<usize>, mut emit: impl FnMut(usize)) {
+        let mask = (1u64 << self.half) - 1;
+        let mut next = range.start;
+        let mut x = [0u64; WALK_LANES];
+        let mut live = [false; WALK_LANES];
+        for (xl, ll) in x.iter_mut().zip(live.iter_mut()) {
+            if next < range.end {
+                (*xl, *ll) = (next as u64, true);
+                next += 1;
+            }
+        }
+        while live.iter().any(|&l| l) {
+            // One pass of the network on every lane (a finished lane's value is below 2^{2·half},
+            // so it indexes the table safely; it is not emitted).
+            let mut left = x.map(|v| v >> self.half);
+            let mut right = x.map(|v| v & mask);
+            for r in 0..FEISTEL_ROUNDS {
+                for (lv, rv) in left.iter_mut().zip(right.iter_mut()) {
+                    let f = table[((r << self.half) | *rv) as usize] as u64;
+                    (*lv, *rv) = (*rv, *lv ^ f);
+                }
+            }
+            for ((xl, ll), (lv, rv)) in x.iter_mut().zip(live.iter_mut()).zip(left.iter().zip(right.iter())) {
+                *xl = (lv << self.half) | rv;
+                if *ll && (*xl as usize) < self.n {
+                    emit(*xl as usize);
+                    if next < range.end {
+                        *xl = next as u64;
+                        next += 1;
+                    } else {
+                        *ll = false;
+                    }
+                }
             }
         }
     }
@@ -506,6 +583,45 @@ mod tests {
                 for p in (0..n).step_by((n / 300).max(1)) {
                     assert_eq!(perm.apply_with(&table, p), perm.apply(p), "n = {n}, seed = {seed}, p = {p}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn walking_positions_in_lanes_gives_each_position_its_image() {
+        use rand::SeedableRng;
+        for n in [1usize, 2, 3, 5, 17, 64, 100, 1000, 2000, 11_305, 70_000] {
+            let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(n as u64);
+            let perm = EpochPermutation::new(&mut rng, n);
+            let mut table = Vec::new();
+            perm.tabulate(&mut table);
+            // Ranges shorter than, equal to and longer than the lanes, at the start, middle and end.
+            for range in [0..n.min(1), 0..n.min(3), 0..n.min(4), n / 3..n.min(n / 3 + 7), n.saturating_sub(9)..n, 0..n] {
+                let mut got = Vec::new();
+                perm.apply_range_with(&table, range.clone(), |i| got.push(i));
+                let mut want: Vec<usize> = range.clone().map(|p| perm.apply(p)).collect();
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "n = {n}, range = {range:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sort_distinct_sorts_through_bits_or_by_comparison() {
+        use rand::{seq::SliceRandom, SeedableRng};
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        // (n, len): bits when n/64 ≤ 4·len, a comparison sort otherwise; the bits are left clear.
+        for (n, len) in [(1usize, 1usize), (64, 5), (2000, 64), (15_000, 256), (1_000_000, 64), (70, 70)] {
+            for _ in 0..3 {
+                let mut all: Vec<usize> = (0..n).collect();
+                all.shuffle(&mut rng);
+                let mut v = all[..len].to_vec();
+                let mut want = v.clone();
+                want.sort_unstable();
+                sort_distinct(&mut v, n);
+                assert_eq!(v, want, "n = {n}, len = {len}");
+                CHOSEN.with(|c| assert!(c.borrow().iter().all(|&w| w == 0)));
             }
         }
     }
