@@ -553,6 +553,23 @@ mod tests {
     }
 
     #[test]
+    fn shuffle_draws_equal_the_plain_walk_of_each_position_sorted() {
+        // The reference: the epoch's permutation keyed by the same stream, each position of the
+        // round's slice walked alone with SipHash evaluated directly, then a comparison sort.
+        for (n, m) in [(1usize, 1usize), (5, 2), (100, 7), (2000, 64), (11_305, 256), (70_000, 64), (300_000, 1000)] {
+            let s = Sampling::Shuffle { m };
+            for t in [0u64, 1, s.rounds_per_epoch(n) - 1, s.rounds_per_epoch(n) + 2] {
+                let mut rng = stream(9, 4, s.stream_index(t, n), Purpose::Batch);
+                let perm = EpochPermutation::new(&mut rng, n);
+                let pos = (t % s.rounds_per_epoch(n)) as usize * m;
+                let mut want: Vec<usize> = (pos..(pos + m).min(n)).map(|p| perm.apply(p)).collect();
+                want.sort_unstable();
+                assert_eq!(shuffle_batch(m, 9, 4, t, n), want, "n = {n}, m = {m}, t = {t}");
+            }
+        }
+    }
+
+    #[test]
     fn siphash24_matches_the_reference_vector_and_std() {
         // Aumasson–Bernstein test vector: key 00..0f, message 00..07.
         let k0 = u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]);
