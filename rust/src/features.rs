@@ -31,6 +31,12 @@ pub trait Rows: Sync {
     fn dense_row_into(&self, _i: usize, _buf: &mut [f64]) -> bool {
         false
     }
+    /// Row `i`'s stored entries as (columns, values), in increasing column order, when the rows
+    /// are stored as compressed sparse rows: the entries [`Rows::for_each`] visits.
+    #[inline]
+    fn sparse_row(&self, _i: usize) -> Option<(&[u32], &[f64])> {
+        None
+    }
     /// Hints that row `i` will be read soon (loads its cache lines in the background).
     #[inline]
     fn prefetch_row(&self, _i: usize) {}
@@ -145,6 +151,11 @@ impl Rows for Csr {
         for (&j, &v) in self.indices[a..b].iter().zip(&self.values[a..b]) {
             f(j as usize, v);
         }
+    }
+    #[inline]
+    fn sparse_row(&self, i: usize) -> Option<(&[u32], &[f64])> {
+        let (a, b) = (self.indptr[i], self.indptr[i + 1]);
+        Some((&self.indices[a..b], &self.values[a..b]))
     }
     #[inline]
     fn prefetch_row(&self, i: usize) {
