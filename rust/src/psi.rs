@@ -261,6 +261,45 @@ pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &m
     argmax(z)
 }
 
+/// For a two-class model on sparse rows: how many of the rows `0, step, 2·step, …` are predicted
+/// as class 1 (`None`, doing nothing, when the rows are not stored sparse). Each logit is the
+/// chain of [`predict_class`] (intercept, then the entries in column order), so the counts are
+/// its counts; two rows side by side let the processor overlap their chains.
+pub fn count_class_one_sparse<R: Rows>(rows: &R, step: usize, theta: &[f64]) -> Option<u64> {
+    let (n, d, step) = (rows.n_rows(), rows.n_features(), step.max(1));
+    if n == 0 {
+        return Some(0);
+    }
+    rows.sparse_row(0)?;
+    let logit = |z: &mut f64, cols: &[u32], vals: &[f64]| {
+        for (&j, &x) in cols.iter().zip(vals) {
+            *z += x * theta[j as usize];
+        }
+    };
+    let mut ones = 0u64;
+    let mut i = 0;
+    while i + step < n {
+        let ((ca, va), (cb, vb)) = (rows.sparse_row(i)?, rows.sparse_row(i + step)?);
+        let (mut za, mut zb) = (theta[d], theta[d]);
+        let m = ca.len().min(cb.len());
+        for ((&ja, &xa), (&jb, &xb)) in ca[..m].iter().zip(&va[..m]).zip(cb[..m].iter().zip(&vb[..m])) {
+            za += xa * theta[ja as usize];
+            zb += xb * theta[jb as usize];
+        }
+        logit(&mut za, &ca[m..], &va[m..]);
+        logit(&mut zb, &cb[m..], &vb[m..]);
+        ones += (za > 0.0) as u64 + (zb > 0.0) as u64;
+        i += 2 * step;
+    }
+    if i < n {
+        let (c, v) = rows.sparse_row(i)?;
+        let mut z = theta[d];
+        logit(&mut z, c, v);
+        ones += (z > 0.0) as u64;
+    }
+    Some(ones)
+}
+
 /// The index of the largest entry (ties: the lowest index).
 #[inline]
 fn argmax(z: &[f64]) -> usize {
@@ -1392,6 +1431,26 @@ mod tests {
                 assert_eq!(run(false), run(true), "{protect:?}, batch of {len}");
             }
         }
+    }
+
+    #[test]
+    fn sparse_class_one_counts_are_predict_class_counts() {
+        let mut c = case(30, 2, 2, 101, Fairness::DemographicParity, 4);
+        for (idx, v) in c.x.iter_mut().enumerate() {
+            if (idx * 7919) % 10 < 6 || (idx / 30) % 13 == 0 {
+                *v = 0.0;
+            }
+        }
+        // Logits near zero for some rows: their signs must agree exactly.
+        let csr = Csr::from_dense(&c.x, 30);
+        for scale in [1.0, 1e-3] {
+            let theta: Vec<f64> = c.theta.iter().map(|t| t * scale).collect();
+            for step in [1usize, 2, 3, 50, 100, 101, 500] {
+                let want = (0..101).step_by(step).filter(|&i| predict_class(&csr, i, &theta, 2, &mut [0.0; 2]) == 1).count() as u64;
+                assert_eq!(count_class_one_sparse(&csr, step, &theta), Some(want), "step {step}");
+            }
+        }
+        assert_eq!(count_class_one_sparse(&Dense { x: &c.x, d: 30 }, 1, &c.theta), None);
     }
 
     #[test]

@@ -320,8 +320,14 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
         let mut z = vec![0.0; l];
         let step = silo.len().div_ceil(per_silo.max(1)).max(1);
         crate::with_rows!(&silo.x, rows => {
-            for i in (0..silo.len()).step_by(step) {
-                counts[crate::psi::predict_class(rows, i, theta, l, &mut z)] += 1;
+            let ones = if l == 2 { crate::psi::count_class_one_sparse(rows, step, theta) } else { None };
+            match ones {
+                Some(ones) => (counts[0], counts[1]) = (silo.len().div_ceil(step) as u64 - ones, ones),
+                None => {
+                    for i in (0..silo.len()).step_by(step) {
+                        counts[crate::psi::predict_class(rows, i, theta, l, &mut z)] += 1;
+                    }
+                }
             }
         });
         counts
