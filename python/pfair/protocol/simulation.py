@@ -229,6 +229,11 @@ class Simulation:
             n_classes=l, lam=float(st.lam), lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
             silo_features=list(fed.silos) if self.silo_set is not None else None,
             counts=self.silo_set.predict_counts if self.silo_set is not None else None)
+        # Exact batch diagnostics depend on every record's s: kept only when asked for, or when
+        # nothing is private.
+        keep_exact = st.exact_diagnostics or not st.private
+        configs = [p.config for p in self.parties]
+        batch_keys, noise_keys = [p.keys.batch for p in self.parties], [p.keys.noise for p in self.parties]
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
             from pfair._progress import progress_bar
@@ -262,8 +267,8 @@ class Simulation:
                 om = np.zeros(fed.n_silos)
                 om[active] = weights[active] / weights[active].sum()
                 out = self.silo_set.run_rounds(
-                    theta, w, inv, [p.config for p in self.parties], om.tolist(),
-                    batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
+                    theta, w, inv, configs, om.tolist(),
+                    batch_keys=batch_keys, noise_keys=noise_keys,
                     lam=float(server.lam), lr_theta=lr, lr_w=st.server_lr_w(server.lam), w_radius=float(st.w_radius or math.inf),
                     start=start, n_rounds=R, snapshot_round=pick,
                 )
@@ -271,7 +276,7 @@ class Simulation:
                 if out["snapshot"] is not None:
                     state.snapshot = out["snapshot"]
                 exact = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
-                         "clipped": int(np.sum(out["clipped"]))}
+                         "clipped": int(np.sum(out["clipped"]))} if keep_exact else {}
                 answered = len(active)
             else:
                 answered = 0
@@ -302,7 +307,7 @@ class Simulation:
             info = {"epoch": epoch + 1, "lr_theta": lr, "silos_answering": answered,
                     "theta_norm": float(np.linalg.norm(theta)), "w_norm": float(np.linalg.norm(w)),
                     "update_norm": float(np.linalg.norm(theta - before))}
-            if st.exact_diagnostics or not st.private:
+            if keep_exact:
                 info.update(exact)
             if server.controller is not None:
                 info.update(self.target_step(theta, epoch, active, refused))
