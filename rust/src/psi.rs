@@ -262,42 +262,61 @@ pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &m
 }
 
 /// For a two-class model on sparse rows: how many of the rows `0, step, 2·step, …` are predicted
-/// as class 1 (`None`, doing nothing, when the rows are not stored sparse). Each logit is the
-/// chain of [`predict_class`] (intercept, then the entries in column order), so the counts are
-/// its counts; two rows side by side let the processor overlap their chains.
+/// as class 1 (`None`, doing nothing, when the rows are not stored sparse): two rows at a time
+/// ([`sparse_logit_pair`]), each logit the chain of [`predict_class`], so the counts are its.
 pub fn count_class_one_sparse<R: Rows>(rows: &R, step: usize, theta: &[f64]) -> Option<u64> {
     let (n, d, step) = (rows.n_rows(), rows.n_features(), step.max(1));
     if n == 0 {
         return Some(0);
     }
     rows.sparse_row(0)?;
-    let logit = |z: &mut f64, cols: &[u32], vals: &[f64]| {
-        for (&j, &x) in cols.iter().zip(vals) {
-            *z += x * theta[j as usize];
-        }
-    };
     let mut ones = 0u64;
     let mut i = 0;
     while i + step < n {
-        let ((ca, va), (cb, vb)) = (rows.sparse_row(i)?, rows.sparse_row(i + step)?);
-        let (mut za, mut zb) = (theta[d], theta[d]);
-        let m = ca.len().min(cb.len());
-        for ((&ja, &xa), (&jb, &xb)) in ca[..m].iter().zip(&va[..m]).zip(cb[..m].iter().zip(&vb[..m])) {
-            za += xa * theta[ja as usize];
-            zb += xb * theta[jb as usize];
-        }
-        logit(&mut za, &ca[m..], &va[m..]);
-        logit(&mut zb, &cb[m..], &vb[m..]);
+        let [(za, _), (zb, _)] = sparse_logit_pair(theta, d, rows.sparse_row(i)?, rows.sparse_row(i + step)?);
         ones += (za > 0.0) as u64 + (zb > 0.0) as u64;
         i += 2 * step;
     }
     if i < n {
-        let (c, v) = rows.sparse_row(i)?;
-        let mut z = theta[d];
-        logit(&mut z, c, v);
+        let (z, _) = sparse_logit(theta, d, rows.sparse_row(i)?);
         ones += (z > 0.0) as u64;
     }
     Some(ones)
+}
+
+/// A sparse row's logit under a two-class model, `θ_d + Σ x_j θ_j`, and `1 + Σ x_j²` (its
+/// ‖x̃‖²): two chains of adds, entries in column order, as the kernel and [`predict_class`] sum
+/// them.
+#[inline(always)]
+fn sparse_logit(theta: &[f64], d: usize, row: (&[u32], &[f64])) -> (f64, f64) {
+    sparse_logit_from(theta, row.0, row.1, (theta[d], 1.0))
+}
+
+/// [`sparse_logit`]'s two chains continued over the entries `cols`, `vals` from `(z, xsq)`.
+#[inline(always)]
+fn sparse_logit_from(theta: &[f64], cols: &[u32], vals: &[f64], (mut z, mut xsq): (f64, f64)) -> (f64, f64) {
+    for (&j, &x) in cols.iter().zip(vals) {
+        z += x * theta[j as usize];
+        xsq += x * x;
+    }
+    (z, xsq)
+}
+
+/// [`sparse_logit`] of two rows side by side: each row's chains are exactly its own, so the
+/// values are the same, but the processor overlaps the two rows' chains (one row's chain of
+/// dependent adds, with the work around it, fills the reorder window).
+#[inline(always)]
+fn sparse_logit_pair(theta: &[f64], d: usize, a: (&[u32], &[f64]), b: (&[u32], &[f64])) -> [(f64, f64); 2] {
+    let ((ja, va), (jb, vb)) = (a, b);
+    let (mut za, mut sa, mut zb, mut sb) = (theta[d], 1.0, theta[d], 1.0);
+    let n = ja.len().min(jb.len());
+    for ((&ca, &xa), (&cb, &xb)) in ja[..n].iter().zip(&va[..n]).zip(jb[..n].iter().zip(&vb[..n])) {
+        za += xa * theta[ca as usize];
+        sa += xa * xa;
+        zb += xb * theta[cb as usize];
+        sb += xb * xb;
+    }
+    [sparse_logit_from(theta, &ja[n..], &va[n..], (za, sa)), sparse_logit_from(theta, &jb[n..], &vb[n..], (zb, sb))]
 }
 
 /// The index of the largest entry (ties: the lowest index).
@@ -855,10 +874,8 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
 }
 
 /// Pass 1 of [`batch_gradients_into`] for two classes and sparse rows (false, doing nothing,
-/// when the rows are not stored sparse): two records at a time. Each record's logit and ‖x̃‖²
-/// are the same chains of adds, in column order, as one record at a time, so the bits are the
-/// same; two records' chains side by side let the processor overlap them (one record's chain of
-/// about 14 dependent adds, its exponential and its square root fill the reorder window).
+/// when the rows are not stored sparse): two records at a time ([`sparse_logit_pair`]), each
+/// with the chains of one record alone, so the bits are the same.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn sparse_binary_first_pass<R: Rows>(
@@ -883,8 +900,7 @@ fn sparse_binary_first_pass<R: Rows>(
         }
     };
     let row = |i: usize| rows.sparse_row(i).expect("sparse rows");
-    let intercept = theta[d];
-    let mut finish = |t: usize, z: f64, xsq: f64| {
+    let mut finish = |t: usize, (z, xsq): (f64, f64)| {
         let p = &mut probs[2 * t..2 * t + 2];
         (p[0], p[1]) = (0.0, z);
         softmax_in_place(p);
@@ -894,36 +910,14 @@ fn sparse_binary_first_pass<R: Rows>(
     while t + 1 < chunk.len() {
         prefetch(first + t);
         prefetch(first + t + 1);
-        let ((ja, va), (jb, vb)) = (row(chunk[t]), row(chunk[t + 1]));
-        let (mut za, mut sa, mut zb, mut sb) = (intercept, 1.0, intercept, 1.0);
-        let n = ja.len().min(jb.len());
-        for ((&ca, &xa), (&cb, &xb)) in ja[..n].iter().zip(&va[..n]).zip(jb[..n].iter().zip(&vb[..n])) {
-            za += xa * theta[ca as usize];
-            sa += xa * xa;
-            zb += xb * theta[cb as usize];
-            sb += xb * xb;
-        }
-        for (&c, &x) in ja[n..].iter().zip(&va[n..]) {
-            za += x * theta[c as usize];
-            sa += x * x;
-        }
-        for (&c, &x) in jb[n..].iter().zip(&vb[n..]) {
-            zb += x * theta[c as usize];
-            sb += x * x;
-        }
-        finish(t, za, sa);
-        finish(t + 1, zb, sb);
+        let [a, b] = sparse_logit_pair(theta, d, row(chunk[t]), row(chunk[t + 1]));
+        finish(t, a);
+        finish(t + 1, b);
         t += 2;
     }
     if t < chunk.len() {
         prefetch(first + t);
-        let (ja, va) = row(chunk[t]);
-        let (mut z, mut xsq) = (intercept, 1.0);
-        for (&c, &x) in ja.iter().zip(va) {
-            z += x * theta[c as usize];
-            xsq += x * x;
-        }
-        finish(t, z, xsq);
+        finish(t, sparse_logit(theta, d, row(chunk[t])));
     }
     true
 }
