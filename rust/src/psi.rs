@@ -888,7 +888,7 @@ fn sparse_binary_first_pass<R: Rows>(
     probs: &mut [f64],
     norms: &mut [f64],
 ) -> bool {
-    if chunk.first().is_none_or(|&i| rows.sparse_row(i).is_none()) {
+    if !chunk.first().is_some_and(|&i| rows.sparse_row(i).is_some()) {
         return false;
     }
     let prefetch = |bi: usize| {
@@ -953,9 +953,11 @@ impl Default for LogSum {
 
 impl LogSum {
     const SCALE: i32 = 500;
-    /// `2^-SCALE`; the product stays in `[2^-2·SCALE, 1]` (or just above 1 by rounding).
-    const TINY: f64 = f64::from_bits(((1023 - Self::SCALE) as u64) << 52);
-    const UP: f64 = f64::from_bits(((1023 + Self::SCALE) as u64) << 52);
+    /// `2^-SCALE`; the product stays in `[2^-2·SCALE, 1]` (or just above 1 by rounding). As
+    /// literals (`f64::from_bits` is not `const` before Rust 1.83; a test checks both powers).
+    const TINY: f64 = 3.054_936_363_499_605e-151;
+    /// `2^SCALE`.
+    const UP: f64 = 3.273_390_607_896_142e150;
 
     #[inline(always)]
     fn add(&mut self, p: f64) {
@@ -1206,6 +1208,8 @@ mod tests {
 
     #[test]
     fn log_sum_equals_the_sum_of_logarithms() {
+        assert_eq!(LogSum::TINY, 2f64.powi(-LogSum::SCALE));
+        assert_eq!(LogSum::UP, 2f64.powi(LogSum::SCALE));
         let mut st = 7u64;
         for case in 0..4 {
             let ps: Vec<f64> = (0..3000)
