@@ -204,3 +204,110 @@ def test_reply_object_pulls_end_at_the_round_deadline():
     with pytest.raises(ObjectPullError):
         http_grid.pull_objects(object_ids=["a"], pull_object_fn=never, max_tries_per_object=2)
     assert time.monotonic() - t0 > 0.7
+
+
+def _run_script(tmp_path, name: str, code: str, timeout: float = 120) -> str:
+    """Run ``code`` in its own Python process (forks and Flower's patched defaults stay out of
+    the test worker); returns its stdout, after checking it exited cleanly."""
+    import subprocess
+    import sys
+
+    script = tmp_path / name
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
+    """pfair.flower.fast_superexec.short_pull_backoff: an object that is not there yet is asked
+    again after 0.05 s, then 0.1 s, ... up to 0.5 s (Flower's own: 1 s up to 10 s), also through
+    the helper that pulls a whole message; Flower's number of tries stays."""
+    out = _run_script(tmp_path, "backoff.py", (
+        "import threading\n"
+        "from flwr.supercore.inflatable import inflatable_utils as iu\n"
+        "from pfair.flower import fast_superexec as fx\n"
+        "print('FLOWER', iu.pull_objects.__kwdefaults__['initial_backoff'],"
+        " iu.pull_objects.__kwdefaults__['backoff_cap'])\n"
+        "assert fx.short_pull_backoff()\n"
+        "kw = iu.pull_objects.__kwdefaults__\n"
+        "print('PFAIR', kw['initial_backoff'], kw['backoff_cap'], kw['max_tries_per_object'],"
+        " iu.pull_and_inflate_object_from_tree.__kwdefaults__['initial_backoff'])\n"
+        "waits = []\n"
+        "class Event(threading.Event):\n"
+        "    def wait(self, timeout=None):\n"
+        "        waits.append(timeout)\n"
+        "        return False\n"
+        "iu.threading = fx.module_with(threading, Event=Event)\n"
+        "iu.random = fx.module_with(iu.random, uniform=lambda a, b: 0.0)  # no jitter\n"
+        "tries = []\n"
+        "def pull(object_id):\n"
+        "    tries.append(object_id)\n"
+        "    if len(tries) < 7:\n"
+        "        raise iu.ObjectUnavailableError(object_id)\n"
+        "    return b'x'\n"
+        "print('GOT', iu.pull_objects(['a'], pull_object_fn=pull), len(tries))\n"
+        "print('WAITS', ' '.join(f'{w:g}' for w in waits))\n"))
+    assert "FLOWER 1 10" in out
+    assert "PFAIR 0.05 0.5 500 0.05" in out
+    assert "GOT {'a': b'x'} 7" in out
+    assert "WAITS 0.05 0.1 0.2 0.4 0.5 0.5" in out
+
+
+def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
+    """pfair.flower.fast_superexec.Zygote / superexec_popen: a process forked early (single
+    threaded) runs Flower's own flower-superexec with the arguments of the first start, in a new
+    session when asked; later starts and other commands go to the real Popen; the handle stops and
+    reaps it like a Popen; an unused zygote ends with its parent's pipe; a waiting SuperExec wakes
+    on notify."""
+    out = _run_script(tmp_path, "zygote.py", (
+        "import os, sys, time\n"
+        "from pfair.flower import fast_superexec as fx\n"
+        "started = []\n"
+        "popen = fx.superexec_popen(fx.CLIENTAPP_COMMAND, real=lambda args, *a, **kw: started.append(list(args)))\n"
+        "print('ZYGOTE', popen.zygote is not None, flush=True)\n"
+        "p = popen(['flower-superexec', '--help'])\n"
+        "print('HANDLE', type(p).__name__, p.pid == popen.zygote.pid, flush=True)\n"
+        "print('EXIT', p.wait(timeout=60), p.poll(), flush=True)\n"
+        "popen(['flower-superexec', '--insecure'])\n"
+        "popen(['echo', 'hi'])\n"
+        "print('REAL', started, flush=True)\n"
+        # A new session when asked (Flower's SuperLink detaches its SuperExec so).
+        "z = fx.Zygote(lambda: print('SESSION', os.getsid(0) == os.getpid(), sys.argv, flush=True))\n"
+        "print('EXIT2', z.start(['x', 'y'], new_session=True).wait(timeout=30), flush=True)\n"
+        "try:\n"
+        "    z.start(['again'])\n"
+        "except RuntimeError as e:\n"
+        "    print('ONCE', e, flush=True)\n"
+        # terminate / wait(timeout) as Flower's SuperLink does at shutdown.
+        "z = fx.Zygote(lambda: time.sleep(60))\n"
+        "h = z.start(['sleeper'])\n"
+        "try:\n"
+        "    h.wait(timeout=0.2)\n"
+        "except Exception as e:\n"
+        "    print('TIMEOUT', type(e).__name__, flush=True)\n"
+        "h.terminate()\n"
+        "print('TERMINATED', h.wait(timeout=30), flush=True)\n"
+        # Never started: ends when this side's pipe closes.
+        "z = fx.Zygote(lambda: print('NEVER', flush=True))\n"
+        "os.close(z._write_fd)\n"
+        "_, status = os.waitpid(z.pid, 0)\n"
+        "print('UNUSED', os.waitstatus_to_exitcode(status), flush=True)\n"
+        # The SuperExec's wait between two polls for tasks returns when woken.
+        "r, w = os.pipe()\n"
+        "wait = fx.waiter(r)\n"
+        "t0 = time.monotonic(); wait(0.05); idle = time.monotonic() - t0\n"
+        "fx.notify(w); fx.notify(w)\n"
+        "t0 = time.monotonic(); wait(30); woken = time.monotonic() - t0\n"
+        "t0 = time.monotonic(); wait(0.05); drained = time.monotonic() - t0\n"
+        "print('WAKE', idle >= 0.04, woken < 5, drained >= 0.04, flush=True)\n"))
+    assert "ZYGOTE True" in out and "HANDLE _Started True" in out
+    assert "usage: flower-superexec" in out  # Flower's own parser ran in the zygote, with the start's argv
+    assert "EXIT 0 0" in out
+    # A second SuperExec is a fresh process of pfair's warm-fork SuperExec; anything else is untouched.
+    assert "'-m', 'pfair.flower.fast_superexec', '--insecure']" in out and "['echo', 'hi']]" in out
+    assert "SESSION True ['x', 'y']" in out and "EXIT2 0" in out and "ONCE a zygote starts once" in out
+    assert "TIMEOUT TimeoutExpired" in out and "TERMINATED -15" in out
+    assert "UNUSED 0" in out and "NEVER" not in out
+    assert "WAKE True True True" in out

@@ -103,11 +103,12 @@ def descendants(pids: Sequence[int]) -> set[int]:
 class LoopbackDeployment:
     """SuperLink + SuperNodes on 127.0.0.1 (use as a context manager: teardown always runs).
 
-    ``fast_poll`` (default): the SuperExec polls for tasks every 0.1 s, and the SuperNodes run as
-    :mod:`pfair.flower.fast_supernode` (Flower's command with a 0.2 s idle poll instead of 3 s,
-    whose SuperExec forks each message's ClientApp from a warm process that has imported Flower
-    and pfair once: :mod:`pfair.flower.fast_superexec`), so a local round is not dominated by
-    waiting and process start-up. ``fast_poll=False`` runs Flower's defaults."""
+    ``fast_poll`` (default): the SuperLink runs as :mod:`pfair.flower.fast_superlink` and the
+    SuperNodes as :mod:`pfair.flower.fast_supernode`: Flower's commands with a 0.2 s idle poll
+    instead of 3 s, short retries of object pulls, and SuperExecs that are forks of their node
+    and fork each ServerApp and ClientApp process from a warm process that has imported Flower
+    and pfair once (:mod:`pfair.flower.fast_superexec`), so a local round is not dominated by
+    waiting and process start-up. ``fast_poll=False`` runs Flower's own commands and defaults."""
 
     def __init__(self, workdir: str | os.PathLike | None = None, *, fast_poll: bool = True,
                  env: Mapping[str, str] | None = None) -> None:
@@ -149,8 +150,10 @@ class LoopbackDeployment:
     def start_superlink(self, timeout: float = 30.0) -> float:
         """Start the SuperLink; returns the seconds until it answers ``/health``."""
         t0 = time.monotonic()
-        self._spawn("superlink", [str(self.bindir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                                  "--port", str(self.link_port), "--disable-runtime-dependency-installation"])
+        exe = ([sys.executable, "-m", "pfair.flower.fast_superlink"] if self.fast_poll
+               else [str(self.bindir / "flower-superlink")])
+        self._spawn("superlink", exe + ["--insecure", "--host", "127.0.0.1", "--port", str(self.link_port),
+                                        "--disable-runtime-dependency-installation"])
         url = f"http://127.0.0.1:{self.link_port}/health"
         while time.monotonic() - t0 < timeout:
             if self.procs["superlink"].poll() is not None:
@@ -168,7 +171,7 @@ class LoopbackDeployment:
         """Start a SuperNode with its own ``--node-config`` (its silo's private settings)."""
         port = free_ports(1)[0]
         cfg = " ".join(f"{k}={_toml(v)}" for k, v in node_config.items())
-        # fast_poll: Flower's own command with its 3 s idle poll shortened (pfair.flower.fast_supernode).
+        # fast_poll: Flower's own command, tuned for one machine (pfair.flower.fast_supernode).
         exe = ([sys.executable, "-m", "pfair.flower.fast_supernode"] if self.fast_poll
                else [str(self.bindir / "flower-supernode")])
         return self._spawn(name, exe + ["--insecure", "--superlink", f"127.0.0.1:{self.link_port}", "--host",

@@ -1,21 +1,29 @@
-"""``python -m pfair.flower.fast_superexec ARGS``: Flower's ``flower-superexec ARGS`` whose
-ClientApp processes are forked from a warm process, for loopback runs (the tests and
-``pfair deploy local``).
+"""``python -m pfair.flower.fast_superexec ARGS``: Flower's ``flower-superexec ARGS`` whose app
+processes are forked from a warm process, for loopback runs (the tests and ``pfair deploy local``).
 
 A Flower 1.41 SuperNode hands every message to a new ``flwr-clientapp`` process, started by its
-SuperExec. Most of that process's life is importing Flower and pfair (about 2 s of CPU here, for
-a round that computes in milliseconds), and on one machine the silos' processes compete for the
-same cores. This entry point runs Flower's SuperExec unchanged except for that launch: at start
-it forks a *warm* process (single-threaded, before the SuperExec opens any connection or thread)
-that imports the ClientApp's modules once, and every ``flwr-clientapp ARGS`` the SuperExec would
-start becomes a fork of the warm process that runs Flower's own ``flwr-clientapp`` function
-with the same ``ARGS``. Other task types are started as before.
+SuperExec, and the SuperLink's own SuperExec starts a new ``flwr-serverapp`` process for every
+run. Most of such a process's life is importing Flower and pfair (about 2 s of CPU here, for a
+round that computes in milliseconds), and on one machine all parties' processes compete for the
+same cores. This module runs Flower's SuperExec unchanged except for those launches: at start it
+forks a *warm* process (single-threaded, before the SuperExec opens any connection or thread)
+that has imported the app's modules, and every ``flwr-clientapp ARGS`` (or ``flwr-serverapp
+ARGS``) the SuperExec would start becomes a fork of the warm process that runs Flower's own
+``flwr-clientapp`` (``flwr-serverapp``) function with the same ``ARGS``. Other task types are
+started as before.
 
-Nothing private is shared between messages by this: the warm process holds only imported code
-(no data, no key, no connection; it never runs a ClientApp itself), each fork pulls its message
-over Flower's Runtime API exactly as a fresh process would, and a silo's secret keys come from
-the operating system's entropy (``getrandom``), which a fork does not copy. A deployment on
-separate machines uses ``flower-supernode`` itself (``docs/deploy.md``).
+:class:`Zygote` goes one step further: :mod:`pfair.flower.fast_supernode` and
+:mod:`pfair.flower.fast_superlink` import Flower's SuperExec and the apps' modules *before*
+they start, fork a zygote while still single-threaded, and when Flower starts its
+``flower-superexec`` process the zygote becomes that SuperExec, with the same arguments. A
+SuperNode, its SuperExec and its warm process then import Flower once instead of three times.
+
+Nothing private is shared between messages by this: the zygote and the warm process are forked
+before the SuperNode reads its node config and hold only imported code (no data, no key, no
+connection; the warm process never runs an app itself), each fork pulls its message over Flower's
+Runtime API exactly as a fresh process would, and a silo's secret keys come from the operating
+system's entropy (``getrandom``), which a fork does not copy. A deployment on separate machines
+uses ``flower-supernode`` itself (``docs/deploy.md``).
 
 ``PFAIR_CLIENTAPP_PRELOAD``: comma-separated modules the warm process imports (default: Flower's
 ClientApp runtime and :mod:`pfair.flower.client_app`; add ``torch`` for deep models).
@@ -30,11 +38,26 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import types
-from typing import Any
+from typing import Any, Callable
 
-DEFAULT_PRELOAD = ("flwr.supernode.cli.flwr_clientapp", "pfair.flower.client_app")
+# An app command Flower's SuperExec launches -> (module, function) of Flower's own entry point.
+APP_COMMANDS = {
+    "flwr-clientapp": ("flwr.supernode.cli.flwr_clientapp", "flwr_clientapp"),
+    "flwr-serverapp": ("flwr.superlink.cli.flwr_serverapp", "flwr_serverapp"),
+}
 CLIENTAPP_COMMAND = "flwr-clientapp"
+SERVERAPP_COMMAND = "flwr-serverapp"
+# The modules an app's process needs: Flower's entry point and pfair's app.
+APP_MODULES = {
+    CLIENTAPP_COMMAND: (APP_COMMANDS[CLIENTAPP_COMMAND][0], "pfair.flower.client_app"),
+    SERVERAPP_COMMAND: (APP_COMMANDS[SERVERAPP_COMMAND][0], "pfair.flower.server_app"),
+}
+# What an app would otherwise import on every message: httpx's transport (httpcore, h11) when it
+# opens the Runtime API client, and a silo's Parquet shard reader. Optional: a fork imports a
+# missing one itself (or does not need it).
+WARM_EXTRAS = ("httpcore", "h11", "pyarrow.parquet", "pyarrow.dataset", "pfair.datasets.shards", "encodings.cp437")
 
 
 def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
@@ -47,13 +70,66 @@ def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
     return shim
 
 
-def _preload() -> list[str]:
-    extra = os.environ.get("PFAIR_CLIENTAPP_PRELOAD", "")
-    return list(DEFAULT_PRELOAD) + [m.strip() for m in extra.split(",") if m.strip()]
+def short_pull_backoff() -> bool:
+    """Make this process's object pulls retry after 0.05 s (doubling up to 0.5 s) instead of
+    Flower's 1 s (up to 10 s); returns whether Flower's ``pull_objects`` was found.
+
+    A Flower 1.41 message is announced before its objects are uploaded, and the party that pulls
+    it may ask for an object in between: it then backs off for 1 s. On loopback that race is lost
+    in about half of the messages (the SuperNode pulling the server's message from the SuperLink,
+    the ClientApp pulling it from the SuperNode), and each loss adds a second to a round that
+    otherwise takes a few hundred milliseconds. Only the waiting between retries changes: Flower's
+    limits stay (500 tries of an object, 2 hours), so a pull whose object never comes now gives up
+    after about 4 minutes of tries instead of 2 hours. ``PFAIR_PULL_BACKOFF`` sets the first wait."""
+    try:
+        from flwr.supercore.inflatable import inflatable_utils
+    except ImportError:  # pragma: no cover - another Flower layout
+        return False
+    first = float(os.environ.get("PFAIR_PULL_BACKOFF", "0.05"))
+    found = False
+    for fn in vars(inflatable_utils).values():  # pull_objects and the helpers that pass theirs on
+        defaults = getattr(fn, "__kwdefaults__", None)
+        if getattr(fn, "__module__", None) == inflatable_utils.__name__ and defaults \
+                and "initial_backoff" in defaults and "backoff_cap" in defaults:
+            defaults.update(initial_backoff=first, backoff_cap=10 * first)
+            found = True
+    return found
 
 
-def _run_clientapp(request: dict[str, Any], pipe_fd: int) -> None:
-    """In a fork of the warm process: Flower's ``flwr-clientapp`` with the request's arguments;
+def preload_modules(command: str = CLIENTAPP_COMMAND) -> list[str]:
+    """The modules a warm process for ``command`` imports: the app's, then
+    ``PFAIR_CLIENTAPP_PRELOAD`` (ClientApps only)."""
+    extra = os.environ.get("PFAIR_CLIENTAPP_PRELOAD", "") if command == CLIENTAPP_COMMAND else ""
+    return list(APP_MODULES[command]) + [m.strip() for m in extra.split(",") if m.strip()]
+
+
+def preload(command: str = CLIENTAPP_COMMAND) -> None:
+    """Import what an app process of ``command`` needs (a module that fails to import is reported
+    and left to the app's process, which then fails as a fresh process would)."""
+    for name in preload_modules(command):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a fork imports what is missing itself
+            print(f"pfair.flower.fast_superexec: could not preload {name}: {exc}", file=sys.stderr, flush=True)
+    for name in WARM_EXTRAS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    short_pull_backoff()
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
+
+
+def _run_app(request: dict[str, Any], pipe_fd: int) -> None:
+    """In a fork of the warm process: Flower's own app command with the request's arguments;
     never returns."""
     code = 1
     try:
@@ -65,9 +141,8 @@ def _run_clientapp(request: dict[str, Any], pipe_fd: int) -> None:
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
         sys.argv = list(request["argv"])
-        from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
-
-        flwr_clientapp()
+        module, function = APP_COMMANDS[sys.argv[0]]
+        getattr(importlib.import_module(module), function)()
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -76,24 +151,15 @@ def _run_clientapp(request: dict[str, Any], pipe_fd: int) -> None:
 
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
-        os._exit(code)
+        _flush_and_exit(code)
 
 
-def _warm_process(read_fd: int) -> None:
-    """The warm process: import the ClientApp's modules, then fork one child per request line
+def _warm_process(read_fd: int, command: str) -> None:
+    """The warm process: import ``command``'s modules, then fork one child per request line
     (JSON) read from ``read_fd``; exits when the SuperExec closes the pipe. Never returns."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the SuperExec handles Ctrl-C; EOF ends us
-    for name in _preload():
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - a fork imports what is missing itself
-            print(f"pfair.flower.fast_superexec: could not preload {name}: {exc}", file=sys.stderr, flush=True)
+    preload(command)
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         for line in iter(pipe.readline, b""):
             try:
@@ -101,19 +167,23 @@ def _warm_process(read_fd: int) -> None:
             except ValueError:
                 continue
             if os.fork() == 0:
-                _run_clientapp(request, pipe.fileno())
+                _run_app(request, pipe.fileno())
     os._exit(0)
 
 
 class WarmLauncher:
-    """The SuperExec's side: sends each ``flwr-clientapp`` launch to the warm process."""
+    """The SuperExec's side: sends each ``command`` launch to the warm process."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = CLIENTAPP_COMMAND, close_in_child: tuple[int, ...] = ()) -> None:
+        if command not in APP_COMMANDS:
+            raise ValueError(f"command={command!r}: a warm process runs one of {sorted(APP_COMMANDS)}")
+        self.command = command
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the warm process (exercised through the Flower tests)
-            os.close(write_fd)
-            _warm_process(read_fd)
+            for fd in (write_fd, *close_in_child):
+                os.close(fd)
+            _warm_process(read_fd, command)
         os.close(read_fd)
         self.pid = pid
         self._pipe = os.fdopen(write_fd, "wb", buffering=0)
@@ -148,31 +218,198 @@ class _Launched:
 
 
 def install(launcher: WarmLauncher) -> None:
-    """Route the SuperExec's ``flwr-clientapp`` launches to ``launcher``; any other command, or a
-    launch when the warm process is gone, is started by ``subprocess.Popen`` as before."""
+    """Route the SuperExec's launches of ``launcher.command`` to ``launcher``; any other command,
+    or a launch when the warm process is gone, is started by ``subprocess.Popen`` as before."""
     from flwr.supercore.superexec.executor import subprocess_executor
 
     real = subprocess.Popen
 
     def popen(args: Any, *a: Any, **kw: Any) -> Any:
         argv = list(args) if isinstance(args, (list, tuple)) else None
-        if argv and os.path.basename(str(argv[0])) == CLIENTAPP_COMMAND and not a and set(kw) <= {"stdout", "stderr"}:
+        if argv and os.path.basename(str(argv[0])) == launcher.command and not a and set(kw) <= {"stdout", "stderr"}:
             quiet = kw.get("stdout") is subprocess.DEVNULL
-            if launcher.alive() and launcher.launch([CLIENTAPP_COMMAND] + [str(v) for v in argv[1:]], quiet):
+            if launcher.alive() and launcher.launch([launcher.command] + [str(v) for v in argv[1:]], quiet):
                 return _Launched(argv)
         return real(args, *a, **kw)
 
     subprocess_executor.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
 
 
-def main() -> int:
-    # Fork the warm process first: this process has no thread and no connection yet.
-    launcher = WarmLauncher()
+def run_superexec(command: str = CLIENTAPP_COMMAND, wake_fd: int | None = None) -> int:
+    """Flower's ``flower-superexec`` (arguments from ``sys.argv``) with ``command`` launches forked
+    from a warm process; call it while this process has no thread and no connection.
+
+    ``wake_fd``: the read end of a pipe the SuperNode writes a byte to when a message has
+    arrived (:func:`notify`). The SuperExec then waits for that byte between two polls for
+    tasks, up to Flower's default 1 s, instead of polling every 0.1 s: a message is launched as
+    soon as it is stored, and an idle node stops asking."""
+    if wake_fd is not None:
+        from flwr.supercore.superexec import run_superexec as loop
+
+        loop.time = module_with(time, sleep=waiter(wake_fd))  # type: ignore[attr-defined]
+        os.environ["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "1.0"
+    launcher = WarmLauncher(command, close_in_child=() if wake_fd is None else (wake_fd,))
     install(launcher)
     from flwr.supercore.cli import flower_superexec
 
     sys.argv[0] = "flower-superexec"
     return flower_superexec() or 0
+
+
+def waiter(wake_fd: int) -> Callable[[float], None]:
+    """A ``time.sleep`` that returns early, and drains the pipe, when a byte arrives on
+    ``wake_fd`` (:func:`notify`)."""
+    import select
+
+    os.set_blocking(wake_fd, False)
+
+    def wait(seconds: float) -> None:
+        ready, _, _ = select.select([wake_fd], [], [], max(0.0, float(seconds)))
+        if ready:
+            try:
+                os.read(wake_fd, 4096)
+            except BlockingIOError:  # pragma: no cover - drained by a concurrent read
+                pass
+
+    return wait
+
+
+def notify(wake_fd: int) -> None:
+    """Wake a SuperExec waiting in :func:`run_superexec` (never blocks)."""
+    try:
+        os.write(wake_fd, b"!")
+    except (BlockingIOError, BrokenPipeError):  # already woken, or gone
+        pass
+
+
+class _Started:
+    """The part of :class:`subprocess.Popen` Flower uses of the SuperExec it starts (``pid``,
+    ``poll``, ``wait``, ``terminate``, ``kill``), for a zygote that became it."""
+
+    def __init__(self, pid: int, args: list[str]) -> None:
+        self.pid, self.args, self.returncode = pid, args, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                self.returncode = 0
+            else:
+                if done:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+            time.sleep(0.01)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """A process forked now that waits for one command line and then runs ``target()`` with it
+    as ``sys.argv`` (in a new session if asked), so that a process started later (Flower's
+    SuperExec) shares this process's imports instead of importing everything afresh.
+
+    Fork only while this process is single-threaded (:meth:`fork_if_safe`). If the parent exits
+    before :meth:`start`, the zygote sees the end of its pipe and exits too."""
+
+    def __init__(self, target: Callable[[], int], close_in_child: tuple[int, ...] = ()) -> None:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the zygote (exercised through the Flower tests)
+            for fd in (write_fd, *close_in_child):
+                os.close(fd)
+            self._wait_and_run(read_fd, target)
+        os.close(read_fd)
+        self.pid, self._write_fd, self.started = pid, write_fd, False
+
+    @classmethod
+    def fork_if_safe(cls, target: Callable[[], int], close_in_child: tuple[int, ...] = ()) -> "Zygote | None":
+        """A zygote, or None when this process already runs another Python thread (a fork would
+        copy that thread's locks, not the thread)."""
+        if threading.active_count() != 1:
+            return None
+        return cls(target, close_in_child)
+
+    @staticmethod
+    def _wait_and_run(read_fd: int, target: Callable[[], int]) -> None:
+        code = 1
+        try:
+            with os.fdopen(read_fd, "rb") as pipe:
+                line = pipe.readline()
+            if not line:
+                code = 0
+                return
+            request = json.loads(line)
+            if request.get("new_session"):
+                os.setsid()
+            sys.argv = list(request["argv"])
+            code = int(target() or 0)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - report and exit, as a fresh process would
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            _flush_and_exit(code)
+
+    def start(self, argv: list[str], *, new_session: bool = False) -> _Started:
+        """Run the target with ``argv``; only once."""
+        if self.started:
+            raise RuntimeError("a zygote starts once")
+        self.started = True
+        line = json.dumps({"argv": [str(a) for a in argv], "new_session": bool(new_session)}).encode() + b"\n"
+        with os.fdopen(self._write_fd, "wb") as pipe:
+            pipe.write(line)
+        return _Started(self.pid, list(argv))
+
+
+def superexec_popen(command: str, real: Callable[..., Any] = subprocess.Popen,
+                    wake: tuple[int, int] | None = None) -> Callable[..., Any]:
+    """A ``subprocess.Popen`` for a Flower module that starts ``flower-superexec``: the first
+    such start becomes a zygote forked now (running :func:`run_superexec` for ``command``) when
+    this process is single-threaded, otherwise ``python -m pfair.flower.fast_superexec``
+    (ClientApps) or Flower's own command; every other command is started by ``real``.
+    ``wake``: a pipe (read end, write end) whose read end the zygote's SuperExec waits on."""
+    wake_fd, keep_fd = (None, None) if wake is None else wake
+    zygote = Zygote.fork_if_safe(lambda: run_superexec(command, wake_fd),
+                                 close_in_child=() if keep_fd is None else (keep_fd,))
+    if wake_fd is not None:
+        os.close(wake_fd)  # the zygote holds it; this process writes to the other end
+
+    def popen(args: Any, *a: Any, **kw: Any) -> Any:
+        if isinstance(args, (list, tuple)) and args and args[0] == "flower-superexec":
+            if zygote is not None and not zygote.started and not a and set(kw) <= {"start_new_session"}:
+                return zygote.start(list(args), new_session=bool(kw.get("start_new_session")))
+            if command == CLIENTAPP_COMMAND:
+                args = [sys.executable, "-m", "pfair.flower.fast_superexec", *args[1:]]
+        return real(args, *a, **kw)
+
+    popen.zygote = zygote  # type: ignore[attr-defined]
+    return popen
+
+
+def main() -> int:
+    # Fork the warm process first: this process has no thread and no connection yet.
+    return run_superexec(CLIENTAPP_COMMAND)
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process by pfair.flower.fast_supernode

@@ -1,15 +1,22 @@
 """``python -m pfair.flower.fast_supernode ARGS``: Flower's ``flower-supernode ARGS`` tuned for
 loopback runs (the tests and ``pfair deploy local``).
 
-Two changes, neither of which touches the protocol:
+The changes, none of which touches the protocol:
 
 * Flower 1.41's SuperNode sleeps 3 s between two pulls when no message is waiting
   (``flwr.supernode.start_client_internal``), so on one machine every round waits up to 3 s for
-  a node to notice it. This entry point caps that module's sleeps at ``PFAIR_SUPERNODE_POLL``
-  seconds (default 0.2).
-* The SuperExec it starts is :mod:`pfair.flower.fast_superexec` (Flower's, with each message's
-  ClientApp process forked from a warm process that has imported Flower and pfair once, instead
-  of started afresh), unless ``PFAIR_WARM_CLIENTAPPS=0``.
+  a node to notice it. This entry point caps that sleep at ``PFAIR_SUPERNODE_POLL`` seconds
+  (default 0.2), and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
+  state, not the network) at 0.02 s.
+* Object pulls retry after 0.05 s instead of 1 s
+  (:func:`pfair.flower.fast_superexec.short_pull_backoff`).
+* The SuperExec it starts is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this
+  process after it has imported Flower's SuperExec, the ClientApp runtime and pfair, and it forks
+  each message's ClientApp process from a warm process instead of starting it afresh
+  (:mod:`pfair.flower.fast_superexec`): the SuperNode, its SuperExec and the ClientApps import
+  Flower once. The node wakes its SuperExec through a pipe as soon as a message and its objects
+  are stored, instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns
+  this off.
 
 Then it runs Flower's own command unchanged: same arguments, same node. A deployment on separate
 machines uses ``flower-supernode`` itself (``docs/deploy.md``).
@@ -23,26 +30,47 @@ import sys
 import time
 from typing import Any
 
+# How long the SuperNode waits between two looks at its own state (a ClientApp's reply).
+LOCAL_WAIT = 0.02
+
 
 def main() -> int:
     from flwr.supernode import start_client_internal
     from flwr.supernode.cli import flower_supernode
 
-    from pfair.flower.fast_superexec import module_with
+    from pfair.flower import fast_superexec as fx
 
+    fx.short_pull_backoff()
     poll = float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2"))
-    start_client_internal.time = module_with(  # type: ignore[attr-defined]
-        time, sleep=lambda seconds: time.sleep(min(float(seconds), poll)))
+
+    def sleep(seconds: float) -> None:
+        # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
+        time.sleep(min(float(seconds), poll if seconds >= 1 else LOCAL_WAIT))
+
+    start_client_internal.time = fx.module_with(time, sleep=sleep)  # type: ignore[attr-defined]
 
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0":
-        real = subprocess.Popen
+        # Everything the SuperExec, its warm process and a ClientApp import, imported once here;
+        # the zygote is forked before the SuperNode reads its node config or starts a thread.
+        from flwr.supercore.cli import flower_superexec  # noqa: F401
 
-        def popen(args: Any, *a: Any, **kw: Any) -> Any:
-            if isinstance(args, (list, tuple)) and args and args[0] == "flower-superexec":
-                args = [sys.executable, "-m", "pfair.flower.fast_superexec", *args[1:]]
-            return real(args, *a, **kw)
+        fx.preload(fx.CLIENTAPP_COMMAND)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        popen = fx.superexec_popen(fx.CLIENTAPP_COMMAND, wake=(wake_r, wake_w))
+        start_client_internal.subprocess = fx.module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+        if popen.zygote is not None:  # type: ignore[attr-defined]
+            pull = start_client_internal._pull_and_store_message
 
-        start_client_internal.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+            def pull_and_wake(*args: Any, **kwargs: Any) -> Any:
+                run_id = pull(*args, **kwargs)
+                if run_id is not None:  # a message and its objects are stored: a task to launch
+                    fx.notify(wake_w)
+                return run_id
+
+            start_client_internal._pull_and_store_message = pull_and_wake  # type: ignore[attr-defined]
+        else:
+            os.close(wake_w)
 
     sys.argv[0] = "flower-supernode"
     return flower_supernode() or 0

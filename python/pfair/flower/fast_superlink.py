@@ -1,0 +1,38 @@
+"""``python -m pfair.flower.fast_superlink ARGS``: Flower's ``flower-superlink ARGS`` for loopback
+runs (the tests and ``pfair deploy local``).
+
+One change, which does not touch the protocol: the SuperExec the SuperLink starts for its
+ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this process after it
+has imported Flower's SuperExec, its ``flwr-serverapp`` runtime and :mod:`pfair.flower.server_app`,
+and it forks a run's ServerApp process from a warm process instead of starting it afresh
+(:mod:`pfair.flower.fast_superexec`). The SuperLink, its SuperExec and the ServerApp then import
+Flower once instead of three times. ``PFAIR_WARM_CLIENTAPPS=0`` turns this off. A deployment on
+separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+
+def main() -> int:
+    from flwr.superlink.cli import flower_superlink
+
+    from pfair.flower import fast_superexec as fx
+
+    if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0":
+        from flwr.supercore.cli import flower_superexec  # noqa: F401
+
+        fx.preload(fx.SERVERAPP_COMMAND)
+        module = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the package shadows it
+        module.subprocess = fx.module_with(subprocess, Popen=fx.superexec_popen(fx.SERVERAPP_COMMAND))
+
+    sys.argv[0] = "flower-superlink"
+    return flower_superlink() or 0
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a process by LoopbackDeployment
+    sys.exit(main())
