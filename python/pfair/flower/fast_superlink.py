@@ -6,7 +6,9 @@ ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this pr
 has imported Flower's SuperExec, its ``flwr-serverapp`` runtime and :mod:`pfair.flower.server_app`,
 and it forks a run's ServerApp process from a warm process instead of starting it afresh
 (:mod:`pfair.flower.fast_superexec`). The SuperLink, its SuperExec and the ServerApp then import
-Flower once instead of three times. ``PFAIR_WARM_CLIENTAPPS=0`` turns this off. A deployment on
+Flower once instead of three times, and the SuperLink wakes its SuperExec through a pipe when it
+creates a run instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns this
+off. A deployment on
 separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
 """
 
@@ -16,6 +18,26 @@ import importlib
 import os
 import subprocess
 import sys
+from typing import Any
+
+
+def wake_on_new_runs(wake_fd: int) -> None:
+    """Wake the SuperExec (:func:`pfair.flower.fast_superexec.notify`) whenever this SuperLink
+    has created a run, whose ServerApp task it then launches at once, instead of the SuperExec
+    asking for tasks every 0.1 s."""
+    from flwr.server.superlink.linkstate import in_memory_linkstate, sql_linkstate
+
+    from pfair.flower import fast_superexec as fx
+
+    for cls in (in_memory_linkstate.InMemoryLinkState, sql_linkstate.SqlLinkState):
+        real = cls.create_run
+
+        def create_run(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            run_id = _real(self, *args, **kwargs)
+            fx.notify(wake_fd)
+            return run_id
+
+        cls.create_run = create_run  # type: ignore[method-assign]
 
 
 def main() -> int:
@@ -27,8 +49,15 @@ def main() -> int:
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 
         fx.preload(fx.SERVERAPP_COMMAND)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        popen = fx.superexec_popen(fx.SERVERAPP_COMMAND, wake=(wake_r, wake_w))
         module = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the package shadows it
-        module.subprocess = fx.module_with(subprocess, Popen=fx.superexec_popen(fx.SERVERAPP_COMMAND))
+        module.subprocess = fx.module_with(subprocess, Popen=popen)
+        if popen.zygote is not None:
+            wake_on_new_runs(wake_w)
+        else:
+            os.close(wake_w)
 
     sys.argv[0] = "flower-superlink"
     return flower_superlink() or 0
