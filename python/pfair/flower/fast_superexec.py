@@ -119,20 +119,33 @@ def preload(command: str = CLIENTAPP_COMMAND) -> None:
     short_pull_backoff()
 
 
-def _flush_and_exit(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(code)
+def _exit_with(body: Callable[[], int | None]) -> None:
+    """Run ``body`` in a forked process, then end the process with the exit code a fresh process
+    running it would have (``SystemExit``'s code, 1 and a traceback on an exception); never
+    returns."""
+    code = 1
+    try:
+        code = int(body() or 0)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report and exit, as a fresh process would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
 
 
 def _run_app(request: dict[str, Any], pipe_fd: int) -> None:
     """In a fork of the warm process: Flower's own app command with the request's arguments;
     never returns."""
-    code = 1
-    try:
+
+    def body() -> None:
         os.close(pipe_fd)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
@@ -143,15 +156,8 @@ def _run_app(request: dict[str, Any], pipe_fd: int) -> None:
         sys.argv = list(request["argv"])
         module, function = APP_COMMANDS[sys.argv[0]]
         getattr(importlib.import_module(module), function)()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - report and exit, as a fresh process would
-        import traceback
 
-        traceback.print_exc()
-    finally:
-        _flush_and_exit(code)
+    _exit_with(body)
 
 
 def _warm_process(read_fd: int, command: str) -> None:
@@ -350,26 +356,18 @@ class Zygote:
 
     @staticmethod
     def _wait_and_run(read_fd: int, target: Callable[[], int]) -> None:
-        code = 1
-        try:
+        def body() -> int:
             with os.fdopen(read_fd, "rb") as pipe:
                 line = pipe.readline()
-            if not line:
-                code = 0
-                return
+            if not line:  # the parent closed its end without a start
+                return 0
             request = json.loads(line)
             if request.get("new_session"):
                 os.setsid()
             sys.argv = list(request["argv"])
-            code = int(target() or 0)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:  # noqa: BLE001 - report and exit, as a fresh process would
-            import traceback
+            return target()
 
-            traceback.print_exc()
-        finally:
-            _flush_and_exit(code)
+        _exit_with(body)
 
     def start(self, argv: list[str], *, new_session: bool = False) -> _Started:
         """Run the target with ``argv``; only once."""
@@ -405,6 +403,19 @@ def superexec_popen(command: str, real: Callable[..., Any] = subprocess.Popen,
 
     popen.zygote = zygote  # type: ignore[attr-defined]
     return popen
+
+
+def waking_superexec_popen(command: str) -> tuple[Callable[..., Any], int | None]:
+    """:func:`superexec_popen` with a wake pipe: the ``Popen`` and the pipe's write end, for
+    :func:`notify` (None when no zygote could be forked; the SuperExec then polls as Flower's
+    does)."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    popen = superexec_popen(command, wake=(wake_r, wake_w))
+    if popen.zygote is None:  # type: ignore[attr-defined]
+        os.close(wake_w)
+        return popen, None
+    return popen, wake_w
 
 
 def main() -> int:

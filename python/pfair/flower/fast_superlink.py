@@ -49,15 +49,11 @@ def main() -> int:
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 
         fx.preload(fx.SERVERAPP_COMMAND)
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        popen = fx.superexec_popen(fx.SERVERAPP_COMMAND, wake=(wake_r, wake_w))
+        popen, wake_w = fx.waking_superexec_popen(fx.SERVERAPP_COMMAND)
         module = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the package shadows it
         module.subprocess = fx.module_with(subprocess, Popen=popen)
-        if popen.zygote is not None:
+        if wake_w is not None:
             wake_on_new_runs(wake_w)
-        else:
-            os.close(wake_w)
 
     sys.argv[0] = "flower-superlink"
     return flower_superlink() or 0

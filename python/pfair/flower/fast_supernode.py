@@ -55,11 +55,9 @@ def main() -> int:
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 
         fx.preload(fx.CLIENTAPP_COMMAND)
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        popen = fx.superexec_popen(fx.CLIENTAPP_COMMAND, wake=(wake_r, wake_w))
+        popen, wake_w = fx.waking_superexec_popen(fx.CLIENTAPP_COMMAND)
         start_client_internal.subprocess = fx.module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
-        if popen.zygote is not None:  # type: ignore[attr-defined]
+        if wake_w is not None:
             pull = start_client_internal._pull_and_store_message
 
             def pull_and_wake(*args: Any, **kwargs: Any) -> Any:
@@ -69,8 +67,6 @@ def main() -> int:
                 return run_id
 
             start_client_internal._pull_and_store_message = pull_and_wake  # type: ignore[attr-defined]
-        else:
-            os.close(wake_w)
 
     sys.argv[0] = "flower-supernode"
     return flower_supernode() or 0
