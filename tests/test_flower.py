@@ -223,14 +223,15 @@ def _run_script(tmp_path, name: str, code: str, timeout: float = 120) -> str:
 def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
     """pfair.flower.fast_superexec.short_pull_backoff: an object that is not there yet is asked
     again after 0.05 s, then 0.1 s, ... up to 0.5 s (Flower's own: 1 s up to 10 s), also through
-    the helper that pulls a whole message; Flower's number of tries stays."""
+    the helper that pulls a whole message, with 20× Flower's 500 tries, so that a missing object
+    is given up after about as long as Flower's defaults would wait."""
     out = _run_script(tmp_path, "backoff.py", (
         "import threading\n"
         "from flwr.supercore.inflatable import inflatable_utils as iu\n"
         "from pfair.flower import fast_superexec as fx\n"
         "print('FLOWER', iu.pull_objects.__kwdefaults__['initial_backoff'],"
         " iu.pull_objects.__kwdefaults__['backoff_cap'])\n"
-        "assert fx.short_pull_backoff()\n"
+        "assert fx.short_pull_backoff() and fx.short_pull_backoff()  # a second call scales from Flower's\n"
         "kw = iu.pull_objects.__kwdefaults__\n"
         "print('PFAIR', kw['initial_backoff'], kw['backoff_cap'], kw['max_tries_per_object'],"
         " iu.pull_and_inflate_object_from_tree.__kwdefaults__['initial_backoff'])\n"
@@ -250,7 +251,7 @@ def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
         "print('GOT', iu.pull_objects(['a'], pull_object_fn=pull), len(tries))\n"
         "print('WAITS', ' '.join(f'{w:g}' for w in waits))\n"))
     assert "FLOWER 1 10" in out
-    assert "PFAIR 0.05 0.5 500 0.05" in out
+    assert "PFAIR 0.05 0.5 10000 0.05" in out
     assert "GOT {'a': b'x'} 7" in out
     assert "WAITS 0.05 0.1 0.2 0.4 0.5 0.5" in out
 
@@ -273,6 +274,12 @@ def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
         "popen(['flower-superexec', '--insecure'])\n"
         "popen(['echo', 'hi'])\n"
         "print('REAL', started, flush=True)\n"
+        # A start the zygote cannot mimic (other Popen arguments): Flower's own; the zygote ends.
+        "other = []\n"
+        "popen2 = fx.superexec_popen(fx.CLIENTAPP_COMMAND, real=lambda args, *a, **kw: other.append(kw))\n"
+        "popen2(['flower-superexec'], stdout=None)\n"
+        "_, status = os.waitpid(popen2.zygote.pid, 0)\n"
+        "print('ABANDONED', other, os.waitstatus_to_exitcode(status), flush=True)\n"
         # A new session when asked (Flower's SuperLink detaches its SuperExec so).
         "z = fx.Zygote(lambda: print('SESSION', os.getsid(0) == os.getpid(), sys.argv, flush=True))\n"
         "print('EXIT2', z.start(['x', 'y'], new_session=True).wait(timeout=30), flush=True)\n"
@@ -298,8 +305,8 @@ def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
         "r, w = os.pipe()\n"
         "wait = fx.waiter(r)\n"
         "t0 = time.monotonic(); wait(0.05); idle = time.monotonic() - t0\n"
-        "fx.notify(w); fx.notify(w)\n"
-        "t0 = time.monotonic(); wait(30); woken = time.monotonic() - t0\n"
+        "fx.notify(w); fx.notify(w)  # two messages: two tasks to ask for\n"
+        "t0 = time.monotonic(); wait(30); wait(30); woken = time.monotonic() - t0\n"
         "t0 = time.monotonic(); wait(0.05); drained = time.monotonic() - t0\n"
         "print('WAKE', idle >= 0.04, woken < 5, drained >= 0.04, flush=True)\n"))
     assert "ZYGOTE True" in out and "HANDLE _Started True" in out
@@ -310,4 +317,81 @@ def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
     assert "SESSION True ['x', 'y']" in out and "EXIT2 0" in out and "ONCE a zygote starts once" in out
     assert "TIMEOUT TimeoutExpired" in out and "TERMINATED -15" in out
     assert "UNUSED 0" in out and "NEVER" not in out
+    assert "ABANDONED [{'stdout': None}] 0" in out
     assert "WAKE True True True" in out
+
+
+def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
+    """pfair.flower.fast_supernode / fast_superlink / fast_superexec replace module globals and
+    methods of Flower 1.41; after a Flower upgrade that moves them, the deployments would still
+    pass, only slower (a SuperExec asking every second). Check that each is still where it is
+    replaced, and called the way it is replaced."""
+    import importlib
+    import inspect
+
+    from flwr.server.superlink.linkstate import in_memory_linkstate, sql_linkstate
+    from flwr.supercore.inflatable import inflatable_utils
+    from flwr.supercore.superexec import run_superexec
+    from flwr.supercore.superexec.executor import subprocess_executor
+    from flwr.supernode import start_client_internal
+
+    superlink_cli = importlib.import_module("flwr.superlink.cli.flower_superlink")
+    assert "time.sleep(task_poll_interval)" in inspect.getsource(run_superexec)
+    node = inspect.getsource(start_client_internal)
+    assert "subprocess.Popen(command)" in node and '["flower-superexec"]' in node
+    assert "run_id = _pull_and_store_message(" in node and "time.sleep(3)" in node and "time.sleep(0.5)" in node
+    assert "self.superexec_process = subprocess.Popen(command, **get_popen_detach_kwargs())" in \
+        inspect.getsource(superlink_cli)
+    assert 'command = ["flower-superexec"]' in inspect.getsource(superlink_cli)
+    assert "subprocess.Popen(" in inspect.getsource(subprocess_executor)
+    for cls in (in_memory_linkstate.InMemoryLinkState, sql_linkstate.SqlLinkState):
+        assert "create_run" in vars(cls)
+    for fn in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
+        assert {"initial_backoff", "backoff_cap", "max_tries_per_object"} <= set(fn.__kwdefaults__)
+
+
+def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
+    """In a live loopback deployment, the SuperLink's and each SuperNode's SuperExec is a fork of
+    that process (same command line, a child of it) with a warm process of its own, not a fresh
+    ``flower-superexec``; the SuperLink's is in a session of its own, as Flower starts it; all are
+    gone after teardown."""
+    from pfair.flower.deploy import LoopbackDeployment, descendants
+
+    from flower_support import no_flower_processes_left
+
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+    def children(pid):
+        return [c for c in descendants([pid]) if _ppid(c) == pid]
+
+    with LoopbackDeployment(tmp_path / "flwr") as dep:
+        dep.start_superlink()
+        node = dep.start_supernode("supernode0", {"silo-id": 0, "data-path": str(tmp_path / "none.csv"),
+                                                  "state-dir": str(tmp_path / "state"), "epsilon": 1.0})
+        link = dep.procs["superlink"]
+        found = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(found) < 2:
+            for name, proc in (("link", link), ("node", node)):
+                for c in children(proc.pid):
+                    if cmdline(c) == cmdline(proc.pid) and children(c):  # a SuperExec with its warm process
+                        found[name] = c
+            time.sleep(0.2)
+        assert set(found) == {"link", "node"}, dep.log("supernode0")[-2000:] + dep.log("superlink")[-2000:]
+        everything = descendants([link.pid, node.pid])
+        assert not any(b"flower-superexec" in cmdline(p) for p in everything)
+        assert os.getsid(found["link"]) == found["link"] and os.getsid(found["node"]) == os.getsid(node.pid)
+    assert no_flower_processes_left(dep)
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1

@@ -6,7 +6,7 @@ SuperExec, and the SuperLink's own SuperExec starts a new ``flwr-serverapp`` pro
 run. Most of such a process's life is importing Flower and pfair (about 2 s of CPU here, for a
 round that computes in milliseconds), and on one machine all parties' processes compete for the
 same cores. This module runs Flower's SuperExec unchanged except for those launches: at start it
-forks a *warm* process (single-threaded, before the SuperExec opens any connection or thread)
+forks a *warm* process (before the SuperExec opens any connection or starts a Python thread)
 that has imported the app's modules, and every ``flwr-clientapp ARGS`` (or ``flwr-serverapp
 ARGS``) the SuperExec would start becomes a fork of the warm process that runs Flower's own
 ``flwr-clientapp`` (``flwr-serverapp``) function with the same ``ARGS``. Other task types are
@@ -14,13 +14,16 @@ started as before.
 
 :class:`Zygote` goes one step further: :mod:`pfair.flower.fast_supernode` and
 :mod:`pfair.flower.fast_superlink` import Flower's SuperExec and the apps' modules *before*
-they start, fork a zygote while still single-threaded, and when Flower starts its
+they start, fork a zygote while no other Python thread runs (the native threads of OpenBLAS and
+of pyarrow's allocator exist already; both libraries prepare for fork, as they do for the warm
+process's forks), and when Flower starts its
 ``flower-superexec`` process the zygote becomes that SuperExec, with the same arguments. A
 SuperNode, its SuperExec and its warm process then import Flower once instead of three times.
 
-Nothing private is shared between messages by this: the zygote and the warm process are forked
-before the SuperNode reads its node config and hold only imported code (no data, no key, no
-connection; the warm process never runs an app itself), each fork pulls its message over Flower's
+Nothing private is shared between messages by this: the zygote is forked before the SuperNode
+parses its arguments (the node config among them) or opens any data, key or connection, so it and
+the warm process hold only imported code (the warm process never runs an app itself; both carry
+the SuperNode's command line, as ``ps`` shows), each fork pulls its message over Flower's
 Runtime API exactly as a fresh process would, and a silo's secret keys come from the operating
 system's entropy (``getrandom``), which a fork does not copy. A deployment on separate machines
 uses ``flower-supernode`` itself (``docs/deploy.md``).
@@ -70,17 +73,20 @@ def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
     return shim
 
 
+_FLOWER_PULL_DEFAULTS: dict[str, tuple[float, int | None]] = {}
+
+
 def short_pull_backoff() -> bool:
     """Make this process's object pulls retry after 0.05 s (doubling up to 0.5 s) instead of
-    Flower's 1 s (up to 10 s); returns whether Flower's ``pull_objects`` was found.
+    Flower's 1 s (up to 10 s), with 20 times as many tries, so that a pull whose object never comes
+    still gives up after about the same time (500 tries up to 10 s apart: about 83 minutes);
+    returns whether Flower's ``pull_objects`` was found.
 
     A Flower 1.41 message is announced before its objects are uploaded, and the party that pulls
     it may ask for an object in between: it then backs off for 1 s. On loopback that race is lost
     in about half of the messages (the SuperNode pulling the server's message from the SuperLink,
     the ClientApp pulling it from the SuperNode), and each loss adds a second to a round that
-    otherwise takes a few hundred milliseconds. Only the waiting between retries changes: Flower's
-    limits stay (500 tries of an object, 2 hours), so a pull whose object never comes now gives up
-    after about 4 minutes of tries instead of 2 hours. ``PFAIR_PULL_BACKOFF`` sets the first wait."""
+    otherwise takes a few hundred milliseconds. ``PFAIR_PULL_BACKOFF`` sets the first wait."""
     try:
         from flwr.supercore.inflatable import inflatable_utils
     except ImportError:  # pragma: no cover - another Flower layout
@@ -91,7 +97,12 @@ def short_pull_backoff() -> bool:
         defaults = getattr(fn, "__kwdefaults__", None)
         if getattr(fn, "__module__", None) == inflatable_utils.__name__ and defaults \
                 and "initial_backoff" in defaults and "backoff_cap" in defaults:
+            # Flower's own values, kept the first time, so that a second call scales from them too.
+            flower_cap, flower_tries = _FLOWER_PULL_DEFAULTS.setdefault(
+                fn.__qualname__, (float(defaults["backoff_cap"]), defaults.get("max_tries_per_object")))
             defaults.update(initial_backoff=first, backoff_cap=10 * first)
+            if flower_tries is not None:
+                defaults["max_tries_per_object"] = int(flower_tries) * max(1, round(flower_cap / (10 * first)))
             found = True
     return found
 
@@ -263,7 +274,7 @@ def run_superexec(command: str = CLIENTAPP_COMMAND, wake_fd: int | None = None) 
 
 
 def waiter(wake_fd: int) -> Callable[[float], None]:
-    """A ``time.sleep`` that returns early, and drains the pipe, when a byte arrives on
+    """A ``time.sleep`` that returns early, taking one byte off the pipe, when a byte is waiting on
     ``wake_fd`` (:func:`notify`)."""
     import select
 
@@ -273,7 +284,7 @@ def waiter(wake_fd: int) -> Callable[[float], None]:
         ready, _, _ = select.select([wake_fd], [], [], max(0.0, float(seconds)))
         if ready:
             try:
-                os.read(wake_fd, 4096)
+                os.read(wake_fd, 1)  # one wake per task: a second one pending returns the next wait at once
             except BlockingIOError:  # pragma: no cover - drained by a concurrent read
                 pass
 
@@ -299,7 +310,7 @@ class _Started:
         if self.returncode is None:
             try:
                 done, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere
+            except ChildProcessError:  # reaped elsewhere: its status is lost (subprocess.Popen says 0 too)
                 self.returncode = 0
             else:
                 if done:
@@ -333,7 +344,7 @@ class Zygote:
     as ``sys.argv`` (in a new session if asked), so that a process started later (Flower's
     SuperExec) shares this process's imports instead of importing everything afresh.
 
-    Fork only while this process is single-threaded (:meth:`fork_if_safe`). If the parent exits
+    Fork only while no other Python thread runs (:meth:`fork_if_safe`). If the parent exits
     before :meth:`start`, the zygote sees the end of its pipe and exits too."""
 
     def __init__(self, target: Callable[[], int], close_in_child: tuple[int, ...] = ()) -> None:
@@ -349,7 +360,9 @@ class Zygote:
     @classmethod
     def fork_if_safe(cls, target: Callable[[], int], close_in_child: tuple[int, ...] = ()) -> "Zygote | None":
         """A zygote, or None when this process already runs another Python thread (a fork would
-        copy that thread's locks, not the thread)."""
+        copy that thread's locks, not the thread). Native library threads are not seen here;
+        the ones an import of numpy or pyarrow starts are made safe by their libraries' fork
+        handlers."""
         if threading.active_count() != 1:
             return None
         return cls(target, close_in_child)
@@ -369,6 +382,12 @@ class Zygote:
 
         _exit_with(body)
 
+    def abandon(self) -> None:
+        """Let the zygote end without running its target (it sees the end of its pipe)."""
+        if not self.started:
+            self.started = True
+            os.close(self._write_fd)
+
     def start(self, argv: list[str], *, new_session: bool = False) -> _Started:
         """Run the target with ``argv``; only once."""
         if self.started:
@@ -384,7 +403,7 @@ def superexec_popen(command: str, real: Callable[..., Any] = subprocess.Popen,
                     wake: tuple[int, int] | None = None) -> Callable[..., Any]:
     """A ``subprocess.Popen`` for a Flower module that starts ``flower-superexec``: the first
     such start becomes a zygote forked now (running :func:`run_superexec` for ``command``) when
-    this process is single-threaded, otherwise ``python -m pfair.flower.fast_superexec``
+    no other Python thread runs, otherwise ``python -m pfair.flower.fast_superexec``
     (ClientApps) or Flower's own command; every other command is started by ``real``.
     ``wake``: a pipe (read end, write end) whose read end the zygote's SuperExec waits on."""
     wake_fd, keep_fd = (None, None) if wake is None else wake
@@ -395,8 +414,10 @@ def superexec_popen(command: str, real: Callable[..., Any] = subprocess.Popen,
 
     def popen(args: Any, *a: Any, **kw: Any) -> Any:
         if isinstance(args, (list, tuple)) and args and args[0] == "flower-superexec":
-            if zygote is not None and not zygote.started and not a and set(kw) <= {"start_new_session"}:
-                return zygote.start(list(args), new_session=bool(kw.get("start_new_session")))
+            if zygote is not None and not zygote.started:
+                if not a and set(kw) <= {"start_new_session"}:
+                    return zygote.start(list(args), new_session=bool(kw.get("start_new_session")))
+                zygote.abandon()  # a start the zygote cannot mimic: Flower's own process instead
             if command == CLIENTAPP_COMMAND:
                 args = [sys.executable, "-m", "pfair.flower.fast_superexec", *args[1:]]
         return real(args, *a, **kw)
