@@ -256,6 +256,15 @@ def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
     assert "WAITS 0.05 0.1 0.2 0.4 0.5 0.5" in out
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])
+def test_a_bad_pull_backoff_names_the_variable(monkeypatch, value):
+    from pfair.flower import fast_superexec as fx
+
+    monkeypatch.setenv("PFAIR_PULL_BACKOFF", value)
+    with pytest.raises(ValueError, match="PFAIR_PULL_BACKOFF"):
+        fx.short_pull_backoff()  # raises before it changes anything in this process
+
+
 def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
     """pfair.flower.fast_superexec.Zygote / superexec_popen: a process forked early (single
     threaded) runs Flower's own flower-superexec with the arguments of the first start, in a new

@@ -91,7 +91,13 @@ def short_pull_backoff() -> bool:
         from flwr.supercore.inflatable import inflatable_utils
     except ImportError:  # pragma: no cover - another Flower layout
         return False
-    first = float(os.environ.get("PFAIR_PULL_BACKOFF", "0.05"))
+    raw = os.environ.get("PFAIR_PULL_BACKOFF", "0.05")
+    try:
+        first = float(raw)
+    except ValueError:
+        first = float("nan")
+    if not 0 < first < 60:
+        raise ValueError(f"PFAIR_PULL_BACKOFF={raw!r}: set it to the first wait in seconds, e.g. 0.05 (0 < wait < 60)")
     found = False
     for fn in vars(inflatable_utils).values():  # pull_objects and the helpers that pass theirs on
         defaults = getattr(fn, "__kwdefaults__", None)
