@@ -51,7 +51,8 @@ def main() -> int:
 
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0":
         # Everything the SuperExec, its warm process and a ClientApp import, imported once here;
-        # the zygote is forked before the SuperNode reads its node config or starts a thread.
+        # the zygote is forked before the SuperNode parses its arguments (the node config among
+        # them) or starts a thread.
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 
         fx.preload(fx.CLIENTAPP_COMMAND)
