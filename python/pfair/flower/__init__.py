@@ -7,6 +7,10 @@
   simulation, validating every reply.
 * :mod:`pfair.flower.deploy` — a loopback deployment on 127.0.0.1 (``pfair deploy local``) and the
   commands for separate machines (``docs/deploy.md``).
+* :mod:`pfair.flower.fast_superlink`, :mod:`pfair.flower.fast_supernode`,
+  :mod:`pfair.flower.fast_superexec` — Flower's own commands tuned for one machine (what the
+  loopback deployment runs): shorter polls and retries, SuperExecs woken instead of polling, and
+  app processes forked from processes that imported Flower and pfair once.
 
 Flower never tries the network from pfair: every component pfair starts gets
 ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_UPDATE_CHECK=1``.
