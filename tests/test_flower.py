@@ -404,3 +404,82 @@ def _ppid(pid: int) -> int:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except OSError:
         return -1
+
+
+def _strategy(**kw):
+    from pfair.flower.server_app import SteFFLeStrategy
+
+    return SteFFLeStrategy(settings(), n_silos=3, n_groups=2, n_classes=2, **kw)
+
+
+def test_a_reply_stuck_mid_upload_does_not_cost_the_live_silos_theirs():
+    """SteFFLeStrategy._exchange: a pull that waits out the round for a reply whose objects never
+    come (its silo died mid-upload) is followed by one last pull at the deadline, which takes the
+    replies that arrived meanwhile and waits for no object (the pull's time limit is now)."""
+    from types import SimpleNamespace
+
+    from pfair.flower import server_app
+
+    strategy = _strategy(round_timeout=0.5, poll=0.01)
+    calls = []
+
+    class Grid:
+        def push_messages(self, messages):
+            return [f"m{i}" for i, _ in enumerate(messages)]
+
+        def pull_messages(self, ids):
+            calls.append((sorted(ids), server_app._PULL_DEADLINE.get() - time.monotonic()))
+            if len(calls) == 1:
+                time.sleep(0.6)  # stuck on m1's objects until past the round's deadline
+                return []
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m0"))]
+
+    msgs = [SimpleNamespace(metadata=SimpleNamespace(dst_node_id=n)) for n in (10, 11)]
+    out = strategy._exchange(Grid(), msgs, timeout=0.5)
+    assert [(node, reply is not None) for node, reply in out] == [(10, True), (11, False)]
+    assert len(calls) == 2 and calls[1][0] == ["m0", "m1"] and calls[1][1] <= 0.0
+    assert server_app._PULL_DEADLINE.get() is None  # reset after the exchange
+
+
+def test_dead_and_silent_nodes_are_not_greeted_every_round():
+    """A node a silo has left for a new one (the SuperLink lists it until its heartbeat expires)
+    gets no more hellos; a node whose hello fails is greeted again after 1, 2, 4, 8, 16 rounds, not
+    every round (each failed hello costs a round its timeout)."""
+    from types import SimpleNamespace
+
+    from pfair.flower import codec
+
+    strategy = _strategy()
+    strategy.silo_of = {1: 0, 2: 1, 3: 2}
+    greeted = []
+
+    def exchange(grid, msgs, timeout):
+        out = []
+        for m in msgs:
+            node = m.metadata.dst_node_id
+            greeted.append(node)
+            answer = None
+            if node == 4:  # silo 2 back on a new SuperNode
+                answer = SimpleNamespace(has_error=lambda: False,
+                                         content={"meta": codec.config(silo=2, n_records=100, n_features=3)})
+            out.append((node, answer))
+        return out
+
+    # (Flower's Message needs a running app's identity; the strategy only reads these fields.)
+    strategy._message = lambda node, kind, **kw: SimpleNamespace(metadata=SimpleNamespace(dst_node_id=node))
+    strategy._exchange = exchange
+
+    class Grid:
+        def get_node_ids(self):
+            return [1, 2, 3, 4, 99]
+
+    grid = Grid()
+    for rnd in range(21):
+        new = strategy._new_nodes(grid, rnd)
+        if new:
+            strategy._hello(grid, new, rnd)
+    assert strategy.silo_of == {1: 0, 2: 1, 4: 2} and strategy.left == {3}
+    assert [n for n in greeted if n != 99] == [4]  # 3, still listed but left, is never greeted
+    rounds_99 = [e["time"] for e in strategy.events if e["event"] == "hello_failed" and e["node"] == 99]
+    assert len(rounds_99) == 5  # rounds 0, 2, 5, 10 and 19
+    assert [b for n, b in sorted(strategy.hello_backoff.items()) if n == 99] == [(36, 16)]

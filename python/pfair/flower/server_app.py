@@ -13,7 +13,10 @@ The strategy runs the same protocol as the in-process simulation (:mod:`pfair.pr
    :meth:`pfair.protocol.ServerParty.update`, which rejects malformed or implausible replies
    (logged), reweights the rest and runs the Rust ``server_update``. A silo whose reply says it
    refused (budget spent) is not asked again; a silo that drops out is skipped and, when its
-   SuperNode comes back, rejoins (its ledger makes it skip the rounds it missed);
+   SuperNode comes back, rejoins (its ledger makes it skip the rounds it missed). The node it
+   left is not greeted again (the SuperLink lists it until its heartbeat expires), and a node
+   whose hello fails is greeted again after 1, 2, 4, 8, then every 16 rounds, since each failed
+   hello costs a round its timeout;
    With ``max_violation``, after every epoch but the last, ``query.violation`` asks each silo for
    its noisy (block, s, ŷ) histogram at the current θ (charged to its ledger) and the server
    adapts λ from their sum (:meth:`pfair.protocol.ServerParty.adapt_lam`); the λ path is in the
@@ -24,7 +27,9 @@ The strategy runs the same protocol as the in-process simulation (:mod:`pfair.pr
 Flower's polling ``send_and_receive`` sleeps 3 s between pulls; the strategy pushes and pulls
 itself every ``poll`` seconds, bounded by ``round-timeout``. The objects of a reply are pulled
 within the same bound (:func:`bound_object_pulls`): a silo that dies while uploading its reply
-costs the round its timeout, not Flower's upload-session expiry (minutes).
+costs the round its timeout, not Flower's upload-session expiry (minutes). A last pull at the
+deadline, which waits for no object, takes the replies that arrived while that pull was waiting,
+so that the live silos' replies of that round still count.
 """
 
 from __future__ import annotations
@@ -111,6 +116,8 @@ class SteFFLeStrategy(Strategy):
         self.model = model  # None: the linear model; else a factory spec (pfair.flower.models)
         self.run_id = uuid.uuid4().hex
         self.silo_of: dict[int, int] = {}
+        self.left: set[int] = set()  # nodes a silo has left for a new one
+        self.hello_backoff: dict[int, tuple[int, float]] = {}  # node -> (first round to retry, rounds waited)
         self.sizes: dict[int, int] = {}
         self.plans: dict[int, dict] = {}
         self.refused: set[int] = set()
@@ -144,14 +151,25 @@ class SteFFLeStrategy(Strategy):
         token = _PULL_DEADLINE.set(deadline)
         try:
             while pending and time.monotonic() < deadline:
-                for r in grid.pull_messages(list(pending)):
-                    got[r.metadata.reply_to_message_id] = r
-                    pending.discard(r.metadata.reply_to_message_id)
+                self._pull(grid, pending, got)
                 if pending:
                     time.sleep(self.poll)
+            if pending:
+                # One last look, taking only what has fully arrived: a pull that waited for a reply
+                # that never completes (its silo died mid-upload) can use up the round, while the
+                # replies of live silos arrived behind it.
+                _PULL_DEADLINE.set(time.monotonic())
+                self._pull(grid, pending, got)
         finally:
             _PULL_DEADLINE.reset(token)
         return [(dst[mid], got.get(mid)) for mid in ids]
+
+    @staticmethod
+    def _pull(grid: Grid, pending: set[str], got: dict[str, Message]) -> None:
+        for r in grid.pull_messages(list(pending)):
+            if r.metadata.reply_to_message_id in pending:
+                got[r.metadata.reply_to_message_id] = r
+                pending.discard(r.metadata.reply_to_message_id)
 
     def _message(self, node: int, kind: str, *, arrays: ArrayRecord | None = None, group: str = "", **cfg: Any
                  ) -> Message:
@@ -165,12 +183,24 @@ class SteFFLeStrategy(Strategy):
         log.warning("%s: %s", kind, fields)
 
     # ------------------------------------------------------------------ discovery
-    def _hello(self, grid: Grid, nodes: Iterable[int]) -> dict[int, RecordDict]:
+    def _new_nodes(self, grid: Grid, rnd: int | None = None) -> list[int]:
+        """Nodes the SuperLink lists that are not mapped to a silo: not those a silo has left for
+        a new node (the SuperLink lists a dead node until its heartbeat expires), and during the
+        rounds not a node whose hello failed, until its back-off (1, 2, 4, ... up to 16 rounds)
+        is over: each hello that fails costs the round its timeout."""
+        return [n for n in grid.get_node_ids()
+                if n not in self.silo_of and n not in self.left
+                and (rnd is None or rnd >= self.hello_backoff.get(n, (0, 0))[0])]
+
+    def _hello(self, grid: Grid, nodes: Iterable[int], rnd: int | None = None) -> dict[int, RecordDict]:
         """Map new nodes to silos; returns the hello replies of the nodes that answered."""
         answers = {}
         for node, reply in self._exchange(grid, [self._message(n, "query.hello") for n in nodes], self.round_timeout):
             if reply is None or reply.has_error():
                 self._note("hello_failed", node=node, reason=_reason(reply))
+                if rnd is not None:
+                    wait = min(16, 2 * self.hello_backoff.get(node, (0, 0.5))[1])
+                    self.hello_backoff[node] = (rnd + 1 + int(wait), wait)
                 continue
             meta = reply.content["meta"]
             silo = int(meta["silo"])
@@ -180,6 +210,7 @@ class SteFFLeStrategy(Strategy):
             for old, s in list(self.silo_of.items()):
                 if s == silo and old != node:
                     del self.silo_of[old]  # the silo came back on a new SuperNode
+                    self.left.add(old)
                     self._note("silo_rejoined", silo=silo, node=node)
             self.silo_of[node] = silo
             self.sizes[silo] = int(meta["n_records"])
@@ -190,7 +221,7 @@ class SteFFLeStrategy(Strategy):
         deadline = time.monotonic() + self.wait_timeout
         answers: dict[int, RecordDict] = {}
         while True:
-            new = [n for n in grid.get_node_ids() if n not in self.silo_of]
+            new = self._new_nodes(grid)
             if new:
                 answers.update(self._hello(grid, new))
             if len(set(self.silo_of.values())) >= self.n_silos:
@@ -369,9 +400,9 @@ class SteFFLeStrategy(Strategy):
             if len(self.refused) >= self.n_silos:
                 self._note("all_refused", round=rnd)
                 break
-            new = [n for n in grid.get_node_ids() if n not in self.silo_of]
+            new = self._new_nodes(grid, rnd)
             if new:
-                self._hello(grid, new)
+                self._hello(grid, new, rnd)
             t_round = time.monotonic()
             msgs = list(self.configure_train(rnd + 1, arrays, ConfigRecord(), grid))
             replies = self._exchange(grid, msgs, self.round_timeout)
