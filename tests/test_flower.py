@@ -71,6 +71,7 @@ def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
     assert 0 < out["test_error"] <= out["trivial_error"] + 0.1
     assert all(0 < row["epsilon_spent"] <= 2.0 and not row["refused"] for row in out["privacy"])
     assert (tmp_path / "flower" / "result.json").exists()
+    assert sorted(p.name for p in (tmp_path / "silos" / "silo0").glob("*.parquet")) == ["test.parquet", "train.parquet"]
     assert out["seconds_per_round"] > 0 and out["start_seconds"] > 0
 
 

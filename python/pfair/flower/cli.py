@@ -63,7 +63,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     st = SteFFLe(fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
                  batch_size=args.batch_size, p_s=p_s, seed=args.seed).settings()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="pfair-deploy-"))
-    configs = write_federation(fed, work / "silos", test=(ds.X_test, ds.y_test, ds.s_test))
+    # Parquet: every message's ClientApp reads its silo's shard again, Parquet in about half the time of CSV.
+    configs = write_federation(fed, work / "silos", test=(ds.X_test, ds.y_test, ds.s_test), fmt="parquet")
     for c in configs:
         c["epsilon"] = args.epsilon
         if args.delta is not None:
