@@ -2,9 +2,10 @@
 
 Every deployment binds 127.0.0.1 on free ports, runs in its own temporary FLWR_HOME with
 telemetry, update checks and dependency installation off, is bounded in time, and is torn down
-with its process groups (LoopbackDeployment is a context manager). A deployment costs 20-40 s
-(process start-up), so each test is a comprehensive run. The fault tests are in
-tests/test_flower_faults.py (a second file, so that pytest-xdist runs the two on both workers).
+with its process groups (LoopbackDeployment is a context manager). A deployment costs 15-25 s
+(process start-up and Flower's HTTP round trips), so each test is a comprehensive run. The fault
+tests are in tests/test_flower_faults.py (a second file, so that pytest-xdist runs the two on both
+workers).
 """
 
 from __future__ import annotations
