@@ -530,3 +530,28 @@ def test_a_silo_reply_travels_as_one_array_and_a_malformed_one_is_refused():
     two_d["parts"] = codec.arrays(packed=np.zeros((5, 5)))
     with pytest.raises(ValueError, match="do not split"):
         codec.read_silo_message(two_d)
+
+
+def test_theta_and_w_travel_as_one_array_and_a_malformed_model_message_is_refused():
+    """pfair.flower.codec: θ and W go to the silos end to end in one array, with θ's length in
+    the message's config; they decode bit for bit, and a message whose split does not fit is
+    refused with the reason."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    from pfair.flower import codec
+
+    rng = np.random.default_rng(4)
+    theta, w = rng.standard_normal(13), rng.standard_normal(4)
+    content = RecordDict({"config": codec.config(round=2, **codec.model_config(theta)),
+                          "arrays": codec.model_arrays(theta, w)})
+    assert list(content["arrays"].keys()) == ["model"] and content["config"]["theta-length"] == 13
+    t2, w2 = codec.read_model(content)
+    assert t2.tobytes() == theta.tobytes() and w2.tobytes() == w.tobytes()
+    for length, reason in [(18, "within it"), (-1, "within it"), ("x", "malformed"), (None, "malformed")]:
+        bad = RecordDict({"config": ConfigRecord({} if length is None else {"theta-length": length}),
+                          "arrays": codec.model_arrays(theta, w)})
+        with pytest.raises(ValueError, match=reason):
+            codec.read_model(bad)
+    two = RecordDict({"config": codec.config(**codec.model_config(theta)), "arrays": codec.arrays(theta=theta, w=w)})
+    with pytest.raises(ValueError, match="one array 'model'"):
+        codec.read_model(two)

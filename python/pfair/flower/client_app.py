@@ -65,8 +65,8 @@ def plan(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
-    state = codec.read_arrays(msg.content["arrays"])
-    reply = node.train(_settings(cfg), str(cfg["run-id"]), int(cfg["round"]), state["theta"], state["w"])
+    theta, w = codec.read_model(msg.content)
+    reply = node.train(_settings(cfg), str(cfg["run-id"]), int(cfg["round"]), theta, w)
     return Message(codec.silo_message_content(reply), reply_to=msg)
 
 
@@ -81,7 +81,7 @@ def violation(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     node, _ = _node(msg, context)
-    theta = codec.read_arrays(msg.content["arrays"])["theta"]
+    theta, _ = codec.read_model(msg.content)
     return Message(RecordDict({"metrics": codec.metrics(node.evaluate(np.asarray(theta)))}), reply_to=msg)
 
 

@@ -22,6 +22,35 @@ def read_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 PACKED = "packed"
 PART_LENGTHS = "part-lengths"
+MODEL = "model"
+THETA_LENGTH = "theta-length"
+
+
+def model_arrays(theta: np.ndarray, w: np.ndarray) -> ArrayRecord:
+    """θ and W for the silos, end to end in one array (``model``; the length of θ goes in the
+    message's config as ``theta-length``, :func:`model_config`): one Flower array instead of two,
+    two objects fewer at each hop."""
+    return arrays(**{MODEL: np.concatenate([np.ravel(theta), np.ravel(w)])})
+
+
+def model_config(theta: np.ndarray) -> dict[str, int]:
+    """The config entry that splits :func:`model_arrays` back into θ and W."""
+    return {THETA_LENGTH: int(np.size(theta))}
+
+
+def read_model(content: RecordDict) -> tuple[np.ndarray, np.ndarray]:
+    """θ and W of a message built with :func:`model_arrays` and :func:`model_config` (raises
+    ValueError on a malformed one)."""
+    try:
+        record = read_arrays(content["arrays"])
+        n = int(content["config"][THETA_LENGTH])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed model message: {exc!r}") from None
+    model = record.get(MODEL)
+    if set(record) != {MODEL} or model is None or model.ndim != 1 or not 0 <= n <= model.size:
+        raise ValueError(f"a model message holds one array {MODEL!r} (θ then W) and {THETA_LENGTH!r} within it; got "
+                         f"arrays {sorted(record)} and {THETA_LENGTH}={n}")
+    return model[:n], model[n:]
 
 
 def silo_message_content(msg: SiloMessage) -> RecordDict:

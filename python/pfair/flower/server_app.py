@@ -294,7 +294,8 @@ class SteFFLeStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                         ) -> Iterable[Message]:
         """Round ``server_round − 1`` of the protocol to every silo that has not refused."""
-        return [self._message(node, "train", arrays=arrays, group=str(server_round), round=server_round - 1)
+        return [self._message(node, "train", arrays=arrays, group=str(server_round), round=server_round - 1,
+                              **codec.model_config(self.theta))
                 for node, silo in self.silo_of.items() if silo not in self.refused and silo in self.plans]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
@@ -328,11 +329,11 @@ class SteFFLeStrategy(Strategy):
         for r in self.server.rejected[seen:]:
             if r[2] != "no reply":  # already noted above
                 self._note("rejected", round=r[0], silo=r[1], reason=r[2])
-        return codec.arrays(theta=self.theta, w=self.w), MetricRecord({"silos_used": float(len(used))})
+        return codec.model_arrays(self.theta, self.w), MetricRecord({"silos_used": float(len(used))})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                            ) -> Iterable[Message]:
-        return [self._message(node, "evaluate", arrays=arrays) for node in self.silo_of]
+        return [self._message(node, "evaluate", arrays=arrays, **codec.model_config(self.theta)) for node in self.silo_of]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-size-weighted mean of the silos' local metrics."""
@@ -393,7 +394,7 @@ class SteFFLeStrategy(Strategy):
         pick = int(np.random.default_rng(st.seed).integers(0, T)) if st.output == "random" else None
         snapshot = None
         t_setup = time.monotonic() - t0
-        arrays = codec.arrays(theta=self.theta, w=self.w)
+        arrays = codec.model_arrays(self.theta, self.w)
         monitor = ConvergenceMonitor(n_classes=self.n_classes, lam=float(st.lam),
                                      lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}")
         for rnd in range(T):
@@ -422,7 +423,7 @@ class SteFFLeStrategy(Strategy):
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)
         evaluation = None
         if self.do_evaluate:
-            final = codec.arrays(theta=theta, w=w)
+            final = codec.model_arrays(theta, w)
             evaluation = self.aggregate_evaluate(T, self._exchange(grid, list(self.configure_evaluate(T, final, ConfigRecord(), grid)),
                                                                     self.round_timeout))  # type: ignore[arg-type]
         reports = {}
