@@ -555,3 +555,31 @@ def test_theta_and_w_travel_as_one_array_and_a_malformed_model_message_is_refuse
     two = RecordDict({"config": codec.config(**codec.model_config(theta)), "arrays": codec.arrays(theta=theta, w=w)})
     with pytest.raises(ValueError, match="one array 'model'"):
         codec.read_model(two)
+
+
+def test_the_deep_warm_preload_covers_what_a_deep_silo_step_imports(tmp_path):
+    """A deep model's ClientApps are forks of a warm process that imported TORCH_PRELOAD; a silo
+    step (the torch provider's per-record gradients through torch.func) must then import nothing
+    more of torch or sympy, which would cost every message about 2 s of CPU (the first torch.func
+    transform of a process imports torch's compiler stack)."""
+    pytest.importorskip("torch", reason="the torch extra is not installed (pip install 'pfair[torch]')")
+    out = _run_script(tmp_path, "preload.py", (
+        "import importlib, sys, warnings\n"
+        "import numpy as np\n"
+        "from pfair.flower.deploy import TORCH_PRELOAD\n"
+        "for name in TORCH_PRELOAD.split(','):\n"
+        "    importlib.import_module(name)\n"
+        "import pfair\n"
+        "from pfair.torch import DeepSteFFLe\n"
+        "from pfair.torch.models import mlp\n"
+        "rng = np.random.default_rng(0)\n"
+        "X, y, s = rng.standard_normal((120, 3)), rng.integers(0, 2, 120), rng.integers(0, 2, 120)\n"
+        "fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=np.arange(120) % 2)\n"
+        "before = set(sys.modules)\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    DeepSteFFLe(mlp(3, 2, hidden=(4,)), epsilon=2.0, epochs=1, batch_size=60, p_s=[0.5, 0.5],\n"
+        "                device='cpu').fit(fed, ledgers='new')\n"
+        "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('torch', 'sympy'))\n"
+        "print('NEW', len(new), new[:12])\n"), timeout=300)
+    assert "NEW 0 []" in out, out[-1500:]
