@@ -366,7 +366,7 @@ def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
     that process (same command line, a child of it) with a warm process of its own, not a fresh
     ``flower-superexec``; the SuperLink's is in a session of its own, as Flower starts it; all are
     gone after teardown."""
-    from pfair.flower.deploy import LoopbackDeployment, descendants
+    from pfair.flower.deploy import LoopbackDeployment, _children, descendants
 
     from flower_support import no_flower_processes_left
 
@@ -378,7 +378,7 @@ def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
             return b""
 
     def children(pid):
-        return [c for c in descendants([pid]) if _ppid(c) == pid]
+        return _children().get(pid, [])
 
     with LoopbackDeployment(tmp_path / "flwr") as dep:
         dep.start_superlink()
@@ -399,13 +399,6 @@ def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
         assert os.getsid(found["link"]) == found["link"] and os.getsid(found["node"]) == os.getsid(node.pid)
     assert no_flower_processes_left(dep)
 
-
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return -1
 
 
 def _strategy(**kw):

@@ -661,14 +661,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
         if !paired {
             for (bi, (&i, probs)) in chunk.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
                 let (local, bi) = (bi, first + bi);
-                // The rows are random, so their loads would miss the caches one after the other; ask
-                // for them ahead (the row pointers first, then the row data they locate).
-                if let Some(&p) = batch.get(bi + PREFETCH_META) {
-                    rows.prefetch_meta(p);
-                }
-                if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
-                    rows.prefetch_row(p);
-                }
+                prefetch_ahead(rows, batch, bi);
                 let mut xsq = 1.0;
                 probs[0] = 0.0;
                 probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
@@ -891,14 +884,7 @@ fn sparse_binary_first_pass<R: Rows>(
     if !chunk.first().is_some_and(|&i| rows.sparse_row(i).is_some()) {
         return false;
     }
-    let prefetch = |bi: usize| {
-        if let Some(&p) = batch.get(bi + PREFETCH_META) {
-            rows.prefetch_meta(p);
-        }
-        if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
-            rows.prefetch_row(p);
-        }
-    };
+    let prefetch = |bi: usize| prefetch_ahead(rows, batch, bi);
     let row = |i: usize| rows.sparse_row(i).expect("sparse rows");
     let mut finish = |t: usize, (z, xsq): (f64, f64)| {
         let p = &mut probs[2 * t..2 * t + 2];
@@ -920,6 +906,19 @@ fn sparse_binary_first_pass<R: Rows>(
         finish(t, sparse_logit(theta, d, row(chunk[t])));
     }
     true
+}
+
+/// Before batch position `bi` is read: the rows are random, so their loads would miss the caches
+/// one after the other; ask for them ahead (the row pointers of position `bi` + [`PREFETCH_META`]
+/// first, then the row data of position `bi` + [`PREFETCH_ROWS`], whose pointers are in by then).
+#[inline(always)]
+fn prefetch_ahead<R: Rows>(rows: &R, batch: &[usize], bi: usize) {
+    if let Some(&p) = batch.get(bi + PREFETCH_META) {
+        rows.prefetch_meta(p);
+    }
+    if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
+        rows.prefetch_row(p);
+    }
 }
 
 /// Row `i` as a float64 slice when the kernel reads rows whole: in place when stored as float64,

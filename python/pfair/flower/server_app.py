@@ -117,7 +117,7 @@ class SteFFLeStrategy(Strategy):
         self.run_id = uuid.uuid4().hex
         self.silo_of: dict[int, int] = {}
         self.left: set[int] = set()  # nodes a silo has left for a new one
-        self.hello_backoff: dict[int, tuple[int, float]] = {}  # node -> (first round to retry, rounds waited)
+        self.hello_backoff: dict[int, tuple[int, int]] = {}  # node -> (first round to retry, rounds waited)
         self.sizes: dict[int, int] = {}
         self.plans: dict[int, dict] = {}
         self.refused: set[int] = set()
@@ -199,8 +199,9 @@ class SteFFLeStrategy(Strategy):
             if reply is None or reply.has_error():
                 self._note("hello_failed", node=node, reason=_reason(reply))
                 if rnd is not None:
-                    wait = min(16, 2 * self.hello_backoff.get(node, (0, 0.5))[1])
-                    self.hello_backoff[node] = (rnd + 1 + int(wait), wait)
+                    waited = self.hello_backoff.get(node, (0, 0))[1]
+                    wait = min(16, 2 * waited) if waited else 1
+                    self.hello_backoff[node] = (rnd + 1 + wait, wait)
                 continue
             meta = reply.content["meta"]
             silo = int(meta["silo"])
