@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -216,10 +217,18 @@ def _run_script(tmp_path, name: str, code: str, timeout: float = 120) -> str:
 
     script = tmp_path / name
     script.write_text(code)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
-                          start_new_session=True)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:  # the script's forks (zygotes, warm processes) go with its process group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    return out
 
 
 def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
