@@ -6,7 +6,9 @@ Each configuration runs in its own subprocess (so its peak RSS is its own):
     python benches/python/scale.py --one 2000000 100 1000 64 float64
 
 Data: x ~ N(0, I_d), s ~ Bernoulli(0.4), y from a logistic model of x and s, silo of record i
-is i mod N (so silos are not consecutive rows: the general case, rows of one matrix). Times are
+is i mod N (so silos are not consecutive rows: the general case, rows of one matrix), or with
+``--layout ranges`` silo j holds the j-th block of consecutive records (data that arrive silo by
+silo; pfair then holds each silo as an index range of the matrix). Times are
 wall clock, min over ``--reps`` epochs after the first. Peak RSS is the process's ``VmHWM``, reset
 after the data are made (``/proc/self/clear_refs``), so it is the caller's arrays plus the peak of
 pfair's own work (build, set-up, epochs); the generation's own peak is reported apart. It is shown
@@ -58,13 +60,15 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: str = "int64") -> dict:
+def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: str = "int64",
+        layout: str = "interleaved") -> dict:
     import pfair
     from pfair.protocol.simulation import Simulation
 
     t = time.perf_counter()
     X, y, s = make_data(n, d, dtype, codes=codes)
-    ids = (np.arange(n) % n_silos).astype(np.int64 if codes == "int64" else np.uint16)
+    ids = np.arange(n) % n_silos if layout == "interleaved" else np.arange(n) * n_silos // n
+    ids = ids.astype(np.int64 if codes == "int64" else np.uint16)
     gen = time.perf_counter() - t
     gen_peak = _peak_rss()
     _reset_peak()  # from here on: the peak of pfair's work alone, on top of the caller's arrays
@@ -98,7 +102,8 @@ def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: 
     peaks["epochs"] = _peak_rss()
     rss = max(peaks.values())
     data = X.nbytes + y.nbytes + s.nbytes
-    return {"n": n, "d": d, "silos": n_silos, "batch": batch, "dtype": dtype, "codes": codes, "generate_s": gen,
+    return {"n": n, "d": d, "silos": n_silos, "batch": batch, "dtype": dtype, "codes": codes, "layout": layout,
+            "generate_s": gen,
             "build_s": build, "setup_s": setup, "first_epoch_s": first, "epoch_min_s": min(rest),
             "epoch_median_s": float(np.median(rest)), "rounds_per_epoch": sim.rounds_per_epoch,
             "generation_peak_gb": gen_peak / 1e9, **{f"{k}_peak_gb": v / 1e9 for k, v in peaks.items()},
@@ -112,11 +117,13 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--codes", choices=("int64", "int8"), default="int64",
                    help="type of the caller's labels and groups (int8: a caller short of memory; silo ids uint16)")
+    p.add_argument("--layout", choices=("interleaved", "ranges"), default="interleaved",
+                   help="silo of record i: i mod SILOS (interleaved) or blocks of consecutive records (ranges)")
     p.add_argument("--sizes", default="1e5,1e6,2e6,1e7")
     a = p.parse_args()
     if a.one:
         n, d, silos, batch, dtype = a.one
-        print(json.dumps(one(int(float(n)), int(d), int(silos), int(batch), dtype, a.reps, a.codes)))
+        print(json.dumps(one(int(float(n)), int(d), int(silos), int(batch), dtype, a.reps, a.codes, a.layout)))
         return
     rows = []
     for n in [int(float(v)) for v in a.sizes.split(",")]:

@@ -4,7 +4,8 @@
 //! float32 features).
 //!
 //! Data as `benches/python/scale.py` makes them: `n × 100` float64 features, 1,000 silos, silo of
-//! record `i` is `i mod 1000`, so each silo is a list of rows of one shared matrix. Each rep times,
+//! record `i` is `i mod 1000`, so each silo is a list of rows of one shared matrix
+//! (`ROWS_LAYOUT=ranges`: silo `j` holds the `j`-th block of consecutive rows). Each rep times,
 //! alternately:
 //! * **epoch**: one shuffled epoch of private SteFFLe rounds (`run_rounds_scheduled`, silos on the
 //!   rayon pool);
@@ -122,7 +123,15 @@ fn main() {
     } else {
         SharedMatrix::from_vec_f64(x, d)
     });
-    let silo_rows: Vec<RowMap> = (0..n_silos).map(|j| RowMap::from_rows(&(j..n).step_by(n_silos).collect::<Vec<_>>())).collect();
+    // ROWS_LAYOUT=ranges: silo j holds the j-th block of consecutive rows instead (a federation
+    // whose data arrive silo by silo).
+    let ranges = std::env::var("ROWS_LAYOUT").is_ok_and(|v| v == "ranges");
+    let silo_rows: Vec<RowMap> = (0..n_silos)
+        .map(|j| {
+            let rows: Vec<usize> = if ranges { (j * n / n_silos..(j + 1) * n / n_silos).collect() } else { (j..n).step_by(n_silos).collect() };
+            RowMap::from_rows(&rows)
+        })
+        .collect();
     let silos: Vec<Silo> = silo_rows
         .iter()
         .map(|rows| {
@@ -182,7 +191,8 @@ fn main() {
     }
     let gb = (n * d * if f32_rows { 4 } else { 8 }) as f64 / 1e9;
     let dtype = if f32_rows { "float32" } else { "float64" };
-    println!("{n} x {d} {dtype} ({gb:.2} GB), {n_silos} silos (rows i mod {n_silos}), batch {m}, {rounds} rounds, {reps} reps (sink {sink:.3e})");
+    let layout = if ranges { "consecutive rows".to_string() } else { format!("rows i mod {n_silos}") };
+    println!("{n} x {d} {dtype} ({gb:.2} GB), {n_silos} silos ({layout}), batch {m}, {rounds} rounds, {reps} reps (sink {sink:.3e})");
     let (e, em) = stats(t_epoch);
     let (r, rm) = stats(t_read);
     let (q, qm) = stats(t_seq);
