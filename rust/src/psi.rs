@@ -657,11 +657,11 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
         // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
         // each other here, so one record's loads and exponential overlap the next one's; the sums
         // over records below keep their order.
-        let paired = lm1 == 1 && !split && !generic_only() && sparse_binary_first_pass(rows, batch, first, chunk, theta, d, all_probs, norms);
+        let paired = lm1 == 1 && !split && !generic_only() && sparse_binary_first_pass(rows, (y, s), batch, first, chunk, theta, d, all_probs, norms);
         if !paired {
             for (bi, (&i, probs)) in chunk.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
                 let (local, bi) = (bi, first + bi);
-                prefetch_ahead(rows, batch, bi);
+                prefetch_ahead(rows, (y, s), batch, bi);
                 let mut xsq = 1.0;
                 probs[0] = 0.0;
                 probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
@@ -873,6 +873,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
 #[inline(always)]
 fn sparse_binary_first_pass<R: Rows>(
     rows: &R,
+    codes: (&[Code], &[Code]),
     batch: &[usize],
     first: usize,
     chunk: &[usize],
@@ -884,7 +885,7 @@ fn sparse_binary_first_pass<R: Rows>(
     if !chunk.first().is_some_and(|&i| rows.sparse_row(i).is_some()) {
         return false;
     }
-    let prefetch = |bi: usize| prefetch_ahead(rows, batch, bi);
+    let prefetch = |bi: usize| prefetch_ahead(rows, codes, batch, bi);
     let row = |i: usize| rows.sparse_row(i).expect("sparse rows");
     let mut finish = |t: usize, (z, xsq): (f64, f64)| {
         let p = &mut probs[2 * t..2 * t + 2];
@@ -911,10 +912,17 @@ fn sparse_binary_first_pass<R: Rows>(
 /// Before batch position `bi` is read: the rows are random, so their loads would miss the caches
 /// one after the other; ask for them ahead (the row pointers of position `bi` + [`PREFETCH_META`]
 /// first, then the row data of position `bi` + [`PREFETCH_ROWS`], whose pointers are in by then).
+/// The label and group of position `bi` + [`PREFETCH_META`] are asked for too: the second pass
+/// reads them, and a large silo's labels are not in cache either (at 10⁷ records on 1,000 silos,
+/// 7% of the kernel's samples waited on those two loads).
 #[inline(always)]
-fn prefetch_ahead<R: Rows>(rows: &R, batch: &[usize], bi: usize) {
+fn prefetch_ahead<R: Rows>(rows: &R, (y, s): (&[Code], &[Code]), batch: &[usize], bi: usize) {
     if let Some(&p) = batch.get(bi + PREFETCH_META) {
         rows.prefetch_meta(p);
+        if let (Some(yp), Some(sp)) = (y.get(p), s.get(p)) {
+            crate::features::prefetch(yp);
+            crate::features::prefetch(sp);
+        }
     }
     if let Some(&p) = batch.get(bi + PREFETCH_ROWS) {
         rows.prefetch_row(p);
