@@ -169,5 +169,61 @@ def test_the_simulation_counts_its_collapse_sample_in_rust_as_python_would():
                 assert got.sum() == sum(len(range(0, len(silo), -(-len(silo) // per))) for silo in fed.silos)
     with pytest.raises(ValueError, match="per_silo must be >= 1"):
         ss.predict_counts(theta, 0)
+    with pytest.raises(ValueError, match="thin must be >= 1"):
+        ss.predict_counts(theta, 5, 0)
     with pytest.raises(ValueError, match="theta has length"):
         ss.predict_counts(theta[:-1], 5)
+
+
+@pytest.mark.filterwarnings("ignore::pfair.exceptions.ConvergenceWarning")  # ‖θ‖ in the thousands
+def test_thinned_collapse_check_decides_as_the_whole_sample_does(monkeypatch):
+    """After the first epoch the collapse check reads every THIN-th sampled row first and the
+    whole sample only when those do not rule a collapse out. Near the threshold and far from it,
+    on the Rust path and on both Python paths, every epoch's outcome (since when, the numbers in
+    the warning, whether the model ever varied) is the one of reading the whole sample each time,
+    and the whole sample is not read when the subset settles it."""
+    from pfair.protocol import convergence
+
+    n = 3000
+    x0 = np.arange(3 * n, dtype=float)  # one distinct value per record: class 1 iff x0 > c
+    X = np.column_stack([x0, np.zeros(3 * n)])
+    y = np.arange(3 * n) % 2
+    s = (np.arange(3 * n) // 7) % 2
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=np.repeat(np.arange(3), n))
+    # The sampled records: every second of each silo (3 silos, 2,000 per silo at most, stride 2);
+    # cut-offs with 0, 1, …, 60 of them on the minority side, both ways, then a balanced model.
+    sampled = np.sort(np.concatenate([x0[j * n:(j + 1) * n][::2] for j in range(3)]))
+    cuts = [(sampled[k] - 0.5, 1.0) for k in range(0, 61, 3)] + [(sampled[-k] + 0.5, -1.0) for k in (1, 2, 5, 9, 40, 70)]
+    thetas = [np.array([slope, 0.0, -slope * c]) for c, slope in cuts] + [np.array([1.0, 0.0, -float(np.median(x0))])]
+
+    def run(thin, path):
+        monkeypatch.setattr(convergence, "THIN", thin)
+        monkeypatch.setattr(convergence, "SAMPLE_CACHE_BYTES", 0 if path == "per_silo" else 64 << 20)
+        calls = []
+        counts = None
+        if path == "rust":
+            ss = fed.silo_set()
+
+            def counts(theta, per_silo, t):
+                calls.append(t)
+                return ss.predict_counts(theta, per_silo, t)
+        mon = convergence.ConvergenceMonitor(n_classes=2, lam=1.0, lr_w_text="", silo_features=list(fed.silos),
+                                             counts=counts)
+        states = []
+        for epoch, theta in enumerate(thetas, 1):
+            mon.after_epoch(epoch, theta, np.zeros(4), 0.1)
+            states.append((mon.collapse_since, dict(mon.collapse_info), mon.ever_varied))
+        return states, calls
+
+    whole, _ = run(1, "rust")
+    assert sum(st[1].get("share", 0) >= COLLAPSE_SHARE for st in whole) >= 4  # some epochs collapsed …
+    assert any(st[0] is None for st in whole[1:])                            # … and some did not
+    assert whole[0][1]["records"] == 4500
+    for path in ("rust", "gathered", "per_silo"):
+        thinned, calls = run(8, path)
+        assert thinned == whole, path
+    # The Rust path read the whole sample on the first epoch and near a collapse only.
+    thinned, calls = run(8, "rust")
+    assert calls[0] == 1 and calls.count(8) == len(thetas) - 1
+    full_reads = calls.count(1) - 1
+    assert 0 < full_reads < len(thetas) - 1

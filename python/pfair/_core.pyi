@@ -150,8 +150,9 @@ class SiloSet:
         config: SiloConfig,
     ) -> Dict[str, Any]:
         """Exact parts of the records ``batch`` (no noise), and loss, psi, n_clipped."""
-    def predict_counts(self, theta: npt.NDArray[np.float64], per_silo: int) -> npt.NDArray[np.int64]:
-        """Records predicted as each class over every silo's rows ``0, t, 2t, ...`` (``t = ceil(n_j / per_silo)``)."""
+    def predict_counts(self, theta: npt.NDArray[np.float64], per_silo: int, thin: int = 1) -> npt.NDArray[np.int64]:
+        """Records predicted as each class over every silo's rows ``0, t, 2t, ...`` (``t = ceil(n_j / per_silo)``);
+        with ``thin > 1`` every ``thin``-th of those rows only (stride ``thin * t``, a subset)."""
     def run_rounds(
         self,
         theta: npt.NDArray[np.float64],

@@ -313,12 +313,13 @@ const PREDICT_PARALLEL_ROWS: usize = 8192;
 /// How many of the silos' sampled records each of the `l` classes is predicted for, all silos
 /// together: silo `j` reads its rows `0, t, 2t, …` with `t = ⌈n_j / per_silo⌉` (at most
 /// `per_silo` of them; the stride of `Silo.strided_X` in Python), where its data are held (no
-/// gathered copy). The collapse check of a fit (`pfair.protocol.convergence`).
-pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo: usize) -> Vec<u64> {
+/// gathered copy). The collapse check of a fit (`pfair.protocol.convergence`). With `thin > 1`
+/// every `thin`-th of those rows only (stride `thin · t`): a subset of the `thin = 1` sample.
+pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo: usize, thin: usize) -> Vec<u64> {
     let count = |silo: &Silo| {
         let mut counts = vec![0u64; l];
         let mut z = vec![0.0; l];
-        let step = silo.len().div_ceil(per_silo.max(1)).max(1);
+        let step = silo.len().div_ceil(per_silo.max(1)).max(1) * thin.max(1);
         crate::with_rows!(&silo.x, rows => {
             let ones = if l == 2 { crate::psi::count_class_one_sparse(rows, step, theta) } else { None };
             match ones {
@@ -336,7 +337,7 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
         a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
         a
     };
-    let rows: usize = silos.iter().map(|s| s.len().min(per_silo.max(1))).sum();
+    let rows: usize = silos.iter().map(|s| s.len().min(per_silo.max(1))).sum::<usize>() / thin.max(1);
     if rows < PREDICT_PARALLEL_ROWS {
         silos.iter().map(count).fold(vec![0; l], add)
     } else {
@@ -845,7 +846,7 @@ pub(crate) mod tests {
         ];
         assert!(matches!(silos[1].x, Features::Sparse(_)));
         for (l, theta) in [(2, vec![1.5, -0.7, -0.4]), (3, vec![1.0, -2.0, 0.5, 0.3, -0.2, 0.1])] {
-            let got = predict_counts_strided(&silos, &theta, l, 300);
+            let got = predict_counts_strided(&silos, &theta, l, 300, 1);
             // The same rows gathered densely (float32 ones rounded), through predict_counts.
             let mut want = crate::psi::predict_counts(&x[..400], 2, &theta, l); // 200 rows, stride 1
             let picked = |src: &[f64], step: usize, order: &dyn Fn(usize) -> usize| -> Vec<f64> {
@@ -858,10 +859,19 @@ pub(crate) mod tests {
             assert_eq!(got, want, "l = {l}");
             assert_eq!(got.iter().sum::<u64>(), 200 + 234 + 234);
             assert!(got.iter().all(|&c| c > 0), "{got:?}");
+            // thin = 2: every second of those rows, i.e. strides 2, 6 and 6.
+            let thinned = predict_counts_strided(&silos, &theta, l, 300, 2);
+            let first: Vec<f64> = (0..200).step_by(2).flat_map(|i| x[2 * i..2 * i + 2].to_vec()).collect();
+            let mut want2 = crate::psi::predict_counts(&first, 2, &theta, l);
+            for part in [picked(&sparse_x, 6, &|i| i), picked(&x32_64, 6, &|i| 699 - i)] {
+                want2.iter_mut().zip(crate::psi::predict_counts(&part, 2, &theta, l)).for_each(|(a, b)| *a += b);
+            }
+            assert_eq!(thinned, want2, "l = {l}");
+            assert_eq!(thinned.iter().sum::<u64>(), 100 + 117 + 117);
             // Many rows: the parallel path gives the same counts.
             let many: Vec<Silo> = (0..12).map(|_| silos[1].clone()).collect();
-            let one = predict_counts_strided(&many[..1], &theta, l, 700);
-            assert_eq!(predict_counts_strided(&many, &theta, l, 700), one.iter().map(|c| 12 * c).collect::<Vec<_>>());
+            let one = predict_counts_strided(&many[..1], &theta, l, 700, 1);
+            assert_eq!(predict_counts_strided(&many, &theta, l, 700, 1), one.iter().map(|c| 12 * c).collect::<Vec<_>>());
         }
     }
 

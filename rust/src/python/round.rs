@@ -230,22 +230,26 @@ impl PySiloSet {
 
     /// How many of the silos' sampled records each class is predicted for, all silos together
     /// (`round::predict_counts_strided`): silo `j` reads its rows `0, t, 2t, …` with
-    /// `t = ⌈n_j / per_silo⌉`, where they are held. The collapse check of a fit; silo-local data,
-    /// never sent.
-    #[pyo3(signature = (theta, per_silo))]
+    /// `t = ⌈n_j / per_silo⌉`, where they are held; with `thin > 1`, every `thin`-th of those
+    /// only (a subset). The collapse check of a fit; silo-local data, never sent.
+    #[pyo3(signature = (theta, per_silo, thin=1))]
     fn predict_counts<'py>(
         &self,
         py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         per_silo: usize,
+        thin: usize,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let th = theta.as_slice()?.to_vec();
         check_theta_len(th.len(), self.dims.theta_len())?;
         if per_silo == 0 {
             return Err(value_error("per_silo must be >= 1"));
         }
+        if thin == 0 {
+            return Err(value_error("thin must be >= 1"));
+        }
         let l = self.dims.l;
-        let counts = py.allow_threads(|| round::predict_counts_strided(&self.silos, &th, l, per_silo));
+        let counts = py.allow_threads(|| round::predict_counts_strided(&self.silos, &th, l, per_silo, thin));
         Ok(counts.into_iter().map(|c| c as i64).collect::<Vec<i64>>().into_pyarray(py))
     }
 
