@@ -439,6 +439,9 @@ def test_synthetic_shapes_and_general_k_l():
     silo_sizes = np.bincount(ds.attrs_train["silo"], minlength=7)
     assert silo_sizes.max() - silo_sizes.min() <= 1 and silo_sizes.sum() == 15_000
     assert set(ds.attrs_test["silo"]) == set(range(7))
+    # Each silo is a block of consecutive records in each split (an index range of X).
+    for part in (ds.attrs_train["silo"], ds.attrs_test["silo"]):
+        assert (np.diff(part.to_numpy()) >= 0).all() and part.iloc[0] == 0 and part.iloc[-1] == 6
     np.testing.assert_array_equal(ds.attrs_train["s"].to_numpy(), ds.s_train)
     # With k groups of score -1..1 and classes -1..1, higher groups get higher classes.
     assert np.corrcoef(ds.s_train, ds.y_train)[0, 1] > 0.1

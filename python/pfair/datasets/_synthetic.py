@@ -36,8 +36,11 @@ def make_synthetic(
     so |corr(s, y)| and |corr(s, x·v)| grow with it.
 
     The first ``n - round(test_size · n)`` rows are the training split, the rest the test split (the
-    rows are i.i.d., so this is a plain random split).  Silo ids ``i mod silos`` (equal sizes up to
-    one record) are in ``attrs_train["silo"]`` / ``attrs_test["silo"]``, with the raw group in
+    rows are i.i.d., so this is a plain random split).  Within each split, silo ``j`` holds the
+    ``j``-th of ``silos`` blocks of consecutive records (equal sizes up to one record; i.i.d. rows,
+    so any assignment is a random one, and consecutive records make each silo an index range of
+    ``X``, which makes large fits faster: ``docs/performance.md``).  The silo ids are in
+    ``attrs_train["silo"]`` / ``attrs_test["silo"]``, with the raw group in
     ``attrs_*["s"]``.  X is float64 and NOT re-standardised (each column is already close to
     N(0, 1)).  Memory: 8·n·d bytes for X plus 8·n each for y, s and the silo ids, about 1 GB
     for 10^7 × 10; generation is chunked, so no other O(n·d) temporary is made.
@@ -109,7 +112,7 @@ def make_synthetic(
                 f"n: groups {[group_names[r] for r in empty]} have no records in the {split} "
                 f"split; increase n (n={n}, k={k})"
             )
-    silo = np.arange(n, dtype=np.int64) % silos
+    silo = np.concatenate([np.arange(m, dtype=np.int64) * silos // m for m in (n_train, n_test)])
     return Dataset(
         name="synthetic",
         X_train=X[:n_train],
