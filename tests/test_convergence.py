@@ -171,6 +171,8 @@ def test_the_simulation_counts_its_collapse_sample_in_rust_as_python_would():
         ss.predict_counts(theta, 0)
     with pytest.raises(ValueError, match="thin must be >= 1"):
         ss.predict_counts(theta, 5, 0)
+    # A thinning past every silo's size reads row 0 of each silo (no overflow of the stride).
+    np.testing.assert_array_equal(ss.predict_counts(theta, 1500, 2**63), ss.predict_counts(theta, 1))
     with pytest.raises(ValueError, match="theta has length"):
         ss.predict_counts(theta[:-1], 5)
 

@@ -319,7 +319,7 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
     let count = |silo: &Silo| {
         let mut counts = vec![0u64; l];
         let mut z = vec![0.0; l];
-        let step = silo.len().div_ceil(per_silo.max(1)).max(1) * thin.max(1);
+        let step = silo.len().div_ceil(per_silo.max(1)).max(1).saturating_mul(thin.max(1));
         crate::with_rows!(&silo.x, rows => {
             let ones = if l == 2 { crate::psi::count_class_one_sparse(rows, step, theta) } else { None };
             match ones {
