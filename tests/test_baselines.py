@@ -106,23 +106,26 @@ def test_named_configurations_are_steffle_with_fixed_parameters():
 # ---------------------------------------------------------------- PF-LD
 @pytest.mark.filterwarnings("ignore::pfair.exceptions.PrivacyWarning")
 def test_pfld_multipliers_rise_and_violation_falls():
-    # Fixed noise (noise_seed): with secret noise this test's thresholds failed about one run in five.
+    # Fixed noise (noise_seed) over five seeds: one noisy fit's last epoch can land far from the
+    # typical one (about one seed in ten ends above half the unconstrained violation), so the
+    # violation's claim is on the median of the five, the others on every fit.
     X, y, s = biased_data(6000, seed=1)
     unconstrained = CentralERM(epochs=8, batch_size=200).fit(X, y, sensitive_features=s)
-    model = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=0,
-                 noise_seed=0).fit(X, y, sensitive_features=s)
-    h = model.history_
-    lam = h["max_multiplier"].to_numpy()
-    assert lam[0] > 0.0 and np.all(np.diff(lam[:5]) > 0)  # violated constraints push λ up
-    assert h["released_violation"].iloc[1] > 0.05
     dp_free = unconstrained.history_["train_demographic_parity_difference"].iloc[-1]
-    assert h["train_demographic_parity_difference"].iloc[0] > 0.3  # epoch 1 trains with λ = 0 (unconstrained)
-    assert h["train_demographic_parity_difference"].iloc[-1] < 0.5 * dp_free
-    rep = model.privacy_report_.iloc[0]
-    assert rep["epsilon_spent"] <= 3.0 + 1e-9 and rep["sigma_primal"] > 0 and rep["sigma_dual"] > 0
-    other = PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=1,
-                  noise_seed=1).fit(X, y, sensitive_features=s)
-    assert not np.allclose(other.theta_, model.theta_)
+    models = [PFLD(epsilon=3.0, epochs=8, batch_size=200, lam_max=3.0, lr_dual=2.0, clip_primal=0.5, seed=seed,
+                   noise_seed=seed).fit(X, y, sensitive_features=s) for seed in range(5)]
+    last = []
+    for model in models:
+        h = model.history_
+        lam = h["max_multiplier"].to_numpy()
+        assert lam[0] > 0.0 and np.all(np.diff(lam[:5]) > 0)  # violated constraints push λ up
+        assert h["released_violation"].iloc[1] > 0.05
+        assert h["train_demographic_parity_difference"].iloc[0] > 0.3  # epoch 1 trains with λ = 0 (unconstrained)
+        last.append(h["train_demographic_parity_difference"].iloc[-1])
+        rep = model.privacy_report_.iloc[0]
+        assert rep["epsilon_spent"] <= 3.0 + 1e-9 and rep["sigma_primal"] > 0 and rep["sigma_dual"] > 0
+    assert np.median(last) < 0.5 * dp_free, (last, dp_free)
+    assert not np.allclose(models[0].theta_, models[1].theta_)
 
 
 def test_pfld_noise_is_added():

@@ -11,7 +11,7 @@ import pfair
 from pfair import metrics
 from pfair.exceptions import ConvergenceWarning
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 
 
 def fits(name, lam):
@@ -31,8 +31,10 @@ def fits(name, lam):
 
 
 # (data set, a large λ, the violation ratio it must reach): measured 0.0217 / 0.1875 on Adult at
-# λ = 16 and 0.174 / 0.219 on COMPAS at λ = 4 (COMPAS at λ = 16 is nearly the constant predictor).
-@pytest.mark.parametrize("name,high_lam,ratio", [("adult", 16.0, 0.5), ("compas", 4.0, 0.9)])
+# λ = 16, and on COMPAS 0.159 / 0.213 at λ = 8 over 12 noise seeds (0.75; 0.70–0.86 for three
+# consecutive seeds, 0.79 for the five used here; λ = 4 gives 0.85, too close to the bound;
+# λ = 16 is nearly the constant predictor).
+@pytest.mark.parametrize("name,high_lam,ratio", [("adult", 16.0, 0.5), ("compas", 8.0, 0.9)])
 def test_default_private_run_beats_the_constant_predictor_and_lambda_buys_fairness(name, high_lam, ratio):
     err0, viol0, trivial = fits(name, 0.0)
     err1, viol1, _ = fits(name, pfair.SteFFLe().lam)  # the default λ
@@ -40,7 +42,7 @@ def test_default_private_run_beats_the_constant_predictor_and_lambda_buys_fairne
     # Clearly better than predicting the majority class for everyone (which has violation 0).
     assert err1 < 0.8 * trivial
     assert err_hi < 0.9 * trivial
-    # The violation falls as λ grows (means over three noise seeds).
+    # The violation falls as λ grows (means over five noise seeds).
     assert viol1 < viol0
     assert viol_hi < ratio * viol0
 

@@ -8,10 +8,14 @@
 //!   the first 32 bytes of ChaCha20 block `4·silo + purpose` of nonce `round` under the secret,
 //!   i.e. ChaCha20 used as a pseudo-random function. Without the secret, the noise is
 //!   unpredictable, so neither a replay of the fit nor two fits with different ε can cancel it.
-//! * [`NoiseKey::Seeded`]: the stream key is SplitMix64-mixed from `(seed, silo, round, purpose)`.
-//!   Anyone who knows the seed knows the noise, so this is only for public randomness (the
-//!   attribute-mode batch order, which the exact s-free parts reveal anyway) and for
-//!   reproducible simulations the user asked for explicitly (`noise_seed=`).
+//! * [`NoiseKey::Seeded`]: the seed is expanded to a 256-bit key (four SplitMix64 outputs, the
+//!   first a bijection of the seed, so different seeds give different keys), and that key takes
+//!   the place of the secret in the same pseudo-random function. Anyone who knows the seed knows
+//!   the noise, so this is only for public randomness (the attribute-mode batch order, which the
+//!   exact s-free parts reveal anyway) and for reproducible simulations the user asked for
+//!   explicitly (`noise_seed=`). The seed and the silo enter the derivation in different places:
+//!   silo `b` of seed `a` and silo `a` of seed `b` draw independent streams (an earlier
+//!   derivation mixed the two symmetrically and gave them the same one).
 //!
 //! Either way the same key gives the same bits whatever the thread schedule, and different
 //! silos, rounds and purposes get independent streams. Batch sampling and noise use different
@@ -81,18 +85,7 @@ impl NoiseKey {
     pub fn stream_key(&self, silo: u64, round: u64, purpose: Purpose) -> [u8; 32] {
         match self {
             NoiseKey::Seeded(seed) => stream_key(*seed, silo, round, purpose),
-            NoiseKey::Secret(secret) => {
-                use rand::RngCore;
-                // PRF(secret; nonce = round, block = 4·silo + purpose): distinct inputs select
-                // distinct ChaCha20 blocks, so derived keys are independent. Silo ids are far
-                // below 2^62, so the block index never wraps.
-                let mut prf = ChaCha20Rng::from_seed(*secret);
-                prf.set_stream(round);
-                prf.set_word_pos(((silo as u128) * 4 + purpose as u128) * 16);
-                let mut key = [0u8; 32];
-                prf.fill_bytes(&mut key);
-                key
-            }
+            NoiseKey::Secret(secret) => prf_key(secret, silo, round, purpose),
         }
     }
 
@@ -111,18 +104,34 @@ pub fn splitmix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The 256-bit ChaCha key of the stream `(seed, silo, round, purpose)`.
-pub fn stream_key(seed: u64, silo: u64, round: u64, purpose: Purpose) -> [u8; 32] {
-    let mut h = splitmix64(seed);
-    for v in [silo, round, purpose as u64] {
-        h = splitmix64(h ^ splitmix64(v));
-    }
+/// PRF(`key`; nonce = round, block = 4·silo + purpose): the first 32 bytes of that ChaCha20
+/// block. Distinct `(silo, round, purpose)` select distinct blocks, so the derived keys are
+/// independent; silo ids are far below 2^62, so the block index never wraps.
+fn prf_key(key: &[u8; 32], silo: u64, round: u64, purpose: Purpose) -> [u8; 32] {
+    use rand::RngCore;
+    let mut prf = ChaCha20Rng::from_seed(*key);
+    prf.set_stream(round);
+    prf.set_word_pos(((silo as u128) * 4 + purpose as u128) * 16);
+    let mut out = [0u8; 32];
+    prf.fill_bytes(&mut out);
+    out
+}
+
+/// The 256-bit key a public seed stands for: SplitMix64 outputs 0..4 of the generator started at
+/// `seed`. The first word is a bijection of the seed, so distinct seeds give distinct keys.
+pub fn seed_key(seed: u64) -> [u8; 32] {
+    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut key = [0u8; 32];
     for (i, chunk) in key.chunks_exact_mut(8).enumerate() {
-        h = splitmix64(h.wrapping_add(i as u64));
-        chunk.copy_from_slice(&h.to_le_bytes());
+        chunk.copy_from_slice(&splitmix64(seed.wrapping_add((i as u64).wrapping_mul(GAMMA))).to_le_bytes());
     }
     key
+}
+
+/// The 256-bit ChaCha key of the stream `(seed, silo, round, purpose)`: the derivation of a
+/// secret key ([`NoiseKey::stream_key`]) under [`seed_key`]`(seed)`.
+pub fn stream_key(seed: u64, silo: u64, round: u64, purpose: Purpose) -> [u8; 32] {
+    prf_key(&seed_key(seed), silo, round, purpose)
 }
 
 /// The generator of the stream `(seed, silo, round, purpose)`.
@@ -163,6 +172,45 @@ mod tests {
         assert_ne!(base, stream_key(1, 2, 3, Purpose::Batch));
         // Swapping silo and round must not collide either.
         assert_ne!(stream_key(1, 2, 3, Purpose::Noise), stream_key(1, 3, 2, Purpose::Noise));
+    }
+
+    #[test]
+    fn seed_and_silo_are_not_interchangeable() {
+        // An earlier derivation mixed seed and silo symmetrically: silo b of seed a drew the
+        // stream of silo a of seed b, and every seed's silo with its own number drew the stream
+        // of silo 0 of seed 0. Every (seed, silo) pair of a small grid must now draw its own.
+        for purpose in [Purpose::Batch, Purpose::Noise, Purpose::Other] {
+            for round in [0, 1, 44] {
+                let mut keys = std::collections::HashSet::new();
+                for seed in 0..16 {
+                    for silo in 0..16 {
+                        assert!(keys.insert(stream_key(seed, silo, round, purpose)), "({seed}, {silo}, {round}, {purpose:?})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn seeded_derivation_is_the_secret_one_under_the_expanded_seed() {
+        // Known answers: the seed's key is four SplitMix64 outputs of the generator started at
+        // the seed (the published generator: state += 0x9E3779B97F4A7C15, then the mixer), and
+        // its streams are those of a secret key equal to it.
+        let mut state = 42u64;
+        let mut want = [0u8; 32];
+        for chunk in want.chunks_exact_mut(8) {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        assert_eq!(seed_key(42), want);
+        let secret = NoiseKey::Secret(want);
+        for (silo, round, purpose) in [(0, 0, Purpose::Batch), (3, 9, Purpose::Noise), (7, 2, Purpose::Other)] {
+            assert_eq!(stream_key(42, silo, round, purpose), secret.stream_key(silo, round, purpose));
+        }
+        assert_ne!(seed_key(0), seed_key(1));
     }
 
     #[test]
