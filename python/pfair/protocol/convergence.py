@@ -63,12 +63,13 @@ def sampled_rows(X: Any, sample: int) -> np.ndarray:
     return X if n <= sample else X[:: math.ceil(n / sample)]
 
 
-def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: int = SAMPLE) -> np.ndarray:
+def local_prediction_counts(X: Any, theta: np.ndarray, n_classes: int, sample: int = SAMPLE,
+                            thin: int = 1) -> np.ndarray:
     """How many of (a fixed stride of at most ``sample`` of) a silo's records each class is
-    predicted for. Silo-local: it reads the silo's features, an array or a
-    :class:`~pfair.federation.Silo` (whose sampled rows alone are gathered, so a silo made of
-    rows of a shared matrix is never copied whole)."""
-    return prediction_counts(sampled_rows(X, sample), theta, n_classes)
+    predicted for; with ``thin > 1``, of every ``thin``-th of those records only. Silo-local: it
+    reads the silo's features, an array or a :class:`~pfair.federation.Silo` (whose sampled rows
+    alone are gathered, so a silo made of rows of a shared matrix is never copied whole)."""
+    return prediction_counts(sampled_rows(X, sample)[::thin], theta, n_classes)
 
 
 def prediction_counts(rows: np.ndarray, theta: np.ndarray, n_classes: int) -> np.ndarray:
@@ -157,7 +158,7 @@ class ConvergenceMonitor:
             self._sample = np.concatenate(parts).astype(np.float64, copy=False) if small else False
         if self._sample is not False:
             return prediction_counts(self._sample[::thin], theta, self.n_classes)
-        return sum(prediction_counts(sampled_rows(X, per_silo)[::thin], theta, self.n_classes) for X in self.silo_features)
+        return sum(local_prediction_counts(X, theta, self.n_classes, per_silo, thin) for X in self.silo_features)
 
     def finish(self, w_radius: float | None) -> None:
         """Warn if the final model is a constant predictor (silo-local numbers)."""
