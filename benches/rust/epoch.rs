@@ -1,6 +1,9 @@
 //! One SteFFLe epoch in Rust alone (no Python), timed many times in one run: min and median, and
 //! the ratios between schedules (silos on the rayon pool or one after the other) and layouts.
-//! `cargo bench --bench epoch` (env `EPOCH_REPS`, default 300).
+//! `cargo bench --bench epoch` (env `EPOCH_REPS`, default 300; `EPOCH_SCHEDULES`, a comma list
+//! of auto, sequential, pipelined, rayon, shared; `EPOCH_SAMPLING=shuffle|poisson`, default
+//! without replacement; `EPOCH_ROWS` records per silo, default 11,304, and `EPOCH_ROUNDS`, default
+//! an epoch's; `EPOCH_TRACE=1` prints every time to stderr, to see slow stretches of the host).
 
 use std::time::Instant;
 
@@ -40,11 +43,21 @@ fn stats(mut t: Vec<f64>) -> (f64, f64, f64) {
 
 fn main() {
     let reps: usize = std::env::var("EPOCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
-    let (n, d, m) = (11_304, 102, 256);
+    let trace = std::env::var("EPOCH_TRACE").is_ok();
+    let n: usize = std::env::var("EPOCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(11_304);
+    let (d, m) = (102, 256);
     let dims = Dims { d, k: 2, l: 2 };
     let silos: Vec<Silo> = (0..3).map(|j| silo(n, d, 10 + j)).collect();
+    // EPOCH_SAMPLING=shuffle draws the estimators' default batches (shuffled epochs); the
+    // default here is without replacement (Floyd's algorithm).
+    let sampling = match std::env::var("EPOCH_SAMPLING").as_deref() {
+        Ok("shuffle") => Sampling::Shuffle { m },
+        Ok("poisson") => Sampling::Poisson { q: m as f64 / n as f64 },
+        Ok("without_replacement") | Err(_) => Sampling::WithoutReplacement { m },
+        Ok(other) => panic!("EPOCH_SAMPLING={other}: use without_replacement, shuffle or poisson"),
+    };
     let cfg = SiloConfig {
-        sampling: Sampling::WithoutReplacement { m },
+        sampling,
         protect: Protect::Attribute { clip_theta: 1.0 },
         sigma_loss: 0.0,
         sigma_theta: 0.05,
@@ -57,7 +70,7 @@ fn main() {
     let inv = vec![(1.0f64 / 0.67).sqrt(), (1.0f64 / 0.33).sqrt()];
     let keys: Vec<SiloKeys> =
         (0..3).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
-    let rounds = n.div_ceil(m) as u64;
+    let rounds = std::env::var("EPOCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(n.div_ceil(m) as u64);
     let all = [
         ("auto", Schedule::Auto),
         ("sequential", Schedule::Sequential),
@@ -80,10 +93,13 @@ fn main() {
                 rounds, None, *schedule,
             );
             times[k].push(t.elapsed().as_secs_f64() * 1e3);
+            if trace {
+                eprint!("{:.2} ", times[k][times[k].len() - 1]);
+            }
             assert_eq!(out.loss.len(), rounds as usize);
         }
     }
-    println!("Adult-like epoch: 3 silos x {n} rows, d = {d} (CSR), batch {m}, {rounds} rounds, {reps} reps");
+    println!("Adult-like epoch: 3 silos x {n} rows, d = {d} (CSR), batch {m}, {rounds} rounds, {reps} reps, {sampling:?}");
     let (_, base, _) = stats(times[0].clone());
     let first = schedules[0].0;
     for (k, (name, _)) in schedules.iter().enumerate() {

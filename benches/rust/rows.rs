@@ -1,9 +1,9 @@
 //! The large-data epoch against the time it takes only to read its rows: the physical floor of an
 //! epoch whose rows do not fit in cache. `cargo bench --bench rows` (env `ROWS_N` records,
-//! default 2,000,000; `ROWS_REPS`, default 5; `ROWS_BATCH`, default 64; `ROWS_DTYPE=f32` for
-//! float32 features).
+//! default 2,000,000; `ROWS_D` features, default 100; `ROWS_REPS`, default 5; `ROWS_BATCH`, default
+//! 64; `ROWS_DTYPE=f32` for float32 features).
 //!
-//! Data as `benches/python/scale.py` makes them: `n × 100` float64 features, 1,000 silos, silo of
+//! Data as `benches/python/scale.py` makes them: `n × d` float64 features, 1,000 silos, silo of
 //! record `i` is `i mod 1000`, so each silo is a list of rows of one shared matrix
 //! (`ROWS_LAYOUT=ranges`: silo `j` holds the `j`-th block of consecutive rows). Each rep times,
 //! alternately:
@@ -101,7 +101,7 @@ fn huge_pages<T>(v: &Vec<T>) {
 }
 
 fn main() {
-    let (n, d, n_silos) = (env("ROWS_N", 2_000_000), 100, 1000);
+    let (n, d, n_silos) = (env("ROWS_N", 2_000_000), env("ROWS_D", 100), 1000);
     let (reps, m) = (env("ROWS_REPS", 5), env("ROWS_BATCH", 64));
     let mut st = 7u64;
     let mut next = move || {
