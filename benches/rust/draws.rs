@@ -2,7 +2,8 @@
 //! (`draw_round_into`), 3 silos × 11,304 records, batch 256, 45 rounds, as the helper thread of
 //! the shared schedule draws them ahead of the kernel. `cargo bench --bench draws` (env
 //! `DRAWS_SAMPLING=shuffle|without_replacement|poisson`, default shuffle, the estimators'
-//! default; `DRAWS_REPS`, default 400). Each rep is a new epoch (new permutations and tables).
+//! default; `DRAWS_N` records per silo, default 11,304; `DRAWS_REPS`, default 400). Each rep is
+//! a new epoch (new permutations and tables).
 
 use std::time::Instant;
 
@@ -12,7 +13,9 @@ use pfair_core::round::{draw_round_into, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
 fn main() {
-    let (n, m, silos, rounds) = (11_304usize, 256usize, 3u64, 45u64);
+    let n: usize = std::env::var("DRAWS_N").ok().and_then(|v| v.parse().ok()).unwrap_or(11_304);
+    let (m, silos) = (256usize, 3u64);
+    let rounds = n.div_ceil(m) as u64;
     let reps: u64 = std::env::var("DRAWS_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let sampling = match std::env::var("DRAWS_SAMPLING").as_deref() {
         Ok("without_replacement") => Sampling::WithoutReplacement { m },
@@ -43,6 +46,6 @@ fn main() {
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    println!("draws of an Adult-like epoch ({sampling:?}, {} units): min {:.1} µs, median {:.1} µs (sink {sink})",
+    println!("draws of an epoch of {silos} silos x {n} records ({sampling:?}, {} units): min {:.1} µs, median {:.1} µs (sink {sink})",
              silos * rounds, times[0], times[times.len() / 2]);
 }
