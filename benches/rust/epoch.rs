@@ -1,16 +1,17 @@
 //! One SteFFLe epoch in Rust alone (no Python), timed many times in one run: min and median, and
 //! the ratios between schedules (silos on the rayon pool or one after the other) and layouts.
 //! `cargo bench --bench epoch` (env `EPOCH_REPS`, default 300; `EPOCH_SCHEDULES`, a comma list
-//! of auto, sequential, pipelined, rayon, shared; `EPOCH_SAMPLING=shuffle|poisson`, default
-//! without replacement; `EPOCH_ROWS` records per silo, default 11,304, and `EPOCH_ROUNDS`, default
-//! an epoch's; `EPOCH_TRACE=1` prints every time to stderr, to see slow stretches of the host).
+//! of auto, sequential, pipelined, rayon, shared, and draws (the epoch's batch and noise draws
+//! alone); `EPOCH_SAMPLING=shuffle|poisson`, default without replacement; `EPOCH_ROWS` records
+//! per silo, default 11,304, and `EPOCH_ROUNDS`, default an epoch's; `EPOCH_TRACE=1` prints
+//! every time to stderr, to see slow stretches of the host).
 
 use std::time::Instant;
 
 use pfair_core::features::Features;
 use pfair_core::noise::NoiseKey;
 use pfair_core::psi::{Code, Dims, Fairness, Protect};
-use pfair_core::round::{run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{draw_round_into, run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
 use pfair_core::sampling::Sampling;
 
 /// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
@@ -71,32 +72,49 @@ fn main() {
     let keys: Vec<SiloKeys> =
         (0..3).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
     let rounds = std::env::var("EPOCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(n.div_ceil(m) as u64);
+    // `draws`: only the batch and noise draws of the epoch's rounds (`draw_round_into`, as the
+    // helper thread of the shared schedule draws them ahead), of a new epoch every rep (new
+    // permutations and tables).
     let all = [
-        ("auto", Schedule::Auto),
-        ("sequential", Schedule::Sequential),
-        ("pipelined", Schedule::Pipelined),
-        ("rayon", Schedule::Parallel),
-        ("shared", Schedule::Shared),
+        ("auto", Some(Schedule::Auto)),
+        ("sequential", Some(Schedule::Sequential)),
+        ("pipelined", Some(Schedule::Pipelined)),
+        ("rayon", Some(Schedule::Parallel)),
+        ("shared", Some(Schedule::Shared)),
+        ("draws", None),
     ];
-    // EPOCH_SCHEDULES=auto,sequential picks some (default: all five, interleaved).
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: the five schedules, interleaved).
     let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,pipelined,rayon,shared".into());
-    let schedules: Vec<(&str, Schedule)> = all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
+    let schedules: Vec<(&str, Option<Schedule>)> =
+        all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
+    let (mut batch, mut noise) = (Vec::new(), Vec::new());
     // Interleaved, so that load from other processes hits every schedule alike.
-    for _ in 0..reps {
+    for rep in 0..reps as u64 {
         for (k, (_, schedule)) in schedules.iter().enumerate() {
             let mut th = vec![0.0; dims.theta_len()];
             let mut wv = vec![0.0; 4];
             let t = Instant::now();
-            let out = run_rounds_scheduled(
-                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, 0,
-                rounds, None, *schedule,
-            );
+            match schedule {
+                Some(schedule) => {
+                    let out = run_rounds_scheduled(
+                        &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server,
+                        0, rounds, None, *schedule,
+                    );
+                    assert_eq!(out.loss.len(), rounds as usize);
+                }
+                None => {
+                    for r in rep * rounds..(rep + 1) * rounds {
+                        for (j, (c, key)) in cfgs.iter().zip(&keys).enumerate() {
+                            draw_round_into(c, key, j as u64, r, n, (dims.theta_len(), 4), &mut batch, &mut noise);
+                        }
+                    }
+                }
+            }
             times[k].push(t.elapsed().as_secs_f64() * 1e3);
             if trace {
                 eprint!("{:.2} ", times[k][times[k].len() - 1]);
             }
-            assert_eq!(out.loss.len(), rounds as usize);
         }
     }
     println!("Adult-like epoch: 3 silos x {n} rows, d = {d} (CSR), batch {m}, {rounds} rounds, {reps} reps, {sampling:?}");
