@@ -17,6 +17,13 @@ class ReplayRefused(RuntimeError):
     a fresh release of the same round, which the ledger has not planned for)."""
 
 
+class SettingsMismatch(ValueError):
+    """Raised when a silo is asked to answer a run under other settings than those its noise plan
+    was made for (a hostile or misconfigured server: another λ, clip norm, batch scheme, seed, …).
+    The noise and the ledger's charges follow the plan, so such a reply could release more than the
+    ledger records; nothing is computed or sent."""
+
+
 class LedgerMismatch(ValueError):
     """Raised when a ledger is used with data other than the data it was bound to, or with another
     budget than its own."""

@@ -16,7 +16,8 @@ never by the server):
     optional local test shard for evaluate messages;
 ``noise-seed``
     optional, for reproducing a simulation only (the guarantee then does not hold against anyone
-    who knows it). Without it, every message draws fresh noise keys from the OS;
+    who knows it; the node answers one run with it). Without it, every message draws fresh noise
+    keys from the OS;
 ``allow-models``
     which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
     see :mod:`pfair.flower.models`).
@@ -24,6 +25,16 @@ never by the server):
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
 ``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
 before releasing anything, and writes it back (atomically).
+
+The server sends the settings with every message, and the node does not take them on trust: the
+plan round saves the run's *terms* (every setting as the node resolved it, the numbers of groups
+and classes, the model) beside the noise plan, and a ``train`` or ``violation`` message of that
+run under any other terms is refused (:class:`~pfair.exceptions.SettingsMismatch`). Otherwise a
+server could plan a run with λ = 0 (nothing to noise, nothing charged) and then ask for ψ parts,
+raise a clip norm or change the batch scheme under the planned noise, or pick the batch seed of
+each round so that one record is in every batch while the ledger charges one release an epoch.
+With a ``noise-seed``, the node answers one run only: a second run would draw the same noise
+under other σ's, and two replies of the same round with known σ's give the exact gradient.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerMismatch
+from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.calibration import SiloNoise
 from pfair.privacy.ledger import PrivacyLedger, data_fingerprint, legacy_fingerprint
 from pfair.protocol.messages import SiloMessage, ViolationRelease
@@ -71,6 +82,32 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
         st = SteFFLeSettings.from_params({**defaults, **params})
     # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
     return st.for_sizes([AUTO_BATCH])
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"a run's terms hold {type(value).__name__!r}, which has no JSON form")
+
+
+def run_terms(settings: SteFFLeSettings, *, n_groups: int, n_classes: int, model: Mapping[str, Any] | None) -> dict:
+    """What a run's noise plan is made for: every setting (as the node resolved them, its own
+    ``noise_seed`` and δ included), the sizes of the group and class encodings and the model
+    spec, in JSON form, so that a copy saved to disk compares equal to a fresh one."""
+    import dataclasses
+
+    terms = {"settings": dataclasses.asdict(settings), "n_groups": int(n_groups), "n_classes": int(n_classes),
+             "model": dict(model) if model is not None else None}
+    return json.loads(json.dumps(terms, sort_keys=True, default=_jsonable))
+
+
+def _differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The names of what differs between two runs' terms (settings by name)."""
+    out = [f"settings.{k}" for k in sorted(set(saved["settings"]) | set(now["settings"]))
+           if saved["settings"].get(k) != now["settings"].get(k)]
+    return out + [k for k in ("n_groups", "n_classes", "model") if saved.get(k) != now.get(k)]
 
 
 class SiloNode:
@@ -126,6 +163,23 @@ class SiloNode:
                                  f"silo's budget {ledger.epsilon:g}")
         return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
 
+    def _terms(self, settings: SteFFLeSettings) -> dict:
+        """:func:`run_terms` of ``settings`` as this node answers under them."""
+        st = self._settings(settings, self.ledger(), check_budget=False)
+        return run_terms(st, n_groups=self.n_groups, n_classes=self.n_classes, model=self.model)
+
+    def _check_terms(self, saved: Mapping[str, Any], terms: Mapping[str, Any], run_id: str) -> None:
+        """Refuses a message of run ``run_id`` under other terms than the run was planned for."""
+        if "terms" not in saved:
+            raise SettingsMismatch(f"silo {self.silo_id}: the plan of run {run_id!r} was saved by an older pfair "
+                                   "without the settings it was made for; start a new run")
+        differ = _differences(saved["terms"], terms)
+        if differ:
+            raise SettingsMismatch(
+                f"silo {self.silo_id}: run {run_id!r} was planned under other settings than this message's "
+                f"(differ: {', '.join(differ)}); its noise and its ledger's charges are for the planned ones, so "
+                "nothing was computed or sent")
+
     def _party(self, settings: SteFFLeSettings, check_budget: bool = True) -> SiloParty:
         ledger = self.ledger()
         st = self._settings(settings, ledger, check_budget)
@@ -164,13 +218,25 @@ class SiloNode:
         """Calibrate this silo's noise for the run (or restore the plan of a run it already
         planned) and return the plan: its σ's, z and ε, which are public."""
         path = self.state_dir / PLAN_FILE
+        terms = self._terms(settings)
         if path.exists():
             saved = json.loads(path.read_text())
             if saved["run_id"] == run_id:
+                self._check_terms(saved, terms, run_id)
+                if saved["total_rounds"] != int(total_rounds):
+                    raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned for "
+                                           f"{saved['total_rounds']} rounds, now asked for {int(total_rounds)}")
                 return saved["plan"]
+        ledger = self.ledger()
+        if self.noise_seed is not None and any(rid != run_id for rid in ledger.runs):
+            raise SettingsMismatch(
+                f"silo {self.silo_id}: its noise-seed served run(s) {sorted(ledger.runs)} already; a second run "
+                "would draw the same noise under other noise scales, and two replies of one round would give "
+                "the exact gradient. Give the node another noise-seed (or none) for a new run")
         party = self._party(settings)
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
-        record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist()}
+        record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
+                  "terms": terms, "total_rounds": int(total_rounds)}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         os.replace(tmp, path)
@@ -184,6 +250,7 @@ class SiloNode:
         saved = json.loads(path.read_text())
         if saved["run_id"] != run_id:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
+        self._check_terms(saved, self._terms(settings), run_id)
         party = self._party(settings)
         party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
         return party

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerMismatch
+from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.calibration import SiloNoise, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
     STREAM_BASE,
@@ -180,7 +180,10 @@ class SiloParty:
                                           delta=self.ledger.delta, releases=releases)
 
     def adopt(self, plan: SiloNoise, proportions: np.ndarray, run_id: str | None = None) -> SiloNoise:
-        """Use ``plan`` (e.g. restored from an interrupted run) and register its run."""
+        """Use ``plan`` (e.g. restored from an interrupted run) and register its run. Refuses
+        (:class:`~pfair.exceptions.SettingsMismatch`) a plan made for other settings than this
+        party's: its noise would not match what the messages then depend on."""
+        self._check_plan(plan, proportions)
         self.plan = plan
         self.config = silo_config(self.settings, self.n_records, plan)
         if self.violation_z is None:
@@ -191,6 +194,33 @@ class SiloParty:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
                                   noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
         return plan
+
+    def _check_plan(self, plan: SiloNoise, proportions: np.ndarray) -> None:
+        """That ``plan`` was calibrated for this silo under this party's settings: the same silo
+        and size, batch scheme and rate, protection, parts sent, target ε, and the sensitivities
+        these settings' clip norms and fairness notion give for ``proportions``. A plan restored
+        from disk or from an interrupted run is checked here before any round is answered."""
+        st = self.settings
+        q, denom = sample_rate_and_denominator(st.sampling, self.n_records, st.batch_size)
+        props = np.asarray(proportions, dtype=np.float64)
+        d_loss, d_theta, d_w = _core.sensitivities(
+            np.ascontiguousarray(props.ravel() ** -0.5), n_groups=props.shape[1], denom=denom, fairness=st.fairness,
+            positive=st.positive_class, protect=st.protect, **st.clips())
+        want = {"silo": self.silo_id, "n_records": self.n_records, "sampling": st.sampling, "sample_rate": q,
+                "denominator": denom, "protect": st.protect, "sends_psi": st.sends_psi,
+                "target_epsilon": st.epsilon if st.private else None,
+                "sensitivity_loss": d_loss if st.protect == "record" else 0.0,
+                "sensitivity_theta": d_theta if st.sends_psi else 0.0,
+                "sensitivity_w": d_w if st.sends_psi else 0.0}
+        have = plan.as_dict()
+        differ = [k for k, v in want.items()
+                  if not (v == have[k] or (isinstance(v, float) and isinstance(have[k], float)
+                                           and np.isclose(v, have[k], rtol=1e-12, atol=0.0)))]
+        if differ:
+            raise SettingsMismatch(
+                f"silo {self.silo_id}: its noise plan was made for other settings than the ones it is asked to "
+                f"answer under ({', '.join(f'{k}: planned {have[k]!r}, now {want[k]!r}' for k in differ)}); "
+                "nothing was computed or sent")
 
     @property
     def charges(self) -> bool:

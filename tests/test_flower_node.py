@@ -1,0 +1,161 @@
+"""A hostile server against one deployed silo, without the transport: the methods of
+:class:`pfair.flower.node.SiloNode` are what the Flower ClientApp runs for each message, with the
+settings the server sends in that message. A run's noise plan is made for the settings of its
+plan round; a message of the run under any other settings must be refused before anything is
+computed or charged (otherwise: noise-free ψ parts after a λ = 0 plan, a raised clip norm under
+the planned noise, or a batch seed chosen per round so that one record is in every batch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import pfair
+from pfair.exceptions import PrivacyWarning, SettingsMismatch
+from pfair.flower.node import PLAN_FILE, SiloNode, settings_from_run_config
+from pfair.privacy.ledger import PrivacyLedger
+from pfair.protocol.silo import SiloParty
+from pfair.providers.linear import LinearProvider
+from pfair import _core
+
+N = 400
+
+
+@pytest.fixture
+def node_config(tmp_path):
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 2, size=N)
+    X = rng.normal(size=(N, 3))
+    X[:, 0] += s
+    y = (X[:, 0] + 0.5 * rng.normal(size=N) > 0.5).astype(int)
+    shard = pfair.datasets.write_shard(tmp_path / "silo0.csv", X, y, s)
+    return {"data-path": str(shard), "state-dir": str(tmp_path / "state"), "silo-id": 0, "epsilon": 2.0}
+
+
+def run_settings(**kw):
+    base = dict(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], seed=1)
+    return settings_from_run_config({"settings": json.dumps(base | kw)})
+
+
+def node(config):
+    return SiloNode(config, n_groups=2, n_classes=2)
+
+
+PROPS = np.array([[0.5, 0.5]])
+ROUNDS = 2 * (N // 50)
+THETA, W = np.full(4, 0.1), np.full(4, 0.2)
+
+
+def spent(config):
+    return node(config).ledger().epsilon_spent()
+
+
+def next_round(config, run_id):
+    return node(config).ledger().next_round(run_id)
+
+
+def test_a_run_answers_under_its_planned_settings_and_replans_to_the_same_plan(node_config):
+    st = run_settings()
+    plan = node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+    assert plan["noise_multiplier"] < np.inf and plan["sigma_theta"] > 0
+    assert node(node_config).plan(st, PROPS, ROUNDS, "run-a") == plan  # a lost plan reply, asked again
+    before = spent(node_config)
+    msg = node(node_config).train(st, "run-a", 0, THETA, W)
+    assert np.all(np.isfinite(msg.psi_theta)) and np.any(msg.psi_theta != 0)
+    assert spent(node_config) > before  # charged
+
+
+@pytest.mark.parametrize("changed", [
+    {"lam": 0.0},                                  # planned with ψ parts noised, asked without
+    {"clip": 1e6}, {"clip_w": 1e6},                # larger sensitivity under the planned noise
+    {"sampling": "full_batch"},                    # every record in every round
+    {"batch_size": 10},                            # another sample rate and divisor
+    {"protect": "record"},                         # another mechanism altogether
+    {"seed": 2},                                   # the server choosing each round's batch
+    {"fairness": "equalized_odds", "p_s": [[0.5, 0.5], [0.5, 0.5]]},
+    {"epsilon": 1.9},
+])
+def test_a_round_under_other_settings_than_planned_is_refused_before_any_charge(node_config, changed):
+    node(node_config).plan(run_settings(), PROPS, ROUNDS, "run-a")
+    node(node_config).train(run_settings(), "run-a", 0, THETA, W)
+    before = spent(node_config)
+    assert next_round(node_config, "run-a") == 1
+    with pytest.raises(SettingsMismatch, match="differ: settings"):
+        node(node_config).train(run_settings(**changed), "run-a", 1, THETA, W)
+    assert spent(node_config) == before and next_round(node_config, "run-a") == 1
+    # The planned settings still get round 1: the refusal charged and recorded nothing.
+    node(node_config).train(run_settings(), "run-a", 1, THETA, W)
+    assert next_round(node_config, "run-a") == 2
+
+
+def test_a_lambda_zero_plan_never_turns_into_noise_free_psi_parts(node_config):
+    # λ = 0: nothing depends on s, so the plan has no noise and the ledger charges nothing...
+    plan = node(node_config).plan(run_settings(lam=0.0), PROPS, ROUNDS, "run-z")
+    assert plan["noise_multiplier"] == np.inf and plan["sigma_theta"] == 0.0
+    msg = node(node_config).train(run_settings(lam=0.0), "run-z", 0, THETA, W)
+    assert not np.any(msg.psi_theta) and not np.any(msg.psi_w)
+    # ... and the exact ψ parts it would then send are refused.
+    with pytest.raises(SettingsMismatch, match="settings.lam"):
+        node(node_config).train(run_settings(lam=1.0), "run-z", 1, THETA, W)
+    assert spent(node_config) == 0.0
+
+
+def test_a_replan_under_other_settings_or_rounds_is_refused(node_config):
+    node(node_config).plan(run_settings(), PROPS, ROUNDS, "run-a")
+    with pytest.raises(SettingsMismatch, match="settings.clip"):
+        node(node_config).plan(run_settings(clip=2.0), PROPS, ROUNDS, "run-a")
+    with pytest.raises(SettingsMismatch, match="rounds"):
+        node(node_config).plan(run_settings(), PROPS, 10 * ROUNDS, "run-a")
+    with pytest.raises(SettingsMismatch, match="n_groups"):
+        SiloNode(node_config, n_groups=3, n_classes=2).train(run_settings(), "run-a", 0, THETA, W)
+
+
+def test_a_plan_saved_without_its_settings_is_not_trusted(node_config, tmp_path):
+    node(node_config).plan(run_settings(), PROPS, ROUNDS, "run-a")
+    path = tmp_path / "state" / PLAN_FILE
+    saved = json.loads(path.read_text())
+    del saved["terms"]
+    path.write_text(json.dumps(saved))
+    with pytest.raises(SettingsMismatch, match="older pfair"):
+        node(node_config).train(run_settings(), "run-a", 0, THETA, W)
+
+
+def test_a_noise_seed_serves_one_run(node_config):
+    seeded = node_config | {"noise-seed": 7}
+    node(seeded).plan(run_settings(), PROPS, ROUNDS, "run-a")
+    node(seeded).plan(run_settings(), PROPS, ROUNDS, "run-a")  # the same run: its saved plan
+    node(seeded).train(run_settings(), "run-a", 0, THETA, W)
+    # A second run would draw the same noise under other σ's: two replies of round 0 with known
+    # σ's would give the exact gradient, (σ_b·a − σ_a·b) / (σ_b − σ_a).
+    with pytest.raises(SettingsMismatch, match="noise-seed"):
+        node(seeded).plan(run_settings(epsilon=1.0), PROPS, ROUNDS, "run-b")
+    # Without a seed, every message has fresh secret noise, and a second run is planned.
+    fresh = node_config | {"state-dir": node_config["state-dir"] + "-unseeded"}
+    node(fresh).plan(run_settings(epsilon=1.0), PROPS, ROUNDS, "run-a")
+    node(fresh).plan(run_settings(epsilon=1.0), PROPS, ROUNDS, "run-b")
+
+
+def test_a_party_refuses_a_plan_made_for_other_settings():
+    rng = np.random.default_rng(1)
+    X, y, s = rng.normal(size=(N, 3)), rng.integers(0, 2, N), rng.integers(0, 2, N)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        base = pfair.SteFFLe(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).settings()
+
+    def party(st):
+        silo_set = _core.SiloSet([(X, y, s)], n_groups=2, n_classes=2)
+        return SiloParty(silo_id=0, y=y, s=s, settings=st, provider=LinearProvider(silo_set, 0, None),
+                         ledger=PrivacyLedger(epsilon=2.0, delta=st.delta_for(N), silo=0), n_groups=2,
+                         n_classes=2)
+
+    plan = party(base).plan_rounds(PROPS, ROUNDS)
+    party(base).adopt(plan, PROPS)  # the same settings: adopted
+    for changed in ({"lam": 0.0}, {"clip": 5.0}, {"batch_size": 25}, {"sampling": "poisson"}, {"protect": "record"}):
+        with pytest.raises(SettingsMismatch, match="noise plan was made for other settings"):
+            party(dataclasses.replace(base, **changed)).adopt(plan, PROPS)
+    with pytest.raises(SettingsMismatch, match="sensitivity_w"):
+        party(base).adopt(plan, np.array([[0.1, 0.9]]))  # other proportions: other ψ sensitivities
