@@ -159,3 +159,26 @@ def test_a_party_refuses_a_plan_made_for_other_settings():
             party(dataclasses.replace(base, **changed)).adopt(plan, PROPS)
     with pytest.raises(SettingsMismatch, match="sensitivity_w"):
         party(base).adopt(plan, np.array([[0.1, 0.9]]))  # other proportions: other ψ sensitivities
+
+
+def test_a_record_mode_run_keeps_one_secret_batch_key_across_messages(node_config, tmp_path):
+    # Each message is a new process. The rounds of a shuffled epoch must still be slices of one
+    # permutation (each record in one batch an epoch, as the ledger charges), under a key that is
+    # the silo's own secret: drawn at the plan round and kept in its state, never sent.
+    st = run_settings(protect="record")
+    plan = node(node_config).plan(st, PROPS, ROUNDS, "run-r")
+    saved = json.loads((tmp_path / "state" / PLAN_FILE).read_text())
+    assert len(bytes.fromhex(saved["batch_key"])) == 32 and saved["batch_key"] not in json.dumps(plan)
+    assert (tmp_path / "state" / PLAN_FILE).stat().st_mode & 0o077 == 0
+    per_epoch = N // 50
+    for epoch in range(2):
+        batches = [node(node_config)._planned_party(st, "run-r").draw_batch(r)
+                   for r in range(epoch * per_epoch, (epoch + 1) * per_epoch)]
+        assert sorted(np.concatenate(batches).tolist()) == list(range(N)), epoch
+    # Another run gets another key: its permutations are not the first run's.
+    other = tmp_path / "other"
+    cfg = node_config | {"state-dir": str(other)}
+    node(cfg).plan(st, PROPS, ROUNDS, "run-r")
+    assert json.loads((other / PLAN_FILE).read_text())["batch_key"] != saved["batch_key"]
+    assert not np.array_equal(node(cfg)._planned_party(st, "run-r").draw_batch(0),
+                              node(node_config)._planned_party(st, "run-r").draw_batch(0))

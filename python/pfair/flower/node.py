@@ -180,7 +180,7 @@ class SiloNode:
                 f"(differ: {', '.join(differ)}); its noise and its ledger's charges are for the planned ones, so "
                 "nothing was computed or sent")
 
-    def _party(self, settings: SteFFLeSettings, check_budget: bool = True) -> SiloParty:
+    def _party(self, settings: SteFFLeSettings, check_budget: bool = True, batch_key: Any = None) -> SiloParty:
         ledger = self.ledger()
         st = self._settings(settings, ledger, check_budget)
         if self.model is None:
@@ -196,6 +196,8 @@ class SiloNode:
             provider = TorchProvider.for_silo(module, Silo(self.X, self.y, self.s), st, n_groups=self.n_groups,
                                               n_classes=self.n_classes, input_shape=self.model["input_shape"])
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
+        if batch_key is not None:
+            keys = SiloKeys(batch=batch_key, noise=keys.noise)
         return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
                          n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict)
 
@@ -237,8 +239,17 @@ class SiloNode:
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
         record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
                   "terms": terms, "total_rounds": int(total_rounds)}
+        if party.keys.batch.is_secret:
+            # Record mode: the batch is hidden, keyed by a secret. Every message of the run is a new
+            # process, so the run's batch key is drawn once here and kept in the silo's own state:
+            # with a fresh key per message, the rounds of an epoch would not be slices of one
+            # permutation, and a record could be in several batches of an epoch that the ledger
+            # charges as one release.
+            record["batch_key"] = os.urandom(32).hex()
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
+        # Readable by the silo's own user only: a record-mode plan holds the run's secret batch key.
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(record))
         os.replace(tmp, path)
         return record["plan"]
 
@@ -251,7 +262,8 @@ class SiloNode:
         if saved["run_id"] != run_id:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
         self._check_terms(saved, self._terms(settings), run_id)
-        party = self._party(settings)
+        batch_key = _core.NoiseKey.from_secret(bytes.fromhex(saved["batch_key"])) if "batch_key" in saved else None
+        party = self._party(settings, batch_key=batch_key)
         party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
         return party
 

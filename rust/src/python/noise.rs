@@ -28,6 +28,17 @@ impl PyNoiseKey {
         Ok(PyNoiseKey { inner })
     }
 
+    /// A secret key from 32 bytes that the silo keeps itself (for instance a deployed silo's
+    /// batch key of a run, drawn once with `os.urandom(32)` and saved in its own state, so that
+    /// every message of the run draws from the same epoch permutations). The bytes must be
+    /// secret and uniformly random; they are not kept anywhere else by the key.
+    #[staticmethod]
+    fn from_secret(key: &[u8]) -> BindResult<Self> {
+        let key: [u8; 32] =
+            key.try_into().map_err(|_| format!("key must be 32 bytes (os.urandom(32)), got {}", key.len()))?;
+        Ok(PyNoiseKey { inner: NoiseKey::Secret(key) })
+    }
+
     /// A key derived from a public seed: reproducible by anyone who knows it.
     #[staticmethod]
     fn seeded(seed: u64) -> Self {
