@@ -182,3 +182,21 @@ def test_a_record_mode_run_keeps_one_secret_batch_key_across_messages(node_confi
     assert json.loads((other / PLAN_FILE).read_text())["batch_key"] != saved["batch_key"]
     assert not np.array_equal(node(cfg)._planned_party(st, "run-r").draw_batch(0),
                               node(node_config)._planned_party(st, "run-r").draw_batch(0))
+
+
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+def test_a_hostile_theta_or_w_gets_a_finite_reply_that_does_not_show_s(node_config, tmp_path, protect):
+    # θ of 1e308 on a feature overflows the logits of the records that have it; W of 1e308 the
+    # ψ gradients. A NaN in the s-dependent parts would sit in the row of the record's group.
+    st = run_settings(protect=protect)
+    node(node_config).plan(st, PROPS, ROUNDS, "run-h")
+    for r, (theta, w) in enumerate([(np.array([1e308, 0.0, 0.0, 0.0]), W), (THETA, np.full(4, 1e308)),
+                                    (np.array([1e308, -1e308, 1e308, 0.0]), np.array([1e308, 0.2, 0.2, 0.2]))]):
+        try:
+            msg = node(node_config).train(st, "run-h", r, theta, w)
+        except FloatingPointError:
+            # Only a part sent exactly may overflow (attribute mode), which s does not enter.
+            assert protect == "attribute"
+            continue
+        for part in (msg.psi_theta, msg.psi_w, msg.loss_grad):
+            assert np.all(np.isfinite(part))

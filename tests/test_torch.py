@@ -210,6 +210,35 @@ def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
 
 
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+@pytest.mark.parametrize("hostile", ["theta", "w", "both"])
+def test_hostile_parameters_never_turn_s_into_a_non_finite_message(protect, hostile):
+    # A server's θ of 1e300 overflows the logits (F would be NaN), a W row of 1e300 the ψ
+    # gradients; the parts that depend on s must stay finite and within their sensitivities.
+    k, l, n = 2, 3, 8  # noqa: E741
+    rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, "demographic_parity", n, n, 3, 1.0, 1.0,
+                                                                 1.0, "fixed")
+    if hostile in ("theta", "both"):
+        theta = theta * 1e300
+    if hostile in ("w", "both"):
+        W = W.copy()
+        W[:l] = 1e300
+    s2 = s.copy()
+    s2[i] = 1 - s2[i]
+    clips = dict(clip_theta=0.5) if protect == "attribute" else dict(clip_loss=1.0, clip_theta=0.5, clip_w=2.0)
+    kw = dict(k=k, l=l, fairness="demographic_parity", denom=denom, protect=protect, **clips)
+    with np.errstate(all="ignore"):
+        a = _parts(net, X, y, s, theta, W, inv, batch, **kw)
+        b = _parts(net, X, y, s2, theta, W, inv, batch, **kw)
+    private = ["psi_theta", "psi_w"] + (["loss_grad"] if protect == "record" else [])
+    for key in private:
+        assert np.all(np.isfinite(getattr(a, key))) and np.all(np.isfinite(getattr(b, key))), key
+    _, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=denom, fairness="demographic_parity", positive=1,
+                                          protect=protect, **clips)
+    assert np.linalg.norm(a.psi_theta - b.psi_theta) <= d_theta * (1 + 1e-9)
+    assert np.linalg.norm(a.psi_w - b.psi_w) <= d_w * (1 + 1e-9)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp_problems())
 def test_record_mode_change_never_exceeds_sensitivity(problem):

@@ -368,10 +368,18 @@ pub fn predict_counts(x: &[f64], d: usize, theta: &[f64], l: usize) -> Vec<u64> 
     )
 }
 
-/// Numerically stable softmax.
+/// Numerically stable softmax, a probability vector whatever the logits: with logits of +∞ (an
+/// overflow under a hostile θ) its limit, equal mass on those classes; with a NaN logit and none
+/// of +∞, the uniform distribution. The ψ part c_i = 2 p(s_i)^{-1/2} e_{s_i} F_iᵀ is not clipped:
+/// its sensitivity rests on F_i being a probability vector, so a NaN in F_i would show s_i in the
+/// message (the row it lands in). Finite logits take the usual path, bit for bit.
 #[inline]
 pub fn softmax_in_place(z: &mut [f64]) {
     let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::INFINITY || z.iter().any(|v| v.is_nan()) {
+        softmax_degenerate(z);
+        return;
+    }
     let mut sum = 0.0;
     for v in z.iter_mut() {
         // exp(0) = 1 exactly: the largest logit needs no call (half the calls for l = 2).
@@ -380,6 +388,20 @@ pub fn softmax_in_place(z: &mut [f64]) {
     }
     for v in z.iter_mut() {
         *v /= sum;
+    }
+}
+
+/// [`softmax_in_place`] of logits with a +∞ or a NaN (see there).
+#[cold]
+fn softmax_degenerate(z: &mut [f64]) {
+    let top = z.iter().filter(|&&v| v == f64::INFINITY).count();
+    let l = z.len() as f64;
+    for v in z.iter_mut() {
+        *v = match top {
+            0 => 1.0 / l,
+            _ if *v == f64::INFINITY => 1.0 / top as f64,
+            _ => 0.0,
+        };
     }
 }
 
@@ -411,13 +433,33 @@ fn pull_back(probs: &[f64], g: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Factor `min(1, c / norm)` that clips a vector of norm `norm` to `c` (1 for a zero vector).
+/// Factor `min(1, c / norm)` that clips a vector of norm `norm` to `c` (1 for a zero vector), and
+/// 0 for a vector whose norm is not finite (an overflow under a hostile θ or W): such a vector has
+/// no direction to keep, and any vector of the ball, 0 included, keeps the sensitivity. Scale with
+/// [`clipped`], not `f * v` (0 · ∞ is NaN).
 #[inline]
 pub fn clip_factor(norm: f64, c: f64) -> f64 {
     if norm > c {
-        c / norm
+        if norm == f64::INFINITY {
+            0.0
+        } else {
+            c / norm
+        }
+    } else if norm.is_nan() {
+        0.0
     } else {
         1.0
+    }
+}
+
+/// `f · v` for a clip factor `f` of [`clip_factor`]: exactly 0 when `f` is 0 (`v` may then be
+/// infinite or NaN).
+#[inline]
+pub fn clipped(f: f64, v: f64) -> f64 {
+    if f == 0.0 {
+        0.0
+    } else {
+        f * v
     }
 }
 
@@ -711,7 +753,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
                     if f < 1.0 {
                         out.n_clipped += 1;
                     }
-                    c_loss.iter_mut().for_each(|v| *v *= f);
+                    c_loss.iter_mut().for_each(|v| *v = clipped(f, *v));
                 }
                 c_a.iter_mut().for_each(|v| *v = 0.0);
                 c_b.iter_mut().for_each(|v| *v = 0.0);
@@ -742,7 +784,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
                                 out.n_clipped += 1;
                             }
                             for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
-                                *c = f * bb;
+                                *c = clipped(f, *bb);
                             }
                             for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
                                 *ps += p;
@@ -762,7 +804,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
                                 out.n_clipped += 1;
                             }
                             for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
-                                *cb = f * *ca;
+                                *cb = clipped(f, *ca);
                                 *ca = 0.0;
                             }
                             // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
@@ -779,7 +821,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
                                 out.n_clipped += 1;
                             }
                             for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
-                                *o += f * v * inv_m;
+                                *o += clipped(f, *v) * inv_m;
                             }
                         }
                     }
@@ -1027,7 +1069,7 @@ fn binary_attribute_row(
     if f < 1.0 {
         out.n_clipped += 1;
     }
-    coef[2] = f * beta_b;
+    coef[2] = clipped(f, beta_b);
     prob_sum[b * 2] += p0;
     prob_sum[b * 2 + 1] += p1;
     out.psi_w[at] += cf * p0 * inv_m;
@@ -1322,6 +1364,79 @@ mod tests {
         );
         assert!(norm(&gr.psi_theta) <= clip * (1.0 + 1e-12));
         assert_eq!(gr.n_clipped, 25);
+    }
+
+    #[test]
+    fn softmax_and_clipping_stay_bounded_whatever_the_logits_and_norms() {
+        let mut z = [0.0, f64::INFINITY];
+        softmax_in_place(&mut z);
+        assert_eq!(z, [0.0, 1.0]);
+        let mut z = [0.0, f64::NAN, 3.0];
+        softmax_in_place(&mut z);
+        assert_eq!(z, [1.0 / 3.0; 3]);
+        let mut z = [f64::INFINITY, 0.0, f64::INFINITY, f64::NAN];
+        softmax_in_place(&mut z);
+        assert_eq!(z, [0.5, 0.0, 0.5, 0.0]);
+        let mut z = [0.0, -f64::INFINITY];
+        softmax_in_place(&mut z);
+        assert_eq!(z, [1.0, 0.0]);
+        for norm in [f64::INFINITY, f64::NAN] {
+            assert_eq!(clip_factor(norm, 1.0), 0.0);
+            assert_eq!(clipped(clip_factor(norm, 1.0), norm), 0.0);
+        }
+        assert_eq!(clipped(0.25, -4.0), -1.0);
+    }
+
+    /// A hostile server's θ and W: finite, but large enough that a logit, q = ‖W[:,u]‖² or a
+    /// record's ψ gradient overflows. Whatever overflows, every part that depends on s (both ψ
+    /// parts; in record mode every part) stays finite and, for one record's s flipped, moves by
+    /// at most its sensitivity (2·C/m for h_θ, 2·max p^{-1/2}/m for h_W in attribute mode), on
+    /// every kernel path (sparse binary pairs, general, dense).
+    #[test]
+    fn hostile_parameters_never_turn_s_into_a_non_finite_message() {
+        for (l, dense) in [(2, false), (2, true), (3, false), (3, true)] {
+            let fairness = Fairness::DemographicParity;
+            let mut c = case(4, 2, l, 9, fairness, 17);
+            // Record 4 alone has feature 3; a θ of 1e308 there overflows its logit.
+            for i in 0..9 {
+                c.x[i * 4 + 3] = if i == 4 { 2.0 } else { 0.0 };
+            }
+            let all: Vec<usize> = (0..9).collect();
+            let run = |c: &Case, theta: &[f64], w: &[f64], protect: Protect| {
+                let psi = PsiInputs { fairness, w, inv_sqrt_ps: &c.inv };
+                if dense {
+                    batch_gradients(&Dense { x: &c.x, d: 4 }, &c.y, &c.s, c.dims, theta, psi, &all, 9.0, protect)
+                } else {
+                    let csr = Csr::from_dense(&c.x, 4);
+                    batch_gradients(&csr, &c.y, &c.s, c.dims, theta, psi, &all, 9.0, protect)
+                }
+            };
+            let mut theta = c.theta.clone();
+            theta[3 * (l - 1)] = 1e308;
+            let mut w_big = c.w.clone();
+            w_big[..l].iter_mut().for_each(|v| *v = 1e308); // group 0's row
+            for (theta, w) in [(&theta, &c.w), (&c.theta, &w_big), (&theta, &w_big)] {
+                for protect in [Protect::Attribute { clip_theta: 0.5 }, Protect::Record { clip_loss: 1.0, clip_theta: 0.5, clip_w: 2.0 }] {
+                    let a = run(&c, theta, w, protect);
+                    let mut flipped = Case { s: c.s.clone(), x: c.x.clone(), y: c.y.clone(), theta: c.theta.clone(), w: c.w.clone(), inv: c.inv.clone(), dims: c.dims };
+                    flipped.s[4] = 1 - flipped.s[4];
+                    let b = run(&flipped, theta, w, protect);
+                    let private: [(&Vec<f64>, &Vec<f64>); 2] = [(&a.psi_theta, &b.psi_theta), (&a.psi_w, &b.psi_w)];
+                    for (pa, pb) in private {
+                        assert!(pa.iter().chain(pb.iter()).all(|v| v.is_finite()), "l = {l}, dense = {dense}, {protect:?}");
+                    }
+                    if let Protect::Record { .. } = protect {
+                        assert!(a.loss_grad.iter().all(|v| v.is_finite()));
+                    } else {
+                        let diff: Vec<f64> = a.psi_theta.iter().zip(&b.psi_theta).map(|(x, y)| x - y).collect();
+                        assert!(norm(&diff) <= 2.0 * 0.5 / 9.0 * (1.0 + 1e-12));
+                        let dw: Vec<f64> = a.psi_w.iter().zip(&b.psi_w).map(|(x, y)| x - y).collect();
+                        let max_inv = c.inv.iter().cloned().fold(0.0, f64::max);
+                        assert!(norm(&dw) <= 2.0 * max_inv * 2f64.sqrt() / 9.0 * (1.0 + 1e-12));
+                    }
+                }
+            }
+        }
     }
 
     /// In record mode every part is clipped, and without active clipping it sums to the same

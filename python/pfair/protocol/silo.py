@@ -251,6 +251,12 @@ class SiloParty:
             parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w, self.config,
             key=self.keys.noise, silo=self.silo_id, round=int(round),
         )
+        if not all(np.all(np.isfinite(part)) for part in noised):
+            # The kernel keeps every part that depends on what the silo protects finite, whatever
+            # θ and W are (probabilities stay probabilities, an overflowing record is clipped to
+            # 0); a part sent exactly can still overflow under a hostile θ or W. Nothing is sent.
+            raise FloatingPointError(f"silo {self.silo_id}: the reply to round {round} at the server's θ and W is not "
+                                     "finite (an overflow); nothing was sent")
         msg = SiloMessage(self.silo_id, int(round), *noised)
         self.diagnostics.append(LocalDiagnostics(int(round), int(len(batch)), float(parts.loss), float(parts.psi),
                                                  int(parts.n_clipped)))

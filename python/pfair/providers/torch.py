@@ -53,6 +53,40 @@ FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 CHUNK_BUDGET = 2**30
 _TINY = np.finfo(np.float64).tiny  # as Rust's f64::MIN_POSITIVE in the loss
 
+
+def probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax rows that are probability vectors whatever the logits, as the Rust kernel's
+    ``softmax_in_place``: a row with logits of +∞ (an overflow under a hostile θ) puts equal mass
+    on those classes, and a row with a NaN and no +∞, or with no finite maximum, is uniform. The ψ
+    part c_i = 2 p(s_i)^{-1/2} e_{s_i} F_iᵀ is not clipped; a NaN in F_i would show s_i."""
+    F = torch.softmax(logits, dim=1)
+    bad = ~torch.isfinite(F).all(dim=1)
+    if bool(bad.any()):
+        z = logits[bad]
+        top = z == math.inf
+        n_top = top.sum(dim=1, keepdim=True)
+        uniform = torch.full_like(z, 1.0 / z.shape[1])
+        F[bad] = torch.where(n_top > 0, top.to(F.dtype) / n_top.clamp_min(1), uniform)
+    return F
+
+
+def clip_factors(norms: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``min(1, clip / norm)`` per record, 0 for a non-finite norm (an overflow under a hostile θ
+    or W: no direction to keep, and 0 is in the ball), and whether each record was clipped. Scale
+    with :func:`scale_rows`, not a product (0 · ∞ is NaN)."""
+    finite = torch.isfinite(norms)
+    over = (norms > clip) | ~finite
+    safe = torch.where(over & finite, norms, torch.ones_like(norms))
+    factor = torch.where(over, torch.where(finite, clip / safe, torch.zeros_like(norms)), torch.ones_like(norms))
+    return factor, over
+
+
+def scale_rows(factor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``factor[i] · rows[i]``, exactly 0 where the factor is 0 (the row may hold ∞ or NaN)."""
+    shape = (-1,) + (1,) * (rows.dim() - 1)
+    f = factor.view(shape)
+    return torch.where(f == 0, torch.zeros_like(rows), f * rows)
+
 __all__ = ["TorchProvider", "check_per_record", "module_theta", "set_module_theta", "resolve_device",
            "trainable_parameters"]
 
@@ -348,13 +382,14 @@ class TorchProvider:
             factor = torch.ones_like(norms)
             for j in range(r):
                 if not math.isinf(clips[j]):
-                    over = norms[:, j] > clips[j]
+                    factor[:, j], over = clip_factors(norms[:, j], clips[j])
                     clipped += int(over.sum())
-                    factor[:, j] = torch.where(over, clips[j] / torch.where(over, norms[:, j], factor[:, j]),
-                                               factor[:, j])
             for t, g in enumerate(grads):
                 for j in range(r):
-                    sums[j][t] += factor[:, j] @ g[:, j].to(f64)
+                    # A record whose factor is 0 may hold ∞ or NaN: its row is zeroed, not multiplied.
+                    rows = g[:, j].to(f64)
+                    rows = torch.where(factor[:, j].view(-1, 1) == 0, torch.zeros_like(rows), rows)
+                    sums[j][t] += factor[:, j] @ rows
             del grads
         return [torch.cat(parts) for parts in sums], clipped
 
@@ -392,7 +427,7 @@ class TorchProvider:
         # One forward pass with a graph; everything after the logits in float64.
         leaf = flat.detach().requires_grad_(True)
         logits = self._logits(leaf, x)
-        F = torch.softmax(logits.detach().to(f64), dim=1)
+        F = probabilities(logits.detach().to(f64))
         onehot = torch.nn.functional.one_hot(yb, l).to(f64)
         Fy = F.gather(1, yb.view(-1, 1)).squeeze(1)
         loss = float(-torch.log(Fy.clamp_min(_TINY)).sum()) / m
@@ -465,11 +500,9 @@ class TorchProvider:
                 rec[torch.arange(idx.numel(), device=dev), sp] += cf.unsqueeze(1) * Fp
                 norms = torch.linalg.vector_norm(rec.reshape(idx.numel(), -1), dim=1)
                 if not math.isinf(self.clip_w):
-                    over = norms > self.clip_w
+                    factor, over = clip_factors(norms, self.clip_w)
                     n_clipped += int(over.sum())
-                    factor = torch.where(over, self.clip_w / torch.where(over, norms, torch.ones_like(norms)),
-                                         torch.ones_like(norms))
-                    rec = rec * factor.view(-1, 1, 1)
+                    rec = scale_rows(factor, rec)
                 psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
                          .index_add_(0, bp, rec.reshape(idx.numel(), k * l)).reshape(-1) / m)
         host = [t.detach().to("cpu", f64).numpy() for t in (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)]
