@@ -200,3 +200,15 @@ def test_a_hostile_theta_or_w_gets_a_finite_reply_that_does_not_show_s(node_conf
             continue
         for part in (msg.psi_theta, msg.psi_w, msg.loss_grad):
             assert np.all(np.isfinite(part))
+
+
+def test_random_batches_of_a_private_attribute_run_come_from_the_silos_kept_secret(node_config, tmp_path):
+    # Batches without replacement are accounted as random draws: not from the server's seed, and
+    # the same draw in every message of the run (each message is a new process).
+    st = run_settings(sampling="without_replacement")
+    node(node_config).plan(st, PROPS, ROUNDS, "run-w")
+    assert len(bytes.fromhex(json.loads((tmp_path / "state" / PLAN_FILE).read_text())["batch_key"])) == 32
+    a, b = (node(node_config)._planned_party(st, "run-w") for _ in range(2))
+    assert a.keys.batch.is_secret and np.array_equal(a.draw_batch(3), b.draw_batch(3))
+    public = _core.draw_batch(a.config, N, key=_core.NoiseKey.seeded(1), silo=0, round=3)
+    assert not np.array_equal(a.draw_batch(3), public)  # not the batch the run config's seed gives

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
+import pfair
 from pfair import SteFFLe, _core, metrics
-from pfair.hybrid import layout_for, sensitive_sample_rates
+from pfair.hybrid import HybridRunner, layout_for, sensitive_sample_rates
 from pfair.privacy import epsilon_for
 
 
@@ -51,7 +54,8 @@ def test_only_sensitive_silos_noise_and_a_change_of_s_moves_only_its_owner():
     w = np.array([0.3, -0.2, 0.5, 0.1])
     inv = np.array([0.65, 0.35]) ** -0.5
     hs = _core.HybridSet(X, y, s, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
-    kw = dict(batch_size=50, clip_theta=1.0, seed=9, round=4, noise_keys=[_core.NoiseKey.seeded(9)] * 2)
+    kw = dict(batch_size=50, clip_theta=1.0, batch_key=_core.NoiseKey.seeded(9), round=4,
+              noise_keys=[_core.NoiseKey.seeded(9)] * 2)
     quiet = hs.messages(theta, w, inv, sigma_theta=[0.0, 0.0], sigma_w=[0.0, 0.0], **kw)
     noisy = hs.messages(theta, w, inv, sigma_theta=[0.5, 0.5], sigma_w=[0.5, 0.5], **kw)
     for a, b in zip(quiet["non_sensitive"], noisy["non_sensitive"]):  # non-sensitive silos: exact, no noise
@@ -83,8 +87,8 @@ def test_dummy_noise_from_silos_without_records_in_the_batch():
     owner[:5] = 1  # sensitive silo 1 holds 5 records: often absent from the batch
     hs = _core.HybridSet(X, y, s, members, owner, n_sensitive=2, n_groups=2, n_classes=2)
     args = (np.zeros(4), np.zeros(4), np.array([1.4, 1.6]))
-    kw = dict(batch_size=4, clip_theta=1.0, sigma_theta=[1.0, 1.0], sigma_w=[1.0, 1.0], seed=0,
-              noise_keys=[_core.NoiseKey.secret(), _core.NoiseKey.secret()])
+    kw = dict(batch_size=4, clip_theta=1.0, sigma_theta=[1.0, 1.0], sigma_w=[1.0, 1.0],
+              batch_key=_core.NoiseKey.seeded(0), noise_keys=[_core.NoiseKey.secret(), _core.NoiseKey.secret()])
     silent = [r for r in range(30) if hs.messages(*args, round=r, **kw)["intersection"][1] == 0]
     assert silent
     assert hs.messages(*args, round=silent[0], **kw)["sensitive"][1] is None
@@ -224,3 +228,19 @@ def test_a_sensitive_silo_only_sums_its_own_records():
     args = (np.zeros(4), np.zeros(4), np.array([1.4, 1.6]))
     with pytest.raises(ValueError, match="record 1 is not held by sensitive silo 0"):
         hs.sensitive_step(0, *args, [np.array([0, 1])], clip_theta=1.0)
+
+
+def test_the_non_sensitive_batches_come_from_a_secret_key():
+    """The sensitive silos' rounds are accounted as random batches (a record drawn with
+    probability q, averaged over the draws); batches that follow from the public seed would be
+    known in advance, with some record in more of them than the average."""
+    X, y, s, silos = data(600)
+    sens = (np.arange(len(y)) % 2).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st = SteFFLe(epsilon=1.0, mode="hybrid", **FAST).settings()
+        fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+        runners = [HybridRunner(st, fed, sens, ledgers="new") for _ in range(2)]
+    assert all(r.batch_key.is_secret for r in runners)
+    batches = [r.parties()[0][0].step(np.zeros(4), np.zeros(4), r.inv, 0)[1] for r in runners]
+    assert not all(np.array_equal(a, b) for a, b in zip(*batches))  # the same seed, other batches

@@ -118,3 +118,53 @@ def test_record_mode_batches_are_secret_too():
     st = SteFFLe(epsilon=1.0).settings()
     keys = SiloKeys.for_silo(st)
     assert not keys.batch.is_secret and keys.noise.is_secret
+
+
+@pytest.mark.parametrize("sampling, public", [("shuffle", True), ("full_batch", True),
+                                              ("without_replacement", False), ("poisson", False)])
+def test_attribute_mode_batches_follow_the_seed_only_where_every_record_counts_the_same(sampling, public):
+    """Batches drawn without replacement or by Poisson sampling are accounted as random draws
+    (each record in a round with probability q, averaged over the draws). From a seed known in
+    advance they are fixed, and some record is in many more than the average: with n = 400,
+    m = 50 and 40 epochs the worst record of seed 0 is in well over the mean of 40 rounds. So
+    those batches come from the secret key; shuffled epochs and the full batch keep the seed
+    (every record in one batch an epoch, or in all of them, whatever the seed)."""
+    from pfair.protocol.silo import SiloKeys
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        st = SteFFLe(epsilon=1.0, sampling=sampling, batch_size=50, epochs=40).settings()
+    keys = SiloKeys.for_silo(st)
+    assert keys.batch.is_secret is not public
+    if sampling == "without_replacement":
+        cfg = _core.SiloConfig(sampling=sampling, batch_size=50)
+        counts = np.zeros(400, dtype=int)
+        for r in range(40 * 8):
+            counts[_core.draw_batch(cfg, 400, key=_core.NoiseKey.seeded(0), silo=0, round=r)] += 1
+        assert counts.mean() == 40 and counts.max() >= 52  # what a public seed would fix in advance
+        a = _core.draw_batch(cfg, 400, key=SiloKeys.for_silo(st).batch, silo=0, round=0)
+        b = _core.draw_batch(cfg, 400, key=SiloKeys.for_silo(st).batch, silo=0, round=0)
+        assert not np.array_equal(a, b)  # the same settings, the same seed: other batches
+
+
+def test_private_pfld_draws_its_batches_from_its_noise_key(monkeypatch):
+    from pfair.baselines import PFLD
+
+    seen = []
+    real = _core.draw_batch
+
+    def spy(cfg, n, *, key, silo, round):
+        seen.append(key.is_secret)
+        return real(cfg, n, key=key, silo=silo, round=round)
+
+    monkeypatch.setattr(_core, "draw_batch", spy)
+    X, y, s, _ = data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PFLD(epsilon=2.0, epochs=1, batch_size=100).fit(X, y, sensitive_features=s)
+    assert seen and all(seen)
+    seen.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PFLD(epsilon=None, epochs=1, batch_size=100).fit(X, y, sensitive_features=s)
+    assert seen and not any(seen)  # non-private: the public seed's batches

@@ -216,7 +216,7 @@ class HybridSet:
         sigma_w: Sequence[float],
         dummy_noise: bool = False,
         noise_keys: Sequence[NoiseKey],
-        seed: int,
+        batch_key: NoiseKey,
         round: int,
     ) -> Dict[str, Any]:
         """Keys: non_sensitive (list of dicts), sensitive (list of (u, v) or None), intersection, union_size."""
@@ -229,7 +229,7 @@ class HybridSet:
         *,
         batch_size: int,
         clip_theta: float,
-        seed: int,
+        batch_key: NoiseKey,
         round: int,
     ) -> Dict[str, Any]:
         """The five parts (s-free ones filled), batch (universal ids), by_owner (ids per sensitive silo)."""
@@ -263,7 +263,7 @@ class HybridSet:
         lr_theta: float,
         lr_w: float,
         w_radius: float,
-        seed: int,
+        batch_key: NoiseKey,
         start: int,
         n_rounds: int,
     ) -> Dict[str, Any]: ...

@@ -81,8 +81,11 @@ def sensitive_sample_rates(layout: HybridLayout, batch_size: int, amplification:
 class HybridRunner:
     """Runs SteFFLe in a hybrid mode; holds the sensitive silos' noise plans, keys and ledgers.
 
-    The non-sensitive silos' batches come from the public ``seed`` (their exact sums reveal the
-    batch anyway); each sensitive silo's noise comes from its own secret key (or ``noise_seed``).
+    The non-sensitive silos' batches come from a secret batch key (or ``noise_seed``'s; the
+    public ``seed`` in a non-private fit): their exact sums reveal a batch once drawn, but the
+    sensitive silos' rounds are accounted as random batches, which a public seed would fix in
+    advance. Each sensitive silo's noise comes from its
+    own secret key (or ``noise_seed``).
     ``ledgers``: None (in ``"divisions"`` mode the federation silos' persistent ledgers, otherwise
     new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo.
     """
@@ -134,6 +137,9 @@ class HybridRunner:
         self.ledgers = self._ledgers(ledgers, layout, X, y, s, deltas, data_fingerprint, PrivacyLedger)
         self.keys = [(_core.NoiseKey.seeded(st.noise_seed) if st.noise_seed is not None else _core.NoiseKey.secret())
                      for _ in range(layout.n_sensitive)]
+        self.batch_key = (_core.NoiseKey.seeded(st.seed) if not st.private
+                          else _core.NoiseKey.seeded(st.noise_seed) if st.noise_seed is not None
+                          else _core.NoiseKey.secret())
         from pfair.privacy.calibration import warn_if_spent
 
         for c, ledger in enumerate(self.ledgers):
@@ -234,7 +240,7 @@ class HybridRunner:
         from pfair.protocol.hybrid import HybridServer, NonSensitiveParty, SensitiveParty
 
         st = self.settings
-        ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, seed=st.seed)
+        ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, batch_key=self.batch_key)
               for j in range(len(self.layout.members))]
         sens = [SensitiveParty(c, self.hset, plan=plan, key=key, ledger=ledger, run_id=self.run_id,
                                clip_theta=self.clip, dummy_noise=st.dummy_noise)
@@ -298,7 +304,7 @@ class HybridRunner:
                     theta, w, self.inv, batch_size=st.batch_size, clip_theta=self.clip,
                     sigma_theta=[p.sigma_theta for p in self.plans], sigma_w=[p.sigma_w for p in self.plans],
                     dummy_noise=st.dummy_noise, noise_keys=self.keys, lam=float(st.lam), lr_theta=lr,
-                    lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), seed=int(st.seed), start=start,
+                    lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), batch_key=self.batch_key, start=start,
                     n_rounds=count,
                 )
 

@@ -17,7 +17,7 @@
 
 use crate::config::{is_positive, ConfigError};
 use crate::features::Features;
-use crate::noise::{add_gaussian, stream, NoiseKey, Purpose};
+use crate::noise::{add_gaussian, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, BatchGradients, Code, Dims, Protect, PsiInputs};
 use crate::round::{server_update, ServerConfig};
 use crate::sampling::Sampling;
@@ -105,12 +105,15 @@ pub fn sensitive_stream_id(n_public: usize, c: usize) -> u64 {
     (n_public + c) as u64
 }
 
-/// Universal ids of non-sensitive silo `j`'s batch in `round`, drawn from the public `seed`
-/// (the exact s-free parts reveal the batch anyway).
-pub fn non_sensitive_batch(layout: &HybridLayout, j: usize, batch_size: usize, seed: u64, round: u64) -> Vec<usize> {
+/// Universal ids of non-sensitive silo `j`'s batch in `round`, drawn from `batch_key`. The exact
+/// s-free parts reveal a batch once it is drawn, but its draw must be unknown before: the
+/// sensitive silos' rounds are accounted as random batches (a record drawn with probability q,
+/// averaged over the draws), which a public seed would fix in advance, some record in more
+/// batches than the average. So the key is secret (or a simulation's `noise_seed`).
+pub fn non_sensitive_batch(layout: &HybridLayout, j: usize, batch_size: usize, batch_key: &NoiseKey, round: u64) -> Vec<usize> {
     let members = &layout.members[j];
     let m = batch_size.min(members.len());
-    let local = Sampling::WithoutReplacement { m }.draw(&mut stream(seed, j as u64, round, Purpose::Batch), members.len());
+    let local = Sampling::WithoutReplacement { m }.draw(&mut batch_key.stream(j as u64, round, Purpose::Batch), members.len());
     local.iter().map(|&i| members[i]).collect()
 }
 
@@ -179,9 +182,8 @@ pub fn sensitive_sums(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: Psi
     (u, v, count)
 }
 
-/// One round of messages (see the module docs). The non-sensitive silos' batches come from the
-/// public `seed` (the exact s-free parts reveal them anyway); the sensitive silos' noise from
-/// `noise.keys`. Each (non-sensitive silo, owner) group's parts are computed once and feed both
+/// One round of messages (see the module docs). The non-sensitive silos' batches come from
+/// `batch_key` ([`non_sensitive_batch`]); the sensitive silos' noise from `noise.keys`. Each (non-sensitive silo, owner) group's parts are computed once and feed both
 /// the s-free message and the owner's sums; [`non_sensitive_message`] and [`sensitive_sums`] are
 /// the same computation split by party.
 pub fn hybrid_messages(
@@ -190,7 +192,7 @@ pub fn hybrid_messages(
     theta: &[f64],
     psi: PsiInputs<'_>,
     noise: &HybridNoise,
-    seed: u64,
+    batch_key: &NoiseKey,
     round: u64,
 ) -> HybridMessages {
     let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
@@ -200,7 +202,7 @@ pub fn hybrid_messages(
     let mut union_size = 0;
     for j in 0..layout.members.len() {
         let m = noise.batch_size.min(layout.members[j].len());
-        let batch = non_sensitive_batch(layout, j, noise.batch_size, seed, round);
+        let batch = non_sensitive_batch(layout, j, noise.batch_size, batch_key, round);
         union_size += batch.len();
         let by_owner = split_by_owner(layout, &batch);
         let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
@@ -287,7 +289,7 @@ pub fn run_hybrid_rounds(
     psi_tables: (crate::psi::Fairness, &[f64]),
     noise: &HybridNoise,
     server: &ServerConfig,
-    seed: u64,
+    batch_key: &NoiseKey,
     start: u64,
     n_rounds: u64,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -297,7 +299,7 @@ pub fn run_hybrid_rounds(
     for round in start..start + n_rounds {
         let msgs = {
             let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            hybrid_messages(layout, dims, theta, psi, noise, seed, round)
+            hybrid_messages(layout, dims, theta, psi, noise, batch_key, round)
         };
         let (l, p) = hybrid_server_update(theta, w, dims.k * dims.l, &msgs, server);
         losses.push(l);
@@ -344,7 +346,7 @@ mod tests {
         let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);
         let (mut t2, mut w2) = (vec![0.0; 3], vec![0.1; 4]);
         run_rounds(&[silo], DIMS, &mut t1, &mut w1, (Fairness::DemographicParity, &inv), &[cfg], &[keys], &[1.0], &server, 0, 20, None);
-        run_hybrid_rounds(&lay, DIMS, &mut t2, &mut w2, (Fairness::DemographicParity, &inv), &quiet(1, 32), &server, 5, 0, 20);
+        run_hybrid_rounds(&lay, DIMS, &mut t2, &mut w2, (Fairness::DemographicParity, &inv), &quiet(1, 32), &server, &NoiseKey::Seeded(5), 0, 20);
         for (a, b) in t1.iter().chain(&w1).zip(t2.iter().chain(&w2)) {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
         }
@@ -359,7 +361,7 @@ mod tests {
         let run = |n_s| {
             let lay = layout(300, 3, n_s);
             let (mut t, mut w) = (vec![0.0; 3], vec![0.1; 4]);
-            run_hybrid_rounds(&lay, DIMS, &mut t, &mut w, (Fairness::DemographicParity, &inv), &quiet(n_s, 16), &server, 9, 0, 10);
+            run_hybrid_rounds(&lay, DIMS, &mut t, &mut w, (Fairness::DemographicParity, &inv), &quiet(n_s, 16), &server, &NoiseKey::Seeded(9), 0, 10);
             (t, w)
         };
         let (a, b) = (run(1), run(4));
@@ -376,15 +378,15 @@ mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let theta = vec![0.1, 0.2, 0.0];
         let mut noisy = HybridNoise { batch_size: 2, clip_theta: 1.0, sigma_theta: vec![1.0; 5], sigma_w: vec![1.0; 5], dummy_noise: false, keys: vec![NoiseKey::from_entropy().unwrap(); 5] };
-        let a = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, 1, 0);
-        let b = hybrid_messages(&lay, DIMS, &theta, psi, &quiet(5, 2), 1, 0);
+        let a = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, &NoiseKey::Seeded(1), 0);
+        let b = hybrid_messages(&lay, DIMS, &theta, psi, &quiet(5, 2), &NoiseKey::Seeded(1), 0);
         assert_eq!(a.non_sensitive, b.non_sensitive); // the non-sensitive silos' messages carry no noise
         assert_eq!(a.union_size, 4);
         let silent = a.sensitive.iter().filter(|m| m.is_none()).count();
         assert_eq!(silent, a.intersection.iter().filter(|&&c| c == 0).count());
         assert!(silent >= 1); // 4 records cannot reach 5 sensitive silos
         noisy.dummy_noise = true;
-        let c = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, 1, 0);
+        let c = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, &NoiseKey::Seeded(1), 0);
         assert!(c.sensitive.iter().all(|m| m.is_some()));
         for (m, &cnt) in c.sensitive.iter().zip(&c.intersection) {
             if cnt == 0 {
@@ -444,8 +446,8 @@ mod tests {
         let theta = vec![0.1, 0.2, 0.0];
         let key = NoiseKey::from_entropy().unwrap();
         let noise = HybridNoise { batch_size: 6, clip_theta: 0.5, sigma_theta: vec![0.3; 4], sigma_w: vec![0.7; 4], dummy_noise: true, keys: vec![key; 4] };
-        let whole = hybrid_messages(&lay, DIMS, &theta, psi, &noise, 5, 2);
-        let batches: Vec<Vec<usize>> = (0..3).map(|j| non_sensitive_batch(&lay, j, 6, 5, 2)).collect();
+        let whole = hybrid_messages(&lay, DIMS, &theta, psi, &noise, &NoiseKey::Seeded(5), 2);
+        let batches: Vec<Vec<usize>> = (0..3).map(|j| non_sensitive_batch(&lay, j, 6, &NoiseKey::Seeded(5), 2)).collect();
         let split: Vec<Vec<Vec<usize>>> = batches.iter().map(|b| split_by_owner(&lay, b)).collect();
         for j in 0..3 {
             let msg = non_sensitive_message(&lay, DIMS, &theta, psi, 0.5, &split[j], 6);

@@ -97,7 +97,10 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
     dual_share : fraction of ε the basic split gives the dual steps; it fixes the ratio of the two
         noises, which are then calibrated jointly to (ε, δ).
     sampling : {"without_replacement", "full_batch"}.
-    seed : int; seeds the batches (public anyway: the exact loss gradient reveals them).
+    seed : int; seeds the batches of a non-private fit. A private fit draws them from its noise key
+        (secret, or ``noise_seed``'s): its account averages over random batches, which a seed
+        known in advance would fix (they are public once drawn: the exact loss gradient reveals
+        them).
     noise_seed : int or None. None: noise from a secret key drawn from the operating system's
         entropy. An int makes the noise reproducible for simulations; the guarantee then does not
         hold against anyone who knows it (``PrivacyWarning``).
@@ -228,8 +231,13 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
                 primal_steps=t_primal, dual_steps=t_dual, dual_share=self.dual_share)
         sigma_p, sigma_d = z_p * delta_p, z_d * delta_d
 
-        rng = np.random.default_rng(self.seed)  # batches only
         key = self._noise_key(private)
+        # The primal steps are accounted as rounds with random batches ("public_batch": each record
+        # drawn with probability q, averaged over the draw). A seed known before the run would fix
+        # the batches, and some records would be in more of them than the average: a private fit
+        # draws its batches from the noise key (secret, or noise_seed's), a non-private one from seed.
+        batch_key = key if private else _core.NoiseKey.seeded(int(self.seed))
+        batch_cfg = _core.SiloConfig(sampling="without_replacement", batch_size=m)
         noise_round = iter(range(2**62))
         Xt = np.hstack([Xa, np.ones((n, 1))])
         theta = np.zeros((d + 1) * (l - 1))
@@ -240,8 +248,9 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         history: list[dict[str, Any]] = []
         released = np.nan
         for epoch in range(self.epochs):
-            for _ in range(steps):
-                idx = np.arange(n) if m == n else np.sort(rng.choice(n, size=m, replace=False))
+            for step in range(steps):
+                idx = (np.arange(n) if m == n else
+                       _core.draw_batch(batch_cfg, n, key=batch_key, silo=0, round=epoch * steps + step))
                 theta = self._primal_step(theta, Xt[idx], ya[idx], sa[idx], block[idx], lam, sign, pop_w, grp_w,
                                           cp, sigma_p, key, next(noise_round), d, l)
             if not np.all(np.isfinite(theta)):

@@ -240,11 +240,11 @@ class SiloNode:
         record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
                   "terms": terms, "total_rounds": int(total_rounds)}
         if party.keys.batch.is_secret:
-            # Record mode: the batch is hidden, keyed by a secret. Every message of the run is a new
-            # process, so the run's batch key is drawn once here and kept in the silo's own state:
-            # with a fresh key per message, the rounds of an epoch would not be slices of one
-            # permutation, and a record could be in several batches of an epoch that the ledger
-            # charges as one release.
+            # Batches keyed by a secret (record mode; attribute mode without replacement or
+            # Poisson). Every message of the run is a new process, so the run's batch key is drawn
+            # once here and kept in the silo's own state: with a fresh key per message, the rounds
+            # of an epoch would not be slices of one permutation, and a record could be in several
+            # batches of an epoch that the ledger charges as one release.
             record["batch_key"] = os.urandom(32).hex()
         tmp = path.with_suffix(".tmp")
         # Readable by the silo's own user only: a record-mode plan holds the run's secret batch key.

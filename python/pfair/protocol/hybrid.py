@@ -3,7 +3,7 @@
 In the hybrid modes (:mod:`pfair.hybrid`) the features and labels of a record live in a
 *non-sensitive* silo and its s in a *sensitive* silo. A round, party by party:
 
-1. :meth:`NonSensitiveParty.step` draws its batch from the public seed and sends the server its
+1. :meth:`NonSensitiveParty.step` draws its batch from a secret key and sends the server its
    s-free parts (means over its batch); it hands each sensitive silo the ids of that silo's
    records in its batch (inside the organisation that runs both, as in the paper's setting).
 2. :meth:`SensitiveParty.step` charges its ledger, sums the clipped s-dependent parts over its
@@ -53,15 +53,15 @@ class SensitiveMessage:
 class NonSensitiveParty:
     """Non-sensitive silo ``j`` of a ``_core.HybridSet`` (its x and y; no s)."""
 
-    def __init__(self, j: int, hset: Any, *, batch_size: int, clip_theta: float, seed: int) -> None:
+    def __init__(self, j: int, hset: Any, *, batch_size: int, clip_theta: float, batch_key: Any) -> None:
         self.j, self.hset = int(j), hset
-        self.batch_size, self.clip_theta, self.seed = int(batch_size), float(clip_theta), int(seed)
+        self.batch_size, self.clip_theta, self.batch_key = int(batch_size), float(clip_theta), batch_key
 
     def step(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, round: int
              ) -> tuple[NonSensitiveMessage, list[np.ndarray]]:
         """The message for the server, and the ids handed to each sensitive silo."""
         out = self.hset.non_sensitive_step(self.j, theta, w, inv_sqrt_ps, batch_size=self.batch_size,
-                                           clip_theta=self.clip_theta, seed=self.seed, round=int(round))
+                                           clip_theta=self.clip_theta, batch_key=self.batch_key, round=int(round))
         msg = NonSensitiveMessage(self.j, int(round), int(len(out["batch"])), out["loss_grad"],
                                   out["psi_theta_sfree"], out["psi_w_sfree"])
         return msg, list(out["by_owner"])

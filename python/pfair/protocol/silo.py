@@ -4,9 +4,13 @@ A :class:`SiloParty` is what a hospital runs. It holds
 
 * its records (a view; never sent),
 * its keys (:class:`SiloKeys`): noise from the operating system's entropy, fresh per party, unless
-  reproducible noise was asked for (``noise_seed=``); the batch order from the public ``seed`` in
-  attribute mode (the exact s-free parts reveal the batch anyway) and from the secret key in
-  record mode (where the hidden batch is part of the privacy argument),
+  reproducible noise was asked for (``noise_seed=``); the batch order from the public ``seed``
+  only where it cannot matter — attribute mode with shuffled epochs or the full batch, where every
+  record is in a fixed number of batches whatever the seed — and from the secret key otherwise:
+  in record mode the hidden batch is part of the privacy argument, and in attribute mode the
+  bound for random batches (``public_batch``) averages over the draw of the batches, which a seed
+  known in advance (or chosen by a server) would fix, with some record in more batches than the
+  average,
 * its persistent :class:`~pfair.privacy.PrivacyLedger`, which it charges *before* it computes a
   reply and which refuses any round past the budget or any round asked for twice,
 * a gradient provider (:mod:`pfair.providers`).
@@ -61,8 +65,16 @@ class SiloKeys:
         protection mode allows."""
         noise = (_core.NoiseKey.seeded(settings.noise_seed) if settings.noise_seed is not None
                  else _core.NoiseKey.secret())
-        batch = _core.NoiseKey.seeded(settings.seed) if settings.protect == "attribute" else noise
-        return cls(batch=batch, noise=noise)
+        return cls(batch=_core.NoiseKey.seeded(settings.seed) if public_batches(settings) else noise, noise=noise)
+
+
+def public_batches(settings: SteFFLeSettings) -> bool:
+    """Whether a silo's batches may come from the public ``seed``: attribute mode (the batch is
+    public anyway) in a non-private fit, or with shuffled epochs or the full batch, whose accounts
+    hold for every record whatever the batches are (each record in one batch an epoch, or in all
+    of them). Batches drawn without replacement or by Poisson sampling are accounted as random
+    draws, so a private fit draws them from a key nobody knows before the run."""
+    return settings.protect == "attribute" and (not settings.private or settings.sampling in ("shuffle", "full_batch"))
 
 
 def silo_config(settings: SteFFLeSettings, n_records: int, plan: SiloNoise | None) -> Any:

@@ -88,7 +88,7 @@ impl PyHybridSet {
     /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
     /// noised sums (None for a silo that sent nothing).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, seed, round))]
+                        dummy_noise=false, noise_keys, batch_key, round))]
     #[allow(clippy::too_many_arguments)]
     fn messages<'py>(
         &self,
@@ -102,7 +102,7 @@ impl PyHybridSet {
         sigma_w: Vec<f64>,
         dummy_noise: bool,
         noise_keys: Vec<PyNoiseKey>,
-        seed: u64,
+        batch_key: PyNoiseKey,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
@@ -110,7 +110,7 @@ impl PyHybridSet {
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
-            hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, seed, round)
+            hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, &batch_key.inner, round)
         });
         let d = PyDict::new(py);
         let non_sensitive: Vec<Bound<'py, PyDict>> =
@@ -127,10 +127,10 @@ impl PyHybridSet {
         Ok(d)
     }
 
-    /// Non-sensitive silo `j`'s side of a round: its batch (universal ids, from the public
-    /// `seed`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
+    /// Non-sensitive silo `j`'s side of a round: its batch (universal ids, from its secret
+    /// `batch_key`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
     /// its s-free message (means over its batch).
-    #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, seed, round))]
+    #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, batch_key, round))]
     #[allow(clippy::too_many_arguments)]
     fn non_sensitive_step<'py>(
         &self,
@@ -141,7 +141,7 @@ impl PyHybridSet {
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         batch_size: usize,
         clip_theta: f64,
-        seed: u64,
+        batch_key: PyNoiseKey,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let n_public = self.layout.members.len();
@@ -159,7 +159,7 @@ impl PyHybridSet {
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let (batch, by_owner, msg) = py.allow_threads(|| {
-            let batch = hybrid::non_sensitive_batch(layout, j, batch_size, seed, round);
+            let batch = hybrid::non_sensitive_batch(layout, j, batch_size, &batch_key.inner, round);
             let by_owner = hybrid::split_by_owner(layout, &batch);
             let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
             let msg = hybrid::non_sensitive_message(layout, dims, &th, psi, clip_theta, &by_owner, batch_size.min(len_j));
@@ -232,7 +232,7 @@ impl PyHybridSet {
 
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, seed, start, n_rounds))]
+                        dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, batch_key, start, n_rounds))]
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -250,7 +250,7 @@ impl PyHybridSet {
         lr_theta: f64,
         lr_w: f64,
         w_radius: f64,
-        seed: u64,
+        batch_key: PyNoiseKey,
         start: u64,
         n_rounds: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
@@ -260,7 +260,7 @@ impl PyHybridSet {
         let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let (loss, psi) = py.allow_threads(|| {
-            hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, seed, start, n_rounds)
+            hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, &batch_key.inner, start, n_rounds)
         });
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
