@@ -247,7 +247,7 @@ class SiloNode:
             # batches of an epoch that the ledger charges as one release.
             record["batch_key"] = os.urandom(32).hex()
         tmp = path.with_suffix(".tmp")
-        # Readable by the silo's own user only: a record-mode plan holds the run's secret batch key.
+        # Readable by the silo's own user only: the plan may hold the run's secret batch key.
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(json.dumps(record))
         os.replace(tmp, path)
