@@ -171,8 +171,11 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     amplification, dummy_noise : hybrid modes only: account with the chance that a record is not
         in a round's batch (the public-batch bound; the batch itself is never assumed secret), and
         let sensitive silos that hold no record of a round's batch send zero-mean noise.
-    seed : int, seeds what is public anyway: the batch order in attribute mode and the random
-        iterate. The noise never depends on it.
+    seed : int, seeds what is public anyway: the batch order in attribute mode with shuffled
+        epochs or the full batch (and in a non-private fit), and the random iterate. A private
+        fit's batches drawn without replacement or by Poisson sampling come from the secret key
+        instead (their account averages over the draw, which a known seed would fix in advance).
+        The noise never depends on it.
     noise_seed : int or None. None (default): every silo draws its noise keys from the operating
         system's entropy, fresh per fit. An int makes the noise reproducible, for simulations only:
         anyone who knows it can remove the noise, so the guarantee does not hold against them (a
