@@ -183,9 +183,10 @@ pub fn sensitive_sums(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: Psi
 }
 
 /// One round of messages (see the module docs). The non-sensitive silos' batches come from
-/// `batch_key` ([`non_sensitive_batch`]); the sensitive silos' noise from `noise.keys`. Each (non-sensitive silo, owner) group's parts are computed once and feed both
-/// the s-free message and the owner's sums; [`non_sensitive_message`] and [`sensitive_sums`] are
-/// the same computation split by party.
+/// `batch_key` ([`non_sensitive_batch`]); the sensitive silos' noise from `noise.keys`. Each
+/// (non-sensitive silo, owner) group's parts are computed once and feed both the s-free message
+/// and the owner's sums; [`non_sensitive_message`] and [`sensitive_sums`] are the same
+/// computation split by party.
 pub fn hybrid_messages(
     layout: &HybridLayout,
     dims: Dims,

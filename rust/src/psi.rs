@@ -439,16 +439,12 @@ fn pull_back(probs: &[f64], g: &[f64], out: &mut [f64]) {
 /// [`clipped`], not `f * v` (0 · ∞ is NaN).
 #[inline]
 pub fn clip_factor(norm: f64, c: f64) -> f64 {
-    if norm > c {
-        if norm == f64::INFINITY {
-            0.0
-        } else {
-            c / norm
-        }
-    } else if norm.is_nan() {
-        0.0
-    } else {
+    if norm <= c {
         1.0
+    } else if norm.is_finite() {
+        c / norm
+    } else {
+        0.0 // ∞ or NaN (NaN fails `<=`)
     }
 }
 
@@ -1108,6 +1104,7 @@ mod tests {
         ((*seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
     }
 
+    #[derive(Clone)]
     struct Case {
         dims: Dims,
         x: Vec<f64>,
@@ -1418,7 +1415,7 @@ mod tests {
             for (theta, w) in [(&theta, &c.w), (&c.theta, &w_big), (&theta, &w_big)] {
                 for protect in [Protect::Attribute { clip_theta: 0.5 }, Protect::Record { clip_loss: 1.0, clip_theta: 0.5, clip_w: 2.0 }] {
                     let a = run(&c, theta, w, protect);
-                    let mut flipped = Case { s: c.s.clone(), x: c.x.clone(), y: c.y.clone(), theta: c.theta.clone(), w: c.w.clone(), inv: c.inv.clone(), dims: c.dims };
+                    let mut flipped = c.clone();
                     flipped.s[4] = 1 - flipped.s[4];
                     let b = run(&flipped, theta, w, protect);
                     let private: [(&Vec<f64>, &Vec<f64>); 2] = [(&a.psi_theta, &b.psi_theta), (&a.psi_w, &b.psi_w)];

@@ -163,9 +163,9 @@ class SiloNode:
                                  f"silo's budget {ledger.epsilon:g}")
         return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
 
-    def _terms(self, settings: SteFFLeSettings) -> dict:
+    def _terms(self, settings: SteFFLeSettings, ledger: PrivacyLedger) -> dict:
         """:func:`run_terms` of ``settings`` as this node answers under them."""
-        st = self._settings(settings, self.ledger(), check_budget=False)
+        st = self._settings(settings, ledger, check_budget=False)
         return run_terms(st, n_groups=self.n_groups, n_classes=self.n_classes, model=self.model)
 
     def _check_terms(self, saved: Mapping[str, Any], terms: Mapping[str, Any], run_id: str) -> None:
@@ -180,8 +180,9 @@ class SiloNode:
                 f"(differ: {', '.join(differ)}); its noise and its ledger's charges are for the planned ones, so "
                 "nothing was computed or sent")
 
-    def _party(self, settings: SteFFLeSettings, check_budget: bool = True, batch_key: Any = None) -> SiloParty:
-        ledger = self.ledger()
+    def _party(self, settings: SteFFLeSettings, check_budget: bool = True, batch_key: Any = None,
+               ledger: PrivacyLedger | None = None) -> SiloParty:
+        ledger = ledger if ledger is not None else self.ledger()
         st = self._settings(settings, ledger, check_budget)
         if self.model is None:
             silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
@@ -220,7 +221,8 @@ class SiloNode:
         """Calibrate this silo's noise for the run (or restore the plan of a run it already
         planned) and return the plan: its σ's, z and ε, which are public."""
         path = self.state_dir / PLAN_FILE
-        terms = self._terms(settings)
+        ledger = self.ledger()
+        terms = self._terms(settings, ledger)
         if path.exists():
             saved = json.loads(path.read_text())
             if saved["run_id"] == run_id:
@@ -229,13 +231,12 @@ class SiloNode:
                     raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned for "
                                            f"{saved['total_rounds']} rounds, now asked for {int(total_rounds)}")
                 return saved["plan"]
-        ledger = self.ledger()
         if self.noise_seed is not None and any(rid != run_id for rid in ledger.runs):
             raise SettingsMismatch(
                 f"silo {self.silo_id}: its noise-seed served run(s) {sorted(ledger.runs)} already; a second run "
                 "would draw the same noise under other noise scales, and two replies of one round would give "
                 "the exact gradient. Give the node another noise-seed (or none) for a new run")
-        party = self._party(settings)
+        party = self._party(settings, ledger=ledger)
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
         record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
                   "terms": terms, "total_rounds": int(total_rounds)}
@@ -261,9 +262,10 @@ class SiloNode:
         saved = json.loads(path.read_text())
         if saved["run_id"] != run_id:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
-        self._check_terms(saved, self._terms(settings), run_id)
+        ledger = self.ledger()
+        self._check_terms(saved, self._terms(settings, ledger), run_id)
         batch_key = _core.NoiseKey.from_secret(bytes.fromhex(saved["batch_key"])) if "batch_key" in saved else None
-        party = self._party(settings, batch_key=batch_key)
+        party = self._party(settings, batch_key=batch_key, ledger=ledger)
         party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
         return party
 

@@ -158,6 +158,23 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
                                 accountant=accountant)
 
 
+def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray, fairness: str,
+                    positive: int, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
+                    sends_psi: bool) -> dict:
+    """The fields of a :class:`SiloNoise` that follow from a silo's size, settings and the
+    released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
+    the replace-one sensitivity Δ of each noised part (0 for a part not noised). A plan is valid
+    for settings only if these fields are what they give (:meth:`SiloParty.adopt` checks them)."""
+    q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
+    props = np.asarray(proportions, dtype=np.float64)
+    d_loss, d_theta, d_w = _core.sensitivities(
+        np.ascontiguousarray(props.ravel() ** -0.5), n_groups=props.shape[1], denom=denom, fairness=fairness,
+        positive=positive, protect=protect, clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+    return dict(sampling=sampling, sample_rate=q, denominator=denom, protect=protect, sends_psi=sends_psi,
+                sensitivity_loss=d_loss if protect == "record" else 0.0,
+                sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0)
+
+
 def plan_silo_noise(
     *,
     silo: int,
@@ -186,12 +203,14 @@ def plan_silo_noise(
     training noise is calibrated so that everything together meets (ε, δ) with ``δ`` the
     ledger's. A ledger with nothing left raises :class:`PrivacyBudgetExceeded` before any round.
     """
-    q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
+    terms = mechanism_terms(n_records=n_records, batch_size=batch_size, sampling=sampling, proportions=proportions,
+                            fairness=fairness, positive=positive, protect=protect, clip_loss=clip_loss,
+                            clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi)
+    q, denom = terms["sample_rate"], terms["denominator"]
     scheme = accounting_scheme(sampling, protect)
     inv_sqrt_ps = np.ascontiguousarray(proportions, dtype=np.float64).ravel() ** -0.5
     kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
-    d_loss, d_theta, d_w = _core.sensitivities(inv_sqrt_ps, **kw)
     # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).
     relation = "add_remove" if scheme == "poisson_replace_one" else "replace_one"
     a_loss, a_theta, a_w = _core.sensitivities(inv_sqrt_ps, relation=relation, **kw)
@@ -199,12 +218,8 @@ def plan_silo_noise(
     names = (["loss"] if protect == "record" else []) + (["theta", "w"] if sends_psi else [])
     acct = {"loss": a_loss, "theta": a_theta, "w": a_w}
     parts = [acct[p] for p in names]
-    base = dict(
-        silo=silo, n_records=n_records, sampling=sampling, sample_rate=q, steps=steps, denominator=denom,
-        sensitivity_loss=d_loss if protect == "record" else 0.0, sensitivity_theta=d_theta if sends_psi else 0.0,
-        sensitivity_w=d_w if sends_psi else 0.0, target_epsilon=epsilon, delta=delta, calibration=calibration,
-        protect=protect, sends_psi=sends_psi, accounting=scheme,
-    )
+    base = dict(silo=silo, n_records=n_records, steps=steps, target_epsilon=epsilon, delta=delta,
+                calibration=calibration, accounting=scheme, **terms)
     if epsilon is None:
         return SiloNoise(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
     if ledger is None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
-from pfair.privacy.calibration import SiloNoise, plan_silo_noise, sample_rate_and_denominator
+from pfair.privacy.calibration import SiloNoise, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
     STREAM_BASE,
     VIOLATION_EVENT,
@@ -213,17 +213,10 @@ class SiloParty:
         these settings' clip norms and fairness notion give for ``proportions``. A plan restored
         from disk or from an interrupted run is checked here before any round is answered."""
         st = self.settings
-        q, denom = sample_rate_and_denominator(st.sampling, self.n_records, st.batch_size)
-        props = np.asarray(proportions, dtype=np.float64)
-        d_loss, d_theta, d_w = _core.sensitivities(
-            np.ascontiguousarray(props.ravel() ** -0.5), n_groups=props.shape[1], denom=denom, fairness=st.fairness,
-            positive=st.positive_class, protect=st.protect, **st.clips())
-        want = {"silo": self.silo_id, "n_records": self.n_records, "sampling": st.sampling, "sample_rate": q,
-                "denominator": denom, "protect": st.protect, "sends_psi": st.sends_psi,
-                "target_epsilon": st.epsilon if st.private else None,
-                "sensitivity_loss": d_loss if st.protect == "record" else 0.0,
-                "sensitivity_theta": d_theta if st.sends_psi else 0.0,
-                "sensitivity_w": d_w if st.sends_psi else 0.0}
+        want = {"silo": self.silo_id, "n_records": self.n_records, "target_epsilon": st.epsilon if st.private else None,
+                **mechanism_terms(n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
+                                  proportions=proportions, fairness=st.fairness, positive=st.positive_class,
+                                  protect=st.protect, sends_psi=st.sends_psi, **st.clips())}
         have = plan.as_dict()
         differ = [k for k, v in want.items()
                   if not (v == have[k] or (isinstance(v, float) and isinstance(have[k], float)

@@ -73,7 +73,7 @@ def probabilities(logits: torch.Tensor) -> torch.Tensor:
 def clip_factors(norms: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``min(1, clip / norm)`` per record, 0 for a non-finite norm (an overflow under a hostile θ
     or W: no direction to keep, and 0 is in the ball), and whether each record was clipped. Scale
-    with :func:`scale_rows`, not a product (0 · ∞ is NaN)."""
+    with :func:`scale_rows` (or sum through :func:`zero_rows`), not a product (0 · ∞ is NaN)."""
     finite = torch.isfinite(norms)
     over = (norms > clip) | ~finite
     safe = torch.where(over & finite, norms, torch.ones_like(norms))
@@ -81,11 +81,15 @@ def clip_factors(norms: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.
     return factor, over
 
 
+def zero_rows(factor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` with row i set to 0 where ``factor[i]`` is 0 (such a row may hold ∞ or NaN)."""
+    f = factor.view((-1,) + (1,) * (rows.dim() - 1))
+    return torch.where(f == 0, torch.zeros_like(rows), rows)
+
+
 def scale_rows(factor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``factor[i] · rows[i]``, exactly 0 where the factor is 0 (the row may hold ∞ or NaN)."""
-    shape = (-1,) + (1,) * (rows.dim() - 1)
-    f = factor.view(shape)
-    return torch.where(f == 0, torch.zeros_like(rows), f * rows)
+    """``factor[i] · rows[i]``, exactly 0 where the factor is 0 (:func:`zero_rows`)."""
+    return factor.view((-1,) + (1,) * (rows.dim() - 1)) * zero_rows(factor, rows)
 
 __all__ = ["TorchProvider", "check_per_record", "module_theta", "set_module_theta", "resolve_device",
            "trainable_parameters"]
@@ -386,10 +390,7 @@ class TorchProvider:
                     clipped += int(over.sum())
             for t, g in enumerate(grads):
                 for j in range(r):
-                    # A record whose factor is 0 may hold ∞ or NaN: its row is zeroed, not multiplied.
-                    rows = g[:, j].to(f64)
-                    rows = torch.where(factor[:, j].view(-1, 1) == 0, torch.zeros_like(rows), rows)
-                    sums[j][t] += factor[:, j] @ rows
+                    sums[j][t] += factor[:, j] @ zero_rows(factor[:, j], g[:, j].to(f64))
             del grads
         return [torch.cat(parts) for parts in sums], clipped
 
