@@ -95,10 +95,21 @@ def test_a_released_histogram_is_reused_by_later_fits_at_no_cost():
 
 
 def test_estimated_proportions_are_close_to_the_truth():
-    X, y, s, silos = data(30000)
+    """The noise is secret, so the tolerance follows from its scale, not from one draw: with σ_j the
+    per-cell noise of silo j's histogram and N records, the pooled estimate of group g is off by
+    about (e_g − p_g Σ_h e_h) / N, e the summed noise, a normal of standard deviation at most
+    √(Σ_j σ_j²)·√max(1, k − 1) / N. Six of those (a failure about once in 10⁸ runs) is still under
+    0.01 at this N: the estimate is as close as the calibrated noise allows, and close."""
+    X, y, s, silos = data(300_000)
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     sim = Simulation(SteFFLe(epsilon=1.0, **FAST).settings(), fed, ledgers="new")
-    np.testing.assert_allclose(sim.group_proportions(), fed.group_proportions("demographic_parity"), atol=0.01)
+    estimate = sim.group_proportions()
+    events = [ledger.events[0] for ledger in sim.ledgers]
+    assert [e.name for e in events] == ["p_s_histogram"] * len(fed.silos)
+    sigma = np.sqrt(sum((e.noise_multiplier * HISTOGRAM_SENSITIVITY) ** 2 for e in events))
+    tol = 6 * sigma * np.sqrt(max(1, fed.n_groups - 1)) / sum(fed.sizes)
+    assert 0.001 < tol < 0.01
+    np.testing.assert_allclose(estimate, fed.group_proportions("demographic_parity"), atol=tol)
 
 
 @pytest.mark.parametrize("p_s", [[0.5, 0.3, 0.2], "dp"])
