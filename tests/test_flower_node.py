@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import pfair
-from pfair.exceptions import PrivacyWarning, SettingsMismatch
+from pfair.exceptions import LedgerConflict, PrivacyWarning, ReplayRefused, SettingsMismatch
 from pfair.flower.node import PLAN_FILE, SiloNode, settings_from_run_config
 from pfair.privacy.ledger import PrivacyLedger
+from pfair.protocol.messages import SiloMessage
 from pfair.protocol.silo import SiloParty
 from pfair.providers.linear import LinearProvider
 from pfair import _core
@@ -33,7 +34,8 @@ def node_config(tmp_path):
     X[:, 0] += s
     y = (X[:, 0] + 0.5 * rng.normal(size=N) > 0.5).astype(int)
     shard = pfair.datasets.write_shard(tmp_path / "silo0.csv", X, y, s)
-    return {"data-path": str(shard), "state-dir": str(tmp_path / "state"), "silo-id": 0, "epsilon": 2.0}
+    return {"data-path": str(shard), "state-dir": str(tmp_path / "state"), "silo-id": 0, "epsilon": 2.0,
+            "n-groups": 2, "n-classes": 2}
 
 
 def run_settings(**kw):
@@ -110,7 +112,7 @@ def test_a_replan_under_other_settings_or_rounds_is_refused(node_config):
         node(node_config).plan(run_settings(clip=2.0), PROPS, ROUNDS, "run-a")
     with pytest.raises(SettingsMismatch, match="rounds"):
         node(node_config).plan(run_settings(), PROPS, 10 * ROUNDS, "run-a")
-    with pytest.raises(SettingsMismatch, match="n_groups"):
+    with pytest.raises(SettingsMismatch, match="n-groups=3"):
         SiloNode(node_config, n_groups=3, n_classes=2).train(run_settings(), "run-a", 0, THETA, W)
 
 
@@ -212,3 +214,122 @@ def test_random_batches_of_a_private_attribute_run_come_from_the_silos_kept_secr
     assert a.keys.batch.is_secret and np.array_equal(a.draw_batch(3), b.draw_batch(3))
     public = _core.draw_batch(a.config, N, key=_core.NoiseKey.seeded(1), silo=0, round=3)
     assert not np.array_equal(a.draw_batch(3), public)  # not the batch the run config's seed gives
+
+
+def test_one_charge_buys_one_reply_when_messages_of_a_round_race(node_config):
+    # Flower may run a node's messages in parallel processes. Two that load the ledger before
+    # either charges would both pass the replay check: two independent noisy replies of one round
+    # for one charge (c of them divide the noise by sqrt(c)).
+    st = run_settings()
+    node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+    first, second = (node(node_config)._planned_party(st, "run-a") for _ in range(2))
+    events = len(node(node_config).ledger().events)
+    first.step(THETA, W, 0)
+    with pytest.raises(LedgerConflict, match="changed since this ledger read it"):
+        second.step(THETA, W, 0)  # its charge would have erased the first one's
+    ledger = node(node_config).ledger()
+    assert ledger.next_round("run-a") == 1 and len(ledger.events) == events + 1
+    # Whole messages at once: the node's lock lets one through; the others then find the round
+    # answered.
+    import threading
+
+    barrier, out = threading.Barrier(5), []
+
+    def ask():
+        n = node(node_config)
+        barrier.wait()
+        try:
+            out.append(n.train(st, "run-a", 1, THETA, W))
+        except Exception as exc:  # noqa: BLE001 - the test sorts them
+            out.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(5)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert sum(isinstance(o, SiloMessage) for o in out) == 1
+    assert sum(isinstance(o, ReplayRefused) for o in out) == 4
+    assert node(node_config).ledger().next_round("run-a") == 2
+
+
+def _shard_config(tmp_path, s, name, **extra):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(len(s), 3))
+    y = (rng.random(len(s)) > 0.5).astype(int)
+    shard = pfair.datasets.write_shard(tmp_path / f"{name}.csv", X, y, np.asarray(s))
+    return {"data-path": str(shard), "state-dir": str(tmp_path / f"{name}-state"), "silo-id": 0, "epsilon": 2.0,
+            "n-classes": 2} | extra
+
+
+def test_the_numbers_of_groups_and_classes_are_the_silo_s_own(tmp_path):
+    # They used to come from the server with every message, and reading the shard refused codes
+    # at or past them: a free, repeatable probe of max(s) (or max(y)) that tells apart two
+    # neighbours whose one record has s = 1 or s = 2.
+    s = np.zeros(60, dtype=int)
+    s[:20] = 1
+    answers = []
+    for target in (1, 2):
+        s[0] = target
+        cfg = _shard_config(tmp_path, s, f"t{target}", **{"n-groups": 3})
+        SiloNode(cfg, n_groups=3, n_classes=2).report()  # the federation's numbers: answered
+        for said in ({"n_groups": 2, "n_classes": 2}, {"n_groups": 3, "n_classes": 3}):
+            with pytest.raises(SettingsMismatch) as info:
+                SiloNode(cfg, **said).report()
+            answers.append(str(info.value))
+        assert SiloNode(cfg).report()["epsilon_spent"] == 0.0
+    assert answers[:2] == answers[2:]  # the same refusal for both neighbours
+    # Refused before the shard is read; and a node config without them names the key.
+    missing = _shard_config(tmp_path, s, "gone", **{"n-groups": 3}) | {"data-path": str(tmp_path / "none.csv")}
+    with pytest.raises(SettingsMismatch, match="n-groups=2"):
+        SiloNode(missing, n_groups=2, n_classes=2)
+    with pytest.raises(ValueError, match="no 'n-groups'"):
+        SiloNode({k: v for k, v in missing.items() if k != "n-groups"}, n_groups=3, n_classes=2)
+
+
+def test_proportions_of_another_shape_than_the_silo_s_are_refused(tmp_path):
+    # One block of 4 groups, sent as 2 x 2: the sensitivity would come from rows of 2 groups
+    # while the kernel reads 4 (a Delta_W up to sqrt(2) too small).
+    cfg = _shard_config(tmp_path, np.arange(400) % 4, "four", **{"n-groups": 4})
+    st = run_settings(p_s=[0.25] * 4)
+    with pytest.raises(SettingsMismatch, match=r"shape \(2, 2\), not \(1, 4\)"):
+        SiloNode(cfg).plan(st, np.array([[0.01, 1e6], [0.01, 1e6]]), ROUNDS, "run-x")
+    assert not (tmp_path / "four-state" / PLAN_FILE).exists()
+    SiloNode(cfg).plan(st, np.array([[0.01, 1e6, 0.01, 1e6]]), ROUNDS, "run-x")
+
+
+def test_a_noise_seed_releases_one_histogram(node_config):
+    # Every histogram of one seed has the same noise: a demographic parity histogram and the two
+    # equal opportunity ones, at epsilons the server picks, solve for the noise and the exact
+    # counts, without knowing the seed.
+    seeded = node_config | {"noise-seed": 7, "epsilon": 8.0}
+    dp = run_settings(epsilon=2.0, p_s="dp")
+    first = node(seeded).hello(dp)["histogram"]
+    np.testing.assert_array_equal(node(seeded).hello(dp)["histogram"], first)  # the same release, again
+    for positive in (0, 1):
+        with pytest.raises(SettingsMismatch, match="released a histogram already"):
+            node(seeded).hello(run_settings(epsilon=1.0, p_s="dp", fairness="equal_opportunity",
+                                            positive_class=positive))
+    fresh = node_config | {"epsilon": 8.0}
+    node(fresh).hello(dp)
+    node(fresh).hello(run_settings(epsilon=1.0, p_s="dp", fairness="equal_opportunity", positive_class=0))
+
+
+def test_a_run_whose_plan_was_replaced_cannot_be_planned_again(node_config):
+    st = run_settings(epsilon=1.0)
+    node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+    node(node_config).train(st, "run-a", 0, THETA, W)
+    node(node_config).plan(st, PROPS, ROUNDS, "run-b")  # replaces run-a's plan (and batch key)
+    with pytest.raises(SettingsMismatch, match="cannot be planned twice"):
+        node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+
+
+def test_a_ledger_mismatch_does_not_tell_the_server_a_hash_of_the_data(node_config, tmp_path):
+    node(node_config).report()
+    fingerprint = node(node_config).ledger().fingerprint
+    other = _shard_config(tmp_path, np.arange(N) % 2, "other", **{"n-groups": 2})
+    other["state-dir"] = node_config["state-dir"]
+    with pytest.raises(pfair.exceptions.LedgerMismatch) as info:
+        SiloNode(other).report()
+    text, digest = str(info.value), fingerprint.split(":")[-1]
+    assert "other data" in text and digest[:8] not in text and str(SiloNode(other).silo_id) in text

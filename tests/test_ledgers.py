@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pfair import Federation, SteFFLe
-from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning, ReplayRefused
+from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceeded, PrivacyWarning, ReplayRefused
 from pfair.privacy import MechanismEvent, PrivacyLedger
 from pfair.privacy.ledger import data_fingerprint
 
@@ -385,3 +385,62 @@ def test_a_ledger_bound_by_an_older_pfair_is_recognised_and_rebound():
     SteFFLe(lam=1.0, epsilon=1.0, delta=1e-5, epochs=1, batch_size=32, p_s=[0.5, 0.5]).fit(f, ledgers=ledgers)
     assert [lg.fingerprint for lg in ledgers] == [silo.fingerprint() for silo in f.silos]
     assert all(lg.epsilon_spent() > 0 for lg in ledgers)
+
+
+def test_a_resumed_record_mode_run_goes_on_with_its_epochs_permutations():
+    """Record mode, shuffled epochs, secret keys, silos of 100 and 60 records with batches of 20:
+    the federation's epoch is 4 rounds, silo 0's is 5. Interrupted after one epoch, silo 0 is in
+    the middle of its first epoch; the resumed run must draw the rest of it from the same
+    permutation (each record once an epoch, as the ledger charges), not from a fresh key."""
+    import copy
+
+    from pfair.protocol.simulation import Simulation
+
+    rng = np.random.default_rng(5)
+    n = 160
+    X, s = rng.normal(size=(n, 3)), rng.integers(0, 2, n)
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    silos = np.r_[np.zeros(100, int), np.ones(60, int)]
+    f = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    st = SteFFLe(epsilon=2.0, lam=1.0, epochs=3, batch_size=20, protect="record", sampling="shuffle",
+                 p_s=[0.5, 0.5], track_history=False).settings()
+
+    def stop(epoch, theta, w, info):
+        raise KeyboardInterrupt
+
+    first = Simulation(st, f, ledgers="new")
+    assert first.rounds_per_epoch == 4 and first.parties[0].keys.batch.is_secret
+    with pytest.raises(KeyboardInterrupt):
+        first.run(on_epoch=stop)
+    state = first.state
+    assert state.epochs_done == 1
+    ledgers = first.ledgers
+    lost = copy.deepcopy(state)  # secret keys never leave their process: a copy has none
+    assert lost.batch_keys is None
+    with pytest.raises(ValueError, match="secret batch keys are gone"):
+        Simulation(st, f, ledgers=ledgers).run(resume=lost)
+    second = Simulation(st, f, ledgers=ledgers)
+    second.run(resume=state)
+    epoch0 = [first.parties[0].draw_batch(r) for r in range(4)] + [second.parties[0].draw_batch(4)]
+    assert sorted(np.concatenate(epoch0).tolist()) == list(range(100))
+    assert [ledger.runs[state.run_ids[j]]["next_round"] for j, ledger in enumerate(ledgers)] == [12, 12]
+
+
+def test_two_ledger_objects_of_one_file_cannot_both_charge(tmp_path):
+    # Two fits (or processes) that load one ledger file before either writes: the second charge
+    # would erase the first. It is refused, and nothing is written.
+    path = tmp_path / "silo0.json"
+    PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0, path=path).save(path)
+    a, b = PrivacyLedger.load(path), PrivacyLedger.load(path)
+    event = MechanismEvent(name="release", sampling="full_batch", sample_rate=1.0, noise_multiplier=20.0, steps=1)
+    a.charge(event)
+    with pytest.raises(LedgerConflict, match="another process charged this silo"):
+        b.charge(event)
+    assert len(PrivacyLedger.load(path).events) == 1
+    a.charge(event)  # the object that wrote last goes on
+    fresh = PrivacyLedger.load(path)
+    assert len(fresh.events) == 2 and fresh.revision == 3
+    # A new ledger object at a path another one has written to first is refused too.
+    with pytest.raises(LedgerConflict):
+        PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0, path=path).charge(event)
+    assert len(PrivacyLedger.load(path).events) == 2

@@ -178,6 +178,23 @@ def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
     assert party.release_violation(theta, 2) is rel and len(party.ledger.events) == before + 1
 
 
+def test_a_silo_releases_only_after_the_run_s_epochs_and_charges_nothing_else():
+    # Epoch e's release draws stream STREAM_BASE + e of the histogram purpose: an epoch of the
+    # server's choosing outside the run (-STREAM_BASE lands on the p_s histogram's stream) would
+    # repeat another release's noise, and the run planned epochs - 1 releases only.
+    st = quiet_settings()
+    sim = Simulation(st, small_fed(), ledgers="new", fast=False)
+    party = sim.parties[0]
+    party.plan_rounds(sim.group_proportions(), sim.total_rounds)
+    before = len(party.ledger.events)
+    for epoch in (-STREAM_BASE, -1, n_releases(st.epochs), 2**40):
+        with pytest.raises(ValueError, match="releases its violation after epochs 0..2 only"):
+            party.release_violation(np.zeros(4), epoch)
+    assert len(party.ledger.events) == before
+    party.release_violation(np.zeros(4), n_releases(st.epochs) - 1)
+    assert len(party.ledger.events) == before + 1
+
+
 def test_server_rejects_malformed_releases_and_keeps_lambda():
     st = quiet_settings()
     sim = Simulation(st, small_fed(), ledgers="new", fast=False)

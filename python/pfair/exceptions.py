@@ -24,6 +24,13 @@ class SettingsMismatch(ValueError):
     ledger records; nothing is computed or sent."""
 
 
+class LedgerConflict(RuntimeError):
+    """Raised when a ledger file changed on disk after this ledger object read it: another process
+    charged the same silo meanwhile (two fits on one ledger file, or two messages handled at once
+    by a deployed silo). Writing would erase that charge, so nothing is written; the refused
+    release is not sent. Load the ledger again and retry."""
+
+
 class LedgerMismatch(ValueError):
     """Raised when a ledger is used with data other than the data it was bound to, or with another
     budget than its own."""

@@ -255,7 +255,8 @@ def _toml(value: Any) -> str:
 def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | None = None, fmt: str = "csv"
                      ) -> list[dict[str, Any]]:
     """One shard per silo (and, with ``test=(X, y, s)``, a share of the test set per silo) under
-    ``directory``; returns each silo's node config (without its budget)."""
+    ``directory``; returns each silo's node config (its id, shard, state directory and the
+    federation's numbers of groups and classes; without its budget)."""
     import numpy as np
 
     from pfair.datasets.shards import write_shard
@@ -270,7 +271,8 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
     for j, silo in enumerate(fed.silos):
         sdir = root / f"silo{j}"
         data = write_shard(sdir / f"train.{fmt}", silo.X, silo.y, silo.s, fed.feature_names)
-        cfg = {"silo-id": j, "data-path": str(data), "state-dir": str(sdir / "state")}
+        cfg = {"silo-id": j, "data-path": str(data), "state-dir": str(sdir / "state"), "n-groups": int(fed.n_groups),
+               "n-classes": int(fed.n_classes)}
         if tests is not None:
             cfg["test-path"] = str(write_shard(sdir / f"test.{fmt}", *tests[j], fed.feature_names))
         configs.append(cfg)

@@ -10,6 +10,11 @@ never by the server):
     survive the SuperNode starting a fresh process per message, restarts and rejoins;
 ``silo-id``
     its index in the federation (part of every stream's derivation and of its messages);
+``n-groups``, ``n-classes``
+    the sizes of the federation's global group and label codes (agreed by all silos). A message
+    saying otherwise is refused before the shard is read: otherwise a server could send
+    ``n-groups = k'`` and learn from the refusal whether some record's group code is ``k'`` or
+    more, for free and as often as it likes;
 ``epsilon``, ``delta``
     its own budget over all runs (the server's run config may ask for at most this);
 ``test-path``
@@ -26,6 +31,12 @@ The **run config** (public, from the server) carries the SteFFLe settings; the n
 ``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
 before releasing anything, and writes it back (atomically).
 
+One message at a time touches the silo's state: every method that reads or charges the ledger
+holds an exclusive lock of ``state-dir/node.lock`` (Flower may run a node's messages in parallel
+processes; two answers to one round loaded before either charged would be two noisy replies for
+one charge). The ledger refuses a write over a file that changed since it read it, in any case
+(:class:`~pfair.exceptions.LedgerConflict`).
+
 The server sends the settings with every message, and the node does not take them on trust: the
 plan round saves the run's *terms* (every setting as the node resolved it, the numbers of groups
 and classes, the model) beside the noise plan, and a ``train`` or ``violation`` message of that
@@ -34,7 +45,9 @@ server could plan a run with λ = 0 (nothing to noise, nothing charged) and then
 raise a clip norm or change the batch scheme under the planned noise, or pick the batch seed of
 each round so that one record is in every batch while the ledger charges one release an epoch.
 With a ``noise-seed``, the node answers one run only: a second run would draw the same noise
-under other σ's, and two replies of the same round with known σ's give the exact gradient.
+under other σ's, and two replies of the same round with known σ's give the exact gradient. For
+the same reason it releases one DP histogram only (every histogram's noise is the same stream:
+three histograms of other fairness notions solve for the noise and the exact counts).
 """
 
 from __future__ import annotations
@@ -49,7 +62,8 @@ import numpy as np
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.calibration import SiloNoise
-from pfair.privacy.ledger import PrivacyLedger, data_fingerprint, legacy_fingerprint
+from pfair.privacy.ledger import PrivacyLedger, data_fingerprint, file_lock, legacy_fingerprint
+from pfair.privacy.proportions import HISTOGRAM_PREFIX, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
@@ -57,6 +71,7 @@ from pfair.settings import SteFFLeSettings
 
 LEDGER_FILE = "ledger.json"
 PLAN_FILE = "plan.json"
+LOCK_FILE = "node"  # the lock is node.lock: one message at a time touches the silo's state
 
 
 def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
@@ -113,13 +128,23 @@ def _differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
 class SiloNode:
     """One deployed silo (see the module docstring)."""
 
-    def __init__(self, node_config: Mapping[str, Any], *, n_groups: int, n_classes: int,
+    def __init__(self, node_config: Mapping[str, Any], *, n_groups: int | None = None, n_classes: int | None = None,
                  model: Mapping[str, Any] | None = None) -> None:
+        """``n_groups``, ``n_classes``: what the message says (None: the node config's); a message
+        that says other numbers than the node config is refused before the shard is read."""
         def need(key: str) -> Any:
             if key not in node_config:
                 raise ValueError(f"node config has no {key!r}; set it with --node-config \"{key}=...\"")
             return node_config[key]
 
+        own = {"n-groups": int(need("n-groups")), "n-classes": int(need("n-classes"))}
+        said = {"n-groups": n_groups, "n-classes": n_classes}
+        differ = [f"{k}={said[k]} (the silo's: {own[k]})" for k in own if said[k] is not None and int(said[k]) != own[k]]
+        if differ:
+            raise SettingsMismatch(f"silo {node_config.get('silo-id')}: the message says {', '.join(differ)}; the "
+                                   "federation's group and label codes are fixed in each silo's node config. Nothing "
+                                   "was read or computed")
+        n_groups, n_classes = own["n-groups"], own["n-classes"]
         self.data_path = Path(str(need("data-path")))
         self.state_dir = Path(str(need("state-dir")))
         self.silo_id = int(need("silo-id"))
@@ -139,6 +164,10 @@ class SiloNode:
         self.state_dir.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ state on disk
+    def _locked(self) -> file_lock:
+        """Exclusive use of the silo's state for one message (see the module docstring)."""
+        return file_lock(self.state_dir / LOCK_FILE)
+
     def ledger(self) -> PrivacyLedger:
         """This silo's persistent ledger (created with its own budget on first use)."""
         path = self.state_dir / LEDGER_FILE
@@ -211,15 +240,29 @@ class SiloNode:
         """The p_s round: the silo's size, and its DP histogram of s when the run uses ``p_s="dp"``
         (charged to the ledger once; a later run reuses it, and the ledger refuses it past the
         silo's budget). Whether the run's ε fits this silo's budget is decided at the plan round."""
-        party = self._party(settings, check_budget=False)
-        out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
-        if settings.p_s_source == "dp" and settings.sends_psi:
-            out["histogram"] = party.release_group_counts()
-        return out
+        with self._locked():
+            ledger = self.ledger()
+            party = self._party(settings, check_budget=False, ledger=ledger)
+            out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
+            if settings.p_s_source == "dp" and settings.sends_psi:
+                name = release_name(settings.fairness, settings.positive_class)
+                others = sorted(k for k in ledger.releases if k.startswith(HISTOGRAM_PREFIX) and k != name)
+                if self.noise_seed is not None and others:
+                    raise SettingsMismatch(
+                        f"silo {self.silo_id}: its noise-seed released a histogram already ({', '.join(others)}); "
+                        "every histogram of one seed carries the same noise, so a second one of other counts "
+                        "would give the noise and the exact counts away. Give the node another noise-seed (or "
+                        "none)")
+                out["histogram"] = party.release_group_counts()
+            return out
 
     def plan(self, settings: SteFFLeSettings, proportions: np.ndarray, total_rounds: int, run_id: str) -> dict:
         """Calibrate this silo's noise for the run (or restore the plan of a run it already
         planned) and return the plan: its σ's, z and ε, which are public."""
+        with self._locked():
+            return self._plan(settings, proportions, total_rounds, run_id)
+
+    def _plan(self, settings: SteFFLeSettings, proportions: np.ndarray, total_rounds: int, run_id: str) -> dict:
         path = self.state_dir / PLAN_FILE
         ledger = self.ledger()
         terms = self._terms(settings, ledger)
@@ -231,6 +274,12 @@ class SiloNode:
                     raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned for "
                                            f"{saved['total_rounds']} rounds, now asked for {int(total_rounds)}")
                 return saved["plan"]
+        if run_id in ledger.runs:
+            # Its plan (and batch key) were replaced by another run's: a new plan would draw new
+            # batches in the middle of the run's epochs and price its rounds anew.
+            raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned and answered before, and its plan "
+                                   "is no longer this silo's current one; a run cannot be planned twice. Start a new "
+                                   "run")
         if self.noise_seed is not None and any(rid != run_id for rid in ledger.runs):
             raise SettingsMismatch(
                 f"silo {self.silo_id}: its noise-seed served run(s) {sorted(ledger.runs)} already; a second run "
@@ -272,15 +321,17 @@ class SiloNode:
     def train(self, settings: SteFFLeSettings, run_id: str, round: int, theta: np.ndarray, w: np.ndarray) -> SiloMessage:
         """The silo's reply to a round of run ``run_id``: charged first (refused past the budget,
         or if the round was answered before), then exactly the parts of a :class:`SiloMessage`."""
-        party = self._planned_party(settings, run_id)
-        return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
+        with self._locked():
+            party = self._planned_party(settings, run_id)
+            return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
 
     def violation(self, settings: SteFFLeSettings, run_id: str, epoch: int, theta: np.ndarray) -> ViolationRelease:
         """The silo's violation release after ``epoch`` of run ``run_id`` (``max_violation``):
         charged to the ledger first, noised with the node's own key, kept in the ledger so that
         the same epoch asked again gets the same release at no cost."""
-        party = self._planned_party(settings, run_id)
-        return party.release_violation(np.asarray(theta, dtype=np.float64), int(epoch))
+        with self._locked():
+            party = self._planned_party(settings, run_id)
+            return party.release_violation(np.asarray(theta, dtype=np.float64), int(epoch))
 
     def evaluate(self, theta: np.ndarray) -> dict[str, float]:
         """Error, loss and fairness of θ on the local test shard (non-private statistics of test
@@ -315,6 +366,7 @@ class SiloNode:
 
     def report(self) -> dict[str, Any]:
         """The ledger's public summary (budget, ε spent, runs)."""
-        d = self.ledger().to_dict()
+        with self._locked():
+            d = self.ledger().to_dict()
         return {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
 

@@ -12,11 +12,12 @@ from pfair.privacy.accountant import (
     noise_multiplier_for,
     rdp_curve,
 )
-from pfair.exceptions import LedgerMismatch, PrivacyWarning, ReplayRefused
+from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyWarning, ReplayRefused
 from pfair.privacy.ledger import MechanismEvent, PrivacyBudgetExceeded, PrivacyLedger, data_fingerprint
 from pfair.privacy.paper import effective_noise_multiplier, paper_delivered_epsilon, paper_noise_stds
 
 __all__ = [
+    "LedgerConflict",
     "LedgerMismatch",
     "PrivacyWarning",
     "ReplayRefused",

@@ -22,6 +22,13 @@ atomically), and keeps
 * ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
   for free (post-processing) instead of paying for them again.
 
+A ledger file counts its writes (``revision``). A ledger object writes its file only if the file
+is still the revision it read (or wrote) last, checked and replaced under an exclusive lock of
+``<file>.lock``; otherwise it raises :class:`~pfair.exceptions.LedgerConflict` and writes nothing.
+Without this, two processes that load the ledger before either writes (two fits on one file, or
+a deployed silo handling two messages at once) would both pass the replay and budget checks, and
+the last write would erase the other's charge: many noisy answers to one round for one charge.
+
 Adjacency is replace-one (one record's sensitive attribute). Hence events with
 ``sampling="poisson"`` (the add/remove-one bound) are refused; use ``"poisson_replace_one"``
 with the noise multiplier measured against the add/remove sensitivity.
@@ -40,7 +47,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
+from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
@@ -213,6 +220,10 @@ class PrivacyLedger:
         # so charging T rounds epoch by epoch costs exactly what a calibration for T rounds computed.
         self._steps: Dict[tuple, int] = {}
         self._spent: Optional[float] = 0.0
+        # Writes of the file so far, and the revision of ``path`` this object last read or wrote
+        # (None: it expects no file there yet).
+        self.revision = 0
+        self._seen: Optional[int] = None
 
     # ------------------------------------------------------------------ accounting
     def _with(self, *events: MechanismEvent) -> Dict[tuple, int]:
@@ -408,8 +419,10 @@ class PrivacyLedger:
             self._write_through()
         elif self.fingerprint != fingerprint:
             raise LedgerMismatch(
-                f"{self._who()}: this ledger accounts for other data (fingerprint {self.fingerprint[:12]}…, "
-                f"the silo's data has {fingerprint[:12]}…); pass the ledger that belongs to this silo"
+                f"{self._who()}: this ledger accounts for other data (its fingerprint is not the silo's data's); pass "
+                "the ledger that belongs to this silo. (The fingerprints are in the ledger file and "
+                "pfair.privacy.data_fingerprint; they are not in this message, which a deployed silo sends to the "
+                "server: a hash of the data would let a server that knows all other records test the last one.)"
             )
         return self
 
@@ -430,6 +443,7 @@ class PrivacyLedger:
         spent = self.epsilon_spent()
         return {
             "format": LEDGER_FORMAT,
+            "revision": self.revision,
             "silo": self.silo,
             "epsilon_budget": self.epsilon,
             "delta": self.delta,
@@ -468,23 +482,41 @@ class PrivacyLedger:
                                      "last_epoch and next_round disagree); the ledger file is corrupt")
         ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
         ledger.path = Path(path) if path is not None else None
+        ledger.revision = int(data.get("revision", 0))
+        ledger._seen = ledger.revision if path is not None else None
         return ledger
 
     def save(self, path: os.PathLike | str) -> None:
-        """Write the ledger as JSON, atomically (a crash never leaves half a ledger)."""
+        """Write the ledger as JSON, atomically (a crash never leaves half a ledger).
+
+        Writing to the ledger's own ``path`` is refused with :class:`LedgerConflict` when the file
+        there is not the revision this object last read or wrote (another process charged it)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_dict(), f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        own = self.path is not None and _same_file(path, self.path)
+        with file_lock(path):
+            if own:
+                found = _revision_on_disk(path)
+                if found != self._seen:
+                    raise LedgerConflict(
+                        f"{self._who()}: the ledger file {str(path)!r} changed since this ledger read it "
+                        f"(revision {found}, read {self._seen}): another process charged this silo meanwhile. "
+                        "Nothing was written and the refused release is not sent; load the ledger again")
+            self.revision += 1
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(self.to_dict(), f, indent=1)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                self.revision -= 1
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            if own:
+                self._seen = self.revision
 
     @classmethod
     def load(cls, path: os.PathLike | str) -> "PrivacyLedger":
@@ -530,3 +562,40 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
         else:
             out[i] = ledger._refusal(pending[0], steps)
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _revision_on_disk(path: Path) -> Optional[int]:
+    """The ``revision`` of the ledger file at ``path`` (0 for a file written before ledgers
+    counted their writes); None when there is no file."""
+    try:
+        with open(path) as f:
+            return int(json.load(f).get("revision", 0))
+    except FileNotFoundError:
+        return None
+
+
+class file_lock:
+    """An exclusive advisory lock of ``<path>.lock`` for a ``with`` block (POSIX ``flock``, released
+    when the block ends or the process dies; a no-op where there is none)."""
+
+    def __init__(self, path: Path) -> None:
+        self.lock = path.with_name(path.name + ".lock")
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> "file_lock":
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return self
+        self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None

@@ -61,9 +61,12 @@ def histogram_noise_multiplier(*, epsilon: float, share: float, delta: float) ->
                                 accountant="exact")
 
 
+HISTOGRAM_PREFIX = "p_s_histogram:"
+
+
 def release_name(fairness: str, positive: int) -> str:
     """Key of a silo's released histogram in its ledger."""
-    return f"p_s_histogram:{fairness}" + (f":{positive}" if fairness == "equal_opportunity" else "")
+    return f"{HISTOGRAM_PREFIX}{fairness}" + (f":{positive}" if fairness == "equal_opportunity" else "")
 
 
 def combine_histograms(noisy_counts: list[np.ndarray]) -> np.ndarray:

@@ -46,6 +46,7 @@ from pfair.privacy.proportions import (
     group_counts,
     histogram_event,
     histogram_noise_multiplier,
+    n_blocks,
     release_name,
 )
 from pfair.protocol.messages import LocalDiagnostics, SiloMessage, ViolationRelease
@@ -158,6 +159,7 @@ class SiloParty:
         ``proportions`` and what its ledger has spent, and register the run in the ledger.
         Pass the ``run_id`` of an earlier, interrupted run to resume it."""
         st = self.settings
+        proportions = self._proportions(proportions)
         ledger = self.ledger if st.private else None
         if ledger is not None and st.max_violation is not None:
             ledger = self._ledger_with_violation_releases(st.epochs)
@@ -195,6 +197,7 @@ class SiloParty:
         """Use ``plan`` (e.g. restored from an interrupted run) and register its run. Refuses
         (:class:`~pfair.exceptions.SettingsMismatch`) a plan made for other settings than this
         party's: its noise would not match what the messages then depend on."""
+        proportions = self._proportions(proportions)
         self._check_plan(plan, proportions)
         self.plan = plan
         self.config = silo_config(self.settings, self.n_records, plan)
@@ -206,6 +209,24 @@ class SiloParty:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
                                   noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
         return plan
+
+    def _proportions(self, proportions: np.ndarray) -> np.ndarray:
+        """The released proportions as a ``blocks × k`` array of this silo's encodings; refuses any
+        other shape. The kernels read them flat, by the silo's own numbers of groups and blocks,
+        while the sensitivities are computed from the array's rows: proportions of another shape
+        (a server's ``2 × 2`` for one block of 4 groups) would price a Δ_W the kernel does not
+        have (up to √2 too small), and the noise with it."""
+        st = self.settings
+        props = np.asarray(proportions, dtype=np.float64)
+        want = (n_blocks(st.fairness, self.n_classes), self.n_groups)
+        if props.shape != want:
+            raise SettingsMismatch(
+                f"silo {self.silo_id}: the proportions have shape {props.shape}, not {want} (one row per "
+                f"{'class' if want[0] > 1 else 'block'} of {st.fairness}, one column per sensitive group); "
+                "nothing was planned")
+        if not np.all(np.isfinite(props)) or np.any(props <= 0):
+            raise ValueError(f"silo {self.silo_id}: the proportions must be finite and > 0, got {props.tolist()}")
+        return props
 
     def _check_plan(self, plan: SiloNoise, proportions: np.ndarray) -> None:
         """That ``plan`` was calibrated for this silo under this party's settings: the same silo
@@ -278,6 +299,11 @@ class SiloParty:
         st = self.settings
         if st.max_violation is None:
             raise RuntimeError("release_violation is part of a fit with max_violation only")
+        if not 0 <= int(epoch) < n_releases(st.epochs):
+            # Each epoch's release has its own noise stream (STREAM_BASE + epoch): an epoch outside
+            # the run could land on another release's stream, and the ledger planned no more.
+            raise ValueError(f"silo {self.silo_id}: a run of {st.epochs} epochs releases its violation after epochs "
+                             f"0..{n_releases(st.epochs) - 1} only, not after epoch {int(epoch)}")
         if self._last_violation is not None and self._last_violation.epoch == epoch:
             return self._last_violation
         if self.predict is None:

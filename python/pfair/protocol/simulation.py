@@ -37,7 +37,7 @@ from pfair.privacy.ledger import PrivacyLedger, charge_rounds_together
 from pfair.privacy.proportions import combine_histograms, public_proportions
 from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.server import ServerParty, reply_limits
-from pfair.protocol.silo import SiloParty, silo_config
+from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
 
@@ -58,6 +58,15 @@ class RunState:
     settings: dict = field(default_factory=dict)
     #: λ of the next epoch when it is adapted to ``max_violation`` (None: the fixed ``lam``).
     lam: float | None = None
+    #: Each silo's batch key (``_core.NoiseKey``), so that a resumed run draws the rest of an
+    #: epoch from the same permutation. Secret keys never leave the process: a pickled or
+    #: deep-copied state holds None here (see :meth:`__getstate__`).
+    batch_keys: list | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["batch_keys"] = None
+        return state
 
 
 def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
@@ -165,6 +174,22 @@ class Simulation:
             return combine_histograms([p.release_group_counts() for p in self.parties])
         return fed.group_proportions(st.fairness, st.positive_class)
 
+    def _restore_batch_keys(self, state: RunState) -> None:
+        """A resumed run's parties draw their batches from the interrupted run's batch keys.
+
+        Fresh keys would be harmless for batches drawn anew every round, but not for shuffled
+        epochs under a secret key (record mode): a silo whose epoch is not the federation's (its
+        own rounds per epoch differ) resumes in the middle of it, and the rest of the epoch must
+        come from the same permutation, or a record is in two batches of an epoch the ledger
+        charges as one release."""
+        if state.batch_keys is not None:
+            for party, key in zip(self.parties, state.batch_keys):
+                party.keys = SiloKeys(batch=key, noise=party.keys.noise)
+        elif self.settings.sampling == "shuffle" and any(p.keys.batch.is_secret for p in self.parties):
+            raise ValueError("resume: the interrupted run's secret batch keys are gone (its state was pickled or "
+                             "copied, and secret keys never leave their process), and its shuffled epochs cannot go "
+                             "on under other keys; start a new fit")
+
     # ------------------------------------------------------------------ the run
     def run(self, *, resume: RunState | None = None, on_epoch: Callable[[int, np.ndarray, np.ndarray, dict], dict] | None = None,
             progress: bool = False, init: tuple[np.ndarray, np.ndarray] | None = None) -> RunState:
@@ -191,9 +216,11 @@ class Simulation:
                                      "classes and fairness notion)")
                 theta, w = t0.copy(), w0.copy()
             state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
-                             fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict())
+                             fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict(),
+                             batch_keys=[p.keys.batch for p in self.parties])
         else:
             state = resume
+            self._restore_batch_keys(state)
             silo_fingerprints(fed.silos)
             if len(state.fingerprints) != len(fed.silos) or not all(
                     silo.holds_data_of(fp) for silo, fp in zip(fed.silos, state.fingerprints)):
