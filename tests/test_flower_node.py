@@ -315,13 +315,46 @@ def test_a_noise_seed_releases_one_histogram(node_config):
     node(fresh).hello(run_settings(epsilon=1.0, p_s="dp", fairness="equal_opportunity", positive_class=0))
 
 
-def test_a_run_whose_plan_was_replaced_cannot_be_planned_again(node_config):
-    st = run_settings(epsilon=1.0)
-    node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+def test_a_run_whose_plan_was_replaced_cannot_be_planned_again(node_config, tmp_path):
+    st = run_settings(epsilon=1.0, protect="record")
+    plan = node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+    # A plan file lost before any round (the ledger registered the run): planned again, the same.
+    (tmp_path / "state" / PLAN_FILE).unlink()
+    assert node(node_config).plan(st, PROPS, ROUNDS, "run-a") == plan
     node(node_config).train(st, "run-a", 0, THETA, W)
     node(node_config).plan(st, PROPS, ROUNDS, "run-b")  # replaces run-a's plan (and batch key)
-    with pytest.raises(SettingsMismatch, match="cannot be planned twice"):
+    with pytest.raises(SettingsMismatch, match="cannot be planned again"):
         node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+
+
+def _race_round(config, st, start):
+    """A message of round 1 handled in its own process, at wall-clock time ``start``."""
+    import time
+
+    node = SiloNode(config)
+    time.sleep(max(0.0, start - time.time()))
+    try:
+        node.train(st, "run-a", 1, THETA, W)
+        return "reply"
+    except Exception as exc:  # noqa: BLE001 - the test counts them
+        return type(exc).__name__
+
+
+def test_messages_of_one_round_in_separate_processes_get_one_reply(node_config):
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    st = run_settings()
+    node(node_config).plan(st, PROPS, ROUNDS, "run-a")
+    node(node_config).train(st, "run-a", 0, THETA, W)
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(3, mp_context=ctx) as pool:
+        start = time.time() + 8.0  # after the workers have imported pfair
+        futures = [pool.submit(_race_round, node_config, st, start) for _ in range(3)]
+        outcomes = sorted(f.result(timeout=120) for f in futures)
+    assert outcomes == ["ReplayRefused", "ReplayRefused", "reply"]
+    assert node(node_config).ledger().next_round("run-a") == 2
 
 
 def test_a_ledger_mismatch_does_not_tell_the_server_a_hash_of_the_data(node_config, tmp_path):

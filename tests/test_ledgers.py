@@ -444,3 +444,42 @@ def test_two_ledger_objects_of_one_file_cannot_both_charge(tmp_path):
     with pytest.raises(LedgerConflict):
         PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0, path=path).charge(event)
     assert len(PrivacyLedger.load(path).events) == 2
+
+
+def test_a_ledger_file_is_replaced_only_by_an_object_that_read_its_latest_revision(tmp_path, monkeypatch):
+    event = MechanismEvent(name="release", sampling="full_batch", sample_rate=1.0, noise_multiplier=20.0, steps=1)
+    path = tmp_path / "silo0.json"
+    # The documented workflow: a fit's in-memory ledger saved to a file, and saved again later.
+    mine = PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0)
+    mine.save(path)
+    mine.charge(event)
+    mine.save(path)
+    # Another process charges the file; the old in-memory object must not erase that.
+    other = PrivacyLedger.load(path)
+    other.charge(event)
+    other.charge(event)
+    with pytest.raises(LedgerConflict, match="changed since this ledger read it"):
+        mine.save(path)
+    assert len(PrivacyLedger.load(path).events) == 3
+    # A ledger that never read the file does not replace it either; a new file is fine.
+    with pytest.raises(LedgerConflict, match="never read"):
+        PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0).save(path)
+    PrivacyLedger.from_dict(PrivacyLedger.load(path).to_dict(), path=tmp_path / "copy.json").charge(event)
+    assert len(PrivacyLedger.load(tmp_path / "copy.json").events) == 4
+    # Names of one file are one ledger, whatever the working directory.
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    via_link, via_file = PrivacyLedger.load(link), PrivacyLedger.load(path)
+    via_link.charge(event)
+    with pytest.raises(LedgerConflict):
+        via_file.charge(event)
+    assert link.is_symlink() and len(PrivacyLedger.load(path).events) == 4
+    monkeypatch.chdir(tmp_path)
+    relative = PrivacyLedger.load("silo0.json")
+    monkeypatch.chdir(tmp_path.parent)
+    relative.charge(event)
+    assert len(PrivacyLedger.load(path).events) == 5
+    # A hard link would be split by the atomic replace: refused.
+    os.link(path, tmp_path / "hard.json")
+    with pytest.raises(LedgerConflict, match="hard links"):
+        PrivacyLedger.load(path).charge(event)

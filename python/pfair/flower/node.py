@@ -145,6 +145,9 @@ class SiloNode:
                                    "federation's group and label codes are fixed in each silo's node config. Nothing "
                                    "was read or computed")
         n_groups, n_classes = own["n-groups"], own["n-classes"]
+        if not file_lock.available:  # pragma: no cover - Windows
+            raise RuntimeError("a deployed silo needs POSIX file locks (fcntl.flock) to handle one message at a time; "
+                               "run the SuperNode on Linux or macOS")
         self.data_path = Path(str(need("data-path")))
         self.state_dir = Path(str(need("state-dir")))
         self.silo_id = int(need("silo-id"))
@@ -274,12 +277,14 @@ class SiloNode:
                     raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned for "
                                            f"{saved['total_rounds']} rounds, now asked for {int(total_rounds)}")
                 return saved["plan"]
-        if run_id in ledger.runs:
-            # Its plan (and batch key) were replaced by another run's: a new plan would draw new
-            # batches in the middle of the run's epochs and price its rounds anew.
-            raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} was planned and answered before, and its plan "
-                                   "is no longer this silo's current one; a run cannot be planned twice. Start a new "
-                                   "run")
+        if ledger.next_round(run_id) > 0:
+            # It answered rounds under a plan (and batch key) that another run's replaced: a new
+            # plan would draw new batches in the middle of the run's epochs and price its rounds
+            # anew. (A run registered but never answered, say its plan file was not written, may
+            # be planned again: nothing was drawn, and the ledger refuses another mechanism.)
+            raise SettingsMismatch(f"silo {self.silo_id}: run {run_id!r} answered rounds under a plan that is no longer "
+                                   "this silo's current one; a run that answered rounds cannot be planned again. Start "
+                                   "a new run")
         if self.noise_seed is not None and any(rid != run_id for rid in ledger.runs):
             raise SettingsMismatch(
                 f"silo {self.silo_id}: its noise-seed served run(s) {sorted(ledger.runs)} already; a second run "

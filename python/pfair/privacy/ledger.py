@@ -22,9 +22,10 @@ atomically), and keeps
 * ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
   for free (post-processing) instead of paying for them again.
 
-A ledger file counts its writes (``revision``). A ledger object writes its file only if the file
-is still the revision it read (or wrote) last, checked and replaced under an exclusive lock of
-``<file>.lock``; otherwise it raises :class:`~pfair.exceptions.LedgerConflict` and writes nothing.
+A ledger file counts its writes (``revision``, never backwards). A ledger object replaces a
+ledger file only if it is the revision the object last read or wrote there (by resolved path),
+checked and replaced under an exclusive lock of ``<file>.lock``; otherwise it raises
+:class:`~pfair.exceptions.LedgerConflict` and writes nothing.
 Without this, two processes that load the ledger before either writes (two fits on one file, or
 a deployed silo handling two messages at once) would both pass the replay and budget checks, and
 the last write would erase the other's charge: many noisy answers to one round for one charge.
@@ -210,7 +211,7 @@ class PrivacyLedger:
         self.delta = _delta(delta)
         self.silo = silo
         self.fingerprint = fingerprint
-        self.path = Path(path) if path is not None else None
+        self.path = _resolved(path) if path is not None else None
         self.events: List[MechanismEvent] = []
         self.runs: Dict[str, Dict[str, Any]] = {}
         self.releases: Dict[str, Any] = {}
@@ -220,10 +221,10 @@ class PrivacyLedger:
         # so charging T rounds epoch by epoch costs exactly what a calibration for T rounds computed.
         self._steps: Dict[tuple, int] = {}
         self._spent: Optional[float] = 0.0
-        # Writes of the file so far, and the revision of ``path`` this object last read or wrote
-        # (None: it expects no file there yet).
+        # Writes of the file so far, and the revision of each file this object last read or
+        # wrote there (by resolved path; none: it expects no ledger file there).
         self.revision = 0
-        self._seen: Optional[int] = None
+        self._seen: Dict[str, int] = {}
 
     # ------------------------------------------------------------------ accounting
     def _with(self, *events: MechanismEvent) -> Dict[tuple, int]:
@@ -481,42 +482,53 @@ class PrivacyLedger:
                     raise ValueError(f"ledger run {rid!r}: inconsistent shuffle record {run} (rounds_per_epoch, "
                                      "last_epoch and next_round disagree); the ledger file is corrupt")
         ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
-        ledger.path = Path(path) if path is not None else None
+        ledger.path = _resolved(path) if path is not None else None
         ledger.revision = int(data.get("revision", 0))
-        ledger._seen = ledger.revision if path is not None else None
+        if ledger.path is not None and ledger.path.exists():
+            ledger._seen[str(ledger.path)] = ledger.revision
         return ledger
 
     def save(self, path: os.PathLike | str) -> None:
         """Write the ledger as JSON, atomically (a crash never leaves half a ledger).
 
-        Writing to the ledger's own ``path`` is refused with :class:`LedgerConflict` when the file
-        there is not the revision this object last read or wrote (another process charged it)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        own = self.path is not None and _same_file(path, self.path)
-        with file_lock(path):
-            if own:
-                found = _revision_on_disk(path)
-                if found != self._seen:
+        A ledger file already at ``path`` is replaced only if it is the revision this object last
+        read or wrote there; otherwise :class:`LedgerConflict` is raised and nothing is written
+        (another process charged that ledger meanwhile, or it is another ledger this object never
+        read: replacing it would erase its charges). Links are followed, so every name of one file
+        is one ledger."""
+        target = _resolved(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(target):
+            found, links = _revision_on_disk(target)
+            seen = self._seen.get(str(target))
+            if found is not None and found != seen:
+                if seen is None:
                     raise LedgerConflict(
-                        f"{self._who()}: the ledger file {str(path)!r} changed since this ledger read it "
-                        f"(revision {found}, read {self._seen}): another process charged this silo meanwhile. "
-                        "Nothing was written and the refused release is not sent; load the ledger again")
-            self.revision += 1
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+                        f"{self._who()}: there is a ledger file {target.name!r} at that path that this ledger never "
+                        "read; writing would replace its charges. Load it (PrivacyLedger.load), or remove the file "
+                        "first if you mean to replace it")
+                raise LedgerConflict(
+                    f"{self._who()}: the ledger file {target.name!r} changed since this ledger read it (revision "
+                    f"{found}, read {seen}): another process charged this silo meanwhile. Nothing was written and "
+                    "the refused release is not sent; load the ledger again")
+            if links > 1:
+                raise LedgerConflict(f"{self._who()}: the ledger file {target.name!r} has {links} hard links; a write "
+                                     "would split them into separate ledgers. Keep one name (a symbolic link is fine)")
+            before = self.revision
+            self.revision = max(found or 0, self.revision) + 1  # never backwards: no stale object matches again
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
             try:
                 with os.fdopen(fd, "w") as f:
                     json.dump(self.to_dict(), f, indent=1)
                     f.flush()
                     os.fsync(f.fileno())
-                os.replace(tmp, path)
+                os.replace(tmp, target)
             except BaseException:
-                self.revision -= 1
+                self.revision = before
                 if os.path.exists(tmp):
                     os.unlink(tmp)
                 raise
-            if own:
-                self._seen = self.revision
+            self._seen[str(target)] = self.revision
 
     @classmethod
     def load(cls, path: os.PathLike | str) -> "PrivacyLedger":
@@ -564,35 +576,49 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return os.path.abspath(a) == os.path.abspath(b)
+def _resolved(path: os.PathLike | str) -> Path:
+    """``path`` absolute, with symbolic links followed: one file, one ledger, whatever its name
+    and the working directory."""
+    return Path(os.path.realpath(os.fspath(path)))
 
 
-def _revision_on_disk(path: Path) -> Optional[int]:
-    """The ``revision`` of the ledger file at ``path`` (0 for a file written before ledgers
-    counted their writes); None when there is no file."""
+def _revision_on_disk(path: Path) -> tuple:
+    """``(revision, hard links)`` of the ledger file at ``path`` (revision 0 for a file written
+    before ledgers counted their writes); ``(None, 0)`` when there is no file."""
     try:
         with open(path) as f:
-            return int(json.load(f).get("revision", 0))
+            return int(json.load(f).get("revision", 0)), os.fstat(f.fileno()).st_nlink
     except FileNotFoundError:
-        return None
+        return None, 0
 
 
 class file_lock:
-    """An exclusive advisory lock of ``<path>.lock`` for a ``with`` block (POSIX ``flock``, released
-    when the block ends or the process dies; a no-op where there is none)."""
+    """An exclusive advisory lock of ``<path>.lock`` for a ``with`` block (POSIX ``flock``,
+    released when the block ends or the process dies). Where there is no ``flock`` (Windows) it
+    locks nothing: :attr:`available` is False, a ledger's revision check then still refuses a
+    stale write but is not atomic with it, and a deployed silo (:class:`pfair.flower.node.SiloNode`)
+    refuses to run."""
+
+    try:
+        import fcntl as _fcntl
+    except ImportError:  # pragma: no cover - Windows
+        _fcntl = None
+    available = _fcntl is not None
 
     def __init__(self, path: Path) -> None:
-        self.lock = path.with_name(path.name + ".lock")
+        self.lock = Path(path).with_name(Path(path).name + ".lock")
         self.fd: Optional[int] = None
 
     def __enter__(self) -> "file_lock":
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
+        if self._fcntl is None:  # pragma: no cover - Windows
             return self
-        self.fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        fd = os.open(self.lock, os.O_RDONLY | os.O_CREAT, 0o600)
+        try:
+            self._fcntl.flock(fd, self._fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -59,9 +59,9 @@ class RunState:
     #: λ of the next epoch when it is adapted to ``max_violation`` (None: the fixed ``lam``).
     lam: float | None = None
     #: Each silo's batch key (``_core.NoiseKey``), so that a resumed run draws the rest of an
-    #: epoch from the same permutation. Secret keys never leave the process: a pickled or
-    #: deep-copied state holds None here (see :meth:`__getstate__`).
-    batch_keys: list | None = field(default=None, repr=False, compare=False)
+    #: epoch from the same permutation. Not a field (not in ``asdict``, ``repr`` or ``==``), and
+    #: secret keys never leave the process: a pickled or deep-copied state holds None here.
+    batch_keys = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -216,8 +216,8 @@ class Simulation:
                                      "classes and fairness notion)")
                 theta, w = t0.copy(), w0.copy()
             state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
-                             fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict(),
-                             batch_keys=[p.keys.batch for p in self.parties])
+                             fingerprints=silo_fingerprints(fed.silos), settings=st.as_dict())
+            state.batch_keys = [p.keys.batch for p in self.parties]
         else:
             state = resume
             self._restore_batch_keys(state)
