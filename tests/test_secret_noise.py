@@ -95,7 +95,9 @@ def test_two_epsilons_cancel_the_noise_only_when_the_noise_seed_is_known(noise_s
     error = np.max(np.abs(recovered - exact.psi_w))
     assert bool(error < 1e-9) == cancels
     if not cancels:
-        assert error > 0.1 * pb.sigma_w
+        # The recovered part is off by noise of scale ~σ_b: below 0.001·σ_b in all four entries
+        # happens with probability about 3e-14 (below 0.1·σ_b, the bound before: about 3e-6).
+        assert error > 1e-3 * pb.sigma_w
 
 
 def test_noise_keys_cannot_be_pickled_or_printed():
