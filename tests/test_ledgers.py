@@ -464,6 +464,9 @@ def test_a_ledger_file_is_replaced_only_by_an_object_that_read_its_latest_revisi
     # A ledger that never read the file does not replace it either; a new file is fine.
     with pytest.raises(LedgerConflict, match="never read"):
         PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0).save(path)
+    (tmp_path / "notes.txt").write_text("not a ledger")
+    with pytest.raises(LedgerConflict, match="never read"):
+        PrivacyLedger(epsilon=1.0, delta=1e-5, silo=0).save(tmp_path / "notes.txt")
     PrivacyLedger.from_dict(PrivacyLedger.load(path).to_dict(), path=tmp_path / "copy.json").charge(event)
     assert len(PrivacyLedger.load(tmp_path / "copy.json").events) == 4
     # Names of one file are one ledger, whatever the working directory.

@@ -504,9 +504,9 @@ class PrivacyLedger:
             if found is not None and found != seen:
                 if seen is None:
                     raise LedgerConflict(
-                        f"{self._who()}: there is a ledger file {target.name!r} at that path that this ledger never "
-                        "read; writing would replace its charges. Load it (PrivacyLedger.load), or remove the file "
-                        "first if you mean to replace it")
+                        f"{self._who()}: there is a file {target.name!r} at that path that this ledger never read; "
+                        "writing would replace it (and a ledger's charges with it). Load it (PrivacyLedger.load), or "
+                        "remove the file first if you mean to replace it")
                 raise LedgerConflict(
                     f"{self._who()}: the ledger file {target.name!r} changed since this ledger read it (revision "
                     f"{found}, read {seen}): another process charged this silo meanwhile. Nothing was written and "
@@ -584,10 +584,16 @@ def _resolved(path: os.PathLike | str) -> Path:
 
 def _revision_on_disk(path: Path) -> tuple:
     """``(revision, hard links)`` of the ledger file at ``path`` (revision 0 for a file written
-    before ledgers counted their writes); ``(None, 0)`` when there is no file."""
+    before ledgers counted their writes, -1 for a file that is no ledger); ``(None, 0)`` when
+    there is no file."""
     try:
         with open(path) as f:
-            return int(json.load(f).get("revision", 0)), os.fstat(f.fileno()).st_nlink
+            links = os.fstat(f.fileno()).st_nlink
+            try:
+                data = json.load(f)
+                return (int(data.get("revision", 0)) if isinstance(data, dict) else -1), links
+            except (ValueError, TypeError):
+                return -1, links
     except FileNotFoundError:
         return None, 0
 
