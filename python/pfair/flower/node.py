@@ -62,7 +62,7 @@ import numpy as np
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.calibration import SiloNoise
-from pfair.privacy.ledger import PrivacyLedger, data_fingerprint, file_lock, legacy_fingerprint
+from pfair.privacy.ledger import FILE_LOCKS, PrivacyLedger, data_fingerprint, file_lock, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
@@ -145,7 +145,7 @@ class SiloNode:
                                    "federation's group and label codes are fixed in each silo's node config. Nothing "
                                    "was read or computed")
         n_groups, n_classes = own["n-groups"], own["n-classes"]
-        if not file_lock.available:  # pragma: no cover - Windows
+        if not FILE_LOCKS:  # pragma: no cover - Windows
             raise RuntimeError("a deployed silo needs POSIX file locks (fcntl.flock) to handle one message at a time; "
                                "run the SuperNode on Linux or macOS")
         self.data_path = Path(str(need("data-path")))
@@ -167,7 +167,7 @@ class SiloNode:
         self.state_dir.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ state on disk
-    def _locked(self) -> file_lock:
+    def _locked(self) -> Any:
         """Exclusive use of the silo's state for one message (see the module docstring)."""
         return file_lock(self.state_dir / LOCK_FILE)
 

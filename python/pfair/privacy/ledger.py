@@ -37,13 +37,14 @@ with the noise multiplier measured against the add/remove sensitivity.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -598,36 +599,28 @@ def _revision_on_disk(path: Path) -> tuple:
         return None, 0
 
 
-class file_lock:
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+#: Whether :func:`file_lock` locks anything (POSIX ``flock``; not on Windows).
+FILE_LOCKS = fcntl is not None
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock of ``<path>.lock`` for a ``with`` block (POSIX ``flock``,
-    released when the block ends or the process dies). Where there is no ``flock`` (Windows) it
-    locks nothing: :attr:`available` is False, a ledger's revision check then still refuses a
+    released when the block ends or the process dies). Where there is no ``flock`` (Windows,
+    :data:`FILE_LOCKS` False) it locks nothing: a ledger's revision check then still refuses a
     stale write but is not atomic with it, and a deployed silo (:class:`pfair.flower.node.SiloNode`)
     refuses to run."""
-
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(Path(path).with_name(Path(path).name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o600)
     try:
-        import fcntl as _fcntl
-    except ImportError:  # pragma: no cover - Windows
-        _fcntl = None
-    available = _fcntl is not None
-
-    def __init__(self, path: Path) -> None:
-        self.lock = Path(path).with_name(Path(path).name + ".lock")
-        self.fd: Optional[int] = None
-
-    def __enter__(self) -> "file_lock":
-        if self._fcntl is None:  # pragma: no cover - Windows
-            return self
-        fd = os.open(self.lock, os.O_RDONLY | os.O_CREAT, 0o600)
-        try:
-            self._fcntl.flock(fd, self._fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor releases the lock
-            self.fd = None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
