@@ -9,7 +9,9 @@ import pytest
 
 import pfair
 from pfair import SteFFLe, _core, metrics
-from pfair.hybrid import HybridRunner, layout_for, sensitive_sample_rates
+from pfair.hybrid import layout_for, sensitive_sample_rates
+from pfair.protocol.hybrid import HybridParties
+from pfair.protocol.simulation import Simulation
 from pfair.privacy import epsilon_for
 
 
@@ -201,7 +203,6 @@ def test_hybrid_parties_equal_the_fast_rounds(mode, dummy):
     import warnings
 
     from pfair.exceptions import PrivacyWarning
-    from pfair.hybrid import HybridRunner
     from pfair.federation import Federation
 
     X, y, s, silos = data(900)
@@ -211,9 +212,9 @@ def test_hybrid_parties_equal_the_fast_rounds(mode, dummy):
         warnings.simplefilter("ignore", PrivacyWarning)
         st = SteFFLe(epsilon=2.0, mode=mode, dummy_noise=dummy, noise_seed=7, output="random", **{**FAST, "epochs": 3}
                      ).settings()
-    fast = HybridRunner(st, fed, sens, ledgers="new")
-    slow = HybridRunner(st, fed, sens, ledgers="new")
-    a, b = fast.run(), slow.run(fast=False)
+    fast = Simulation(st, fed, sensitive_silos=sens, ledgers="new")
+    slow = Simulation(st, fed, sensitive_silos=sens, ledgers="new", fast=False)
+    a, b = fast.run(), slow.run()
     np.testing.assert_array_equal(a.theta, b.theta)
     np.testing.assert_array_equal(a.w, b.w)
     np.testing.assert_array_equal(a.snapshot[0], b.snapshot[0])
@@ -240,7 +241,9 @@ def test_the_non_sensitive_batches_come_from_a_secret_key():
         warnings.simplefilter("ignore")
         st = SteFFLe(epsilon=1.0, mode="hybrid", **FAST).settings()
         fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-        runners = [HybridRunner(st, fed, sens, ledgers="new") for _ in range(2)]
+        runners = [HybridParties(st, fed, sens, ledgers="new") for _ in range(2)]
+        for r in runners:
+            r.start()
     assert all(r.batch_key.is_secret for r in runners)
     batches = [r.parties()[0][0].step(np.zeros(4), np.zeros(4), r.inv, 0)[1] for r in runners]
     assert not all(np.array_equal(a, b) for a, b in zip(*batches))  # the same seed, other batches

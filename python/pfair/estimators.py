@@ -394,30 +394,24 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
                 row.update(self._evaluate("test", *eval_set))
             return row
 
-        if st.mode != "standard":
-            from pfair.hybrid import HybridRunner
+        from pfair.protocol.simulation import Simulation
 
-            if resume:
-                raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
-            runner = HybridRunner(st, fed, sensitive_silos, ledgers=ledgers)
-            state = runner.run(on_epoch=on_epoch, progress=st.progress)
-            plans, self.ledgers_ = runner.plans, runner.ledgers
-        else:
-            from pfair.protocol.simulation import Simulation
-
-            previous = getattr(self, "_run_state", None) if resume else None
-            if resume and previous is None:
-                raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
-            sim = Simulation(st, fed, ledgers=ledgers)
-            init = None
-            if st.warm_start and not resume and hasattr(self, "theta_") and hasattr(self, "W_"):
-                init = (self.theta_, self.W_)
-            try:
-                state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
-            finally:
-                # An interrupted fit can be resumed from its last completed epoch.
-                self._run_state = sim.state if sim.state is not None else previous
-            plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
+        if resume and st.mode != "standard":
+            raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
+        previous = getattr(self, "_run_state", None) if resume else None
+        if resume and previous is None:
+            raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
+        sim = Simulation(st, fed, ledgers=ledgers, sensitive_silos=sensitive_silos)
+        init = None
+        if st.warm_start and not resume and hasattr(self, "theta_") and hasattr(self, "W_") and st.mode == "standard":
+            init = (self.theta_, self.W_)
+        try:
+            state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
+        finally:
+            # An interrupted fit can be resumed from its last completed epoch.
+            self._run_state = sim.state if sim.state is not None else previous
+        plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
+        if st.mode == "standard":
             self.group_proportions_ = state.proportions
             self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
         self._adopt(state, plans, st, fed.n_groups, fed.n_classes)

@@ -6,14 +6,22 @@
   ``step(θ, W, round) → SiloMessage``.
 * :class:`ServerParty` — validates replies, reweights, runs the Rust ``server_update``; with
   ``max_violation`` it adapts λ from the silos' :class:`ViolationRelease` (``adapt_lam``).
-* :class:`Simulation` — N silo parties and one server in process (the estimators' runner).
-* :mod:`pfair.protocol.hybrid` — the hybrid modes' parties.
+* :class:`RunPlan` — every quantity derived from the settings and the federation, computed once
+  (:mod:`pfair.protocol.plan`); :mod:`pfair.protocol.setup` — ledgers, the p_s round, the server;
+  :mod:`pfair.protocol.keys` — where every key comes from.
+* :class:`Driver` — the one epoch loop, over a transport (:mod:`pfair.protocol.transports`: the
+  party loop and the Rust fast path; the hybrid topologies' in :mod:`pfair.protocol.hybrid`; Flower's
+  in :mod:`pfair.flower.server_app`).
+* :class:`Simulation` — a run's parties in process (the estimators' runner), standard or hybrid.
 """
 
+from pfair.protocol.driver import Driver, RunState
+from pfair.protocol.keys import SiloKeys
 from pfair.protocol.messages import PARTS, LocalDiagnostics, SiloMessage, ViolationRelease
+from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty, reply_limits
-from pfair.protocol.silo import SiloKeys, SiloParty
-from pfair.protocol.simulation import RunState, Simulation
+from pfair.protocol.silo import SiloParty
+from pfair.protocol.simulation import Simulation
 
-__all__ = ["PARTS", "LocalDiagnostics", "RunState", "ServerParty", "SiloKeys", "SiloMessage", "SiloParty",
-           "Simulation", "ViolationRelease", "reply_limits"]
+__all__ = ["PARTS", "Driver", "LocalDiagnostics", "RunPlan", "RunState", "ServerParty", "SiloKeys", "SiloMessage",
+           "SiloParty", "Simulation", "ViolationRelease", "reply_limits"]

@@ -1,31 +1,45 @@
-"""Hybrid centralization as parties: non-sensitive silos, sensitive silos and their server.
+"""The hybrid topologies as parties of the protocol: non-sensitive silos, sensitive silos, their server.
 
 In the hybrid modes (:mod:`pfair.hybrid`) the features and labels of a record live in a
 *non-sensitive* silo and its s in a *sensitive* silo. A round, party by party:
 
-1. :meth:`NonSensitiveParty.step` draws its batch from a secret key and sends the server its
-   s-free parts (means over its batch); it hands each sensitive silo the ids of that silo's
-   records in its batch (inside the organisation that runs both, as in the paper's setting).
+1. :meth:`NonSensitiveParty.step` draws its batch (:func:`pfair.protocol.keys.hybrid_batch_key`) and
+   sends the server its s-free parts (means over its batch); it hands each sensitive silo the ids of
+   that silo's records in its batch (inside the organisation that runs both, as in the paper's
+   setting).
 2. :meth:`SensitiveParty.step` charges its ledger, sums the clipped s-dependent parts over its
    records in the round's batches, adds noise from its own secret key (scaled to the sensitivity
    of a sum, ``2 C_θ`` and ``2 (1/ρ₁ + 1/ρ₂)^{1/2}``) and sends the noised sums — or nothing when
    none of its records was drawn, unless ``dummy_noise``.
-3. :meth:`HybridServer.update` averages the s-free parts over the non-sensitive silos, divides
-   the sensitive sums by the union's size ``|∪ B_j|`` and takes the SteFFLe step.
+3. :meth:`HybridServer.update` checks every reply as :class:`~pfair.protocol.server.ServerParty`
+   does (who sent it, the round, lengths, dtype, finite values, norms within what clipping and noise
+   allow), drops what fails, averages the s-free parts over the non-sensitive silos, divides the
+   sensitive sums by the union's size ``|∪ B_j|`` and takes the SteFFLe step.
 
-The in-process runner's fast path (``HybridSet.run_rounds``) is the same arithmetic; a test checks
-the two agree bit for bit.
+:class:`HybridParties` is the set-up (layout, ledgers, keys, the p_s round, the sensitive silos'
+noise plans); :class:`HybridPartyLoop` and :class:`HybridBatched` are its two transports for the one
+epoch loop (:class:`~pfair.protocol.driver.Driver`). The Rust path (``HybridSet.run_rounds``) is the
+same arithmetic; a test checks the two agree bit for bit.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from pfair import _core
+from pfair.privacy import mechanisms
+from pfair.protocol.driver import Driver, EpochOutcome, RunState
+from pfair.protocol.keys import hybrid_batch_key, noise_key
+from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
+from pfair.protocol.server import TAIL
+
+log = logging.getLogger("pfair.server")
 
 
 @dataclass(frozen=True)
@@ -84,7 +98,7 @@ class SensitiveParty:
         """Charge the round, then the noised sums over ``groups`` (its records in each
         non-sensitive silo's batch); None when it holds none of them and sends no dummy noise."""
         if self.charges:
-            self.ledger.charge_rounds(self.run_id, int(round), 1)
+            mechanisms.charge_rounds(self.ledger, self.run_id, int(round), 1)
         u, v, count = self.hset.sensitive_step(
             self.c, theta, w, inv_sqrt_ps, [np.asarray(g, dtype=np.int64) for g in groups], clip_theta=self.clip_theta,
             sigma_theta=self.plan.sigma_theta, sigma_w=self.plan.sigma_w, noise_key=self.key, round=int(round),
@@ -94,26 +108,305 @@ class SensitiveParty:
         return SensitiveMessage(self.c, int(round), u, v)
 
 
+def _check_part(v: Any, name: str, length: int, max_norm: float = math.inf) -> str | None:
+    if not isinstance(v, np.ndarray) or v.ndim != 1:
+        return f"part {name} is not a 1-D array"
+    if v.dtype.kind != "f":
+        return f"part {name} has dtype {v.dtype}, expected float"
+    if v.shape[0] != length:
+        return f"part {name} has length {v.shape[0]}, expected {length}"
+    if not np.all(np.isfinite(v)):
+        return f"part {name} has NaN or inf"
+    nrm = float(np.linalg.norm(v))
+    if nrm > max_norm:
+        return f"part {name} has norm {nrm:.4g}, more than the clip norms and noise allow ({max_norm:.4g})"
+    return None
+
+
 class HybridServer:
-    """Averages the s-free parts over the non-sensitive silos, divides the sensitive sums by the
-    union's size, and takes the SteFFLe step (the Rust ``server_update``)."""
+    """Checks every reply, averages the s-free parts over the non-sensitive silos, divides the
+    sensitive sums by the union's size, and takes the SteFFLe step (the Rust ``server_update``).
 
-    def __init__(self, *, lam: float, lr_w: float, w_radius: float, block_len: int) -> None:
+    A sensitive silo's sums hold at most ``|∪ B_j|`` records, each clipped to ``C_θ`` in θ and
+    with ``‖c_i‖ ≤ 2 max p^{-1/2}`` in W, so ``‖u‖ ≤ C_θ |∪ B_j| + σ_θ(√D + 8)`` and likewise for
+    ``v`` (a Gaussian vector of std σ in D coordinates passes ``σ(√D + 8)`` with probability below
+    1.3e-14). A non-sensitive silo's batch holds exactly ``m`` records."""
+
+    def __init__(self, *, lam: float, lr_w: float, w_radius: float, block_len: int, theta_len: int, w_len: int,
+                 n_non_sensitive: int, batch_size: int, clip_theta: float, max_inv_sqrt_ps: float,
+                 sigmas: Sequence[tuple[float, float]]) -> None:
         self.lam, self.lr_w, self.w_radius, self.block_len = float(lam), float(lr_w), float(w_radius), int(block_len)
+        self.theta_len, self.w_len = int(theta_len), int(w_len)
+        self.n_non_sensitive, self.batch_size = int(n_non_sensitive), int(batch_size)
+        self.clip_theta, self.max_inv = float(clip_theta), float(max_inv_sqrt_ps)
+        self.sigmas = list(sigmas)
+        self.rejected: list[tuple[int, Any, str]] = []
 
-    def update(self, theta: np.ndarray, w: np.ndarray, non_sensitive: Sequence[NonSensitiveMessage],
-               sensitive: Sequence[SensitiveMessage | None], *, lr_theta: float) -> tuple[np.ndarray, np.ndarray]:
-        n = float(len(non_sensitive))
+    def _reject(self, round: int, silo: Any, reason: str) -> None:
+        log.warning("round %d: rejected the reply of silo %r: %s", round, silo, reason)
+        self.rejected.append((round, silo, reason))
+
+    def check_non_sensitive(self, msg: Any, silo: int, round: int) -> str | None:
+        """Why a non-sensitive silo's reply must be rejected, or None."""
+        if not isinstance(msg, NonSensitiveMessage):
+            return f"not a NonSensitiveMessage but {type(msg).__name__}"
+        if msg.silo != silo:
+            return f"claims to come from non-sensitive silo {msg.silo!r}, expected {silo!r}"
+        if msg.round != round:
+            return f"answers round {msg.round}, the current round is {round}"
+        if msg.batch_size != self.batch_size:
+            return f"claims a batch of {msg.batch_size} records, the batch size is {self.batch_size}"
+        for name, length in (("loss_grad", self.theta_len), ("psi_theta_sfree", self.theta_len),
+                             ("psi_w_sfree", self.w_len)):
+            reason = _check_part(getattr(msg, name), name, length)
+            if reason is not None:
+                return reason
+        return None
+
+    def check_sensitive(self, msg: Any, silo: int, round: int, union: int) -> str | None:
+        """Why a sensitive silo's reply must be rejected, or None (no reply is acceptable)."""
+        if not isinstance(msg, SensitiveMessage):
+            return f"not a SensitiveMessage but {type(msg).__name__}"
+        if msg.silo != silo:
+            return f"claims to come from sensitive silo {msg.silo!r}, expected {silo!r}"
+        if msg.round != round:
+            return f"answers round {msg.round}, the current round is {round}"
+        if not 0 <= silo < len(self.sigmas):
+            return f"unknown sensitive silo {silo!r}"
+        s_theta, s_w = self.sigmas[silo]
+        max_t = self.clip_theta * union + s_theta * (math.sqrt(self.theta_len) + TAIL)
+        max_w = 2.0 * self.max_inv * union + s_w * (math.sqrt(self.w_len) + TAIL)
+        return (_check_part(msg.psi_theta, "psi_theta", self.theta_len, max_t)
+                or _check_part(msg.psi_w, "psi_w", self.w_len, max_w))
+
+    def update(self, theta: np.ndarray, w: np.ndarray, non_sensitive: Sequence[Any],
+               sensitive: Sequence[Any], *, lr_theta: float, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """One server step from the replies of ``round``: ``non_sensitive[j]`` from non-sensitive
+        silo j and ``sensitive[c]`` (or None) from sensitive silo c. Rejected replies are logged,
+        kept in :attr:`rejected` and left out; with no valid non-sensitive reply θ and W stay."""
+        ns = []
+        for j, m in enumerate(non_sensitive):
+            reason = "no reply" if m is None else self.check_non_sensitive(m, j, round)
+            if reason is None:
+                ns.append(m)
+            else:
+                self._reject(round, ("non-sensitive", j), reason)
+        if not ns:
+            log.warning("round %d: no valid non-sensitive reply; the model is unchanged", round)
+            return np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64)
+        union = sum(m.batch_size for m in ns)
+        n = float(len(ns))
         g, a_t, a_w = np.zeros(theta.size), np.zeros(theta.size), np.zeros(w.size)
-        for m in non_sensitive:
+        for m in ns:
             g += m.loss_grad / n
             a_t += m.psi_theta_sfree / n
             a_w += m.psi_w_sfree / n
-        inv_b = 1.0 / max(sum(m.batch_size for m in non_sensitive), 1)
+        inv_b = 1.0 / max(union, 1)
         h_t, h_w = np.zeros(theta.size), np.zeros(w.size)
-        for m in sensitive:
-            if m is not None:
-                h_t += m.psi_theta * inv_b
-                h_w += m.psi_w * inv_b
+        for c, m in enumerate(sensitive):
+            if m is None:
+                continue
+            reason = self.check_sensitive(m, c, round, union)
+            if reason is not None:
+                self._reject(round, ("sensitive", c), reason)
+                continue
+            h_t += m.psi_theta * inv_b
+            h_w += m.psi_w * inv_b
         return _core.server_update(theta, w, self.block_len, [(g, a_t, h_t, a_w, h_w)], [1.0], lam=self.lam,
                                    lr_theta=float(lr_theta), lr_w=self.lr_w, w_radius=self.w_radius)
+
+
+class HybridParties:
+    """Set-up of a hybrid run: the layout, the sensitive silos' ledgers, keys, the p_s round and
+    noise plans, and the parties (see :mod:`pfair.hybrid` for the modes and the accounting).
+
+    ``ledgers``: None (in ``"divisions"`` mode the federation silos' persistent ledgers, otherwise
+    new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo."""
+
+    def __init__(self, settings: Any, fed: Any, sensitive_silos: Any, *, ledgers: Any = None) -> None:
+        from pfair.hybrid import check_hybrid_settings, layout_for
+
+        plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes)
+        st = plan.settings
+        check_hybrid_settings(st)
+        X, y, s = fed.pooled()
+        ids = None
+        if sensitive_silos is not None:
+            ids = np.asarray(sensitive_silos)
+            order = getattr(fed, "row_order_", None)
+            if order is not None and ids.shape[0] == order.shape[0]:
+                ids = ids[order]  # align with the pooled (silo-sorted) order of the records
+        layout = layout_for(st.mode, fed.sizes, ids)
+        k, l = fed.n_groups, fed.n_classes
+        self.plan, self.settings, self.fed, self.layout = plan, st, fed, layout
+        self.hset = _core.HybridSet(
+            X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
+            fairness=st.fairness, positive=st.positive_class,
+        )
+        self.sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
+        self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
+        self.ledgers = self._ledgers(ledgers, X, y, s, self.deltas)
+        self.keys = [noise_key(st.noise_seed) for _ in range(layout.n_sensitive)]
+        self.batch_key = hybrid_batch_key(st)
+        self.clip = float(st.clip) if st.clip is not None else math.inf
+        self.theta_len = plan.linear_theta_len(fed.n_features)
+        self._s = s
+        self.plans: list = []
+        self.proportions: np.ndarray | None = None
+        self.run_id = uuid.uuid4().hex
+
+    def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any, deltas: list) -> list:
+        from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
+        from pfair.protocol.setup import resolve_ledgers
+
+        st, n_s = self.settings, self.layout.n_sensitive
+        if not st.private:
+            return [None] * n_s
+        if ledgers is None and st.mode == "divisions":
+            return resolve_ledgers(st, self.fed, None)
+        if ledgers is None or (isinstance(ledgers, str) and ledgers == "new"):
+            out = [PrivacyLedger(epsilon=st.epsilon, delta=deltas[c], silo=f"sensitive {c}") for c in range(n_s)]
+        else:
+            if isinstance(ledgers, str) or len(ledgers) != n_s:
+                raise ValueError(f"ledgers must be 'new', None or a list of {n_s} ledgers (one per sensitive silo)")
+            out = [item if isinstance(item, PrivacyLedger) else PrivacyLedger.load(item) for item in ledgers]
+        for c, ledger in enumerate(out):
+            rows = np.flatnonzero(self.layout.owner == c)
+            ledger.bind(data_fingerprint(X[rows], y[rows], s[rows]))
+        return out
+
+    # ------------------------------------------------------------------ set-up
+    def release_group_counts(self, c: int) -> np.ndarray:
+        """``p_s="dp"``: sensitive silo c's DP histogram of its records' s (sensitivity √2, a share
+        of its ε, charged to its ledger first)."""
+        from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event, histogram_noise_multiplier
+
+        st, ledger, k = self.settings, self.ledgers[c], self.plan.n_groups
+        z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=ledger.delta)
+        return mechanisms.release_histogram(
+            lambda: np.bincount(self._s[self.layout.owner == c], minlength=k).reshape(1, k).astype(float),
+            ledger=ledger, event=histogram_event(z_h), key=self.keys[c], silo=c, stream=0, noise_multiplier=z_h,
+            sensitivity=HISTOGRAM_SENSITIVITY)
+
+    def start(self) -> RunState:
+        """The p_s round and the sensitive silos' noise plans; the run's initial state."""
+        from pfair.hybrid import plan_sensitive_noise, sensitive_sample_rates
+        from pfair.privacy.calibration import warn_if_spent
+        from pfair.protocol.setup import initial_model, released_proportions
+
+        st, fed = self.settings, self.fed
+        for c, ledger in enumerate(self.ledgers):
+            warn_if_spent(f"sensitive {c}", ledger)
+        self.proportions = released_proportions(
+            self.plan, groups=fed.groups_, classes=fed.classes_,
+            histograms=lambda: [self.release_group_counts(c) for c in range(self.layout.n_sensitive)],
+            pooled=lambda: fed.group_proportions(st.fairness, st.positive_class))
+        self.inv = inv_sqrt_proportions(self.proportions)
+        rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
+        self.plans = [plan_sensitive_noise(st, c, n_records=int(self.sizes_c[c]), sample_rate=float(rates[c]),
+                                           steps=self.plan.total_rounds, inv_sqrt_ps=self.inv,
+                                           n_groups=self.plan.n_groups, ledger=self.ledgers[c],
+                                           delta=self.deltas[c], clip=self.clip)
+                      for c in range(self.layout.n_sensitive)]
+        for ledger, plan in zip(self.ledgers, self.plans):
+            if ledger is not None and 0 < plan.noise_multiplier < math.inf:
+                ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
+                                 noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+        theta, w = initial_model(self.plan, self.theta_len)
+        return RunState([self.run_id], self.plans, self.proportions, 0, theta, w)
+
+    def parties(self) -> tuple[list, list, HybridServer]:
+        """The run as parties: non-sensitive silos, sensitive silos and the server, with this
+        set-up's plans, keys and ledgers (after :meth:`start`)."""
+        st, plan = self.settings, self.plan
+        ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, batch_key=self.batch_key)
+              for j in range(len(self.layout.members))]
+        sens = [SensitiveParty(c, self.hset, plan=p, key=key, ledger=ledger, run_id=self.run_id,
+                               clip_theta=self.clip, dummy_noise=st.dummy_noise)
+                for c, (p, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
+        server = HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
+                              block_len=plan.block_len, theta_len=self.theta_len, w_len=plan.w_len,
+                              n_non_sensitive=len(ns), batch_size=st.batch_size, clip_theta=self.clip,
+                              max_inv_sqrt_ps=float(np.max(self.inv)),
+                              sigmas=[(p.sigma_theta, p.sigma_w) for p in self.plans])
+        return ns, sens, server
+
+    def driver(self, *, fast: bool = True) -> Driver:
+        """The one epoch loop over this topology's Rust path (``fast``) or its party loop."""
+        from pfair.protocol.simulation import monitor_for
+
+        st = self.settings
+        transport = HybridBatched(self) if fast else HybridPartyLoop(self)
+        # Divergence from released θ; collapse checked by the silos that hold the features, locally
+        # (pfair.protocol.convergence), never sent nor kept in the history of a private fit.
+        monitor = monitor_for(st, self.plan.n_classes, silo_features=list(self.fed.silos))
+        return Driver(self.plan, transport, server=None, monitor=monitor,
+                      keep_exact=st.exact_diagnostics or not st.private, plans=self.plans)
+
+
+class HybridPartyLoop:
+    """Round by round through the hybrid parties; a sensitive silo charges each round in its step."""
+
+    def __init__(self, setup: HybridParties) -> None:
+        self.setup, self.plan = setup, setup.plan
+        self.ns, self.sens, self.server = setup.parties()
+
+    def answering(self, epoch: int, refused: set) -> list[int]:
+        return list(range(len(self.sens)))
+
+    def rounds(self, theta: np.ndarray, w: np.ndarray, epoch: int, *, lr: float, active: list[int],
+               refused: set) -> EpochOutcome:
+        start, R, inv, snapshot = self.plan.epoch_start(epoch), self.plan.rounds_per_epoch, self.setup.inv, None
+        for r in range(start, start + R):
+            replies = [party.step(theta, w, inv, r) for party in self.ns]
+            msgs = [sp.step(theta, w, inv, r, [handoff[sp.c] for _, handoff in replies]) for sp in self.sens]
+            theta, w = self.server.update(theta, w, [m for m, _ in replies], msgs, lr_theta=lr, round=r)
+            if self.plan.pick == r:
+                snapshot = (theta.copy(), w.copy())
+        return EpochOutcome(theta, w, None, {}, snapshot)
+
+    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+        raise NotImplementedError("max_violation is available in mode='standard' only")
+
+
+class HybridBatched(HybridPartyLoop):
+    """An epoch of the hybrid rounds in one Rust call (``HybridSet.run_rounds``); every sensitive
+    silo charges the epoch's rounds first. The same arithmetic as :class:`HybridPartyLoop` on
+    well-formed replies."""
+
+    def __init__(self, setup: HybridParties) -> None:
+        self.setup, self.plan = setup, setup.plan
+
+    def answering(self, epoch: int, refused: set) -> list[int]:
+        s = self.setup
+        for ledger, plan in zip(s.ledgers, s.plans):
+            if ledger is not None and 0 < plan.noise_multiplier < math.inf:
+                mechanisms.charge_rounds(ledger, s.run_id, self.plan.epoch_start(epoch), self.plan.rounds_per_epoch)
+        return list(range(len(s.plans)))
+
+    def rounds(self, theta: np.ndarray, w: np.ndarray, epoch: int, *, lr: float, active: list[int],
+               refused: set) -> EpochOutcome:
+        s, st, start = self.setup, self.setup.settings, self.plan.epoch_start(epoch)
+
+        def rounds(count: int) -> dict[str, Any]:
+            return s.hset.run_rounds(
+                theta, w, s.inv, batch_size=st.batch_size, clip_theta=s.clip,
+                sigma_theta=[p.sigma_theta for p in s.plans], sigma_w=[p.sigma_w for p in s.plans],
+                dummy_noise=st.dummy_noise, noise_keys=s.keys, lam=float(st.lam), lr_theta=lr,
+                lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), batch_key=s.batch_key, start=start,
+                n_rounds=count,
+            )
+
+        out = rounds(self.plan.rounds_per_epoch)
+        snapshot = None
+        pick = self.plan.pick
+        if pick is not None and start <= pick < start + self.plan.rounds_per_epoch:
+            # Replay up to the snapshot round (the keyed streams make this exact).
+            part = rounds(pick - start + 1)
+            snapshot = (part["theta"], part["w"])
+        exact = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"]))}
+        return EpochOutcome(out["theta"], out["w"], None, exact, snapshot)
+
+
+__all__ = ["HybridBatched", "HybridParties", "HybridPartyLoop", "HybridServer", "NonSensitiveMessage",
+           "NonSensitiveParty", "SensitiveMessage", "SensitiveParty"]

@@ -3,16 +3,12 @@
 A :class:`SiloParty` is what a hospital runs. It holds
 
 * its records (a view; never sent),
-* its keys (:class:`SiloKeys`): noise from the operating system's entropy, fresh per party, unless
-  reproducible noise was asked for (``noise_seed=``); the batch order from the public ``seed``
-  only where it cannot matter — attribute mode with shuffled epochs or the full batch, where every
-  record is in a fixed number of batches whatever the seed — and from the secret key otherwise:
-  in record mode the hidden batch is part of the privacy argument, and in attribute mode the
-  bound for random batches (``public_batch``) averages over the draw of the batches, which a seed
-  known in advance (or chosen by a server) would fix, with some record in more batches than the
-  average,
+* its keys (:class:`~pfair.protocol.keys.SiloKeys`, derived in :mod:`pfair.protocol.keys`):
+  noise from the operating system's entropy, fresh per party, unless reproducible noise was asked
+  for (``noise_seed=``); the batch order from the public ``seed`` only where it cannot matter,
 * its persistent :class:`~pfair.privacy.PrivacyLedger`, which it charges *before* it computes a
-  reply and which refuses any round past the budget or any round asked for twice,
+  reply and which refuses any round past the budget or any round asked for twice (every charge and
+  every Python-side noise draw go through :mod:`pfair.privacy.mechanisms`),
 * a gradient provider (:mod:`pfair.providers`).
 
 :meth:`SiloParty.step` is the whole silo side of a round: charge → draw the batch → exact parts →
@@ -23,7 +19,6 @@ the exact data stay in :attr:`SiloParty.diagnostics`.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +35,7 @@ from pfair.fairness_target import (
     violation_event,
     violation_noise_multiplier,
 )
+from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import (
     HISTOGRAM_SENSITIVITY,
@@ -49,33 +45,10 @@ from pfair.privacy.proportions import (
     n_blocks,
     release_name,
 )
+from pfair.protocol.keys import SiloKeys, public_batches  # noqa: F401  (re-exported)
 from pfair.protocol.messages import LocalDiagnostics, SiloMessage, ViolationRelease
+from pfair.protocol.plan import inv_sqrt_proportions
 from pfair.settings import SteFFLeSettings
-
-
-@dataclass(frozen=True)
-class SiloKeys:
-    """The two keys of a silo's random streams (``_core.NoiseKey``); see the module docstring."""
-
-    batch: Any
-    noise: Any
-
-    @classmethod
-    def for_silo(cls, settings: SteFFLeSettings) -> "SiloKeys":
-        """Fresh secret noise (or ``noise_seed``'s, when asked for) and the batch key the
-        protection mode allows."""
-        noise = (_core.NoiseKey.seeded(settings.noise_seed) if settings.noise_seed is not None
-                 else _core.NoiseKey.secret())
-        return cls(batch=_core.NoiseKey.seeded(settings.seed) if public_batches(settings) else noise, noise=noise)
-
-
-def public_batches(settings: SteFFLeSettings) -> bool:
-    """Whether a silo's batches may come from the public ``seed``: attribute mode (the batch is
-    public anyway) in a non-private fit, or with shuffled epochs or the full batch, whose accounts
-    hold for every record whatever the batches are (each record in one batch an epoch, or in all
-    of them). Batches drawn without replacement or by Poisson sampling are accounted as random
-    draws, so a private fit draws them from a key nobody knows before the run."""
-    return settings.protect == "attribute" and (not settings.private or settings.sampling in ("shuffle", "full_batch"))
 
 
 def silo_config(settings: SteFFLeSettings, n_records: int, plan: SiloNoise | None) -> Any:
@@ -140,18 +113,13 @@ class SiloParty:
         st = self.settings
         if self.ledger is None:
             raise ValueError("p_s='dp' needs a private fit (epsilon) and a ledger")
-        name = release_name(st.fairness, st.positive_class)
-        earlier = self.ledger.release(name)
-        if earlier is not None:
-            return np.asarray(earlier, dtype=np.float64)
         z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=self.ledger.delta)
-        counts = group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
-                              fairness=st.fairness, positive=st.positive_class)
-        self.ledger.charge(histogram_event(z_h))  # refuses before anything is released
-        noise = _core.gaussian_stream(self.keys.noise, self.silo_id, 0, counts.size, purpose="histogram")
-        released = counts + z_h * HISTOGRAM_SENSITIVITY * noise.reshape(counts.shape)
-        self.ledger.release(name, released)
-        return released
+        return mechanisms.release_histogram(
+            lambda: group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
+                                 fairness=st.fairness, positive=st.positive_class),
+            ledger=self.ledger, event=histogram_event(z_h), key=self.keys.noise, silo=self.silo_id, stream=0,
+            noise_multiplier=z_h, sensitivity=HISTOGRAM_SENSITIVITY,
+            name=release_name(st.fairness, st.positive_class))
 
     # ------------------------------------------------------------------ planning
     def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None) -> SiloNoise:
@@ -203,7 +171,7 @@ class SiloParty:
         self.config = silo_config(self.settings, self.n_records, plan)
         if self.violation_z is None:
             self.violation_z = self._violation_noise_multiplier()
-        self.inv_sqrt_ps = np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
+        self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
@@ -258,7 +226,7 @@ class SiloParty:
         """Charge rounds ``first_round ..`` to the ledger, before they are computed. Raises
         :class:`~pfair.privacy.PrivacyBudgetExceeded` or :class:`~pfair.exceptions.ReplayRefused`."""
         if self.charges:
-            self.ledger.charge_rounds(self.run_id, first_round, count)
+            mechanisms.charge_rounds(self.ledger, self.run_id, first_round, count)
 
     # ------------------------------------------------------------------ a round
     def step(self, theta: np.ndarray, w: np.ndarray, round: int) -> SiloMessage:
@@ -310,25 +278,21 @@ class SiloParty:
             raise NotImplementedError("max_violation needs the silo's predictions, which this gradient provider "
                                       "does not offer (no predict(theta)); use pfair.SteFFLe, pfair.torch.DeepSteFFLe "
                                       "or a fixed lam")
-        if st.private:
-            if self.ledger is None or self.violation_z is None or self.run_id is None:
-                raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; "
-                                   "call plan_rounds first")
-            name = f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}"
-            earlier = self.ledger.release(name)
-            if earlier is not None:
-                self._last_violation = ViolationRelease(self.silo_id, int(epoch), np.asarray(earlier, dtype=np.float64))
-                return self._last_violation
-            self.ledger.charge(violation_event(self.violation_z))  # refuses before anything is computed
-        pred = np.asarray(self.predict(theta), dtype=np.int64)
-        counts = violation_counts(self._y, pred, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
-                                  fairness=st.fairness, positive=st.positive_class)
-        if st.private:
-            noise = _core.gaussian_stream(self.keys.noise, self.silo_id, STREAM_BASE + int(epoch), counts.size,
-                                          purpose="histogram")
-            counts = counts + self.violation_z * VIOLATION_SENSITIVITY * noise.reshape(counts.shape)
-            self.ledger.release(name, counts)
-        self._last_violation = ViolationRelease(self.silo_id, int(epoch), counts)
+        def counts() -> np.ndarray:
+            pred = np.asarray(self.predict(theta), dtype=np.int64)
+            return violation_counts(self._y, pred, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
+                                    fairness=st.fairness, positive=st.positive_class)
+
+        if not st.private:
+            released = counts()
+        elif self.ledger is None or self.violation_z is None or self.run_id is None:
+            raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; call plan_rounds first")
+        else:
+            released = mechanisms.release_histogram(
+                counts, ledger=self.ledger, event=violation_event(self.violation_z), key=self.keys.noise,
+                silo=self.silo_id, stream=STREAM_BASE + int(epoch), noise_multiplier=self.violation_z,
+                sensitivity=VIOLATION_SENSITIVITY, name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
+        self._last_violation = ViolationRelease(self.silo_id, int(epoch), released)
         return self._last_violation
 
     def draw_batch(self, round: int) -> np.ndarray:

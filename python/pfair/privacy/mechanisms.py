@@ -1,0 +1,70 @@
+"""Where a silo's budget is charged and where Python adds noise: the only such place in Python.
+
+Every release about a silo's data is charged to that silo's :class:`~pfair.privacy.PrivacyLedger`
+*before* it is computed (the ledger refuses past the budget or a round asked twice, and then nothing
+is computed), and then noised with a stream of the silo's own key:
+
+* **rounds** (:func:`charge_rounds`, :func:`charge_epoch`): the Gaussian noise of a round's parts is
+  added in Rust (``rust/src/round.rs``: ``noise_message``; ``rust/src/hybrid.rs`` for the sensitive
+  silos of the hybrid topologies), with the σ's of the silo's noise plan;
+* **histograms** (:func:`release_histogram`): the DP histogram of s behind ``p_s="dp"`` and the
+  violation releases of a fairness target. A count vector ``c`` is released as
+  ``c + z · Δ · N(0, I)`` with ``Δ = √2``: replacing one record moves at most one count from one
+  cell to another (the derivations are in :mod:`pfair.privacy.proportions` and
+  :mod:`pfair.fairness_target`).
+
+:func:`gaussian` is the one draw of a keyed standard-normal vector that these (and the PF-LD
+baseline's noise) use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pfair import _core
+from pfair.privacy.ledger import MechanismEvent, PrivacyLedger, charge_rounds_together
+
+
+def gaussian(key: Any, silo: int, stream: int, size: int, *, purpose: str = "noise") -> np.ndarray:
+    """``size`` standard-normal draws of the stream (key, silo, stream, purpose)."""
+    return _core.gaussian_stream(key, int(silo), int(stream), int(size), purpose=purpose)
+
+
+def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: PrivacyLedger | None, event: MechanismEvent | None, key: Any,
+                      silo: int, stream: int, noise_multiplier: float, sensitivity: float,
+                      name: str | None = None) -> np.ndarray:
+    """Charge ``event`` to ``ledger`` (refusing first), then release ``counts + z·Δ·N(0, I)``.
+    ``counts`` may be a function computing them, called only once the charge went through.
+
+    With ``name`` the release is kept in the ledger under that name, and a release already kept
+    there is returned again at no cost (nothing new is computed or charged). ``ledger=None`` or
+    ``event=None``: nothing to charge (the caller's run is not private) — the noise is still added
+    when ``noise_multiplier > 0``."""
+    if name is not None and ledger is not None:
+        earlier = ledger.release(name)
+        if earlier is not None:
+            return np.asarray(earlier, dtype=np.float64)
+    if ledger is not None and event is not None:
+        ledger.charge(event)  # refuses before anything is released
+    counts = np.asarray(counts() if callable(counts) else counts, dtype=np.float64)
+    noise = gaussian(key, silo, stream, counts.size, purpose="histogram")
+    released = counts + noise_multiplier * sensitivity * noise.reshape(counts.shape)
+    if name is not None and ledger is not None:
+        ledger.release(name, released)
+    return released
+
+
+def charge_rounds(ledger: PrivacyLedger | None, run_id: str, first_round: int, count: int = 1) -> None:
+    """Charge rounds ``first_round ..`` of run ``run_id`` before they are computed (no-op without a
+    ledger). Raises :class:`~pfair.privacy.PrivacyBudgetExceeded` or
+    :class:`~pfair.exceptions.ReplayRefused`."""
+    if ledger is not None:
+        ledger.charge_rounds(run_id, int(first_round), int(count))
+
+
+def charge_epoch(charges: Sequence[tuple[PrivacyLedger, str]], first_round: int, count: int) -> list:
+    """Charge ``count`` rounds from ``first_round`` to every ``(ledger, run_id)`` in one Rust call;
+    one exception or None per ledger (see :func:`pfair.privacy.ledger.charge_rounds_together`)."""
+    return charge_rounds_together(list(charges), int(first_round), int(count))

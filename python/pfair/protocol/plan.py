@@ -1,0 +1,146 @@
+"""The run plan: every quantity of a SteFFLe run that follows from the settings and the federation's
+public shape, computed once and checked once.
+
+Every driver of a run (the in-process simulation, the hybrid topologies, the Flower strategy) reads
+these numbers from one :class:`RunPlan` instead of deriving them again:
+
+* ``blocks``: the number of W blocks, ``l`` for equalized odds (one per class) and 1 otherwise;
+* ``rounds_per_epoch`` R: ``⌈mean silo size / m⌉`` (1 with the full batch), so that an epoch touches
+  about every record once; ``total_rounds`` T = epochs · R;
+* ``weights`` ω_j of the server's average: uniform, or ``n_j / Σ n`` with ``silo_weights="size"``;
+* ``pick``: the round whose iterate is returned with ``output="random"``, drawn from the public
+  ``seed`` (which round is returned reveals nothing about the data);
+* the budget split of each silo's ε (:class:`BudgetSplit`).
+
+:func:`inv_sqrt_proportions` turns released proportions into the ``p(s)^{-1/2}`` vector the kernels
+read; it is the only place that power is taken.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from pfair.privacy.proportions import n_blocks
+from pfair.settings import SteFFLeSettings
+
+
+def inv_sqrt_proportions(proportions: np.ndarray) -> np.ndarray:
+    """``p(s | block)^{-1/2}`` as the flat, contiguous float64 vector the kernels read."""
+    return np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
+
+
+def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> int:
+    """R = ⌈mean silo size / m⌉ rounds an epoch (at least 1); one with the full batch."""
+    if sampling == "full_batch":
+        return 1
+    return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
+
+
+def check_batch_fits(settings: SteFFLeSettings, sizes: Sequence[int]) -> None:
+    """Refuse a batch larger than a silo (every batch scheme but the full batch draws m records)."""
+    if settings.sampling == "full_batch":
+        return
+    for j, n_j in enumerate(sizes):
+        if settings.batch_size > n_j:
+            raise ValueError(f"batch_size={settings.batch_size} is larger than silo {j}, which has {int(n_j)} records; "
+                             "use a smaller batch_size or fewer silos")
+
+
+@dataclass(frozen=True)
+class BudgetSplit:
+    """How a silo's ε is split between its releases (each a share of the target ε).
+
+    ``histogram``: the DP histogram of s behind ``p_s="dp"`` (0 when p_s is public, pooled, or
+    nothing sent depends on s); ``violation``: the ``epochs − 1`` violation releases of a fairness
+    target (0 without one). The rounds are calibrated to what is left after both are charged, so
+    they get the rest (``rounds`` reports ``1 − histogram − violation`` of ε as a share)."""
+
+    epsilon: float | None
+    histogram: float = 0.0
+    violation: float = 0.0
+
+    @property
+    def rounds(self) -> float:
+        return 1.0 - self.histogram - self.violation
+
+    def epsilon_of(self, share: float) -> float:
+        """ε of one share (``share · ε``); ``inf`` in a non-private run."""
+        return math.inf if self.epsilon is None else share * self.epsilon
+
+
+def budget_split(settings: SteFFLeSettings) -> BudgetSplit:
+    """The :class:`BudgetSplit` these settings ask for."""
+    from pfair.fairness_target import n_releases
+
+    if not settings.private:
+        return BudgetSplit(None)
+    hist = settings.p_s_epsilon_share if settings.p_s_source == "dp" and settings.sends_psi else 0.0
+    viol = (settings.max_violation_epsilon_share
+            if settings.max_violation is not None and n_releases(settings.epochs) > 0 else 0.0)
+    return BudgetSplit(float(settings.epsilon), float(hist), float(viol))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The derived quantities of one run (see the module docstring). Build with :meth:`build`."""
+
+    settings: SteFFLeSettings
+    sizes: tuple
+    n_groups: int
+    n_classes: int
+    blocks: int
+    rounds_per_epoch: int
+    total_rounds: int
+    weights: np.ndarray = field(compare=False, repr=False)
+    pick: int | None
+    budget: BudgetSplit
+
+    @classmethod
+    def build(cls, settings: SteFFLeSettings, sizes: Sequence[int], *, n_groups: int, n_classes: int) -> "RunPlan":
+        """Resolve ``"auto"`` values from the public silo sizes, check the settings against the
+        federation's shape, and derive the plan. Raises ``ValueError`` naming the argument."""
+        st = settings.for_sizes(list(sizes))
+        k, l = int(n_groups), int(n_classes)
+        if st.fairness == "equal_opportunity" and not 0 <= st.positive_class < l:
+            raise ValueError(f"positive_class={st.positive_class} is not a class index in 0..{l - 1}")
+        check_batch_fits(st, sizes)
+        R = rounds_per_epoch(st.sampling, sizes, st.batch_size)
+        T = st.epochs * R
+        n = np.asarray(sizes, dtype=np.float64)
+        weights = np.full(n.size, 1.0 / n.size) if st.silo_weights == "uniform" else n / n.sum()
+        pick = int(np.random.default_rng(st.seed).integers(0, T)) if st.output == "random" else None
+        return cls(st, tuple(int(v) for v in sizes), k, l, n_blocks(st.fairness, l), R, T, weights, pick,
+                   budget_split(st))
+
+    @property
+    def n_silos(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def block_len(self) -> int:
+        """k·l, the length of one W block."""
+        return self.n_groups * self.n_classes
+
+    @property
+    def w_len(self) -> int:
+        return self.blocks * self.block_len
+
+    def linear_theta_len(self, n_features: int) -> int:
+        """Length of θ of the linear-softmax model: (d + 1)(l − 1)."""
+        return (int(n_features) + 1) * (self.n_classes - 1)
+
+    def epoch_start(self, epoch: int) -> int:
+        """The first round of ``epoch``."""
+        return int(epoch) * self.rounds_per_epoch
+
+    def uniform_proportions(self) -> np.ndarray:
+        """The proportions of a run that sends nothing depending on s (λ = 0): never used, never released."""
+        return np.full((self.blocks, self.n_groups), 1.0 / self.n_groups)
+
+    def ends_epoch(self, round: int) -> bool:
+        """Whether round ``round`` is the last of its epoch."""
+        return (int(round) + 1) % self.rounds_per_epoch == 0
