@@ -247,3 +247,44 @@ def test_the_non_sensitive_batches_come_from_a_secret_key():
     assert all(r.batch_key.is_secret for r in runners)
     batches = [r.parties()[0][0].step(np.zeros(4), np.zeros(4), r.inv, 0)[1] for r in runners]
     assert not all(np.array_equal(a, b) for a, b in zip(*batches))  # the same seed, other batches
+
+
+@pytest.mark.parametrize("bad", ["nan", "huge", "round", "silo", "length", "type"])
+def test_the_hybrid_server_refuses_a_malformed_reply(bad):
+    """A hostile or broken party's reply is dropped and logged, never averaged in: the step equals
+    the one without it (the hybrid server once averaged whatever it was sent)."""
+    import dataclasses
+
+    from pfair.protocol.hybrid import SensitiveMessage
+
+    X, y, s, silos = data(600)
+    sens = (np.arange(len(y)) % 2).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st = SteFFLe(epsilon=1.0, mode="hybrid", noise_seed=3, dummy_noise=True, **FAST).settings()
+        fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+        setup = HybridParties(st, fed, sens, ledgers="new")
+        setup.start()
+    ns, sp, server = setup.parties()
+    theta, w = np.zeros(4), np.zeros(4)
+    replies = [party.step(theta, w, setup.inv, 0) for party in ns]
+    msgs = [p.step(theta, w, setup.inv, 0, [h[p.c] for _, h in replies]) for p in sp]
+    ns_msgs = [m for m, _ in replies]
+    m0 = msgs[0]
+    forged = {
+        "nan": dataclasses.replace(m0, psi_theta=np.full_like(m0.psi_theta, np.nan)),
+        "huge": dataclasses.replace(m0, psi_w=m0.psi_w + 1e6),
+        "round": dataclasses.replace(m0, round=5),
+        "silo": dataclasses.replace(m0, silo=1),
+        "length": dataclasses.replace(m0, psi_theta=np.zeros(7)),
+        "type": SensitiveMessage(0, 0, m0.psi_theta.astype(np.int64), m0.psi_w),
+    }[bad]
+    want = server.update(theta, w, ns_msgs, [None, msgs[1]], lr_theta=0.1, round=0)
+    got = server.update(theta, w, ns_msgs, [forged, msgs[1]], lr_theta=0.1, round=0)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert [r[1] for r in server.rejected] == [("sensitive", 0)]
+    # A non-sensitive silo's reply of the wrong shape is dropped too.
+    broken = dataclasses.replace(ns_msgs[0], loss_grad=np.zeros(3))
+    server.update(theta, w, [broken, *ns_msgs[1:]], msgs, lr_theta=0.1, round=0)
+    assert server.rejected[-1][1] == ("non-sensitive", 0) and "length" in server.rejected[-1][2]

@@ -74,6 +74,9 @@ from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
 from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.privacy import mechanisms
+from pfair.privacy.proportions import n_blocks
+from pfair.protocol.keys import noise_key, seeded_key
 from pfair.settings import default_delta
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
@@ -199,7 +202,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         m = n if self.sampling == "full_batch" else self.batch_size
         if m > n:
             raise ValueError(f"batch_size={m} is larger than the data ({n} records)")
-        blocks = l if self.fairness == "equalized_odds" else 1
+        blocks = n_blocks(self.fairness, l)
         U = 1 if self.fairness == "accuracy_parity" else l - 1
         block = ya if blocks > 1 else np.zeros(n, dtype=np.int64)
         known = sa >= 0
@@ -236,7 +239,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         # drawn with probability q, averaged over the draw). A seed known before the run would fix
         # the batches, and some records would be in more of them than the average: a private fit
         # draws its batches from the noise key (secret, or noise_seed's), a non-private one from seed.
-        batch_key = key if private else _core.NoiseKey.seeded(int(self.seed))
+        batch_key = key if private else seeded_key(self.seed)
         batch_cfg = _core.SiloConfig(sampling="without_replacement", batch_size=m)
         noise_round = iter(range(2**62))
         Xt = np.hstack([Xa, np.ones((n, 1))])
@@ -257,7 +260,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
                 raise FloatingPointError(f"PF-LD diverged at epoch {epoch}: lower lr (now {self.lr:g}) or lam_max")
             if epoch < self.epochs - 1 and self.lam_max > 0:
                 v = self._violations(theta, Xa, ya, sa, block, n_b, n_ba, cd, l)
-                v_tilde = v + (sigma_d * _core.gaussian_stream(key, 1, epoch, v.size).reshape(v.shape)
+                v_tilde = v + (sigma_d * mechanisms.gaussian(key, 1, epoch, v.size).reshape(v.shape)
                                if sigma_d > 0 else 0.0)
                 lam = np.minimum(self.lam_max, lam + self.lr_dual * np.abs(v_tilde))
                 sign = np.sign(v_tilde)
@@ -309,22 +312,20 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             grp[has] = ls[bb[has], sb[has]] * grp_w[bb[has], sb[has]][:, None] * fac[has]
             s_part = -(Xb.T @ np.einsum("ju,juv->jv", grp, J)).ravel()
             if sigma_p > 0:
-                s_part = s_part + sigma_p * _core.gaussian_stream(key, 0, step, s_part.size)
+                s_part = s_part + sigma_p * mechanisms.gaussian(key, 0, step, s_part.size)
             return theta - self.lr * ((Xb.T @ coef).ravel() + s_part)
         return theta - self.lr * (Xb.T @ coef).ravel()
 
     def _noise_key(self, private: bool) -> Any:
         """Secret key from the OS, or ``noise_seed``'s (warned when private)."""
-        if self.noise_seed is None:
-            return _core.NoiseKey.secret()
-        if private:
+        if self.noise_seed is not None and private:
             import warnings
 
             from pfair.exceptions import PrivacyWarning
 
             warnings.warn(f"noise_seed={self.noise_seed} makes PF-LD's noise reproducible: the guarantee does not "
                           "hold against anyone who knows it", PrivacyWarning, stacklevel=3)
-        return _core.NoiseKey.seeded(self.noise_seed)
+        return noise_key(self.noise_seed)
 
     def _violations(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, s: np.ndarray, block: np.ndarray,
                     n_b: np.ndarray, n_ba: np.ndarray, cd: float, l: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from pfair import _core
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import Shards, evaluate, non_private_report, shards_from
 from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.protocol.keys import seeded_key
 from pfair.settings import SAMPLINGS
 
 
@@ -137,7 +138,7 @@ class CentralERM(_SGDBase):
         history = []
         for epoch in range(self.epochs):
             lr = self._lr(epoch)
-            key = _core.NoiseKey.seeded(int(self.seed))  # batch order only: nothing here is noised
+            key = seeded_key(self.seed)  # batch order only: nothing here is noised
             out = silo_set.run_rounds(theta, w, inv, configs, [1.0], batch_keys=[key], noise_keys=[key], lam=0.0,
                                       lr_theta=lr, lr_w=0.0, w_radius=math.inf, start=epoch * steps, n_rounds=steps)
             theta = out["theta"]
@@ -206,7 +207,7 @@ class FedAvg(_SGDBase):
         theta = np.zeros((sh.n_features + 1) * (l - 1))
         w, inv = np.zeros(2 * l), np.ones(2)
         rounds = math.ceil(self._steps_per_epoch(float(np.mean(sh.sizes))) / self.local_steps)
-        key = _core.NoiseKey.seeded(int(self.seed))  # batch order only: FedAvg adds no noise
+        key = seeded_key(self.seed)  # batch order only: FedAvg adds no noise
         pooled = sh.pooled()
         history = []
         for epoch in range(self.epochs):

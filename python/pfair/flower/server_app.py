@@ -48,12 +48,14 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from pfair.flower import codec
-from pfair.fairness_target import n_releases, release_std
+from pfair.fairness_target import n_releases
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import SiloNoise
-from pfair.privacy.proportions import combine_histograms, public_proportions
-from pfair.protocol.convergence import ConvergenceMonitor
-from pfair.protocol.server import ServerParty, reply_limits
+from pfair.protocol.driver import Driver, EpochOutcome, RunState
+from pfair.protocol.plan import RunPlan
+from pfair.protocol.server import ServerParty
+from pfair.protocol.setup import build_server, initial_model, released_proportions
+from pfair.protocol.simulation import monitor_for
 from pfair.settings import SteFFLeSettings
 
 log = logging.getLogger("pfair.flower")
@@ -127,6 +129,8 @@ class SteFFLeStrategy(Strategy):
         self.theta = np.zeros(0)
         self.w = np.zeros(0)
         self._sent: dict[str, int] = {}
+        self._seen = 0  # the server's rejections noted so far
+        self._diverged = False
         self.lam_path: list[dict] = []
 
     # ------------------------------------------------------------------ transport
@@ -233,22 +237,23 @@ class SteFFLeStrategy(Strategy):
             time.sleep(0.5)
 
     # ------------------------------------------------------------------ set-up rounds
-    def _proportions(self, answers: dict[int, RecordDict]) -> np.ndarray:
-        st = self.settings
-        if not st.sends_psi:
-            blocks = self.n_classes if st.fairness == "equalized_odds" else 1
-            return np.full((blocks, self.n_groups), 1.0 / self.n_groups)
-        if st.p_s_source == "public":
-            return public_proportions(st.p_s, fairness=st.fairness, groups=np.arange(self.n_groups),
-                                      classes=np.arange(self.n_classes), positive=st.positive_class)
-        by_silo = {}
-        for node, content in answers.items():
-            hist = codec.read_arrays(content["arrays"])["histogram"] if "arrays" in content else None
-            blocks = self.n_classes if st.fairness == "equalized_odds" else 1
-            if hist is None or hist.shape != (blocks, self.n_groups) or not np.all(np.isfinite(hist)):
-                raise ValueError(f"silo {self.silo_of[node]} sent no valid DP histogram (shape {blocks}×{self.n_groups})")
-            by_silo[self.silo_of[node]] = hist
-        return combine_histograms([by_silo[j] for j in sorted(by_silo)])
+    def _proportions(self, plan: RunPlan, answers: dict[int, RecordDict]) -> np.ndarray:
+        """The p_s round (:func:`pfair.protocol.setup.released_proportions`): public, or the DP
+        histograms the silos sent with their hello, checked and combined."""
+
+        def histograms() -> list:
+            by_silo = {}
+            want = (plan.blocks, self.n_groups)
+            for node, content in answers.items():
+                hist = codec.read_arrays(content["arrays"])["histogram"] if "arrays" in content else None
+                if hist is None or hist.shape != want or not np.all(np.isfinite(hist)):
+                    raise ValueError(f"silo {self.silo_of[node]} sent no valid DP histogram (shape "
+                                     f"{want[0]}×{want[1]})")
+                by_silo[self.silo_of[node]] = hist
+            return [by_silo[j] for j in sorted(by_silo)]
+
+        return released_proportions(plan, groups=np.arange(self.n_groups), classes=np.arange(self.n_classes),
+                                    histograms=histograms)
 
     def _plan(self, grid: Grid, proportions: np.ndarray, total_rounds: int) -> None:
         msgs = [self._message(n, "query.plan", arrays=codec.arrays(proportions=proportions),
@@ -261,10 +266,10 @@ class SteFFLeStrategy(Strategy):
                 continue
             self.plans[silo] = json.loads(str(reply.content["meta"]["plan"]))
 
-    def _violation(self, grid: Grid, epoch: int) -> None:
+    def _violation(self, grid: Grid, epoch: int) -> list:
         """``max_violation``: after ``epoch``, ask every silo that has not refused for its violation
-        release at the current θ and let the server take one dual step on λ (post-processing of
-        the noisy counts; :meth:`pfair.protocol.ServerParty.adapt_lam`)."""
+        release at the current θ; returns the ``(silo, ViolationRelease)`` pairs that decoded (the
+        server checks them and takes one dual step on λ: :meth:`pfair.protocol.ServerParty.adapt_lam`)."""
         msgs = [self._message(node, "query.violation", arrays=codec.arrays(theta=self.theta), epoch=epoch)
                 for node, silo in self.silo_of.items() if silo not in self.refused and silo in self.plans]
         pairs = []
@@ -282,14 +287,15 @@ class SteFFLeStrategy(Strategy):
                 pairs.append((silo, codec.read_violation(reply.content)))
             except ValueError as exc:
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
-        lam = self.server.lam
-        seen = len(self.server.rejected)
-        limits = {j: (int(plan["n_records"]), release_std(self.settings, plan["delta"]))
-                  for j, plan in self.plans.items()}
-        v = self.server.adapt_lam(pairs, epoch, n_classes=self.n_classes, limits=limits)
-        for r in self.server.rejected[seen:]:
-            self._note("rejected", epoch=r[0], silo=r[1], reason=r[2])
-        self.lam_path.append({"epoch": epoch + 1, "lam": lam, "violation_released": v})
+        return pairs
+
+    def _note_rejections(self, skip_no_reply: bool = False) -> None:
+        """Note the server's rejections since the last call (replies it dropped)."""
+        for r in self.server.rejected[self._seen:]:
+            if not (skip_no_reply and r[2] == "no reply"):  # noted already when it was missed
+                key = "epoch" if r[2].startswith("violation release") else "round"
+                self._note("rejected", **{key: r[0]}, silo=r[1], reason=r[2])
+        self._seen = len(self.server.rejected)
 
     # ------------------------------------------------------------------ Strategy hooks
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -325,11 +331,9 @@ class SteFFLeStrategy(Strategy):
             except ValueError as exc:
                 self._note("malformed_reply", round=rnd, silo=silo, reason=str(exc))
                 pairs.append((silo, None))
-        seen = len(self.server.rejected)
+        self._note_rejections()
         self.theta, self.w, used = self.server.update(self.theta, self.w, pairs, rnd)
-        for r in self.server.rejected[seen:]:
-            if r[2] != "no reply":  # already noted above
-                self._note("rejected", round=r[0], silo=r[1], reason=r[2])
+        self._note_rejections(skip_no_reply=True)
         return codec.model_arrays(self.theta, self.w), MetricRecord({"silos_used": float(len(used))})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -375,52 +379,34 @@ class SteFFLeStrategy(Strategy):
         if len(d) != 1:
             raise ValueError(f"the silos' shards have different numbers of features: {sorted(d)}")
         d = d.pop()
-        proportions = self._proportions(answers)
-        sizes = np.array([self.sizes[j] for j in range(self.n_silos)], dtype=np.float64)
-        for j, n_j in enumerate(sizes):
-            if st.sampling != "full_batch" and st.batch_size > n_j:
-                raise ValueError(f"batch_size={st.batch_size} is larger than silo {j}, which has {int(n_j)} records")
-        R = 1 if st.sampling == "full_batch" else max(1, math.ceil(float(np.mean(sizes)) / st.batch_size))
-        T = st.epochs * R
+        plan = RunPlan.build(st, [self.sizes[j] for j in range(self.n_silos)], n_groups=self.n_groups,
+                             n_classes=self.n_classes)
+        st, R, T = plan.settings, plan.rounds_per_epoch, plan.total_rounds
+        proportions = self._proportions(plan, answers)
         self._plan(grid, proportions, T)
-        blocks = self.n_classes if st.fairness == "equalized_odds" else 1
-        self.theta, self.w = self._theta0(d), np.zeros(blocks * self.n_groups * self.n_classes)
-        inv = np.ascontiguousarray(proportions.ravel() ** -0.5)
-        limits = [reply_limits(theta_len=self.theta.size, w_len=self.w.size, settings=st,
-                               plan=SiloNoise(**self.plans[j]) if j in self.plans else None, inv_sqrt_ps=inv)
-                  for j in range(self.n_silos)]
-        weights = np.full(self.n_silos, 1.0 / self.n_silos) if st.silo_weights == "uniform" else sizes / sizes.sum()
-        self.server = ServerParty(settings=st, weights=weights, limits=limits, block_len=self.n_groups * self.n_classes,
-                                  rounds_per_epoch=R)
-        pick = int(np.random.default_rng(st.seed).integers(0, T)) if st.output == "random" else None
-        snapshot = None
+        self.theta, self.w = initial_model(plan, 0, theta0=self._theta0(d))
+        noise_plans = {j: SiloNoise(**p) for j, p in self.plans.items()}
+        self.server = build_server(plan, noise_plans, proportions, theta_len=self.theta.size)
         t_setup = time.monotonic() - t0
-        arrays = codec.model_arrays(self.theta, self.w)
-        monitor = ConvergenceMonitor(n_classes=self.n_classes, lam=float(st.lam),
-                                     lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}")
-        for rnd in range(T):
-            if len(self.refused) >= self.n_silos:
-                self._note("all_refused", round=rnd)
-                break
-            new = self._new_nodes(grid, rnd)
-            if new:
-                self._hello(grid, new, rnd)
-            t_round = time.monotonic()
-            msgs = list(self.configure_train(rnd + 1, arrays, ConfigRecord(), grid))
-            replies = self._exchange(grid, msgs, self.round_timeout)
-            arrays, _ = self.aggregate_train(rnd + 1, replies)  # type: ignore[arg-type]
-            self.round_seconds.append(time.monotonic() - t_round)
-            if pick == rnd:
-                snapshot = (self.theta.copy(), self.w.copy())
-            if not np.all(np.isfinite(self.theta)):
-                raise FloatingPointError(f"training diverged at round {rnd}")
-            if (rnd + 1) % R == 0:  # divergence from the released θ (the server has no records)
-                was = monitor.diverged
-                monitor.after_epoch((rnd + 1) // R, self.theta, self.w, self.server.lr_theta(rnd))
-                if monitor.diverged and not was:
-                    self._note("diverged", round=rnd, theta_norm=float(np.linalg.norm(self.theta)))
-            if self.server.controller is not None and (rnd + 1) % R == 0 and rnd // R < n_releases(st.epochs):
-                self._violation(grid, rnd // R)
+        state = RunState([self.run_id], [self.plans.get(j) for j in range(self.n_silos)], proportions, 0,
+                         self.theta, self.w)
+        monitor = monitor_for(st, self.n_classes)
+
+        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict:
+            if monitor.diverged and not self._diverged:
+                self._diverged = True
+                self._note("diverged", round=(epoch + 1) * R - 1, theta_norm=float(np.linalg.norm(theta)))
+            self._note_rejections()
+            if "lam" in info and epoch < n_releases(st.epochs):
+                v = info["violation_released"]
+                self.lam_path.append({"epoch": epoch + 1, "lam": info["lam"],
+                                      "violation_released": None if math.isnan(v) else v})
+            return info
+
+        driver = Driver(plan, FlowerTransport(self, grid, plan), server=self.server, monitor=monitor,
+                        keep_exact=False, plans=noise_plans)
+        state = driver.run(state, on_epoch=on_epoch)
+        snapshot = state.snapshot
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)
         evaluation = None
         if self.do_evaluate:
@@ -446,6 +432,56 @@ class SteFFLeStrategy(Strategy):
                                     if self.server.controller is not None else []),
             "timing": {"silos_joined_s": t_joined, "setup_s": t_setup, "round_s": self.round_seconds},
         }
+
+
+class FlowerTransport:
+    """The rounds of a run as Flower messages: the transport of the one epoch loop
+    (:class:`~pfair.protocol.driver.Driver`) when the silos are ClientApps.
+
+    Each round it greets SuperNodes that (re)joined, sends θ and W to every silo that has not
+    refused, waits for the replies within the round timeout and hands them to the server
+    (:meth:`SteFFLeStrategy.aggregate_train`, which validates them). A silo charges its own ledger
+    when it answers; one that refused (budget spent) is not asked again."""
+
+    def __init__(self, strategy: SteFFLeStrategy, grid: Grid, plan: RunPlan) -> None:
+        self.strategy, self.grid, self.plan = strategy, grid, plan
+
+    def answering(self, epoch: int, refused: set) -> list[int]:
+        refused |= self.strategy.refused
+        return [j for j in range(self.strategy.n_silos) if j not in refused]
+
+    def rounds(self, theta: np.ndarray, w: np.ndarray, epoch: int, *, lr: float, active: list[int],
+               refused: set) -> EpochOutcome:
+        strat, grid, plan = self.strategy, self.grid, self.plan
+        strat.theta, strat.w = theta, w
+        arrays = codec.model_arrays(theta, w)
+        snapshot, used = None, 0
+        start = plan.epoch_start(epoch)
+        for rnd in range(start, start + plan.rounds_per_epoch):
+            if len(strat.refused) >= strat.n_silos:
+                strat._note("all_refused", round=rnd)
+                break
+            new = strat._new_nodes(grid, rnd)
+            if new:
+                strat._hello(grid, new, rnd)
+            t_round = time.monotonic()
+            msgs = list(strat.configure_train(rnd + 1, arrays, ConfigRecord(), grid))
+            replies = strat._exchange(grid, msgs, strat.round_timeout)
+            arrays, metrics = strat.aggregate_train(rnd + 1, replies)  # type: ignore[arg-type]
+            used = max(used, int(metrics["silos_used"]))
+            strat.round_seconds.append(time.monotonic() - t_round)
+            if plan.pick == rnd:
+                snapshot = (strat.theta.copy(), strat.w.copy())
+            if not np.all(np.isfinite(strat.theta)):
+                raise FloatingPointError(f"training diverged at round {rnd}")
+        refused |= strat.refused
+        return EpochOutcome(strat.theta, strat.w, used, {}, snapshot)
+
+    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+        self.strategy.theta = theta
+        pairs = self.strategy._violation(self.grid, epoch)
+        refused |= self.strategy.refused
+        return pairs
 
 
 def _reason(reply: Message | None) -> str:

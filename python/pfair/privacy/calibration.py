@@ -24,6 +24,7 @@ from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
 from pfair.privacy.accountant import noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
+from pfair.privacy.proportions import inv_sqrt_proportions
 
 __all__ = ["PrivacyWarning", "SiloNoise", "accountant_for", "accounting_scheme", "plan_silo_noise",
            "sample_rate_and_denominator"]
@@ -168,7 +169,7 @@ def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportio
     q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
     props = np.asarray(proportions, dtype=np.float64)
     d_loss, d_theta, d_w = _core.sensitivities(
-        np.ascontiguousarray(props.ravel() ** -0.5), n_groups=props.shape[1], denom=denom, fairness=fairness,
+        inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, fairness=fairness,
         positive=positive, protect=protect, clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     return dict(sampling=sampling, sample_rate=q, denominator=denom, protect=protect, sends_psi=sends_psi,
                 sensitivity_loss=d_loss if protect == "record" else 0.0,
@@ -208,7 +209,7 @@ def plan_silo_noise(
                             clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi)
     q, denom = terms["sample_rate"], terms["denominator"]
     scheme = accounting_scheme(sampling, protect)
-    inv_sqrt_ps = np.ascontiguousarray(proportions, dtype=np.float64).ravel() ** -0.5
+    inv_sqrt_ps = inv_sqrt_proportions(proportions)
     kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).

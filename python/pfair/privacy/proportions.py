@@ -36,7 +36,13 @@ HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
 
 
 def n_blocks(fairness: str, n_classes: int) -> int:
-    return n_classes if fairness == "equalized_odds" else 1
+    """W blocks (rows of p_s) of a fairness notion: one per class for equalized odds, one otherwise."""
+    return int(n_classes) if fairness == "equalized_odds" else 1
+
+
+def inv_sqrt_proportions(proportions: np.ndarray) -> np.ndarray:
+    """``p(s | block)^{-1/2}`` as the flat, contiguous float64 vector the kernels read."""
+    return np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
 
 
 def group_counts(y: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int, fairness: str,

@@ -12,8 +12,8 @@ these numbers from one :class:`RunPlan` instead of deriving them again:
   ``seed`` (which round is returned reveals nothing about the data);
 * the budget split of each silo's ε (:class:`BudgetSplit`).
 
-:func:`inv_sqrt_proportions` turns released proportions into the ``p(s)^{-1/2}`` vector the kernels
-read; it is the only place that power is taken.
+:func:`~pfair.privacy.proportions.inv_sqrt_proportions` turns released proportions into the
+``p(s)^{-1/2}`` vector the kernels read; it is the only place that power is taken.
 """
 
 from __future__ import annotations
@@ -24,13 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from pfair.privacy.proportions import n_blocks
+from pfair.privacy.proportions import inv_sqrt_proportions, n_blocks  # noqa: F401  (re-exported)
 from pfair.settings import SteFFLeSettings
-
-
-def inv_sqrt_proportions(proportions: np.ndarray) -> np.ndarray:
-    """``p(s | block)^{-1/2}`` as the flat, contiguous float64 vector the kernels read."""
-    return np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
 
 
 def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.fairness_target import LambdaController, implausible, violation_from_counts
+from pfair.privacy.proportions import n_blocks
 from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
 from pfair.settings import SteFFLeSettings
 
@@ -169,7 +170,7 @@ class ServerParty:
             raise RuntimeError("adapt_lam is part of a fit with max_violation only")
         st = self.settings
         l = int(n_classes)
-        shape = (l if st.fairness == "equalized_odds" else 1, self.block_len // l, l)
+        shape = (n_blocks(st.fairness, l), self.block_len // l, l)
         valid = []
         for silo, rel in releases:
             if not isinstance(rel, ViolationRelease):

@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
+from pfair.privacy.proportions import n_blocks
 from pfair.providers.base import BatchParts
 
 FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
@@ -267,7 +268,7 @@ class TorchProvider:
         self.input_shape = shape
         self.k, self.l = k, l
         self.fairness, self.positive = fairness, int(positive_class)
-        self.blocks = l if fairness == "equalized_odds" else 1
+        self.blocks = n_blocks(fairness, l)
         self.denominator = float(denominator)
         self.protect = protect
         self.clip_theta, self.clip_loss, self.clip_w = float(clip_theta), float(clip_loss), float(clip_w)
