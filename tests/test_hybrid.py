@@ -9,8 +9,8 @@ import pytest
 
 import pfair
 from pfair import SteFFLe, _core, metrics
-from pfair.hybrid import layout_for, sensitive_sample_rates
-from pfair.protocol.hybrid import HybridParties
+
+from pfair.protocol.hybrid import HybridParties, layout_for, sensitive_sample_rates
 from pfair.protocol.simulation import Simulation
 from pfair.privacy import epsilon_for
 

@@ -176,7 +176,7 @@ def add_train_parser(sub: Any) -> None:
                         "'pooled' (exact pooled proportions: paper reproduction, not covered by the guarantee), "
                         "or public proportions as comma-separated numbers, e.g. 0.33,0.67")
     p.add_argument("--mode", default="standard", choices=["standard", "divisions", "central_sensitive", "hybrid"],
-                   help="who holds s (hybrid centralization, see pfair.hybrid)")
+                   help="who holds s (hybrid centralization, see pfair.protocol.hybrid)")
     p.add_argument("--sensitive-silos", type=int, default=None,
                    help="--mode hybrid: number of sensitive silos (records assigned to them at random)")
     p.add_argument("--dummy-noise", action="store_true",

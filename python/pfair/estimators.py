@@ -167,7 +167,7 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
     positive_class : class index of the positive label (equal opportunity).
     mode : "standard", "divisions", "central_sensitive" or "hybrid": who holds s (see
-        :mod:`pfair.hybrid`; the hybrid modes need ``protect="attribute"``).
+        :mod:`pfair.protocol.hybrid`; the hybrid modes need ``protect="attribute"``).
     amplification, dummy_noise : hybrid modes only: account with the chance that a record is not
         in a round's batch (the public-batch bound; the batch itself is never assumed secret), and
         let sensitive silos that hold no record of a round's batch send zero-mean noise.

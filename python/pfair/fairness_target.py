@@ -124,8 +124,9 @@ def release_std(settings: Any, delta: float | None) -> float:
     releases = n_releases(st.epochs)
     if st.max_violation is None or not st.private or releases == 0:
         return 0.0
-    z = violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share, delta=float(delta),
-                                   releases=releases)
+    from pfair.protocol.plan import budget_split
+
+    z = budget_split(st).violation_noise_multiplier(float(delta), releases)
     return z * VIOLATION_SENSITIVITY
 
 

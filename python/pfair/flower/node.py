@@ -61,11 +61,12 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
-from pfair.privacy.calibration import SiloNoise
+from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import FILE_LOCKS, PrivacyLedger, data_fingerprint, file_lock, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
-from pfair.protocol.silo import SiloKeys, SiloParty, silo_config
+from pfair.protocol.keys import SiloKeys, new_secret, restore_key
+from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
 
@@ -300,7 +301,7 @@ class SiloNode:
             # once here and kept in the silo's own state: with a fresh key per message, the rounds
             # of an epoch would not be slices of one permutation, and a record could be in several
             # batches of an epoch that the ledger charges as one release.
-            record["batch_key"] = os.urandom(32).hex()
+            record["batch_key"] = new_secret().hex()
         tmp = path.with_suffix(".tmp")
         # Readable by the silo's own user only: the plan may hold the run's secret batch key.
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
@@ -318,9 +319,9 @@ class SiloNode:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
         ledger = self.ledger()
         self._check_terms(saved, self._terms(settings, ledger), run_id)
-        batch_key = _core.NoiseKey.from_secret(bytes.fromhex(saved["batch_key"])) if "batch_key" in saved else None
+        batch_key = restore_key(bytes.fromhex(saved["batch_key"])) if "batch_key" in saved else None
         party = self._party(settings, batch_key=batch_key, ledger=ledger)
-        party.adopt(SiloNoise(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
+        party.adopt(NoisePlan(**saved["plan"]), np.asarray(saved["proportions"]), run_id)
         return party
 
     def train(self, settings: SteFFLeSettings, run_id: str, round: int, theta: np.ndarray, w: np.ndarray) -> SiloMessage:

@@ -50,7 +50,7 @@ from flwr.serverapp.strategy import Strategy
 from pfair.flower import codec
 from pfair.fairness_target import n_releases
 from pfair.flower.node import settings_from_run_config
-from pfair.privacy.calibration import SiloNoise
+from pfair.privacy.calibration import NoisePlan
 from pfair.protocol.driver import Driver, EpochOutcome, RunState
 from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty
@@ -385,7 +385,7 @@ class SteFFLeStrategy(Strategy):
         proportions = self._proportions(plan, answers)
         self._plan(grid, proportions, T)
         self.theta, self.w = initial_model(plan, 0, theta0=self._theta0(d))
-        noise_plans = {j: SiloNoise(**p) for j, p in self.plans.items()}
+        noise_plans = {j: NoisePlan(**p) for j, p in self.plans.items()}
         self.server = build_server(plan, noise_plans, proportions, theta_len=self.theta.size)
         t_setup = time.monotonic() - t0
         state = RunState([self.run_id], [self.plans.get(j) for j in range(self.n_silos)], proportions, 0,

@@ -26,12 +26,12 @@ from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 from pfair.privacy.proportions import inv_sqrt_proportions
 
-__all__ = ["PrivacyWarning", "SiloNoise", "accountant_for", "accounting_scheme", "plan_silo_noise",
+__all__ = ["PrivacyWarning", "NoisePlan", "accountant_for", "accounting_scheme", "plan_silo_noise",
            "sample_rate_and_denominator"]
 
 
 @dataclass(frozen=True)
-class SiloNoise:
+class NoisePlan:
     """How one silo noises its messages, and what that buys.
 
     ``noise_multiplier`` is the effective z of the joint Gaussian mechanism (std / replace-one
@@ -162,7 +162,7 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
 def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray, fairness: str,
                     positive: int, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
                     sends_psi: bool) -> dict:
-    """The fields of a :class:`SiloNoise` that follow from a silo's size, settings and the
+    """The fields of a :class:`NoisePlan` that follow from a silo's size, settings and the
     released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
     the replace-one sensitivity Δ of each noised part (0 for a part not noised). A plan is valid
     for settings only if these fields are what they give (:meth:`SiloParty.adopt` checks them)."""
@@ -196,7 +196,7 @@ def plan_silo_noise(
     sends_psi: bool,
     ledger: Optional[PrivacyLedger] = None,
     accountant: str = "best",
-) -> SiloNoise:
+) -> NoisePlan:
     """Noise plan of one silo for ``steps`` rounds (see the module docstring).
 
     ``proportions`` must be released values (public, or the DP histogram's). What ``ledger``
@@ -222,12 +222,12 @@ def plan_silo_noise(
     base = dict(silo=silo, n_records=n_records, steps=steps, target_epsilon=epsilon, delta=delta,
                 calibration=calibration, accounting=scheme, **terms)
     if epsilon is None:
-        return SiloNoise(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
+        return NoisePlan(**base, noise_multiplier=0.0, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0, epsilon=math.inf)
     if ledger is None:
         ledger = PrivacyLedger(epsilon=epsilon, delta=delta, silo=silo)
     spent_before = ledger.epsilon_spent()
     if not parts:  # nothing sent depends on the protected data: no noise, no cost beyond the prior
-        return SiloNoise(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
+        return NoisePlan(**base, noise_multiplier=math.inf, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
                          epsilon=spent_before)
     if spent_before >= epsilon:
         raise PrivacyBudgetExceeded(
@@ -257,7 +257,7 @@ def plan_silo_noise(
     event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
     spent = ledger.epsilon_with([event])
     sig = dict(zip(names, stds))
-    return SiloNoise(
+    return NoisePlan(
         **base,
         noise_multiplier=z,
         sigma_loss=sig.get("loss", 0.0),
@@ -279,7 +279,7 @@ def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:
         )
 
 
-def warn_if_over_budget(plans: list[SiloNoise]) -> None:
+def warn_if_over_budget(plans: list[NoisePlan]) -> None:
     """Warn when a silo's planned rounds would exceed its target (possible only in ``"paper"``
     mode): its ledger keeps the budget at the target and refuses the rounds past it."""
     for p in plans:

@@ -1,7 +1,34 @@
-"""The hybrid topologies as parties of the protocol: non-sensitive silos, sensitive silos, their server.
+"""Hybrid centralization (Gupta et al. 2024, §4 and App. F): who holds s is not who holds (x, y).
 
-In the hybrid modes (:mod:`pfair.hybrid`) the features and labels of a record live in a
-*non-sensitive* silo and its s in a *sensitive* silo. A round, party by party:
+``SteFFLe(mode=...)``:
+
+* ``"standard"``: every silo holds whole records and noises its own ψ parts (Algorithm 1).
+* ``"divisions"`` (mode a): each silo is split into a non-sensitive division, which samples the batch
+  and sends the s-free parts, and a sensitive division, which alone sees s and sends the noised
+  s-dependent parts. With one silo this is the paper's single-silo case.
+* ``"central_sensitive"`` (mode b): N non-sensitive silos and ONE sensitive silo holding s for all
+  records (universal record ids).
+* ``"hybrid"`` (mode c): p non-sensitive silos (``silos=``) and s sensitive silos
+  (``sensitive_silos=``, one id per record) over universal record ids.
+
+In every hybrid mode sensitive silo c releases noised SUMS of the clipped s-dependent parts over
+``I_c = (∪_j B_j) ∩ S_c``; the server divides by ``|∪_j B_j|``, so each silo's noise is scaled to
+its intersected batch (``rust/src/hybrid.rs``). The sum of one record's part changes by at most
+``Δ_θ = 2 C_θ`` and ``Δ_W = 2 (1/ρ₁ + 1/ρ₂)^{1/2}`` when its s changes (docs/privacy.md with m = 1).
+A record of non-sensitive silo j enters the batch with probability ``q_j = m / n_j`` (sampling
+without replacement), independently in every round. The batch itself is NOT secret: the
+non-sensitive silos send exact sums over it, which reveal its members to anyone who knows the
+non-sensitive data. So sensitive silo c is accounted with the public-batch bound
+(``docs/accounting.md``): in a round its record is drawn with probability ``q_c = max_j q_j`` over
+the silos j that hold its records, and then the round is a Gaussian mechanism. That is the only
+amplification used (the paper's subsampling amplification would need a hidden batch).
+``amplification=False`` gives up even that and charges every round as a full Gaussian
+mechanism (q = 1). Only the sensitive silos hold s, so only they spend budget.
+
+The round, party by party
+-------------------------
+The features and labels of a record live in a *non-sensitive* silo and its s in a *sensitive*
+silo:
 
 1. :meth:`NonSensitiveParty.step` draws its batch (:func:`pfair.protocol.keys.hybrid_batch_key`) and
    sends the server its s-free parts (means over its batch); it hands each sensitive silo the ids of
@@ -37,9 +64,105 @@ from pfair.privacy import mechanisms
 from pfair.protocol.driver import Driver, EpochOutcome, RunState
 from pfair.protocol.keys import hybrid_batch_key, noise_key
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
-from pfair.protocol.server import TAIL
+from pfair.protocol.server import TAIL, check_header, check_part
 
 log = logging.getLogger("pfair.server")
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """Universal records (pooled in silo order), their non-sensitive and sensitive holders."""
+
+    members: list[np.ndarray]
+    owner: np.ndarray
+    n_sensitive: int
+
+
+def layout_for(mode: str, sizes: list[int], sensitive_silos: np.ndarray | None) -> HybridLayout:
+    """The holders of every pooled record for a hybrid ``mode``."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    members = [np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(len(sizes))]
+    n = int(bounds[-1])
+    if mode == "divisions":
+        owner = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+        return HybridLayout(members, owner, len(sizes))
+    if mode == "central_sensitive":
+        return HybridLayout(members, np.zeros(n, dtype=np.int64), 1)
+    if sensitive_silos is None:
+        raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record) in fit")
+    names, owner = np.unique(np.asarray(sensitive_silos), return_inverse=True)
+    if owner.shape[0] != n:
+        raise ValueError(f"sensitive_silos has {owner.shape[0]} entries but there are {n} records")
+    return HybridLayout(members, owner.astype(np.int64), len(names))
+
+
+def sensitive_sample_rates(layout: HybridLayout, batch_size: int, amplification: bool) -> np.ndarray:
+    """``q_c = max_j m / n_j`` over the non-sensitive silos j holding records of sensitive silo c."""
+    if not amplification:
+        return np.ones(layout.n_sensitive)
+    q = np.zeros(layout.n_sensitive)
+    for members in layout.members:
+        rate = batch_size / len(members)
+        for c in np.unique(layout.owner[members]):
+            q[c] = max(q[c], rate)
+    return q
+
+
+def check_hybrid_settings(st: Any) -> None:
+    """Refuse settings a hybrid topology cannot run (each message names the fix)."""
+    mode = st.mode
+    if st.protect != "attribute":
+        raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
+    if st.sampling != "without_replacement":
+        raise ValueError(f"mode={mode!r} samples fixed-size batches; use sampling='without_replacement'")
+    if st.p_s_source == "dp" and st.fairness != "demographic_parity":
+        raise ValueError(f"mode={mode!r} with fairness={st.fairness!r} needs p(s | y), but a sensitive silo does "
+                         "not hold y: pass public proportions (p_s=[[...], ...]) or p_s='pooled' (the paper's "
+                         "assumption, not covered by the guarantee)")
+    if st.silo_weights != "uniform":
+        raise ValueError(f"mode={mode!r} averages over the union of the silos' batches, so silo_weights "
+                         "does not apply; leave silo_weights='uniform'")
+    if st.calibration != "rdp":
+        raise ValueError(f"mode={mode!r} calibrates with the numeric accountant only; use calibration='rdp' "
+                         "(the paper's closed form exists for the standard mode)")
+
+
+def plan_sensitive_noise(st: Any, c: int, *, n_records: int, sample_rate: float, steps: int,
+                         inv_sqrt_ps: np.ndarray, n_groups: int, ledger: Any, delta: float, clip: float) -> Any:
+    """Noise plan of sensitive silo ``c``: its noised sums have sensitivities ``Δ_θ = 2 C_θ`` and
+    ``Δ_W = 2 (1/ρ₁ + 1/ρ₂)^{1/2}`` (divisor 1), and its rounds are accounted as public batches
+    drawn with probability ``q_c`` (:func:`sensitive_sample_rates`; ``"full_batch"`` when q_c = 1),
+    calibrated to what its ledger has left."""
+    from pfair.exceptions import PrivacyBudgetExceeded
+    from pfair.privacy.accountant import noise_multiplier_for
+    from pfair.privacy.calibration import NoisePlan, noise_multiplier_after
+    from pfair.privacy.ledger import MechanismEvent
+
+    _, d_theta, d_w = _core.sensitivities(inv_sqrt_ps, n_groups=n_groups, denom=1.0, fairness=st.fairness,
+                                          positive=st.positive_class, clip_theta=clip)
+    scheme = "public_batch" if sample_rate < 1 else "full_batch"
+    q = float(sample_rate)
+    if not st.private:
+        z, stds, eps = 0.0, [0.0, 0.0], math.inf
+    elif not st.sends_psi:  # nothing that depends on s is sent
+        z, stds, eps = math.inf, [0.0, 0.0], ledger.epsilon_spent()
+    else:
+        if ledger.epsilon_spent() >= st.epsilon:
+            raise PrivacyBudgetExceeded(f"sensitive silo {c}: its ledger has no budget left")
+        if ledger.events:
+            z = noise_multiplier_after(ledger, epsilon=st.epsilon, sample_rate=q, steps=steps, sampling=scheme)
+        else:
+            z = noise_multiplier_for(epsilon=st.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
+        stds = _core.noise_stds([d_theta, d_w], z)
+        eps = ledger.epsilon_with([MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q,
+                                                  noise_multiplier=z, steps=steps)])
+    return NoisePlan(
+        silo=c, n_records=int(n_records), sampling="without_replacement", sample_rate=q, steps=int(steps),
+        denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta, sensitivity_w=d_w, noise_multiplier=z,
+        sigma_loss=0.0, sigma_theta=stds[0], sigma_w=stds[1], target_epsilon=st.epsilon, delta=delta, epsilon=eps,
+        calibration="rdp", protect="attribute", sends_psi=st.sends_psi, accounting=scheme,
+    )
+
 
 
 @dataclass(frozen=True)
@@ -93,12 +216,17 @@ class SensitiveParty:
     def charges(self) -> bool:
         return self.ledger is not None and 0 < self.plan.noise_multiplier < math.inf
 
+    def charge(self, first_round: int, count: int = 1) -> None:
+        """Charge rounds ``first_round ..`` to the ledger before they are computed (refuses past
+        the budget or a round asked twice)."""
+        if self.charges:
+            mechanisms.charge_rounds(self.ledger, self.run_id, int(first_round), int(count))
+
     def step(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, round: int,
              groups: Sequence[np.ndarray]) -> SensitiveMessage | None:
         """Charge the round, then the noised sums over ``groups`` (its records in each
         non-sensitive silo's batch); None when it holds none of them and sends no dummy noise."""
-        if self.charges:
-            mechanisms.charge_rounds(self.ledger, self.run_id, int(round), 1)
+        self.charge(round)
         u, v, count = self.hset.sensitive_step(
             self.c, theta, w, inv_sqrt_ps, [np.asarray(g, dtype=np.int64) for g in groups], clip_theta=self.clip_theta,
             sigma_theta=self.plan.sigma_theta, sigma_w=self.plan.sigma_w, noise_key=self.key, round=int(round),
@@ -106,21 +234,6 @@ class SensitiveParty:
         if count == 0 and not self.dummy_noise:
             return None
         return SensitiveMessage(self.c, int(round), u, v)
-
-
-def _check_part(v: Any, name: str, length: int, max_norm: float = math.inf) -> str | None:
-    if not isinstance(v, np.ndarray) or v.ndim != 1:
-        return f"part {name} is not a 1-D array"
-    if v.dtype.kind != "f":
-        return f"part {name} has dtype {v.dtype}, expected float"
-    if v.shape[0] != length:
-        return f"part {name} has length {v.shape[0]}, expected {length}"
-    if not np.all(np.isfinite(v)):
-        return f"part {name} has NaN or inf"
-    nrm = float(np.linalg.norm(v))
-    if nrm > max_norm:
-        return f"part {name} has norm {nrm:.4g}, more than the clip norms and noise allow ({max_norm:.4g})"
-    return None
 
 
 class HybridServer:
@@ -148,36 +261,30 @@ class HybridServer:
 
     def check_non_sensitive(self, msg: Any, silo: int, round: int) -> str | None:
         """Why a non-sensitive silo's reply must be rejected, or None."""
-        if not isinstance(msg, NonSensitiveMessage):
-            return f"not a NonSensitiveMessage but {type(msg).__name__}"
-        if msg.silo != silo:
-            return f"claims to come from non-sensitive silo {msg.silo!r}, expected {silo!r}"
-        if msg.round != round:
-            return f"answers round {msg.round}, the current round is {round}"
+        reason = check_header(msg, NonSensitiveMessage, silo=silo, round=round, who="non-sensitive silo")
+        if reason is not None:
+            return reason
         if msg.batch_size != self.batch_size:
             return f"claims a batch of {msg.batch_size} records, the batch size is {self.batch_size}"
         for name, length in (("loss_grad", self.theta_len), ("psi_theta_sfree", self.theta_len),
                              ("psi_w_sfree", self.w_len)):
-            reason = _check_part(getattr(msg, name), name, length)
+            reason = check_part(getattr(msg, name), name, length)
             if reason is not None:
                 return reason
         return None
 
     def check_sensitive(self, msg: Any, silo: int, round: int, union: int) -> str | None:
         """Why a sensitive silo's reply must be rejected, or None (no reply is acceptable)."""
-        if not isinstance(msg, SensitiveMessage):
-            return f"not a SensitiveMessage but {type(msg).__name__}"
-        if msg.silo != silo:
-            return f"claims to come from sensitive silo {msg.silo!r}, expected {silo!r}"
-        if msg.round != round:
-            return f"answers round {msg.round}, the current round is {round}"
+        reason = check_header(msg, SensitiveMessage, silo=silo, round=round, who="sensitive silo")
+        if reason is not None:
+            return reason
         if not 0 <= silo < len(self.sigmas):
             return f"unknown sensitive silo {silo!r}"
         s_theta, s_w = self.sigmas[silo]
         max_t = self.clip_theta * union + s_theta * (math.sqrt(self.theta_len) + TAIL)
         max_w = 2.0 * self.max_inv * union + s_w * (math.sqrt(self.w_len) + TAIL)
-        return (_check_part(msg.psi_theta, "psi_theta", self.theta_len, max_t)
-                or _check_part(msg.psi_w, "psi_w", self.w_len, max_w))
+        return (check_part(msg.psi_theta, "psi_theta", self.theta_len, max_t)
+                or check_part(msg.psi_w, "psi_w", self.w_len, max_w))
 
     def update(self, theta: np.ndarray, w: np.ndarray, non_sensitive: Sequence[Any],
                sensitive: Sequence[Any], *, lr_theta: float, round: int) -> tuple[np.ndarray, np.ndarray]:
@@ -218,14 +325,12 @@ class HybridServer:
 
 class HybridParties:
     """Set-up of a hybrid run: the layout, the sensitive silos' ledgers, keys, the p_s round and
-    noise plans, and the parties (see :mod:`pfair.hybrid` for the modes and the accounting).
+    noise plans, and the parties (see the module docstring for the modes and the accounting).
 
     ``ledgers``: None (in ``"divisions"`` mode the federation silos' persistent ledgers, otherwise
     new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo."""
 
     def __init__(self, settings: Any, fed: Any, sensitive_silos: Any, *, ledgers: Any = None) -> None:
-        from pfair.hybrid import check_hybrid_settings, layout_for
-
         plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes)
         st = plan.settings
         check_hybrid_settings(st)
@@ -279,10 +384,10 @@ class HybridParties:
     def release_group_counts(self, c: int) -> np.ndarray:
         """``p_s="dp"``: sensitive silo c's DP histogram of its records' s (sensitivity √2, a share
         of its ε, charged to its ledger first)."""
-        from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event, histogram_noise_multiplier
+        from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
 
         st, ledger, k = self.settings, self.ledgers[c], self.plan.n_groups
-        z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=ledger.delta)
+        z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
             lambda: np.bincount(self._s[self.layout.owner == c], minlength=k).reshape(1, k).astype(float),
             ledger=ledger, event=histogram_event(z_h), key=self.keys[c], silo=c, stream=0, noise_multiplier=z_h,
@@ -290,7 +395,6 @@ class HybridParties:
 
     def start(self) -> RunState:
         """The p_s round and the sensitive silos' noise plans; the run's initial state."""
-        from pfair.hybrid import plan_sensitive_noise, sensitive_sample_rates
         from pfair.privacy.calibration import warn_if_spent
         from pfair.protocol.setup import initial_model, released_proportions
 
@@ -374,15 +478,11 @@ class HybridBatched(HybridPartyLoop):
     silo charges the epoch's rounds first. The same arithmetic as :class:`HybridPartyLoop` on
     well-formed replies."""
 
-    def __init__(self, setup: HybridParties) -> None:
-        self.setup, self.plan = setup, setup.plan
-
     def answering(self, epoch: int, refused: set) -> list[int]:
-        s = self.setup
-        for ledger, plan in zip(s.ledgers, s.plans):
-            if ledger is not None and 0 < plan.noise_multiplier < math.inf:
-                mechanisms.charge_rounds(ledger, s.run_id, self.plan.epoch_start(epoch), self.plan.rounds_per_epoch)
-        return list(range(len(s.plans)))
+        """Every sensitive silo charges the epoch's rounds before they are computed."""
+        for party in self.sens:
+            party.charge(self.plan.epoch_start(epoch), self.plan.rounds_per_epoch)
+        return list(range(len(self.sens)))
 
     def rounds(self, theta: np.ndarray, w: np.ndarray, epoch: int, *, lr: float, active: list[int],
                refused: set) -> EpochOutcome:

@@ -21,6 +21,7 @@ other silo know every public setting, including any seed a user typed):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,14 @@ def seeded_key(seed: int) -> Any:
     return _core.NoiseKey.seeded(int(seed))
 
 
+def new_secret() -> bytes:
+    """256 fresh bits from the operating system, for a key a silo keeps in its own state (a deployed
+    silo's batch key, written with its plan; :func:`restore_key` makes the key of them)."""
+    return os.urandom(32)
+
+
 def restore_key(secret: bytes) -> Any:
-    """A secret key a silo kept in its own state (a deployed silo's batch key)."""
+    """The key of secret bits a silo kept in its own state (:func:`new_secret`)."""
     return _core.NoiseKey.from_secret(secret)
 
 
@@ -48,14 +55,14 @@ def noise_key(noise_seed: int | None) -> Any:
     return seeded_key(noise_seed) if noise_seed is not None else secret_key()
 
 
-def public_batches(settings: SteFFLeSettings) -> bool:
+def batches_from_seed(settings: SteFFLeSettings) -> bool:
     """Whether a silo's batches may come from the public ``seed`` (see the module docstring)."""
     return settings.protect == "attribute" and (not settings.private or settings.sampling in ("shuffle", "full_batch"))
 
 
 def batch_key(settings: SteFFLeSettings, noise: Any) -> Any:
-    """A standard silo's batch key: the public seed's where :func:`public_batches`, else ``noise``."""
-    return seeded_key(settings.seed) if public_batches(settings) else noise
+    """A standard silo's batch key: the public seed's where :func:`batches_from_seed`, else ``noise``."""
+    return seeded_key(settings.seed) if batches_from_seed(settings) else noise
 
 
 def hybrid_batch_key(settings: SteFFLeSettings) -> Any:

@@ -49,8 +49,9 @@ def check_batch_fits(settings: SteFFLeSettings, sizes: Sequence[int]) -> None:
 class BudgetSplit:
     """How a silo's ε is split between its releases (each a share of the target ε).
 
-    ``histogram``: the DP histogram of s behind ``p_s="dp"`` (0 when p_s is public, pooled, or
-    nothing sent depends on s); ``violation``: the ``epochs − 1`` violation releases of a fairness
+    ``histogram``: the DP histogram of s behind ``p_s="dp"`` (0 when p_s is public or pooled; with
+    λ = 0 nothing depends on s and the histogram is never released, so its share is left unspent);
+    ``violation``: the ``epochs − 1`` violation releases of a fairness
     target (0 without one). The rounds are calibrated to what is left after both are charged, so
     they get the rest (``rounds`` reports ``1 − histogram − violation`` of ε as a share)."""
 
@@ -66,6 +67,19 @@ class BudgetSplit:
         """ε of one share (``share · ε``); ``inf`` in a non-private run."""
         return math.inf if self.epsilon is None else share * self.epsilon
 
+    def histogram_noise_multiplier(self, delta: float) -> float:
+        """``z_h`` of the p_s histogram: one full-batch Gaussian release costing its share alone."""
+        from pfair.privacy.proportions import histogram_noise_multiplier
+
+        return histogram_noise_multiplier(epsilon=self.epsilon, share=self.histogram, delta=delta)
+
+    def violation_noise_multiplier(self, delta: float, releases: int) -> float:
+        """``z_v`` of the violation releases: ``releases`` full-batch Gaussian releases costing their
+        share together."""
+        from pfair.fairness_target import violation_noise_multiplier
+
+        return violation_noise_multiplier(epsilon=self.epsilon, share=self.violation, delta=delta, releases=releases)
+
 
 def budget_split(settings: SteFFLeSettings) -> BudgetSplit:
     """The :class:`BudgetSplit` these settings ask for."""
@@ -73,7 +87,7 @@ def budget_split(settings: SteFFLeSettings) -> BudgetSplit:
 
     if not settings.private:
         return BudgetSplit(None)
-    hist = settings.p_s_epsilon_share if settings.p_s_source == "dp" and settings.sends_psi else 0.0
+    hist = settings.p_s_epsilon_share if settings.p_s_source == "dp" else 0.0
     viol = (settings.max_violation_epsilon_share
             if settings.max_violation is not None and n_releases(settings.epochs) > 0 else 0.0)
     return BudgetSplit(float(settings.epsilon), float(hist), float(viol))

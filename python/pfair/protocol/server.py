@@ -46,7 +46,7 @@ class ReplyLimits:
 
 def reply_limits(*, theta_len: int, w_len: int, settings: SteFFLeSettings, plan: Any,
                  inv_sqrt_ps: np.ndarray) -> ReplyLimits:
-    """Limits for a silo with noise ``plan`` (a :class:`~pfair.privacy.calibration.SiloNoise`).
+    """Limits for a silo with noise ``plan`` (a :class:`~pfair.privacy.calibration.NoisePlan`).
 
     Without noise, ``‖h_θ‖ ≤ C_θ · n_j / m`` (every record clipped to C_θ, at most n_j of them,
     divided by the fixed m) and ``‖h_W‖ ≤ 2 max p^{-1/2} · n_j / m`` (‖c_i‖ ≤ 2 p(s_i)^{-1/2}); in
@@ -68,28 +68,42 @@ def reply_limits(*, theta_len: int, w_len: int, settings: SteFFLeSettings, plan:
     return ReplyLimits(lengths, norms)
 
 
-def check_message(msg: Any, *, silo: Any, round: int, limits: ReplyLimits) -> str | None:
-    """Why ``msg`` must be rejected, or None if it is acceptable."""
-    if not isinstance(msg, SiloMessage):
-        return f"not a SiloMessage but {type(msg).__name__}"
+def check_header(msg: Any, kind: type, *, silo: Any, round: int, who: str = "silo") -> str | None:
+    """Why ``msg`` is not a ``kind`` from ``silo`` answering ``round`` (None if it is)."""
+    if not isinstance(msg, kind):
+        return f"not a {kind.__name__} but {type(msg).__name__}"
     if msg.silo != silo:
-        return f"claims to come from silo {msg.silo!r}, expected {silo!r}"
+        return f"claims to come from {who} {msg.silo!r}, expected {silo!r}"
     if msg.round != round:
         return f"answers round {msg.round}, the current round is {round}"
-    for p in PARTS:
-        v = getattr(msg, p)
-        if not isinstance(v, np.ndarray) or v.ndim != 1:
-            return f"part {p} is not a 1-D array"
-        if v.dtype.kind != "f":
-            return f"part {p} has dtype {v.dtype}, expected float"
-        if v.shape[0] != limits.lengths[p]:
-            return f"part {p} has length {v.shape[0]}, expected {limits.lengths[p]}"
-        if not np.all(np.isfinite(v)):
-            return f"part {p} has NaN or inf"
-        nrm = float(np.linalg.norm(v))
-        if nrm > limits.max_norms[p]:
-            return f"part {p} has norm {nrm:.4g}, more than the clip norms and noise allow ({limits.max_norms[p]:.4g})"
     return None
+
+
+def check_part(v: Any, name: str, length: int, max_norm: float = math.inf) -> str | None:
+    """Why a message part must be rejected (not a 1-D float array of ``length`` finite values with
+    a norm at most ``max_norm``), or None."""
+    if not isinstance(v, np.ndarray) or v.ndim != 1:
+        return f"part {name} is not a 1-D array"
+    if v.dtype.kind != "f":
+        return f"part {name} has dtype {v.dtype}, expected float"
+    if v.shape[0] != length:
+        return f"part {name} has length {v.shape[0]}, expected {length}"
+    if not np.all(np.isfinite(v)):
+        return f"part {name} has NaN or inf"
+    nrm = float(np.linalg.norm(v))
+    if nrm > max_norm:
+        return f"part {name} has norm {nrm:.4g}, more than the clip norms and noise allow ({max_norm:.4g})"
+    return None
+
+
+def check_message(msg: Any, *, silo: Any, round: int, limits: ReplyLimits) -> str | None:
+    """Why ``msg`` must be rejected, or None if it is acceptable."""
+    reason = check_header(msg, SiloMessage, silo=silo, round=round)
+    for p in PARTS:
+        if reason is not None:
+            return reason
+        reason = check_part(getattr(msg, p), p, limits.lengths[p], limits.max_norms[p])
+    return reason
 
 
 class ServerParty:

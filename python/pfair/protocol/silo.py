@@ -25,7 +25,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
-from pfair.privacy.calibration import SiloNoise, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
+from pfair.privacy.calibration import NoisePlan, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
     STREAM_BASE,
     VIOLATION_EVENT,
@@ -45,13 +45,13 @@ from pfair.privacy.proportions import (
     n_blocks,
     release_name,
 )
-from pfair.protocol.keys import SiloKeys, public_batches  # noqa: F401  (re-exported)
+from pfair.protocol.keys import SiloKeys
 from pfair.protocol.messages import LocalDiagnostics, SiloMessage, ViolationRelease
-from pfair.protocol.plan import inv_sqrt_proportions
+from pfair.protocol.plan import budget_split, inv_sqrt_proportions
 from pfair.settings import SteFFLeSettings
 
 
-def silo_config(settings: SteFFLeSettings, n_records: int, plan: SiloNoise | None) -> Any:
+def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | None) -> Any:
     """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan)."""
     sig = (plan.sigma_loss, plan.sigma_theta, plan.sigma_w) if plan is not None else (0.0, 0.0, 0.0)
     rate, _ = sample_rate_and_denominator(settings.sampling, n_records, settings.batch_size)
@@ -93,7 +93,7 @@ class SiloParty:
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
         self.keys = keys if keys is not None else SiloKeys.for_silo(settings)
         self.n_records = int(provider.n_records)
-        self.plan: SiloNoise | None = None
+        self.plan: NoisePlan | None = None
         self.config = silo_config(settings, self.n_records, None)
         self.run_id: str | None = None
         self.inv_sqrt_ps: np.ndarray | None = None
@@ -113,7 +113,7 @@ class SiloParty:
         st = self.settings
         if self.ledger is None:
             raise ValueError("p_s='dp' needs a private fit (epsilon) and a ledger")
-        z_h = histogram_noise_multiplier(epsilon=st.epsilon, share=st.p_s_epsilon_share, delta=self.ledger.delta)
+        z_h = budget_split(st).histogram_noise_multiplier(self.ledger.delta)
         return mechanisms.release_histogram(
             lambda: group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
                                  fairness=st.fairness, positive=st.positive_class),
@@ -122,7 +122,7 @@ class SiloParty:
             name=release_name(st.fairness, st.positive_class))
 
     # ------------------------------------------------------------------ planning
-    def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None) -> SiloNoise:
+    def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None) -> NoisePlan:
         """Calibrate this silo's noise for ``total_rounds`` rounds from the released
         ``proportions`` and what its ledger has spent, and register the run in the ledger.
         Pass the ``run_id`` of an earlier, interrupted run to resume it."""
@@ -158,10 +158,9 @@ class SiloParty:
         releases = n_releases(st.epochs)
         if st.max_violation is None or not st.private or self.ledger is None or releases == 0:
             return None
-        return violation_noise_multiplier(epsilon=st.epsilon, share=st.max_violation_epsilon_share,
-                                          delta=self.ledger.delta, releases=releases)
+        return budget_split(st).violation_noise_multiplier(self.ledger.delta, releases)
 
-    def adopt(self, plan: SiloNoise, proportions: np.ndarray, run_id: str | None = None) -> SiloNoise:
+    def adopt(self, plan: NoisePlan, proportions: np.ndarray, run_id: str | None = None) -> NoisePlan:
         """Use ``plan`` (e.g. restored from an interrupted run) and register its run. Refuses
         (:class:`~pfair.exceptions.SettingsMismatch`) a plan made for other settings than this
         party's: its noise would not match what the messages then depend on."""
@@ -196,7 +195,7 @@ class SiloParty:
             raise ValueError(f"silo {self.silo_id}: the proportions must be finite and > 0, got {props.tolist()}")
         return props
 
-    def _check_plan(self, plan: SiloNoise, proportions: np.ndarray) -> None:
+    def _check_plan(self, plan: NoisePlan, proportions: np.ndarray) -> None:
         """That ``plan`` was calibrated for this silo under this party's settings: the same silo
         and size, batch scheme and rate, protection, parts sent, target ε, and the sensitivities
         these settings' clip norms and fairness notion give for ``proportions``. A plan restored

@@ -112,10 +112,6 @@ class Simulation:
     def total_rounds(self) -> int:
         return self.plan.total_rounds
 
-    @property
-    def blocks(self) -> int:
-        return self.plan.blocks
-
     # ------------------------------------------------------------------ the p_s round
     def group_proportions(self) -> np.ndarray:
         """Released ``p(s | block)``: public, from the silos' DP histograms, or pooled (exact)."""
