@@ -232,8 +232,10 @@ class SiloNode:
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
         if batch_key is not None:
             keys = SiloKeys(batch=batch_key, noise=keys.noise)
+        # The server decides when a run stops: runs with random batches are charged in full when planned.
         return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
-                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict)
+                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict,
+                         prepay=True)
 
     def _predict(self, theta: np.ndarray) -> np.ndarray:
         """Predicted class of each of the silo's training records under θ (for ``max_violation``)."""

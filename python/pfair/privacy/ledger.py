@@ -53,7 +53,7 @@ from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceed
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
-           "data_fingerprint", "legacy_fingerprint"]
+           "data_fingerprint", "legacy_fingerprint", "prepaid_scheme"]
 
 LEDGER_FORMAT = 2
 #: Formats this pfair reads. Format 1 (before shuffled epochs) holds no ``epochs`` fields and no
@@ -305,16 +305,25 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ runs and rounds
     def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
-                  planned_steps: int, rounds_per_epoch: Optional[int] = None) -> None:
+                  planned_steps: int, rounds_per_epoch: Optional[int] = None, prepay: bool = False) -> None:
         """Register a training run: the mechanism of each of its rounds and how many it plans.
         Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
         registered before must come with the same mechanism (that is a resume).
+
+        ``prepay=True`` charges all ``planned_steps`` rounds now (refusing the run if they do not
+        fit) and :meth:`charge_rounds` then only checks and records which rounds were answered. A
+        party that lets someone else choose when a run stops needs it for rounds accounted as random
+        batches (:func:`prepaid_scheme`): composing such rounds by their count is valid for a
+        length fixed in advance, not for a run stopped once its answers showed a record drawn often
+        (a run stopped early is post-processing of the whole planned run, which is what is charged).
 
         ``sampling="shuffle"``: round r belongs to epoch ``r // b`` with ``b = rounds_per_epoch``
         (default ``⌈1/q⌉``; a larger ``b`` than that is refused, it would under-count epochs),
         and the run costs one Gaussian release per distinct epoch its answered rounds touch."""
         record = {"sampling": sampling, "sample_rate": float(sample_rate),
                   "noise_multiplier": float(noise_multiplier), "planned_steps": int(planned_steps)}
+        if prepay:
+            record["prepaid"] = True
         if sampling == "shuffle":
             most = int(_core.shuffle_rounds_per_epoch(float(sample_rate)))
             b = most if rounds_per_epoch is None else int(rounds_per_epoch)
@@ -325,13 +334,15 @@ class PrivacyLedger:
             raise ValueError("rounds_per_epoch is for sampling='shuffle' only")
         old = self.runs.get(run_id)
         if old is not None:
-            same = {k: old[k] for k in record} == record
+            same = {k: old.get(k) for k in record} == record and bool(old.get("prepaid")) == bool(prepay)
             if not same:
                 raise LedgerMismatch(f"{self._who()}: run {run_id!r} was registered with {old}, not {record}; "
                                      "a resumed run must keep its noise plan")
             return
-        MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
-                       noise_multiplier=noise_multiplier, steps=1)  # validates the mechanism
+        event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
+                               noise_multiplier=noise_multiplier, steps=max(1, int(planned_steps)))  # validates it
+        if prepay:
+            self._record(event, self._admit(event))  # refuses a run that does not fit, before anything
         self.runs[run_id] = {**record, "next_round": 0}
         if sampling == "shuffle":
             self.runs[run_id]["last_epoch"] = -1
@@ -352,7 +363,8 @@ class PrivacyLedger:
         :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call).
         :func:`charge_rounds_together` charges many ledgers in one Rust call."""
         pending = self._rounds_event(run_id, first_round, count)
-        self._commit_rounds(run_id, first_round, count, pending, self._admit(pending[0]))
+        steps = self._admit(pending[0]) if pending[0] is not None else None
+        self._commit_rounds(run_id, first_round, count, pending, steps)
 
     def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
         """The event that rounds ``first_round ..`` of ``run_id`` would record, and the epoch a
@@ -374,6 +386,8 @@ class PrivacyLedger:
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
                 f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
+        if run.get("prepaid"):
+            return None, None  # charged in full when the run was registered
         epochs = last = None
         if run["sampling"] == "shuffle":
             b = int(run["rounds_per_epoch"])
@@ -384,9 +398,10 @@ class PrivacyLedger:
         return event, last
 
     def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
-                       steps: Dict[tuple, int]) -> None:
+                       steps: Optional[Dict[tuple, int]]) -> None:
         event, last = pending
-        self._record(event, steps)
+        if event is not None:
+            self._record(event, steps)
         run = self.runs[run_id]
         run["next_round"] = first_round + int(count)
         if last is not None:
@@ -542,6 +557,18 @@ class PrivacyLedger:
                 f"spent={self.epsilon_spent():.4g}, events={len(self.events)})")
 
 
+#: Schemes whose rounds are Gaussian given public information with a fixed count per record (a
+#: record is in exactly one batch an epoch, or in every batch): their μ² sum is a valid privacy
+#: filter, so charging them round by round holds whoever decides when a run stops.
+FILTER_SCHEMES = ("shuffle", "full_batch")
+
+
+def prepaid_scheme(accounting: str) -> bool:
+    """Whether a run accounted as ``accounting`` must be charged in full when it is planned by a
+    party that does not choose its length (a deployed silo): every scheme with random batches."""
+    return accounting not in FILTER_SCHEMES
+
+
 def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -> List[Optional[Exception]]:
     """Charge rounds ``first_round .. first_round + count`` of one run per ledger, for many
     ledgers at once: ``charges`` is a list of ``(ledger, run_id)``. Every ledger is checked as
@@ -565,6 +592,9 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
             pending = ledger._rounds_event(run_id, first_round, count)
         except (PrivacyBudgetExceeded, ReplayRefused) as exc:
             out[i] = exc
+            continue
+        if pending[0] is None:  # a prepaid run: nothing to admit
+            ledger._commit_rounds(run_id, first_round, count, pending, None)
             continue
         ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
     admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)

@@ -1,0 +1,135 @@
+"""A hostile server against one deployed silo (:class:`pfair.flower.node.SiloNode`), attacks that
+need more than one run or more than the training messages: adaptive run lengths, evaluation as a
+query oracle, a ledger rolled back, and a server choosing the silo's budget shares."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom, norm
+
+import pfair
+from pfair.flower.node import SiloNode, settings_from_run_config
+from pfair.privacy.calibration import noise_multiplier_after
+from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
+
+N = 400
+
+
+def shard(path, n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
+    return pfair.datasets.write_shard(path, X, y, s)
+
+
+def config(tmp_path, **kw):
+    return {"data-path": str(shard(tmp_path / "silo0.csv")), "state-dir": str(tmp_path / "state"), "silo-id": 0,
+            "n-groups": 2, "n-classes": 2, "epsilon": 1.0} | kw
+
+
+def settings(**kw):
+    base = dict(epsilon=1.0, lam=1.0, epochs=1, p_s=[0.5, 0.5], seed=1)
+    return settings_from_run_config({"settings": json.dumps(base | kw)})
+
+
+def node(cfg):
+    return SiloNode(cfg, n_groups=2, n_classes=2)
+
+
+PROPS = np.array([[0.5, 0.5]])
+THETA, W = np.full(4, 0.1), np.full(4, 0.2)
+
+
+def gaussian_delta(eps: float, mu: np.ndarray) -> np.ndarray:
+    """δ(ε) of a Gaussian mechanism with μ = sensitivity / σ (Balle and Wang 2018); 0 at μ = 0."""
+    mu = np.asarray(mu, dtype=np.float64)
+    out = np.zeros_like(mu)
+    m = mu > 0
+    out[m] = norm.cdf(-eps / mu[m] + mu[m] / 2) - math.exp(eps) * norm.cdf(-eps / mu[m] - mu[m] / 2)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- N2
+def test_a_run_stopped_once_a_record_was_drawn_often_costs_no_more_than_the_budget(tmp_path):
+    """Run 1 draws fixed-size batches (accounted as random draws). The server stops it once the
+    target record was drawn K = 2 times (it shows in the exact s-free gradient; here an oracle reads
+    the silo's batch key) and then asks for a run the silo calibrates to what its ledger has left:
+    one full-batch round. Charged round by round, the ledger prices run 1 by the rounds it answered
+    as if the record had been drawn at random in them, while it was drawn K times for sure; the
+    second run then spends a budget that was not there (true δ 1.25 times the target at these
+    settings). Charged in full when planned, run 1 costs its whole plan whenever it stops.
+
+    The true δ is computed exactly over every stopping path of the attacker's rule (a record is in
+    each batch independently with probability q): run 1 stops at round t with probability
+    C(t−1, K−1) q^K (1−q)^(t−K), having drawn the record K times, or runs all T₁ rounds with the
+    record drawn j < K times (Bin(j; T₁, q)); run 2's noise z₂ is what the silo's ledger gives
+    after that path; the privacy loss is then Gaussian with μ² = K₁/z₁² + K₂/z₂²."""
+    cfg = config(tmp_path)
+    m, K = 40, 2
+    st1 = settings(sampling="without_replacement", batch_size=m)
+    T1, q = N // m, m / N
+    plan1 = node(cfg).plan(st1, PROPS, T1, "run-1")
+    z1, delta = plan1["noise_multiplier"], plan1["delta"]
+    # The oracle: the batches of run 1 (drawn from the silo's secret batch key).
+    party = node(cfg)._planned_party(st1, "run-1")
+    batches = [set(party.draw_batch(r).tolist()) for r in range(T1)]
+    counts = np.zeros(N, dtype=int)
+    first_k = {}
+    for r, b in enumerate(batches):
+        for i in b:
+            counts[i] += 1
+            if counts[i] == K and i not in first_k:
+                first_k[i] = r
+    target = min(first_k, key=first_k.get)  # the record whose K-th draw comes first
+    t1 = first_k[target] + 1
+    assert t1 < T1  # the run is stopped early
+    for r in range(t1):
+        node(cfg).train(st1, "run-1", r, THETA, W)
+    st2 = settings(sampling="full_batch")
+    z2_node = node(cfg).plan(st2, PROPS, 1, "run-2")["noise_multiplier"]
+
+    # What the silo's ledger holds of run 1 after t1 answered rounds: t1 rounds (charged as
+    # answered) or all T1 (charged when planned); z2 of any other stopping path follows the same rule.
+    held = {count for (sampling, _, z, count) in node(cfg).ledger().mechanisms() if z == z1}
+    assert held in ({t1}, {T1})
+    prepaid = held == {T1}
+
+    def z2_after(t: int) -> float:
+        ledger = PrivacyLedger(epsilon=1.0, delta=delta)
+        ledger.charge(MechanismEvent(name="run-1", sampling="public_batch", sample_rate=q, noise_multiplier=z1,
+                                     steps=T1 if prepaid else t))
+        return noise_multiplier_after(ledger, epsilon=1.0, sample_rate=1.0, steps=1, sampling="full_batch")
+
+    assert z2_after(t1) == pytest.approx(z2_node, rel=1e-9)  # the model is the silo's own calibration
+    paths = [(math.comb(t - 1, K - 1) * q**K * (1 - q) ** (t - K), t, K) for t in range(K, T1 + 1)]
+    paths += [(binom.pmf(j, T1, q), T1, j) for j in range(K)]
+    assert sum(p for p, _, _ in paths) == pytest.approx(1.0)
+    true_delta = sum(p * float(gaussian_delta(1.0, np.sqrt([k1 / z1**2 + 1 / z2_after(t) ** 2]))[0])
+                     for p, t, k1 in paths)
+    assert true_delta <= delta * (1 + 1e-9), f"true delta {true_delta:.3g} over the target {delta:.3g}"
+
+
+def test_a_deployed_run_with_random_batches_is_charged_in_full_when_planned(tmp_path):
+    cfg = config(tmp_path, epsilon=2.0)
+    st = settings(sampling="without_replacement", batch_size=40, epsilon=2.0)
+    before = node(cfg).ledger().epsilon_spent()
+    plan = node(cfg).plan(st, PROPS, 10, "run-a")
+    after_plan = node(cfg).ledger().epsilon_spent()
+    assert after_plan > before and after_plan == pytest.approx(plan["epsilon"], rel=1e-9)
+    node(cfg).train(st, "run-a", 0, THETA, W)
+    assert node(cfg).ledger().epsilon_spent() == after_plan  # answered, not charged again
+    with pytest.raises(pfair.exceptions.ReplayRefused):
+        node(cfg).train(st, "run-a", 0, THETA, W)
+    # Shuffled epochs are a valid filter as they are: charged as answered.
+    cfg2 = config(tmp_path / "b", epsilon=2.0)
+    st2 = settings(sampling="shuffle", batch_size=40, epsilon=2.0)
+    node(cfg2).plan(st2, PROPS, 10, "run-s")
+    assert node(cfg2).ledger().epsilon_spent() == 0.0
+    node(cfg2).train(st2, "run-s", 0, THETA, W)
+    assert node(cfg2).ledger().epsilon_spent() > 0.0
