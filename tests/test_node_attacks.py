@@ -133,3 +133,30 @@ def test_a_deployed_run_with_random_batches_is_charged_in_full_when_planned(tmp_
     assert node(cfg2).ledger().epsilon_spent() == 0.0
     node(cfg2).train(st2, "run-s", 0, THETA, W)
     assert node(cfg2).ledger().epsilon_spent() > 0.0
+
+
+# ---------------------------------------------------------------------------------------- N4
+@pytest.mark.parametrize("asked, cap", [
+    ({"p_s": "dp", "p_s_epsilon_share": 0.99}, {}),                                   # one hello spends it all
+    ({"p_s": "dp", "p_s_epsilon_share": 0.3}, {"max-histogram-share": 0.2}),
+    ({"max_violation": 0.05, "max_violation_epsilon_share": 0.5, "epochs": 3}, {}),
+    ({"epsilon": 1.0}, {"max-run-epsilon": 0.5}),
+])
+def test_the_silo_owns_its_budget_shares(tmp_path, asked, cap):
+    """The server's run config cannot choose how much of the silo's budget a run or its
+    histogram or violation releases take: past the node's caps it is refused before any charge."""
+    cfg = config(tmp_path, epsilon=2.0, **cap)
+    st = settings(**{"epsilon": 2.0, **asked})
+    with pytest.raises(pfair.exceptions.SettingsMismatch, match="caps what one run may spend"):
+        node(cfg).hello(st)
+    with pytest.raises(pfair.exceptions.SettingsMismatch, match="caps"):
+        node(cfg).plan(st, PROPS, 10, "run-x")
+    assert node(cfg).ledger().epsilon_spent() == 0.0
+    assert node(cfg).ledger().releases == {}
+
+
+def test_shares_within_the_caps_are_answered(tmp_path):
+    cfg = config(tmp_path, epsilon=2.0)
+    out = node(cfg).hello(settings(epsilon=2.0, p_s="dp", p_s_epsilon_share=0.2))
+    assert out["histogram"].shape == (1, 2)
+    assert 0 < node(cfg).ledger().epsilon_spent() <= 0.2 * 2.0 * (1 + 1e-6)

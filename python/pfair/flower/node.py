@@ -25,7 +25,12 @@ never by the server):
     keys from the OS;
 ``allow-models``
     which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
-    see :mod:`pfair.flower.models`).
+    see :mod:`pfair.flower.models`);
+``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``
+    the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_HISTOGRAM_SHARE`,
+    :data:`MAX_VIOLATION_SHARE`): the most ε one run may ask for, and the largest shares of it the
+    run's p_s histogram and fairness-target releases may take. A message asking for more is refused
+    before anything is read or charged: the shares are the silo's budget, not the server's to set.
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
 ``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
@@ -69,6 +74,11 @@ from pfair.protocol.keys import SiloKeys, new_secret, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
+
+#: Default caps of the shares of a run's ε a server may ask for (node config ``max-histogram-share``,
+#: ``max-violation-share``): the estimator's defaults are 0.1; a run may ask up to these.
+MAX_HISTOGRAM_SHARE = 0.25
+MAX_VIOLATION_SHARE = 0.25
 
 LEDGER_FILE = "ledger.json"
 PLAN_FILE = "plan.json"
@@ -161,6 +171,9 @@ class SiloNode:
         from pfair.flower.models import DEFAULT_ALLOWED
 
         self.allow_models = str(node_config.get("allow-models", DEFAULT_ALLOWED))
+        self.max_run_epsilon = float(node_config.get("max-run-epsilon", self.budget))
+        self.max_histogram_share = float(node_config.get("max-histogram-share", MAX_HISTOGRAM_SHARE))
+        self.max_violation_share = float(node_config.get("max-violation-share", MAX_VIOLATION_SHARE))
         from pfair.datasets.shards import read_shard
 
         self.X, self.y, self.s, self.feature_names = read_shard(self.data_path, n_groups=n_groups, n_classes=n_classes)
@@ -191,10 +204,26 @@ class SiloNode:
 
         if settings.epsilon is None:
             raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
+        self._check_caps(settings)
         if check_budget and settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(f"silo {self.silo_id}: the run asks for epsilon={settings.epsilon:g}, more than this "
                                  f"silo's budget {ledger.epsilon:g}")
         return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
+
+    def _check_caps(self, settings: SteFFLeSettings) -> None:
+        """Refuse a run asking for more ε, or larger shares of it, than this silo's own caps."""
+        over = []
+        if settings.epsilon > self.max_run_epsilon * (1 + 1e-12):
+            over.append(f"epsilon={settings.epsilon:g} per run (the silo's cap: max-run-epsilon={self.max_run_epsilon:g})")
+        if settings.p_s_source == "dp" and settings.p_s_epsilon_share > self.max_histogram_share:
+            over.append(f"p_s_epsilon_share={settings.p_s_epsilon_share:g} (cap: max-histogram-share="
+                        f"{self.max_histogram_share:g})")
+        if settings.max_violation is not None and settings.max_violation_epsilon_share > self.max_violation_share:
+            over.append(f"max_violation_epsilon_share={settings.max_violation_epsilon_share:g} (cap: "
+                        f"max-violation-share={self.max_violation_share:g})")
+        if over:
+            raise SettingsMismatch(f"silo {self.silo_id}: the run asks for {'; '.join(over)}; the silo's node config "
+                                   "caps what one run may spend and how it is split. Nothing was read or charged")
 
     def _terms(self, settings: SteFFLeSettings, ledger: PrivacyLedger) -> dict:
         """:func:`run_terms` of ``settings`` as this node answers under them."""
