@@ -160,3 +160,71 @@ def test_shares_within_the_caps_are_answered(tmp_path):
     out = node(cfg).hello(settings(epsilon=2.0, p_s="dp", p_s_epsilon_share=0.2))
     assert out["histogram"].shape == (1, 2)
     assert 0 < node(cfg).ledger().epsilon_spent() <= 0.2 * 2.0 * (1 + 1e-6)
+
+
+# ---------------------------------------------------------------------------------------- N3
+def _answered_one_round(cfg):
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    return st
+
+
+@pytest.mark.parametrize("how", ["restore", "delete", "truncate", "replace"])
+def test_a_ledger_rolled_back_deleted_or_truncated_is_refused(tmp_path, how):
+    """A backup restored over the ledger (or the ledger deleted) used to reset the silo's replay
+    protection and its budget: an answered round was answered again with fresh noise."""
+    from pfair.exceptions import LedgerConflict, LedgerRollback
+
+    cfg = config(tmp_path)
+    ledger_file = tmp_path / "state" / "ledger.json"
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    backup = ledger_file.read_bytes()  # planned, nothing answered
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    spent = node(cfg).ledger().epsilon_spent()
+    assert spent > 0
+    if how == "restore":
+        ledger_file.write_bytes(backup)
+    elif how == "delete":
+        ledger_file.unlink()
+    elif how == "truncate":
+        ledger_file.write_bytes(ledger_file.read_bytes()[:100])
+    else:  # another ledger file of the same revision
+        data = json.loads(ledger_file.read_text())
+        data["runs"]["run-r"]["next_round"] = 0
+        ledger_file.write_text(json.dumps(data, indent=1))
+    with pytest.raises(LedgerConflict, match="restore the latest|Restore the latest") as err:
+        node(cfg).train(st, "run-r", 0, THETA, W)
+    if how != "truncate":
+        assert isinstance(err.value, LedgerRollback) and "pfair node reset" in str(err.value)
+
+
+def test_an_anchor_outside_the_state_dir_catches_a_restored_state_dir(tmp_path):
+    """Restoring the whole state directory (journal included) is caught by the anchor journal."""
+    import shutil
+
+    from pfair.exceptions import LedgerRollback
+
+    cfg = config(tmp_path, **{"ledger-anchor": str(tmp_path / "elsewhere" / "silo0.anchor")})
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    shutil.copytree(tmp_path / "state", tmp_path / "backup")
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    shutil.rmtree(tmp_path / "state")
+    shutil.copytree(tmp_path / "backup", tmp_path / "state")
+    with pytest.raises(LedgerRollback, match="anchor"):
+        node(cfg).train(st, "run-r", 0, THETA, W)
+
+
+def test_pfair_node_reset_starts_over_only_when_asked(tmp_path, capsys):
+    from pfair.cli import main
+
+    cfg = config(tmp_path)
+    _answered_one_round(cfg)
+    (tmp_path / "state" / "ledger.json").unlink()
+    assert main(["node", "reset", "--state-dir", str(tmp_path / "state")]) == 2
+    assert "--i-understand" in capsys.readouterr().err
+    assert main(["node", "reset", "--state-dir", str(tmp_path / "state"), "--i-understand"]) == 0
+    assert "ledger.json.journal" in capsys.readouterr().out
+    assert node(cfg).ledger().epsilon_spent() == 0.0  # a new ledger, on purpose

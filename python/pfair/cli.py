@@ -468,9 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_privacy_parser(sub)
     add_privacy_report_parser(sub)
     add_experiment_parsers(sub)
-    from pfair.flower.cli import add_deploy_parser
+    from pfair.flower.cli import add_deploy_parser, add_node_parser
 
     add_deploy_parser(sub)
+    add_node_parser(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets (your own CSV: pfair train --csv)")
     ds.set_defaults(func=datasets_command)
     return parser

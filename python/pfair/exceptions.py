@@ -31,6 +31,13 @@ class LedgerConflict(RuntimeError):
     release is not sent. Load the ledger again and retry."""
 
 
+class LedgerRollback(LedgerConflict):
+    """Raised when a ledger file is older than its journal says, or gone while its journal is not:
+    it was restored from a backup, replaced or deleted. Answering from it would answer rounds again
+    and spend its budget again, so nothing is answered. Restore the latest ledger file, or start the
+    silo over explicitly (``pfair node reset --state-dir DIR --i-understand``)."""
+
+
 class LedgerMismatch(ValueError):
     """Raised when a ledger is used with data other than the data it was bound to, or with another
     budget than its own."""

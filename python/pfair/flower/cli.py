@@ -41,6 +41,32 @@ def add_deploy_parser(sub: Any) -> None:
     q.set_defaults(func=deploy_local_command)
 
 
+def add_node_parser(sub: Any) -> None:
+    p = sub.add_parser("node", help="manage a deployed silo's state (its ledger)")
+    what = p.add_subparsers(dest="what", required=True)
+    r = what.add_parser("reset", help="start a silo over: remove its ledger, journal and plan (its budget starts again)")
+    r.add_argument("--state-dir", required=True, help="the silo's state directory (its node config's state-dir)")
+    r.add_argument("--anchor", default=None, help="its ledger-anchor journal, if the node config sets one")
+    r.add_argument("--i-understand", action="store_true",
+                   help="confirm: the silo's record of what it spent is erased and its budget starts again")
+    r.set_defaults(func=node_reset_command)
+
+
+def node_reset_command(args: argparse.Namespace) -> int:
+    from pfair.flower.node import reset_state
+
+    try:
+        removed = reset_state(args.state_dir, anchor=args.anchor, i_understand=args.i_understand)
+    except ValueError as exc:
+        print(f"pfair node reset: {exc}", file=sys.stderr)
+        return 2
+    for path in removed:
+        print(f"removed {path}")
+    if not removed:
+        print(f"nothing to remove in {args.state_dir}")
+    return 0
+
+
 def deploy_local_command(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path

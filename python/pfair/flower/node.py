@@ -26,6 +26,12 @@ never by the server):
 ``allow-models``
     which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
     see :mod:`pfair.flower.models`);
+``ledger-anchor``
+    optional, a file outside ``state-dir`` (another disk, or a directory not restored with the
+    state's backups) that keeps a second journal of the ledger's writes. The journal beside the
+    ledger already refuses a ledger restored from an older copy, replaced or deleted
+    (:class:`~pfair.exceptions.LedgerRollback`); the anchor does so even when the whole state
+    directory, journal included, was restored;
 ``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``
     the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_HISTOGRAM_SHARE`,
     :data:`MAX_VIOLATION_SHARE`): the most ε one run may ask for, and the largest shares of it the
@@ -67,7 +73,7 @@ import numpy as np
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.calibration import NoisePlan
-from pfair.privacy.ledger import FILE_LOCKS, PrivacyLedger, data_fingerprint, file_lock, legacy_fingerprint
+from pfair.privacy.ledger import FILE_LOCKS, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.keys import SiloKeys, new_secret, restore_key
@@ -165,6 +171,7 @@ class SiloNode:
         self.budget = float(need("epsilon"))
         self.delta = float(node_config["delta"]) if "delta" in node_config else None
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
+        self.anchor = Path(str(node_config["ledger-anchor"])) if node_config.get("ledger-anchor") else None
         self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
         self.model = model
@@ -189,13 +196,13 @@ class SiloNode:
         """This silo's persistent ledger (created with its own budget on first use)."""
         path = self.state_dir / LEDGER_FILE
         if path.exists():
-            ledger = PrivacyLedger.load(path)
+            ledger = PrivacyLedger.load(path, anchor=self.anchor)
         else:
             from pfair.settings import default_delta
 
             delta = self.delta if self.delta is not None else default_delta(self.n_records)
-            ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path)
-            ledger.save(path)
+            ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path, anchor=self.anchor)
+            ledger.save(path)  # refused (LedgerRollback) if the journals say a ledger was deleted here
         return ledger.bind(data_fingerprint(self.X, self.y, self.s),
                            legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
 
@@ -407,3 +414,26 @@ class SiloNode:
             d = self.ledger().to_dict()
         return {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
 
+
+
+def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | None = None,
+                i_understand: bool = False) -> list[str]:
+    """Start a silo over: remove its ledger, the ledger's journal (and ``anchor``, if given) and its
+    run's plan from ``state_dir``; returns what was removed. Its budget starts again from nothing
+    spent, so the guarantee of the runs it answered before no longer bounds what it releases next:
+    refused unless ``i_understand``. Meant for a silo whose data changed, or whose operator accepts
+    that cost; a ledger restored from a backup is refused (:class:`~pfair.exceptions.LedgerRollback`)
+    until this is run or the latest ledger is put back."""
+    state = Path(state_dir)
+    if not i_understand:
+        raise ValueError(f"resetting {state} erases the silo's record of what it spent: the silo's budget starts "
+                         "again, and the runs it answered before are no longer counted against it. Pass "
+                         "--i-understand (i_understand=True) to do it")
+    ledger = state / LEDGER_FILE
+    targets = [ledger, *journals(ledger.resolve() if ledger.exists() else ledger, anchor), state / PLAN_FILE]
+    removed = []
+    for path in targets:
+        if path.exists():
+            path.unlink()
+            removed.append(str(path))
+    return removed

@@ -22,7 +22,13 @@ atomically), and keeps
 * ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
   for free (post-processing) instead of paying for them again.
 
-A ledger file counts its writes (``revision``, never backwards). A ledger object replaces a
+A ledger file counts its writes (``revision``, never backwards), and every write appends its
+revision and the SHA-256 of what it wrote to an append-only journal beside it (``<file>.journal``,
+and to an ``anchor`` journal elsewhere if given, e.g. outside a directory that is backed up). A
+ledger file older than its journals' last entry (restored from a backup), replaced by another
+file of the same revision, or gone while its journal is not (deleted) raises
+:class:`~pfair.exceptions.LedgerRollback` when loaded or written: otherwise a restored file would
+answer its rounds again and spend its budget again.  A ledger object replaces a
 ledger file only if it is the revision the object last read or wrote there (by resolved path),
 checked and replaced under an exclusive lock of ``<file>.lock``; otherwise it raises
 :class:`~pfair.exceptions.LedgerConflict` and writes nothing.
@@ -49,7 +55,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
+from pfair.exceptions import LedgerConflict, LedgerMismatch, LedgerRollback, PrivacyBudgetExceeded, ReplayRefused
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
@@ -207,12 +213,15 @@ class PrivacyLedger:
     """
 
     def __init__(self, *, epsilon: float, delta: float, silo: Optional[object] = None,
-                 fingerprint: Optional[str] = None, path: Optional[os.PathLike | str] = None) -> None:
+                 fingerprint: Optional[str] = None, path: Optional[os.PathLike | str] = None,
+                 anchor: Optional[os.PathLike | str] = None) -> None:
         self.epsilon = _epsilon(epsilon)
         self.delta = _delta(delta)
         self.silo = silo
         self.fingerprint = fingerprint
         self.path = _resolved(path) if path is not None else None
+        #: A second journal of this ledger's writes, kept elsewhere (see the module docstring).
+        self.anchor = Path(anchor) if anchor is not None else None
         self.events: List[MechanismEvent] = []
         self.runs: Dict[str, Dict[str, Any]] = {}
         self.releases: Dict[str, Any] = {}
@@ -516,6 +525,7 @@ class PrivacyLedger:
         target.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(target):
             found, links = _revision_on_disk(target)
+            check_journals(target, found, None, self.anchor)
             seen = self._seen.get(str(target))
             if found is not None and found != seen:
                 if seen is None:
@@ -534,11 +544,16 @@ class PrivacyLedger:
             self.revision = max(found or 0, self.revision) + 1  # never backwards: no stale object matches again
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
             try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(self.to_dict(), f, indent=1)
+                text = json.dumps(self.to_dict(), indent=1).encode()
+                with os.fdopen(fd, "wb") as f:
+                    f.write(text)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, target)
+                # After the file: a crash in between leaves a file newer than its journal, which
+                # is accepted (and journalled at the next write); never a journal ahead of its file.
+                for journal in journals(target, self.anchor):
+                    _journal_append(journal, self.revision, hashlib.sha256(text).hexdigest())
             except BaseException:
                 self.revision = before
                 if os.path.exists(tmp):
@@ -547,10 +562,23 @@ class PrivacyLedger:
             self._seen[str(target)] = self.revision
 
     @classmethod
-    def load(cls, path: os.PathLike | str) -> "PrivacyLedger":
-        """Read a ledger written by :meth:`save`; later changes are written back to ``path``."""
-        with open(path) as f:
-            return cls.from_dict(json.load(f), path=path)
+    def load(cls, path: os.PathLike | str, *, anchor: Optional[os.PathLike | str] = None) -> "PrivacyLedger":
+        """Read a ledger written by :meth:`save`; later changes are written back to ``path``.
+        Refuses (:class:`~pfair.exceptions.LedgerRollback`) a file older than its journals say,
+        and (:class:`~pfair.exceptions.LedgerConflict`) a file that is no ledger (e.g. truncated)."""
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise LedgerConflict(f"the ledger file {Path(path).name!r} is not valid JSON (truncated or overwritten?); "
+                                 "restore the latest copy of it") from None
+        if not isinstance(data, dict):
+            raise LedgerConflict(f"the file {Path(path).name!r} is not a ledger")
+        check_journals(_resolved(path), int(data.get("revision", 0)), hashlib.sha256(raw).hexdigest(), anchor)
+        ledger = cls.from_dict(data, path=path)
+        ledger.anchor = Path(anchor) if anchor is not None else None
+        return ledger
 
     def __repr__(self) -> str:
         return (f"PrivacyLedger(silo={self.silo!r}, epsilon={self.epsilon}, delta={self.delta}, "
@@ -605,6 +633,64 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
         else:
             out[i] = ledger._refusal(pending[0], steps)
     return out
+
+
+JOURNAL_SUFFIX = ".journal"
+
+
+def journals(target: Path, anchor: Optional[os.PathLike | str] = None) -> List[Path]:
+    """The journals of the ledger file ``target``: ``<file>.journal`` and the ``anchor``, if any."""
+    out = [target.with_name(target.name + JOURNAL_SUFFIX)]
+    return out + ([Path(anchor)] if anchor is not None else [])
+
+
+def _journal_last(journal: Path) -> Optional[dict]:
+    """The last complete entry of a journal (None: no journal, or an empty one)."""
+    try:
+        lines = journal.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash
+        if isinstance(entry, dict) and "revision" in entry:
+            return entry
+    return None
+
+
+def _journal_append(journal: Path, revision: int, sha256: str) -> None:
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    with open(journal, "a") as f:
+        f.write(json.dumps({"revision": int(revision), "sha256": sha256}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def check_journals(target: Path, revision: Optional[int], sha256: Optional[str],
+                   anchor: Optional[os.PathLike | str] = None) -> None:
+    """Refuse a ledger file (``revision`` and the SHA-256 of its bytes; ``revision=None``: no file)
+    that its journals say is older than the last one written, another file, or deleted."""
+    for journal in journals(target, anchor):
+        last = _journal_last(journal)
+        if last is None:
+            continue
+        where = f"its journal {journal.name!r}" if journal.parent == target.parent else f"its anchor {str(journal)!r}"
+        fix = ("Restore the latest ledger file; or, to start this silo's budget over on purpose (only if its data "
+               "changed, or you accept spending its budget again), run `pfair node reset --state-dir DIR "
+               "--i-understand`" + (f" --anchor {journal}" if journal.parent != target.parent else ""))
+        if revision is None:
+            raise LedgerRollback(f"the ledger file {target.name!r} is gone, but {where} records revision "
+                                 f"{last['revision']}: it was deleted, and a new ledger would spend the budget again. "
+                                 + fix)
+        if revision < int(last["revision"]):
+            raise LedgerRollback(f"the ledger file {target.name!r} is revision {revision}, but {where} records "
+                                 f"revision {last['revision']}: it was restored from an older copy, which would answer "
+                                 "rounds again and spend its budget again. " + fix)
+        if revision == int(last["revision"]) and sha256 is not None and sha256 != last.get("sha256"):
+            raise LedgerRollback(f"the ledger file {target.name!r} is revision {revision} but not the one {where} "
+                                 "records (another file of the same revision). " + fix)
 
 
 def _resolved(path: os.PathLike | str) -> Path:
