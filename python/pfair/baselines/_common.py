@@ -2,7 +2,7 @@
 
 The baselines accept the same inputs as :class:`pfair.SteFFLe`: a :class:`~pfair.Federation`, or
 arrays ``X, y, sensitive_features`` with ``silos=`` (one silo id per record; ``None``: one silo).
-Labels and groups are encoded once, globally. Two baselines need a little more:
+Labels and groups are encoded once, globally, by :mod:`pfair._validation`. Two baselines need a little more:
 the non-fair ones do not need ``sensitive_features`` at all, and PF-LD accepts *missing*
 sensitive values (Tran et al. 2021, §7), marked ``-1``, ``NaN`` or ``None``.
 """
@@ -15,10 +15,8 @@ from typing import Any
 import numpy as np
 
 from pfair import _core
-from pfair._validation import as_features, as_labels, check_groups, encode, silo_ids
+from pfair._validation import MISSING, as_features, as_labels, encode, encode_groups, silo_ids
 from pfair.federation import Federation
-
-MISSING = -1
 
 
 @dataclass
@@ -47,42 +45,6 @@ class Shards:
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.concatenate(self.X), np.concatenate(self.y), np.concatenate(self.s)
-
-
-def _is_missing(values: np.ndarray) -> np.ndarray:
-    if values.dtype.kind == "f":
-        return np.isnan(values) | (values == MISSING)
-    if values.dtype.kind in "iu":
-        return values == MISSING
-    if values.dtype.kind == "O":
-        return np.array([v is None or v == MISSING or (isinstance(v, float) and np.isnan(v)) for v in values])
-    return np.zeros(values.shape[0], dtype=bool)
-
-
-def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Group indices (``-1`` for missing when ``allow_missing``) and the sorted group categories."""
-    if hasattr(values, "to_numpy"):
-        values = values.to_numpy()
-    arr = np.asarray(values)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise ValueError(f"sensitive_features must be 1-D, got shape {arr.shape}")
-    if arr.shape[0] != n:
-        raise ValueError(f"sensitive_features has {arr.shape[0]} entries but X has {n} rows; they must match")
-    missing = _is_missing(arr)
-    if missing.any() and not allow_missing:
-        raise ValueError(
-            f"sensitive_features has {int(missing.sum())} missing values (-1, NaN or None); this estimator "
-            "needs every record's group (PFLD accepts missing values)"
-        )
-    if missing.all():
-        raise ValueError("sensitive_features is missing for every record; at least 2 groups must be observed")
-    codes = np.full(n, MISSING, dtype=np.int64)
-    known, cats = encode(arr[~missing], "sensitive_features")
-    check_groups(cats, arr[~missing])
-    codes[~missing] = known
-    return codes, cats
 
 
 def shards_from(
