@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pfair import _core
+from pfair._fit import history_metrics
 from pfair._validation import MISSING, as_features, as_labels, encode, encode_groups, silo_ids
 from pfair.federation import Federation
 
@@ -95,24 +96,13 @@ def shards_from(
 def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s: np.ndarray | None,
              split: str = "train") -> dict[str, float]:
     """Loss, error and (where s is known) demographic parity and equalized odds differences of a
-    linear-softmax model; ``y`` and
-    ``s`` are indices (``s = -1``: missing, left out of the fairness metrics)."""
-    from pfair import metrics
-
+    linear-softmax model (:func:`pfair._fit.history_metrics`); ``y`` and ``s`` are indices
+    (``s = -1``: missing, left out of the fairness metrics)."""
     proba = _core.predict_proba(np.ascontiguousarray(X), theta, n_classes)
-    pred = np.argmax(proba, axis=1)
-    out = {
-        f"{split}_loss": float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None)))),
-        f"{split}_error": float(np.mean(pred != y)),
-    }
-    if s is not None:
-        known = s >= 0
-        if len(np.unique(s[known])) >= 2:
-            out[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
-                y[known], pred[known], sensitive_features=s[known])
-            out[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
-                y[known], pred[known], sensitive_features=s[known])
-    return out
+    known = None if s is None else s >= 0
+    if known is not None and len(np.unique(s[known])) < 2:
+        s = None
+    return history_metrics(split, proba, y, s, known)
 
 
 def non_private_report(name: str, n_silos: int) -> Any:

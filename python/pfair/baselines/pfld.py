@@ -70,10 +70,11 @@ import numpy as np
 import pandas as pd
 
 from pfair import _core
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 from pfair.settings import default_delta
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")

@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from pfair import _core
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import Shards, evaluate, non_private_report, shards_from
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 from pfair.settings import SAMPLINGS
 
 

@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, non_private_report, shards_from
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
