@@ -9,7 +9,6 @@ sensitive values (Tran et al. 2021, §7), marked ``-1``, ``NaN`` or ``None``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,35 +16,31 @@ import numpy as np
 from pfair import _core
 from pfair._fit import history_metrics
 from pfair._validation import MISSING, as_features, as_labels, encode, encode_groups, silo_ids
-from pfair.federation import Federation
+from pfair.federation import Federation, Silo
 
 
-@dataclass
-class Shards:
-    """Globally encoded silo shards. ``s`` holds group indices, ``-1`` where s is missing or was
-    not given (``has_s`` is False when no sensitive features were passed at all)."""
+class Shards(Federation):
+    """The silos of a baseline's fit: a :class:`~pfair.federation.Federation` whose group codes
+    may be :data:`~pfair._validation.MISSING` (``-1``) where s is missing or was not given
+    (``has_s`` is False when no sensitive features were passed at all). ``X``, ``y`` and ``s``
+    list the silos' features, label codes and group codes."""
 
-    X: list[np.ndarray]
-    y: list[np.ndarray]
-    s: list[np.ndarray]
-    classes: np.ndarray
-    groups: np.ndarray
-    has_s: bool
-
-    @property
-    def n_silos(self) -> int:
-        return len(self.X)
+    def __init__(self, X: list[np.ndarray], y: list[np.ndarray], s: list[np.ndarray], classes: np.ndarray,
+                 groups: np.ndarray, has_s: bool) -> None:
+        super().__init__([Silo(Xj, yj, sj) for Xj, yj, sj in zip(X, y, s)], classes=classes, groups=groups)
+        self.has_s = has_s
 
     @property
-    def sizes(self) -> list[int]:
-        return [len(v) for v in self.y]
+    def X(self) -> list[np.ndarray]:
+        return [silo.X for silo in self.silos]
 
     @property
-    def n_features(self) -> int:
-        return int(self.X[0].shape[1])
+    def y(self) -> list[np.ndarray]:
+        return [silo.y for silo in self.silos]
 
-    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.concatenate(self.X), np.concatenate(self.y), np.concatenate(self.s)
+    @property
+    def s(self) -> list[np.ndarray]:
+        return [silo.s for silo in self.silos]
 
 
 def shards_from(

@@ -37,7 +37,7 @@ def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any) -> tuple[Any, Any
         import pandas as pd
 
         Xp = pd.DataFrame(Xp, columns=X.columns)
-    return Xp, sh.classes[yp], (sh.groups[sp] if sh.has_s else None)
+    return Xp, sh.classes_[yp], (sh.groups_[sp] if sh.has_s else None)
 
 
 def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,

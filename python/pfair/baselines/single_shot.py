@@ -224,11 +224,11 @@ class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
         """Fit on a Federation or arrays with ``silos=`` (each silo is a client)."""
         self._validate_params()
         sh = shards_from(X, y, sensitive_features, silos, need_s=True, estimator=self)
-        if len(sh.classes) != 2:
+        if len(sh.classes_) != 2:
             raise ValueError(f"SingleShotSyntheticFL needs binary labels (Wu et al.'s logistic model); y has "
-                             f"{len(sh.classes)} classes")
-        k, d = len(sh.groups), sh.n_features
-        self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d
+                             f"{len(sh.classes_)} classes")
+        k, d = len(sh.groups_), sh.n_features
+        self.classes_, self.groups_, self.n_features_in_ = sh.classes_, sh.groups_, d
         synthetic, rows = [], []
         for j, (Xj, sj, yj) in enumerate(zip(sh.X, sh.s, sh.y)):
             rng = np.random.default_rng([self.seed, j])
