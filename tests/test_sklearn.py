@@ -19,6 +19,7 @@ from pfair import SteFFLe
 from pfair.baselines import DPFERMI, FERMI, PFLD, CentralERM, FedAvg, NonPrivateSteFFLe, SingleShotSyntheticFL
 from pfair.estimators import NEEDS_SENSITIVE_FEATURES, expected_failed_checks
 from pfair.exceptions import NotFittedError, PrivacyWarning
+from pfair.settings import SteFFLeSettings
 
 QUICK = dict(sampling="full_batch", epochs=20)
 
@@ -130,6 +131,17 @@ def test_named_configurations_set_only_their_parameters():
     assert "epsilon" not in FERMI().get_params() and FERMI().epsilon is None and "epsilon" not in vars(FERMI())
     assert clone(FERMI(lam=0.3)).get_params()["lam"] == 0.3
     assert FERMI(lam=0.3).settings().epsilon is None and DPFERMI().settings().epsilon == 1.0
+
+
+def test_settings_are_get_params_validated_once():
+    # An estimator's settings are its get_params(), completed by what a named configuration fixes.
+    est = SteFFLe(lam=0.3, epsilon=2.0, batch_size=128)
+    assert est.settings() == SteFFLeSettings.from_estimator_params(est.get_params())
+    fermi = FERMI(lam=0.3)
+    assert fermi.settings() == SteFFLeSettings.from_estimator_params(
+        {**fermi.get_params(), "epsilon": None, "mode": "standard", "p_s": "pooled"})
+    # "auto" resolves with epsilon: the private clip norms, no clipping otherwise.
+    assert est.settings().clip == 0.5 and SteFFLe().settings().clip is None
 
 
 # --------------------------------------------------------------------------------------------

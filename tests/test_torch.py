@@ -508,6 +508,23 @@ def test_deep_steffle_on_the_linear_model_equals_steffle():
         np.testing.assert_array_equal(deep.privacy_report_[col], lin.privacy_report_[col])
 
 
+
+def test_deep_steffle_history_on_string_labels_equals_steffle():
+    # The training-set metrics of a non-private fit read the user's labels and groups (strings
+    # here), as SteFFLe's do: the shared base evaluates both estimators the same way.
+    rng = np.random.default_rng(zlib.crc32(b"string labels"))
+    X = rng.normal(size=(300, 3))
+    y = np.array(["no", "yes"])[(X[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)]
+    s = np.array(["a", "b", "c"])[rng.integers(0, 3, 300)]
+    kw = dict(lam=1.0, epochs=2, batch_size=50, seed=0, lr_theta=0.5)
+    lin = SteFFLe(**kw).fit(X, y, sensitive_features=s, eval_set=(X[:60], y[:60], s[:60]))
+    deep = DeepSteFFLe(LinearSoftmax(3, 2), device="cpu", **kw).fit(X, y, sensitive_features=s,
+                                                                    eval_set=(X[:60], y[:60], s[:60]))
+    assert list(deep.classes_) == ["no", "yes"] and list(deep.groups_) == ["a", "b", "c"]
+    cols = [f"{split}_{m}" for split in ("train", "test")
+            for m in ("loss", "error", "demographic_parity_difference", "equalized_odds_difference")]
+    np.testing.assert_allclose(deep.history_[cols].to_numpy(), lin.history_[cols].to_numpy(), atol=1e-9)
+
 # --------------------------------------------------------------------------------------------
 # data: a UTKFace-style folder
 

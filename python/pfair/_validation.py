@@ -1,12 +1,21 @@
-"""Input validation at the public boundary. Messages name the argument and the fix."""
+"""Input validation and encoding at the public boundary: the one place where features, labels,
+sensitive groups and silo ids are checked and turned into codes. The estimators, the baselines,
+:class:`~pfair.federation.Federation` and :mod:`pfair.metrics` call it. Messages name the argument
+and the fix.
+
+Labels and groups are encoded globally, in sorted order of their values (``classes_[c]`` is
+class c, ``groups_[r]`` group r); codes are int32 below 2³¹ categories (:data:`CODE_DTYPE`).
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Hashable
 from numbers import Integral, Real
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 
 #: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
 MAX_GROUPS = 20
@@ -48,8 +57,8 @@ def as_features(X: Any, name: str = "X", *, keep_float32: bool = False) -> np.nd
     return arr
 
 
-def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:
-    """A 1-D array without missing values, optionally of length ``n``."""
+def _column(v: Any, name: str, n: int | None = None) -> np.ndarray:
+    """``v`` as a 1-D array (a one-column 2-D array is flattened), optionally of length ``n``."""
     if hasattr(v, "to_numpy"):
         v = v.to_numpy()
     arr = np.asarray(v)
@@ -59,6 +68,12 @@ def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise ValueError(f"{name} has {arr.shape[0]} entries but X has {n} rows; they must match")
+    return arr
+
+
+def as_vector(v: Any, name: str, n: int | None = None) -> np.ndarray:
+    """A 1-D array without missing values, optionally of length ``n``."""
+    arr = _column(v, name, n)
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or inf")
     if arr.dtype.kind == "O" and any(x is None or (isinstance(x, float) and np.isnan(x)) for x in arr):
@@ -175,7 +190,8 @@ def as_labels(y: Any, n: int | None = None, *, estimator: str = "SteFFLe") -> np
     return arr
 
 
-def check_groups(groups: np.ndarray, values: np.ndarray, name: str = "sensitive_features") -> None:
+def check_groups(groups: np.ndarray, values: np.ndarray, name: str = "sensitive_features", *,
+                 stacklevel: int = 4) -> None:
     """A sensitive attribute must be categorical: each distinct value is a group, and every group
     enters the fairness penalty. A continuous column (or one group per record) is refused; more
     than :data:`MAX_GROUPS` groups is warned."""
@@ -195,8 +211,60 @@ def check_groups(groups: np.ndarray, values: np.ndarray, name: str = "sensitive_
         f"{name} has {k} groups (more than {MAX_GROUPS}); every distinct value is one group and each needs records "
         f"in every silo's fairness term. If it is a numeric attribute, {fix}",
         UserWarning,
-        stacklevel=4,
+        stacklevel=stacklevel,
     )
+
+
+def encode_sensitive(values: np.ndarray, groups: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Group codes of a sensitive attribute and its sorted groups (:func:`encode`). Groups the
+    caller fixes (``groups=``) are taken as given; found ones are checked by :func:`check_groups`."""
+    codes, cats = encode(values, "sensitive_features", groups)
+    if groups is None:
+        check_groups(cats, values, stacklevel=5)  # the warning points where it did before this helper
+    return codes, cats
+
+
+#: The group code of a record whose sensitive value is missing (or was never given).
+MISSING = -1
+
+
+def is_missing(values: np.ndarray) -> np.ndarray:
+    """Which entries are missing sensitive values: ``-1``, ``NaN`` or ``None``."""
+    if values.dtype.kind == "f":
+        return np.isnan(values) | (values == MISSING)
+    if values.dtype.kind in "iu":
+        return values == MISSING
+    if values.dtype.kind == "O":
+        return np.array([v is None or v == MISSING or (isinstance(v, float) and np.isnan(v)) for v in values])
+    return np.zeros(values.shape[0], dtype=bool)
+
+
+def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Group codes of ``sensitive_features`` (:data:`MISSING` where a value is missing, which only
+    ``allow_missing`` accepts: PF-LD's setting) and the sorted groups of the known values."""
+    arr = _column(values, "sensitive_features", n)
+    missing = is_missing(arr)
+    if missing.any() and not allow_missing:
+        raise ValueError(
+            f"sensitive_features has {int(missing.sum())} missing values (-1, NaN or None); this estimator "
+            "needs every record's group (PFLD accepts missing values)"
+        )
+    if missing.all():
+        raise ValueError("sensitive_features is missing for every record; at least 2 groups must be observed")
+    codes = np.full(n, MISSING, dtype=np.int64)
+    known, cats = encode_sensitive(arr[~missing])
+    codes[~missing] = known
+    return codes, cats
+
+
+def label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The index in ``classes`` (a fitted model's ``classes_``) of each label of ``y``; a label
+    the model never saw is refused."""
+    lookup = {c: i for i, c in enumerate(classes.tolist())}
+    try:
+        return np.fromiter((lookup[v] for v in y.tolist()), dtype=np.int64, count=len(y))
+    except KeyError as exc:
+        raise ValueError(f"y contains {exc.args[0]!r}, a label not seen in fit") from None
 
 
 def silo_ids(silos: Any, n: int) -> np.ndarray:
@@ -277,3 +345,111 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, choices))}")
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# The inputs of the metrics (:mod:`pfair.metrics`): any hashable values numpy can sort
+# --------------------------------------------------------------------------------------------
+
+
+def as_records(values: Any, name: str) -> np.ndarray:
+    """``values`` as a non-empty 1-D array, one entry per record, without missing values
+    (``NaN``/``None``), or an error naming the argument ``name``."""
+    if values is None:
+        raise TypeError(f"{name} is None; pass a 1-D array-like with one entry per record.")
+    if isinstance(values, (str, bytes)) or np.isscalar(values):
+        raise TypeError(
+            f"{name} must be a 1-D array-like with one entry per record, "
+            f"got a scalar of type {type(values).__name__}."
+        )
+    if isinstance(values, (pd.Series, pd.Index)):
+        arr = values.to_numpy()
+    elif isinstance(values, pd.DataFrame):
+        if values.shape[1] != 1:
+            raise ValueError(
+                f"{name} is a DataFrame with {values.shape[1]} columns; pass a single column "
+                "(to use an intersection of attributes, combine the columns into one label first, "
+                "e.g. df.astype(str).agg('|'.join, axis=1))."
+            )
+        arr = values.iloc[:, 0].to_numpy()
+    else:
+        arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(
+            f"{name} must be 1-D (one entry per record), got an array of shape {arr.shape}."
+        )
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty; pass at least one record.")
+    missing = pd.isna(arr)
+    if np.any(missing):
+        first = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{name} contains {int(missing.sum())} missing value(s) (NaN/None), the first at "
+            f"position {first}; drop those records or impute them before computing metrics."
+        )
+    return arr
+
+
+def check_same_length(**arrays: np.ndarray) -> None:
+    """Every array has one entry per record (the same length), or an error naming each length."""
+    lengths = {name: arr.shape[0] for name, arr in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{name} has {n}" for name, n in lengths.items())
+        raise ValueError(
+            f"Inconsistent numbers of records: {shown}; pass arrays with one entry per record."
+        )
+
+
+def sorted_codes(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values and each entry's code (:func:`unique_inverse`); values of
+    types that cannot be sorted together are refused."""
+    try:
+        return unique_inverse(values)
+    except TypeError as exc:  # e.g. a mix of str and int in an object array
+        raise TypeError(
+            f"{name} mixes values that cannot be sorted together ({exc}); "
+            "use a single type for all entries, e.g. all str or all int."
+        ) from None
+
+
+def encode_label_pair(y_true: np.ndarray | None, y_pred: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The labels of ``y_true`` and ``y_pred`` together, and the codes of each: one shared label
+    index, so that ``y == ŷ`` compares codes."""
+    if y_true is None:
+        labels, pred_codes = sorted_codes(y_pred, "y_pred")
+        return labels, None, pred_codes
+    try:
+        both = np.concatenate([y_true, y_pred])
+    except TypeError:
+        both = np.concatenate([y_true.astype(object), y_pred.astype(object)])
+    labels, codes = sorted_codes(both, "y_true and y_pred")
+    n = y_true.shape[0]
+    return labels, codes[:n], codes[n:]
+
+
+def encode_metric_groups(sensitive_features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted groups and group codes of a metric's ``sensitive_features``: at least 2 groups
+    (a gap between groups needs two)."""
+    groups, codes = sorted_codes(sensitive_features, "sensitive_features")
+    if groups.shape[0] < 2:
+        raise ValueError(
+            f"sensitive_features has a single group ({groups.tolist()[0]!r}); a fairness gap needs at "
+            "least 2 groups. Pass the sensitive attribute of a sample that contains 2 or more "
+            "groups."
+        )
+    return groups, codes
+
+
+def code_of(categories: np.ndarray, value: Hashable, name: str, among: str) -> int:
+    """The code of ``value`` (the argument ``name``) among ``categories``, described as
+    ``among`` (e.g. ``"labels found in y_true/y_pred"``) in the error when it is not one of them."""
+    hits = np.flatnonzero(np.array([v == value for v in categories.tolist()], dtype=bool))
+    if hits.size == 0:
+        kind = among.split()[0]
+        raise ValueError(
+            f"{name}={value!r} is not among the {among} {categories.tolist()}; pass {name}= one of those {kind}."
+        )
+    return int(hits[0])

@@ -17,36 +17,26 @@ message that would exceed its budget.
 
 from __future__ import annotations
 
-import inspect
-import math
-import sys
-import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import validate_data
 
 from pfair import _core
-from pfair._validation import as_features, as_labels, as_vector, check_default_delta
-from pfair.exceptions import NotFittedError, PrivacyWarning
-from pfair.federation import Federation
-from pfair.settings import SteFFLeSettings
-
-
-class _ParamsMixin(BaseEstimator):
-    """scikit-learn's :class:`~sklearn.base.BaseEstimator`: ``get_params``/``set_params``/``clone``
-    (hyper-parameters are ``__init__`` args, stored unchanged), ``repr`` and metadata routing
-    (``set_fit_request(sensitive_features=True, silos=True)``, generated from ``fit``'s keywords)."""
+from pfair._fit import SteFFLeFit
+from pfair._validation import as_features
+from pfair.exceptions import NotFittedError
 
 
 class LinearSoftmaxMixin(ClassifierMixin):
     """Prediction for a fitted linear-softmax model stored in ``theta_`` (``(d+1)·(l-1)``).
 
     A scikit-learn classifier (``ClassifierMixin``: ``score`` is accuracy, ``is_classifier`` is
-    True); list it before :class:`_ParamsMixin` in the bases, as scikit-learn requires."""
+    True); list it before the :class:`~sklearn.base.BaseEstimator` base (:class:`pfair._fit.SteFFLeFit`,
+    ``_ParamsMixin``), as scikit-learn requires."""
 
     theta_: np.ndarray
     classes_: np.ndarray
@@ -112,7 +102,7 @@ class LinearSoftmaxMixin(ClassifierMixin):
         return th[d].copy() if l == 2 else np.concatenate([[0.0], th[d]])
 
 
-class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
+class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     """Private and fair federated logistic/softmax regression: SteFFLe (Gupta, Poornash, Razaviyayn
     and Lowy, "A Stochastic Optimization Framework for Private and Fair Learning From Decentralized
     Data", 2024, Alg. 1).
@@ -304,12 +294,6 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         self.max_violation_epsilon_share = max_violation_epsilon_share
         self.lam_lr = lam_lr
 
-    def settings(self) -> SteFFLeSettings:
-        """The validated, frozen settings of the next fit (every SteFFLe hyper-parameter, including
-        those a named configuration fixes)."""
-        names = [p for p in inspect.signature(SteFFLe.__init__).parameters if p != "self"]
-        return SteFFLeSettings.from_params({name: getattr(self, name) for name in names})
-
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         # Private noise comes from the operating system unless noise_seed is set.
@@ -369,140 +353,17 @@ class SteFFLe(LinearSoftmaxMixin, _ParamsMixin):
         fed = self._federation(X, y, sensitive_features, silos, st)
         if st.mode == "hybrid" and sensitive_silos is None:
             raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
-        if st.private and st.delta is None:
-            check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
-        if st.private and not isinstance(X, Federation) and _inside_model_selection():
-            warn_model_selection_cost(type(self).__name__)
-        self.classes_ = fed.classes_
-        if self._has_sensitive:
-            self.groups_ = fed.groups_
-        elif hasattr(self, "groups_"):
-            del self.groups_
-        pooled = None
-        if st.track_history and (st.exact_diagnostics or not st.private):
-            Xp, yp, sp = fed.pooled()  # indices -> the user's labels and groups, as _evaluate takes them
-            pooled = (Xp, fed.classes_[yp], fed.groups_[sp] if self._has_sensitive else None)
-
-        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
-            if not st.track_history:
-                return None
-            self.theta_ = np.asarray(theta)
-            row = dict(info)
-            if pooled is not None:
-                row.update(self._evaluate("train", *pooled))
-            if eval_set is not None:
-                row.update(self._evaluate("test", *eval_set))
-            return row
-
-        from pfair.protocol.simulation import Simulation
-
-        if resume and st.mode != "standard":
-            raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
-        previous = getattr(self, "_run_state", None) if resume else None
-        if resume and previous is None:
-            raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
-        sim = Simulation(st, fed, ledgers=ledgers, sensitive_silos=sensitive_silos)
-        init = None
-        if st.warm_start and not resume and hasattr(self, "theta_") and hasattr(self, "W_") and st.mode == "standard":
-            init = (self.theta_, self.W_)
-        try:
-            state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
-        finally:
-            # An interrupted fit can be resumed from its last completed epoch.
-            self._run_state = sim.state if sim.state is not None else previous
-        plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
-        if st.mode == "standard":
-            self.group_proportions_ = state.proportions
-            self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
+        self._check_privacy(st, fed, X)
+        self._adopt_encodings(fed)
+        on_epoch = self._on_epoch(st, fed, eval_set)
+        previous = self._resume_state(st, resume)
+        state, plans = self._run(st, fed, ledgers=ledgers, on_epoch=on_epoch, previous=previous,
+                                 init=self._warm_start_model(st, previous), sensitive_silos=sensitive_silos)
         self._adopt(state, plans, st, fed.n_groups, fed.n_classes)
         return self
 
-    def _adopt(self, state: Any, plans: list, st: SteFFLeSettings, k: int, l: int) -> None:
-        """The fitted attributes from a finished (or interrupted) run's state: θ (the snapshot for
-        ``output="random"``), W as ``k × l`` (or ``classes × k × l``), history and the report."""
-        theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
-        blocks = l if st.fairness == "equalized_odds" else 1
-        self.theta_ = np.asarray(theta, dtype=np.float64)
-        self.W_ = np.asarray(w).reshape(blocks, k, l)
-        if blocks == 1:
-            self.W_ = self.W_[0]
-        self.epochs_done_ = state.epochs_done
-        # λ of the last epoch: adapted (kept in the run state) or the fixed lam.
-        self.lam_ = float(getattr(state, "lam", None) if getattr(state, "lam", None) is not None else st.lam_initial)
-        self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
-        self.privacy_report_ = SteFFLe._report(self, plans, st)  # DeepSteFFLe shares this
-
-    # ------------------------------------------------------------------ helpers
-    def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any, st: SteFFLeSettings) -> Federation:
-        """The fit's Federation; records ``n_features_in_`` and (for a DataFrame) ``feature_names_in_``.
-        Without ``sensitive_features`` only ``lam=0`` can fit (see :meth:`fit`)."""
-        self._has_sensitive = True
-        if isinstance(X, Federation):
-            if y is not None or sensitive_features is not None or silos is not None:
-                raise ValueError("pass either a Federation, or X, y, sensitive_features and silos; not both")
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            self.n_features_in_ = X.n_features
-            return X
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: call "
-                             "fit(X, y, sensitive_features=s), or pass a Federation as X")
-        Xa = as_features(X, keep_float32=True)  # the Federation keeps float32 features as they are
-        validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
-        n = Xa.shape[0]
-        y_arr = as_labels(y, n, estimator=type(self).__name__)
-        if sensitive_features is None:
-            if st.sends_psi or st.mode != "standard":
-                raise ValueError(missing_sensitive_message(type(self).__name__))
-            # lam = 0: nothing sent depends on s and p_s is never computed, so a placeholder
-            # attribute is never read; no fairness metric is reported.
-            sensitive_features = np.arange(n) % 2
-            self._has_sensitive = False
-        names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
-        return Federation.from_arrays(Xa, y_arr, sensitive_features=sensitive_features, silos=silos,
-                                      feature_names=names)
-
-    def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
-        from pfair import metrics
-
-        Xa = as_features(X)
-        proba = _core.predict_proba(Xa, self.theta_, len(self.classes_))
-        y_idx = _label_indices(as_vector(y, "y", Xa.shape[0]), self.classes_)
-        pred = np.argmax(proba, axis=1)
-        loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y_idx)), y_idx], 1e-300, None))))
-        row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y_idx))}
-        if s is not None:
-            s_arr = as_vector(s, "sensitive_features", Xa.shape[0])
-            row[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
-                y_idx, pred, sensitive_features=s_arr)
-            row[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
-                y_idx, pred, sensitive_features=s_arr)
-        return row
-
-    def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:
-        rows = []
-        ledgers = self.ledgers_ if st.private else []
-        for j, plan in enumerate(plans):
-            row = plan.as_dict()
-            row["epsilon_spent"] = ledgers[j].epsilon_spent() if ledgers else math.inf
-            row["p_s"] = st.p_s_source
-            row["noise"] = "secret" if st.noise_seed is None else f"reproducible (noise_seed={st.noise_seed})"
-            covered = st.private and st.noise_seed is None and st.p_s_source != "pooled"
-            row["guarantee"] = ("none (non-private)" if not st.private else
-                                "covered" if covered else
-                                "not covered: " + ", ".join(
-                                    r for r, bad in (("noise_seed is known", st.noise_seed is not None),
-                                                     ("p_s pooled from exact data", st.p_s_source == "pooled"))
-                                    if bad))
-            rows.append(row)
-        from pfair.privacy.report import PrivacyReport
-
-        return PrivacyReport(pd.DataFrame(rows).set_index("silo"))
-
-    @property
-    def epsilon_spent_(self) -> float:
-        """Largest ε spent by any silo (each silo's guarantee is its own)."""
-        return float(self.privacy_report_["epsilon_spent"].max())
+    def _history_proba(self, X: Any) -> np.ndarray:
+        return _core.predict_proba(as_features(X), self.theta_, len(self.classes_))
 
 
 #: scikit-learn checks (``sklearn.utils.estimator_checks``) that call ``fit(X, y)`` and so cannot
@@ -537,51 +398,3 @@ def expected_failed_checks(estimator: Any) -> dict[str, str]:
     reason = (f"calls fit(X, y) without sensitive_features, which {type(estimator).__name__} needs to measure "
               "and penalise unfairness; fit raises a ValueError naming sensitive_features and metadata routing")
     return {name: reason for name in NEEDS_SENSITIVE_FEATURES}
-
-
-def _inside_model_selection(depth: int = 40) -> bool:
-    """Whether this call runs inside scikit-learn's cross-validation or hyper-parameter search
-    (a ``sklearn.model_selection`` frame on the stack; also true in its joblib workers)."""
-    frame = sys._getframe(1)
-    for _ in range(depth):
-        if frame is None:
-            return False
-        if frame.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def warn_model_selection_cost(name: str) -> None:
-    """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation."""
-    warnings.warn(
-        f"a private {name} is being fitted inside scikit-learn cross-validation or a hyper-parameter search: each "
-        "fold and candidate builds new silos with new ledgers, so a record's real privacy cost is the sum of the "
-        "epsilon of every fit that used it, not the epsilon of one fit. Tune on public data, divide the budget "
-        "(epsilon / number of fits), or fit on one Federation so its ledgers refuse what is over budget "
-        "(docs/sklearn.md)",
-        PrivacyWarning,
-        stacklevel=3,
-    )
-
-
-def missing_sensitive_message(name: str) -> str:
-    """The error of ``fit(X, y)`` without ``sensitive_features`` (lam > 0)."""
-    return (
-        f"{name}.fit needs sensitive_features= (the sensitive attribute of each record) when lam > 0: "
-        f"call fit(X, y, sensitive_features=s). In a Pipeline, cross_val_score or GridSearchCV, route it: "
-        f"sklearn.set_config(enable_metadata_routing=True), {name}().set_fit_request(sensitive_features=True), "
-        "then pass params={'sensitive_features': s} (fit params of GridSearchCV.fit). Only lam=0 (no fairness "
-        "penalty) fits without it"
-    )
-
-
-def _label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    lookup = {c: i for i, c in enumerate(classes.tolist())}
-    try:
-        return np.fromiter((lookup[v] for v in y.tolist()), dtype=np.int64, count=len(y))
-    except KeyError as exc:
-        raise ValueError(f"y contains {exc.args[0]!r}, a label not seen in fit") from None
-
-
-

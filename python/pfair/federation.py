@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pfair._validation import as_features, as_labels, as_vector, check_groups, encode, silo_ids, unique_inverse
+from pfair._validation import as_features, as_labels, as_vector, encode, encode_sensitive, silo_ids, unique_inverse
 
 FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 
@@ -241,9 +241,7 @@ class Federation:
         # the order are int32 (below 2³¹ records): at 10⁸ records each is 0.4 GB, not 0.8.
         y_codes, cats_y = encode(y_raw, "y", classes)
         y_codes = y_codes[order]
-        s_codes, cats_s = encode(s_raw, "sensitive_features", groups)
-        if groups is None:
-            check_groups(cats_s, s_raw)
+        s_codes, cats_s = encode_sensitive(s_raw, groups)
         s_codes = s_codes[order]
         shards = []
         for j in range(len(silo_names)):

@@ -2,8 +2,8 @@
 
 Plain functions in the scikit-learn / fairlearn style: ``f(y_true, y_pred, *, sensitive_features)``.
 Labels and groups may be any hashable values that numpy can sort (ints, strings, bools); they are
-encoded internally with :func:`numpy.unique`, so the order of groups is the sorted order of their
-values. All probabilities are empirical frequencies over the records passed in.
+encoded by :mod:`pfair._validation` (the one module that checks and encodes inputs), so the order
+of groups is the sorted order of their values. All probabilities are empirical frequencies over the records passed in.
 
 Papers: Gupta, Poornash, Razaviyayn and Lowy, "A Stochastic Optimization Framework for Private
 and Fair Learning From Decentralized Data" (2024) ("Gupta et al."); Tran, Fioretto and Van
@@ -41,7 +41,7 @@ compatibility.
 
 Every maximum over a pair of groups ``s1, s2`` equals the maximum minus the minimum of the
 per-group quantity, which is how it is computed. Validation happens once, at the public
-boundary, and raises ``ValueError``/``TypeError`` with the argument's name and the fix.
+boundary (:func:`_prepare`), and raises ``ValueError``/``TypeError`` with the argument's name and the fix.
 """
 
 from __future__ import annotations
@@ -51,6 +51,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
+
+from pfair._validation import (
+    as_records,
+    check_same_length,
+    code_of,
+    encode_label_pair,
+    encode_metric_groups,
+    sorted_codes,
+)
 
 __all__ = [
     "accuracy_parity_violation",
@@ -66,105 +75,12 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------
-# Validation and encoding (the only place that inspects user input)
+# Validated, encoded inputs (checked and encoded by pfair._validation, the one input module)
 # --------------------------------------------------------------------------------------------
 
 
-def _as_1d(values: Any, name: str) -> np.ndarray:
-    """Return ``values`` as a 1-D numpy array, or raise naming the argument ``name``."""
-    if values is None:
-        raise TypeError(f"{name} is None; pass a 1-D array-like with one entry per record.")
-    if isinstance(values, (str, bytes)) or np.isscalar(values):
-        raise TypeError(
-            f"{name} must be a 1-D array-like with one entry per record, "
-            f"got a scalar of type {type(values).__name__}."
-        )
-    if isinstance(values, (pd.Series, pd.Index)):
-        arr = values.to_numpy()
-    elif isinstance(values, pd.DataFrame):
-        if values.shape[1] != 1:
-            raise ValueError(
-                f"{name} is a DataFrame with {values.shape[1]} columns; pass a single column "
-                "(to use an intersection of attributes, combine the columns into one label first, "
-                "e.g. df.astype(str).agg('|'.join, axis=1))."
-            )
-        arr = values.iloc[:, 0].to_numpy()
-    else:
-        arr = np.asarray(values)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise ValueError(
-            f"{name} must be 1-D (one entry per record), got an array of shape {arr.shape}."
-        )
-    if arr.shape[0] == 0:
-        raise ValueError(f"{name} is empty; pass at least one record.")
-    missing = pd.isna(arr)
-    if np.any(missing):
-        first = int(np.flatnonzero(missing)[0])
-        raise ValueError(
-            f"{name} contains {int(missing.sum())} missing value(s) (NaN/None), the first at "
-            f"position {first}; drop those records or impute them before computing metrics."
-        )
-    return arr
-
-
-def _check_same_length(**arrays: np.ndarray) -> None:
-    lengths = {name: arr.shape[0] for name, arr in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{name} has {n}" for name, n in lengths.items())
-        raise ValueError(
-            f"Inconsistent numbers of records: {shown}; pass arrays with one entry per record."
-        )
-
-
-def _encode(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Return (sorted unique values, integer codes) for ``values``."""
-    try:
-        uniques, codes = np.unique(values, return_inverse=True)
-    except TypeError as exc:  # e.g. a mix of str and int in an object array
-        raise TypeError(
-            f"{name} mixes values that cannot be sorted together ({exc}); "
-            "use a single type for all entries, e.g. all str or all int."
-        ) from None
-    return uniques, codes.reshape(-1)
-
-
-def _encode_labels(
-    y_true: np.ndarray | None, y_pred: np.ndarray
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """Encode y_true and y_pred with one shared label index (so that y == ŷ is meaningful)."""
-    if y_true is None:
-        labels, pred_codes = _encode(y_pred, "y_pred")
-        return labels, None, pred_codes
-    try:
-        both = np.concatenate([y_true, y_pred])
-    except TypeError:
-        both = np.concatenate([y_true.astype(object), y_pred.astype(object)])
-    labels, codes = _encode(both, "y_true and y_pred")
-    n = y_true.shape[0]
-    return labels, codes[:n], codes[n:]
-
-
-def _encode_groups(sensitive_features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    groups, codes = _encode(sensitive_features, "sensitive_features")
-    if groups.shape[0] < 2:
-        raise ValueError(
-            f"sensitive_features has a single group ({groups.tolist()[0]!r}); a fairness gap needs at "
-            "least 2 groups. Pass the sensitive attribute of a sample that contains 2 or more "
-            "groups."
-        )
-    return groups, codes
-
-
 def _label_code(labels: np.ndarray, label: Hashable, name: str) -> int:
-    hits = np.flatnonzero(np.array([v == label for v in labels.tolist()], dtype=bool))
-    if hits.size == 0:
-        raise ValueError(
-            f"{name}={label!r} is not among the labels found in y_true/y_pred "
-            f"{labels.tolist()}; pass {name}= one of those labels."
-        )
-    return int(hits[0])
+    return code_of(labels, label, name, "labels found in y_true/y_pred")
 
 
 def _same_kind(labels: np.ndarray, label: Hashable) -> bool:
@@ -176,16 +92,6 @@ def _same_kind(labels: np.ndarray, label: Hashable) -> bool:
         return type(v).__name__
 
     return {kind(v) for v in labels.tolist()} == {kind(label)}
-
-
-def _group_code(groups: np.ndarray, group: Hashable, name: str) -> int:
-    hits = np.flatnonzero(np.array([g == group for g in groups.tolist()], dtype=bool))
-    if hits.size == 0:
-        raise ValueError(
-            f"{name}={group!r} is not among the groups in sensitive_features "
-            f"{groups.tolist()}; pass {name}= one of those groups."
-        )
-    return int(hits[0])
 
 
 class _Encoded(NamedTuple):
@@ -202,15 +108,15 @@ def _prepare(
     y_true: Any, y_pred: Any, sensitive_features: Any, *, need_y_true: bool = True
 ) -> _Encoded:
     """Validate and encode the common inputs (the single validation point of every metric)."""
-    yp = _as_1d(y_pred, "y_pred")
-    yt = _as_1d(y_true, "y_true") if (need_y_true or y_true is not None) else None
-    sf = _as_1d(sensitive_features, "sensitive_features")
+    yp = as_records(y_pred, "y_pred")
+    yt = as_records(y_true, "y_true") if (need_y_true or y_true is not None) else None
+    sf = as_records(sensitive_features, "sensitive_features")
     arrays = {"y_pred": yp, "sensitive_features": sf}
     if yt is not None:
         arrays = {"y_true": yt, **arrays}
-    _check_same_length(**arrays)
-    labels, yt_codes, yp_codes = _encode_labels(yt, yp)
-    groups, s_codes = _encode_groups(sf)
+    check_same_length(**arrays)
+    labels, yt_codes, yp_codes = encode_label_pair(yt, yp)
+    groups, s_codes = encode_metric_groups(sf)
     return _Encoded(labels, yt_codes, yp_codes, groups, s_codes)
 
 
@@ -251,8 +157,8 @@ def _names(values: np.ndarray, mask: np.ndarray) -> list:
 def _weights(sample_weight: Any, n: int) -> np.ndarray:
     if sample_weight is None:
         return np.ones(n)
-    w = _as_1d(sample_weight, "sample_weight")
-    _check_same_length(y_pred=np.empty(n), sample_weight=w)
+    w = as_records(sample_weight, "sample_weight")
+    check_same_length(y_pred=np.empty(n), sample_weight=w)
     try:
         w = w.astype(np.float64)
     except (TypeError, ValueError):
@@ -638,8 +544,8 @@ def statistical_parity_difference(
             "pass both group= and reference_group= (or neither, when there are exactly 2 groups)."
         )
     else:
-        g = _group_code(e.groups, group, "group")
-        r = _group_code(e.groups, reference_group, "reference_group")
+        g = code_of(e.groups, group, "group", "groups in sensitive_features")
+        r = code_of(e.groups, reference_group, "reference_group", "groups in sensitive_features")
     table = _rate_table(e.s, hit, e.groups.size)
     rates = table[:, 1] / table.sum(axis=1)
     return float(rates[g] - rates[r])
@@ -671,9 +577,9 @@ def decision_boundary_covariance(
         Wu et al. (2024) constrain to be ≤ ε). If True, return the signed vector ``(Cov_g)_g`` of
         shape (k,), in the sorted order of the groups.
     """
-    d = _as_1d(scores, "scores")
-    sf = _as_1d(sensitive_features, "sensitive_features")
-    _check_same_length(scores=d, sensitive_features=sf)
+    d = as_records(scores, "scores")
+    sf = as_records(sensitive_features, "sensitive_features")
+    check_same_length(scores=d, sensitive_features=sf)
     if np.iscomplexobj(d) or not (np.issubdtype(d.dtype, np.number) or d.dtype == bool):
         raise TypeError(
             f"scores must be real numbers (signed distances to the decision boundary), got dtype "
@@ -682,7 +588,7 @@ def decision_boundary_covariance(
     d = d.astype(np.float64)
     if not np.all(np.isfinite(d)):
         raise ValueError("scores contains inf; pass finite signed distances.")
-    groups, s = _encode_groups(sf)
+    groups, s = encode_metric_groups(sf)
     n = d.shape[0]
     onehot = np.zeros((n, groups.size))
     onehot[np.arange(n), s] = 1.0
@@ -695,10 +601,10 @@ def decision_boundary_covariance(
 
 def misclassification_error(y_true: Any, y_pred: Any) -> float:
     r"""Misclassification error ``(1/n) Σ_i 1[ŷ_i ≠ y_i]`` (the test error of Gupta et al. 2024, §5)."""
-    yt = _as_1d(y_true, "y_true")
-    yp = _as_1d(y_pred, "y_pred")
-    _check_same_length(y_true=yt, y_pred=yp)
-    _, t, p = _encode_labels(yt, yp)
+    yt = as_records(y_true, "y_true")
+    yp = as_records(y_pred, "y_pred")
+    check_same_length(y_true=yt, y_pred=yp)
+    _, t, p = encode_label_pair(yt, yp)
     assert t is not None
     return _error(t, p)
 
@@ -710,7 +616,7 @@ def trivial_error(y_true: Any) -> float:
     difference and this error; a fair
     model is useful only where its error is clearly below it (docs/experiments.md).
     """
-    _, codes = _encode(_as_1d(y_true, "y_true"), "y_true")
+    _, codes = sorted_codes(as_records(y_true, "y_true"), "y_true")
     return _trivial_error(codes)
 
 

@@ -1,7 +1,7 @@
 """Frozen settings of a SteFFLe fit: validated once, read by every layer below the estimator.
 
-:class:`SteFFLe` holds hyper-parameters the scikit-learn way; :meth:`SteFFLeSettings.from_params`
-validates them once (messages name the argument and the fix) and freezes them. The simulation, the
+:class:`SteFFLe` holds hyper-parameters the scikit-learn way; its ``get_params()`` go to
+:meth:`SteFFLeSettings.from_estimator_params`, which validates them once (messages name the argument and the fix) and freezes them. The simulation, the
 silo and server parties, the noise planner and the Flower apps read this object, never the
 estimator, so a setting such as ``lam`` or ``epsilon`` can be followed from ``SteFFLe(...)`` to the
 Rust kernel.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -149,10 +149,11 @@ class SteFFLeSettings:
     max_violation: float | None = None
     max_violation_epsilon_share: float = 0.1
     lam_lr: float = 10.0
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # "auto" clip norms: the private defaults when epsilon is set, no clipping otherwise.
+        # The one place "auto" clip norms and sampling are resolved (batch_size="auto" needs the
+        # silo sizes: for_sizes). Clip norms: the private defaults when epsilon is set, no
+        # clipping otherwise.
         for name in CLIP_NAMES:
             if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
                 object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
@@ -176,10 +177,6 @@ class SteFFLeSettings:
         if isinstance(self.p_s, str):
             return self.p_s
         return "public"
-
-    @property
-    def reproducible_noise(self) -> bool:
-        return self.noise_seed is not None
 
     def clips(self) -> dict[str, float]:
         """Clip norms as the kernels take them (``inf``: no clipping)."""
@@ -223,16 +220,18 @@ class SteFFLeSettings:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.pop("extra")
         if not isinstance(self.p_s, (str, type(None))):
             d["p_s"] = "public"
         return d
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "SteFFLeSettings":
-        """Validate estimator parameters (names as in :class:`pfair.SteFFLe`) and freeze them."""
-        p = dict(params)
+    def from_estimator_params(cls, params: Mapping[str, Any]) -> "SteFFLeSettings":
+        """Validate an estimator's hyper-parameters (its ``get_params()``, names as in
+        :class:`pfair.SteFFLe`) once and freeze them. Entries that are not settings (e.g.
+        DeepSteFFLe's ``module``) are not read; a setting not given takes its default.
+        ``"auto"`` clip norms and sampling are resolved by the frozen object (``__post_init__``)."""
+        p = {f.name: params.get(f.name, f.default) for f in fields(cls)}
         check_choice(p["fairness"], "fairness", FAIRNESS_NOTIONS)
         check_positive(p["lam"], "lam", allow_zero=True)
         check_positive(p["epsilon"], "epsilon", allow_none=True)
@@ -248,7 +247,7 @@ class SteFFLeSettings:
             check_int(p["batch_size"], "batch_size")
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
         check_positive(p["lr_w"], "lr_w", allow_zero=True)
-        check_choice(p.get("w_step", "normalised"), "w_step", W_STEPS)
+        check_choice(p["w_step"], "w_step", W_STEPS)
         check_positive(p["w_radius"], "w_radius", allow_none=True)
         private = p["epsilon"] is not None
         for name in CLIP_NAMES:
@@ -256,10 +255,8 @@ class SteFFLeSettings:
                 if p[name] != "auto":
                     raise ValueError(f"{name} must be a positive number, None (no clipping) or 'auto' ({PRIVATE_CLIPS[name]:g} "
                                      f"when epsilon is set, no clipping otherwise); got {p[name]!r}")
-                p[name] = PRIVATE_CLIPS[name] if private else None
-            check_positive(p[name], name, allow_none=True)
-        if p["sampling"] == "auto":
-            p["sampling"] = auto_sampling(p["protect"], p["mode"])
+            else:
+                check_positive(p[name], name, allow_none=True)
         check_choice(p["sampling"], "sampling", SAMPLINGS + ("auto",))
         check_choice(p["protect"], "protect", ("attribute", "record"))
         check_choice(p["calibration"], "calibration", ("rdp", "paper"))
@@ -269,7 +266,7 @@ class SteFFLeSettings:
         check_positive(p["lr_decay"], "lr_decay")
         check_int(p["decay_every"], "decay_every")
         check_int(p["seed"], "seed", minimum=0)
-        if p.get("noise_seed") is not None:
+        if p["noise_seed"] is not None:
             check_int(p["noise_seed"], "noise_seed", minimum=0)
         share = p["p_s_epsilon_share"]
         check_positive(share, "p_s_epsilon_share")
@@ -294,11 +291,12 @@ class SteFFLeSettings:
         else:
             p_s = parse_public_proportions(p_s)
         p["p_s"] = p_s
+        settings = cls(**p)  # resolves "auto" clip norms and sampling
 
         if private:
             needed = ["clip"] + (["clip_loss", "clip_w"] if p["protect"] == "record" else [])
             for name in needed:
-                if p[name] is None:
+                if getattr(settings, name) is None:
                     raise ValueError(f"{name} must be set when epsilon is set: sensitivity needs a clip norm")
             if p["calibration"] == "paper" and p["protect"] == "record":
                 raise ValueError("calibration='paper' exists only for protect='attribute' (the paper's setting)")
@@ -309,7 +307,6 @@ class SteFFLeSettings:
         if isinstance(p_s, str) and p_s == "dp" and not private:
             raise ValueError("p_s='dp' needs epsilon (a private histogram needs a budget); pass public "
                              "proportions or p_s='pooled' for a non-private fit")
-        settings = cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
         settings.warn_about_step_sizes()
         settings.warn_about_guarantee()
         return settings

@@ -2,87 +2,45 @@
 
 The baselines accept the same inputs as :class:`pfair.SteFFLe`: a :class:`~pfair.Federation`, or
 arrays ``X, y, sensitive_features`` with ``silos=`` (one silo id per record; ``None``: one silo).
-Labels and groups are encoded once, globally. Two baselines need a little more:
+Labels and groups are encoded once, globally, by :mod:`pfair._validation`. Two baselines need a little more:
 the non-fair ones do not need ``sensitive_features`` at all, and PF-LD accepts *missing*
 sensitive values (Tran et al. 2021, §7), marked ``-1``, ``NaN`` or ``None``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from pfair import _core
-from pfair._validation import as_features, as_labels, check_groups, encode, silo_ids
-from pfair.federation import Federation
+from pfair._fit import history_metrics
+from pfair._validation import MISSING, as_features, as_labels, encode, encode_groups, silo_ids
+from pfair.federation import Federation, Silo
 
-MISSING = -1
 
+class Shards(Federation):
+    """The silos of a baseline's fit: a :class:`~pfair.federation.Federation` whose group codes
+    may be :data:`~pfair._validation.MISSING` (``-1``) where s is missing or was not given
+    (``has_s`` is False when no sensitive features were passed at all). ``X``, ``y`` and ``s``
+    list the silos' features, label codes and group codes."""
 
-@dataclass
-class Shards:
-    """Globally encoded silo shards. ``s`` holds group indices, ``-1`` where s is missing or was
-    not given (``has_s`` is False when no sensitive features were passed at all)."""
-
-    X: list[np.ndarray]
-    y: list[np.ndarray]
-    s: list[np.ndarray]
-    classes: np.ndarray
-    groups: np.ndarray
-    has_s: bool
+    def __init__(self, X: list[np.ndarray], y: list[np.ndarray], s: list[np.ndarray], classes: np.ndarray,
+                 groups: np.ndarray, has_s: bool) -> None:
+        super().__init__([Silo(Xj, yj, sj) for Xj, yj, sj in zip(X, y, s)], classes=classes, groups=groups)
+        self.has_s = has_s
 
     @property
-    def n_silos(self) -> int:
-        return len(self.X)
+    def X(self) -> list[np.ndarray]:
+        return [silo.X for silo in self.silos]
 
     @property
-    def sizes(self) -> list[int]:
-        return [len(v) for v in self.y]
+    def y(self) -> list[np.ndarray]:
+        return [silo.y for silo in self.silos]
 
     @property
-    def n_features(self) -> int:
-        return int(self.X[0].shape[1])
-
-    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.concatenate(self.X), np.concatenate(self.y), np.concatenate(self.s)
-
-
-def _is_missing(values: np.ndarray) -> np.ndarray:
-    if values.dtype.kind == "f":
-        return np.isnan(values) | (values == MISSING)
-    if values.dtype.kind in "iu":
-        return values == MISSING
-    if values.dtype.kind == "O":
-        return np.array([v is None or v == MISSING or (isinstance(v, float) and np.isnan(v)) for v in values])
-    return np.zeros(values.shape[0], dtype=bool)
-
-
-def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Group indices (``-1`` for missing when ``allow_missing``) and the sorted group categories."""
-    if hasattr(values, "to_numpy"):
-        values = values.to_numpy()
-    arr = np.asarray(values)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise ValueError(f"sensitive_features must be 1-D, got shape {arr.shape}")
-    if arr.shape[0] != n:
-        raise ValueError(f"sensitive_features has {arr.shape[0]} entries but X has {n} rows; they must match")
-    missing = _is_missing(arr)
-    if missing.any() and not allow_missing:
-        raise ValueError(
-            f"sensitive_features has {int(missing.sum())} missing values (-1, NaN or None); this estimator "
-            "needs every record's group (PFLD accepts missing values)"
-        )
-    if missing.all():
-        raise ValueError("sensitive_features is missing for every record; at least 2 groups must be observed")
-    codes = np.full(n, MISSING, dtype=np.int64)
-    known, cats = encode(arr[~missing], "sensitive_features")
-    check_groups(cats, arr[~missing])
-    codes[~missing] = known
-    return codes, cats
+    def s(self) -> list[np.ndarray]:
+        return [silo.s for silo in self.silos]
 
 
 def shards_from(
@@ -133,24 +91,13 @@ def shards_from(
 def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s: np.ndarray | None,
              split: str = "train") -> dict[str, float]:
     """Loss, error and (where s is known) demographic parity and equalized odds differences of a
-    linear-softmax model; ``y`` and
-    ``s`` are indices (``s = -1``: missing, left out of the fairness metrics)."""
-    from pfair import metrics
-
+    linear-softmax model (:func:`pfair._fit.history_metrics`); ``y`` and ``s`` are indices
+    (``s = -1``: missing, left out of the fairness metrics)."""
     proba = _core.predict_proba(np.ascontiguousarray(X), theta, n_classes)
-    pred = np.argmax(proba, axis=1)
-    out = {
-        f"{split}_loss": float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None)))),
-        f"{split}_error": float(np.mean(pred != y)),
-    }
-    if s is not None:
-        known = s >= 0
-        if len(np.unique(s[known])) >= 2:
-            out[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
-                y[known], pred[known], sensitive_features=s[known])
-            out[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
-                y[known], pred[known], sensitive_features=s[known])
-    return out
+    known = None if s is None else s >= 0
+    if known is not None and len(np.unique(s[known])) < 2:
+        s = None
+    return history_metrics(split, proba, y, s, known)
 
 
 def non_private_report(name: str, n_silos: int) -> Any:

@@ -37,7 +37,7 @@ def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any) -> tuple[Any, Any
         import pandas as pd
 
         Xp = pd.DataFrame(Xp, columns=X.columns)
-    return Xp, sh.classes[yp], (sh.groups[sp] if sh.has_s else None)
+    return Xp, sh.classes_[yp], (sh.groups_[sp] if sh.has_s else None)
 
 
 def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
@@ -50,7 +50,7 @@ def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
 
     def __init__(self: Any, **kwargs: Any) -> None:
         # Only the parameters are set on the instance (scikit-learn's rule); the fixed settings are
-        # class attributes, read by SteFFLe.settings() like any other.
+        # class attributes (est.epsilon reads them) and complete get_params() in SteFFLe.settings().
         bound = sig.bind(self, **kwargs)
         bound.apply_defaults()
         for k, v in bound.arguments.items():
@@ -58,8 +58,9 @@ def _configure(name: str, doc: str, fixed: dict[str, Any], central: bool,
                 setattr(self, k, v)
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
+    settings = {k: v for k, v in fixed.items() if k in base.parameters}
     namespace: dict[str, Any] = {"__init__": __init__, "__doc__": doc, "__module__": __name__,
-                                 **{k: v for k, v in fixed.items() if k in base.parameters}}
+                                 "_fixed_settings": settings, **settings}
     if central:
 
         def fit(self: Any, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,

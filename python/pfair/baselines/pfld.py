@@ -70,10 +70,11 @@ import numpy as np
 import pandas as pd
 
 from pfair import _core
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 from pfair.privacy import mechanisms
 from pfair.privacy.proportions import n_blocks
 from pfair.protocol.keys import noise_key, seeded_key
@@ -195,8 +196,8 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         sh = shards_from(X, y, sensitive_features, silos, need_s=True, allow_missing=True, estimator=self)
         Xa, ya, sa = sh.pooled()
         n, d = Xa.shape
-        k, l = len(sh.groups), len(sh.classes)
-        self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d
+        k, l = len(sh.groups_), len(sh.classes_)
+        self.classes_, self.groups_, self.n_features_in_ = sh.classes_, sh.groups_, d
         if not has_s:
             del self.groups_
         m = n if self.sampling == "full_batch" else self.batch_size
@@ -210,8 +211,8 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         n_ba = np.zeros((blocks, k))
         np.add.at(n_ba, (block[known], sa[known]), 1.0)
         for b, a in zip(*np.nonzero(n_ba == 0)):
-            where = f" among records with label {sh.classes[b]!r}" if blocks > 1 else ""
-            raise ValueError(f"sensitive group {sh.groups[a]!r} has no (reported) records{where}; every group "
+            where = f" among records with label {sh.classes_[b]!r}" if blocks > 1 else ""
+            raise ValueError(f"sensitive group {sh.groups_[a]!r} has no (reported) records{where}; every group "
                              "must be present (merge or drop it)")
 
         steps = 1 if self.sampling == "full_batch" else max(1, math.ceil(n / m))

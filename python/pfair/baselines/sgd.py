@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from pfair import _core
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import Shards, evaluate, non_private_report, shards_from
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 from pfair.protocol.keys import seeded_key
 from pfair.settings import SAMPLINGS
 
@@ -59,7 +60,7 @@ class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
                         f"batch_size={self.batch_size} is larger than silo {j}, which has {n_j} records; "
                         "use a smaller batch_size or fewer silos"
                     )
-        l = len(sh.classes)
+        l = len(sh.classes_)
         silo_set = _core.SiloSet(
             [(X, y, np.zeros(len(y), dtype=np.int64)) for X, y in zip(sh.X, sh.y)], n_groups=2, n_classes=l
         )
@@ -68,9 +69,9 @@ class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
                              sample_rate=min(1.0, self.batch_size / n_j), send_psi=False)
             for n_j in sh.sizes
         ]
-        self.classes_, self.n_features_in_ = sh.classes, sh.n_features
+        self.classes_, self.n_features_in_ = sh.classes_, sh.n_features
         if sh.has_s:
-            self.groups_ = sh.groups
+            self.groups_ = sh.groups_
         return silo_set, configs
 
     def _steps_per_epoch(self, n: float) -> int:
@@ -129,9 +130,9 @@ class CentralERM(_SGDBase):
         self._validate_common()
         sh = shards_from(X, y, sensitive_features, silos, need_s=False, estimator=self)
         Xp, yp, sp = sh.pooled()
-        pooled = Shards([Xp], [yp], [sp], sh.classes, sh.groups, sh.has_s)
+        pooled = Shards([Xp], [yp], [sp], sh.classes_, sh.groups_, sh.has_s)
         silo_set, configs = self._prepare(pooled)
-        l = len(sh.classes)
+        l = len(sh.classes_)
         theta = np.zeros((sh.n_features + 1) * (l - 1))
         w, inv = np.zeros(2 * l), np.ones(2)
         steps = self._steps_per_epoch(len(yp))
@@ -201,7 +202,7 @@ class FedAvg(_SGDBase):
         check_choice(self.silo_weights, "silo_weights", ("size", "uniform"))
         sh = shards_from(X, y, sensitive_features, silos, need_s=False, estimator=self)
         silo_set, configs = self._prepare(sh)
-        l = len(sh.classes)
+        l = len(sh.classes_)
         sizes = np.asarray(sh.sizes, dtype=np.float64)
         weights = sizes / sizes.sum() if self.silo_weights == "size" else np.full(sh.n_silos, 1.0 / sh.n_silos)
         theta = np.zeros((sh.n_features + 1) * (l - 1))

@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, non_private_report, shards_from
-from pfair.estimators import LinearSoftmaxMixin, _ParamsMixin
+from pfair.estimators import LinearSoftmaxMixin
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -223,11 +224,11 @@ class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
         """Fit on a Federation or arrays with ``silos=`` (each silo is a client)."""
         self._validate_params()
         sh = shards_from(X, y, sensitive_features, silos, need_s=True, estimator=self)
-        if len(sh.classes) != 2:
+        if len(sh.classes_) != 2:
             raise ValueError(f"SingleShotSyntheticFL needs binary labels (Wu et al.'s logistic model); y has "
-                             f"{len(sh.classes)} classes")
-        k, d = len(sh.groups), sh.n_features
-        self.classes_, self.groups_, self.n_features_in_ = sh.classes, sh.groups, d
+                             f"{len(sh.classes_)} classes")
+        k, d = len(sh.groups_), sh.n_features
+        self.classes_, self.groups_, self.n_features_in_ = sh.classes_, sh.groups_, d
         synthetic, rows = [], []
         for j, (Xj, sj, yj) in enumerate(zip(sh.X, sh.s, sh.y)):
             rng = np.random.default_rng([self.seed, j])

@@ -103,8 +103,8 @@ class ExponentiatedGradientLR:
             warnings.filterwarnings("ignore", message=r".*incompatible dtype.*|.*key that does not exist.*")
             eg.fit(Xp, yp, sensitive_features=sp)
         self.model_ = eg
-        self.classes_ = sh.classes
-        self.groups_ = sh.groups
+        self.classes_ = sh.classes_
+        self.groups_ = sh.groups_
         self.n_predictors_ = int(len(eg.predictors_))
         return self
 

@@ -111,7 +111,7 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
-        st = SteFFLeSettings.from_params({**defaults, **params})
+        st = SteFFLeSettings.from_estimator_params({**defaults, **params})
     # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
     return st.for_sizes([AUTO_BATCH])
 

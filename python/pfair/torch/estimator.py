@@ -24,17 +24,12 @@ from torch import nn
 
 from sklearn.base import ClassifierMixin
 
-from pfair._validation import as_vector, check_default_delta
-from pfair.estimators import (
-    SteFFLe,
-    _inside_model_selection,
-    _label_indices,
-    _ParamsMixin,
-    missing_sensitive_message,
-    warn_model_selection_cost,
-)
+from pfair._fit import SteFFLeFit, missing_sensitive_message
+from pfair._validation import as_vector
+from pfair.estimators import SteFFLe
 from pfair.exceptions import NotFittedError
 from pfair.federation import Federation
+from pfair.privacy.proportions import n_blocks
 from pfair.providers.torch import (
     TorchProvider,
     check_per_record,
@@ -62,7 +57,7 @@ def reset_parameters(module: nn.Module, seed: int) -> nn.Module:
     return module
 
 
-class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
+class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
     """Private and fair federated training of a ``torch.nn.Module`` with SteFFLe.
 
     Parameters
@@ -132,13 +127,10 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
         return f"{type(self).__name__}({', '.join(shown)})"
 
     # ------------------------------------------------------------------ settings
-    def settings(self) -> SteFFLeSettings:
-        """The validated, frozen SteFFLe settings of the next fit."""
-        st = SteFFLeSettings.from_params({name: getattr(self, name) for name in _STEFFLE_NAMES})
+    def _check_settings(self, st: SteFFLeSettings) -> None:
         if st.mode != "standard":
             raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
                              "its records' s); use pfair.SteFFLe for the hybrid modes of a linear model")
-        return st
 
     def _check_deep_params(self) -> None:
         if not isinstance(self.module, nn.Module):
@@ -173,23 +165,18 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
                 X = arr.reshape(arr.shape[0], -1)
         if sensitive_features is None and not isinstance(X, Federation):
             raise ValueError(missing_sensitive_message(type(self).__name__))
-        fed = SteFFLe._federation(self, X, y, sensitive_features, silos, st)
-        if st.private and st.delta is None:
-            check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
-        if st.private and not isinstance(X, Federation) and _inside_model_selection():
-            warn_model_selection_cost(type(self).__name__)
+        fed = self._federation(X, y, sensitive_features, silos, st)
+        self._check_privacy(st, fed, X)
         d, k, l = fed.n_features, fed.n_groups, fed.n_classes
         shape = shape or (d,)
         if int(np.prod(shape)) != d:
             raise ValueError(f"input_shape={shape} has {int(np.prod(shape))} entries but the records have {d} "
                              "features; they must match")
-        self.classes_, self.groups_ = fed.classes_, fed.groups_
+        self._adopt_encodings(fed)
         self.n_features_in_, self.input_shape_ = d, shape
         self.device_ = resolve_device(self.device)
 
-        previous = getattr(self, "_run_state", None) if resume else None
-        if resume and previous is None:
-            raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
+        previous = self._resume_state(st, resume)
         warm = (st.warm_start or resume) and hasattr(self, "module_") and hasattr(self, "theta_")
         if warm:
             module = self.module_
@@ -201,43 +188,29 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
         check_per_record(module)
         self.module_ = module
         theta0 = np.asarray(self.theta_, dtype=np.float64).copy() if warm else module_theta(module)
-        blocks = l if st.fairness == "equalized_odds" else 1
+        blocks = n_blocks(st.fairness, l)
         w0 = np.asarray(self.W_, dtype=np.float64).ravel().copy() if (warm and hasattr(self, "W_")) \
             else np.zeros(blocks * k * l)
+        sized = st.for_sizes(fed.sizes)
 
         def factory(j: int, silo: Any, cfg: Any) -> TorchProvider:
-            return TorchProvider.for_silo(module, silo, st.for_sizes(fed.sizes), n_groups=k, n_classes=l, input_shape=shape,
+            return TorchProvider.for_silo(module, silo, sized, n_groups=k, n_classes=l, input_shape=shape,
                                           device=self.device_, chunk_size=self.chunk_size)
 
-        pooled = fed.pooled() if st.track_history and (st.exact_diagnostics or not st.private) else None
-
-        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
-            if not st.track_history:
-                return None
-            self.theta_ = np.asarray(theta)
-            set_module_theta(self.module_, self.theta_)
-            row = dict(info)
-            if pooled is not None:
-                row.update(self._evaluate("train", *pooled))
-            if eval_set is not None:
-                row.update(self._evaluate("test", *eval_set))
-            return row
-
-        from pfair.protocol.simulation import Simulation
-
-        sim = Simulation(st, fed, ledgers=ledgers, fast=False, provider_factory=factory)
-        self.n_params_ = int(sim.theta_len)
-        try:
-            state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress,
-                            init=None if previous is not None else (theta0, w0))
-        finally:
-            self._run_state = sim.state if sim.state is not None else previous
-        plans, self.ledgers_ = sim.plans, [ledger for ledger in sim.ledgers if ledger is not None]
-        self.group_proportions_ = state.proportions
-        self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
-        SteFFLe._adopt(self, state, plans, st, k, l)
+        self.n_params_ = int(theta0.size)
+        state, plans = self._run(st, fed, ledgers=ledgers, on_epoch=self._on_epoch(st, fed, eval_set),
+                                 previous=previous, init=None if previous is not None else (theta0, w0),
+                                 provider_factory=factory)
+        self._adopt(state, plans, st, k, l)
         set_module_theta(self.module_, self.theta_)
         return self
+
+    def _set_theta(self, theta: np.ndarray) -> None:
+        self.theta_ = np.asarray(theta)
+        set_module_theta(self.module_, self.theta_)
+
+    def _history_proba(self, X: Any) -> np.ndarray:
+        return self.predict_proba(X)
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
@@ -283,29 +256,9 @@ class DeepSteFFLe(ClassifierMixin, _ParamsMixin):
         return float(np.mean(pred == as_vector(y, "y", pred.shape[0])))
 
     def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
-        from pfair import metrics
-
-        proba = self.predict_proba(X)
-        n = proba.shape[0]
-        y_idx = _label_indices(as_vector(y, "y", n), self.classes_)
-        pred = np.argmax(proba, axis=1)
-        s_arr = as_vector(s, "sensitive_features", n)
-        loss = float(-np.mean(np.log(np.clip(proba[np.arange(n), y_idx], 1e-300, None))))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            return {
-                f"{split}_loss": loss,
-                f"{split}_error": float(np.mean(pred != y_idx)),
-                f"{split}_demographic_parity_difference": metrics.demographic_parity_difference(
-                    y_idx, pred, sensitive_features=s_arr),
-                f"{split}_equalized_odds_difference": metrics.equalized_odds_difference(
-                    y_idx, pred, sensitive_features=s_arr),
-            }
-
-    @property
-    def epsilon_spent_(self) -> float:
-        """Largest ε spent by any silo (each silo's guarantee is its own)."""
-        return float(self.privacy_report_["epsilon_spent"].max())
+            return super()._evaluate(split, X, y, s)
 
 
 # get_params / set_params / clone see every hyper-parameter, the deep ones and SteFFLe's.

@@ -1,0 +1,297 @@
+"""The fit that :class:`pfair.SteFFLe` and :class:`pfair.torch.DeepSteFFLe` share.
+
+Both estimators turn their hyper-parameters into one frozen :class:`~pfair.settings.SteFFLeSettings`,
+build a :class:`~pfair.federation.Federation` from the inputs of ``fit``, run SteFFLe on it through
+the run engine, and keep what the run produced as fitted attributes. :class:`SteFFLeFit` holds
+those steps; each estimator adds only its model (a linear-softmax θ, or a ``torch.nn.Module``).
+
+The engine is called from one method, :meth:`SteFFLeFit._run`; nothing else here knows how a run is
+executed.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import validate_data
+
+from pfair._validation import as_features, as_labels, as_vector, check_default_delta, label_indices
+from pfair.exceptions import PrivacyWarning
+from pfair.federation import Federation
+from pfair.privacy.proportions import n_blocks
+from pfair.settings import SteFFLeSettings
+
+#: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
+OnEpoch = Callable[[int, np.ndarray, np.ndarray, dict], "dict | None"]
+
+
+class _ParamsMixin(BaseEstimator):
+    """scikit-learn's :class:`~sklearn.base.BaseEstimator`: ``get_params``/``set_params``/``clone``
+    (hyper-parameters are ``__init__`` args, stored unchanged), ``repr`` and metadata routing
+    (``set_fit_request(sensitive_features=True, silos=True)``, generated from ``fit``'s keywords)."""
+
+
+class SteFFLeFit(_ParamsMixin):
+    """Settings, inputs, run and fitted state of a SteFFLe estimator.
+
+    A subclass provides its model through three hooks: :meth:`_history_proba` (class
+    probabilities of the model being trained, for the ``history_`` metrics), :meth:`_set_theta`
+    (the model after an epoch) and :meth:`_check_settings` (settings it cannot run)."""
+
+    #: Settings a named configuration fixes instead of taking them as parameters (e.g. FERMI's
+    #: ``epsilon=None``); they complete ``get_params()`` when the settings are built.
+    _fixed_settings: ClassVar[dict[str, Any]] = {}
+
+    theta_: np.ndarray
+    classes_: np.ndarray
+
+    # ------------------------------------------------------------------ settings
+    def settings(self) -> SteFFLeSettings:
+        """The validated, frozen settings of the next fit (every SteFFLe hyper-parameter, including
+        those a named configuration fixes)."""
+        st = SteFFLeSettings.from_estimator_params({**self._fixed_settings, **self.get_params(deep=False)})
+        self._check_settings(st)
+        return st
+
+    def _check_settings(self, st: SteFFLeSettings) -> None:
+        """Refuse settings this estimator cannot run (every one, here)."""
+
+    # ------------------------------------------------------------------ inputs
+    def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any, st: SteFFLeSettings) -> Federation:
+        """The fit's Federation; records ``n_features_in_`` and (for a DataFrame) ``feature_names_in_``.
+        Without ``sensitive_features`` only ``lam=0`` can fit (see :meth:`pfair.SteFFLe.fit`)."""
+        self._has_sensitive = True
+        if isinstance(X, Federation):
+            if y is not None or sensitive_features is not None or silos is not None:
+                raise ValueError("pass either a Federation, or X, y, sensitive_features and silos; not both")
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            self.n_features_in_ = X.n_features
+            return X
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: call "
+                             "fit(X, y, sensitive_features=s), or pass a Federation as X")
+        Xa = as_features(X, keep_float32=True)  # the Federation keeps float32 features as they are
+        validate_data(self, X, reset=True, skip_check_array=True)  # n_features_in_, feature_names_in_
+        n = Xa.shape[0]
+        y_arr = as_labels(y, n, estimator=type(self).__name__)
+        if sensitive_features is None:
+            if st.sends_psi or st.mode != "standard":
+                raise ValueError(missing_sensitive_message(type(self).__name__))
+            # lam = 0: nothing sent depends on s and p_s is never computed, so a placeholder
+            # attribute is never read; no fairness metric is reported.
+            sensitive_features = np.arange(n) % 2
+            self._has_sensitive = False
+        names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
+        return Federation.from_arrays(Xa, y_arr, sensitive_features=sensitive_features, silos=silos,
+                                      feature_names=names)
+
+    def _check_privacy(self, st: SteFFLeSettings, fed: Federation, X: Any) -> None:
+        """Before a private run: a default δ needs silos of 2 records or more, and a fit on arrays
+        inside scikit-learn's model selection is warned (its real cost is the sum of the fits')."""
+        if st.private and st.delta is None:
+            check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
+        if st.private and not isinstance(X, Federation) and _inside_model_selection():
+            warn_model_selection_cost(type(self).__name__, stacklevel=4)
+
+    def _adopt_encodings(self, fed: Federation) -> None:
+        """``classes_`` and (when the fit had a sensitive attribute) ``groups_`` of the federation."""
+        self.classes_ = fed.classes_
+        if self._has_sensitive:
+            self.groups_ = fed.groups_
+        elif hasattr(self, "groups_"):
+            del self.groups_
+
+    # ------------------------------------------------------------------ history
+    def _on_epoch(self, st: SteFFLeSettings, fed: Federation, eval_set: tuple[Any, Any, Any] | None) -> OnEpoch:
+        """The engine's per-epoch callback: the model of the epoch (:meth:`_set_theta`) and its
+        ``history_`` row, the engine's ``info`` plus metrics on the silos' data (when allowed: a
+        non-private fit, or ``exact_diagnostics``) and on ``eval_set``."""
+        pooled = None
+        if st.track_history and (st.exact_diagnostics or not st.private):
+            Xp, yp, sp = fed.pooled()  # indices -> the user's labels and groups, as _evaluate takes them
+            pooled = (Xp, fed.classes_[yp], fed.groups_[sp] if self._has_sensitive else None)
+
+        def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
+            if not st.track_history:
+                return None
+            self._set_theta(theta)
+            row = dict(info)
+            if pooled is not None:
+                row.update(self._evaluate("train", *pooled))
+            if eval_set is not None:
+                row.update(self._evaluate("test", *eval_set))
+            return row
+
+        return on_epoch
+
+    def _set_theta(self, theta: np.ndarray) -> None:
+        """Hold the model of the epoch just run (``theta_``)."""
+        self.theta_ = np.asarray(theta)
+
+    def _history_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities of the current model on ``X`` (``(n, l)``)."""
+        raise NotImplementedError
+
+    def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
+        """The ``history_`` metrics of the current model on ``(X, y, s)`` (labels and groups as
+        the user gave them; ``s`` None: no fairness columns)."""
+        proba = self._history_proba(X)
+        n = proba.shape[0]
+        y_idx = label_indices(as_vector(y, "y", n), self.classes_)
+        s_arr = None if s is None else as_vector(s, "sensitive_features", n)
+        return history_metrics(split, proba, y_idx, s_arr)
+
+    # ------------------------------------------------------------------ the run
+    def _resume_state(self, st: SteFFLeSettings, resume: bool) -> Any:
+        """The run state of this estimator's interrupted fit that ``resume=True`` continues (None
+        without ``resume``)."""
+        if not resume:
+            return None
+        if st.mode != "standard":
+            raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
+        previous = getattr(self, "_run_state", None)
+        if previous is None:
+            raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
+        return previous
+
+    def _warm_start_model(self, st: SteFFLeSettings, previous: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(θ, W)`` a new run starts from: the fitted ``theta_`` and ``W_`` with ``warm_start``
+        (not when resuming: the run state holds the model; not in the hybrid modes, which always
+        start from zero), else None (the engine's start)."""
+        if (st.warm_start and st.mode == "standard" and previous is None and hasattr(self, "theta_")
+                and hasattr(self, "W_")):
+            return self.theta_, self.W_
+        return None
+
+    def _run(self, st: SteFFLeSettings, fed: Federation, *, ledgers: Any, on_epoch: OnEpoch, previous: Any = None,
+             init: tuple[np.ndarray, np.ndarray] | None = None, sensitive_silos: Any = None,
+             provider_factory: Callable[..., Any] | None = None) -> tuple[Any, list]:
+        """Run SteFFLe on ``fed``: the one call into the run engine. Returns the final run state
+        and the silos' noise plans; sets ``ledgers_`` and, in ``mode="standard"``,
+        ``group_proportions_``, ``n_rounds_`` and the state an interrupted run resumes from.
+
+        ``previous``: the run state to resume (:meth:`_resume_state`); ``init``: the ``(θ, W)`` of a
+        new run (a warm start, or a model's own parameters); ``provider_factory``: the gradient
+        provider of each silo (None: the linear model in Rust)."""
+        from pfair.protocol.simulation import Simulation
+
+        sim = Simulation(st, fed, ledgers=ledgers, fast=provider_factory is None, provider_factory=provider_factory,
+                         sensitive_silos=sensitive_silos)
+        try:
+            state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
+        finally:
+            # An interrupted fit can be resumed from its last completed epoch.
+            self._run_state = sim.state if sim.state is not None else previous
+        if st.mode != "standard":
+            self.ledgers_ = sim.ledgers
+            return state, sim.plans
+        self.ledgers_ = [ledger for ledger in sim.ledgers if ledger is not None]
+        self.group_proportions_ = state.proportions
+        self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
+        return state, sim.plans
+
+    def _adopt(self, state: Any, plans: list, st: SteFFLeSettings, k: int, l: int) -> None:  # noqa: E741
+        """The fitted attributes from a finished (or interrupted) run's state: θ (the snapshot for
+        ``output="random"``), W as ``k × l`` (or ``classes × k × l``), history and the report."""
+        theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
+        blocks = n_blocks(st.fairness, l)
+        self.theta_ = np.asarray(theta, dtype=np.float64)
+        self.W_ = np.asarray(w).reshape(blocks, k, l)
+        if blocks == 1:
+            self.W_ = self.W_[0]
+        self.epochs_done_ = state.epochs_done
+        # λ of the last epoch: adapted (kept in the run state) or the fixed lam.
+        self.lam_ = float(getattr(state, "lam", None) if getattr(state, "lam", None) is not None else st.lam_initial)
+        self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
+        self.privacy_report_ = self._report(plans, st)
+
+    def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:
+        rows = []
+        ledgers = self.ledgers_ if st.private else []
+        for j, plan in enumerate(plans):
+            row = plan.as_dict()
+            row["epsilon_spent"] = ledgers[j].epsilon_spent() if ledgers else math.inf
+            row["p_s"] = st.p_s_source
+            row["noise"] = "secret" if st.noise_seed is None else f"reproducible (noise_seed={st.noise_seed})"
+            covered = st.private and st.noise_seed is None and st.p_s_source != "pooled"
+            row["guarantee"] = ("none (non-private)" if not st.private else
+                                "covered" if covered else
+                                "not covered: " + ", ".join(
+                                    r for r, bad in (("noise_seed is known", st.noise_seed is not None),
+                                                     ("p_s pooled from exact data", st.p_s_source == "pooled"))
+                                    if bad))
+            rows.append(row)
+        from pfair.privacy.report import PrivacyReport
+
+        return PrivacyReport(pd.DataFrame(rows).set_index("silo"))
+
+    @property
+    def epsilon_spent_(self) -> float:
+        """Largest ε spent by any silo (each silo's guarantee is its own)."""
+        return float(self.privacy_report_["epsilon_spent"].max())
+
+
+def history_metrics(split: str, proba: np.ndarray, y: np.ndarray, s: np.ndarray | None,
+                    known: np.ndarray | None = None) -> dict[str, float]:
+    """The ``history_`` columns of a model's probabilities ``proba`` on records of class indices
+    ``y``: ``<split>_loss`` (cross-entropy), ``<split>_error`` and, when ``s`` is given,
+    ``<split>_demographic_parity_difference`` and ``<split>_equalized_odds_difference``
+    (:mod:`pfair.metrics`) over the records ``known`` (default: all). Every estimator's history
+    and the baselines' use it."""
+    from pfair import metrics
+
+    pred = np.argmax(proba, axis=1)
+    loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
+    row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y))}
+    if s is not None:
+        if known is not None:
+            y, pred, s = y[known], pred[known], s[known]
+        row[f"{split}_demographic_parity_difference"] = metrics.demographic_parity_difference(
+            y, pred, sensitive_features=s)
+        row[f"{split}_equalized_odds_difference"] = metrics.equalized_odds_difference(
+            y, pred, sensitive_features=s)
+    return row
+
+
+def _inside_model_selection(depth: int = 40) -> bool:
+    """Whether this call runs inside scikit-learn's cross-validation or hyper-parameter search
+    (a ``sklearn.model_selection`` frame on the stack; also true in its joblib workers)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def warn_model_selection_cost(name: str, stacklevel: int = 3) -> None:
+    """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation."""
+    warnings.warn(
+        f"a private {name} is being fitted inside scikit-learn cross-validation or a hyper-parameter search: each "
+        "fold and candidate builds new silos with new ledgers, so a record's real privacy cost is the sum of the "
+        "epsilon of every fit that used it, not the epsilon of one fit. Tune on public data, divide the budget "
+        "(epsilon / number of fits), or fit on one Federation so its ledgers refuse what is over budget "
+        "(docs/sklearn.md)",
+        PrivacyWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def missing_sensitive_message(name: str) -> str:
+    """The error of ``fit(X, y)`` without ``sensitive_features`` (lam > 0)."""
+    return (
+        f"{name}.fit needs sensitive_features= (the sensitive attribute of each record) when lam > 0: "
+        f"call fit(X, y, sensitive_features=s). In a Pipeline, cross_val_score or GridSearchCV, route it: "
+        f"sklearn.set_config(enable_metadata_routing=True), {name}().set_fit_request(sensitive_features=True), "
+        "then pass params={'sensitive_features': s} (fit params of GridSearchCV.fit). Only lam=0 (no fairness "
+        "penalty) fits without it"
+    )
