@@ -211,16 +211,18 @@ class SiloNode:
 
         if settings.epsilon is None:
             raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
-        self._check_caps(settings)
         if check_budget and settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(f"silo {self.silo_id}: the run asks for epsilon={settings.epsilon:g}, more than this "
                                  f"silo's budget {ledger.epsilon:g}")
+        self._check_caps(settings, run_epsilon=check_budget)
         return dataclasses.replace(settings, noise_seed=self.noise_seed, delta=ledger.delta)
 
-    def _check_caps(self, settings: SteFFLeSettings) -> None:
-        """Refuse a run asking for more ε, or larger shares of it, than this silo's own caps."""
+    def _check_caps(self, settings: SteFFLeSettings, run_epsilon: bool = True) -> None:
+        """Refuse a run asking for more ε, or larger shares of it, than this silo's own caps (the
+        run's ε from the plan round on: the hello only sizes the silo and releases its histogram,
+        whose share is checked there)."""
         over = []
-        if settings.epsilon > self.max_run_epsilon * (1 + 1e-12):
+        if run_epsilon and settings.epsilon > self.max_run_epsilon * (1 + 1e-12):
             over.append(f"epsilon={settings.epsilon:g} per run (the silo's cap: max-run-epsilon={self.max_run_epsilon:g})")
         if settings.p_s_source == "dp" and settings.p_s_epsilon_share > self.max_histogram_share:
             over.append(f"p_s_epsilon_share={settings.p_s_epsilon_share:g} (cap: max-histogram-share="
