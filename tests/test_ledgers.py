@@ -17,22 +17,10 @@ from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceed
 from pfair.privacy import MechanismEvent, PrivacyLedger
 from pfair.privacy.ledger import data_fingerprint
 
-
-def data(n=900, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+from support import toy_data as data, toy_federation as fed
 
 
 FAST = dict(lam=1.0, epochs=4, batch_size=50, p_s=[0.5, 0.5], seed=0, track_history=False)
-
-
-def fed():
-    X, y, s, silos = data()
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
 
 
 def test_refitting_the_same_silos_spends_only_what_is_left_and_then_refuses():

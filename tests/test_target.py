@@ -26,16 +26,9 @@ from pfair.protocol.messages import ViolationRelease
 from pfair.protocol.simulation import Simulation
 from pfair import _core
 
+from support import toy_federation as small_fed
+
 TARGET = 0.05
-
-
-def small_fed(n=900, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
 
 
 def quiet_settings(**kw):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import warnings
-
 import zlib
+from functools import partial
 
 import numpy as np
 import pytest
@@ -32,6 +32,8 @@ from pfair.providers.base import BatchParts  # noqa: E402
 from pfair.providers.torch import TorchProvider, module_theta, set_module_theta  # noqa: E402
 from pfair.torch import DeepSteFFLe, load_digits_fair, load_image_folder  # noqa: E402
 from pfair.torch.models import SmallCNN, mlp, resnet18_groupnorm  # noqa: E402
+
+from support import toy_federation  # noqa: E402
 
 # One thread: the runs are deterministic and do not fight other processes for the two cores.
 torch.set_num_threads(1)
@@ -455,13 +457,8 @@ def test_params_follow_scikit_learn_conventions():
 # (f) the party-by-party simulation with the torch provider equals the Rust fast path
 
 
-def _protocol_data(n=600, seed=0, k=3):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, k, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [0.3, 1.5])
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
+# 600 records, 3 groups, 3 classes (y cut at 0.3 and 1.5), 3 silos.
+_protocol_data = partial(toy_federation, n=600, k=3, cuts=(0.3, 1.5))
 
 
 @pytest.mark.parametrize("kw", [
