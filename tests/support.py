@@ -1,4 +1,4 @@
-"""Shared by the test files: a small synthetic federation.
+"""Shared by the test files: a small synthetic federation, and a fit interrupted mid-run.
 
 Import with ``from support import ...`` (``conftest.py`` puts this folder on the path).
 """
@@ -6,6 +6,7 @@ Import with ``from support import ...`` (``conftest.py`` puts this folder on the
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pfair import Federation
 
@@ -29,3 +30,28 @@ def toy_federation(**kw) -> Federation:
     X, y, s, silos = toy_data(**kw)
     return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
 
+
+def fit_interrupted(model, *args, at_epoch):
+    """``model.fit(*args)`` stopped by a KeyboardInterrupt (a user's Ctrl-C) when its ``at_epoch``-th
+    epoch ends, the earlier epochs' own ``on_epoch`` callback run as usual; the fit must raise it.
+    ``Simulation.run`` is patched only for this call."""
+    from pfair.protocol import simulation
+
+    real = simulation.Simulation.run
+    calls = {"n": 0}
+
+    def interrupted(self, **a):
+        user = a.get("on_epoch")
+
+        def on_epoch(epoch, theta, w, info):
+            calls["n"] += 1
+            if calls["n"] == at_epoch:
+                raise KeyboardInterrupt
+            return user(epoch, theta, w, info) if user else info
+
+        return real(self, **{**a, "on_epoch": on_epoch})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(*args)

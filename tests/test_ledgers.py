@@ -17,7 +17,7 @@ from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceed
 from pfair.privacy import MechanismEvent, PrivacyLedger
 from pfair.privacy.ledger import data_fingerprint
 
-from support import toy_data as data, toy_federation as fed
+from support import fit_interrupted, toy_data as data, toy_federation as fed
 
 
 FAST = dict(lam=1.0, epochs=4, batch_size=50, p_s=[0.5, 0.5], seed=0, track_history=False)
@@ -152,35 +152,16 @@ def test_budget_survives_a_process(tmp_path):
     assert (m.privacy_report_["noise_multiplier"] > 3 * z_first).all()
 
 
-def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(monkeypatch):
+def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
     """Interrupt a fit in its third epoch, resume it: the ledgers hold exactly the planned rounds,
     and with reproducible noise the result equals the uninterrupted fit bit for bit."""
-    from pfair.protocol import simulation
-
     kw = dict(FAST, epochs=5, noise_seed=11)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
         f = fed()
         m = SteFFLe(epsilon=1.0, **kw)
-        real = simulation.Simulation.run
-        calls = {"n": 0}
-
-        def interrupted(self, **a):
-            user = a.get("on_epoch")
-
-            def on_epoch(epoch, theta, w, info):
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    raise KeyboardInterrupt
-                return user(epoch, theta, w, info) if user else info
-
-            return real(self, **{**a, "on_epoch": on_epoch})
-
-        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            m.fit(f)
-        monkeypatch.setattr(simulation.Simulation, "run", real)
+        fit_interrupted(m, f, at_epoch=3)
         assert m._run_state.epochs_done == 3
         m.fit(f, resume=True)
     rounds = whole.n_rounds_

@@ -33,7 +33,7 @@ from pfair.providers.torch import TorchProvider, module_theta, set_module_theta 
 from pfair.torch import DeepSteFFLe, load_digits_fair, load_image_folder  # noqa: E402
 from pfair.torch.models import SmallCNN, mlp, resnet18_groupnorm  # noqa: E402
 
-from support import toy_federation  # noqa: E402
+from support import fit_interrupted, toy_federation  # noqa: E402
 
 # One thread: the runs are deterministic and do not fight other processes for the two cores.
 torch.set_num_threads(1)
@@ -573,9 +573,7 @@ def test_load_digits_fair_documents_its_sensitive_attribute():
         load_digits_fair(n_groups=1)
 
 
-def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
-    from pfair.protocol import simulation
-
+def test_resume_after_an_interruption_equals_the_uninterrupted_fit():
     fed = _protocol_data(seed=3)
     kw = dict(epsilon=2.0, lam=1.0, epochs=4, batch_size=40, p_s=[0.3, 0.3, 0.4], noise_seed=5, lr_theta=0.3,
               init_seed=0, device="cpu")
@@ -584,24 +582,7 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
         whole = DeepSteFFLe(mlp(3, 3, (4,)), **kw).fit(fed, ledgers="new")
         fed = _protocol_data(seed=3)
         model = DeepSteFFLe(mlp(3, 3, (4,)), **kw)
-        real = simulation.Simulation.run
-        calls = {"n": 0}
-
-        def interrupted(self, **a):
-            user = a.get("on_epoch")
-
-            def on_epoch(epoch, theta, w, info):
-                calls["n"] += 1
-                if calls["n"] == 2:
-                    raise KeyboardInterrupt
-                return user(epoch, theta, w, info)
-
-            return real(self, **{**a, "on_epoch": on_epoch})
-
-        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            model.fit(fed)
-        monkeypatch.setattr(simulation.Simulation, "run", real)
+        fit_interrupted(model, fed, at_epoch=2)
         assert model._run_state.epochs_done == 2
         model.fit(fed, resume=True)
         np.testing.assert_array_equal(model.theta_, whole.theta_)
