@@ -338,6 +338,7 @@ def _race_round(config, st, start):
         return type(exc).__name__
 
 
+@pytest.mark.slow
 def test_messages_of_one_round_in_separate_processes_get_one_reply(node_config):
     import concurrent.futures
     import multiprocessing

@@ -127,6 +127,7 @@ def test_paper_calibration_keeps_the_budget_and_stops_when_refused():
     assert m.epochs_done_ < 30
 
 
+@pytest.mark.slow
 def test_budget_survives_a_process(tmp_path):
     """A fit in another process charges ledgers on disk; this process sees the spend and refuses."""
     X, y, s, silos = data()

@@ -77,6 +77,7 @@ def _from_table(table):
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FAIRLEARN
 @given(tasks())
 def test_dp_matches_fairlearn_demographic_parity_difference(task):
@@ -86,6 +87,7 @@ def test_dp_matches_fairlearn_demographic_parity_difference(task):
     assert ours == pytest.approx(theirs, abs=1e-12)
 
 
+@pytest.mark.slow
 @FAIRLEARN
 @given(tasks())
 def test_eo_matches_fairlearn_equalized_odds_difference(task):
@@ -100,6 +102,7 @@ def test_eo_matches_fairlearn_equalized_odds_difference(task):
     ) == pytest.approx(theirs, abs=1e-12)
 
 
+@pytest.mark.slow
 @FAIRLEARN
 @given(tasks())
 def test_eopp_matches_fairlearn_tpr_difference(task):
@@ -109,6 +112,7 @@ def test_eopp_matches_fairlearn_tpr_difference(task):
     assert ours == pytest.approx(frame.difference(method="between_groups"), abs=1e-12)
 
 
+@pytest.mark.slow
 @FAIRLEARN
 @given(tasks())
 def test_accuracy_parity_matches_fairlearn_accuracy_difference(task):

@@ -236,6 +236,7 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
 
 
 # ---------------------------------------------------------------------------------------- real fits
+@pytest.mark.slow
 def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     X, y, s = adult_fed.pooled()
     free = SteFFLe(lam=0.0, epochs=40).fit(adult_fed)

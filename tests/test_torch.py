@@ -294,6 +294,7 @@ def _soft_ermi(proba, s, k):
     return float((joint**2 / (joint.sum(0, keepdims=True) * joint.sum(1, keepdims=True))).sum() - 1)
 
 
+@pytest.mark.slow
 def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation():
     data = pfair.datasets.load_adult(sensitive="race")
     assert data.n_groups == 5
@@ -630,6 +631,7 @@ def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_a
                for ledger in deep.ledgers_)
 
 
+@pytest.mark.slow
 def test_mlp_with_max_violation_meets_the_target_roughly():
     rng = np.random.default_rng(0)
     n = 1500
