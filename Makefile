@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test install install-test rust-test py-test bench clean
+.PHONY: demo test test-fast install install-test rust-test py-test bench clean
 
 $(VENV)/bin/activate:
 	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -37,6 +37,11 @@ demo: install
 test: install-test
 	cargo test --quiet
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
+## docs/performance.md); make test still runs every test.
+test-fast: install-test
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 bench: install-test
 	cargo bench

@@ -1,4 +1,6 @@
-"""Test configuration: make the NumPy reference implementations importable as ``reference``."""
+"""Test configuration: put this folder on the path, so that the test files import the NumPy
+reference implementations (``reference``) and the shared builders and helpers (``support``,
+``flower_support``) as modules."""
 
 import os
 import sys

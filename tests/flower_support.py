@@ -4,6 +4,7 @@ settings, and the in-process protocol run a deployment is compared with."""
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +15,13 @@ from pfair.flower.deploy import LoopbackDeployment, descendants
 from pfair.protocol.server import ServerParty, reply_limits
 from pfair.protocol.simulation import Simulation
 
+from support import toy_data
+
 TESTS = str(Path(__file__).parent)
 
 
-def data(n=900, seed=0, n_silos=3):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, np.arange(n) % n_silos
+# The Flower tests' data: 900 records by default, dealt to the silos in turn.
+data = partial(toy_data, round_robin=True)
 
 
 def settings(**kw):

@@ -90,6 +90,7 @@ def test_without_replacement_equals_the_high_precision_bound(q, sigma):
     np.testing.assert_allclose(ours, _exact_wor_curve(q, sigma), rtol=1e-10, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q", QS)
 @pytest.mark.parametrize("sigma", SIGMAS)
 def test_without_replacement_matches_dp_accounting_replace_one(q, sigma):
@@ -215,6 +216,7 @@ def test_heterogeneous_composition_matches_dp_accounting():
 
 # --------------------------------------------------------------------------- replace-one Poisson
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q", [0.01, 0.25, 0.7])
 @pytest.mark.parametrize("z", [0.6, 1.5, 5.0])
 @pytest.mark.parametrize("alpha", [1.5, 2.0, 5.0, 12.0])

@@ -218,6 +218,7 @@ def test_single_shot_implicit_gradient_matches_finite_differences():
     assert np.linalg.norm(grad - fd) <= 1e-4 * np.linalg.norm(fd)
 
 
+@pytest.mark.slow
 def test_single_shot_penalty_lowers_statistical_parity_difference():
     X, y, s = biased_data(1200, seed=3)
     silos = np.arange(1200) % 2

@@ -255,6 +255,7 @@ def test_privacy_report_object_prints_in_full():
     assert explained.loc["guarantee", "value"] == "covered"
 
 
+@pytest.mark.slow
 def test_no_progress_bar_in_a_redirected_log(tmp_path):
     import os
 

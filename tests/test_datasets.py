@@ -166,6 +166,7 @@ def test_law_school_published_figures():
     assert race.feature_names == ["LSAT", "UGPA", "ZFYA", "sex=female", "sex=male"]
 
 
+@pytest.mark.slow
 def test_census_kdd_published_figures():
     ds = get("census_kdd_sex")
     source = pd.concat([ds.attrs_train["source"], ds.attrs_test["source"]])

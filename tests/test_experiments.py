@@ -173,6 +173,7 @@ def test_failed_cells_are_recorded_and_can_be_retried(tmp_path):
     assert len(load_runs(tmp_path)) == 2  # the retried cells replace their old rows
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics_with_one_or_two_workers(tmp_path):
     grid = dict(methods="steffle,pfld,fedavg", seeds=1, **{**TINY, "heterogeneities": [0.75]})
     one = load_runs(run_sweep(tmp_path / "one", jobs=1, **grid).path)
@@ -299,6 +300,7 @@ def test_summary_uses_the_equalized_odds_column_for_equalized_odds():
 
 
 # ---------------------------------------------------------------------------------------- plots, CLI
+@pytest.mark.slow
 def test_plots_are_written_as_png_and_svg_with_the_trivial_line(tiny_sweep, tmp_path):
     out, _ = tiny_sweep
     paths = plot_results(out, out=tmp_path)
@@ -473,6 +475,7 @@ def test_rows_of_notion_agnostic_and_partition_free_methods_join_every_setting()
 
 
 # ---------------------------------------------------------------------------------------- ExponentiatedGradient
+@pytest.mark.slow
 def test_exponentiated_gradient_reference_fits_and_trades_error_for_fairness():
     from pfair import metrics
     from pfair.experiments.reference import ExponentiatedGradientLR
@@ -567,6 +570,7 @@ def _pct_text(v: float) -> str:
     return f"{100 * v:+.0f}%".replace("-", "−")
 
 
+@pytest.mark.slow
 def test_paper_grid_script_dry_run_runs_nothing(tmp_path):
     import os
     import subprocess
@@ -601,6 +605,7 @@ def test_schema_1_runs_read_back_and_are_summarised_with_test_selection(tmp_path
         run_sweep(tmp_path, methods="fedavg", seeds=1, jobs=1, **TINY)
 
 
+@pytest.mark.slow
 def test_a_schema_2_sweep_with_the_old_metric_names_is_read_and_resumed_under_fairlearns_names(tmp_path):
     grid = dict(methods="fedavg", seeds=1, **{**TINY, "heterogeneities": [0.0]})
     first = run_sweep(tmp_path, **grid)

@@ -30,6 +30,7 @@ from pfair.privacy.ledger import PrivacyLedger  # noqa: E402
 from flower_support import data, settings  # noqa: E402
 
 
+@pytest.mark.slow
 def test_a_deployed_run_equals_the_simulation(tmp_path):
     """Reproducible noise on purpose (each node's own noise-seed): the deployed θ and W equal
     SteFFLe.fit on the same partition, and every silo's ledger spent what the simulation's did.
@@ -61,6 +62,7 @@ def test_a_deployed_run_equals_the_simulation(tmp_path):
     assert ledger.fingerprint is not None and list(ledger.runs) == [res["run_id"]]
 
 
+@pytest.mark.slow
 def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
     """The one-command launcher: partition, shards, SuperLink and SuperNodes, run, summary."""
     from pfair.cli import main
@@ -77,6 +79,7 @@ def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
     assert out["seconds_per_round"] > 0 and out["start_seconds"] > 0
 
 
+@pytest.mark.slow
 def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
     """A torch MLP named by the run config (a factory the silos allow) runs on the deployment
     with the torch gradient provider and gives DeepSteFFLe.fit's model; a silo refuses a factory
@@ -107,6 +110,7 @@ def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
     del torch
 
 
+@pytest.mark.slow
 def test_a_deployed_fairness_target_equals_the_simulation(tmp_path):
     """max_violation over Flower: after each epoch but the last every node answers
     query.violation (its noisy histogram, charged to its ledger); the server's λ path, θ and the
@@ -136,6 +140,7 @@ def test_a_deployed_fairness_target_equals_the_simulation(tmp_path):
     assert sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 2
 
 
+@pytest.mark.slow
 def test_warm_clientapps_are_forks_running_flowers_own_command(tmp_path):
     """pfair.flower.fast_superexec: a flwr-clientapp launch becomes a fork of the warm process that
     runs Flower's own command with the same arguments; other commands start as before; the warm
@@ -179,6 +184,7 @@ def test_warm_clientapps_are_forks_running_flowers_own_command(tmp_path):
     assert len(noise) == 2 and noise[0] != noise[1]
 
 
+@pytest.mark.slow
 def test_reply_object_pulls_end_at_the_round_deadline():
     """A reply whose objects never arrive (its silo died mid-upload) ends the pull at the
     exchange's deadline, not after Flower's two-hour retry budget."""
@@ -231,6 +237,7 @@ def _run_script(tmp_path, name: str, code: str, timeout: float = 120) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_loopback_object_pulls_back_off_from_50_ms(tmp_path):
     """pfair.flower.fast_superexec.short_pull_backoff: an object that is not there yet is asked
     again after 0.05 s, then 0.1 s, ... up to 0.5 s (Flower's own: 1 s up to 10 s), also through
@@ -276,6 +283,7 @@ def test_a_bad_pull_backoff_names_the_variable(monkeypatch, value):
         fx.short_pull_backoff()  # raises before it changes anything in this process
 
 
+@pytest.mark.slow
 def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
     """pfair.flower.fast_superexec.Zygote / superexec_popen: a process forked early (single
     threaded) runs Flower's own flower-superexec with the arguments of the first start, in a new
@@ -370,6 +378,7 @@ def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
         assert {"initial_backoff", "backoff_cap", "max_tries_per_object"} <= set(fn.__kwdefaults__)
 
 
+@pytest.mark.slow
 def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
     """In a live loopback deployment, the SuperLink's and each SuperNode's SuperExec is a fork of
     that process (same command line, a child of it) with a warm process of its own, not a fresh
@@ -559,6 +568,7 @@ def test_theta_and_w_travel_as_one_array_and_a_malformed_model_message_is_refuse
         codec.read_model(two)
 
 
+@pytest.mark.slow
 def test_the_deep_warm_preload_covers_what_a_deep_silo_step_imports(tmp_path):
     """A deep model's ClientApps are forks of a warm process that imported TORCH_PRELOAD; a silo
     step (the torch provider's per-record gradients through torch.func) must then import nothing

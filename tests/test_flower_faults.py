@@ -21,6 +21,9 @@ from pfair.privacy.ledger import PrivacyLedger  # noqa: E402
 
 from flower_support import TESTS, data, expected_by_parties, no_flower_processes_left, settings  # noqa: E402
 
+# Every test here runs a Flower deployment (tens of seconds): not in `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 def test_a_killed_silo_is_dropped_and_rejoins_without_double_charging(tmp_path):
     """Silo 2's SuperNode is killed (SIGKILL) after it answered round 0; the run goes on with

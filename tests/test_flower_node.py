@@ -23,16 +23,14 @@ from pfair.protocol.silo import SiloParty
 from pfair.providers.linear import LinearProvider
 from pfair import _core
 
+from support import toy_data
+
 N = 400
 
 
 @pytest.fixture
 def node_config(tmp_path):
-    rng = np.random.default_rng(0)
-    s = rng.integers(0, 2, size=N)
-    X = rng.normal(size=(N, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=N) > 0.5).astype(int)
+    X, y, s, _ = toy_data(n=N)
     shard = pfair.datasets.write_shard(tmp_path / "silo0.csv", X, y, s)
     return {"data-path": str(shard), "state-dir": str(tmp_path / "state"), "silo-id": 0, "epsilon": 2.0,
             "n-groups": 2, "n-classes": 2}
@@ -340,6 +338,7 @@ def _race_round(config, st, start):
         return type(exc).__name__
 
 
+@pytest.mark.slow
 def test_messages_of_one_round_in_separate_processes_get_one_reply(node_config):
     import concurrent.futures
     import multiprocessing

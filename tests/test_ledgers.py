@@ -17,22 +17,10 @@ from pfair.exceptions import LedgerConflict, LedgerMismatch, PrivacyBudgetExceed
 from pfair.privacy import MechanismEvent, PrivacyLedger
 from pfair.privacy.ledger import data_fingerprint
 
-
-def data(n=900, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+from support import fit_interrupted, toy_data as data, toy_federation as fed
 
 
 FAST = dict(lam=1.0, epochs=4, batch_size=50, p_s=[0.5, 0.5], seed=0, track_history=False)
-
-
-def fed():
-    X, y, s, silos = data()
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
 
 
 def test_refitting_the_same_silos_spends_only_what_is_left_and_then_refuses():
@@ -139,6 +127,7 @@ def test_paper_calibration_keeps_the_budget_and_stops_when_refused():
     assert m.epochs_done_ < 30
 
 
+@pytest.mark.slow
 def test_budget_survives_a_process(tmp_path):
     """A fit in another process charges ledgers on disk; this process sees the spend and refuses."""
     X, y, s, silos = data()
@@ -164,35 +153,16 @@ def test_budget_survives_a_process(tmp_path):
     assert (m.privacy_report_["noise_multiplier"] > 3 * z_first).all()
 
 
-def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(monkeypatch):
+def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
     """Interrupt a fit in its third epoch, resume it: the ledgers hold exactly the planned rounds,
     and with reproducible noise the result equals the uninterrupted fit bit for bit."""
-    from pfair.protocol import simulation
-
     kw = dict(FAST, epochs=5, noise_seed=11)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
         f = fed()
         m = SteFFLe(epsilon=1.0, **kw)
-        real = simulation.Simulation.run
-        calls = {"n": 0}
-
-        def interrupted(self, **a):
-            user = a.get("on_epoch")
-
-            def on_epoch(epoch, theta, w, info):
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    raise KeyboardInterrupt
-                return user(epoch, theta, w, info) if user else info
-
-            return real(self, **{**a, "on_epoch": on_epoch})
-
-        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            m.fit(f)
-        monkeypatch.setattr(simulation.Simulation, "run", real)
+        fit_interrupted(m, f, at_epoch=3)
         assert m._run_state.epochs_done == 3
         m.fit(f, resume=True)
     rounds = whole.n_rounds_

@@ -77,8 +77,12 @@ def _from_table(table):
 # ----------------------------------------------------------------------------------------------
 
 
-@FAIRLEARN
-@given(tasks())
+def fairlearn_check(test):
+    """The test run on FAIRLEARN's number of random binary tasks; marked slow (seconds each)."""
+    return pytest.mark.slow(FAIRLEARN(given(tasks())(test)))
+
+
+@fairlearn_check
 def test_dp_matches_fairlearn_demographic_parity_difference(task):
     y, p, s = task
     ours = demographic_parity_violation(y, p, sensitive_features=s)
@@ -86,8 +90,7 @@ def test_dp_matches_fairlearn_demographic_parity_difference(task):
     assert ours == pytest.approx(theirs, abs=1e-12)
 
 
-@FAIRLEARN
-@given(tasks())
+@fairlearn_check
 def test_eo_matches_fairlearn_equalized_odds_difference(task):
     # fairlearn's default is agg="worst_case": max(TPR gap, FPR gap) between groups. For l = 2,
     # y' = 1 gives the TPR (y = 1) and FPR (y = 0) gaps and y' = 0 gives the same two gaps again
@@ -100,8 +103,7 @@ def test_eo_matches_fairlearn_equalized_odds_difference(task):
     ) == pytest.approx(theirs, abs=1e-12)
 
 
-@FAIRLEARN
-@given(tasks())
+@fairlearn_check
 def test_eopp_matches_fairlearn_tpr_difference(task):
     y, p, s = task
     frame = MetricFrame(metrics=true_positive_rate, y_true=y, y_pred=p, sensitive_features=s)
@@ -109,8 +111,7 @@ def test_eopp_matches_fairlearn_tpr_difference(task):
     assert ours == pytest.approx(frame.difference(method="between_groups"), abs=1e-12)
 
 
-@FAIRLEARN
-@given(tasks())
+@fairlearn_check
 def test_accuracy_parity_matches_fairlearn_accuracy_difference(task):
     from sklearn.metrics import accuracy_score
 

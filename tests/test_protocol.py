@@ -8,19 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from pfair import Federation, SteFFLe
+from pfair import SteFFLe
 from pfair.exceptions import PrivacyWarning, ReplayRefused
 from pfair.protocol.messages import PARTS, SiloMessage
 from pfair.protocol.simulation import Simulation
 
-
-def data(n=900, seed=0, k=2):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, k, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+from support import toy_data as data, toy_federation as fed
 
 
 def settings(**kw):
@@ -28,11 +21,6 @@ def settings(**kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return SteFFLe(**{**base, **kw}).settings()
-
-
-def fed(**kw):
-    X, y, s, silos = data(**kw)
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
 
 
 @pytest.mark.parametrize("kw", [

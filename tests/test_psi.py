@@ -159,16 +159,22 @@ def _ascend_w(X, y, s, theta, inv, *, k, l, fairness, steps=3000, lr=0.5):
     return W, rust_gradients(X, y, s, theta, W, inv, k=k, l=l, fairness=fairness)["psi"]
 
 
+def identity_problem(seed, *, n, d, k, l):
+    """X (n × d), s in k groups, y in l classes and θ, drawn in that order from default_rng(seed),
+    each independent of the others: the caller makes a feature depend on s and θ use it."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    s = rng.integers(0, k, size=n)
+    y = rng.integers(0, l, size=n)
+    return X, s, y, rng.normal(size=(d + 1) * (l - 1))
+
+
 @pytest.mark.parametrize("k,l", [(2, 2), (3, 2), (4, 3)])
 def test_max_over_w_of_mean_psi_is_chi2_divergence(k, l):
     """The FERMI identity: max_W mean_i ψ_i(θ, W) = χ²(p̂_{ŷ,s} ‖ p̂_ŷ p̂_s) with the data's own p̂_s."""
-    rng = np.random.default_rng(10 * k + l)
     n = 300
-    X = rng.normal(size=(n, 3))
-    s = rng.integers(0, k, size=n)
+    X, s, y, theta = identity_problem(10 * k + l, n=n, d=3, k=k, l=l)
     X[:, 0] += s  # make predictions depend on s so that the divergence is not ~0
-    y = rng.integers(0, l, size=n)
-    theta = rng.normal(size=4 * (l - 1))
     theta.reshape(4, l - 1)[0] = 1.5 * np.arange(1, l)  # the s-correlated feature drives ŷ
     p_s = np.bincount(s, minlength=k) / n
     inv = (p_s**-0.5).reshape(1, k)
@@ -180,13 +186,9 @@ def test_max_over_w_of_mean_psi_is_chi2_divergence(k, l):
 
 def test_max_over_w_for_equalized_odds_is_label_weighted_conditional_chi2():
     """With one W_y per class and divisor m, max_W mean ψ = Σ_y p̂(y) χ²(p̂_{ŷ,s|y} ‖ p̂_{ŷ|y} p̂_{s|y})."""
-    rng = np.random.default_rng(3)
     n, k, l = 400, 3, 2
-    X = rng.normal(size=(n, 2))
-    s = rng.integers(0, k, size=n)
+    X, s, y, theta = identity_problem(3, n=n, d=2, k=k, l=l)
     X[:, 1] -= s
-    y = rng.integers(0, l, size=n)
-    theta = rng.normal(size=3 * (l - 1))
     theta[1] = -1.5
     inv = np.stack([(np.bincount(s[y == c], minlength=k) / (y == c).sum()) ** -0.5 for c in range(l)])
     _, value = _ascend_w(X, y, s, theta, inv, k=k, l=l, fairness="equalized_odds")
@@ -197,13 +199,9 @@ def test_max_over_w_for_equalized_odds_is_label_weighted_conditional_chi2():
 
 def test_max_over_w_for_equal_opportunity_is_the_positive_class_term():
     """Only records with y = positive enter ψ (divisor m): max_W mean ψ = p̂(y=1) χ²(p̂_{ŷ,s|y=1} ‖ p̂_{ŷ|y=1} p̂_{s|y=1})."""
-    rng = np.random.default_rng(4)
     n, k, l = 400, 3, 3
-    X = rng.normal(size=(n, 2))
-    s = rng.integers(0, k, size=n)
+    X, s, y, theta = identity_problem(4, n=n, d=2, k=k, l=l)
     X[:, 0] += s
-    y = rng.integers(0, l, size=n)
-    theta = rng.normal(size=3 * (l - 1))
     theta.reshape(3, l - 1)[0] = [1.5, -1.0]
     pos = y == 1
     inv = ((np.bincount(s[pos], minlength=k) / pos.sum()) ** -0.5).reshape(1, k)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
@@ -15,15 +16,10 @@ import pytest
 from pfair import Federation, SteFFLe, _core
 from pfair.exceptions import PrivacyWarning
 
+from support import toy_data
 
-def data(n=600, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 2, size=n)
-
+# 600 records in 2 silos.
+data = partial(toy_data, n=600, n_silos=2)
 
 SETTINGS = dict(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], seed=0, track_history=False)
 

@@ -64,6 +64,7 @@ def denominator(kind: str, n: int, m: int, rng: np.random.Generator) -> float:
     return {"fixed": float(m), "full": float(n), "poisson": float(rng.uniform(0.5, n))}[kind]
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.integers(0, 4), st.sampled_from(["fixed", "full", "poisson"]))
 def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kind):
@@ -85,6 +86,7 @@ def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kin
         np.testing.assert_array_equal(a[key], b[key])
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.sampled_from(["fixed", "full", "poisson"]))
 def test_record_mode_change_never_exceeds_sensitivity(problem, kind):

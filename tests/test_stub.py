@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import pytest
+
 import pfair
 from pfair import _core
 
@@ -16,6 +18,7 @@ def test_stub_matches_the_extension_module():
     assert declared == exported
 
 
+@pytest.mark.slow
 def test_import_pfair_is_light_and_its_names_load_on_first_use():
     # A Flower ClientApp starts a fresh process per message: importing pfair.flower.client_app
     # must not pull in scikit-learn (about a second), and pfair's public names still resolve.

@@ -26,16 +26,9 @@ from pfair.protocol.messages import ViolationRelease
 from pfair.protocol.simulation import Simulation
 from pfair import _core
 
+from support import fit_interrupted, toy_federation as small_fed
+
 TARGET = 0.05
-
-
-def small_fed(n=900, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0.5).astype(int)
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
 
 
 def quiet_settings(**kw):
@@ -243,6 +236,7 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
 
 
 # ---------------------------------------------------------------------------------------- real fits
+@pytest.mark.slow
 def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     X, y, s = adult_fed.pooled()
     free = SteFFLe(lam=0.0, epochs=40).fit(adult_fed)
@@ -305,9 +299,7 @@ def test_a_fit_with_one_epoch_releases_nothing():
     assert m.lam_ == 0.0
 
 
-def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charged_twice(monkeypatch):
-    from pfair.protocol import simulation
-
+def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charged_twice():
     kw = dict(max_violation=TARGET, epsilon=2.0, epochs=5, batch_size=50, p_s=[0.5, 0.5], seed=1, noise_seed=11,
               lam_lr=20.0)
     with warnings.catch_warnings():
@@ -315,24 +307,7 @@ def test_an_interrupted_target_fit_resumes_with_its_lambda_and_no_release_charge
         whole = SteFFLe(**kw).fit(small_fed(), ledgers="new")
         f = small_fed()
         m = SteFFLe(**kw)
-        real = simulation.Simulation.run
-        calls = {"n": 0}
-
-        def interrupted(self, **a):
-            user = a.get("on_epoch")
-
-            def on_epoch(epoch, theta, w, info):
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    raise KeyboardInterrupt
-                return user(epoch, theta, w, info)
-
-            return real(self, **{**a, "on_epoch": on_epoch})
-
-        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            m.fit(f)
-        monkeypatch.setattr(simulation.Simulation, "run", real)
+        fit_interrupted(m, f, at_epoch=3)
         assert m._run_state.epochs_done == 3 and m._run_state.lam > 0
         m.fit(f, resume=True)
     assert whole.lam_ > 0 and m.lam_ == whole.lam_

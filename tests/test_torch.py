@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import warnings
-
 import zlib
+from functools import partial
 
 import numpy as np
 import pytest
@@ -32,6 +32,8 @@ from pfair.providers.base import BatchParts  # noqa: E402
 from pfair.providers.torch import TorchProvider, module_theta, set_module_theta  # noqa: E402
 from pfair.torch import DeepSteFFLe, load_digits_fair, load_image_folder  # noqa: E402
 from pfair.torch.models import SmallCNN, mlp, resnet18_groupnorm  # noqa: E402
+
+from support import fit_interrupted, toy_federation  # noqa: E402
 
 # One thread: the runs are deterministic and do not fight other processes for the two cores.
 torch.set_num_threads(1)
@@ -292,6 +294,7 @@ def _soft_ermi(proba, s, k):
     return float((joint**2 / (joint.sum(0, keepdims=True) * joint.sum(1, keepdims=True))).sum() - 1)
 
 
+@pytest.mark.slow
 def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation():
     data = pfair.datasets.load_adult(sensitive="race")
     assert data.n_groups == 5
@@ -455,13 +458,8 @@ def test_params_follow_scikit_learn_conventions():
 # (f) the party-by-party simulation with the torch provider equals the Rust fast path
 
 
-def _protocol_data(n=600, seed=0, k=3):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, k, size=n)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [0.3, 1.5])
-    return Federation.from_arrays(X, y, sensitive_features=s, silos=rng.integers(0, 3, size=n))
+# 600 records, 3 groups, 3 classes (y cut at 0.3 and 1.5), 3 silos.
+_protocol_data = partial(toy_federation, n=600, k=3, cuts=(0.3, 1.5))
 
 
 @pytest.mark.parametrize("kw", [
@@ -593,9 +591,7 @@ def test_load_digits_fair_documents_its_sensitive_attribute():
         load_digits_fair(n_groups=1)
 
 
-def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
-    from pfair.protocol import simulation
-
+def test_resume_after_an_interruption_equals_the_uninterrupted_fit():
     fed = _protocol_data(seed=3)
     kw = dict(epsilon=2.0, lam=1.0, epochs=4, batch_size=40, p_s=[0.3, 0.3, 0.4], noise_seed=5, lr_theta=0.3,
               init_seed=0, device="cpu")
@@ -604,24 +600,7 @@ def test_resume_after_an_interruption_equals_the_uninterrupted_fit(monkeypatch):
         whole = DeepSteFFLe(mlp(3, 3, (4,)), **kw).fit(fed, ledgers="new")
         fed = _protocol_data(seed=3)
         model = DeepSteFFLe(mlp(3, 3, (4,)), **kw)
-        real = simulation.Simulation.run
-        calls = {"n": 0}
-
-        def interrupted(self, **a):
-            user = a.get("on_epoch")
-
-            def on_epoch(epoch, theta, w, info):
-                calls["n"] += 1
-                if calls["n"] == 2:
-                    raise KeyboardInterrupt
-                return user(epoch, theta, w, info)
-
-            return real(self, **{**a, "on_epoch": on_epoch})
-
-        monkeypatch.setattr(simulation.Simulation, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            model.fit(fed)
-        monkeypatch.setattr(simulation.Simulation, "run", real)
+        fit_interrupted(model, fed, at_epoch=2)
         assert model._run_state.epochs_done == 2
         model.fit(fed, resume=True)
         np.testing.assert_array_equal(model.theta_, whole.theta_)
@@ -669,6 +648,7 @@ def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_a
                for ledger in deep.ledgers_)
 
 
+@pytest.mark.slow
 def test_mlp_with_max_violation_meets_the_target_roughly():
     rng = np.random.default_rng(0)
     n = 1500

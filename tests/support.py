@@ -1,0 +1,57 @@
+"""Shared by the test files: a small synthetic federation, and a fit interrupted mid-run.
+
+Import with ``from support import ...`` (``conftest.py`` puts this folder on the path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pfair import Federation
+
+
+def toy_data(n=900, seed=0, k=2, n_silos=3, round_robin=False, cuts=(0.5,)):
+    """X, y, s, silos of n records: three normal features, s drawn uniformly from k groups and
+    added to the first feature, y the number of ``cuts`` below ``X[:, 0] + 0.5 * noise`` (one cut:
+    a binary label), and the silo of each record drawn uniformly from ``n_silos`` after y, or
+    ``np.arange(n) % n_silos`` when ``round_robin``. Every draw comes from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, k, size=n)
+    X = rng.normal(size=(n, 3))
+    X[:, 0] += s
+    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), cuts, right=True)
+    silos = np.arange(n) % n_silos if round_robin else rng.integers(0, n_silos, size=n)
+    return X, y, s, silos
+
+
+def toy_federation(**kw) -> Federation:
+    """``toy_data(**kw)`` as a Federation."""
+    X, y, s, silos = toy_data(**kw)
+    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+
+
+def fit_interrupted(model, *args, at_epoch):
+    """``model.fit(*args)`` stopped by a KeyboardInterrupt (a user's Ctrl-C) when its ``at_epoch``-th
+    epoch ends, the earlier epochs' own ``on_epoch`` callback run as usual; the fit must raise it.
+    ``Simulation.run`` is patched only for this call."""
+    from pfair.protocol import simulation
+
+    real = simulation.Simulation.run
+    calls = {"n": 0}
+
+    def interrupted(self, **a):
+        user = a.get("on_epoch")
+
+        def on_epoch(epoch, theta, w, info):
+            calls["n"] += 1
+            if calls["n"] == at_epoch:
+                raise KeyboardInterrupt
+            return user(epoch, theta, w, info) if user else info
+
+        return real(self, **{**a, "on_epoch": on_epoch})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulation.Simulation, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(*args)
