@@ -189,6 +189,47 @@ def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
     assert code == 2 and "--sensitive needs --csv" in err
 
 
+def _small_loans_csv(path, n: int = 300, seed: int = 0):
+    """A small synthetic loans table: a text label, a sensitive column and a region to split by."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    sex = rng.choice(["f", "m"], n)
+    income = rng.normal(50.0, 10.0, n) + 3.0 * (sex == "m")
+    pd.DataFrame({
+        "income": income, "age": rng.integers(18, 80, n), "sex": sex,
+        "region": rng.choice(["north", "south", "east"], n),
+        "default": np.where(income + rng.normal(0.0, 5.0, n) > 52.0, "yes", "no"),
+    }).to_csv(path, index=False)
+    return path
+
+
+def test_plot_draws_a_sweep_of_a_user_csv_into_safe_file_names(capsys, tmp_path):
+    csv = _small_loans_csv(tmp_path / "loans.csv")
+    out = tmp_path / "results" / "loans"
+    code, _, err = run(capsys, "sweep", "--csv", str(csv), "--label", "default", "--positive-label", "yes",
+                       "--sensitive", "sex", "--partition-by", "region", "--methods", "steffle,fedavg",
+                       "--epsilon", "1", "--heterogeneity", "0", "0.75", "--lam", "0", "1", "--seeds", "1",
+                       "--epochs", "1", "--jobs", "1", "--no-progress", "--out", str(out))
+    assert code == 0, err
+    code, printed, err = run(capsys, "plot", str(out), "--format", "png")
+    assert code == 0, err
+    written = sorted((out / "plots").iterdir())
+    names = [p.name for p in written]
+    assert [str(p) for p in written] == sorted(printed.split())
+    assert any(n.startswith("tradeoff_loans-") for n in names)
+    assert any(n.startswith("heterogeneity_loans-") for n in names)
+    for name in names:
+        assert not set(name) & set("/\\?&:=*<>|\"' "), name
+    # Another spec of the same file (other options) gets its own figures instead of overwriting.
+    from pfair.experiments.plots import dataset_slug
+
+    spec = "csv:/data/loans.csv?label=default&sensitive=sex"
+    assert dataset_slug(spec).startswith("loans-") and dataset_slug(spec) != dataset_slug(spec + "&seed=1")
+    assert dataset_slug("adult") == "adult" and dataset_slug("credit_card") == "credit_card"
+
+
 # ---------------------------------------------------------------------------------------------- feedback
 def test_version_flag(capsys):
     import pfair
