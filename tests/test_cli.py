@@ -272,6 +272,13 @@ def test_sweep_csv_dropna_travels_in_the_spec(capsys, tmp_path):
             "--no-progress"]
     code, _, err = run(capsys, *base, "--out", str(tmp_path / "refused"))
     assert code == 2 and f"'income' {n_missing}" in err and "--dropna" in err
+    # A spec given to --dataset is checked the same way before any cell runs.
+    from pfair.datasets import csv_spec
+
+    spec = csv_spec(csv, label="default", sensitive="sex", positive_label="yes")
+    code, _, err = run(capsys, "sweep", "--dataset", spec, *base[9:], "--out", str(tmp_path / "refused2"))
+    assert code == 2 and f"'income' {n_missing}" in err
+    assert not (tmp_path / "refused2" / "runs.csv").exists()
     code, _, err = run(capsys, *base, "--dropna", "--out", str(tmp_path / "ok"))
     assert code == 0, err
     assert f"warning: load_csv: {n_missing} of 400 rows" in err

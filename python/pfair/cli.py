@@ -423,13 +423,15 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     if _csv_given(args):
         names = [_csv_spec(args)]
-        _check_loads(names[0])
     else:
         for opt, value in (("--sensitive", args.sensitive), ("--partition-by", args.partition_by)):
             if value is not None:
                 raise ValueError(f"{opt} needs --csv PATH in a sweep (bundled data sets use their default "
                                  "sensitive attribute and split by age where they have it)")
         names = args.dataset or ["adult"]
+    for name in names:
+        if name.startswith("csv:"):
+            _check_loads(name)
     try:
         result = run_sweep(
             args.out, methods=args.methods, datasets=names, fairness=args.fairness, epsilons=args.epsilon,
