@@ -419,6 +419,13 @@ def test_load_csv_dropna_true_drops_every_incomplete_row_with_a_warning_and_fals
     with pytest.warns(UserWarning, match=f"{n_missing} of 400 rows .*dropped \\(dropna=True\\)"):
         ds = load_csv(frame, label="approved", sensitive="gender", dropna=True)
     assert ds.n_train + ds.n_test == 400 - n_missing
+    with pytest.warns(UserWarning, match="dropna=True"):  # a numpy bool is a bool
+        load_csv(frame, label="approved", sensitive="gender", dropna=np.bool_(True))
+    # Only labels missing: the one way out is named.
+    labels_gone = frame.assign(income=frame["income"].fillna(0.0))
+    labels_gone.loc[:99, "approved"] = np.nan
+    with pytest.raises(ValueError, match="To load it, drop those 100 rows anyway with dropna=True.*can only be dropped"):
+        load_csv(labels_gone, label="approved", sensitive="gender")
     # Leaving the column out keeps every row, silently.
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -107,6 +107,7 @@ def load_csv(
     if dropna is not None and not isinstance(dropna, (bool, np.bool_)):
         raise ValueError(f"dropna must be None (drop at most {MAX_DROPPED_SHARE:.0%} of the rows), True or False, "
                          f"got {dropna!r}")
+    dropna = None if dropna is None else bool(dropna)  # numpy's bools too
     if not isinstance(label, str) or not label:
         raise ValueError("label must be a column name")
     if not isinstance(sensitive, str) or not sensitive:
@@ -239,8 +240,9 @@ def _rows_to_keep(frame: pd.DataFrame, dropna: Optional[bool], *, label: str, se
     note = ""
     if label in counts.index or sensitive in counts.index:
         note = f" A row without its {label!r} (label) or {sensitive!r} (sensitive) value can only be dropped."
-    raise ValueError(f"load_csv: {refusal}; missing values per column: {per_column}. Either "
-                     + "; or ".join(fixes) + "." + note)
+    ways = "; or ".join(fixes)
+    raise ValueError(f"load_csv: {refusal}; missing values per column: {per_column}. "
+                     + (f"Either {ways}." if len(fixes) > 1 else f"To load it, {ways}.") + note)
 
 
 def _match_dtype(column: pd.Series, value: Any) -> Any:
