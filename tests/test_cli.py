@@ -189,6 +189,106 @@ def test_sweep_runs_on_a_user_csv(capsys, tmp_path, user_csv):
     assert code == 2 and "--sensitive needs --csv" in err
 
 
+def _small_loans_csv(path, n: int = 300, seed: int = 0):
+    """A small synthetic loans table: a text label, a sensitive column and a region to split by."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    sex = rng.choice(["f", "m"], n)
+    income = rng.normal(50.0, 10.0, n) + 3.0 * (sex == "m")
+    pd.DataFrame({
+        "income": income, "age": rng.integers(18, 80, n), "sex": sex,
+        "region": rng.choice(["north", "south", "east"], n),
+        "default": np.where(income + rng.normal(0.0, 5.0, n) > 52.0, "yes", "no"),
+    }).to_csv(path, index=False)
+    return path
+
+
+def test_plot_draws_a_sweep_of_a_user_csv_into_safe_file_names(capsys, tmp_path):
+    csv = _small_loans_csv(tmp_path / "loans.csv")
+    out = tmp_path / "results" / "loans"
+    code, _, err = run(capsys, "sweep", "--csv", str(csv), "--label", "default", "--positive-label", "yes",
+                       "--sensitive", "sex", "--partition-by", "region", "--methods", "steffle,fedavg",
+                       "--epsilon", "1", "--heterogeneity", "0", "0.75", "--lam", "0", "1", "--seeds", "1",
+                       "--epochs", "1", "--jobs", "1", "--no-progress", "--out", str(out))
+    assert code == 0, err
+    code, printed, err = run(capsys, "plot", str(out), "--format", "png")
+    assert code == 0, err
+    written = sorted((out / "plots").iterdir())
+    names = [p.name for p in written]
+    assert [str(p) for p in written] == sorted(printed.split())
+    assert any(n.startswith("tradeoff_loans-") for n in names)
+    assert any(n.startswith("heterogeneity_loans-") for n in names)
+    for name in names:
+        assert not set(name) & set("/\\?&:=*<>|\"' "), name
+    # Another spec of the same file (other options) gets its own figures instead of overwriting.
+    from pfair.experiments.plots import dataset_slug
+
+    spec = "csv:/data/loans.csv?label=default&sensitive=sex"
+    assert dataset_slug(spec).startswith("loans-") and dataset_slug(spec) != dataset_slug(spec + "&seed=1")
+    assert dataset_slug("adult") == "adult" and dataset_slug("credit_card") == "credit_card"
+
+
+def _gappy_csv(path):
+    """The small loans table with its income column 70% empty."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.read_csv(_small_loans_csv(path, n=400))
+    frame.loc[np.random.default_rng(2).random(len(frame)) < 0.7, "income"] = np.nan
+    frame.to_csv(path, index=False)
+    return path, int(frame["income"].isna().sum())
+
+
+def test_train_csv_refuses_a_mostly_empty_column_unless_dropna(capsys, tmp_path):
+    from pfair.datasets import MAX_DROPPED_SHARE
+
+    csv, n_missing = _gappy_csv(tmp_path / "gappy.csv")
+    base = ["train", "--csv", str(csv), "--label", "default", "--positive-label", "yes", "--sensitive", "sex",
+            "--epsilon", "none", "--epochs", "1", "--json"]
+    code, _, err = run(capsys, *base)
+    assert code == 2 and f"'income' {n_missing}" in err and "--dropna" in err and "--drop income" in err
+    code, out, err = run(capsys, *base, "--dropna")
+    assert code == 0, err
+    result = json.loads(out)
+    assert any(f"{n_missing} of 400 rows" in w and "dropped" in w for w in result["warnings"])
+    code, out, err = run(capsys, *base, "--drop", "income")
+    assert code == 0, err
+    assert not any("missing value" in w for w in json.loads(out)["warnings"])
+    # The help names the threshold the loader applies.
+    from pfair.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices["train"]
+    assert f"{MAX_DROPPED_SHARE:.0%}" in sub.format_help().replace("\n", " ")
+    code, _, err = run(capsys, "train", "--dropna", "--epochs", "1")
+    assert code == 2 and "--dropna need --csv" in err
+
+
+def test_sweep_csv_dropna_travels_in_the_spec(capsys, tmp_path):
+    csv, n_missing = _gappy_csv(tmp_path / "gappy.csv")
+    base = ["sweep", "--csv", str(csv), "--label", "default", "--positive-label", "yes", "--sensitive", "sex",
+            "--methods", "fedavg", "--heterogeneity", "0", "--seeds", "1", "--epochs", "1", "--jobs", "1",
+            "--no-progress"]
+    code, _, err = run(capsys, *base, "--out", str(tmp_path / "refused"))
+    assert code == 2 and f"'income' {n_missing}" in err and "--dropna" in err
+    # A spec given to --dataset is checked the same way before any cell runs.
+    from pfair.datasets import csv_spec
+
+    spec = csv_spec(csv, label="default", sensitive="sex", positive_label="yes")
+    code, _, err = run(capsys, "sweep", "--dataset", spec, *base[9:], "--out", str(tmp_path / "refused2"))
+    assert code == 2 and f"'income' {n_missing}" in err
+    assert not (tmp_path / "refused2" / "runs.csv").exists()
+    code, _, err = run(capsys, *base, "--dropna", "--out", str(tmp_path / "ok"))
+    assert code == 0, err
+    assert f"warning: load_csv: {n_missing} of 400 rows" in err
+    from pfair.experiments import load_runs
+
+    runs = load_runs(tmp_path / "ok")
+    assert (runs["error"].fillna("") == "").all() and "dropna=True" in runs["dataset"].iloc[0]
+    assert (runs["n_train"] + runs["n_val"] + runs["n_test"] == 400 - n_missing).all()
+
+
 # ---------------------------------------------------------------------------------------------- feedback
 def test_version_flag(capsys):
     import pfair

@@ -4,6 +4,8 @@ load_csv's errors, and make_synthetic's dependence knob."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,11 +13,13 @@ import pytest
 from pfair import datasets as pds
 from pfair.datasets import (
     Dataset,
+    csv_spec,
     list_datasets,
     load,
     load_csv,
     load_frame,
     make_synthetic,
+    parse_csv_spec,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -369,12 +373,84 @@ def test_load_csv_positive_label_names_the_negative_class():
     np.testing.assert_array_equal(_all(merged, "y").sum(), (frame["city"] == "Oslo").sum())
 
 
-def test_load_csv_drops_rows_with_missing_values():
+def test_load_csv_drops_a_few_rows_with_missing_values_and_says_so():
     frame = _toy_frame().drop(columns=["note"])
-    frame.loc[:9, "income"] = np.nan
-    ds = load_csv(frame, label="approved", sensitive="gender")
+    frame.loc[:9, "income"] = np.nan  # 10 of 400 rows: 2.5%, under MAX_DROPPED_SHARE
+    with pytest.warns(UserWarning, match=r"10 of 400 rows \(2\.5%\).*dropped.*'income' 10 \(2\.5%\).*390 rows remain"):
+        ds = load_csv(frame, label="approved", sensitive="gender")
     assert ds.n_train + ds.n_test == len(frame) - 10
     assert np.isfinite(ds.X_train).all()
+    # A complete table loads without a word.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_csv(frame.dropna(), label="approved", sensitive="gender")
+
+
+def _mostly_empty_frame(n: int = 400) -> pd.DataFrame:
+    """The issue's table in small: one feature column 70% empty."""
+    frame = _toy_frame(n=n, seed=3).drop(columns=["note"])
+    frame["income"] = frame["income"].astype(float)
+    frame.loc[np.random.default_rng(1).random(n) < 0.7, "income"] = np.nan
+    return frame
+
+
+def test_load_csv_refuses_to_drop_more_than_the_threshold_and_names_the_column_and_the_fixes():
+    from pfair.datasets import MAX_DROPPED_SHARE
+
+    assert MAX_DROPPED_SHARE == 0.05
+    frame = _mostly_empty_frame()
+    n_missing = int(frame["income"].isna().sum())
+    share = n_missing / len(frame)
+    with pytest.raises(ValueError) as info:
+        load_csv(frame, label="approved", sensitive="gender")
+    message = str(info.value)
+    assert f"{n_missing:,} of 400 rows ({share:.1%})" in message
+    assert f"'income' {n_missing} ({share:.1%})" in message and "more than the 5%" in message
+    for fix in ("drop=['income']", "--drop income", "dropna=True", "--dropna", "make_pipeline(SimpleImputer()"):
+        assert fix in message, fix
+    # Missing labels are named too, and can only be dropped.
+    frame.loc[:1, "approved"] = np.nan
+    with pytest.raises(ValueError, match="'approved' 2 .*'approved' \\(label\\).*can only be dropped"):
+        load_csv(frame, label="approved", sensitive="gender")
+
+
+def test_load_csv_dropna_true_drops_every_incomplete_row_with_a_warning_and_false_keeps_all():
+    frame = _mostly_empty_frame()
+    n_missing = int(frame["income"].isna().sum())
+    with pytest.warns(UserWarning, match=f"{n_missing} of 400 rows .*dropped \\(dropna=True\\)"):
+        ds = load_csv(frame, label="approved", sensitive="gender", dropna=True)
+    assert ds.n_train + ds.n_test == 400 - n_missing
+    with pytest.warns(UserWarning, match="dropna=True"):  # a numpy bool is a bool
+        load_csv(frame, label="approved", sensitive="gender", dropna=np.bool_(True))
+    # Only labels missing: the one way out is named.
+    labels_gone = frame.assign(income=frame["income"].fillna(0.0))
+    labels_gone.loc[:99, "approved"] = np.nan
+    with pytest.raises(ValueError, match="To load it, drop those 100 rows anyway with dropna=True.*can only be dropped"):
+        load_csv(labels_gone, label="approved", sensitive="gender")
+    # Leaving the column out keeps every row, silently.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        full = load_csv(frame, label="approved", sensitive="gender", drop=["income"])
+    assert full.n_train + full.n_test == 400
+    # dropna=False refuses even one missing value; anything but None/True/False is refused.
+    one_gap = frame.assign(income=frame["income"].fillna(0.0))
+    one_gap.loc[5, "age"] = np.nan
+    with pytest.raises(ValueError, match="1 of 400 rows .*dropna=False keeps every row.*'age' 1"):
+        load_csv(one_gap, label="approved", sensitive="gender", dropna=False)
+    with pytest.raises(ValueError, match="dropna must be None"):
+        load_csv(one_gap, label="approved", sensitive="gender", dropna="yes")
+
+
+def test_csv_spec_carries_dropna(tmp_path):
+    path = tmp_path / "gaps.csv"
+    _mostly_empty_frame().to_csv(path, index=False)
+    spec = csv_spec(path, label="approved", sensitive="gender", dropna=True)
+    assert "dropna=True" in spec and parse_csv_spec(spec)[1]["dropna"] is True
+    with pytest.warns(UserWarning, match="dropna=True"):
+        ds = load(spec)
+    assert ds.n_train + ds.n_test < 200
+    with pytest.raises(ValueError, match="'income'"):
+        load(csv_spec(path, label="approved", sensitive="gender"))
 
 
 @pytest.mark.parametrize(
@@ -493,7 +569,8 @@ def test_split_indices_point_into_the_users_file_after_dropped_rows(tmp_path):
     frame.loc[[3, 10, 250], "income"] = np.nan  # three rows with a missing value are dropped
     path = tmp_path / "with_gaps.csv"
     frame.to_csv(path, index=False)
-    ds = load_csv(path, label="approved", sensitive="gender", drop=["note"])
+    with pytest.warns(UserWarning, match="3 of 300 rows"):
+        ds = load_csv(path, label="approved", sensitive="gender", drop=["note"])
     rows = np.concatenate([ds.train_index, ds.test_index])
     assert sorted(rows.tolist()) == sorted(set(range(300)) - {3, 10, 250})
     assert len(ds.train_index) == ds.n_train and len(ds.test_index) == ds.n_test

@@ -59,6 +59,15 @@ def test_every_python_block_runs_and_leaves_what_the_page_describes(page):
     assert ns["again"].privacy_report_["epsilon_spent"].max() <= 1.0
 
 
+def test_the_missing_value_refusal_the_page_shows_is_the_one_load_csv_raises(page):
+    from pfair.datasets import load_csv
+
+    workdir, _ = page
+    with pytest.raises(ValueError) as refusal:
+        load_csv(workdir / "adult.csv", label="income", positive_label=">50K", sensitive="sex", keep=["source"])
+    assert str(refusal.value) in (DOCS / "start_here.md").read_text()
+
+
 def test_the_shell_block_runs(page, capsys):
     from pfair.cli import main
 

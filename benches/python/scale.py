@@ -2,7 +2,7 @@
 
 Each configuration runs in its own subprocess (so its peak RSS is its own):
 
-    python benches/python/scale.py                       # the table of docs/performance.md
+    python benches/python/scale.py                       # the table of docs/dev/performance-notebook.md
     python benches/python/scale.py --one 2000000 100 1000 64 float64
 
 Data: x ~ N(0, I_d), s ~ Bernoulli(0.4), y from a logistic model of x and s, silo of record i

@@ -3,7 +3,7 @@
 The machine is shared (2 cores, other processes), so absolute times drift from run to run; each
 test times the variants it compares interleaved, and prints min and median of each and their
 ratios. Run with ``pytest benches/python/test_epoch_bench.py -s`` (no pytest-benchmark needed);
-``docs/performance.md`` records the figures.
+``docs/dev/performance-notebook.md`` records the figures.
 """
 
 from __future__ import annotations

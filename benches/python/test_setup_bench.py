@@ -8,7 +8,7 @@
 * the finiteness check of a feature matrix: NumPy's (a boolean temporary the size of X)
   against ``_core.nonfinite_rows`` (parallel, no temporary).
 
-Run with ``pytest benches/python/test_setup_bench.py -s``; ``docs/performance.md`` records them.
+Run with ``pytest benches/python/test_setup_bench.py -s``; ``docs/dev/performance-notebook.md`` records them.
 """
 
 from __future__ import annotations

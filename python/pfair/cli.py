@@ -6,7 +6,9 @@ SteFFLe on a bundled data set split into silos and prints test error, the fairne
 (``demographic_parity_difference``, ``equalized_odds_difference``, :mod:`pfair.metrics`) and the
 privacy spent; ``--max-violation T`` replaces ``--lam`` by a fairness target;
 ``pfair train --csv data.csv --label COL --sensitive COL [--positive-label V]
-[--partition-by COL]`` does the same on your own table (:func:`pfair.datasets.load_csv`).
+[--partition-by COL] [--dropna]`` does the same on your own table (:func:`pfair.datasets.load_csv`;
+rows with a missing value are dropped with a warning up to 5% of the table, refused beyond unless
+``--dropna``).
 
 ``pfair sweep --dataset adult --methods steffle,pfld,fedavg --epsilon 1 3 9 --heterogeneity 0 0.75
 --silos 3 --lam 0:2:11 --seeds 15 --out results/`` runs a grid of fits in parallel into
@@ -55,6 +57,10 @@ def add_data_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> No
                    help="--csv: columns that are not features but can be --partition-by (e.g. a region)")
     g.add_argument("--categorical", nargs="+", default=None, metavar="COL",
                    help="--csv: columns to one-hot encode (default: every non-numeric column)")
+    g.add_argument("--dropna", action="store_true", default=None,
+                   help="--csv: drop every row with a missing value, however many (with a warning); default: "
+                        "drop them with a warning when they are at most 5%% of the rows, refuse beyond (the error "
+                        "names the columns: --drop a mostly empty one, or pass --dropna)")
     if not sweep:
         g.add_argument("--silos", type=int, default=3, help="number of silos N (default 3)")
         g.add_argument("--heterogeneity", type=float, default=0.0,
@@ -68,8 +74,8 @@ def add_data_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> No
 
 def _csv_given(args: argparse.Namespace) -> bool:
     """Check the --csv options hang together; True when a CSV was given."""
-    csv_only = [f"--{name.replace('_', '-')}" for name in ("label", "positive_label", "drop", "keep", "categorical")
-                if getattr(args, name, None) is not None]
+    names = ("label", "positive_label", "drop", "keep", "categorical", "dropna")
+    csv_only = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None) is not None]
     if args.csv is None:
         if csv_only:
             raise ValueError(f"{', '.join(csv_only)} need --csv PATH (your own data); bundled data sets fix them")
@@ -93,7 +99,7 @@ def _csv_spec(args: argparse.Namespace) -> str:
         raise ValueError(f"--csv {args.csv!r}: no such file")
     return csv_spec(os.path.abspath(args.csv), label=args.label, sensitive=args.sensitive,
                     positive_label=args.positive_label, drop=args.drop, keep=args.keep,
-                    categorical=args.categorical, partition_by=args.partition_by)
+                    categorical=args.categorical, partition_by=args.partition_by, dropna=args.dropna)
 
 
 def load_data(args: argparse.Namespace) -> Any:
@@ -112,7 +118,7 @@ def load_data(args: argparse.Namespace) -> Any:
             keep.append(args.partition_by)
         return datasets.load_csv(args.csv, label=args.label, sensitive=args.sensitive,
                                  positive_label=args.positive_label, drop=drop or None, keep=keep or None,
-                                 categorical=args.categorical)
+                                 categorical=args.categorical, dropna=args.dropna)
     kwargs = {"sensitive": args.sensitive} if args.sensitive else {}
     return datasets.load(args.dataset or "adult", **kwargs)
 
@@ -262,7 +268,9 @@ def train_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     t0 = time.perf_counter()
-    ds = load_data(args)
+    with warnings.catch_warnings(record=True) as load_caught:  # e.g. rows dropped for missing values
+        warnings.simplefilter("always")
+        ds = load_data(args)
     fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
                                  seed=args.seed)
     sensitive_silos = None
@@ -282,6 +290,7 @@ def train_command(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(fed, sensitive_silos=sensitive_silos)
+    caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
     report_df = model.privacy_report_
@@ -394,6 +403,19 @@ def add_experiment_parsers(sub: Any) -> None:
     p.set_defaults(func=plot_command)
 
 
+def _check_loads(spec: str) -> None:
+    """Load a user CSV once before a sweep starts, so that a table the loader refuses (e.g. too many
+    rows with missing values) stops the sweep with its message instead of failing every cell, and
+    the loader's warnings are printed once rather than only recorded in each row."""
+    from pfair import datasets
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        datasets.load(spec)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+
+
 def sweep_command(args: argparse.Namespace) -> int:
     """``pfair sweep``: :func:`pfair.experiments.run_sweep`; exit 130 when interrupted, 1 when every
     cell it ran failed."""
@@ -407,6 +429,9 @@ def sweep_command(args: argparse.Namespace) -> int:
                 raise ValueError(f"{opt} needs --csv PATH in a sweep (bundled data sets use their default "
                                  "sensitive attribute and split by age where they have it)")
         names = args.dataset or ["adult"]
+    for name in names:
+        if name.startswith("csv:"):
+            _check_loads(name)
     try:
         result = run_sweep(
             args.out, methods=args.methods, datasets=names, fairness=args.fairness, epsilons=args.epsilon,

@@ -291,7 +291,7 @@ pub(crate) fn noised_parts_into(
 /// a round do not run as a fork-join on the rayon pool, but on the calling thread and one helper
 /// ([`Schedule::Shared`]). With a few small silo steps (Adult: 3 × 256 rows of 14 entries, ≈ 14k)
 /// a per-round hand-off and any worker the operating system has descheduled cost more than the
-/// second core saves (`docs/performance.md`: 4 ms sequential vs 20 ms median on the pool under
+/// second core saves (`docs/dev/performance-notebook.md`: 4 ms sequential vs 20 ms median on the pool under
 /// load). Large rounds (many silos, dense rows) amortise it and run on the rayon pool.
 pub const PARALLEL_MIN_WORK: f64 = 100_000.0;
 

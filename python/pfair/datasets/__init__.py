@@ -19,7 +19,7 @@ from typing import Callable, Dict
 import pandas as pd
 
 from ._base import Dataset
-from ._csv import csv_spec, load_csv, load_csv_spec, parse_csv_spec
+from ._csv import MAX_DROPPED_SHARE, csv_spec, load_csv, load_csv_spec, parse_csv_spec
 from ._synthetic import make_synthetic
 from .adult import adult_frame, load_adult
 from .bank import bank_frame, load_bank
@@ -93,6 +93,7 @@ def load_frame(name: str) -> pd.DataFrame:
 
 __all__ = [
     "Dataset",
+    "MAX_DROPPED_SHARE",
     "list_datasets",
     "load",
     "load_adult",

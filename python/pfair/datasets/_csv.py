@@ -30,6 +30,13 @@ def _as_list(value, argument: str) -> list:
         raise ValueError(f"{argument} must be a column name or a list of column names") from None
 
 
+#: The largest share of a table's rows `load_csv` drops for missing values without being told to
+#: (``dropna=None``, the default): above it loading is refused with a ``ValueError`` naming the
+#: columns, because a model trained on what is left may no longer describe the data (a column
+#: 70% empty would silently cost 70% of the records).
+MAX_DROPPED_SHARE = 0.05
+
+
 def _check_columns(frame: pd.DataFrame, columns: Sequence, argument: str) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
@@ -52,6 +59,7 @@ def load_csv(
     include_sensitive: bool = False,
     stratify: bool = True,
     name: Optional[str] = None,
+    dropna: Optional[bool] = None,
 ) -> Dataset:
     """Build a `Dataset` from a CSV file (anything ``pandas.read_csv`` reads) or a DataFrame.
 
@@ -68,8 +76,15 @@ def load_csv(
     - ``keep``: columns that are NOT features but stay available raw in ``attrs_train`` /
       ``attrs_test``, e.g. a hospital or region column used only to split the records into silos
       (``Federation.partition(ds, by="region")``).  A column cannot be both kept and dropped.
-    - Rows with a missing value in any used column (label, sensitive, features, ``keep``) are
-      dropped (``dropna``); there is no imputation.  ``train_index`` / ``test_index`` are the
+    - Missing values (in any used column: label, sensitive, features, ``keep``; pfair does not
+      impute) are counted per column, and ``dropna`` decides what happens to their rows:
+      ``None`` (default) drops them with a ``UserWarning`` saying how many when they are at most
+      :data:`MAX_DROPPED_SHARE` (5%) of the rows, and refuses to load (``ValueError`` naming each
+      column with its missing share, and the ways out) when they are more; ``True`` drops them
+      whatever their share, with the same warning; ``False`` refuses any missing value.  Ways out
+      of a refusal: ``drop=[column]`` when a feature column is mostly empty, ``dropna=True``, or
+      imputing: build ``X`` yourself and put a ``sklearn.impute.SimpleImputer`` before
+      `SteFFLe` in a scikit-learn ``Pipeline``.  ``train_index`` / ``test_index`` are the
       surviving rows' positions in the original file (``frame.iloc``).
     - Split: stratified by (y, s) (``stratify=True``) or plain random, 3:1 for ``test_size=0.25``,
       reproducible for a ``seed``.  Numeric features are standardised with the training split's
@@ -80,7 +95,8 @@ def load_csv(
 
     Errors (``ValueError``, naming the argument): a missing column; a label or sensitive column
     with fewer than 2 distinct values; ``positive_label`` absent from the label column; an
-    undeclared non-numeric column; a group without records in one of the splits.
+    undeclared non-numeric column; a group without records in one of the splits; missing values
+    in more rows than ``dropna`` allows.
     """
     if isinstance(path_or_dataframe, pd.DataFrame):
         frame = path_or_dataframe
@@ -88,6 +104,10 @@ def load_csv(
     else:
         frame = pd.read_csv(path_or_dataframe)
         default_name = os.path.splitext(os.path.basename(os.fspath(path_or_dataframe)))[0]
+    if dropna is not None and not isinstance(dropna, (bool, np.bool_)):
+        raise ValueError(f"dropna must be None (drop at most {MAX_DROPPED_SHARE:.0%} of the rows), True or False, "
+                         f"got {dropna!r}")
+    dropna = None if dropna is None else bool(dropna)  # numpy's bools too
     if not isinstance(label, str) or not label:
         raise ValueError("label must be a column name")
     if not isinstance(sensitive, str) or not sensitive:
@@ -136,7 +156,7 @@ def load_csv(
 
     used = list(dict.fromkeys([label, sensitive] + features + keep_cols))
     frame = frame[used].reset_index(drop=True)
-    complete = frame.notna().all(axis=1).to_numpy()
+    complete = _rows_to_keep(frame, dropna, label=label, sensitive=sensitive, name=name or default_name)
     row_index = np.flatnonzero(complete)
     frame = frame[complete].reset_index(drop=True)
     if len(frame) == 0:
@@ -183,6 +203,48 @@ def load_csv(
     )
 
 
+def _rows_to_keep(frame: pd.DataFrame, dropna: Optional[bool], *, label: str, sensitive: str,
+                  name: str) -> np.ndarray:
+    """The mask of ``frame``'s rows without a missing value, after `load_csv`'s ``dropna`` rule:
+    refuse (``ValueError``) or drop with a ``UserWarning`` that says how many rows and why."""
+    missing = frame.isna()
+    complete = ~missing.any(axis=1).to_numpy()
+    n, n_dropped = len(frame), int((~complete).sum())
+    if n_dropped == 0:
+        return complete
+    counts = missing.sum(axis=0)
+    counts = counts[counts > 0].sort_values(ascending=False, kind="stable")
+    per_column = ", ".join(f"{c!r} {int(k):,} ({k / n:.1%})" for c, k in counts.items())
+    share = n_dropped / n
+    what = f"{n_dropped:,} of {n:,} rows ({share:.1%}) of {name!r} have a missing value"
+    if dropna is True or (dropna is None and share <= MAX_DROPPED_SHARE):
+        why = ("dropna=True" if dropna else
+               f"at most {MAX_DROPPED_SHARE:.0%} of the rows (pfair.datasets.MAX_DROPPED_SHARE) are dropped unasked")
+        warnings.warn(f"load_csv: {what} and were dropped ({why}); missing per column: {per_column}. "
+                      f"{n - n_dropped:,} rows remain; pfair does not impute.", UserWarning, stacklevel=3)
+        return complete
+    if dropna is None:
+        refusal = (f"{what}, more than the {MAX_DROPPED_SHARE:.0%} load_csv drops unasked "
+                   "(pfair.datasets.MAX_DROPPED_SHARE)")
+    else:
+        refusal = f"{what} and dropna=False keeps every row"
+    fixes = []
+    empty_features = [c for c, k in counts.items() if c not in (label, sensitive) and k / n > MAX_DROPPED_SHARE]
+    if empty_features:
+        fixes.append(f"leave the column(s) out with drop={empty_features!r} (command line: "
+                     f"--drop {' '.join(map(str, empty_features))})")
+    fixes.append(f"drop those {n_dropped:,} rows anyway with dropna=True (command line: --dropna)")
+    if any(c not in (label, sensitive) for c in counts.index):
+        fixes.append("impute the features: build X yourself and fit make_pipeline(SimpleImputer(), SteFFLe(...)) "
+                     "from scikit-learn with steffle__sensitive_features=s")
+    note = ""
+    if label in counts.index or sensitive in counts.index:
+        note = f" A row without its {label!r} (label) or {sensitive!r} (sensitive) value can only be dropped."
+    ways = "; or ".join(fixes)
+    raise ValueError(f"load_csv: {refusal}; missing values per column: {per_column}. "
+                     + (f"Either {ways}." if len(fixes) > 1 else f"To load it, {ways}.") + note)
+
+
 def _match_dtype(column: pd.Series, value: Any) -> Any:
     """``value`` as the label column's type when it was typed as text (a command line, a spec):
     ``"1"`` becomes ``1`` for an integer column, ``"0.5"`` becomes ``0.5`` for a float one."""
@@ -199,7 +261,7 @@ def _match_dtype(column: pd.Series, value: Any) -> Any:
 _CSV_OPTIONS = {
     "label": str, "sensitive": str, "positive_label": str, "categorical": "list", "drop": "list",
     "keep": "list", "partition_by": str, "test_size": float, "seed": int, "include_sensitive": "bool",
-    "stratify": "bool", "name": str,
+    "stratify": "bool", "name": str, "dropna": "bool",
 }
 
 

@@ -16,13 +16,20 @@ a horizontal line: a point on or above it is no better than predicting one class
 * ``silos_<dataset>_<fairness>_<method>_eps<ε>``: the same coloured by the number of silos N, one
   panel per h (the paper shows h = 0 and h = 0.75), when the sweep has at least two values of N.
 
+``<dataset>`` in a file name is :func:`dataset_slug` of the data set's name: a bundled data set's
+name as it is (``adult``), a user CSV's spec (``csv:PATH?label=..``) as the file's stem and a short
+hash of the whole spec (``loans-<8 hex digits>``), so that no path separator or shell-special character
+reaches a file name and two specs of one file do not overwrite each other's figures.
+
 Figures are drawn with matplotlib's Agg canvas (no display needed) and saved as PNG and SVG.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,7 +39,7 @@ import pandas as pd
 from pfair.experiments.methods import METHODS
 from pfair.experiments.summary import has_validation, selected_front, tradeoff_points
 
-__all__ = ["plot_results", "METHOD_COLOURS"]
+__all__ = ["plot_results", "dataset_slug", "METHOD_COLOURS"]
 
 #: One colour per method, fixed so that figures are comparable.
 METHOD_COLOURS: dict[str, str] = {
@@ -47,6 +54,32 @@ _VIOLATION_LABEL = {"demographic_parity": "demographic parity violation",
 #: What to run when matplotlib is missing: right for a pip install and for a source checkout.
 MATPLOTLIB_HINT = ("plots need matplotlib: pip install matplotlib (the same as the plot extra: "
                    "pip install 'pfair[plot]' for an installed pfair, pip install -e '.[plot]' in a source checkout)")
+
+
+#: Characters a figure's file name may hold; anything else in a data set's name is replaced.
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: Longest stem kept from a CSV's file name (the hash keeps names unique).
+_MAX_STEM = 40
+
+
+def dataset_slug(name: str) -> str:
+    """A data set's name as a part of a file name: letters, digits, ``_``, ``-`` and ``.`` only.
+
+    A name made of those already (every bundled data set: ``adult``, ``credit_card``) is returned
+    unchanged. A csv spec (``csv:/data/loans.csv?label=default&sensitive=sex``, see
+    :func:`pfair.datasets.csv_spec`) becomes the CSV's stem and the first 8 hex digits of the
+    SHA-256 of the whole spec, ``loans-0581f23f``: readable, and distinct for two specs of the
+    same file. Any other name is cleaned the same way, with the hash of the original name."""
+    name = str(name)
+    if name and _SAFE.search(name) is None and name[0] not in ".-":
+        return name
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    stem = name
+    if name.startswith("csv:"):
+        path = name[4:].partition("?")[0]
+        stem = os.path.splitext(os.path.basename(path.replace("\\", "/").rstrip("/")))[0]
+    stem = _SAFE.sub("_", stem).strip("._-")[:_MAX_STEM].strip("._-")
+    return f"{stem}-{digest}" if stem else f"dataset-{digest}"
 
 
 def _matplotlib() -> Any:
@@ -155,7 +188,7 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], s
         # Two lines, so that a one-panel figure does not clip the title.
         fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off, test numbers (mean ± std over seeds)\n"
                      f"faint: every configuration; bold: the front chosen on the {select} split", fontsize=11)
-        paths += _save(fig, out, f"tradeoff_{ds}_{fair}_N{n}", formats)
+        paths += _save(fig, out, f"tradeoff_{dataset_slug(ds)}_{fair}_N{n}", formats)
     return paths
 
 
@@ -194,14 +227,14 @@ def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], meth
             fig, axes = _new_figure(1, 1, width=5.6, height=4.2)
             _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h", select, margin)
             axes[0, 0].set_title(f"{ds}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h", fontsize=10)
-            paths += _save(fig, out, f"heterogeneity_{ds}_{fair}_{method}_eps{eps_text}_N{n}", formats)
+            paths += _save(fig, out, f"heterogeneity_{dataset_slug(ds)}_{fair}_{method}_eps{eps_text}_N{n}", formats)
         hs = [h for h, by_h in grp.groupby("heterogeneity", sort=True) if by_h["silos"].nunique() >= 2]
         if hs:
             fig, axes = _new_figure(1, len(hs), width=5.6, height=4.2)
             for ax, h in zip(axes[0], hs):
                 _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N", select, margin)
                 ax.set_title(f"{ds}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N", fontsize=10)
-            paths += _save(fig, out, f"silos_{ds}_{fair}_{method}_eps{eps_text}", formats)
+            paths += _save(fig, out, f"silos_{dataset_slug(ds)}_{fair}_{method}_eps{eps_text}", formats)
     return paths
 
 
