@@ -229,3 +229,66 @@ def test_pfair_node_reset_starts_over_only_when_asked(tmp_path, capsys):
     assert main(["node", "reset", "--state-dir", str(tmp_path / "state"), "--i-understand"]) == 0
     assert "ledger.json.journal" in capsys.readouterr().out
     assert node(cfg).ledger().epsilon_spent() == 0.0  # a new ledger, on purpose
+
+
+# ---------------------------------------------------------------------------------------- N1
+def _threshold_sweep(evaluate, X_test, n):
+    """The query oracle: θ predicts 1 iff x₀ is above a threshold; lowering it past one test record
+    at a time flips that record's prediction, and the demographic-parity gap moves by 1/n₀ or
+    1/n₁ depending on its group. Returns the guessed group of each record (None: no answer)."""
+    order = np.argsort(-X_test[:, 0])
+    xs = X_test[order, 0]
+    answers = []
+    for i in range(n + 1):
+        t = xs[i - 1] - 1e-9 if i > 0 else xs[0] + 1.0
+        theta = np.array([1e3, 0.0, 0.0, -1e3 * t])  # logit of class 1 = 1000 (x₀ − t)
+        try:
+            answers.append(evaluate(theta).get("demographic_parity_difference"))
+        except Exception:
+            answers.append(None)
+    steps = [abs(b) - abs(a) if a is not None and b is not None else None for a, b in zip(answers, answers[1:])]
+    sizes = sorted({round(abs(d), 9) for d in steps if d is not None and d != 0})
+    guess = np.full(n, -1)
+    if len(sizes) >= 2:
+        small, large = sizes[0], sizes[-1]  # 1/n_big, 1/n_small
+        for j, d in enumerate(steps):
+            if d is not None:
+                guess[order[j]] = int(abs(abs(d) - small) > abs(abs(d) - large))
+    return guess, answers
+
+
+def _evaluating_node(tmp_path, **cfg_kw):
+    rng = np.random.default_rng(3)
+    n = 120
+    s = (rng.random(n) < 0.35).astype(int)
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 1] > 0).astype(int)
+    test = pfair.datasets.write_shard(tmp_path / "test.csv", X, y, s)
+    cfg = config(tmp_path, **{"test-path": str(test), "epsilon": 2.0, **cfg_kw})
+    st = settings(epsilon=2.0)
+    node(cfg).plan(st, PROPS, 10, "run-e")
+    return cfg, st, X, s
+
+
+def test_exact_evaluation_is_a_query_oracle_and_only_an_opt_in(tmp_path):
+    """What the silo's operator opts into with allow-exact-evaluate: n + 1 queries give s."""
+    cfg, st, X, s = _evaluating_node(tmp_path, **{"allow-exact-evaluate": "true"})
+    guess, _ = _threshold_sweep(lambda th: node(cfg).evaluate(st, "run-e", th), X, len(s))
+    flipped = max(np.mean(guess == s), np.mean(guess == 1 - s))  # the attacker knows the sizes
+    assert flipped > 0.9
+    assert node(cfg).report()["not_covered"]
+
+
+def test_evaluation_is_a_charged_dp_release_and_the_sweep_recovers_no_more_than_chance(tmp_path):
+    cfg, st, X, s = _evaluating_node(tmp_path)
+    before = node(cfg).ledger().epsilon_spent()
+    guess, answers = _threshold_sweep(lambda th: node(cfg).evaluate(st, "run-e", th), X, len(s))
+    assert sum(a is not None for a in answers) <= 1  # one evaluation per run
+    assert node(cfg).ledger().epsilon_spent() > before  # and it was charged
+    chance = max(np.mean(s), 1 - np.mean(s))
+    recovered = max(np.mean(guess == s), np.mean(guess == 1 - s), chance)
+    assert recovered <= chance + 1e-12
+    # A run the silo did not plan gets no evaluation at all.
+    with pytest.raises(pfair.exceptions.SettingsMismatch, match="did not plan"):
+        node(cfg).evaluate(st, "someone-elses-run", THETA)
+    assert node(cfg).report()["not_covered"] == []

@@ -9,7 +9,8 @@ reproducing a simulation). Message types:
 ``query.plan``   calibrate the noise for the run from the released proportions; reply the plan
 ``train``        one SteFFLe round: exactly the parts of a :class:`~pfair.protocol.SiloMessage`
 ``query.violation`` with ``max_violation``, after an epoch: the silo's noisy (block, s, ŷ) histogram
-``evaluate``     metrics of θ on the local test shard, if the node has one
+``evaluate``     metrics of θ on the local test shard, if the node has one: a DP release charged to
+                 its ledger, once per run (exact only where the node config opts in)
 ``query.report`` the ledger's public summary (budget, ε spent, runs)
 
 A refusal (budget spent, a round asked twice, a run asking more ε than the silo's budget) is an
@@ -80,9 +81,10 @@ def violation(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    node, _ = _node(msg, context)
+    node, cfg = _node(msg, context)
     theta, _ = codec.read_model(msg.content)
-    return Message(RecordDict({"metrics": codec.metrics(node.evaluate(np.asarray(theta)))}), reply_to=msg)
+    out = node.evaluate(_settings(cfg), str(cfg["run-id"]), np.asarray(theta))
+    return Message(RecordDict({"metrics": codec.metrics(out)}), reply_to=msg)
 
 
 @app.query("report")

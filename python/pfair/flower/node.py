@@ -18,7 +18,12 @@ never by the server):
 ``epsilon``, ``delta``
     its own budget over all runs (the server's run config may ask for at most this);
 ``test-path``
-    optional local test shard for evaluate messages;
+    optional local test shard for evaluate messages. An evaluation is a DP release charged to the
+    silo's ledger (:meth:`SiloNode.evaluate`): at most ``evaluations-per-run`` (default 1) for a
+    run the silo planned, each costing ``evaluate-epsilon`` (default :data:`EVALUATE_EPSILON`);
+    ``allow-exact-evaluate = true`` answers exact metrics instead, unlimited and uncharged, which
+    a server can turn into a query oracle of every test record's s (warned, and reported as not
+    covered);
 ``noise-seed``
     optional, for reproducing a simulation only (the guarantee then does not hold against anyone
     who knows it; the node answers one run with it). Without it, every message draws fresh noise
@@ -64,6 +69,7 @@ three histograms of other fairness notions solve for the noise and the exact cou
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -71,12 +77,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerMismatch, SettingsMismatch
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMismatch
+from pfair.privacy import mechanisms
 from pfair.privacy.calibration import NoisePlan
-from pfair.privacy.ledger import FILE_LOCKS, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
-from pfair.privacy.proportions import HISTOGRAM_PREFIX, release_name
+from pfair.privacy.ledger import FILE_LOCKS, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
+from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
-from pfair.protocol.keys import SiloKeys, new_secret, restore_key
+from pfair.protocol.keys import SiloKeys, new_secret, noise_key, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
@@ -86,7 +93,13 @@ from pfair.settings import SteFFLeSettings
 MAX_HISTOGRAM_SHARE = 0.25
 MAX_VIOLATION_SHARE = 0.25
 
+#: ε of one evaluation release (node config ``evaluate-epsilon``), composed in the silo's ledger.
+EVALUATE_EPSILON = 0.05
+#: Name prefix of the evaluation releases kept in a silo's ledger.
+EVALUATION_PREFIX = "evaluation:"
+
 LEDGER_FILE = "ledger.json"
+log = logging.getLogger("pfair.node")
 PLAN_FILE = "plan.json"
 LOCK_FILE = "node"  # the lock is node.lock: one message at a time touches the silo's state
 
@@ -172,6 +185,9 @@ class SiloNode:
         self.delta = float(node_config["delta"]) if "delta" in node_config else None
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
         self.anchor = Path(str(node_config["ledger-anchor"])) if node_config.get("ledger-anchor") else None
+        self.exact_evaluate = str(node_config.get("allow-exact-evaluate", "false")).lower() in ("1", "true", "yes")
+        self.evaluate_epsilon = float(node_config.get("evaluate-epsilon", EVALUATE_EPSILON))
+        self.evaluations_per_run = int(node_config.get("evaluations-per-run", 1))
         self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
         self.model = model
@@ -379,21 +395,67 @@ class SiloNode:
             party = self._planned_party(settings, run_id)
             return party.release_violation(np.asarray(theta, dtype=np.float64), int(epoch))
 
-    def evaluate(self, theta: np.ndarray) -> dict[str, float]:
-        """Error, loss and fairness of θ on the local test shard (non-private statistics of test
-        data the silo chose to evaluate on); empty without a test shard."""
+    def evaluate(self, settings: SteFFLeSettings, run_id: str, theta: np.ndarray) -> dict[str, float]:
+        """Metrics of θ on the local test shard (empty without one), as a DP release.
+
+        Exact metrics of a model the server chooses are a query oracle: sweeping a threshold along
+        a direction of θ and reading the demographic-parity gap gives every test record's s in
+        n + 1 queries. So by default an evaluation releases the shard's table of counts
+        ``c[r, y, ŷ]`` (group, label, prediction) plus Gaussian noise of std ``z_e·√2`` per cell:
+        replacing one record (or only its s) moves one count from one cell to another, an L2 change
+        of at most √2. ``z_e`` makes one release cost ``evaluate-epsilon`` alone; it is charged to
+        the silo's ledger before anything is computed, at most ``evaluations-per-run`` times for a
+        run this silo planned (``run_id``). The metrics are computed from the noisy table
+        (post-processing). With ``protect="attribute"`` the test error and loss need no s and are
+        exact. ``allow-exact-evaluate`` in the node config answers exact metrics instead."""
         if self.test_path is None:
             return {}
-        from pfair import metrics
         from pfair.datasets.shards import read_shard
 
         X, y, s, _ = read_shard(self.test_path, n_groups=self.n_groups, n_classes=self.n_classes)
-        proba = self._predict_proba(X, np.asarray(theta, dtype=np.float64))
+        theta = np.asarray(theta, dtype=np.float64)
+        if self.exact_evaluate:
+            log.warning("silo %s: exact evaluation (allow-exact-evaluate): the server can read every test record's "
+                        "s from repeated queries; not covered by the guarantee", self.silo_id)
+            return self._metrics(X, y, s, theta)
+        with self._locked():
+            ledger = self.ledger()
+            st = self._settings(settings, ledger, check_budget=False)
+            if run_id not in ledger.runs:
+                raise SettingsMismatch(f"silo {self.silo_id}: evaluation of run {run_id!r}, which this silo did not "
+                                       "plan; a silo evaluates the models of its own runs only")
+            done = sorted(k for k in ledger.releases if k.startswith(f"{EVALUATION_PREFIX}{run_id}:"))
+            if len(done) >= self.evaluations_per_run:
+                raise PrivacyBudgetExceeded(
+                    f"silo {self.silo_id}: run {run_id!r} had its {self.evaluations_per_run} evaluation(s) "
+                    "(node config evaluations-per-run); each is a release of the test shard's s")
+            z = evaluation_noise_multiplier(self.evaluate_epsilon, ledger.delta)
+            proba = self._predict_proba(X, theta)
+            pred = np.argmax(proba, axis=1)
+            table = mechanisms.release_histogram(
+                lambda: confusion_by_group(y, pred, s, n_groups=self.n_groups, n_classes=self.n_classes),
+                ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name="evaluation"),
+                key=noise_key(self.noise_seed), silo=self.silo_id, stream=EVALUATION_STREAM + len(done),
+                noise_multiplier=z, sensitivity=HISTOGRAM_SENSITIVITY, name=f"{EVALUATION_PREFIX}{run_id}:{len(done)}")
+        out = metrics_from_table(table)
+        if st.protect == "attribute":  # x and y are not protected: the error and loss need no s
+            out.update({k: v for k, v in self._metrics(X, y, None, theta, proba).items() if k in ("test_error", "test_loss")})
+        out["n_test"] = float(len(y))
+        return out
+
+    def _metrics(self, X: np.ndarray, y: np.ndarray, s: np.ndarray | None, theta: np.ndarray,
+                 proba: np.ndarray | None = None) -> dict[str, float]:
+        """Exact metrics of θ on (X, y, s) (without s: error and loss only)."""
+        from pfair import metrics
+
+        proba = self._predict_proba(X, theta) if proba is None else proba
         pred = np.argmax(proba, axis=1)
         loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
-        return {"n_test": float(len(y)), "test_loss": loss, "test_error": float(np.mean(pred != y)),
-                "demographic_parity_difference": metrics.demographic_parity_difference(y, pred, sensitive_features=s),
-                "equalized_odds_difference": metrics.equalized_odds_difference(y, pred, sensitive_features=s)}
+        out = {"n_test": float(len(y)), "test_loss": loss, "test_error": float(np.mean(pred != y))}
+        if s is not None:
+            out["demographic_parity_difference"] = metrics.demographic_parity_difference(y, pred, sensitive_features=s)
+            out["equalized_odds_difference"] = metrics.equalized_odds_difference(y, pred, sensitive_features=s)
+        return out
 
     def _predict_proba(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
         if self.model is None:
@@ -411,11 +473,15 @@ class SiloNode:
         return torch.softmax(logits.double(), dim=1).numpy()
 
     def report(self) -> dict[str, Any]:
-        """The ledger's public summary (budget, ε spent, runs)."""
+        """The ledger's public summary (budget, ε spent, runs) and whether this silo answers exact
+        evaluations (``not_covered`` then says so)."""
         with self._locked():
             d = self.ledger().to_dict()
-        return {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
-
+        out = {k: d[k] for k in ("silo", "epsilon_budget", "delta", "epsilon_spent", "epsilon_remaining", "runs")}
+        out["exact_evaluate"] = self.exact_evaluate
+        out["not_covered"] = (["exact evaluation of the test shard (allow-exact-evaluate)"]
+                              if self.exact_evaluate and self.test_path is not None else [])
+        return out
 
 
 def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | None = None,
@@ -439,3 +505,42 @@ def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | Non
             path.unlink()
             removed.append(str(path))
     return removed
+
+
+#: Noise streams of the evaluation releases: purpose "histogram", round ``EVALUATION_STREAM + i``
+#: (the p_s histogram uses round 0, the violation releases ``STREAM_BASE + epoch``).
+EVALUATION_STREAM = 1 << 41
+
+
+def evaluation_noise_multiplier(epsilon: float, delta: float) -> float:
+    """``z_e`` such that one evaluation release alone costs ``epsilon`` at ``delta``."""
+    from pfair.privacy.accountant import noise_multiplier_for
+
+    return noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=1.0, steps=1, sampling="full_batch")
+
+
+def confusion_by_group(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int) -> np.ndarray:
+    """Counts ``c[r, y, ŷ]`` of a shard's records by group, label and prediction."""
+    k, l = int(n_groups), int(n_classes)
+    flat = np.bincount((np.asarray(s) * l + np.asarray(y)) * l + np.asarray(pred), minlength=k * l * l)
+    return flat.reshape(k, l, l).astype(np.float64)
+
+
+def metrics_from_table(table: np.ndarray) -> dict[str, float]:
+    """Test error and the fairness gaps from a (noisy) ``c[r, y, ŷ]`` table (post-processing):
+    counts clamped at 0 and rounded, then the records they describe scored by
+    :mod:`pfair.metrics`' own definitions."""
+    from pfair import metrics
+
+    counts = np.rint(np.clip(np.asarray(table, dtype=np.float64), 0, None)).astype(np.int64)
+    k, l, _ = counts.shape
+    idx = np.repeat(np.arange(counts.size), counts.ravel())
+    if idx.size == 0:
+        return {}
+    r, rest = np.divmod(idx, l * l)
+    yy, pp = np.divmod(rest, l)
+    out = {"test_error": float(np.mean(yy != pp))}
+    if len(np.unique(r)) > 1:
+        out["demographic_parity_difference"] = metrics.demographic_parity_difference(yy, pp, sensitive_features=r)
+        out["equalized_odds_difference"] = metrics.equalized_odds_difference(yy, pp, sensitive_features=r)
+    return out

@@ -341,14 +341,15 @@ class SteFFLeStrategy(Strategy):
         return [self._message(node, "evaluate", arrays=arrays, **codec.model_config(self.theta)) for node in self.silo_of]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Test-size-weighted mean of the silos' local metrics."""
+        """Test-size-weighted mean of the silos' local metrics (each silo's a DP release unless its
+        node config allows exact evaluation); a metric some silo did not send is left out."""
         rows = [dict(r.content["metrics"]) for _, r in replies if r is not None and not r.has_error()]  # type: ignore[misc]
         rows = [r for r in rows if r.get("n_test", 0) > 0]
         if not rows:
             return None
         n = sum(r["n_test"] for r in rows)
-        return MetricRecord({k: float(sum(r[k] * r["n_test"] for r in rows) / n) for k in rows[0] if k != "n_test"}
-                            | {"n_test": float(n)})
+        keys = [k for k in rows[0] if k != "n_test" and all(k in r for r in rows)]
+        return MetricRecord({k: float(sum(r[k] * r["n_test"] for r in rows) / n) for k in keys} | {"n_test": float(n)})
 
     def summary(self) -> None:
         st = self.settings
