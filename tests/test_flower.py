@@ -63,20 +63,60 @@ def test_a_deployed_run_equals_the_simulation(tmp_path):
 
 
 @pytest.mark.slow
-def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys):
-    """The one-command launcher: partition, shards, SuperLink and SuperNodes, run, summary."""
+def test_pfair_deploy_local_runs_end_to_end(tmp_path, capsys, monkeypatch):
+    """The one-command launcher: partition, shards, SuperLink and SuperNodes, run, summary; in a
+    relative workdir (the app path was doubled), with pfair train's JSON keys; a second run in the
+    same workdir says it trains on what is left of the ledgers, and --new-ledgers starts them over."""
     from pfair.cli import main
 
-    code = main(["deploy", "local", "--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "1",
-                 "--batch-size", "300", "--round-timeout", "60", "--timeout", "300", "--workdir", str(tmp_path),
-                 "--json"])
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and out["rounds"] == 2 and out["silos"] == 2
-    assert 0 < out["test_error"] <= out["trivial_error"] + 0.1
+    monkeypatch.chdir(tmp_path)
+    args = ["deploy", "local", "--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "1",
+            "--batch-size", "300", "--round-timeout", "60", "--timeout", "300", "--workdir", "wd", "--json"]
+
+    def deploy(*extra):
+        code = main(args + list(extra))
+        return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    code, out = deploy()
+    assert code == 0 and out["rounds"] == 2 and out["silos"] == 2 and out["workdir"] == str(tmp_path / "wd")
+    assert 0 < out["test_error"] <= 1 and out["trivial_error"] > 0
     assert all(0 < row["epsilon_spent"] <= 2.0 and not row["refused"] for row in out["privacy"])
-    assert (tmp_path / "flower" / "result.json").exists()
-    assert sorted(p.name for p in (tmp_path / "silos" / "silo0").glob("*.parquet")) == ["test.parquet", "train.parquet"]
+    assert (tmp_path / "wd" / "flower" / "result.json").exists()
+    assert sorted(p.name for p in (tmp_path / "wd" / "silos" / "silo0").glob("*.parquet")) == ["test.parquet",
+                                                                                              "train.parquet"]
     assert out["seconds_per_round"] > 0 and out["start_seconds"] > 0
+    assert main(["train", "--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "1", "--json"]) == 0
+    train_keys = set(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert train_keys <= set(out)
+    code, again = deploy()
+    assert code == 0 and any("spent ledgers" in w and "--new-ledgers" in w for w in again["warnings"])
+    assert min(again["noise_multiplier"]) > 2 * max(out["noise_multiplier"])  # what is left buys little
+    code, fresh = deploy("--new-ledgers")
+    assert code == 0 and any("started over" in w for w in fresh["warnings"])
+    assert fresh["noise_multiplier"] == out["noise_multiplier"]
+
+
+@pytest.mark.slow
+def test_pfair_deploy_local_removes_its_temporary_workdir_and_takes_a_csv(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    from pfair.cli import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    rng = np.random.default_rng(0)
+    n = 600
+    import pandas as pd
+
+    table = pd.DataFrame({"age": rng.integers(18, 80, n), "income": rng.normal(50, 10, n).round(1),
+                          "sex": rng.choice(["f", "m"], n), "region": rng.choice(["n", "s", "e"], n)})
+    table["default"] = np.where(table["income"] + rng.normal(0, 5, n) > 50, "yes", "no")
+    table.to_csv(tmp_path / "loans.csv", index=False)
+    code = main(["deploy", "local", "--csv", str(tmp_path / "loans.csv"), "--label", "default", "--positive-label",
+                 "yes", "--sensitive", "sex", "--silos", "2", "--epsilon", "2", "--epochs", "1", "--batch-size", "100",
+                 "--round-timeout", "60", "--timeout", "300", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["dataset"].startswith("loans") and out["silos"] == 2 and out["workdir"] is None
+    assert not list(tmp_path.glob("pfair-deploy-*"))  # the temporary workdir is gone
 
 
 @pytest.mark.slow

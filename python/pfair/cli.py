@@ -262,7 +262,6 @@ def _last_released_violation(model: Any) -> float | None:
 def train_command(args: argparse.Namespace) -> int:
     from pfair import metrics
     from pfair.estimators import SteFFLe
-    from pfair.privacy.report import PrivacyReport
     from pfair.federation import Federation
 
     import numpy as np
@@ -324,32 +323,44 @@ def train_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
-    print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} silos {fed.sizes}, "
+    print_summary(result, args, ds, fed, report_df, where="silos")
+    if args.epsilon is not None:
+        print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
+    print(f"time          {result['seconds']:.1f} s")
+    return 0
+
+
+#: Columns of the per-silo privacy table ``pfair train`` and ``pfair deploy`` print.
+PRIVACY_COLUMNS = ["n_records", "accounting", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w",
+                   "epsilon_spent", "delta"]
+
+
+def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, report_df: Any, *, where: str) -> None:
+    """The text summary of a run (``pfair train``, ``pfair deploy``): warnings, data, test error
+    against the constant predictor, fairness gaps, the fairness target, and each silo's privacy."""
+    from pfair.privacy.report import PrivacyReport
+
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} {where} {fed.sizes}, "
           f"h = {args.heterogeneity}")
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
-    if args.max_violation is not None:
+    if result.get("max_violation") is not None:
         how = "noisy releases" if args.epsilon is not None else "exact, non-private"
         v = result["violation_released"]
         measured = f"{v:.4f} after epoch {args.epochs - 1} ({how})" if v is not None else "not measured (1 epoch)"
-        print(f"target        {_TARGET_METRIC[args.fairness]} <= {args.max_violation:g} on the training data: "
+        print(f"target        {_TARGET_METRIC[args.fairness]} <= {result['max_violation']:g} on the training data: "
               f"{measured}; final lambda {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")
-    else:
-        cols = ["n_records", "accounting", "sample_rate", "steps", "noise_multiplier", "sigma_theta", "sigma_w",
-                "epsilon_spent", "delta"]
-        who = "silo" if args.mode == "standard" else "sensitive silo"
-        print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
-              f"max epsilon spent {eps_spent:.4f}; p_s {report_df['p_s'].iloc[0]}; noise {report_df['noise'].iloc[0]}; "
-              f"calibration {args.calibration}")
-        print(PrivacyReport(report_df[cols]))
-        print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
-    print(f"time          {result['seconds']:.1f} s")
-    return 0
+        return
+    who = "silo" if result.get("mode", "standard") == "standard" else "sensitive silo"
+    print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
+          f"max epsilon spent {result['epsilon_spent']:.4f}; p_s {report_df['p_s'].iloc[0]}; "
+          f"noise {report_df['noise'].iloc[0]}; calibration {report_df['calibration'].iloc[0]}")
+    print(PrivacyReport(report_df[PRIVACY_COLUMNS]))
 
 
 def add_experiment_parsers(sub: Any) -> None:
