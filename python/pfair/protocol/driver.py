@@ -115,11 +115,10 @@ class Driver:
         self._warned_lam_max = False
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
-            progress: bool = False, after_epoch: Callable[[int, np.ndarray], None] | None = None) -> RunState:
+            progress: bool = False) -> RunState:
         """Train from ``state`` (θ, W, history) for the epochs ``start_epoch ..``; updates and
-        returns ``state``. ``on_epoch(epoch, θ, W, info)`` returns the history row of an epoch;
-        ``after_epoch(epoch, θ)`` is told of every epoch done (e.g. a transport's own events)."""
-        plan, st, server = self.plan, self.plan.settings, self.server
+        returns ``state``. ``on_epoch(epoch, θ, W, info)`` returns the history row of an epoch."""
+        st, server = self.plan.settings, self.server
         theta, w = state.theta.copy(), state.w.copy()
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
@@ -153,8 +152,6 @@ class Driver:
                 info.update(self.target_step(theta, epoch, active))
                 state.lam = server.lam
             state.epochs_done, state.theta, state.w = epoch + 1, theta, w
-            if after_epoch is not None:
-                after_epoch(epoch, theta)
             row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
             if row is not None:
                 state.history.append(row)

@@ -386,7 +386,7 @@ class HybridParties:
         of its ε, charged to its ledger first)."""
         from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
 
-        st, ledger, k = self.settings, self.ledgers[c], self.plan.n_groups
+        ledger, k = self.ledgers[c], self.plan.n_groups
         z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
             lambda: np.bincount(self._s[self.layout.owner == c], minlength=k).reshape(1, k).astype(float),

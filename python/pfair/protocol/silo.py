@@ -33,7 +33,6 @@ from pfair.fairness_target import (
     n_releases,
     violation_counts,
     violation_event,
-    violation_noise_multiplier,
 )
 from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger, prepaid_scheme
@@ -41,7 +40,6 @@ from pfair.privacy.proportions import (
     HISTOGRAM_SENSITIVITY,
     group_counts,
     histogram_event,
-    histogram_noise_multiplier,
     n_blocks,
     release_name,
 )
