@@ -26,6 +26,7 @@ from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import Shards, evaluate, non_private_report, shards_from
 from pfair.estimators import LinearSoftmaxMixin
 from pfair.protocol.keys import seeded_key
+from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import SAMPLINGS
 
 
@@ -53,13 +54,7 @@ class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
     def _prepare(self, sh: Shards) -> tuple[Any, list[Any]]:
         """A Rust silo set holding the shards (groups are irrelevant: ψ is never sent) and one
         sampling config per silo."""
-        if self.sampling != "full_batch":
-            for j, n_j in enumerate(sh.sizes):
-                if self.batch_size > n_j:
-                    raise ValueError(
-                        f"batch_size={self.batch_size} is larger than silo {j}, which has {n_j} records; "
-                        "use a smaller batch_size or fewer silos"
-                    )
+        check_batch_fits(self.sampling, self.batch_size, sh.sizes)
         l = len(sh.classes_)
         silo_set = _core.SiloSet(
             [(X, y, np.zeros(len(y), dtype=np.int64)) for X, y in zip(sh.X, sh.y)], n_groups=2, n_classes=l
@@ -75,7 +70,7 @@ class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
         return silo_set, configs
 
     def _steps_per_epoch(self, n: float) -> int:
-        return 1 if self.sampling == "full_batch" else max(1, math.ceil(n / self.batch_size))
+        return rounds_per_epoch(self.sampling, [n], self.batch_size)
 
     def _lr(self, epoch: int) -> float:
         return self.lr * self.lr_decay ** (epoch // self.decay_every)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from typing import Sequence, Tuple
 
-import numpy as np
 
 from pfair import _core
 from pfair.privacy.accountant import _delta, _epsilon, _real, _steps, epsilon_for
+from pfair.privacy.proportions import inv_sqrt_proportions
 
 __all__ = ["paper_noise_stds", "effective_noise_multiplier", "paper_delivered_epsilon"]
 
@@ -82,7 +82,7 @@ def paper_delivered_epsilon(
         raise ValueError("group_proportions must hold >= 2 positive proportions")
     steps = epochs * math.ceil(n / batch)
     sigma_theta, sigma_w = paper_noise_stds(epsilon=epsilon, delta=delta, n=n, steps=steps, rho=ps[0], clip=clip)
-    inv = np.asarray(ps, dtype=np.float64) ** -0.5
+    inv = inv_sqrt_proportions(ps)
     _, d_theta, d_w = _core.sensitivities(inv, n_groups=len(ps), denom=float(batch), clip_theta=float(clip))
     z = effective_noise_multiplier([d_theta, d_w], [sigma_theta, sigma_w])
     q = batch / n

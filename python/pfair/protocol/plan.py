@@ -35,13 +35,13 @@ def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> in
     return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
 
 
-def check_batch_fits(settings: SteFFLeSettings, sizes: Sequence[int]) -> None:
+def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int]) -> None:
     """Refuse a batch larger than a silo (every batch scheme but the full batch draws m records)."""
-    if settings.sampling == "full_batch":
+    if sampling == "full_batch":
         return
     for j, n_j in enumerate(sizes):
-        if settings.batch_size > n_j:
-            raise ValueError(f"batch_size={settings.batch_size} is larger than silo {j}, which has {int(n_j)} records; "
+        if batch_size > n_j:
+            raise ValueError(f"batch_size={batch_size} is larger than silo {j}, which has {int(n_j)} records; "
                              "use a smaller batch_size or fewer silos")
 
 
@@ -116,7 +116,7 @@ class RunPlan:
         k, l = int(n_groups), int(n_classes)
         if st.fairness == "equal_opportunity" and not 0 <= st.positive_class < l:
             raise ValueError(f"positive_class={st.positive_class} is not a class index in 0..{l - 1}")
-        check_batch_fits(st, sizes)
+        check_batch_fits(st.sampling, st.batch_size, sizes)
         R = rounds_per_epoch(st.sampling, sizes, st.batch_size)
         T = st.epochs * R
         n = np.asarray(sizes, dtype=np.float64)
