@@ -202,10 +202,10 @@ def test_a_hostile_theta_or_w_gets_a_finite_reply_that_does_not_show_s(node_conf
             assert np.all(np.isfinite(part))
 
 
-def test_random_batches_of_a_private_attribute_run_come_from_the_silos_kept_secret(node_config, tmp_path):
-    # Batches without replacement are accounted as random draws: not from the server's seed, and
-    # the same draw in every message of the run (each message is a new process).
-    st = run_settings(sampling="without_replacement")
+def test_hidden_batches_of_a_record_run_come_from_the_silos_kept_secret(node_config, tmp_path):
+    # A record-mode run's batches are hidden: not from the server's seed, and the same permutation
+    # in every message of the run (each message is a new process).
+    st = run_settings(protect="record", sampling="shuffle")
     node(node_config).plan(st, PROPS, ROUNDS, "run-w")
     assert len(bytes.fromhex(json.loads((tmp_path / "state" / PLAN_FILE).read_text())["batch_key"])) == 32
     a, b = (node(node_config)._planned_party(st, "run-w") for _ in range(2))

@@ -56,14 +56,31 @@ def gaussian_delta(eps: float, mu: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------- N2
-def test_a_run_stopped_once_a_record_was_drawn_often_costs_no_more_than_the_budget(tmp_path):
-    """Run 1 draws fixed-size batches (accounted as random draws). The server stops it once the
-    target record was drawn K = 2 times (it shows in the exact s-free gradient; here an oracle reads
-    the silo's batch key) and then asks for a run the silo calibrates to what its ledger has left:
-    one full-batch round. Charged round by round, the ledger prices run 1 by the rounds it answered
-    as if the record had been drawn at random in them, while it was drawn K times for sure; the
-    second run then spends a budget that was not there (true δ 1.25 times the target at these
-    settings). Charged in full when planned, run 1 costs its whole plan whenever it stops.
+def _stop_at_second_draw(cfg, st1, T1, K=2):
+    """Answer run 1 until the record whose K-th draw comes first was drawn K times (an oracle reads
+    the silo's batch key; a server reads it off the exact s-free gradient); returns (t1, target)."""
+    party = node(cfg)._planned_party(st1, "run-1")
+    batches = [set(party.draw_batch(r).tolist()) for r in range(T1)]
+    counts, first_k = np.zeros(N, dtype=int), {}
+    for r, b in enumerate(batches):
+        for i in b:
+            counts[i] += 1
+            if counts[i] == K and i not in first_k:
+                first_k[i] = r
+    target = min(first_k, key=first_k.get)
+    return first_k[target] + 1, target
+
+
+def test_a_server_cannot_stop_random_batch_runs_once_a_record_was_drawn_often(tmp_path):
+    """Random batches (here fixed-size, without replacement) are accounted by how often a record
+    is drawn, averaged over the draws. The server stops run 1 once the target record was drawn
+    K = 2 times, then asks for a run the silo
+    calibrates to what is left: one full-batch round. Before, the ledger priced run 1 by the rounds
+    answered as if the record had been drawn at random in them, while it was drawn twice for sure,
+    and the second run spent a budget that was not there: true δ 1.36 times the target. Charging
+    such a run in full when planned is not enough either: split into one-round runs it is charged
+    round by round again. A deployed silo therefore refuses random batches (before anything is
+    charged); if it ever answers them, the exact oracle below must hold.
 
     The true δ is computed exactly over every stopping path of the attacker's rule (a record is in
     each batch independently with probability q): run 1 stops at round t with probability
@@ -72,38 +89,32 @@ def test_a_run_stopped_once_a_record_was_drawn_often_costs_no_more_than_the_budg
     after that path; the privacy loss is then Gaussian with μ² = K₁/z₁² + K₂/z₂²."""
     cfg = config(tmp_path)
     m, K = 40, 2
-    st1 = settings(sampling="without_replacement", batch_size=m)
     T1, q = N // m, m / N
-    plan1 = node(cfg).plan(st1, PROPS, T1, "run-1")
+    st1 = settings(sampling="without_replacement", batch_size=m)
+    try:
+        plan1 = node(cfg).plan(st1, PROPS, T1, "run-1")
+    except pfair.exceptions.SettingsMismatch as exc:
+        assert "sampling='shuffle'" in str(exc) and node(cfg).ledger().epsilon_spent() == 0.0
+        # The same rounds asked as runs of one round each (each charged in full when planned
+        # would still be charged round by round) are refused as well.
+        with pytest.raises(pfair.exceptions.SettingsMismatch, match="sampling='shuffle'"):
+            node(cfg).plan(settings(sampling="without_replacement", batch_size=m, epsilon=0.1), PROPS, 1, "r0")
+        with pytest.raises(pfair.exceptions.SettingsMismatch, match="sampling='shuffle'"):
+            node(cfg).plan(settings(sampling="poisson", batch_size=m, protect="record"), PROPS, T1, "r1")
+        return
     z1, delta = plan1["noise_multiplier"], plan1["delta"]
-    # The oracle: the batches of run 1 (drawn from the silo's secret batch key).
-    party = node(cfg)._planned_party(st1, "run-1")
-    batches = [set(party.draw_batch(r).tolist()) for r in range(T1)]
-    counts = np.zeros(N, dtype=int)
-    first_k = {}
-    for r, b in enumerate(batches):
-        for i in b:
-            counts[i] += 1
-            if counts[i] == K and i not in first_k:
-                first_k[i] = r
-    target = min(first_k, key=first_k.get)  # the record whose K-th draw comes first
-    t1 = first_k[target] + 1
-    assert t1 < T1  # the run is stopped early
+    t1, _ = _stop_at_second_draw(cfg, st1, T1, K)
+    assert t1 < T1
     for r in range(t1):
         node(cfg).train(st1, "run-1", r, THETA, W)
-    st2 = settings(sampling="full_batch")
-    z2_node = node(cfg).plan(st2, PROPS, 1, "run-2")["noise_multiplier"]
+    z2_node = node(cfg).plan(settings(sampling="full_batch"), PROPS, 1, "run-2")["noise_multiplier"]
+    held = sum(count for (sampling, _, z, count) in node(cfg).ledger().mechanisms() if sampling == "public_batch")
 
-    # What the silo's ledger holds of run 1 after t1 answered rounds: t1 rounds (charged as
-    # answered) or all T1 (charged when planned); z2 of any other stopping path follows the same rule.
-    held = {count for (sampling, _, z, count) in node(cfg).ledger().mechanisms() if z == z1}
-    assert held in ({t1}, {T1})
-    prepaid = held == {T1}
-
-    def z2_after(t: int) -> float:
+    def z2_after(t: int) -> float:  # the silo's own calibration after run 1 stopped at round t
         ledger = PrivacyLedger(epsilon=1.0, delta=delta)
+        steps = T1 if held == T1 else t
         ledger.charge(MechanismEvent(name="run-1", sampling="public_batch", sample_rate=q, noise_multiplier=z1,
-                                     steps=T1 if prepaid else t))
+                                     steps=steps))
         return noise_multiplier_after(ledger, epsilon=1.0, sample_rate=1.0, steps=1, sampling="full_batch")
 
     assert z2_after(t1) == pytest.approx(z2_node, rel=1e-9)  # the model is the silo's own calibration
@@ -115,24 +126,33 @@ def test_a_run_stopped_once_a_record_was_drawn_often_costs_no_more_than_the_budg
     assert true_delta <= delta * (1 + 1e-9), f"true delta {true_delta:.3g} over the target {delta:.3g}"
 
 
-def test_a_deployed_run_with_random_batches_is_charged_in_full_when_planned(tmp_path):
-    cfg = config(tmp_path, epsilon=2.0)
-    st = settings(sampling="without_replacement", batch_size=40, epsilon=2.0)
-    before = node(cfg).ledger().epsilon_spent()
-    plan = node(cfg).plan(st, PROPS, 10, "run-a")
-    after_plan = node(cfg).ledger().epsilon_spent()
-    assert after_plan > before and after_plan == pytest.approx(plan["epsilon"], rel=1e-9)
-    node(cfg).train(st, "run-a", 0, THETA, W)
-    assert node(cfg).ledger().epsilon_spent() == after_plan  # answered, not charged again
-    with pytest.raises(pfair.exceptions.ReplayRefused):
-        node(cfg).train(st, "run-a", 0, THETA, W)
-    # Shuffled epochs are a valid filter as they are: charged as answered.
-    cfg2 = config(tmp_path / "b", epsilon=2.0)
-    st2 = settings(sampling="shuffle", batch_size=40, epsilon=2.0)
-    node(cfg2).plan(st2, PROPS, 10, "run-s")
-    assert node(cfg2).ledger().epsilon_spent() == 0.0
-    node(cfg2).train(st2, "run-s", 0, THETA, W)
-    assert node(cfg2).ledger().epsilon_spent() > 0.0
+def test_shuffled_epochs_stopped_at_will_cost_no_more_than_the_budget(tmp_path):
+    """Shuffled epochs: every record is in one batch an epoch and the ledger charges each epoch a
+    run touched, so wherever the server stops run 1, a record took part in at most as many
+    Gaussian releases as were charged. Worst case over every stopping round t and every record
+    (drawn in each epoch touched): μ² = ⌈t/b⌉/z₁² + 1/z₂(t)², which must meet the target."""
+    cfg = config(tmp_path)
+    m = 40
+    b = N // m
+    T1 = 3 * b
+    st1 = settings(sampling="shuffle", batch_size=m, epochs=3)
+    plan1 = node(cfg).plan(st1, PROPS, T1, "run-1")
+    z1, delta = plan1["noise_multiplier"], plan1["delta"]
+    t1 = b + 1  # stopped one round into the second epoch
+    for r in range(t1):
+        node(cfg).train(st1, "run-1", r, THETA, W)
+    z2_node = node(cfg).plan(settings(sampling="full_batch"), PROPS, 1, "run-2")["noise_multiplier"]
+
+    def z2_after(t: int) -> float:
+        ledger = PrivacyLedger(epsilon=1.0, delta=delta)
+        ledger.charge(MechanismEvent(name="run-1", sampling="shuffle", sample_rate=m / N, noise_multiplier=z1,
+                                     steps=t))
+        return noise_multiplier_after(ledger, epsilon=1.0, sample_rate=1.0, steps=1, sampling="full_batch")
+
+    assert z2_after(t1) == pytest.approx(z2_node, rel=1e-9)
+    for t in range(1, T1 + 1):
+        mu = math.sqrt(math.ceil(t / b) / z1**2 + 1 / z2_after(t) ** 2)
+        assert float(gaussian_delta(1.0, np.array([mu]))[0]) <= delta * (1 + 1e-9)
 
 
 # ---------------------------------------------------------------------------------------- N4
@@ -289,6 +309,58 @@ def test_evaluation_is_a_charged_dp_release_and_the_sweep_recovers_no_more_than_
     recovered = max(np.mean(guess == s), np.mean(guess == 1 - s), chance)
     assert recovered <= chance + 1e-12
     # A run the silo did not plan gets no evaluation at all.
-    with pytest.raises(pfair.exceptions.SettingsMismatch, match="did not plan"):
+    with pytest.raises(pfair.exceptions.SettingsMismatch, match="not the run this silo planned"):
         node(cfg).evaluate(st, "someone-elses-run", THETA)
     assert node(cfg).report()["not_covered"] == []
+
+
+def test_an_evaluation_is_answered_under_the_runs_planned_protection_only(tmp_path):
+    """A record-protected run evaluated under settings that say protect='attribute' would return the
+    exact error and loss of the test shard (x and y are protected there): refused, uncharged."""
+    cfg, _, X, s = _evaluating_node(tmp_path)
+    st_record = settings(epsilon=2.0, protect="record", sampling="shuffle")
+    node(cfg).plan(st_record, PROPS, 10, "run-r")
+    spent = node(cfg).ledger().epsilon_spent()
+    with pytest.raises(pfair.exceptions.SettingsMismatch, match="planned under other settings"):
+        node(cfg).evaluate(settings(epsilon=2.0, protect="attribute", sampling="shuffle"), "run-r", THETA)
+    assert node(cfg).ledger().epsilon_spent() == spent
+    out = node(cfg).evaluate(st_record, "run-r", THETA)
+    assert "test_loss" not in out  # record mode: nothing exact; the error comes from the noisy table
+
+
+def test_a_hello_asking_for_a_huge_run_does_not_buy_a_larger_histogram(tmp_path):
+    """The histogram's ε is its share of at most what the silo lets one run spend, whatever ε the
+    run config names (a hello with epsilon=7.9 and share 0.25 spent 1.975 of a 2.0 budget)."""
+    cfg = config(tmp_path, epsilon=2.0)
+    node(cfg).hello(settings(epsilon=7.9, p_s="dp", p_s_epsilon_share=0.25))
+    assert node(cfg).ledger().epsilon_spent() <= 0.25 * 2.0 * (1 + 1e-6)
+
+
+def test_a_journal_line_cut_by_a_crash_does_not_swallow_the_next_entry(tmp_path):
+    from pfair.exceptions import LedgerRollback
+
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-5, path=path)
+    ledger.save(path)
+    backup = path.read_bytes()  # revision 1
+    ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=20.0))  # revision 2
+    journal = tmp_path / "ledger.json.journal"
+    with open(journal, "ab") as f:
+        f.write(b'{"revision": 3, "sha2')  # a crash in the middle of an append
+    ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=20.0))  # revision 3, journalled
+    path.write_bytes(backup)
+    with pytest.raises(LedgerRollback, match="older copy"):
+        PrivacyLedger.load(path)
+
+
+def test_a_plan_without_its_ledger_is_refused(tmp_path):
+    from pfair.exceptions import LedgerRollback
+
+    cfg = config(tmp_path)
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    for f in (tmp_path / "state").glob("ledger.json*"):
+        f.unlink()  # ledger and journal gone, the plan left
+    with pytest.raises(LedgerRollback, match="plan but no ledger"):
+        node(cfg).train(st, "run-r", 0, THETA, W)

@@ -80,7 +80,7 @@ from pfair import _core
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMismatch
 from pfair.privacy import mechanisms
 from pfair.privacy.calibration import NoisePlan
-from pfair.privacy.ledger import FILE_LOCKS, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
+from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
 from pfair.protocol.messages import SiloMessage, ViolationRelease
 from pfair.protocol.keys import SiloKeys, new_secret, noise_key, restore_key
@@ -211,6 +211,13 @@ class SiloNode:
     def ledger(self) -> PrivacyLedger:
         """This silo's persistent ledger (created with its own budget on first use)."""
         path = self.state_dir / LEDGER_FILE
+        if not path.exists() and (self.state_dir / PLAN_FILE).exists():
+            from pfair.exceptions import LedgerRollback
+
+            raise LedgerRollback(f"silo {self.silo_id}: the state directory holds a run's plan but no ledger: the "
+                                 "ledger was deleted, and a new one would answer that run's rounds again. Restore "
+                                 "the latest ledger, or start the silo over on purpose with `pfair node reset "
+                                 "--state-dir DIR --i-understand`")
         if path.exists():
             ledger = PrivacyLedger.load(path, anchor=self.anchor)
         else:
@@ -227,6 +234,13 @@ class SiloNode:
 
         if settings.epsilon is None:
             raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
+        if settings.sampling not in FILTER_SCHEMES:
+            raise SettingsMismatch(
+                f"silo {self.silo_id}: a deployed silo answers runs with sampling='shuffle' (the default with "
+                f"protect='attribute') or 'full_batch' only, not {settings.sampling!r}. Random batches are accounted "
+                "by how often a record is drawn, averaged over the draws, which holds for run lengths fixed in "
+                "advance; a server that stops runs (or splits them into short runs) once a record was drawn often "
+                "would spend more than the ledger records. Ask for sampling='shuffle' (with protect='record' too)")
         if check_budget and settings.epsilon > ledger.epsilon * (1 + 1e-12):
             raise LedgerMismatch(f"silo {self.silo_id}: the run asks for epsilon={settings.epsilon:g}, more than this "
                                  f"silo's budget {ledger.epsilon:g}")
@@ -286,10 +300,8 @@ class SiloNode:
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
         if batch_key is not None:
             keys = SiloKeys(batch=batch_key, noise=keys.noise)
-        # The server decides when a run stops: runs with random batches are charged in full when planned.
         return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
-                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict,
-                         prepay=True)
+                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict)
 
     def _predict(self, theta: np.ndarray) -> np.ndarray:
         """Predicted class of each of the silo's training records under θ (for ``max_violation``)."""
@@ -300,9 +312,16 @@ class SiloNode:
         """The p_s round: the silo's size, and its DP histogram of s when the run uses ``p_s="dp"``
         (charged to the ledger once; a later run reuses it, and the ledger refuses it past the
         silo's budget). Whether the run's ε fits this silo's budget is decided at the plan round."""
+        import dataclasses
+
         with self._locked():
             ledger = self.ledger()
-            party = self._party(settings, check_budget=False, ledger=ledger)
+            # The histogram costs its share of at most what this silo lets one run spend: a server
+            # asking for a run of ε beyond the budget must not buy a larger histogram with it.
+            capped = dataclasses.replace(settings, epsilon=min(float(settings.epsilon or 0.0), ledger.epsilon,
+                                                               self.max_run_epsilon))
+            party = self._party(capped if settings.epsilon is not None else settings, check_budget=False,
+                                ledger=ledger)
             out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
             if settings.p_s_source == "dp" and settings.sends_psi:
                 name = release_name(settings.fairness, settings.positive_class)
@@ -421,25 +440,29 @@ class SiloNode:
         with self._locked():
             ledger = self.ledger()
             st = self._settings(settings, ledger, check_budget=False)
-            if run_id not in ledger.runs:
-                raise SettingsMismatch(f"silo {self.silo_id}: evaluation of run {run_id!r}, which this silo did not "
-                                       "plan; a silo evaluates the models of its own runs only")
+            path = self.state_dir / PLAN_FILE
+            saved = json.loads(path.read_text()) if path.exists() else None
+            if saved is None or saved["run_id"] != run_id or run_id not in ledger.runs:
+                raise SettingsMismatch(f"silo {self.silo_id}: evaluation of run {run_id!r}, which is not the run this "
+                                       "silo planned last; a silo evaluates the models of its own current run only")
+            # Under the run's planned terms only: the protection (whether x and y are released
+            # exactly) and the model are the plan's, not what this message says.
+            self._check_terms(saved, self._terms(settings, ledger), run_id)
             done = sorted(k for k in ledger.releases if k.startswith(f"{EVALUATION_PREFIX}{run_id}:"))
             if len(done) >= self.evaluations_per_run:
                 raise PrivacyBudgetExceeded(
                     f"silo {self.silo_id}: run {run_id!r} had its {self.evaluations_per_run} evaluation(s) "
                     "(node config evaluations-per-run); each is a release of the test shard's s")
             z = evaluation_noise_multiplier(self.evaluate_epsilon, ledger.delta)
-            proba = self._predict_proba(X, theta)
-            pred = np.argmax(proba, axis=1)
             table = mechanisms.release_histogram(
-                lambda: confusion_by_group(y, pred, s, n_groups=self.n_groups, n_classes=self.n_classes),
+                lambda: confusion_by_group(y, np.argmax(self._predict_proba(X, theta), axis=1), s,
+                                           n_groups=self.n_groups, n_classes=self.n_classes),
                 ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name="evaluation"),
                 key=noise_key(self.noise_seed), silo=self.silo_id, stream=EVALUATION_STREAM + len(done),
                 noise_multiplier=z, sensitivity=HISTOGRAM_SENSITIVITY, name=f"{EVALUATION_PREFIX}{run_id}:{len(done)}")
         out = metrics_from_table(table)
         if st.protect == "attribute":  # x and y are not protected: the error and loss need no s
-            out.update({k: v for k, v in self._metrics(X, y, None, theta, proba).items() if k in ("test_error", "test_loss")})
+            out.update({k: v for k, v in self._metrics(X, y, None, theta).items() if k in ("test_error", "test_loss")})
         out["n_test"] = float(len(y))
         return out
 

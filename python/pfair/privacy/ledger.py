@@ -59,7 +59,7 @@ from pfair.exceptions import LedgerConflict, LedgerMismatch, LedgerRollback, Pri
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
-           "data_fingerprint", "legacy_fingerprint", "prepaid_scheme"]
+           "data_fingerprint", "legacy_fingerprint"]
 
 LEDGER_FORMAT = 2
 #: Formats this pfair reads. Format 1 (before shuffled epochs) holds no ``epochs`` fields and no
@@ -314,25 +314,16 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ runs and rounds
     def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
-                  planned_steps: int, rounds_per_epoch: Optional[int] = None, prepay: bool = False) -> None:
+                  planned_steps: int, rounds_per_epoch: Optional[int] = None) -> None:
         """Register a training run: the mechanism of each of its rounds and how many it plans.
         Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
         registered before must come with the same mechanism (that is a resume).
-
-        ``prepay=True`` charges all ``planned_steps`` rounds now (refusing the run if they do not
-        fit) and :meth:`charge_rounds` then only checks and records which rounds were answered. A
-        party that lets someone else choose when a run stops needs it for rounds accounted as random
-        batches (:func:`prepaid_scheme`): composing such rounds by their count is valid for a
-        length fixed in advance, not for a run stopped once its answers showed a record drawn often
-        (a run stopped early is post-processing of the whole planned run, which is what is charged).
 
         ``sampling="shuffle"``: round r belongs to epoch ``r // b`` with ``b = rounds_per_epoch``
         (default ``⌈1/q⌉``; a larger ``b`` than that is refused, it would under-count epochs),
         and the run costs one Gaussian release per distinct epoch its answered rounds touch."""
         record = {"sampling": sampling, "sample_rate": float(sample_rate),
                   "noise_multiplier": float(noise_multiplier), "planned_steps": int(planned_steps)}
-        if prepay:
-            record["prepaid"] = True
         if sampling == "shuffle":
             most = int(_core.shuffle_rounds_per_epoch(float(sample_rate)))
             b = most if rounds_per_epoch is None else int(rounds_per_epoch)
@@ -343,15 +334,13 @@ class PrivacyLedger:
             raise ValueError("rounds_per_epoch is for sampling='shuffle' only")
         old = self.runs.get(run_id)
         if old is not None:
-            same = {k: old.get(k) for k in record} == record and bool(old.get("prepaid")) == bool(prepay)
+            same = {k: old.get(k) for k in record} == record
             if not same:
                 raise LedgerMismatch(f"{self._who()}: run {run_id!r} was registered with {old}, not {record}; "
                                      "a resumed run must keep its noise plan")
             return
-        event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
-                               noise_multiplier=noise_multiplier, steps=max(1, int(planned_steps)))  # validates it
-        if prepay:
-            self._record(event, self._admit(event))  # refuses a run that does not fit, before anything
+        MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
+                       noise_multiplier=noise_multiplier, steps=1)  # validates the mechanism
         self.runs[run_id] = {**record, "next_round": 0}
         if sampling == "shuffle":
             self.runs[run_id]["last_epoch"] = -1
@@ -372,8 +361,7 @@ class PrivacyLedger:
         :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call).
         :func:`charge_rounds_together` charges many ledgers in one Rust call."""
         pending = self._rounds_event(run_id, first_round, count)
-        steps = self._admit(pending[0]) if pending[0] is not None else None
-        self._commit_rounds(run_id, first_round, count, pending, steps)
+        self._commit_rounds(run_id, first_round, count, pending, self._admit(pending[0]))
 
     def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
         """The event that rounds ``first_round ..`` of ``run_id`` would record, and the epoch a
@@ -395,8 +383,6 @@ class PrivacyLedger:
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
                 f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
-        if run.get("prepaid"):
-            return None, None  # charged in full when the run was registered
         epochs = last = None
         if run["sampling"] == "shuffle":
             b = int(run["rounds_per_epoch"])
@@ -407,10 +393,9 @@ class PrivacyLedger:
         return event, last
 
     def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
-                       steps: Optional[Dict[tuple, int]]) -> None:
+                       steps: Dict[tuple, int]) -> None:
         event, last = pending
-        if event is not None:
-            self._record(event, steps)
+        self._record(event, steps)
         run = self.runs[run_id]
         run["next_round"] = first_round + int(count)
         if last is not None:
@@ -553,7 +538,7 @@ class PrivacyLedger:
                 # After the file: a crash in between leaves a file newer than its journal, which
                 # is accepted (and journalled at the next write); never a journal ahead of its file.
                 for journal in journals(target, self.anchor):
-                    _journal_append(journal, self.revision, hashlib.sha256(text).hexdigest())
+                    _journal_append(journal, target, self.revision, hashlib.sha256(text).hexdigest())
             except BaseException:
                 self.revision = before
                 if os.path.exists(tmp):
@@ -585,16 +570,14 @@ class PrivacyLedger:
                 f"spent={self.epsilon_spent():.4g}, events={len(self.events)})")
 
 
-#: Schemes whose rounds are Gaussian given public information with a fixed count per record (a
-#: record is in exactly one batch an epoch, or in every batch): their μ² sum is a valid privacy
-#: filter, so charging them round by round holds whoever decides when a run stops.
+#: Batch schemes whose rounds are Gaussian given public information with a fixed count per record
+#: (a record is in exactly one batch an epoch, or in every batch): the ledger's ε of a history of
+#: them (and of full-batch releases) is a sum of μ²'s, a privacy filter that stays valid whoever
+#: decides, from earlier answers, when a run stops and which run comes next (Smith and Thakurta,
+#: "Fully Adaptive Composition for Gaussian Differential Privacy", 2022). Random batches
+#: (without replacement, Poisson) are accounted by how often a record is drawn, averaged over the
+#: draws: valid for lengths fixed in advance only.
 FILTER_SCHEMES = ("shuffle", "full_batch")
-
-
-def prepaid_scheme(accounting: str) -> bool:
-    """Whether a run accounted as ``accounting`` must be charged in full when it is planned by a
-    party that does not choose its length (a deployed silo): every scheme with random batches."""
-    return accounting not in FILTER_SCHEMES
 
 
 def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -> List[Optional[Exception]]:
@@ -621,9 +604,6 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
         except (PrivacyBudgetExceeded, ReplayRefused) as exc:
             out[i] = exc
             continue
-        if pending[0] is None:  # a prepaid run: nothing to admit
-            ledger._commit_rounds(run_id, first_round, count, pending, None)
-            continue
         ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
     admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)
                                     for _, ledger, _, _, steps in ready]) if ready else []
@@ -641,31 +621,56 @@ JOURNAL_SUFFIX = ".journal"
 def journals(target: Path, anchor: Optional[os.PathLike | str] = None) -> List[Path]:
     """The journals of the ledger file ``target``: ``<file>.journal`` and the ``anchor``, if any."""
     out = [target.with_name(target.name + JOURNAL_SUFFIX)]
-    return out + ([Path(anchor)] if anchor is not None else [])
+    return out + ([_resolved(anchor)] if anchor is not None else [])
 
 
-def _journal_last(journal: Path) -> Optional[dict]:
-    """The last complete entry of a journal (None: no journal, or an empty one)."""
+#: Bytes of a journal's end read to find its last entry (entries are about 120 bytes).
+JOURNAL_TAIL = 1 << 16
+
+
+def _journal_last(journal: Path, target: Path) -> Optional[dict]:
+    """The last complete entry of a journal about the ledger file ``target`` (None: no journal, or
+    none about it). An anchor may be shared by several ledgers: each entry names its file."""
     try:
-        lines = journal.read_text().splitlines()
+        with open(journal, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - JOURNAL_TAIL))
+            lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return None
     for line in reversed(lines):
         try:
             entry = json.loads(line)
         except ValueError:
-            continue  # a line cut by a crash
-        if isinstance(entry, dict) and "revision" in entry:
+            continue  # a line cut by a crash, or cut by the tail
+        if isinstance(entry, dict) and "revision" in entry and entry.get("ledger", str(target)) == str(target):
             return entry
     return None
 
 
-def _journal_append(journal: Path, revision: int, sha256: str) -> None:
+def _journal_append(journal: Path, target: Path, revision: int, sha256: str) -> None:
+    """Append an entry; a line left unfinished by a crash is ended first, so that it cannot swallow
+    this one."""
     journal.parent.mkdir(parents=True, exist_ok=True)
-    with open(journal, "a") as f:
-        f.write(json.dumps({"revision": int(revision), "sha256": sha256}) + "\n")
+    with open(journal, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        line = {"revision": int(revision), "sha256": sha256, "ledger": str(target)}
+        f.write((json.dumps(line) + "\n").encode())
         f.flush()
         os.fsync(f.fileno())
+    try:  # the new entry's directory entry too, where the platform allows it
+        fd = os.open(journal.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # pragma: no cover - platforms without directory fsync
+        pass
 
 
 def check_journals(target: Path, revision: Optional[int], sha256: Optional[str],
@@ -673,7 +678,7 @@ def check_journals(target: Path, revision: Optional[int], sha256: Optional[str],
     """Refuse a ledger file (``revision`` and the SHA-256 of its bytes; ``revision=None``: no file)
     that its journals say is older than the last one written, another file, or deleted."""
     for journal in journals(target, anchor):
-        last = _journal_last(journal)
+        last = _journal_last(journal, target)
         if last is None:
             continue
         where = f"its journal {journal.name!r}" if journal.parent == target.parent else f"its anchor {str(journal)!r}"

@@ -35,7 +35,7 @@ from pfair.fairness_target import (
     violation_event,
 )
 from pfair.privacy import mechanisms
-from pfair.privacy.ledger import PrivacyLedger, prepaid_scheme
+from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import (
     HISTOGRAM_SENSITIVITY,
     group_counts,
@@ -73,16 +73,12 @@ class SiloParty:
     ledger : PrivacyLedger or None (non-private fits)
     keys : SiloKeys, default fresh from :meth:`SiloKeys.for_silo`
     n_groups, n_classes : the global encodings' sizes
-    prepay : charge a run with random batches in full when it is planned (a deployed silo)
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
                  ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None,
-                 predict: Callable[[np.ndarray], np.ndarray] | None = None, prepay: bool = False) -> None:
+                 predict: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.silo_id = int(silo_id)
-        #: Charge a run with random batches in full when it is planned (a deployed silo, whose runs
-        #: a server may stop at will: :func:`pfair.privacy.ledger.prepaid_scheme`).
-        self.prepay = bool(prepay)
         #: ``predict(θ)`` → the predicted class index of each of the silo's records (for the
         #: violation releases of ``max_violation``; the provider's ``predict`` if not given).
         self.predict = predict if predict is not None else getattr(provider, "predict", None)
@@ -176,8 +172,7 @@ class SiloParty:
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
-                                  prepay=self.prepay and prepaid_scheme(plan.accounting))
+                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
         return plan
 
     def _proportions(self, proportions: np.ndarray) -> np.ndarray:
