@@ -44,8 +44,10 @@ never by the server):
     before anything is read or charged: the shares are the silo's budget, not the server's to set.
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
-``noise_seed`` from its own config only. Every method loads the ledger from disk, charges it
-before releasing anything, and writes it back (atomically).
+``noise_seed`` from its own config only, and it answers runs with shuffled epochs or full batches
+only (random batches are accounted for run lengths fixed in advance, and the server decides when
+a run stops: ``docs/privacy.md``, "A deployed silo"). Every method loads the ledger from disk,
+charges it before releasing anything, and writes it back (atomically).
 
 One message at a time touches the silo's state: every method that reads or charges the ledger
 holds an exclusive lock of ``state-dir/node.lock`` (Flower may run a node's messages in parallel
