@@ -118,7 +118,7 @@ def test_a_float32_module_gives_the_same_parts_to_float32_precision():
     for key in PARTS:
         assert getattr(got, key).dtype == np.float64
         np.testing.assert_allclose(getattr(got, key), want[key], atol=2e-5, err_msg=key)
-    # The clip factor is computed in float64, so the bound holds on what is sent.
+    # The clip margin (norm_margin) makes the bound hold on what is sent.
     assert np.linalg.norm(got.psi_theta) <= 0.3 * 30 / 30 * (1 + 1e-12)
 
 
