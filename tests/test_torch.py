@@ -205,13 +205,16 @@ def test_a_step_copies_between_host_and_device_once_per_part():
     X, y, s, W, inv = random_problem(rng, k=k, l=l, fairness="equalized_odds", n=n)
     torch.manual_seed(4)
     net = mlp(X.shape[1], l, (8,))
-    reads = {"n": 0}
-    names = ["__bool__", "__float__", "__int__", "item", "tolist", "numpy", "cpu"]
+    reads = {"n": 0, "to": 0}
+    names = ["__bool__", "__float__", "__int__", "item", "tolist", "numpy", "cpu", "cuda", "to"]
     originals = {name: getattr(torch.Tensor, name) for name in names}
 
     def counting(name):
         def f(self, *a, **kw):
-            reads["n"] += 1
+            if name != "to":
+                reads["n"] += 1
+            elif "device" in kw or any(isinstance(v, (str, torch.device)) for v in a):
+                reads["to"] += 1  # a .to(...) that names a device
             return originals[name](self, *a, **kw)
         return f
 
@@ -220,7 +223,7 @@ def test_a_step_copies_between_host_and_device_once_per_part():
         prov = TorchProvider(net, X, y, s, n_groups=k, n_classes=l, denominator=40.0, fairness="equalized_odds",
                              protect=protect, device="cpu", chunk_size=16, **clips)
         theta = prov.theta()
-        before, reads["n"] = dict(prov.transfers), 0
+        before, reads["n"], reads["to"] = dict(prov.transfers), 0, 0
         try:
             for name in names:
                 setattr(torch.Tensor, name, counting(name))
@@ -233,6 +236,7 @@ def test_a_step_copies_between_host_and_device_once_per_part():
         # To the host: the packed parts, and one finiteness flag per chunk of 16 of the 40 records.
         assert prov.transfers["to_host"] - before["to_host"] == 1 + chunks
         assert reads["n"] == 1 + chunks  # nothing else reads a tensor on the host
+        assert reads["to"] == 3 + 1  # nor moves one between devices
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,6 +553,42 @@ def test_inputs_are_validated_with_the_argument_and_the_fix():
         DeepSteFFLe(mlp(4, 2), lam=-1.0).settings()
     with pytest.raises(RuntimeError, match="not fitted"):
         DeepSteFFLe(mlp(4, 2)).predict(X)
+
+
+def test_n_threads_sets_torch_and_rust_threads_for_the_fit_and_restores_them(monkeypatch):
+    import os
+
+    from pfair.torch.estimator import MANY_PARAMS, available_cores, fit_threads
+
+    cpu = torch.device("cpu")
+    assert fit_threads(3, 10, cpu) == (3, 3)
+    assert fit_threads(None, 10, cpu) == (1, available_cores())  # a small module: one torch thread
+    assert fit_threads(None, MANY_PARAMS, cpu) == (available_cores(), available_cores())
+    assert available_cores() == len(os.sched_getaffinity(0))
+    seen = []
+
+    class Spy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            seen.append((torch.get_num_threads(), os.environ.get("RAYON_NUM_THREADS")))
+            return self.lin(x)
+
+    monkeypatch.setenv("RAYON_NUM_THREADS", "7")
+    before = torch.get_num_threads()
+    rng = np.random.default_rng(0)
+    X, y, s = rng.normal(size=(60, 4)), rng.integers(0, 2, 60), rng.integers(0, 2, 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = DeepSteFFLe(Spy(), n_threads=2, epochs=1, batch_size=30, device="cpu", track_history=False)
+        model.fit(X, y, sensitive_features=s)
+    assert seen and set(seen) == {(2, "2")}
+    assert torch.get_num_threads() == before and os.environ["RAYON_NUM_THREADS"] == "7"
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="n_threads must be an integer >= 1 or None"):
+            DeepSteFFLe(mlp(4, 2), n_threads=bad).fit(X, y, sensitive_features=s)
 
 
 def test_params_follow_scikit_learn_conventions():

@@ -443,15 +443,17 @@ class TorchProvider:
         tensors = tuple(t.view(shape) for t, shape in zip(flat.split(self._sizes), self._shapes))
         sums = [[torch.zeros(size, dtype=f64, device=self.device) for size in self._sizes] for _ in range(r)]
         clipped = torch.zeros((), dtype=f64, device=self.device)
-        limits = torch.tensor([c * (1.0 - self._margin) for c in clips], dtype=f64, device=self.device)
+        limits = [c * (1.0 - self._margin) for c in clips]  # Python floats: no copy to the device
         for start in range(0, n, self.chunk_size):
             sl = slice(start, start + self.chunk_size)
             grads = self._per_record(tensors, x[sl], v[sl].to(self.dtype))
             sq = squared_norms(grads)  # c × r, float64
             norms = sq.sqrt()
-            over = norms > limits
-            clipped = clipped + over.sum(dtype=f64)
-            factor = torch.where(over, limits / torch.where(over, norms, torch.ones_like(norms)), torch.ones_like(norms))
+            factor = torch.ones_like(norms)
+            for j, limit in enumerate(limits):
+                over = norms[:, j] > limit  # False for NaN, and for every record when C = inf
+                clipped = clipped + over.sum(dtype=f64)
+                factor[:, j] = torch.where(over, limit / torch.where(over, norms[:, j], 1.0), 1.0)
             finite = torch.isfinite(norms)
             if self._host_flag(finite.all()):
                 fac = factor.to(self.dtype)
