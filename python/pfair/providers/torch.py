@@ -53,7 +53,8 @@ from pfair.privacy.proportions import n_blocks
 from pfair.providers.base import BatchParts
 
 FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
-#: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes).
+#: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes), on the
+#: CPU; on a GPU the larger of this and a quarter of the device's free memory (:func:`chunk_budget`).
 CHUNK_BUDGET = 2**30
 _TINY = np.finfo(np.float64).tiny  # as Rust's f64::MIN_POSITIVE in the loss
 
@@ -119,6 +120,16 @@ def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
     u = torch.finfo(dtype).eps / 2
     block = min(NORM_BLOCK, max(sizes) if len(sizes) else 1)
     return float((block + 8) * u)
+
+
+def chunk_budget(device: torch.device) -> int:
+    """Bytes one chunk's per-record gradients may take: :data:`CHUNK_BUDGET` on the CPU; on a GPU
+    also up to a quarter of its free memory (the rest is for the activations of the chunk's
+    per-record pass, which grow with the input size, and for the batched passes)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(CHUNK_BUDGET, int(free) // 4)
+    return CHUNK_BUDGET
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,7 +267,9 @@ class TorchProvider:
     input_shape : shape of one input; default ``(d,)``. ``prod(input_shape)`` must equal d.
     device : ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a torch.device.
     chunk_size : records per vmap call of the per-record gradients (memory ∝ chunk_size ×
-        #parameters); None picks the largest that keeps one chunk's gradients under 1 GiB (at most 1,024).
+        #parameters); None picks the largest that keeps one chunk's gradients (#parameters × the
+        dtype's bytes, twice in record mode, per record) under :func:`chunk_budget` — 1 GiB on the
+        CPU, a quarter of the free memory on a GPU — at most 1,024.
     """
 
     def __init__(self, module: nn.Module, X: Any, y: Any, s: Any, *, n_groups: int, n_classes: int,
@@ -323,8 +336,8 @@ class TorchProvider:
         self.protect = protect
         self.clip_theta, self.clip_loss, self.clip_w = float(clip_theta), float(clip_loss), float(clip_w)
         self.send_psi = bool(send_psi)
-        per_record = self.n_params * (torch.finfo(self.dtype).bits // 8 + 8) * (2 if protect == "record" else 1)
-        self.chunk_size = chunk_size or int(max(1, min(1024, CHUNK_BUDGET // max(per_record, 1))))
+        per_record = self.n_params * (torch.finfo(self.dtype).bits // 8) * (2 if protect == "record" else 1)
+        self.chunk_size = chunk_size or int(max(1, min(1024, chunk_budget(self.device) // max(per_record, 1))))
         #: Clip margin δ (:func:`norm_margin`): records are clipped to C (1 − δ).
         self._margin = norm_margin(self.dtype, self._sizes)
         #: Host ↔ device copies made so far (:meth:`parts` documents how many a step makes).

@@ -133,7 +133,8 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         silo party, from its secret key.
     chunk_size : int or None
         Records per vmap call of the per-record gradients (memory ∝ chunk_size × #parameters);
-        None: as many as fit in 1 GiB of per-record gradients (at most 1,024).
+        None: as many as fit in 1 GiB of per-record gradients on the CPU, a quarter of the free
+        memory on a GPU (at most 1,024).
     init_seed : int or None
         Re-initialise the module's parameters (``reset_parameters`` of every layer) from this
         seed before training, for reproducible runs. None: start from the module's own values.
