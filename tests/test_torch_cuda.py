@@ -29,19 +29,14 @@ from pfair.providers.torch import TorchProvider, module_theta  # noqa: E402
 from pfair.torch import DeepSteFFLe  # noqa: E402
 from pfair.torch.models import mlp  # noqa: E402
 
+from test_torch import random_problem  # noqa: E402
+
 NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
 PARTS = ["loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w"]
 
 
-def _problem(seed: int, k: int = 3, l: int = 3, n: int = 80, d: int = 6, fairness: str = "demographic_parity"):  # noqa: E741
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = rng.integers(0, l, size=n)
-    s = rng.integers(0, k, size=n)
-    blocks = l if fairness == "equalized_odds" else 1
-    W = rng.normal(size=blocks * k * l)
-    inv = (rng.dirichlet(np.ones(k), size=blocks) * 0.9 + 0.1 / k).ravel() ** -0.5
-    return X, y, s, W, inv
+def _problem(seed: int, k: int = 3, l: int = 3, n: int = 80, fairness: str = "demographic_parity"):  # noqa: E741
+    return random_problem(np.random.default_rng(seed), k=k, l=l, fairness=fairness, n=n, d=6)
 
 
 def _both(net, X, y, s, W, inv, batch, theta=None, **kw):
