@@ -149,8 +149,10 @@ def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
                          timeout=300, model=model, evaluate=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
+        # lr_theta as the run config's (DeepSteFFLe's own default step is larger).
         deep = DeepSteFFLe(mlp(3, 2, hidden=(8,)), init_seed=3, noise_seed=6, epsilon=2.0, lam=1.0, epochs=1,
-                           batch_size=150, clip=0.5, p_s=[0.5, 0.5], seed=1, device="cpu").fit(fed, ledgers="new")
+                           batch_size=150, clip=0.5, p_s=[0.5, 0.5], seed=1, lr_theta=st.lr_theta,
+                           device="cpu").fit(fed, ledgers="new")
     assert res["status"] == "completed" and res["rounds"] == 2 and len(res["theta"]) == deep.theta_.size == 50
     np.testing.assert_allclose(res["theta"], deep.theta_, rtol=0, atol=1e-6)
     with pytest.raises(PermissionError, match="not allowed"):

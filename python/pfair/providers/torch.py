@@ -23,8 +23,11 @@ computed in closed form from F_i (the softmax pull-back ``v = F ⊙ (∇_F − F
 for the cross-entropy). So g and a_θ are one backward pass each over the whole batch, and only
 b — the one s-dependent θ-part, whose per-record norm must be clipped — needs per-record
 gradients: ``vmap(grad(θ ↦ ⟨v_i, functional_call(module, θ, x_i)⟩))`` (a ``vjp`` per record, vmapped)
-in chunks of ``chunk_size`` records, each clipped to C_θ (norm and clip factor in float64), summed
-in float64 and divided by m.
+in chunks of ``chunk_size`` records, each clipped to C_θ and summed. The per-record gradients,
+their norms and the clipped sums stay in the module's dtype on its device (as DP-SGD's): float64
+is used only for what the sensitivity argument needs — combining per-block norms, the clip factor
+``C (1 − δ)/‖·‖`` with the rounding margin δ of :func:`norm_margin`, and the running totals — so a
+clipped record has norm ≤ C after rounding (:func:`squared_norms`, :func:`norm_margin`).
 
 Record mode (``protect="record"``) clips as the Rust kernel does: per record ∇ℓ_i to C_loss, the
 whole ∇_θψ_i = a_θ,i + b_i to C_θ (a_θ is folded in and ``psi_theta_sfree`` is zero), and the
@@ -50,7 +53,8 @@ from pfair.privacy.proportions import n_blocks
 from pfair.providers.base import BatchParts
 
 FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
-#: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes).
+#: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes), on the
+#: CPU; on a GPU the larger of this and a quarter of the device's free memory (:func:`chunk_budget`).
 CHUNK_BUDGET = 2**30
 _TINY = np.finfo(np.float64).tiny  # as Rust's f64::MIN_POSITIVE in the loss
 
@@ -59,16 +63,73 @@ def probabilities(logits: torch.Tensor) -> torch.Tensor:
     """Softmax rows that are probability vectors whatever the logits, as the Rust kernel's
     ``softmax_in_place``: a row with logits of +∞ (an overflow under a hostile θ) puts equal mass
     on those classes, and a row with a NaN and no +∞, or with no finite maximum, is uniform. The ψ
-    part c_i = 2 p(s_i)^{-1/2} e_{s_i} F_iᵀ is not clipped; a NaN in F_i would show s_i."""
+    part c_i = 2 p(s_i)^{-1/2} e_{s_i} F_iᵀ is not clipped; a NaN in F_i would show s_i.
+
+    Written with ``torch.where`` on the n × l matrix (no data-dependent branch), so that on a GPU
+    it never waits for the device."""
     F = torch.softmax(logits, dim=1)
-    bad = ~torch.isfinite(F).all(dim=1)
-    if bool(bad.any()):
-        z = logits[bad]
-        top = z == math.inf
-        n_top = top.sum(dim=1, keepdim=True)
-        uniform = torch.full_like(z, 1.0 / z.shape[1])
-        F[bad] = torch.where(n_top > 0, top.to(F.dtype) / n_top.clamp_min(1), uniform)
-    return F
+    bad = ~torch.isfinite(F).all(dim=1, keepdim=True)
+    top = logits == math.inf
+    n_top = top.sum(dim=1, keepdim=True)
+    fallback = torch.where(n_top > 0, top.to(F.dtype) / n_top.clamp_min(1), torch.full_like(F, 1.0 / F.shape[1]))
+    return torch.where(bad, fallback, F)
+
+
+#: Largest number of entries whose squares one reduction in the module's dtype sums (see
+#: :func:`squared_norms` and :func:`norm_margin`).
+NORM_BLOCK = 4096
+
+
+def squared_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``‖G_ij‖²`` in float64 of per-record gradients given as one ``c × r × numel`` tensor per
+    parameter tensor, without a float64 copy of them: each tensor's last axis is reduced in the
+    tensors' own dtype (``vector_norm``) over blocks of at most :data:`NORM_BLOCK` entries, and
+    the block norms are squared and summed in float64. A block's norm is then within a relative
+    ``(NORM_BLOCK/2 + 2) u`` of the exact norm of the rounded entries, whatever the order of the
+    reduction (u the dtype's unit roundoff; Higham's bound for a sum of non-negative terms), and
+    the float64 combination adds nothing at that scale (:func:`norm_margin`). An entry of ±∞ or
+    NaN, or a float32 overflow of a square, makes the norm non-finite."""
+    sq = None
+    for g in grads:
+        n = g.shape[-1]
+        if n <= NORM_BLOCK:
+            part = torch.linalg.vector_norm(g, dim=-1).to(torch.float64).square()
+        else:
+            full = n // NORM_BLOCK * NORM_BLOCK
+            head = g[..., :full].unflatten(-1, (full // NORM_BLOCK, NORM_BLOCK))
+            part = torch.linalg.vector_norm(head, dim=-1).to(torch.float64).square().sum(-1)
+            if full < n:
+                part = part + torch.linalg.vector_norm(g[..., full:], dim=-1).to(torch.float64).square()
+        sq = part if sq is None else sq + part
+    assert sq is not None
+    return sq
+
+
+def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
+    """The relative margin δ of the clip: records are clipped to ``C (1 − δ)`` so that the clipped
+    vector *as rounded* has norm ≤ C. With u the unit roundoff of ``dtype`` (2⁻²⁴ for float32,
+    2⁻⁵³ for float64) and B the largest block :func:`squared_norms` reduces (≤ NORM_BLOCK):
+
+    * the computed norm ñ of a record is within ``(B/2 + 2) u`` of the exact norm n of its rounded
+      gradient, so an unclipped record (ñ ≤ C(1 − δ)) has n ≤ C;
+    * a clipped one is scaled by ``f = C(1 − δ)/ñ``, rounded to the dtype (u), and each entry of
+      the product is rounded (u): its norm is at most ``C (1 − δ)(1 + (B/2 + 2) u)(1 + 2u)``.
+
+    ``δ = (B + 8) u`` covers both with room to spare: 2.4e-4 for float32 (B = 4,096), 4.6e-13
+    for float64 — a clip norm smaller by that fraction, nothing else."""
+    u = torch.finfo(dtype).eps / 2
+    block = min(NORM_BLOCK, max(sizes) if len(sizes) else 1)
+    return float((block + 8) * u)
+
+
+def chunk_budget(device: torch.device) -> int:
+    """Bytes one chunk's per-record gradients may take: :data:`CHUNK_BUDGET` on the CPU; on a GPU
+    also up to a quarter of its free memory (the rest is for the activations of the chunk's
+    per-record pass, which grow with the input size, and for the batched passes)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(CHUNK_BUDGET, int(free) // 4)
+    return CHUNK_BUDGET
 
 
 def clip_factors(norms: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,7 +267,9 @@ class TorchProvider:
     input_shape : shape of one input; default ``(d,)``. ``prod(input_shape)`` must equal d.
     device : ``"auto"`` (CUDA if available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a torch.device.
     chunk_size : records per vmap call of the per-record gradients (memory ∝ chunk_size ×
-        #parameters); None picks the largest that keeps one chunk's gradients under 1 GiB (at most 1,024).
+        #parameters); None picks the largest that keeps one chunk's gradients (#parameters × the
+        dtype's bytes, twice in record mode, per record) under :func:`chunk_budget` — 1 GiB on the
+        CPU, a quarter of the free memory on a GPU — at most 1,024.
     """
 
     def __init__(self, module: nn.Module, X: Any, y: Any, s: Any, *, n_groups: int, n_classes: int,
@@ -273,12 +336,16 @@ class TorchProvider:
         self.protect = protect
         self.clip_theta, self.clip_loss, self.clip_w = float(clip_theta), float(clip_loss), float(clip_w)
         self.send_psi = bool(send_psi)
-        per_record = self.n_params * (torch.finfo(self.dtype).bits // 8 + 8) * (2 if protect == "record" else 1)
-        self.chunk_size = chunk_size or int(max(1, min(1024, CHUNK_BUDGET // max(per_record, 1))))
-        # The silo's data: a zero-copy CPU view; each batch is moved to the device.
+        per_record = self.n_params * (torch.finfo(self.dtype).bits // 8) * (2 if protect == "record" else 1)
+        self.chunk_size = chunk_size or int(max(1, min(1024, chunk_budget(self.device) // max(per_record, 1))))
+        #: Clip margin δ (:func:`norm_margin`): records are clipped to C (1 − δ).
+        self._margin = norm_margin(self.dtype, self._sizes)
+        #: Host ↔ device copies made so far (:meth:`parts` documents how many a step makes).
+        self.transfers = {"to_device": 0, "to_host": 0}
+        # The silo's data: a zero-copy CPU view; each batch is moved to the device. Labels and
+        # groups stay on the host, where the penalty's rows are chosen.
         self._X = torch.from_numpy(Xa)
-        self._y = torch.from_numpy(y).to(self.device)
-        self._s = torch.from_numpy(s).to(self.device)
+        self._y_np, self._s_np = y, s
         self._probe()
 
     @classmethod
@@ -302,8 +369,8 @@ class TorchProvider:
         return functional_call(self.module, (self._params(flat), self._consts), (x,))
 
     def _inputs(self, rows: torch.Tensor) -> torch.Tensor:
-        x = self._X.index_select(0, rows.cpu()) if rows.numel() else self._X[:0]
-        return x.to(self.device, self.dtype, non_blocking=True).reshape((-1, *self.input_shape))
+        x = self._X.index_select(0, rows) if rows.numel() else self._X[:0]
+        return self._to_device(x, self.dtype).reshape((-1, *self.input_shape))
 
     def _probe(self) -> None:
         if self.n_records == 0:
@@ -338,7 +405,7 @@ class TorchProvider:
         theta = np.asarray(theta, dtype=np.float64).ravel()
         if theta.size != self.n_params:
             raise ValueError(f"theta has {theta.size} entries, the module has {self.n_params} trainable parameters")
-        flat = torch.from_numpy(theta).to(self.device, self.dtype)
+        flat = self._to_device(torch.from_numpy(theta), self.dtype)
         out = np.empty(self.n_records, dtype=np.int64)
         with torch.no_grad():
             for start in range(0, self.n_records, self.chunk_size):
@@ -367,37 +434,78 @@ class TorchProvider:
         return tuple(g.reshape(g.shape[0], g.shape[1], -1) for g in grads)
 
     def _clipped_sums(self, flat: torch.Tensor, x: torch.Tensor, v: torch.Tensor,
-                      clips: Sequence[float]) -> tuple[list[torch.Tensor], int]:
-        """For each of the r vector sets ``v[:, j]`` (n × r × l): ``Σ_i clip_{C_j}(∇_θ⟨v_ij, z_i⟩)`` in
-        float64, and how many clippings were active. Per-record gradients in chunks of records;
-        norms, clip factors and sums in float64, one parameter tensor at a time."""
+                      clips: Sequence[float]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """For each of the r vector sets ``v[:, j]`` (n × r × l): ``Σ_i clip_{C_j}(∇_θ⟨v_ij, z_i⟩)``,
+        returned in float64, and how many clippings were active (a 0-d float64 tensor on the device).
+
+        Per chunk of records: the per-record gradients ``G`` (one ``c × r × numel`` tensor per
+        parameter tensor) stay in the module's dtype on its device. Their norms come from
+        :func:`squared_norms` (reductions in that dtype over blocks of at most ``NORM_BLOCK``
+        entries, combined in float64), the factor is ``f_ij = min(1, C_j (1 − δ) / ‖G_ij‖)`` with
+        the rounding margin δ of :func:`norm_margin`, and the chunk's sum is one product
+        ``f_jᵀ G_j`` per parameter tensor in the module's dtype, added to float64 totals. So the
+        record's clipped vector, as rounded, has norm ≤ C_j (the sensitivity argument).
+
+        Non-finite safety without full-size passes: a record whose gradient holds ∞ or NaN (a
+        hostile θ or W) has a non-finite norm, so *one* reduction over the c × r norms tells whether
+        the chunk is clean. Only when it is not, the sum is taken over the finite records alone
+        (``index_select``): such a record contributes 0, which is in the ball, as in the Rust
+        kernel. That check is the one device → host read of a chunk."""
         n, r = v.shape[0], v.shape[1]
         f64 = torch.float64
         tensors = tuple(t.view(shape) for t, shape in zip(flat.split(self._sizes), self._shapes))
         sums = [[torch.zeros(size, dtype=f64, device=self.device) for size in self._sizes] for _ in range(r)]
-        clipped = 0
+        clipped = torch.zeros((), dtype=f64, device=self.device)
+        limits = [c * (1.0 - self._margin) for c in clips]  # Python floats: no copy to the device
         for start in range(0, n, self.chunk_size):
             sl = slice(start, start + self.chunk_size)
             grads = self._per_record(tensors, x[sl], v[sl].to(self.dtype))
-            c = grads[0].shape[0]
-            sq = torch.zeros(c, r, dtype=f64, device=self.device)
-            for g in grads:
-                sq += torch.linalg.vector_norm(g, dim=2, dtype=f64).square()
+            sq = squared_norms(grads)  # c × r, float64
             norms = sq.sqrt()
             factor = torch.ones_like(norms)
-            for j in range(r):
-                if not math.isinf(clips[j]):
-                    factor[:, j], over = clip_factors(norms[:, j], clips[j])
-                    clipped += int(over.sum())
-            for t, g in enumerate(grads):
+            for j, limit in enumerate(limits):
+                over = norms[:, j] > limit  # False for NaN, and for every record when C = inf
+                clipped = clipped + over.sum(dtype=f64)
+                factor[:, j] = torch.where(over, limit / torch.where(over, norms[:, j], 1.0), 1.0)
+            finite = torch.isfinite(norms)
+            if self._host_flag(finite.all()):
+                fac = factor.to(self.dtype)
+                for t, g in enumerate(grads):
+                    for j in range(r):
+                        sums[j][t] += (fac[:, j] @ g[:, j]).to(f64)
+            else:
                 for j in range(r):
-                    sums[j][t] += factor[:, j] @ zero_rows(factor[:, j], g[:, j].to(f64))
+                    keep = finite[:, j].nonzero().squeeze(1)
+                    fac = factor[keep, j].to(self.dtype)
+                    for t, g in enumerate(grads):
+                        sums[j][t] += (fac @ g[:, j].index_select(0, keep)).to(f64)
             del grads
         return [torch.cat(parts) for parts in sums], clipped
 
+    # ------------------------------------------------------------------ transfers
+    def _to_device(self, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Host → device copy (counted in ``transfers``)."""
+        self.transfers["to_device"] += 1
+        return t.to(self.device, dtype, non_blocking=True)
+
+    def _to_host(self, t: torch.Tensor) -> np.ndarray:
+        """Device → host copy as a float64 NumPy array (counted in ``transfers``)."""
+        self.transfers["to_host"] += 1
+        return t.detach().to("cpu", torch.float64).numpy()
+
+    def _host_flag(self, t: torch.Tensor) -> bool:
+        """A 0-d boolean read on the host (a device → host copy and a sync; counted)."""
+        self.transfers["to_host"] += 1
+        return bool(t)
+
     # ------------------------------------------------------------------ the parts
     def parts(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, batch: np.ndarray) -> BatchParts:
-        """The five parts of the records ``batch`` at ``(θ, W)`` (see the module docstring)."""
+        """The five parts of the records ``batch`` at ``(θ, W)`` (see the module docstring).
+
+        Transfers per call: three host → device copies (the batch's inputs; θ, W and p^{-1/2} as
+        one float64 vector; the batch's labels, groups and penalty rows as one int64 vector), one
+        device → host copy (the five parts, loss, ψ and the clip count as one float64 vector), and
+        one flag per chunk of per-record gradients (:meth:`_clipped_sums`)."""
         k, l, B = self.k, self.l, self.blocks
         theta = np.asarray(theta, dtype=np.float64).ravel()
         w = np.asarray(w, dtype=np.float64).ravel()
@@ -407,24 +515,34 @@ class TorchProvider:
         if w.size != B * k * l or inv.size != B * k:
             raise ValueError(f"W must have {B * k * l} entries and inv_sqrt_ps {B * k} (blocks={B}, k={k}, l={l}); "
                              f"got {w.size} and {inv.size}")
-        rows = torch.as_tensor(np.asarray(batch, dtype=np.int64).ravel())
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.n_records):
+        rows = np.asarray(batch, dtype=np.int64).ravel()
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.n_records):
             raise ValueError(f"batch holds row indices outside 0..{self.n_records - 1}")
         dev, f64, m = self.device, torch.float64, self.denominator
         P, wl = self.n_params, B * k * l
         zeros_t = lambda: torch.zeros(P, dtype=f64, device=dev)  # noqa: E731
         zeros_w = lambda: torch.zeros(wl, dtype=f64, device=dev)  # noqa: E731
-        if rows.numel() == 0:
+        if rows.size == 0:
             z = np.zeros(P)
             return BatchParts(z, z.copy(), z.copy(), np.zeros(wl), np.zeros(wl), 0.0, 0.0, 0)
 
-        rows_d = rows.to(dev)
-        x = self._inputs(rows)
-        yb, sb = self._y[rows_d], self._s[rows_d]
-        nb = x.shape[0]
-        flat = torch.from_numpy(theta).to(dev, self.dtype)
-        W = torch.from_numpy(w).to(dev).view(B, k, l)
-        invt = torch.from_numpy(inv).to(dev).view(B, k)
+        # The penalty: records in it and their block (b = 0; y for equalized odds), on the host.
+        yb_h, sb_h = self._y_np[rows], self._s_np[rows]
+        nb = rows.size
+        if self.fairness == "equal_opportunity":
+            idx_h = np.flatnonzero(yb_h == self.positive)
+            bp_h = np.zeros(idx_h.size, dtype=np.int64)
+        else:
+            idx_h = np.arange(nb, dtype=np.int64)
+            bp_h = yb_h if self.fairness == "equalized_odds" else np.zeros(nb, dtype=np.int64)
+        n_pen = int(idx_h.size)
+        x = self._inputs(torch.from_numpy(rows))
+        ints = self._to_device(torch.from_numpy(np.concatenate([yb_h, idx_h, bp_h, sb_h[idx_h]])))
+        yb, idx, bp, sp = ints.split([nb, n_pen, n_pen, n_pen])
+        floats = self._to_device(torch.from_numpy(np.concatenate([theta, w, inv])))
+        flat = floats[:P].to(self.dtype)
+        W = floats[P:P + wl].view(B, k, l)
+        invt = floats[P + wl:].view(B, k)
 
         # One forward pass with a graph; everything after the logits in float64.
         leaf = flat.detach().requires_grad_(True)
@@ -432,24 +550,16 @@ class TorchProvider:
         F = probabilities(logits.detach().to(f64))
         onehot = torch.nn.functional.one_hot(yb, l).to(f64)
         Fy = F.gather(1, yb.view(-1, 1)).squeeze(1)
-        loss = float(-torch.log(Fy.clamp_min(_TINY)).sum()) / m
+        loss = -torch.log(Fy.clamp_min(_TINY)).sum() / m
         v_loss = F - onehot
 
-        # The penalty: records in it, their block, and the pull-backs v = F ⊙ (g − F·g).
-        if self.fairness == "demographic_parity":
-            pen = torch.ones(nb, dtype=torch.bool, device=dev)
-            blk = torch.zeros(nb, dtype=torch.int64, device=dev)
-        elif self.fairness == "equalized_odds":
-            pen, blk = torch.ones(nb, dtype=torch.bool, device=dev), yb
-        else:
-            pen, blk = yb == self.positive, torch.zeros(nb, dtype=torch.int64, device=dev)
-        idx = pen.nonzero().squeeze(1)
-        Fp, bp, sp = F[idx], blk[idx], sb[idx]
+        # The pull-backs v = F ⊙ (g − F·g) of the penalty rows.
+        Fp = F[idx]
         q = (W * W).sum(dim=1)  # B × l
         qp = q[bp]
         cf = 2.0 * invt[bp, sp]  # 2 p_b(s_i)^{-1/2}
         beta = cf.unsqueeze(1) * W[bp, sp]  # β_i = 2 p^{-1/2} W_b[s_i, :]
-        psi = float((-(Fp * qp).sum(1) + (beta * Fp).sum(1) - 1.0).sum()) / m
+        psi = (-(Fp * qp).sum(1) + (beta * Fp).sum(1) - 1.0).sum() / m
 
         def pull(g: torch.Tensor) -> torch.Tensor:
             return Fp * (g - (Fp * g).sum(1, keepdim=True))
@@ -462,16 +572,16 @@ class TorchProvider:
             out = torch.zeros(nb, l, dtype=f64, device=dev)
             return out.index_copy_(0, idx, vp)
 
-        n_clipped = 0
+        n_clipped = torch.zeros((), dtype=f64, device=dev)
         psi_theta_sfree, psi_theta, psi_w_sfree, psi_w = zeros_t(), zeros_t(), zeros_w(), zeros_w()
         if self.protect == "attribute":
             loss_grad = batched(v_loss) / m
-            if self.send_psi and idx.numel():
+            if self.send_psi and n_pen:
                 psi_theta_sfree = batched(full(pull(-qp))) / m
                 v_b = pull(beta)
                 if math.isinf(self.clip_theta):
                     psi_theta = batched(full(v_b)) / m
-                elif bool(v_b.any()):  # W = 0 (the first round): every b_i is 0
+                elif w.any():  # W = 0 (the first round): every b_i is 0
                     (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x[idx], v_b.unsqueeze(1),
                                                               [self.clip_theta])
                     psi_theta = sb_sum / m
@@ -483,8 +593,8 @@ class TorchProvider:
                 psi_w_sfree = (-2.0 * W * prob_sum.unsqueeze(1)).reshape(-1) / m
         else:
             # Record mode: every per-record part clipped; the ψ rows of non-penalty records are 0.
-            v_psi = full(pull(beta - qp)) if (self.send_psi and idx.numel()) else torch.zeros_like(v_loss)
-            with_psi = self.send_psi and idx.numel() > 0
+            with_psi = self.send_psi and n_pen > 0
+            v_psi = full(pull(beta - qp)) if with_psi else torch.zeros_like(v_loss)
             if math.isinf(self.clip_loss) and (math.isinf(self.clip_theta) or not with_psi):
                 loss_grad = batched(v_loss) / m
                 if with_psi:
@@ -499,13 +609,17 @@ class TorchProvider:
             if with_psi:
                 Wb = W[bp]  # nP × k × l
                 rec = -2.0 * Wb * Fp.unsqueeze(1)
-                rec[torch.arange(idx.numel(), device=dev), sp] += cf.unsqueeze(1) * Fp
-                norms = torch.linalg.vector_norm(rec.reshape(idx.numel(), -1), dim=1)
+                rec[torch.arange(n_pen, device=dev), sp] += cf.unsqueeze(1) * Fp
+                norms = torch.linalg.vector_norm(rec.reshape(n_pen, -1), dim=1)
                 if not math.isinf(self.clip_w):
                     factor, over = clip_factors(norms, self.clip_w)
-                    n_clipped += int(over.sum())
+                    n_clipped = n_clipped + over.sum(dtype=f64)
                     rec = scale_rows(factor, rec)
                 psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
-                         .index_add_(0, bp, rec.reshape(idx.numel(), k * l)).reshape(-1) / m)
-        host = [t.detach().to("cpu", f64).numpy() for t in (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)]
-        return BatchParts(*host, loss=loss, psi=psi, n_clipped=int(n_clipped))
+                         .index_add_(0, bp, rec.reshape(n_pen, k * l)).reshape(-1) / m)
+        parts = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)
+        host = self._to_host(torch.cat([t.detach().to(f64) for t in parts]
+                                       + [torch.stack([loss.detach(), psi.detach(), n_clipped])]))
+        out = np.split(host, np.cumsum([P, P, P, wl, wl]))
+        return BatchParts(*(a.copy() for a in out[:5]), loss=float(out[5][0]), psi=float(out[5][1]),
+                          n_clipped=int(round(out[5][2])))

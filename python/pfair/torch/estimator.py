@@ -13,10 +13,12 @@ parameters; W is the FERMI dual variable (blocks × k × l). See ``docs/deep.md`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import os
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -27,7 +29,7 @@ from sklearn.base import ClassifierMixin
 from pfair._fit import SteFFLeFit, missing_sensitive_message
 from pfair._validation import as_vector
 from pfair.estimators import SteFFLe
-from pfair.exceptions import NotFittedError
+from pfair.exceptions import ConvergenceWarning, NotFittedError
 from pfair.federation import Federation
 from pfair.privacy.proportions import n_blocks
 from pfair.providers.torch import (
@@ -39,10 +41,67 @@ from pfair.providers.torch import (
 )
 from pfair.settings import SteFFLeSettings
 
-#: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``).
-STEFFLE_PARAMS = [p for p in inspect.signature(SteFFLe.__init__).parameters.values() if p.name != "self"]
+#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's (SGD step 0.25,
+#: batch up to 4,096, 40 epochs) do not train a network in a few epochs (an MLP on Adult: test
+#: error 0.232 after 5 epochs, the constant predictor's 0.248). Chosen on a validation split of
+#: Adult's training data by ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
+DEEP_DEFAULTS = {"lr_theta": 1.0, "batch_size": 256, "epochs": 5}
+#: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``, but
+#: for :data:`DEEP_DEFAULTS`).
+STEFFLE_PARAMS = [p.replace(default=DEEP_DEFAULTS.get(p.name, p.default))
+                  for p in inspect.signature(SteFFLe.__init__).parameters.values() if p.name != "self"]
+#: Records of the training data read by the constant-predictor check at the end of a fit.
+CHECK_RECORDS = 10_000
 _STEFFLE_NAMES = [p.name for p in STEFFLE_PARAMS]
-_DEEP_NAMES = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size"]
+_DEEP_NAMES = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size", "n_threads"]
+#: Below this many trainable parameters, ``n_threads=None`` gives torch one intra-op thread (below).
+MANY_PARAMS = 100_000
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def fit_threads(n_threads: int | None, n_params: int, device: torch.device) -> tuple[int, int]:
+    """``(torch intra-op threads, Rust pool threads)`` of a fit.
+
+    ``n_threads`` is the budget: an integer, or None for :func:`available_cores`. The Rust (rayon)
+    pool gets the budget: in a deep fit it only runs the server update (parallel when the silos'
+    θ-terms reach 2¹⁶), between two torch calls, never at the same time as them. Torch gets the
+    budget too when the module has at least :data:`MANY_PARAMS` trainable parameters or runs on a
+    GPU; a smaller module on the CPU gets one thread, since its per-record work per operation is
+    too small to split: measured on 2 shared cores, the docs/deep.md digits example took 12–24 s
+    with 2 torch threads (OpenMP's threads spin while they wait for a core another process holds)
+    and 1.5–2.4 s with one. An explicit ``n_threads`` is used as given for both."""
+    if n_threads is not None:
+        return n_threads, n_threads
+    budget = available_cores()
+    if device.type != "cpu" or n_params >= MANY_PARAMS:
+        return budget, budget
+    return 1, budget
+
+
+@contextlib.contextmanager
+def threads(n_torch: int, n_rust: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n_torch)`` and ``RAYON_NUM_THREADS=n_rust``
+    (read when the Rust pool starts, i.e. at the process's first parallel Rust call; a pool already
+    running keeps its size), and restore both after."""
+    before = torch.get_num_threads()
+    env = os.environ.get("RAYON_NUM_THREADS")
+    torch.set_num_threads(int(n_torch))
+    os.environ["RAYON_NUM_THREADS"] = str(int(n_rust))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if env is None:
+            os.environ.pop("RAYON_NUM_THREADS", None)
+        else:
+            os.environ["RAYON_NUM_THREADS"] = env
 
 
 def reset_parameters(module: nn.Module, seed: int) -> nn.Module:
@@ -74,16 +133,25 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         silo party, from its secret key.
     chunk_size : int or None
         Records per vmap call of the per-record gradients (memory ∝ chunk_size × #parameters);
-        None: as many as fit in 1 GiB of per-record gradients (at most 1,024).
+        None: as many as fit in 1 GiB of per-record gradients on the CPU, a quarter of the free
+        memory on a GPU (at most 1,024).
     init_seed : int or None
         Re-initialise the module's parameters (``reset_parameters`` of every layer) from this
         seed before training, for reproducible runs. None: start from the module's own values.
     predict_batch_size : int, records per forward pass in ``predict_proba``.
+    n_threads : int or None
+        Threads of the fit and of prediction: torch's intra-op threads (``torch.set_num_threads``,
+        restored after) and the Rust pool's (``RAYON_NUM_THREADS``). None: the cores this process
+        may use (``os.sched_getaffinity``), with one torch thread for a module of fewer than
+        100,000 parameters on the CPU, whose operations are too small to split
+        (:func:`fit_threads`).
     **SteFFLe settings
         Every parameter of :class:`pfair.SteFFLe` (``fairness``, ``lam``, ``epsilon``, ``delta``,
         ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
-        the same meaning and defaults; ``mode`` must be ``"standard"``.
+        the same meaning and defaults, except ``lr_theta=1.0``, ``batch_size=256`` and
+        ``epochs=5`` (:data:`DEEP_DEFAULTS`: SGD on a network needs more, smaller steps than the
+        linear model); ``mode`` must be ``"standard"``.
 
     Attributes
     ----------
@@ -95,13 +163,14 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
 
     def __init__(self, module: nn.Module, *, input_shape: Any = None, device: Any = "auto",
                  chunk_size: int | None = None, init_seed: int | None = None, predict_batch_size: int = 1024,
-                 **params: Any) -> None:
+                 n_threads: int | None = None, **params: Any) -> None:
         self.module = module
         self.input_shape = input_shape
         self.device = device
         self.chunk_size = chunk_size
         self.init_seed = init_seed
         self.predict_batch_size = predict_batch_size
+        self.n_threads = n_threads
         unknown = sorted(set(params) - set(_STEFFLE_NAMES))
         if unknown:
             raise TypeError(f"DeepSteFFLe got unexpected argument(s) {unknown}; valid: {_DEEP_NAMES} and the "
@@ -144,6 +213,13 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         if isinstance(self.predict_batch_size, bool) or not isinstance(self.predict_batch_size, int) \
                 or self.predict_batch_size < 1:
             raise ValueError(f"predict_batch_size must be an integer >= 1, got {self.predict_batch_size!r}")
+        if self.n_threads is not None and (isinstance(self.n_threads, bool) or not isinstance(self.n_threads, int)
+                                           or self.n_threads < 1):
+            raise ValueError(f"n_threads must be an integer >= 1 or None (the cores this process may use), "
+                             f"got {self.n_threads!r}")
+
+    def _threads(self, n_params: int) -> Any:
+        return threads(*fit_threads(self.n_threads, n_params, self.device_))
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,
@@ -198,12 +274,35 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                                           device=self.device_, chunk_size=self.chunk_size)
 
         self.n_params_ = int(theta0.size)
-        state, plans = self._run(st, fed, ledgers=ledgers, on_epoch=self._on_epoch(st, fed, eval_set),
-                                 previous=previous, init=None if previous is not None else (theta0, w0),
-                                 provider_factory=factory)
+        with self._threads(self.n_params_):
+            state, plans = self._run(st, fed, ledgers=ledgers, on_epoch=self._on_epoch(st, fed, eval_set),
+                                     previous=previous, init=None if previous is not None else (theta0, w0),
+                                     provider_factory=factory)
         self._adopt(state, plans, st, k, l)
         set_module_theta(self.module_, self.theta_)
+        self._check_better_than_constant(fed)
         return self
+
+    def _check_better_than_constant(self, fed: Federation) -> None:
+        """Warn (:class:`~pfair.exceptions.ConvergenceWarning`) when the trained module is no better on
+        the training records than the best constant predictor: it did not train. Read in process,
+        on at most :data:`CHECK_RECORDS` records (a seeded sample), by the estimator that holds the
+        silos' data anyway; nothing is released."""
+        X, y, _ = fed.pooled()
+        if y.size == 0:
+            return
+        rows = np.arange(y.size)
+        if y.size > CHECK_RECORDS:
+            rows = np.sort(np.random.default_rng(0).choice(y.size, CHECK_RECORDS, replace=False))
+        X, y = X[rows], y[rows]
+        error = float(np.mean(np.argmax(self.predict_proba(X), axis=1) != y))
+        constant = 1.0 - float(np.bincount(y).max()) / y.size
+        if error >= constant:
+            warnings.warn(
+                f"the trained module's training error {error:.3f} is no better than the constant predictor's "
+                f"{constant:.3f}: it did not train. Raise epochs or lr_theta (defaults {DEEP_DEFAULTS}), lower lam, "
+                "check that the inputs are scaled, or raise epsilon / clip when the noise swamps the updates",
+                ConvergenceWarning, stacklevel=3)
 
     def _set_theta(self, theta: np.ndarray) -> None:
         self.theta_ = np.asarray(theta)
@@ -239,7 +338,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
             raise ValueError("X contains NaN or inf; impute or drop those rows")
         dtype = next(p.dtype for p in self.module_.parameters())
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), self._threads(getattr(self, "n_params_", 0)):
             for start in range(0, arr.shape[0], self.predict_batch_size):
                 xb = torch.from_numpy(arr[start:start + self.predict_batch_size]).to(self.device_, dtype)
                 out.append(torch.softmax(self.module_(xb).to(torch.float64), dim=1).cpu().numpy())
