@@ -3,9 +3,11 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pfair_core::features::{Csr, Dense, Features};
-use pfair_core::psi::{batch_gradients, Code, Dims, Fairness, Protect, PsiInputs};
+use pfair_core::psi::{batch_gradients, Code, Dims, Fairness, Point, Protect, PsiInputs, Records};
 use pfair_core::noise::NoiseKey;
-use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{Silo, SiloConfig, SiloKeys};
+use pfair_core::schedule::{run_rounds, RoundsRequest};
+use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
 /// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
@@ -42,10 +44,12 @@ fn bench_kernels(c: &mut Criterion) {
     let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
     let protect = Protect::Attribute { clip_theta: 1.0 };
     c.bench_function("batch_gradients dense adult-like m=256 d=102", |b| {
-        b.iter(|| black_box(batch_gradients(&Dense { x: &x, d }, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
+        let data = Records { rows: &Dense { x: &x, d }, y: &y, s: &s };
+        b.iter(|| black_box(batch_gradients(data, Point { dims, theta: black_box(&theta), psi }, &batch, 256.0, protect)))
     });
     c.bench_function("batch_gradients csr adult-like m=256 d=102", |b| {
-        b.iter(|| black_box(batch_gradients(&csr, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
+        let data = Records { rows: &csr, y: &y, s: &s };
+        b.iter(|| black_box(batch_gradients(data, Point { dims, theta: black_box(&theta), psi }, &batch, 256.0, protect)))
     });
 
     let silos: Vec<Silo> = (0..3)
@@ -73,10 +77,20 @@ fn bench_kernels(c: &mut Criterion) {
         b.iter(|| {
             let mut th = theta.clone();
             let mut wv = w.clone();
-            black_box(run_rounds(
-                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys,
-                &weights, &server, 0, rounds_per_epoch, None,
-            ))
+            let req = RoundsRequest {
+                silos: &silos,
+                dims,
+                fairness: Fairness::DemographicParity,
+                inv_sqrt_ps: &inv,
+                silo_cfgs: &cfgs,
+                keys: &keys,
+                weights: &weights,
+                server,
+                start: 0,
+                n_rounds: rounds_per_epoch,
+                snapshot_round: None,
+            };
+            black_box(run_rounds(&req, &mut th, &mut wv))
         })
     });
 }

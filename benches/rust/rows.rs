@@ -25,7 +25,9 @@ use rayon::prelude::*;
 use pfair_core::features::{prefetch, Features, RowMap, SharedMatrix, SharedRows};
 use pfair_core::noise::NoiseKey;
 use pfair_core::psi::{Code, Dims, Fairness, Protect};
-use pfair_core::round::{draw_batch_into, run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{draw_batch_into, Silo, SiloConfig, SiloKeys};
+use pfair_core::schedule::{run_rounds_scheduled, RoundsRequest, Schedule};
+use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
 fn env(name: &str, default: usize) -> usize {
@@ -165,10 +167,20 @@ fn main() {
         let start = rep * rounds;
         let (mut th, mut wv) = (vec![0.0; dims.theta_len()], vec![0.0; 4]);
         let t = Instant::now();
-        run_rounds_scheduled(
-            &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, start, rounds,
-            None, Schedule::Parallel,
-        );
+        let req = RoundsRequest {
+            silos: &silos,
+            dims,
+            fairness: Fairness::DemographicParity,
+            inv_sqrt_ps: &inv,
+            silo_cfgs: &cfgs,
+            keys: &keys,
+            weights: &weights,
+            server,
+            start,
+            n_rounds: rounds,
+            snapshot_round: None,
+        };
+        run_rounds_scheduled(&req, &mut th, &mut wv, Schedule::Parallel);
         t_epoch.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         for round in start..start + rounds {

@@ -4,7 +4,7 @@
 use super::dot::{dense_dot_and_square, sparse_logit, sparse_logit_pair};
 use super::norm;
 use super::predict::softmax_in_place;
-use super::types::{BatchGradients, Code, Dims, Protect, PsiInputs};
+use super::types::{BatchGradients, Code, Dims, Point, Protect, PsiInputs, Records};
 use crate::features::Rows;
 
 /// `out_v = F_v (g_v - F·g)` for `v = 1..l-1` (the reference class 0 has no parameters).
@@ -52,20 +52,15 @@ pub fn clipped(f: f64, v: f64) -> f64 {
 /// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
 /// (already scaled and clipped) `β`s into a `3 × (d+1) × (l-1)` accumulator (interleaved per
 /// feature for sparse rows). A dense binary row's logit is summed in [`LANES`] partial sums.
-#[allow(clippy::too_many_arguments)]
 pub fn batch_gradients<R: Rows>(
-    rows: &R,
-    y: &[Code],
-    s: &[Code],
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
+    data: Records<'_, R>,
+    at: Point<'_>,
     batch: &[usize],
     denom: f64,
     protect: Protect,
 ) -> BatchGradients {
-    let mut out = BatchGradients::zeros(dims, psi.fairness);
-    batch_gradients_into(rows, y, s, dims, theta, psi, batch, denom, protect, &mut Workspace::default(), &mut out);
+    let mut out = BatchGradients::zeros(at.dims, at.psi.fairness);
+    batch_gradients_into(data, at, batch, denom, protect, &mut Workspace::default(), &mut out);
     out
 }
 
@@ -107,20 +102,16 @@ const PREFETCH_META: usize = 12;
 /// wheel itself targets baseline x86-64): four doubles per vector instead of two. It is the same
 /// arithmetic in the same order, without fused multiply-adds, so the bits do not change (a test
 /// compares both builds).
-#[allow(clippy::too_many_arguments)]
 pub fn batch_gradients_into<R: Rows>(
-    rows: &R,
-    y: &[Code],
-    s: &[Code],
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
+    data: Records<'_, R>,
+    at: Point<'_>,
     batch: &[usize],
     denom: f64,
     protect: Protect,
     ws: &mut Workspace,
     out: &mut BatchGradients,
 ) {
+    let (Records { rows, y, s }, Point { dims, theta, psi }) = (data, at);
     let call = KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect };
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {

@@ -36,20 +36,24 @@ fn case(d: usize, k: usize, l: usize, n: usize, fairness: Fairness, seed: u64) -
     Case { dims, x, y, s, theta, w, inv }
 }
 
+impl Case {
+    /// The case's labels and groups with feature rows `rows`.
+    fn records<'a, R>(&'a self, rows: &'a R) -> Records<'a, R> {
+        Records { rows, y: &self.y, s: &self.s }
+    }
+
+    /// The case's θ with the ψ-term's inputs `psi`.
+    fn at<'a>(&'a self, psi: PsiInputs<'a>) -> Point<'a> {
+        Point { dims: self.dims, theta: &self.theta, psi }
+    }
+}
+
 /// Mean loss + mean ψ computed directly, for finite differences.
 fn objective(c: &Case, fairness: Fairness, theta: &[f64], w: &[f64]) -> (f64, f64) {
     let all: Vec<usize> = (0..c.y.len()).collect();
-    let g = batch_gradients(
-        &Dense { x: &c.x, d: c.dims.d },
-        &c.y,
-        &c.s,
-        c.dims,
-        theta,
-        PsiInputs { fairness, w, inv_sqrt_ps: &c.inv },
-        &all,
-        all.len() as f64,
-        Protect::Attribute { clip_theta: f64::INFINITY },
-    );
+    let at = Point { dims: c.dims, theta, psi: PsiInputs { fairness, w, inv_sqrt_ps: &c.inv } };
+    let no_clip = Protect::Attribute { clip_theta: f64::INFINITY };
+    let g = batch_gradients(c.records(&Dense { x: &c.x, d: c.dims.d }), at, &all, all.len() as f64, no_clip);
     (g.loss, g.psi)
 }
 
@@ -210,17 +214,9 @@ fn batch_gradients_match_finite_differences() {
         for &(k, l) in &[(2, 2), (3, 4), (5, 2)] {
             let c = case(3, k, l, 17, fairness, 7 + k as u64 * 31 + l as u64);
             let all: Vec<usize> = (0..17).collect();
-            let gr = batch_gradients(
-                &Dense { x: &c.x, d: c.dims.d },
-                &c.y,
-                &c.s,
-                c.dims,
-                &c.theta,
-                PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
-                &all,
-                17.0,
-                Protect::Attribute { clip_theta: f64::INFINITY },
-            );
+            let at = c.at(PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv });
+            let no_clip = Protect::Attribute { clip_theta: f64::INFINITY };
+            let gr = batch_gradients(c.records(&Dense { x: &c.x, d: c.dims.d }), at, &all, 17.0, no_clip);
             let h = 1e-6;
             for t in 0..c.theta.len() {
                 let mut tp = c.theta.clone();
@@ -257,17 +253,8 @@ fn attribute_clipping_bounds_private_theta_part() {
     let c = case(4, 3, 3, 25, fairness, 99);
     let all: Vec<usize> = (0..25).collect();
     let clip = 1e-3;
-    let gr = batch_gradients(
-        &Dense { x: &c.x, d: c.dims.d },
-        &c.y,
-        &c.s,
-        c.dims,
-        &c.theta,
-        PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
-        &all,
-        25.0,
-        Protect::Attribute { clip_theta: clip },
-    );
+    let at = c.at(PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv });
+    let gr = batch_gradients(c.records(&Dense { x: &c.x, d: c.dims.d }), at, &all, 25.0, Protect::Attribute { clip_theta: clip });
     assert!(norm(&gr.psi_theta) <= clip * (1.0 + 1e-12));
     assert_eq!(gr.n_clipped, 25);
 }
@@ -311,10 +298,10 @@ fn hostile_parameters_never_turn_s_into_a_non_finite_message() {
         let run = |c: &Case, theta: &[f64], w: &[f64], protect: Protect| {
             let psi = PsiInputs { fairness, w, inv_sqrt_ps: &c.inv };
             if dense {
-                batch_gradients(&Dense { x: &c.x, d: 4 }, &c.y, &c.s, c.dims, theta, psi, &all, 9.0, protect)
+                batch_gradients(c.records(&Dense { x: &c.x, d: 4 }), Point { dims: c.dims, theta, psi }, &all, 9.0, protect)
             } else {
                 let csr = Csr::from_dense(&c.x, 4);
-                batch_gradients(&csr, &c.y, &c.s, c.dims, theta, psi, &all, 9.0, protect)
+                batch_gradients(c.records(&csr), Point { dims: c.dims, theta, psi }, &all, 9.0, protect)
             }
         };
         let mut theta = c.theta.clone();
@@ -353,7 +340,7 @@ fn record_mode_totals_match_attribute_mode_when_unclipped() {
     let c = case(3, 2, 3, 12, fairness, 5);
     let all: Vec<usize> = (0..12).collect();
     let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
-    let run = |p| batch_gradients(&Dense { x: &c.x, d: 3 }, &c.y, &c.s, c.dims, &c.theta, psi, &all, 12.0, p);
+    let run = |p| batch_gradients(c.records(&Dense { x: &c.x, d: 3 }), c.at(psi), &all, 12.0, p);
     let a = run(Protect::Attribute { clip_theta: f64::INFINITY });
     let inf = f64::INFINITY;
     let r = run(Protect::Record { clip_loss: inf, clip_theta: inf, clip_w: inf });
@@ -384,9 +371,9 @@ fn sparse_rows_match_dense_rows() {
         let all: Vec<usize> = (0..30).collect();
         let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
         let p = Protect::Attribute { clip_theta: 0.5 };
-        let dense = batch_gradients(&Dense { x: &c.x, d: 6 }, &c.y, &c.s, c.dims, &c.theta, psi, &all, 30.0, p);
+        let dense = batch_gradients(c.records(&Dense { x: &c.x, d: 6 }), c.at(psi), &all, 30.0, p);
         let csr = Csr::from_dense(&c.x, 6);
-        let sparse = batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &all, 30.0, p);
+        let sparse = batch_gradients(c.records(&csr), c.at(psi), &all, 30.0, p);
         for (a, b) in dense.loss_grad.iter().chain(&dense.psi_theta).zip(sparse.loss_grad.iter().chain(&sparse.psi_theta)) {
             assert!((a - b).abs() < 1e-12);
         }
@@ -412,8 +399,8 @@ fn unrolled_binary_attribute_step_equals_the_general_one_bit_for_bit() {
                 let run = |generic: bool| {
                     GENERIC_ONLY.with(|g| g.set(generic));
                     let r = (
-                        batch_gradients(&Dense { x: &c.x, d: 7 }, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 30.0, p),
-                        batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 30.0, p),
+                        batch_gradients(c.records(&Dense { x: &c.x, d: 7 }), c.at(psi), &batch, 30.0, p),
+                        batch_gradients(c.records(&csr), c.at(psi), &batch, 30.0, p),
                     );
                     GENERIC_ONLY.with(|g| g.set(false));
                     r
@@ -450,7 +437,7 @@ fn sparse_rows_two_at_a_time_have_the_bits_of_one_at_a_time() {
             let batch: Vec<usize> = (0..300).rev().step_by(300 / len).take(len).collect();
             let run = |generic: bool| {
                 GENERIC_ONLY.with(|g| g.set(generic));
-                let r = batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 90.0, protect);
+                let r = batch_gradients(c.records(&csr), c.at(psi), &batch, 90.0, protect);
                 GENERIC_ONLY.with(|g| g.set(false));
                 r
             };
@@ -494,8 +481,8 @@ fn float32_rows_give_the_bits_of_their_float64_values() {
             let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &c.w, inv_sqrt_ps: &c.inv };
             let batch: Vec<usize> = (0..n).step_by(2).collect();
             let p = Protect::Attribute { clip_theta: 0.4 };
-            let want = batch_gradients(&Dense { x: &rounded, d }, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p);
-            assert_eq!(batch_gradients(&view32, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p), want, "d = {d}, l = {l}");
+            let want = batch_gradients(c.records(&Dense { x: &rounded, d }), c.at(psi), &batch, 150.0, p);
+            assert_eq!(batch_gradients(c.records(&view32), c.at(psi), &batch, 150.0, p), want, "d = {d}, l = {l}");
         }
     }
 }
@@ -526,9 +513,9 @@ fn the_avx2_build_of_the_kernel_has_the_baseline_bits() {
             let run = |baseline: bool| {
                 BASELINE_ONLY.with(|g| g.set(baseline));
                 let r = (
-                    batch_gradients(&Dense { x: &c.x, d }, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p),
-                    batch_gradients(&csr, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p),
-                    batch_gradients(&view32, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 150.0, p),
+                    batch_gradients(c.records(&Dense { x: &c.x, d }), c.at(psi), &batch, 150.0, p),
+                    batch_gradients(c.records(&csr), c.at(psi), &batch, 150.0, p),
+                    batch_gradients(c.records(&view32), c.at(psi), &batch, 150.0, p),
                 );
                 BASELINE_ONLY.with(|g| g.set(false));
                 r
@@ -566,8 +553,8 @@ fn dense_row_path_equals_the_generic_path() {
         let batch: Vec<usize> = (0..40).step_by(3).collect();
         for p in [Protect::Attribute { clip_theta: 0.5 }, Protect::Record { clip_loss: 1.0, clip_theta: 0.5, clip_w: 0.5 }] {
             let dense = Dense { x: &c.x, d: 5 };
-            let fast = batch_gradients(&dense, &c.y, &c.s, c.dims, &c.theta, psi, &batch, 16.0, p);
-            let slow = batch_gradients(&Generic(dense), &c.y, &c.s, c.dims, &c.theta, psi, &batch, 16.0, p);
+            let fast = batch_gradients(c.records(&dense), c.at(psi), &batch, 16.0, p);
+            let slow = batch_gradients(c.records(&Generic(dense)), c.at(psi), &batch, 16.0, p);
             if l == 3 {
                 assert_eq!(fast, slow);
             } else {
@@ -588,17 +575,8 @@ fn equal_opportunity_ignores_negative_records() {
     let fairness = Fairness::EqualOpportunity { positive: 1 };
     let c = case(2, 2, 2, 10, fairness, 3);
     let negatives: Vec<usize> = (0..10).filter(|&i| c.y[i] == 0).collect();
-    let gr = batch_gradients(
-        &Dense { x: &c.x, d: c.dims.d },
-        &c.y,
-        &c.s,
-        c.dims,
-        &c.theta,
-        PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv },
-        &negatives,
-        5.0,
-        Protect::Attribute { clip_theta: 1.0 },
-    );
+    let at = c.at(PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv });
+    let gr = batch_gradients(c.records(&Dense { x: &c.x, d: c.dims.d }), at, &negatives, 5.0, Protect::Attribute { clip_theta: 1.0 });
     assert_eq!(gr.psi, 0.0);
     assert!(gr.psi_w.iter().chain(&gr.psi_theta).all(|v| *v == 0.0));
     assert!(gr.loss > 0.0);

@@ -124,6 +124,31 @@ pub struct PsiInputs<'a> {
     pub inv_sqrt_ps: &'a [f64],
 }
 
+/// The point `(θ, W)` a batch's gradients are taken at, with the shapes and the ψ-term's tables.
+#[derive(Clone, Copy, Debug)]
+pub struct Point<'a> {
+    pub dims: Dims,
+    pub theta: &'a [f64],
+    pub psi: PsiInputs<'a>,
+}
+
+/// One silo's records as the kernel reads them: the feature rows, the labels `y` and the groups
+/// `s` (one code per row).
+#[derive(Debug)]
+pub struct Records<'a, R> {
+    pub rows: &'a R,
+    pub y: &'a [Code],
+    pub s: &'a [Code],
+}
+
+// By hand: a derive would ask `R: Copy`, but only references are copied.
+impl<R> Clone for Records<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for Records<'_, R> {}
+
 /// Gradient sums of one batch, each divided by the fixed denominator `m` (before any noise).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchGradients {

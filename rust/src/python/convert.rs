@@ -10,7 +10,7 @@ use super::errors::BindResult;
 use std::sync::Arc;
 
 use crate::features::{Csr, Features, RowMap, SharedMatrix, SharedRows, SPARSE_BELOW_DENSITY};
-use crate::psi::{BatchGradients, Code, Dims, Fairness, MAX_CODES};
+use crate::psi::{BatchGradients, Code, Dims, Fairness, Point, PsiInputs, MAX_CODES};
 use crate::round::Silo;
 
 pub(super) fn check_denom(denom: f64) -> BindResult<()> {
@@ -124,6 +124,11 @@ pub(super) fn state_vecs(
     inv_sqrt_ps: &PyReadonlyArray1<'_, f64>,
 ) -> PyResult<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     Ok((theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec()))
+}
+
+/// The point `(θ, W)` of a call, with its shapes and the ψ-term's tables.
+pub(super) fn point<'a>(dims: Dims, fairness: Fairness, theta: &'a [f64], w: &'a [f64], inv_sqrt_ps: &'a [f64]) -> Point<'a> {
+    Point { dims, theta, psi: PsiInputs { fairness, w, inv_sqrt_ps } }
 }
 
 /// Checks the shapes of the model state against the problem dimensions.

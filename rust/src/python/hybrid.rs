@@ -4,13 +4,13 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, silo_from, state_vecs, IndexArray};
+use super::convert::{check_state, gradients_dict, point, silo_from, state_vecs, IndexArray};
 use super::errors::value_error;
 use super::noise::PyNoiseKey;
 use crate::config::ConfigError;
-use crate::hybrid::{self, HybridLayout, HybridNoise};
-use crate::psi::{Dims, Fairness, PsiInputs};
-use crate::round::ServerConfig;
+use crate::hybrid::{self, HybridLayout, HybridNoise, HybridRun};
+use crate::psi::{Dims, Fairness};
+use crate::server::ServerConfig;
 
 /// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
 type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
@@ -110,7 +110,7 @@ impl PyHybridSet {
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
-            hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, &batch_key.inner, round)
+            hybrid::hybrid_messages(layout, point(dims, fairness, &th, &wv, &inv), &noise, &batch_key.inner, round)
         });
         let d = PyDict::new(py);
         let non_sensitive: Vec<Bound<'py, PyDict>> =
@@ -161,8 +161,8 @@ impl PyHybridSet {
         let (batch, by_owner, msg) = py.allow_threads(|| {
             let batch = hybrid::non_sensitive_batch(layout, j, batch_size, &batch_key.inner, round);
             let by_owner = hybrid::split_by_owner(layout, &batch);
-            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
-            let msg = hybrid::non_sensitive_message(layout, dims, &th, psi, clip_theta, &by_owner, batch_size.min(len_j));
+            let at = point(dims, fairness, &th, &wv, &inv);
+            let msg = hybrid::non_sensitive_message(layout, at, clip_theta, &by_owner, batch_size.min(len_j));
             (batch, by_owner, msg)
         });
         let d = gradients_dict(py, msg)?;
@@ -220,10 +220,10 @@ impl PyHybridSet {
         let (layout, dims, fairness, n_public) = (&self.layout, self.dims, self.fairness, self.layout.members.len());
         let key = noise_key.map(|k| k.inner);
         let (u, v, count) = py.allow_threads(|| {
-            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
-            let (mut u, mut v, count) = hybrid::sensitive_sums(layout, dims, &th, psi, clip_theta, &ids);
+            let at = point(dims, fairness, &th, &wv, &inv);
+            let (mut u, mut v, count) = hybrid::sensitive_sums(layout, at, clip_theta, &ids);
             if let Some(key) = &key {
-                hybrid::noise_sensitive_sums(&mut u, &mut v, sigma_theta, sigma_w, key, n_public, c, round);
+                hybrid::noise_sensitive_sums((&mut u, &mut v), (sigma_theta, sigma_w), key, n_public, c, round);
             }
             (u, v, count)
         });
@@ -258,10 +258,18 @@ impl PyHybridSet {
         let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
-        let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
-        let (loss, psi) = py.allow_threads(|| {
-            hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, &batch_key.inner, start, n_rounds)
-        });
+        let run = HybridRun {
+            layout: &self.layout,
+            dims: self.dims,
+            fairness: self.fairness,
+            inv_sqrt_ps: &inv,
+            noise: &noise,
+            server,
+            batch_key: &batch_key.inner,
+            start,
+            n_rounds,
+        };
+        let (loss, psi) = py.allow_threads(|| hybrid::run_hybrid_rounds(&run, &mut th, &mut wv));
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
         d.set_item("w", wv.into_pyarray(py))?;

@@ -6,11 +6,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, silo_from, state_vecs, IndexArray,
+    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, point, silo_from, state_vecs,
+    IndexArray,
 };
 use super::errors::value_error;
 use crate::features::Dense;
-use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
+use crate::psi::{self, Dims, Fairness, Protect, Records};
 use crate::sensitivity;
 
 /// Runs `compute(x, n, d, theta)` on the rows of a prediction's `x` after checking `n_classes`
@@ -127,7 +128,8 @@ pub(super) fn batch_gradients<'py>(
     check_denom(denom)?;
     let g = py.allow_threads(|| {
         let rows = Dense { x: &xv, d };
-        psi::batch_gradients(&rows, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
+        let data = Records { rows: &rows, y: &silo.y, s: &silo.s };
+        psi::batch_gradients(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, protect)
     });
     gradients_dict(py, g)
 }

@@ -1,4 +1,5 @@
-//! Federation and rounds (`crate::round`): `SiloConfig` and `SiloSet`.
+//! Federation and rounds (`crate::round`, `crate::schedule`, `crate::server`): `SiloConfig`,
+//! `SiloSet`, the keyed draws of a silo's step (`draw_batch`, `noise_message`) and the server's step.
 
 use std::sync::Arc;
 
@@ -6,13 +7,17 @@ use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, P
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, check_theta_len, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices};
-use crate::features::SharedMatrix;
+use super::convert::{
+    check_state, check_theta_len, gradients_dict, index_in, point, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices,
+};
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
-use crate::psi::{BatchGradients, Dims, Fairness, Protect, PsiInputs};
-use crate::round::{self, ServerConfig, Silo, SiloConfig, SiloKeys};
+use crate::features::SharedMatrix;
+use crate::psi::{BatchGradients, Dims, Fairness, Protect};
+use crate::round::{self, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
+use crate::schedule::{self, RoundsRequest};
+use crate::server::{self, ServerConfig};
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
 #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
@@ -196,7 +201,7 @@ impl PySiloSet {
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
         let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
         let msg = py.allow_threads(|| {
-            round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, &keys, silo as u64, round)
+            round::silo_step(data, point(dims, fairness, &th, &wv, &inv), &cfg, &keys, silo as u64, round)
         });
         gradients_dict(py, msg)
     }
@@ -223,7 +228,7 @@ impl PySiloSet {
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
         let denom = cfg.sampling.denominator(n);
         let g = py.allow_threads(|| {
-            round::silo_parts(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, cfg.protect)
+            round::silo_parts(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, cfg.protect)
         });
         gradients_dict(py, g)
     }
@@ -301,10 +306,20 @@ impl PySiloSet {
             .zip(&noise_keys)
             .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
             .collect();
-        let (silos, dims, fairness) = (&self.silos, self.dims, self.fairness);
-        let out = py.allow_threads(|| {
-            round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &keys, &weights, &server, start, n_rounds, snapshot_round)
-        });
+        let req = RoundsRequest {
+            silos: &self.silos,
+            dims: self.dims,
+            fairness: self.fairness,
+            inv_sqrt_ps: &inv,
+            silo_cfgs: &cfgs,
+            keys: &keys,
+            weights: &weights,
+            server,
+            start,
+            n_rounds,
+            snapshot_round,
+        };
+        let out = py.allow_threads(|| schedule::run_rounds(&req, &mut th, &mut wv));
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
         d.set_item("w", wv.into_pyarray(py))?;
@@ -325,7 +340,7 @@ impl PySiloSet {
     }
 }
 
-/// Server step of one round (`round::server_update`) from the silos' messages, each the five
+/// Server step of one round (`server::server_update`) from the silos' messages, each the five
 /// parts `(loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)`, with weights summing to
 /// 1. Returns the new `(theta, W)`.
 #[pyfunction]
@@ -365,8 +380,83 @@ pub(super) fn server_update<'py>(
         }
         msgs.push(BatchGradients { loss_grad: g, psi_theta_sfree: at, psi_theta: ht, psi_w_sfree: aw, psi_w: hw, ..Default::default() });
     }
-    round::server_update(&mut th, &mut wv, block_len, &msgs, &weights, &server);
+    server::server_update(&mut th, &mut wv, block_len, &msgs, &weights, &server);
     Ok((th.into_pyarray(py), wv.into_pyarray(py)))
+}
+
+/// Row indices of the batch of silo `silo` (with `n` records) in round `round`, as the sampling of
+/// `config` draws it from `key`'s batch stream.
+#[pyfunction]
+#[pyo3(signature = (config, n, *, key, silo, round))]
+pub(super) fn draw_batch<'py>(
+    py: Python<'py>,
+    config: &PySiloConfig,
+    n: usize,
+    key: &PyNoiseKey,
+    silo: u64,
+    round: u64,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    if n == 0 {
+        return Err(value_error("n must be >= 1"));
+    }
+    if let crate::sampling::Sampling::WithoutReplacement { m } | crate::sampling::Sampling::Shuffle { m } = config.inner.sampling {
+        if m > n {
+            return Err(value_error(format!("batch_size={m} is larger than the silo, which has {n} records")));
+        }
+    }
+    let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
+    let batch = round::draw_batch(&config.inner, &keys, silo, round, n);
+    Ok(batch.into_iter().map(|i| i as i64).collect::<Vec<_>>().into_pyarray(py))
+}
+
+type Parts<'py> = (
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+);
+
+/// The five exact parts of a batch with the round's noise added (`round::noise_message`): the
+/// loss gradient in record mode, then `h_θ`, then `h_W`, from `key`'s stream `(silo, round)`;
+/// the ψ parts are zeroed when the config does not send them. Returns new arrays.
+#[pyfunction]
+#[pyo3(signature = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w, config, *, key, silo, round))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn noise_message<'py>(
+    py: Python<'py>,
+    loss_grad: PyReadonlyArray1<'py, f64>,
+    psi_theta_sfree: PyReadonlyArray1<'py, f64>,
+    psi_theta: PyReadonlyArray1<'py, f64>,
+    psi_w_sfree: PyReadonlyArray1<'py, f64>,
+    psi_w: PyReadonlyArray1<'py, f64>,
+    config: &PySiloConfig,
+    key: &PyNoiseKey,
+    silo: u64,
+    round: u64,
+) -> PyResult<Parts<'py>> {
+    let v = |a: &PyReadonlyArray1<'py, f64>| -> Vec<f64> { a.as_array().iter().copied().collect() };
+    let mut msg = BatchGradients {
+        loss_grad: v(&loss_grad),
+        psi_theta_sfree: v(&psi_theta_sfree),
+        psi_theta: v(&psi_theta),
+        psi_w_sfree: v(&psi_w_sfree),
+        psi_w: v(&psi_w),
+        ..Default::default()
+    };
+    let t = msg.loss_grad.len();
+    if msg.psi_theta_sfree.len() != t || msg.psi_theta.len() != t || msg.psi_w_sfree.len() != msg.psi_w.len() {
+        return Err(value_error("the θ parts must have one length and the W parts another"));
+    }
+    let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
+    round::noise_message(&mut msg, &config.inner, &keys, silo, round);
+    Ok((
+        msg.loss_grad.into_pyarray(py),
+        msg.psi_theta_sfree.into_pyarray(py),
+        msg.psi_theta.into_pyarray(py),
+        msg.psi_w_sfree.into_pyarray(py),
+        msg.psi_w.into_pyarray(py),
+    ))
 }
 
 /// How many rows of a float64 or float32 matrix hold a NaN or an infinity: the finiteness check
