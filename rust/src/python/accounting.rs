@@ -316,6 +316,7 @@ pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Vec<(String, f64, f64,
 /// when no z up to `AFTER_Z_MAX` does.
 #[pyfunction]
 #[pyo3(signature = (mechanisms, delta, epsilon, sampling, sample_rate, steps, accountant="best"))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn ledger_noise_multiplier_after(
     py: Python<'_>,

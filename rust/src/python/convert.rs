@@ -231,7 +231,6 @@ fn scan_member_rows(matrix: &SharedMatrix, member: &[u64]) -> (Vec<u64>, usize) 
 /// (in range, finite features, codes in range) in parallel over silos. When the silos hold at
 /// least half the matrix's rows, the features are checked in one streaming pass over the
 /// member rows ([`scan_member_rows`]) instead of row by row in each silo's order.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn silos_from_matrix(
     matrix: Arc<SharedMatrix>,
     y: &[Indices<'_>],

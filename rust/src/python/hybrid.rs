@@ -28,6 +28,7 @@ impl PyHybridSet {
     #[new]
     #[pyo3(signature = (x, y, s, members, owner, *, n_sensitive, n_groups, n_classes,
                         fairness="demographic_parity", positive=1))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn new(
         x: PyReadonlyArray2<'_, f64>,
@@ -89,6 +90,7 @@ impl PyHybridSet {
     /// noised sums (None for a silo that sent nothing).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
                         dummy_noise=false, noise_keys, batch_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn messages<'py>(
         &self,
@@ -131,6 +133,7 @@ impl PyHybridSet {
     /// `batch_key`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
     /// its s-free message (means over its batch).
     #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, batch_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn non_sensitive_step<'py>(
         &self,
@@ -179,6 +182,7 @@ impl PyHybridSet {
     /// Returns `(u, v, count)`.
     #[pyo3(signature = (c, theta, w, inv_sqrt_ps, groups, *, clip_theta, sigma_theta=0.0, sigma_w=0.0,
                         noise_key=None, round=0))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn sensitive_step<'py>(
         &self,
@@ -233,6 +237,7 @@ impl PyHybridSet {
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
                         dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, batch_key, start, n_rounds))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,

@@ -33,6 +33,7 @@ impl PySiloConfig {
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
                         send_psi=true))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn new(
         sampling: &str,
@@ -119,6 +120,7 @@ impl PySiloSet {
     /// alive.
     #[staticmethod]
     #[pyo3(signature = (x, y, s, rows, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn from_matrix(
         py: Python<'_>,
@@ -181,6 +183,7 @@ impl PySiloSet {
     /// One silo's noised message for `round` (batch from `batch_key`, noise from `noise_key`).
     /// `loss`, `psi` and `n_clipped` in the result are silo-local diagnostics.
     #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, batch_key, noise_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn step<'py>(
         &self,
@@ -209,6 +212,7 @@ impl PySiloSet {
     /// The exact parts of silo `silo`'s records `batch` (no noise), divided by the config's fixed
     /// denominator, clipped as its protection mode requires: the linear model's gradient provider.
     #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, batch, config))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn parts<'py>(
         &self,
@@ -262,6 +266,7 @@ impl PySiloSet {
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, batch_keys, noise_keys, lam, lr_theta,
                         lr_w, w_radius, start, n_rounds, snapshot_round=None))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -345,6 +350,7 @@ impl PySiloSet {
 /// 1. Returns the new `(theta, W)`.
 #[pyfunction]
 #[pyo3(signature = (theta, w, block_len, messages, weights, *, lam, lr_theta, lr_w, w_radius))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(super) fn server_update<'py>(
     py: Python<'py>,
@@ -422,6 +428,7 @@ type Parts<'py> = (
 /// the ψ parts are zeroed when the config does not send them. Returns new arrays.
 #[pyfunction]
 #[pyo3(signature = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w, config, *, key, silo, round))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn noise_message<'py>(
     py: Python<'py>,
