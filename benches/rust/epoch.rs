@@ -98,19 +98,8 @@ fn main() {
             let t = Instant::now();
             match schedule {
                 Some(schedule) => {
-                    let req = RoundsRequest {
-                        silos: &silos,
-                        dims,
-                        fairness: Fairness::DemographicParity,
-                        inv_sqrt_ps: &inv,
-                        silo_cfgs: &cfgs,
-                        keys: &keys,
-                        weights: &weights,
-                        server,
-                        start: 0,
-                        n_rounds: rounds,
-                        snapshot_round: None,
-                    };
+                    let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+                        .rounds(0, rounds);
                     let out = run_rounds_scheduled(&req, &mut th, &mut wv, *schedule);
                     assert_eq!(out.loss.len(), rounds as usize);
                 }

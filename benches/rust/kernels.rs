@@ -77,19 +77,8 @@ fn bench_kernels(c: &mut Criterion) {
         b.iter(|| {
             let mut th = theta.clone();
             let mut wv = w.clone();
-            let req = RoundsRequest {
-                silos: &silos,
-                dims,
-                fairness: Fairness::DemographicParity,
-                inv_sqrt_ps: &inv,
-                silo_cfgs: &cfgs,
-                keys: &keys,
-                weights: &weights,
-                server,
-                start: 0,
-                n_rounds: rounds_per_epoch,
-                snapshot_round: None,
-            };
+            let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+                .rounds(0, rounds_per_epoch);
             black_box(run_rounds(&req, &mut th, &mut wv))
         })
     });

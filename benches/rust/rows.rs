@@ -167,19 +167,8 @@ fn main() {
         let start = rep * rounds;
         let (mut th, mut wv) = (vec![0.0; dims.theta_len()], vec![0.0; 4]);
         let t = Instant::now();
-        let req = RoundsRequest {
-            silos: &silos,
-            dims,
-            fairness: Fairness::DemographicParity,
-            inv_sqrt_ps: &inv,
-            silo_cfgs: &cfgs,
-            keys: &keys,
-            weights: &weights,
-            server,
-            start,
-            n_rounds: rounds,
-            snapshot_round: None,
-        };
+        let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+            .rounds(start, rounds);
         run_rounds_scheduled(&req, &mut th, &mut wv, Schedule::Parallel);
         t_epoch.push(t.elapsed().as_secs_f64());
         let t = Instant::now();

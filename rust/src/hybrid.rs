@@ -369,19 +369,8 @@ mod tests {
         let inv = [1.2, 1.6];
         let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);
         let (mut t2, mut w2) = (vec![0.0; 3], vec![0.1; 4]);
-        let req = RoundsRequest {
-            silos: &[silo],
-            dims: DIMS,
-            fairness: Fairness::DemographicParity,
-            inv_sqrt_ps: &inv,
-            silo_cfgs: &[cfg],
-            keys: &[keys],
-            weights: &[1.0],
-            server,
-            start: 0,
-            n_rounds: 20,
-            snapshot_round: None,
-        };
+        let (silos, cfgs, keys) = ([silo], [cfg], [keys]);
+        let req = RoundsRequest::new(&silos, DIMS, (Fairness::DemographicParity, &inv), &cfgs, &keys, &[1.0], server).rounds(0, 20);
         run_rounds(&req, &mut t1, &mut w1);
         let run = HybridRun {
             layout: &lay,

@@ -52,13 +52,7 @@ pub fn clipped(f: f64, v: f64) -> f64 {
 /// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
 /// (already scaled and clipped) `β`s into a `3 × (d+1) × (l-1)` accumulator (interleaved per
 /// feature for sparse rows). A dense binary row's logit is summed in [`LANES`] partial sums.
-pub fn batch_gradients<R: Rows>(
-    data: Records<'_, R>,
-    at: Point<'_>,
-    batch: &[usize],
-    denom: f64,
-    protect: Protect,
-) -> BatchGradients {
+pub fn batch_gradients<R: Rows>(data: Records<'_, R>, at: Point<'_>, batch: &[usize], denom: f64, protect: Protect) -> BatchGradients {
     let mut out = BatchGradients::zeros(at.dims, at.psi.fairness);
     batch_gradients_into(data, at, batch, denom, protect, &mut Workspace::default(), &mut out);
     out

@@ -311,19 +311,9 @@ impl PySiloSet {
             .zip(&noise_keys)
             .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
             .collect();
-        let req = RoundsRequest {
-            silos: &self.silos,
-            dims: self.dims,
-            fairness: self.fairness,
-            inv_sqrt_ps: &inv,
-            silo_cfgs: &cfgs,
-            keys: &keys,
-            weights: &weights,
-            server,
-            start,
-            n_rounds,
-            snapshot_round,
-        };
+        let req = RoundsRequest::new(&self.silos, self.dims, (self.fairness, &inv), &cfgs, &keys, &weights, server)
+            .rounds(start, n_rounds)
+            .snapshot(snapshot_round);
         let out = py.allow_threads(|| schedule::run_rounds(&req, &mut th, &mut wv));
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;

@@ -35,7 +35,32 @@ pub struct RoundsRequest<'a> {
     pub snapshot_round: Option<u64>,
 }
 
-impl RoundsRequest<'_> {
+impl<'a> RoundsRequest<'a> {
+    /// No round yet ([`RoundsRequest::rounds`] sets them) of `silos`: silo `j` with
+    /// `silo_cfgs[j]`, `keys[j]` and weight `weights[j]`; `psi_tables` = (fairness, `p_s^{-1/2}`).
+    pub fn new(
+        silos: &'a [Silo],
+        dims: Dims,
+        psi_tables: (Fairness, &'a [f64]),
+        silo_cfgs: &'a [SiloConfig],
+        keys: &'a [SiloKeys],
+        weights: &'a [f64],
+        server: ServerConfig,
+    ) -> Self {
+        let (fairness, inv_sqrt_ps) = psi_tables;
+        RoundsRequest { silos, dims, fairness, inv_sqrt_ps, silo_cfgs, keys, weights, server, start: 0, n_rounds: 0, snapshot_round: None }
+    }
+
+    /// The same request for rounds `start .. start + n_rounds`.
+    pub fn rounds(self, start: u64, n_rounds: u64) -> Self {
+        RoundsRequest { start, n_rounds, ..self }
+    }
+
+    /// The same request, keeping θ and W after round `round` (if any).
+    pub fn snapshot(self, round: Option<u64>) -> Self {
+        RoundsRequest { snapshot_round: round, ..self }
+    }
+
     /// The silos that answer (weight > 0), in silo order.
     fn active(&self) -> Vec<usize> {
         (0..self.silos.len()).filter(|&j| self.weights[j] > 0.0).collect()
@@ -176,19 +201,8 @@ mod tests {
         let weights = [0.5, 0.0, 0.5]; // silo 1 refused: never asked
         let run = |par| {
             let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-            let req = RoundsRequest {
-                silos: &silos,
-                dims: DIMS,
-                fairness: Fairness::DemographicParity,
-                inv_sqrt_ps: &inv,
-                silo_cfgs: &cfgs,
-                keys: &keys,
-                weights: &weights,
-                server,
-                start: 5,
-                n_rounds: 30,
-                snapshot_round: None,
-            };
+            let req = RoundsRequest::new(&silos, DIMS, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+                .rounds(5, 30);
             let o = run_rounds_scheduled(&req, &mut theta, &mut w, par);
             (theta, w, o)
         };
@@ -221,19 +235,10 @@ mod tests {
             (0..4).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
         let run = |silos: &[Silo], weights: &[f64], n_rounds: u64, schedule| {
             let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-            let req = RoundsRequest {
-                silos,
-                dims: DIMS,
-                fairness: Fairness::DemographicParity,
-                inv_sqrt_ps: &inv,
-                silo_cfgs: &cfgs[..silos.len()],
-                keys: &keys[..silos.len()],
-                weights,
-                server,
-                start: 7,
-                n_rounds,
-                snapshot_round: Some(100),
-            };
+            let (cfgs, keys) = (&cfgs[..silos.len()], &keys[..silos.len()]);
+            let req = RoundsRequest::new(silos, DIMS, (Fairness::DemographicParity, &inv), cfgs, keys, weights, server)
+                .rounds(7, n_rounds)
+                .snapshot(Some(100));
             let o = run_rounds_scheduled(&req, &mut theta, &mut w, schedule);
             (theta, w, o)
         };
@@ -262,19 +267,10 @@ mod tests {
         let run = || {
             let mut theta = vec![0.0; 3];
             let mut w = vec![0.0; 4];
-            let req = RoundsRequest {
-                silos: &silos,
-                dims: DIMS,
-                fairness: Fairness::DemographicParity,
-                inv_sqrt_ps: &inv,
-                silo_cfgs: &cfgs,
-                keys: &[SiloKeys::seeded(11), SiloKeys::seeded(11)],
-                weights: &[0.5, 0.5],
-                server,
-                start: 0,
-                n_rounds: 200,
-                snapshot_round: Some(99),
-            };
+            let keys = [SiloKeys::seeded(11), SiloKeys::seeded(11)];
+            let req = RoundsRequest::new(&silos, DIMS, (Fairness::DemographicParity, &inv), &cfgs, &keys, &[0.5, 0.5], server)
+                .rounds(0, 200)
+                .snapshot(Some(99));
             let o = run_rounds(&req, &mut theta, &mut w);
             (theta, w, o)
         };
