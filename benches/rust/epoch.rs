@@ -10,31 +10,17 @@ use std::time::Instant;
 
 use pfair_core::features::Features;
 use pfair_core::noise::NoiseKey;
-use pfair_core::psi::{Code, Dims, Fairness, Protect};
+use pfair_core::psi::{Dims, Fairness, Protect};
 use pfair_core::round::{draw_round_into, RoundDraws, Silo, SiloConfig, SiloKeys};
 use pfair_core::schedule::{run_rounds_scheduled, RoundsRequest, Schedule};
 use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
-/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
+mod adult_like;
+
+/// An Adult-like silo ([`adult_like::adult_like`]), stored dense or CSR by its density.
 fn silo(n: usize, d: usize, seed: u64) -> Silo {
-    let mut st = seed;
-    let mut next = || {
-        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (st >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut x = vec![0.0; n * d];
-    let block = (d - 6) / 8;
-    for row in x.chunks_exact_mut(d) {
-        for v in row.iter_mut().take(6) {
-            *v = next() * 2.0 - 1.0;
-        }
-        for b in 0..8 {
-            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
-        }
-    }
-    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
+    let (x, y, s) = adult_like::adult_like(n, d, seed);
     Silo { x: Features::auto(x, d), y, s }
 }
 

@@ -3,34 +3,15 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pfair_core::features::{Csr, Dense, Features};
-use pfair_core::psi::{batch_gradients, Code, Dims, Fairness, Point, Protect, PsiInputs, Records};
+use pfair_core::psi::{batch_gradients, Dims, Fairness, Point, Protect, PsiInputs, Records};
 use pfair_core::noise::NoiseKey;
 use pfair_core::round::{Silo, SiloConfig, SiloKeys};
 use pfair_core::schedule::{run_rounds, RoundsRequest};
 use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
-/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
-fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
-    let mut st = seed;
-    let mut next = || {
-        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (st >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut x = vec![0.0; n * d];
-    let block = (d - 6) / 8;
-    for row in x.chunks_exact_mut(d) {
-        for v in row.iter_mut().take(6) {
-            *v = next() * 2.0 - 1.0;
-        }
-        for b in 0..8 {
-            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
-        }
-    }
-    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
-    (x, y, s)
-}
+mod adult_like;
+use adult_like::adult_like as silo;
 
 fn bench_kernels(c: &mut Criterion) {
     let (n, d) = (11_304, 102);

@@ -70,6 +70,19 @@ pub(super) fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult
     Ok(())
 }
 
+/// The fairness notion of a silo set, after the checks both of its constructors make first (in
+/// this order): the notion's name, at least two groups and classes, at least one silo.
+fn check_problem(fairness: &str, positive: u32, n_groups: usize, n_classes: usize, n_silos: usize) -> PyResult<Fairness> {
+    let fairness = Fairness::parse(fairness, positive)?;
+    if n_groups < 2 || n_classes < 2 {
+        return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
+    }
+    if n_silos == 0 {
+        return Err(value_error("need at least one silo"));
+    }
+    Ok(fairness)
+}
+
 /// The silos' data, held in Rust for the whole training run.
 #[pyclass(name = "SiloSet", module = "pfair._core")]
 pub(super) struct PySiloSet {
@@ -90,13 +103,7 @@ impl PySiloSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = Fairness::parse(fairness, positive)?;
-        if n_groups < 2 || n_classes < 2 {
-            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
-        }
-        if silos.is_empty() {
-            return Err(value_error("need at least one silo"));
-        }
+        let fairness = check_problem(fairness, positive, n_groups, n_classes, silos.len())?;
         let d = silos[0].0.as_array().dim().1;
         let mut out = Vec::with_capacity(silos.len());
         for (j, (x, y, s)) in silos.into_iter().enumerate() {
@@ -133,33 +140,17 @@ impl PySiloSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = Fairness::parse(fairness, positive)?;
-        if n_groups < 2 || n_classes < 2 {
-            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
-        }
-        if rows.is_empty() {
-            return Err(value_error("need at least one silo"));
-        }
+        let fairness = check_problem(fairness, positive, n_groups, n_classes, rows.len())?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(x.clone().unbind());
         let matrix = if let Ok(a) = x.downcast::<PyArray2<f64>>() {
-            if !a.is_c_contiguous() {
-                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
-            }
-            let ro = a.readonly();
-            let (n, d) = ro.as_array().dim();
-            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            let (data, n, d) = c_contiguous(a)?;
             // SAFETY: the array object is the owner and is kept alive by it; its buffer does not
             // move, and the binding's contract says it is not written while the set lives.
-            unsafe { SharedMatrix::from_raw_f64(data.as_ptr(), n, d, owner) }
+            unsafe { SharedMatrix::from_raw_f64(data, n, d, owner) }
         } else if let Ok(a) = x.downcast::<PyArray2<f32>>() {
-            if !a.is_c_contiguous() {
-                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
-            }
-            let ro = a.readonly();
-            let (n, d) = ro.as_array().dim();
-            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            let (data, n, d) = c_contiguous(a)?;
             // SAFETY: as above.
-            unsafe { SharedMatrix::from_raw_f32(data.as_ptr(), n, d, owner) }
+            unsafe { SharedMatrix::from_raw_f32(data, n, d, owner) }
         } else {
             return Err(value_error("x must be a 2-D float64 or float32 NumPy array"));
         };
@@ -477,6 +468,19 @@ pub(super) fn nonfinite_rows(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<u
         return Ok(py.allow_threads(|| count(data, d)));
     }
     Err(value_error("X must be a 2-D float64 or float32 array"))
+}
+
+/// The buffer of a C-contiguous 2-D array and its shape `(n, d)`. The pointer stays valid as long
+/// as the array object lives and is not resized (the caller keeps the object alive).
+fn c_contiguous<T: numpy::Element>(a: &Bound<'_, PyArray2<T>>) -> PyResult<(*const T, usize, usize)> {
+    let not_contiguous = || value_error("x must be C-contiguous (use numpy.ascontiguousarray)");
+    if !a.is_c_contiguous() {
+        return Err(not_contiguous());
+    }
+    let ro = a.readonly();
+    let (n, d) = ro.as_array().dim();
+    let data = ro.as_slice().map_err(|_| not_contiguous())?;
+    Ok((data.as_ptr(), n, d))
 }
 
 /// The data of integer arrays, each of which must be contiguous (`name` for the error).
