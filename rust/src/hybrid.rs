@@ -287,11 +287,11 @@ pub fn hybrid_server_update(
     }
     let inv_b = 1.0 / msgs.union_size.max(1) as f64;
     for (u, v) in msgs.sensitive.iter().flatten() {
-        for t in 0..theta.len() {
-            agg.psi_theta[t] += u[t] * inv_b;
+        for (a, ut) in agg.psi_theta.iter_mut().zip(u) {
+            *a += ut * inv_b;
         }
-        for t in 0..w.len() {
-            agg.psi_w[t] += v[t] * inv_b;
+        for (a, vt) in agg.psi_w.iter_mut().zip(v) {
+            *a += vt * inv_b;
         }
     }
     let (loss, psi) = (agg.loss, agg.psi);
@@ -497,9 +497,9 @@ mod tests {
         let whole = hybrid_messages(&lay, Point { dims: DIMS, theta: &theta, psi }, &noise, &NoiseKey::Seeded(5), 2);
         let batches: Vec<Vec<usize>> = (0..3).map(|j| non_sensitive_batch(&lay, j, 6, &NoiseKey::Seeded(5), 2)).collect();
         let split: Vec<Vec<Vec<usize>>> = batches.iter().map(|b| split_by_owner(&lay, b)).collect();
-        for j in 0..3 {
-            let msg = non_sensitive_message(&lay, Point { dims: DIMS, theta: &theta, psi }, 0.5, &split[j], 6);
-            assert_eq!(msg, whole.non_sensitive[j]);
+        for (by_owner, want) in split.iter().zip(&whole.non_sensitive) {
+            let msg = non_sensitive_message(&lay, Point { dims: DIMS, theta: &theta, psi }, 0.5, by_owner, 6);
+            assert_eq!(&msg, want);
         }
         for c in 0..4 {
             let groups: Vec<Vec<usize>> = split.iter().map(|g| g[c].clone()).collect();

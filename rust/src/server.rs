@@ -84,8 +84,8 @@ pub fn server_update<'a>(
     for &(m, om) in &messages {
         let b = cfg.lam * cfg.lr_w * om;
         if b != 0.0 {
-            for t in 0..w.len() {
-                w[t] += b * (m.psi_w_sfree[t] + m.psi_w[t]);
+            for ((wt, a), h) in w.iter_mut().zip(&m.psi_w_sfree).zip(&m.psi_w) {
+                *wt += b * (a + h);
             }
         }
     }
@@ -132,6 +132,8 @@ mod tests {
     }
 
     #[test]
+    // The test spells the formula with indices, as the docs write it.
+    #[allow(clippy::needless_range_loop)]
     fn server_update_with_coordinates_split_between_threads_has_the_sequential_bits() {
         let mut st = 3u64;
         let mut next = || {

@@ -28,8 +28,7 @@ fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: 
     const STRIDE: usize = 6;
     let n = orders.len();
     let (mut best, mut at, mut since) = (f64::INFINITY, 0usize, 0usize);
-    for i in 0..n {
-        let a = orders[i];
+    for (i, &a) in orders.iter().enumerate() {
         if i % STRIDE != 0 && !(a.fract() == 0.0 && (a <= 16.0 || (a as u64) % 3 == 0)) {
             continue;
         }

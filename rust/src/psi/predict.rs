@@ -131,7 +131,7 @@ pub fn predict_counts(x: &[f64], d: usize, theta: &[f64], l: usize) -> Vec<u64> 
         }
         counts
     };
-    let n = if d == 0 { 0 } else { x.len() / d };
+    let n = x.len().checked_div(d).unwrap_or(0);
     if n <= PREDICT_BLOCK {
         return count(x);
     }

@@ -14,6 +14,8 @@ use crate::psi::{BatchGradients, Code, Dims, Fairness, Point, PsiInputs, MAX_COD
 use crate::round::Silo;
 
 pub(super) fn check_denom(denom: f64) -> BindResult<()> {
+    // A NaN denominator is refused too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(denom > 0.0) {
         return Err("denom must be > 0".into());
     }

@@ -174,6 +174,8 @@ pub(super) fn sensitivities(
 /// Noise stds `σ_p = z √P Δ_p` for sensitivities `parts` and effective multiplier `z`.
 #[pyfunction]
 pub(super) fn noise_stds(parts: Vec<f64>, noise_multiplier: f64) -> PyResult<Vec<f64>> {
+    // A NaN multiplier is refused too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(noise_multiplier >= 0.0) {
         return Err(value_error("noise_multiplier must be >= 0"));
     }
