@@ -51,7 +51,7 @@ pub fn clipped(f: f64, v: f64) -> f64 {
 /// Every θ-part of a record is `x̃ ⊗ β` for some `β ∈ R^{l-1}`, so the kernel makes two passes
 /// over each feature row: one for the logits and `‖x̃‖²`, one that accumulates the three
 /// (already scaled and clipped) `β`s into a `3 × (d+1) × (l-1)` accumulator (interleaved per
-/// feature for sparse rows). A dense binary row's logit is summed in [`LANES`] partial sums.
+/// feature for sparse rows). A dense binary row's logit is summed in `LANES` partial sums (`psi/dot.rs`).
 pub fn batch_gradients<R: Rows>(data: Records<'_, R>, at: Point<'_>, batch: &[usize], denom: f64, protect: Protect) -> BatchGradients {
     let mut out = BatchGradients::zeros(at.dims, at.psi.fairness);
     batch_gradients_into(data, at, batch, denom, protect, &mut Workspace::default(), &mut out);

@@ -32,7 +32,7 @@
 //! `‖b_i‖_F = ‖x̃‖ ‖β_i‖` and clipping costs O(l) per record.
 //!
 //! The module in parts: [`types`] (shapes, codes, what a silo protects, the kernel's output),
-//! [`predict`] (logits, softmax, predicted classes), [`dot`] (the dot products whose order of
+//! [`predict`] (logits, softmax, predicted classes), `dot` (the dot products whose order of
 //! additions every path shares, so that their bits agree) and [`kernel`] (the batch gradients).
 
 mod dot;

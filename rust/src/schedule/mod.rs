@@ -104,7 +104,7 @@ pub enum Schedule {
     Parallel,
     /// The silo steps of each round shared between the calling thread and one helper thread,
     /// which draws the batches and noise of the coming rounds when it has no step to run
-    /// ([`shared`]). Neither thread hands work to the other: each takes what is left, so a
+    /// (`schedule/shared.rs`). Neither thread hands work to the other: each takes what is left, so a
     /// descheduled helper slows a round down to the sequential schedule, no more.
     Shared,
 }
