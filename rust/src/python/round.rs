@@ -188,9 +188,7 @@ impl PySiloSet {
         noise_key: &PyNoiseKey,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let data = self.silo(silo)?;
-        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         check_batch(&config.inner, data.len(), silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
         let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
@@ -215,9 +213,7 @@ impl PySiloSet {
         batch: PyReadonlyArray1<'py, i64>,
         config: &PySiloConfig,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let data = self.silo(silo)?;
-        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         let n = data.len();
         let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
@@ -320,9 +316,27 @@ impl PySiloSet {
     }
 }
 
+/// θ, W and `p_s^{-1/2}` as copied from their arrays.
+type StateVecs = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 impl PySiloSet {
     fn silo(&self, silo: usize) -> BindResult<&Silo> {
         self.silos.get(silo).ok_or_else(|| format!("silo {silo} out of range 0..{}", self.silos.len()).into())
+    }
+
+    /// Silo `silo` and the model state `(θ, W, p_s^{-1/2})`, copied and checked against the set
+    /// (in this order: the silo's index, then the state).
+    fn silo_and_state(
+        &self,
+        silo: usize,
+        theta: &PyReadonlyArray1<'_, f64>,
+        w: &PyReadonlyArray1<'_, f64>,
+        inv_sqrt_ps: &PyReadonlyArray1<'_, f64>,
+    ) -> PyResult<(&Silo, StateVecs)> {
+        let data = self.silo(silo)?;
+        let (th, wv, inv) = state_vecs(theta, w, inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        Ok((data, (th, wv, inv)))
     }
 }
 
