@@ -147,14 +147,6 @@ unsafe fn batch_gradients_avx2<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Works
 }
 
 /// The kernel of [`batch_gradients_into`] (inlined into each build of it).
-///
-/// The batch in chunks of at most [`KERNEL_CHUNK`] records (a full batch of a large silo does not
-/// need probabilities for all its records at once), each chunk in two passes: pass 1, every
-/// record first, the class probabilities and `‖x̃‖` ([`first_pass_row`]; the records do not
-/// depend on each other there, so one record's loads and exponential overlap the next one's);
-/// pass 2, record by record in batch order, the coefficients `β` of the record
-/// ([`binary_attribute_row`], [`general_record_row`]) and `acc += x̃ ⊗ β` ([`accumulate_row`]).
-/// The sums over records keep the batch order.
 #[inline(always)]
 fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, out: &mut BatchGradients) {
     let &KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect } = call;
@@ -172,56 +164,247 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     let mut log_likelihood = LogSum::default();
     let inv_m = 1.0 / denom;
 
-    let q = column_norms(psi, dims, zeroed(&mut ws.q, blocks * l));
-    let term = PsiTerm { k, l, psi, q, inv_m };
+    // q[b][u] = ‖W_b[:, u]‖², shared by every record of the batch.
+    let q = zeroed(&mut ws.q, blocks * l);
+    for b in 0..blocks {
+        for r in 0..k {
+            for u in 0..l {
+                let wv = psi.w[(b * k + r) * l + u];
+                q[b * l + u] += wv * wv;
+            }
+        }
+    }
+    let q: &[f64] = q;
+    let term = PsiTerm { k, psi, q, inv_m };
     // Per-block sum of F over records in the block (a_W = -2 W_b diag(ΣF)/m).
     let prob_sum = zeroed(&mut ws.prob_sum, blocks * l);
 
+    // Accumulator of Σ x̃ ⊗ β for the three β = [β_loss | β_a | β_b] (row d: the intercept).
+    // Dense rows: three parts, each (d+1) × (l−1), so that a row's update is three contiguous
+    // axpys. Sparse rows: row j holds [β_loss | β_a | β_b], so that an entry's update touches
+    // one cache line. Either layout adds the same terms in the same order.
+    let width = 3 * lm1;
+    let part = (d + 1) * lm1;
     // Dense rows not stored as float64 (float32) are converted into `row_buf` one at a time.
     let mut row_buf = std::mem::take(&mut ws.row);
     row_buf.resize(d, 0.0);
     let converts = batch.first().is_some_and(|&i| rows.dense_row(i).is_none() && rows.dense_row_into(i, &mut row_buf));
     let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
-    let mut acc = Accumulator { acc: zeroed(&mut ws.acc, 3 * (d + 1) * lm1), d, lm1, split };
-    let coef = zeroed(&mut ws.coef, 3 * lm1);
+    let acc = zeroed(&mut ws.acc, 3 * part);
+    let coef = zeroed(&mut ws.coef, width);
     let all_probs = zeroed(&mut ws.probs, batch.len().min(KERNEL_CHUNK) * l);
     let norms = zeroed(&mut ws.norms, batch.len().min(KERNEL_CHUNK));
-    let mut tmp = RecordScratch { g: zeroed(&mut ws.g, l), beta_b: zeroed(&mut ws.beta_b, lm1), w_rec: zeroed(&mut ws.w_rec, k * l) };
+    let g = zeroed(&mut ws.g, l);
+    let beta_b = zeroed(&mut ws.beta_b, lm1);
+    let w_rec = zeroed(&mut ws.w_rec, k * l);
     // Two classes in attribute mode (the common case) take an unrolled copy of the per-record
-    // step: the same operations in the same order, without loops over the classes.
+    // step below: the same operations in the same order, without loops over the classes.
     let binary_attribute = match protect {
         Protect::Attribute { clip_theta } if lm1 == 1 && !generic_only() => Some(clip_theta),
         _ => None,
     };
 
+    // The batch in chunks of at most KERNEL_CHUNK records (a full batch of a large silo does not
+    // need probabilities for all its records at once); each chunk in two passes.
     for (c, chunk) in batch.chunks(KERNEL_CHUNK).enumerate() {
         let first = c * KERNEL_CHUNK;
-        // Pass 1: class probabilities and ‖x̃‖ of every record of the chunk.
+        // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
+        // each other here, so one record's loads and exponential overlap the next one's; the sums
+        // over records below keep their order.
         let paired = lm1 == 1 && !split && !generic_only() && sparse_binary_first_pass(call, first, chunk, all_probs, norms);
         if !paired {
             for (bi, (&i, probs)) in chunk.iter().zip(all_probs.chunks_exact_mut(l)).enumerate() {
-                prefetch_ahead(rows, (y, s), batch, first + bi);
+                let (local, bi) = (bi, first + bi);
+                prefetch_ahead(rows, (y, s), batch, bi);
+                let mut xsq = 1.0;
+                probs[0] = 0.0;
+                probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
                 let dense_row = dense_row_of(rows, i, converts, &mut row_buf);
-                norms[bi] = first_pass_row(rows, i, dense_row, theta, probs);
+                if let (1, Some(x)) = (lm1, dense_row) {
+                    let (z, q) = dense_dot_and_square(x, &theta[..d]);
+                    probs[1] += z;
+                    xsq += q;
+                } else if lm1 == 1 {
+                    // Sparse rows are short: one chain, in column order.
+                    let mut z = probs[1];
+                    rows.for_each(i, |j, xj| {
+                        z += xj * theta[j];
+                        xsq += xj * xj;
+                    });
+                    probs[1] = z;
+                } else {
+                    rows.for_each(i, |j, xj| {
+                        xsq += xj * xj;
+                        for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
+                            *p += xj * t;
+                        }
+                    });
+                }
+                softmax_in_place(probs);
+                norms[local] = xsq.sqrt();
             }
         }
 
         // Pass 2, record by record in batch order: the coefficients, then acc += x̃ ⊗ β.
         for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
-            let rec = Record { probs, x_norm, yi: y[i] as usize, si: s[i] as usize };
+            let yi = y[i] as usize;
+            let si = s[i] as usize;
             let dense_row = dense_row_of(rows, i, converts, &mut row_buf);
             // Loss: cross-entropy, ∇_z ℓ = F - e_y, i.e. β = F_v - [y = v] for v ≥ 1.
-            log_likelihood.add(probs[rec.yi]);
+            log_likelihood.add(probs[yi]);
             if let Some(clip_theta) = binary_attribute {
-                binary_attribute_row(&term, rec, clip_theta, coef, prob_sum, out);
+                binary_attribute_row(&term, Record { probs, x_norm, yi, si }, clip_theta, coef, prob_sum, out);
             } else {
-                general_record_row(&term, rec, protect, &mut tmp, coef, prob_sum, out);
+                let (c_loss, rest) = coef.split_at_mut(lm1);
+                let (c_a, c_b) = rest.split_at_mut(lm1);
+                for v in 1..l {
+                    c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
+                }
+                if let Protect::Record { clip_loss, .. } = protect {
+                    let f = clip_factor(x_norm * norm(c_loss), clip_loss);
+                    if f < 1.0 {
+                        out.n_clipped += 1;
+                    }
+                    c_loss.iter_mut().for_each(|v| *v = clipped(f, *v));
+                }
+                c_a.iter_mut().for_each(|v| *v = 0.0);
+                c_b.iter_mut().for_each(|v| *v = 0.0);
+
+                if let Some(b) = psi.fairness.block(yi as u32) {
+                    let wb = &psi.w[b * k * l..(b + 1) * k * l];
+                    let qb = &q[b * l..(b + 1) * l];
+                    let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
+
+                    // ψ_i = -F·q + cf (W F)[s_i] - 1
+                    let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
+                    let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
+                    out.psi += -fq + cf * wf - 1.0;
+
+                    for u in 0..l {
+                        g[u] = -qb[u];
+                    }
+                    pull_back(probs, g, c_a);
+                    for u in 0..l {
+                        g[u] = cf * wb[si * l + u];
+                    }
+                    pull_back(probs, g, beta_b);
+
+                    match protect {
+                        Protect::Attribute { clip_theta } => {
+                            let f = clip_factor(x_norm * norm(beta_b), clip_theta);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
+                                *c = clipped(f, *bb);
+                            }
+                            for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
+                                *ps += p;
+                            }
+                            let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
+                            for (o, p) in cw.iter_mut().zip(probs.iter()) {
+                                *o += cf * p * inv_m;
+                            }
+                        }
+                        Protect::Record { clip_theta, clip_w, .. } => {
+                            // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
+                            for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
+                                *c += bb;
+                            }
+                            let f = clip_factor(x_norm * norm(c_a), clip_theta);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
+                                *cb = clipped(f, *ca);
+                                *ca = 0.0;
+                            }
+                            // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
+                            for r in 0..k {
+                                for u in 0..l {
+                                    w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
+                                }
+                            }
+                            for u in 0..l {
+                                w_rec[si * l + u] += cf * probs[u];
+                            }
+                            let f = clip_factor(norm(w_rec), clip_w);
+                            if f < 1.0 {
+                                out.n_clipped += 1;
+                            }
+                            for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
+                                *o += clipped(f, *v) * inv_m;
+                            }
+                        }
+                    }
+                }
             }
-            acc.add_row(rows, i, dense_row, coef);
+
+            // acc += x̃ ⊗ β for the three β.
+            match (lm1, dense_row.filter(|_| split)) {
+                (1, Some(x)) => {
+                    for (a, &c) in acc.chunks_exact_mut(part).zip(coef.iter()) {
+                        for (av, &xj) in a[..d].iter_mut().zip(x) {
+                            *av += xj * c;
+                        }
+                    }
+                }
+                (_, Some(x)) => {
+                    for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
+                        for (av, &xj) in a[..d * lm1].chunks_exact_mut(lm1).zip(x) {
+                            for (ac, cv) in av.iter_mut().zip(c) {
+                                *ac += xj * cv;
+                            }
+                        }
+                    }
+                }
+                (1, None) => {
+                    // Sparse rows of a binary model: three coefficients, a fixed-size update per entry.
+                    let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
+                    rows.for_each(i, |j, xj| {
+                        let a: &mut [f64; 3] = (&mut acc[j * 3..j * 3 + 3]).try_into().expect("width 3");
+                        a[0] += xj * c0;
+                        a[1] += xj * c1;
+                        a[2] += xj * c2;
+                    });
+                }
+                _ => rows.for_each(i, |j, xj| {
+                    for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
+                        *a += xj * c;
+                    }
+                }),
+            }
+            if split {
+                for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
+                    for (ac, cv) in a[d * lm1..].iter_mut().zip(c) {
+                        *ac += cv;
+                    }
+                }
+            } else {
+                for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
+                    *a += c;
+                }
+            }
         }
     }
 
-    acc.unpack([&mut out.loss_grad, &mut out.psi_theta_sfree, &mut out.psi_theta], inv_m);
+    // Unpack the accumulator into the three θ-parts.
+    let outs = [&mut out.loss_grad, &mut out.psi_theta_sfree, &mut out.psi_theta];
+    if split {
+        for (o, a) in outs.into_iter().zip(acc.chunks_exact(part)) {
+            for (ov, av) in o.iter_mut().zip(a) {
+                *ov = av * inv_m;
+            }
+        }
+    } else {
+        for (p, o) in outs.into_iter().enumerate() {
+            for (j, ov) in o.chunks_exact_mut(lm1).enumerate() {
+                for (v, x) in ov.iter_mut().enumerate() {
+                    *x = acc[j * width + p * lm1 + v] * inv_m;
+                }
+            }
+        }
+    }
     if let Protect::Attribute { .. } = protect {
         for b in 0..blocks {
             for r in 0..k {
@@ -237,58 +420,10 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     ws.row = row_buf;
 }
 
-/// `q[b][u] = ‖W_b[:, u]‖²` into `q` (zeroed, `blocks × l`), shared by every record of the batch.
-#[inline(always)]
-fn column_norms<'q>(psi: PsiInputs<'_>, dims: Dims, q: &'q mut [f64]) -> &'q [f64] {
-    let Dims { k, l, .. } = dims;
-    for b in 0..psi.fairness.n_blocks(l) {
-        for r in 0..k {
-            for u in 0..l {
-                let wv = psi.w[(b * k + r) * l + u];
-                q[b * l + u] += wv * wv;
-            }
-        }
-    }
-    q
-}
-
-/// Pass 1 for one record (row `i`, `dense_row` when read whole): its class probabilities into
-/// `probs` (length `l`); returns `‖x̃‖`.
-#[inline(always)]
-fn first_pass_row<R: Rows>(rows: &R, i: usize, dense_row: Option<&[f64]>, theta: &[f64], probs: &mut [f64]) -> f64 {
-    let (d, lm1) = (rows.n_features(), probs.len() - 1);
-    let mut xsq = 1.0;
-    probs[0] = 0.0;
-    probs[1..].copy_from_slice(&theta[d * lm1..(d + 1) * lm1]);
-    if let (1, Some(x)) = (lm1, dense_row) {
-        let (z, q) = dense_dot_and_square(x, &theta[..d]);
-        probs[1] += z;
-        xsq += q;
-    } else if lm1 == 1 {
-        // Sparse rows are short: one chain, in column order.
-        let mut z = probs[1];
-        rows.for_each(i, |j, xj| {
-            z += xj * theta[j];
-            xsq += xj * xj;
-        });
-        probs[1] = z;
-    } else {
-        rows.for_each(i, |j, xj| {
-            xsq += xj * xj;
-            for (p, t) in probs[1..].iter_mut().zip(&theta[j * lm1..(j + 1) * lm1]) {
-                *p += xj * t;
-            }
-        });
-    }
-    softmax_in_place(probs);
-    xsq.sqrt()
-}
-
-/// What every record of a batch shares in pass 2: the shapes, the ψ-term's inputs, `q` of
-/// [`column_norms`] and `1/m`.
+/// What every record of a batch shares in pass 2: the number of groups, the ψ-term's inputs,
+/// `q[b][u] = ‖W_b[:, u]‖²` and `1/m`.
 struct PsiTerm<'a> {
     k: usize,
-    l: usize,
     psi: PsiInputs<'a>,
     q: &'a [f64],
     inv_m: f64,
@@ -301,203 +436,6 @@ struct Record<'a> {
     x_norm: f64,
     yi: usize,
     si: usize,
-}
-
-/// Scratch of [`general_record_row`]: `∇_F` of a part (`l`), `β_b` (`l − 1`) and a record's
-/// `∇_W ψ_i` (`k × l`).
-struct RecordScratch<'a> {
-    g: &'a mut [f64],
-    beta_b: &'a mut [f64],
-    w_rec: &'a mut [f64],
-}
-
-/// The per-record step of pass 2 for any number of classes and either protection: the
-/// coefficients `[β_loss | β_a | β_b]` into `coef` (clipped as `protect` asks), ψ_i into
-/// `out.psi`, and the record's W terms into `prob_sum` (attribute mode: `a_W` is formed at the
-/// end from ΣF) or `out.psi_w`.
-#[inline(always)]
-fn general_record_row(
-    term: &PsiTerm<'_>,
-    rec: Record<'_>,
-    protect: Protect,
-    tmp: &mut RecordScratch<'_>,
-    coef: &mut [f64],
-    prob_sum: &mut [f64],
-    out: &mut BatchGradients,
-) {
-    let &PsiTerm { k, l, psi, q, inv_m } = term;
-    let Record { probs, x_norm, yi, si } = rec;
-    let RecordScratch { g, beta_b, w_rec } = tmp;
-    let lm1 = l - 1;
-    let (c_loss, rest) = coef.split_at_mut(lm1);
-    let (c_a, c_b) = rest.split_at_mut(lm1);
-    for v in 1..l {
-        c_loss[v - 1] = probs[v] - if v == yi { 1.0 } else { 0.0 };
-    }
-    if let Protect::Record { clip_loss, .. } = protect {
-        let f = clip_factor(x_norm * norm(c_loss), clip_loss);
-        if f < 1.0 {
-            out.n_clipped += 1;
-        }
-        c_loss.iter_mut().for_each(|v| *v = clipped(f, *v));
-    }
-    c_a.iter_mut().for_each(|v| *v = 0.0);
-    c_b.iter_mut().for_each(|v| *v = 0.0);
-
-    let Some(b) = psi.fairness.block(yi as u32) else {
-        return;
-    };
-    let wb = &psi.w[b * k * l..(b + 1) * k * l];
-    let qb = &q[b * l..(b + 1) * l];
-    let cf = 2.0 * psi.inv_sqrt_ps[b * k + si];
-
-    // ψ_i = -F·q + cf (W F)[s_i] - 1
-    let wf: f64 = wb[si * l..(si + 1) * l].iter().zip(probs.iter()).map(|(w, p)| w * p).sum();
-    let fq: f64 = probs.iter().zip(qb).map(|(p, qq)| p * qq).sum();
-    out.psi += -fq + cf * wf - 1.0;
-
-    for u in 0..l {
-        g[u] = -qb[u];
-    }
-    pull_back(probs, g, c_a);
-    for u in 0..l {
-        g[u] = cf * wb[si * l + u];
-    }
-    pull_back(probs, g, beta_b);
-
-    match protect {
-        Protect::Attribute { clip_theta } => {
-            let f = clip_factor(x_norm * norm(beta_b), clip_theta);
-            if f < 1.0 {
-                out.n_clipped += 1;
-            }
-            for (c, bb) in c_b.iter_mut().zip(beta_b.iter()) {
-                *c = clipped(f, *bb);
-            }
-            for (ps, p) in prob_sum[b * l..(b + 1) * l].iter_mut().zip(probs.iter()) {
-                *ps += p;
-            }
-            let cw = &mut out.psi_w[(b * k + si) * l..(b * k + si + 1) * l];
-            for (o, p) in cw.iter_mut().zip(probs.iter()) {
-                *o += cf * p * inv_m;
-            }
-        }
-        Protect::Record { clip_theta, clip_w, .. } => {
-            // All of ∇_θ ψ_i goes into the private part, clipped as one vector.
-            for (c, bb) in c_a.iter_mut().zip(beta_b.iter()) {
-                *c += bb;
-            }
-            let f = clip_factor(x_norm * norm(c_a), clip_theta);
-            if f < 1.0 {
-                out.n_clipped += 1;
-            }
-            for (cb, ca) in c_b.iter_mut().zip(c_a.iter_mut()) {
-                *cb = clipped(f, *ca);
-                *ca = 0.0;
-            }
-            // Whole ∇_W ψ_i = -2 W_b diag(F) + cf e_{s_i} Fᵀ, clipped in Frobenius norm.
-            for r in 0..k {
-                for u in 0..l {
-                    w_rec[r * l + u] = -2.0 * wb[r * l + u] * probs[u];
-                }
-            }
-            for u in 0..l {
-                w_rec[si * l + u] += cf * probs[u];
-            }
-            let f = clip_factor(norm(w_rec), clip_w);
-            if f < 1.0 {
-                out.n_clipped += 1;
-            }
-            for (o, v) in out.psi_w[b * k * l..(b + 1) * k * l].iter_mut().zip(w_rec.iter()) {
-                *o += clipped(f, *v) * inv_m;
-            }
-        }
-    }
-}
-
-/// The accumulator of `Σ x̃ ⊗ β` for the three `β = [β_loss | β_a | β_b]` (row `d`: the
-/// intercept). Dense rows (`split`): three parts, each `(d+1) × (l−1)`, so that a row's update is
-/// three contiguous axpys. Sparse rows: row `j` holds `[β_loss | β_a | β_b]`, so that an entry's
-/// update touches one cache line. Either layout adds the same terms in the same order.
-struct Accumulator<'a> {
-    acc: &'a mut [f64],
-    d: usize,
-    lm1: usize,
-    split: bool,
-}
-
-impl Accumulator<'_> {
-    /// `acc += x̃ ⊗ β` for the three `β` of `coef` (row `i`, `dense_row` when read whole).
-    #[inline(always)]
-    fn add_row<R: Rows>(&mut self, rows: &R, i: usize, dense_row: Option<&[f64]>, coef: &[f64]) {
-        let Accumulator { ref mut acc, d, lm1, split } = *self;
-        let (width, part) = (3 * lm1, (d + 1) * lm1);
-        match (lm1, dense_row.filter(|_| split)) {
-            (1, Some(x)) => {
-                for (a, &c) in acc.chunks_exact_mut(part).zip(coef.iter()) {
-                    for (av, &xj) in a[..d].iter_mut().zip(x) {
-                        *av += xj * c;
-                    }
-                }
-            }
-            (_, Some(x)) => {
-                for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
-                    for (av, &xj) in a[..d * lm1].chunks_exact_mut(lm1).zip(x) {
-                        for (ac, cv) in av.iter_mut().zip(c) {
-                            *ac += xj * cv;
-                        }
-                    }
-                }
-            }
-            (1, None) => {
-                // Sparse rows of a binary model: three coefficients, a fixed-size update per entry.
-                let (c0, c1, c2) = (coef[0], coef[1], coef[2]);
-                rows.for_each(i, |j, xj| {
-                    let a: &mut [f64; 3] = (&mut acc[j * 3..j * 3 + 3]).try_into().expect("width 3");
-                    a[0] += xj * c0;
-                    a[1] += xj * c1;
-                    a[2] += xj * c2;
-                });
-            }
-            _ => rows.for_each(i, |j, xj| {
-                for (a, c) in acc[j * width..(j + 1) * width].iter_mut().zip(coef.iter()) {
-                    *a += xj * c;
-                }
-            }),
-        }
-        if split {
-            for (a, c) in acc.chunks_exact_mut(part).zip(coef.chunks_exact(lm1)) {
-                for (ac, cv) in a[d * lm1..].iter_mut().zip(c) {
-                    *ac += cv;
-                }
-            }
-        } else {
-            for (a, c) in acc[d * width..].iter_mut().zip(coef.iter()) {
-                *a += c;
-            }
-        }
-    }
-
-    /// The three θ-parts `(loss, a_θ, b)`, each times `inv_m`, out of the accumulator.
-    fn unpack(&self, outs: [&mut Vec<f64>; 3], inv_m: f64) {
-        let (d, lm1) = (self.d, self.lm1);
-        let (width, part) = (3 * lm1, (d + 1) * lm1);
-        if self.split {
-            for (o, a) in outs.into_iter().zip(self.acc.chunks_exact(part)) {
-                for (ov, av) in o.iter_mut().zip(a) {
-                    *ov = av * inv_m;
-                }
-            }
-        } else {
-            for (p, o) in outs.into_iter().enumerate() {
-                for (j, ov) in o.chunks_exact_mut(lm1).enumerate() {
-                    for (v, x) in ov.iter_mut().enumerate() {
-                        *x = self.acc[j * width + p * lm1 + v] * inv_m;
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Pass 1 of [`batch_gradients_into`] for two classes and sparse rows (false, doing nothing,
