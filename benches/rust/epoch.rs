@@ -1,7 +1,7 @@
 //! One SteFFLe epoch in Rust alone (no Python), timed many times in one run: min and median, and
 //! the ratios between schedules (silos on the rayon pool or one after the other) and layouts.
 //! `cargo bench --bench epoch` (env `EPOCH_REPS`, default 300; `EPOCH_SCHEDULES`, a comma list
-//! of auto, sequential, pipelined, rayon, shared, and draws (the epoch's batch and noise draws
+//! of auto, sequential, rayon, shared, and draws (the epoch's batch and noise draws
 //! alone); `EPOCH_SAMPLING=shuffle|poisson`, default without replacement; `EPOCH_ROWS` records
 //! per silo, default 11,304, and `EPOCH_ROUNDS`, default an epoch's; `EPOCH_TRACE=1` prints
 //! every time to stderr, to see slow stretches of the host).
@@ -10,29 +10,17 @@ use std::time::Instant;
 
 use pfair_core::features::Features;
 use pfair_core::noise::NoiseKey;
-use pfair_core::psi::{Code, Dims, Fairness, Protect};
-use pfair_core::round::{draw_round_into, run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::psi::{Dims, Fairness, Protect};
+use pfair_core::round::{draw_round_into, RoundDraws, Silo, SiloConfig, SiloKeys};
+use pfair_core::schedule::{run_rounds_scheduled, RoundsRequest, Schedule};
+use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
-/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
+mod adult_like;
+
+/// An Adult-like silo ([`adult_like::adult_like`]), stored dense or CSR by its density.
 fn silo(n: usize, d: usize, seed: u64) -> Silo {
-    let mut st = seed;
-    let mut next = || {
-        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (st >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut x = vec![0.0; n * d];
-    let block = (d - 6) / 8;
-    for row in x.chunks_exact_mut(d) {
-        for v in row.iter_mut().take(6) {
-            *v = next() * 2.0 - 1.0;
-        }
-        for b in 0..8 {
-            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
-        }
-    }
-    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
+    let (x, y, s) = adult_like::adult_like(n, d, seed);
     Silo { x: Features::auto(x, d), y, s }
 }
 
@@ -78,17 +66,16 @@ fn main() {
     let all = [
         ("auto", Some(Schedule::Auto)),
         ("sequential", Some(Schedule::Sequential)),
-        ("pipelined", Some(Schedule::Pipelined)),
         ("rayon", Some(Schedule::Parallel)),
         ("shared", Some(Schedule::Shared)),
         ("draws", None),
     ];
-    // EPOCH_SCHEDULES=auto,sequential picks some (default: the five schedules, interleaved).
-    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,pipelined,rayon,shared".into());
+    // EPOCH_SCHEDULES=auto,sequential picks some (default: the four schedules, interleaved).
+    let pick = std::env::var("EPOCH_SCHEDULES").unwrap_or_else(|_| "auto,sequential,rayon,shared".into());
     let schedules: Vec<(&str, Option<Schedule>)> =
         all.into_iter().filter(|(name, _)| pick.split(',').any(|p| p == *name)).collect();
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); schedules.len()];
-    let (mut batch, mut noise) = (Vec::new(), Vec::new());
+    let mut draws = RoundDraws::default();
     // Interleaved, so that load from other processes hits every schedule alike.
     for rep in 0..reps as u64 {
         for (k, (_, schedule)) in schedules.iter().enumerate() {
@@ -97,16 +84,15 @@ fn main() {
             let t = Instant::now();
             match schedule {
                 Some(schedule) => {
-                    let out = run_rounds_scheduled(
-                        &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server,
-                        0, rounds, None, *schedule,
-                    );
+                    let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+                        .rounds(0, rounds);
+                    let out = run_rounds_scheduled(&req, &mut th, &mut wv, *schedule);
                     assert_eq!(out.loss.len(), rounds as usize);
                 }
                 None => {
                     for r in rep * rounds..(rep + 1) * rounds {
                         for (j, (c, key)) in cfgs.iter().zip(&keys).enumerate() {
-                            draw_round_into(c, key, j as u64, r, n, (dims.theta_len(), 4), &mut batch, &mut noise);
+                            draw_round_into(c, key, j as u64, r, n, (dims.theta_len(), 4), &mut draws);
                         }
                     }
                 }

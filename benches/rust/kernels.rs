@@ -3,32 +3,15 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use pfair_core::features::{Csr, Dense, Features};
-use pfair_core::psi::{batch_gradients, Code, Dims, Fairness, Protect, PsiInputs};
+use pfair_core::psi::{batch_gradients, Dims, Fairness, Point, Protect, PsiInputs, Records};
 use pfair_core::noise::NoiseKey;
-use pfair_core::round::{run_rounds, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{Silo, SiloConfig, SiloKeys};
+use pfair_core::schedule::{run_rounds, RoundsRequest};
+use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
-/// Adult-like rows: 6 standardised numeric columns and 8 one-hot blocks over the other columns.
-fn silo(n: usize, d: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
-    let mut st = seed;
-    let mut next = || {
-        st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (st >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut x = vec![0.0; n * d];
-    let block = (d - 6) / 8;
-    for row in x.chunks_exact_mut(d) {
-        for v in row.iter_mut().take(6) {
-            *v = next() * 2.0 - 1.0;
-        }
-        for b in 0..8 {
-            row[6 + b * block + ((next() * block as f64) as usize).min(block - 1)] = 1.0;
-        }
-    }
-    let y = (0..n).map(|_| (next() < 0.24) as Code).collect();
-    let s = (0..n).map(|_| (next() < 0.33) as Code).collect();
-    (x, y, s)
-}
+mod adult_like;
+use adult_like::adult_like as silo;
 
 fn bench_kernels(c: &mut Criterion) {
     let (n, d) = (11_304, 102);
@@ -42,10 +25,12 @@ fn bench_kernels(c: &mut Criterion) {
     let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
     let protect = Protect::Attribute { clip_theta: 1.0 };
     c.bench_function("batch_gradients dense adult-like m=256 d=102", |b| {
-        b.iter(|| black_box(batch_gradients(&Dense { x: &x, d }, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
+        let data = Records { rows: &Dense { x: &x, d }, y: &y, s: &s };
+        b.iter(|| black_box(batch_gradients(data, Point { dims, theta: black_box(&theta), psi }, &batch, 256.0, protect)))
     });
     c.bench_function("batch_gradients csr adult-like m=256 d=102", |b| {
-        b.iter(|| black_box(batch_gradients(&csr, &y, &s, dims, black_box(&theta), psi, &batch, 256.0, protect)))
+        let data = Records { rows: &csr, y: &y, s: &s };
+        b.iter(|| black_box(batch_gradients(data, Point { dims, theta: black_box(&theta), psi }, &batch, 256.0, protect)))
     });
 
     let silos: Vec<Silo> = (0..3)
@@ -73,10 +58,9 @@ fn bench_kernels(c: &mut Criterion) {
         b.iter(|| {
             let mut th = theta.clone();
             let mut wv = w.clone();
-            black_box(run_rounds(
-                &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys,
-                &weights, &server, 0, rounds_per_epoch, None,
-            ))
+            let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+                .rounds(0, rounds_per_epoch);
+            black_box(run_rounds(&req, &mut th, &mut wv))
         })
     });
 }

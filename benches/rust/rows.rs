@@ -25,7 +25,9 @@ use rayon::prelude::*;
 use pfair_core::features::{prefetch, Features, RowMap, SharedMatrix, SharedRows};
 use pfair_core::noise::NoiseKey;
 use pfair_core::psi::{Code, Dims, Fairness, Protect};
-use pfair_core::round::{draw_batch_into, run_rounds_scheduled, Schedule, ServerConfig, Silo, SiloConfig, SiloKeys};
+use pfair_core::round::{draw_batch_into, Silo, SiloConfig, SiloKeys};
+use pfair_core::schedule::{run_rounds_scheduled, RoundsRequest, Schedule};
+use pfair_core::server::ServerConfig;
 use pfair_core::sampling::Sampling;
 
 fn env(name: &str, default: usize) -> usize {
@@ -165,10 +167,9 @@ fn main() {
         let start = rep * rounds;
         let (mut th, mut wv) = (vec![0.0; dims.theta_len()], vec![0.0; 4]);
         let t = Instant::now();
-        run_rounds_scheduled(
-            &silos, dims, &mut th, &mut wv, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server, start, rounds,
-            None, Schedule::Parallel,
-        );
+        let req = RoundsRequest::new(&silos, dims, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
+            .rounds(start, rounds);
+        run_rounds_scheduled(&req, &mut th, &mut wv, Schedule::Parallel);
         t_epoch.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         for round in start..start + rounds {

@@ -1,6 +1,6 @@
 //! Errors of the configuration constructors: [`crate::sampling::Sampling`],
 //! [`crate::psi::Protect`] and [`crate::psi::Fairness`], [`crate::round::SiloConfig`] and
-//! [`crate::round::ServerConfig`], [`crate::hybrid::HybridNoise`]. Each constructor checks its
+//! [`crate::server::ServerConfig`], [`crate::hybrid::HybridNoise`]. Each constructor checks its
 //! arguments and returns a [`ConfigError`] whose `Display` is the message the Python binding
 //! raises as `ValueError`.
 

@@ -84,11 +84,7 @@ impl Rows for Dense<'_> {
         self.d
     }
     fn n_rows(&self) -> usize {
-        if self.d == 0 {
-            0
-        } else {
-            self.x.len() / self.d
-        }
+        self.x.len().checked_div(self.d).unwrap_or(0)
     }
     #[inline]
     fn for_each<F: FnMut(usize, f64)>(&self, i: usize, mut f: F) {
@@ -120,7 +116,7 @@ pub struct Csr {
 impl Csr {
     /// CSR copy of a dense row-major matrix, keeping the non-zero entries.
     pub fn from_dense(x: &[f64], d: usize) -> Self {
-        let n = if d == 0 { 0 } else { x.len() / d };
+        let n = x.len().checked_div(d).unwrap_or(0);
         let mut indptr = Vec::with_capacity(n + 1);
         let mut indices = Vec::new();
         let mut values = Vec::new();

@@ -18,8 +18,8 @@
 use crate::config::{is_positive, ConfigError};
 use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, BatchGradients, Code, Dims, Protect, PsiInputs};
-use crate::round::{server_update, ServerConfig};
+use crate::psi::{batch_gradients, BatchGradients, Code, Dims, Fairness, Point, Protect, PsiInputs, Records};
+use crate::server::{server_update, ServerConfig};
 use crate::sampling::Sampling;
 
 /// All records, with the silo of each kind that holds them.
@@ -127,15 +127,46 @@ pub fn split_by_owner(layout: &HybridLayout, batch: &[usize]) -> Vec<Vec<usize>>
 }
 
 /// Sums (denominator 1) of every part over the records `ids`.
-fn owner_parts(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, ids: &[usize]) -> BatchGradients {
+fn owner_parts(layout: &HybridLayout, at: Point<'_>, clip_theta: f64, ids: &[usize]) -> BatchGradients {
     let protect = Protect::Attribute { clip_theta };
-    crate::with_rows!(&layout.x, rows => batch_gradients(rows, &layout.y, &layout.s, dims, theta, psi, ids, 1.0, protect))
+    crate::with_rows!(&layout.x, rows => batch_gradients(Records { rows, y: &layout.y, s: &layout.s }, at, ids, 1.0, protect))
+}
+
+/// A message of s-free parts only (loss gradient, `a_θ`, `a_W`), all zero.
+fn sfree_zeros(t_len: usize, w_len: usize) -> BatchGradients {
+    let zeros = vec![0.0; t_len];
+    BatchGradients { loss_grad: zeros.clone(), psi_theta_sfree: zeros, psi_w_sfree: vec![0.0; w_len], ..Default::default() }
+}
+
+/// Adds a group's s-free parts (sums, denominator 1), times `inv_m`, to a non-sensitive message.
+fn add_sfree(msg: &mut BatchGradients, part: &BatchGradients, inv_m: f64) {
+    for t in 0..msg.loss_grad.len() {
+        msg.loss_grad[t] += part.loss_grad[t] * inv_m;
+        msg.psi_theta_sfree[t] += part.psi_theta_sfree[t] * inv_m;
+    }
+    for t in 0..msg.psi_w_sfree.len() {
+        msg.psi_w_sfree[t] += part.psi_w_sfree[t] * inv_m;
+    }
+    msg.loss += part.loss * inv_m;
+    msg.psi += part.psi * inv_m;
+}
+
+/// Adds a group's s-dependent sums `(Σ clip(b_i), Σ c_i)` to a sensitive silo's `(u, v)`.
+fn add_sdep((u, v): (&mut [f64], &mut [f64]), part: &BatchGradients) {
+    u.iter_mut().zip(&part.psi_theta).for_each(|(a, b)| *a += b);
+    v.iter_mut().zip(&part.psi_w).for_each(|(a, b)| *a += b);
 }
 
 /// Adds sensitive silo `c`'s noise to its sums, from `key`'s stream `(n_public + c, round)`: first
 /// `u` (std `sigma_theta`), then `v` (std `sigma_w`).
-#[allow(clippy::too_many_arguments)]
-pub fn noise_sensitive_sums(u: &mut [f64], v: &mut [f64], sigma_theta: f64, sigma_w: f64, key: &NoiseKey, n_public: usize, c: usize, round: u64) {
+pub fn noise_sensitive_sums(
+    (u, v): (&mut [f64], &mut [f64]),
+    (sigma_theta, sigma_w): (f64, f64),
+    key: &NoiseKey,
+    n_public: usize,
+    c: usize,
+    round: u64,
+) {
     let mut rng = key.stream(sensitive_stream_id(n_public, c), round, Purpose::Noise);
     add_gaussian(&mut rng, u, sigma_theta);
     add_gaussian(&mut rng, v, sigma_w);
@@ -143,22 +174,17 @@ pub fn noise_sensitive_sums(u: &mut [f64], v: &mut [f64], sigma_theta: f64, sigm
 
 /// Non-sensitive silo's message: the s-free parts, means over its batch of size `m`, given its
 /// batch grouped by owner ([`split_by_owner`]). The same arithmetic as [`hybrid_messages`].
-#[allow(clippy::too_many_arguments)]
-pub fn non_sensitive_message(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, by_owner: &[Vec<usize>], m: usize) -> BatchGradients {
-    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
-    let mut msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
+pub fn non_sensitive_message(
+    layout: &HybridLayout,
+    at: Point<'_>,
+    clip_theta: f64,
+    by_owner: &[Vec<usize>],
+    m: usize,
+) -> BatchGradients {
+    let mut msg = sfree_zeros(at.dims.theta_len(), at.dims.w_len(at.psi.fairness));
     let inv_m = 1.0 / m as f64;
     for ids in by_owner.iter().filter(|ids| !ids.is_empty()) {
-        let part = owner_parts(layout, dims, theta, psi, clip_theta, ids);
-        for t in 0..t_len {
-            msg.loss_grad[t] += part.loss_grad[t] * inv_m;
-            msg.psi_theta_sfree[t] += part.psi_theta_sfree[t] * inv_m;
-        }
-        for t in 0..w_len {
-            msg.psi_w_sfree[t] += part.psi_w_sfree[t] * inv_m;
-        }
-        msg.loss += part.loss * inv_m;
-        msg.psi += part.psi * inv_m;
+        add_sfree(&mut msg, &owner_parts(layout, at, clip_theta, ids), inv_m);
     }
     msg
 }
@@ -166,17 +192,15 @@ pub fn non_sensitive_message(layout: &HybridLayout, dims: Dims, theta: &[f64], p
 /// Sensitive silo's exact sums `(Σ clip(b_i), Σ c_i)` over its records in the round's batches:
 /// `groups[j]` lists them in non-sensitive silo `j`'s batch. The same arithmetic as
 /// [`hybrid_messages`]. Returns the sums and how many records they cover.
-pub fn sensitive_sums(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, clip_theta: f64, groups: &[Vec<usize>]) -> (Vec<f64>, Vec<f64>, usize) {
-    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
-    let (mut u, mut v, mut count) = (vec![0.0; t_len], vec![0.0; w_len], 0);
+pub fn sensitive_sums(
+    layout: &HybridLayout,
+    at: Point<'_>,
+    clip_theta: f64,
+    groups: &[Vec<usize>]) -> (Vec<f64>, Vec<f64>, usize,
+) {
+    let (mut u, mut v, mut count) = (vec![0.0; at.dims.theta_len()], vec![0.0; at.dims.w_len(at.psi.fairness)], 0);
     for ids in groups.iter().filter(|ids| !ids.is_empty()) {
-        let part = owner_parts(layout, dims, theta, psi, clip_theta, ids);
-        for t in 0..t_len {
-            u[t] += part.psi_theta[t];
-        }
-        for t in 0..w_len {
-            v[t] += part.psi_w[t];
-        }
+        add_sdep((&mut u, &mut v), &owner_parts(layout, at, clip_theta, ids));
         count += ids.len();
     }
     (u, v, count)
@@ -189,14 +213,12 @@ pub fn sensitive_sums(layout: &HybridLayout, dims: Dims, theta: &[f64], psi: Psi
 /// computation split by party.
 pub fn hybrid_messages(
     layout: &HybridLayout,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
+    at: Point<'_>,
     noise: &HybridNoise,
     batch_key: &NoiseKey,
     round: u64,
 ) -> HybridMessages {
-    let (t_len, w_len) = (dims.theta_len(), dims.w_len(psi.fairness));
+    let (t_len, w_len) = (at.dims.theta_len(), at.dims.w_len(at.psi.fairness));
     let mut sums: Vec<(Vec<f64>, Vec<f64>)> = vec![(vec![0.0; t_len], vec![0.0; w_len]); layout.n_sensitive];
     let mut counts = vec![0usize; layout.n_sensitive];
     let mut non_sensitive = Vec::with_capacity(layout.members.len());
@@ -206,24 +228,15 @@ pub fn hybrid_messages(
         let batch = non_sensitive_batch(layout, j, noise.batch_size, batch_key, round);
         union_size += batch.len();
         let by_owner = split_by_owner(layout, &batch);
-        let mut pub_msg = BatchGradients { loss_grad: vec![0.0; t_len], psi_theta_sfree: vec![0.0; t_len], psi_w_sfree: vec![0.0; w_len], ..Default::default() };
+        let mut pub_msg = sfree_zeros(t_len, w_len);
         for (c, ids) in by_owner.iter().enumerate() {
             if ids.is_empty() {
                 continue;
             }
-            let part = owner_parts(layout, dims, theta, psi, noise.clip_theta, ids);
-            let inv_m = 1.0 / m as f64;
-            for t in 0..t_len {
-                pub_msg.loss_grad[t] += part.loss_grad[t] * inv_m;
-                pub_msg.psi_theta_sfree[t] += part.psi_theta_sfree[t] * inv_m;
-                sums[c].0[t] += part.psi_theta[t];
-            }
-            for t in 0..w_len {
-                pub_msg.psi_w_sfree[t] += part.psi_w_sfree[t] * inv_m;
-                sums[c].1[t] += part.psi_w[t];
-            }
-            pub_msg.loss += part.loss * inv_m;
-            pub_msg.psi += part.psi * inv_m;
+            let part = owner_parts(layout, at, noise.clip_theta, ids);
+            add_sfree(&mut pub_msg, &part, 1.0 / m as f64);
+            let (u, v) = &mut sums[c];
+            add_sdep((u, v), &part);
             counts[c] += ids.len();
         }
         non_sensitive.push(pub_msg);
@@ -236,7 +249,7 @@ pub fn hybrid_messages(
             if counts[c] == 0 && !noise.dummy_noise {
                 return None;
             }
-            noise_sensitive_sums(&mut u, &mut v, noise.sigma_theta[c], noise.sigma_w[c], &noise.keys[c], n_public, c, round);
+            noise_sensitive_sums((&mut u, &mut v), (noise.sigma_theta[c], noise.sigma_w[c]), &noise.keys[c], n_public, c, round);
             Some((u, v))
         })
         .collect();
@@ -245,7 +258,13 @@ pub fn hybrid_messages(
 
 /// Server step of a hybrid round: s-free parts averaged over the non-sensitive silos (equal
 /// batch sizes), s-dependent parts `Σ_c u_c / |∪B|`, then the usual descent-ascent update.
-pub fn hybrid_server_update(theta: &mut [f64], w: &mut [f64], block_len: usize, msgs: &HybridMessages, cfg: &ServerConfig) -> (f64, f64) {
+pub fn hybrid_server_update(
+    theta: &mut [f64],
+    w: &mut [f64],
+    block_len: usize,
+    msgs: &HybridMessages,
+    cfg: &ServerConfig) -> (f64, f64,
+) {
     let n = msgs.non_sensitive.len() as f64;
     let mut agg = BatchGradients {
         loss_grad: vec![0.0; theta.len()],
@@ -268,11 +287,11 @@ pub fn hybrid_server_update(theta: &mut [f64], w: &mut [f64], block_len: usize, 
     }
     let inv_b = 1.0 / msgs.union_size.max(1) as f64;
     for (u, v) in msgs.sensitive.iter().flatten() {
-        for t in 0..theta.len() {
-            agg.psi_theta[t] += u[t] * inv_b;
+        for (a, ut) in agg.psi_theta.iter_mut().zip(u) {
+            *a += ut * inv_b;
         }
-        for t in 0..w.len() {
-            agg.psi_w[t] += v[t] * inv_b;
+        for (a, vt) in agg.psi_w.iter_mut().zip(v) {
+            *a += vt * inv_b;
         }
     }
     let (loss, psi) = (agg.loss, agg.psi);
@@ -280,29 +299,33 @@ pub fn hybrid_server_update(theta: &mut [f64], w: &mut [f64], block_len: usize, 
     (loss, psi)
 }
 
-/// Runs `n_rounds` hybrid rounds from `start`; returns per-round (loss, ψ).
-#[allow(clippy::too_many_arguments)]
-pub fn run_hybrid_rounds(
-    layout: &HybridLayout,
-    dims: Dims,
-    theta: &mut [f64],
-    w: &mut [f64],
-    psi_tables: (crate::psi::Fairness, &[f64]),
-    noise: &HybridNoise,
-    server: &ServerConfig,
-    batch_key: &NoiseKey,
-    start: u64,
-    n_rounds: u64,
-) -> (Vec<f64>, Vec<f64>) {
-    let (fairness, inv_sqrt_ps) = psi_tables;
+/// A run of hybrid rounds `start .. start + n_rounds` ([`run_hybrid_rounds`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HybridRun<'a> {
+    pub layout: &'a HybridLayout,
+    pub dims: Dims,
+    pub fairness: Fairness,
+    /// The ψ-term's `p_s^{-1/2}` table ([`PsiInputs::inv_sqrt_ps`]).
+    pub inv_sqrt_ps: &'a [f64],
+    pub noise: &'a HybridNoise,
+    pub server: ServerConfig,
+    /// The key of the non-sensitive silos' batches ([`non_sensitive_batch`]).
+    pub batch_key: &'a NoiseKey,
+    pub start: u64,
+    pub n_rounds: u64,
+}
+
+/// Runs the hybrid rounds of `run` in place on `(theta, w)`; returns per-round (loss, ψ).
+pub fn run_hybrid_rounds(run: &HybridRun<'_>, theta: &mut [f64], w: &mut [f64]) -> (Vec<f64>, Vec<f64>) {
+    let HybridRun { layout, dims, fairness, inv_sqrt_ps, noise, server, batch_key, start, n_rounds } = *run;
     let mut losses = Vec::with_capacity(n_rounds as usize);
     let mut psis = Vec::with_capacity(n_rounds as usize);
     for round in start..start + n_rounds {
         let msgs = {
-            let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            hybrid_messages(layout, dims, theta, psi, noise, batch_key, round)
+            let at = Point { dims, theta, psi: PsiInputs { fairness, w, inv_sqrt_ps } };
+            hybrid_messages(layout, at, noise, batch_key, round)
         };
-        let (l, p) = hybrid_server_update(theta, w, dims.k * dims.l, &msgs, server);
+        let (l, p) = hybrid_server_update(theta, w, dims.k * dims.l, &msgs, &server);
         losses.push(l);
         psis.push(p);
     }
@@ -312,9 +335,9 @@ pub fn run_hybrid_rounds(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::psi::Fairness;
     use crate::round::tests::toy_data;
-    use crate::round::{run_rounds, Silo, SiloConfig, SiloKeys};
+    use crate::round::{Silo, SiloConfig, SiloKeys};
+    use crate::schedule::{run_rounds, RoundsRequest};
 
     fn data(n: usize) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
         toy_data(n, 17)
@@ -346,8 +369,21 @@ mod tests {
         let inv = [1.2, 1.6];
         let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);
         let (mut t2, mut w2) = (vec![0.0; 3], vec![0.1; 4]);
-        run_rounds(&[silo], DIMS, &mut t1, &mut w1, (Fairness::DemographicParity, &inv), &[cfg], &[keys], &[1.0], &server, 0, 20, None);
-        run_hybrid_rounds(&lay, DIMS, &mut t2, &mut w2, (Fairness::DemographicParity, &inv), &quiet(1, 32), &server, &NoiseKey::Seeded(5), 0, 20);
+        let (silos, cfgs, keys) = ([silo], [cfg], [keys]);
+        let req = RoundsRequest::new(&silos, DIMS, (Fairness::DemographicParity, &inv), &cfgs, &keys, &[1.0], server).rounds(0, 20);
+        run_rounds(&req, &mut t1, &mut w1);
+        let run = HybridRun {
+            layout: &lay,
+            dims: DIMS,
+            fairness: Fairness::DemographicParity,
+            inv_sqrt_ps: &inv,
+            noise: &quiet(1, 32),
+            server,
+            batch_key: &NoiseKey::Seeded(5),
+            start: 0,
+            n_rounds: 20,
+        };
+        run_hybrid_rounds(&run, &mut t2, &mut w2);
         for (a, b) in t1.iter().chain(&w1).zip(t2.iter().chain(&w2)) {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
         }
@@ -362,7 +398,18 @@ mod tests {
         let run = |n_s| {
             let lay = layout(300, 3, n_s);
             let (mut t, mut w) = (vec![0.0; 3], vec![0.1; 4]);
-            run_hybrid_rounds(&lay, DIMS, &mut t, &mut w, (Fairness::DemographicParity, &inv), &quiet(n_s, 16), &server, &NoiseKey::Seeded(9), 0, 10);
+            let run = HybridRun {
+                layout: &lay,
+                dims: DIMS,
+                fairness: Fairness::DemographicParity,
+                inv_sqrt_ps: &inv,
+                noise: &quiet(n_s, 16),
+                server,
+                batch_key: &NoiseKey::Seeded(9),
+                start: 0,
+                n_rounds: 10,
+            };
+            run_hybrid_rounds(&run, &mut t, &mut w);
             (t, w)
         };
         let (a, b) = (run(1), run(4));
@@ -379,15 +426,15 @@ mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let theta = vec![0.1, 0.2, 0.0];
         let mut noisy = HybridNoise { batch_size: 2, clip_theta: 1.0, sigma_theta: vec![1.0; 5], sigma_w: vec![1.0; 5], dummy_noise: false, keys: vec![NoiseKey::from_entropy().unwrap(); 5] };
-        let a = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, &NoiseKey::Seeded(1), 0);
-        let b = hybrid_messages(&lay, DIMS, &theta, psi, &quiet(5, 2), &NoiseKey::Seeded(1), 0);
+        let a = hybrid_messages(&lay, Point { dims: DIMS, theta: &theta, psi }, &noisy, &NoiseKey::Seeded(1), 0);
+        let b = hybrid_messages(&lay, Point { dims: DIMS, theta: &theta, psi }, &quiet(5, 2), &NoiseKey::Seeded(1), 0);
         assert_eq!(a.non_sensitive, b.non_sensitive); // the non-sensitive silos' messages carry no noise
         assert_eq!(a.union_size, 4);
         let silent = a.sensitive.iter().filter(|m| m.is_none()).count();
         assert_eq!(silent, a.intersection.iter().filter(|&&c| c == 0).count());
         assert!(silent >= 1); // 4 records cannot reach 5 sensitive silos
         noisy.dummy_noise = true;
-        let c = hybrid_messages(&lay, DIMS, &theta, psi, &noisy, &NoiseKey::Seeded(1), 0);
+        let c = hybrid_messages(&lay, Point { dims: DIMS, theta: &theta, psi }, &noisy, &NoiseKey::Seeded(1), 0);
         assert!(c.sensitive.iter().all(|m| m.is_some()));
         for (m, &cnt) in c.sensitive.iter().zip(&c.intersection) {
             if cnt == 0 {
@@ -447,18 +494,18 @@ mod tests {
         let theta = vec![0.1, 0.2, 0.0];
         let key = NoiseKey::from_entropy().unwrap();
         let noise = HybridNoise { batch_size: 6, clip_theta: 0.5, sigma_theta: vec![0.3; 4], sigma_w: vec![0.7; 4], dummy_noise: true, keys: vec![key; 4] };
-        let whole = hybrid_messages(&lay, DIMS, &theta, psi, &noise, &NoiseKey::Seeded(5), 2);
+        let whole = hybrid_messages(&lay, Point { dims: DIMS, theta: &theta, psi }, &noise, &NoiseKey::Seeded(5), 2);
         let batches: Vec<Vec<usize>> = (0..3).map(|j| non_sensitive_batch(&lay, j, 6, &NoiseKey::Seeded(5), 2)).collect();
         let split: Vec<Vec<Vec<usize>>> = batches.iter().map(|b| split_by_owner(&lay, b)).collect();
-        for j in 0..3 {
-            let msg = non_sensitive_message(&lay, DIMS, &theta, psi, 0.5, &split[j], 6);
-            assert_eq!(msg, whole.non_sensitive[j]);
+        for (by_owner, want) in split.iter().zip(&whole.non_sensitive) {
+            let msg = non_sensitive_message(&lay, Point { dims: DIMS, theta: &theta, psi }, 0.5, by_owner, 6);
+            assert_eq!(&msg, want);
         }
         for c in 0..4 {
             let groups: Vec<Vec<usize>> = split.iter().map(|g| g[c].clone()).collect();
-            let (mut u, mut v, count) = sensitive_sums(&lay, DIMS, &theta, psi, 0.5, &groups);
+            let (mut u, mut v, count) = sensitive_sums(&lay, Point { dims: DIMS, theta: &theta, psi }, 0.5, &groups);
             assert_eq!(count, whole.intersection[c]);
-            noise_sensitive_sums(&mut u, &mut v, 0.3, 0.7, &noise.keys[c], 3, c, 2);
+            noise_sensitive_sums((&mut u, &mut v), (0.3, 0.7), &noise.keys[c], 3, c, 2);
             assert_eq!(Some((u, v)), whole.sensitive[c]);
         }
     }

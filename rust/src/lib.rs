@@ -13,8 +13,9 @@ pub mod partition;
 pub mod psi;
 pub mod round;
 pub mod sampling;
+pub mod schedule;
 pub mod sensitivity;
-pub mod shared_schedule;
+pub mod server;
 
 #[cfg(feature = "python")]
 mod python;

@@ -1,14 +1,14 @@
-//! One SteFFLe round (Gupta et al. 2024, Algorithm 1): every silo computes and noises its message
-//! ([`silo_step`]); the server averages the messages and takes a descent step in θ and a
-//! projected ascent step in W ([`server_update`]). The in-process simulation ([`run_rounds`])
-//! and a distributed deployment use these same two functions.
+//! One SteFFLe round (Gupta et al. 2024, Algorithm 1), the silo's side: every silo draws its
+//! batch, computes the exact gradient parts and noises its message ([`silo_step`]). The server's
+//! side is [`crate::server`]; the in-process simulation of many rounds is [`crate::schedule`].
+//! A distributed deployment uses these same functions.
 
 use rayon::prelude::*;
 
-use crate::config::{check_finite_non_negative, is_positive, ConfigError};
+use crate::config::{check_finite_non_negative, ConfigError};
 use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Code, Dims, Protect, PsiInputs, Workspace};
+use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Code, Point, Protect, Records, Workspace};
 use crate::sampling::Sampling;
 
 /// The data one silo holds: features (dense or CSR), labels and group indices.
@@ -72,35 +72,6 @@ impl SiloConfig {
     }
 }
 
-/// Server hyper-parameters of one round.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ServerConfig {
-    pub lam: f64,
-    pub lr_theta: f64,
-    pub lr_w: f64,
-    /// Radius of the Frobenius ball each `W` block is projected on (`∞`: no projection).
-    pub w_radius: f64,
-}
-
-impl ServerConfig {
-    /// The server's update parameters, checked: `lam`, `lr_theta` and `lr_w` finite and ≥ 0,
-    /// then `w_radius > 0` (`inf`: no projection).
-    pub fn new(lam: f64, lr_theta: f64, lr_w: f64, w_radius: f64) -> Result<Self, ConfigError> {
-        let cfg = ServerConfig { lam, lr_theta, lr_w, w_radius };
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    /// Checks a configuration built as a struct literal as [`ServerConfig::new`] would.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check_finite_non_negative(&[("lam", self.lam), ("lr_theta", self.lr_theta), ("lr_w", self.lr_w)])?;
-        if !is_positive(self.w_radius) {
-            return Err(ConfigError::WRadius(self.w_radius));
-        }
-        Ok(())
-    }
-}
-
 /// The keys of one silo's random streams in a fit.
 ///
 /// `noise` keys the Gaussian noise (secret by default). `batch` keys the batch draw: in
@@ -156,7 +127,7 @@ fn noised_lengths(cfg: &SiloConfig, theta_len: usize, w_len: usize) -> [usize; 3
 
 /// The standard normal draws of a silo's round, in the order [`apply_noise`] uses them (a part
 /// with std 0 draws nothing, as [`add_gaussian`] does). They depend on neither θ nor W, so they
-/// can be drawn ahead of the round (the pipelined schedule of [`run_rounds_scheduled`]).
+/// can be drawn ahead of the round (the shared schedule of [`crate::schedule`]).
 /// `lens` = (θ length, W length).
 pub fn draw_noise_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, lens: (usize, usize), out: &mut Vec<f64>) {
     out.clear();
@@ -190,68 +161,53 @@ pub fn apply_noise(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64]) {
 }
 
 /// Exact gradient parts of one batch of a silo (no noise), divided by `denom`.
-#[allow(clippy::too_many_arguments)]
-pub fn silo_parts(
-    silo: &Silo,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
-    batch: &[usize],
-    denom: f64,
-    protect: Protect,
-) -> BatchGradients {
-    crate::with_rows!(&silo.x, rows => batch_gradients(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, protect))
+pub fn silo_parts(silo: &Silo, at: Point<'_>, batch: &[usize], denom: f64, protect: Protect) -> BatchGradients {
+    crate::with_rows!(&silo.x, rows => batch_gradients(Records { rows, y: &silo.y, s: &silo.s }, at, batch, denom, protect))
 }
 
 /// A silo's message for round `round`: [`draw_batch`], the exact parts ([`silo_parts`]), then
 /// [`noise_message`]. `loss`, `psi` and `n_clipped` of the result are silo-local diagnostics.
-#[allow(clippy::too_many_arguments)]
-pub fn silo_step(
-    silo: &Silo,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
-    cfg: &SiloConfig,
-    keys: &SiloKeys,
-    silo_id: u64,
-    round: u64,
-) -> BatchGradients {
+pub fn silo_step(silo: &Silo, at: Point<'_>, cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64) -> BatchGradients {
     let mut scratch = StepScratch::default();
-    silo_step_into(silo, dims, theta, psi, cfg, keys, silo_id, round, &mut scratch);
+    silo_step_into(silo, at, cfg, keys, silo_id, round, &mut scratch);
     scratch.msg
 }
 
-/// What a silo's step writes into, kept between rounds: the batch, the noise draws, the
-/// kernel's scratch and the message (so a round allocates nothing once the sizes are known).
+/// The draws of a silo's round that depend on neither θ nor W: its batch and the standard normal
+/// draws of its noise ([`draw_round_into`]).
 #[derive(Clone, Debug, Default)]
-pub struct StepScratch {
+pub struct RoundDraws {
     pub batch: Vec<usize>,
     pub noise: Vec<f64>,
+}
+
+/// What a silo's step writes into, kept between rounds: the round's draws, the kernel's scratch
+/// and the message (so a round allocates nothing once the sizes are known).
+#[derive(Clone, Debug, Default)]
+pub struct StepScratch {
+    pub draws: RoundDraws,
     pub ws: Workspace,
     pub msg: BatchGradients,
 }
 
 /// [`silo_step`] into `scratch.msg`, with the same arithmetic.
-#[allow(clippy::too_many_arguments)]
 pub fn silo_step_into(
     silo: &Silo,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
+    at: Point<'_>,
     cfg: &SiloConfig,
     keys: &SiloKeys,
     silo_id: u64,
     round: u64,
     scratch: &mut StepScratch,
 ) {
-    let StepScratch { batch, noise, ws, msg } = scratch;
-    draw_round_into(cfg, keys, silo_id, round, silo.len(), (dims.theta_len(), dims.w_len(psi.fairness)), batch, noise);
-    noised_parts_into(silo, dims, theta, psi, cfg, batch, noise, ws, msg);
+    let StepScratch { draws, ws, msg } = scratch;
+    let lens = (at.dims.theta_len(), at.dims.w_len(at.psi.fairness));
+    draw_round_into(cfg, keys, silo_id, round, silo.len(), lens, draws);
+    noised_parts_into(silo, at, cfg, draws, ws, msg);
 }
 
-/// The draws of a silo's round that depend on neither θ nor W: its batch and its noise
-/// ([`draw_batch_into`], [`draw_noise_into`]). `lens` = (θ length, W length).
-#[allow(clippy::too_many_arguments)]
+/// A silo's [`RoundDraws`] of round `round` into `out` ([`draw_batch_into`], [`draw_noise_into`]).
+/// `lens` = (θ length, W length).
 pub fn draw_round_into(
     cfg: &SiloConfig,
     keys: &SiloKeys,
@@ -259,52 +215,27 @@ pub fn draw_round_into(
     round: u64,
     n: usize,
     lens: (usize, usize),
-    batch: &mut Vec<usize>,
-    noise: &mut Vec<f64>,
+    out: &mut RoundDraws,
 ) {
-    draw_batch_into(cfg, keys, silo_id, round, n, batch);
-    draw_noise_into(cfg, keys, silo_id, round, lens, noise);
+    draw_batch_into(cfg, keys, silo_id, round, n, &mut out.batch);
+    draw_noise_into(cfg, keys, silo_id, round, lens, &mut out.noise);
 }
 
-/// The rest of a silo's step once its round is drawn: the exact parts of `batch`, then the noise
-/// `z` ([`apply_noise`]), into `msg`.
-#[allow(clippy::too_many_arguments)]
+/// The rest of a silo's step once its round is drawn: the exact parts of the drawn batch, then
+/// the drawn noise ([`apply_noise`]), into `msg`.
 pub(crate) fn noised_parts_into(
     silo: &Silo,
-    dims: Dims,
-    theta: &[f64],
-    psi: PsiInputs<'_>,
+    at: Point<'_>,
     cfg: &SiloConfig,
-    batch: &[usize],
-    z: &[f64],
+    draws: &RoundDraws,
     ws: &mut Workspace,
     msg: &mut BatchGradients,
 ) {
     let denom = cfg.sampling.denominator(silo.len());
     crate::with_rows!(&silo.x, rows => {
-        batch_gradients_into(rows, &silo.y, &silo.s, dims, theta, psi, batch, denom, cfg.protect, ws, msg)
+        batch_gradients_into(Records { rows, y: &silo.y, s: &silo.s }, at, &draws.batch, denom, cfg.protect, ws, msg)
     });
-    apply_noise(msg, cfg, z);
-}
-
-/// Row entries a round touches (`Σ batch size × stored entries per row`) below which the silos of
-/// a round do not run as a fork-join on the rayon pool, but on the calling thread and one helper
-/// ([`Schedule::Shared`]). With a few small silo steps (Adult: 3 × 256 rows of 14 entries, ≈ 14k)
-/// a per-round hand-off and any worker the operating system has descheduled cost more than the
-/// second core saves (`docs/dev/performance-notebook.md`: 4 ms sequential vs 20 ms median on the pool under
-/// load). Large rounds (many silos, dense rows) amortise it and run on the rayon pool.
-pub const PARALLEL_MIN_WORK: f64 = 100_000.0;
-
-/// Expected row entries a silo's step touches: batch size times mean stored entries per row.
-pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
-    let n = silo.len().max(1);
-    let per_row = silo.x.entries_per_row();
-    let m = match cfg.sampling {
-        Sampling::WithoutReplacement { m } | Sampling::Shuffle { m } => m.min(n) as f64,
-        Sampling::Poisson { q } => q * n as f64,
-        Sampling::FullBatch => n as f64,
-    };
-    m * (per_row + 4.0)
+    apply_noise(msg, cfg, &draws.noise);
 }
 
 /// Rows above which [`predict_counts_strided`] runs the silos on the rayon pool.
@@ -345,237 +276,10 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
     }
 }
 
-/// Projects each `k × l` block of `w` on the Frobenius ball of radius `radius`.
-pub fn project_blocks(w: &mut [f64], block_len: usize, radius: f64) {
-    if !radius.is_finite() {
-        return;
-    }
-    for block in w.chunks_exact_mut(block_len) {
-        let nrm = crate::psi::norm(block);
-        if nrm > radius {
-            let f = radius / nrm;
-            block.iter_mut().for_each(|v| *v *= f);
-        }
-    }
-}
-
-/// Server step: `θ ← θ - η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)]` and
-/// `W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])`, with silo weights `ω` summing to 1.
-///
-/// Each coordinate takes the messages' terms one by one in message order. With many messages
-/// (at least [`SERVER_PARALLEL_TERMS`] terms of θ) the coordinates of θ are split between the
-/// rayon pool's threads, each taking its coordinates' terms in the same order: the same bits.
-pub fn server_update<'a>(
-    theta: &mut [f64],
-    w: &mut [f64],
-    block_len: usize,
-    messages: impl IntoIterator<Item = &'a BatchGradients>,
-    weights: &[f64],
-    cfg: &ServerConfig,
-) {
-    let messages: Vec<(&BatchGradients, f64)> = messages.into_iter().zip(weights.iter().copied()).collect();
-    // θ coordinates `first ..` of `part`, every message in order.
-    let theta_part = |first: usize, part: &mut [f64]| {
-        for &(m, om) in &messages {
-            let a = cfg.lr_theta * om;
-            let (g, sa, h) = (&m.loss_grad[first..], &m.psi_theta_sfree[first..], &m.psi_theta[first..]);
-            for (t, v) in part.iter_mut().enumerate() {
-                *v -= a * (g[t] + cfg.lam * (sa[t] + h[t]));
-            }
-        }
-    };
-    let threads = rayon::current_num_threads();
-    if messages.len() * theta.len() >= SERVER_PARALLEL_TERMS && threads > 1 && theta.len() > 1 {
-        let chunk = theta.len().div_ceil(threads);
-        theta.par_chunks_mut(chunk).enumerate().for_each(|(c, part)| theta_part(c * chunk, part));
-    } else {
-        theta_part(0, theta);
-    }
-    for &(m, om) in &messages {
-        let b = cfg.lam * cfg.lr_w * om;
-        if b != 0.0 {
-            for t in 0..w.len() {
-                w[t] += b * (m.psi_w_sfree[t] + m.psi_w[t]);
-            }
-        }
-    }
-    project_blocks(w, block_len, cfg.w_radius);
-}
-
-/// Terms of θ (messages × θ's length) from which [`server_update`] splits θ's coordinates
-/// between threads (1,000 silos of a 101-coordinate θ: 101,000).
-pub const SERVER_PARALLEL_TERMS: usize = 1 << 16;
-
-/// Per-round summaries of a run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoundsOutcome {
-    /// Weighted mean over silos of each round's batch loss.
-    pub loss: Vec<f64>,
-    /// Weighted mean over silos of each round's batch ψ.
-    pub psi: Vec<f64>,
-    /// Number of active per-record clippings, summed over silos, per round.
-    pub clipped: Vec<usize>,
-    /// θ and W after round `snapshot_round`, when it was inside the run.
-    pub snapshot: Option<(Vec<f64>, Vec<f64>)>,
-}
-
-/// Runs rounds `start .. start + n_rounds` in place on `(theta, w)`; silos work in parallel,
-/// silo `j` with `silo_cfgs[j]` and `keys[j]`. Silos of weight 0 are skipped.
-#[allow(clippy::too_many_arguments)]
-pub fn run_rounds(
-    silos: &[Silo],
-    dims: Dims,
-    theta: &mut [f64],
-    w: &mut [f64],
-    psi_tables: (crate::psi::Fairness, &[f64]),
-    silo_cfgs: &[SiloConfig],
-    keys: &[SiloKeys],
-    weights: &[f64],
-    server: &ServerConfig,
-    start: u64,
-    n_rounds: u64,
-    snapshot_round: Option<u64>,
-) -> RoundsOutcome {
-    run_rounds_scheduled(
-        silos, dims, theta, w, psi_tables, silo_cfgs, keys, weights, server, start, n_rounds, snapshot_round, Schedule::Auto,
-    )
-}
-
-/// How [`run_rounds_scheduled`] runs the silos of a round. Every schedule gives the same bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Schedule {
-    /// [`Schedule::Parallel`] for rounds of at least [`PARALLEL_MIN_WORK`] row entries, else
-    /// [`Schedule::Shared`] when the pool has more than one thread and there are several silos
-    /// or several rounds, else [`Schedule::Sequential`].
-    Auto,
-    /// Every silo step on the calling thread, one after the other.
-    Sequential,
-    /// The silo steps on the calling thread, while a second thread draws the batches and the
-    /// noise of the coming rounds ([`draw_round_into`]: they depend on neither θ nor W). No
-    /// hand-off per round: the draw thread runs ahead, up to [`PIPELINE_AHEAD`] rounds.
-    Pipelined,
-    /// The silo steps of each round on the rayon pool (a fork-join per round).
-    Parallel,
-    /// The silo steps of each round shared between the calling thread and one helper thread,
-    /// which draws the batches and noise of the coming rounds when it has no step to run
-    /// (`shared_schedule`). Neither thread hands work to the other: each takes what is left, so
-    /// a descheduled helper slows a round down to the sequential schedule, no more.
-    Shared,
-}
-
-/// How many rounds the draw thread of [`Schedule::Pipelined`] may run ahead (an Adult epoch has
-/// 45 rounds: all of them are drawn while the first ones are computed).
-pub const PIPELINE_AHEAD: usize = 64;
-
-/// [`run_rounds`] with the schedule forced. The results do not depend on the schedule.
-#[allow(clippy::too_many_arguments)]
-pub fn run_rounds_scheduled(
-    silos: &[Silo],
-    dims: Dims,
-    theta: &mut [f64],
-    w: &mut [f64],
-    psi_tables: (crate::psi::Fairness, &[f64]),
-    silo_cfgs: &[SiloConfig],
-    keys: &[SiloKeys],
-    weights: &[f64],
-    server: &ServerConfig,
-    start: u64,
-    n_rounds: u64,
-    snapshot_round: Option<u64>,
-    schedule: Schedule,
-) -> RoundsOutcome {
-    let (fairness, inv_sqrt_ps) = psi_tables;
-    let lens = (dims.theta_len(), dims.w_len(fairness));
-    let mut out = RoundsOutcome::default();
-    // A silo with weight 0 (one that refused, e.g. out of budget) is not asked at all.
-    let active: Vec<usize> = (0..silos.len()).filter(|&j| weights[j] > 0.0).collect();
-    let active_weights: Vec<f64> = active.iter().map(|&j| weights[j]).collect();
-    let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
-    let schedule = match schedule {
-        Schedule::Auto => {
-            let work: f64 = active.iter().map(|&j| step_work(&silos[j], &silo_cfgs[j])).sum();
-            let threads = rayon::current_num_threads();
-            if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
-                Schedule::Parallel
-            } else if (n_rounds > 1 || active.len() > 1) && threads > 1 && !active.is_empty() {
-                Schedule::Shared
-            } else {
-                Schedule::Sequential
-            }
-        }
-        s => s,
-    };
-    // After the silo steps of a round: the summaries, the server step, the snapshot.
-    let mut finish = |round: u64, theta: &mut [f64], w: &mut [f64], messages: &[&BatchGradients]| {
-        out.loss.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.loss).sum());
-        out.psi.push(messages.iter().zip(&active_weights).map(|(m, om)| om * m.psi).sum());
-        out.clipped.push(messages.iter().map(|m| m.n_clipped).sum());
-        server_update(theta, w, dims.k * dims.l, messages.iter().copied(), &active_weights, server);
-        if snapshot_round == Some(round) {
-            out.snapshot = Some((theta.to_vec(), w.to_vec()));
-        }
-    };
-    if schedule == Schedule::Shared {
-        crate::shared_schedule::run_shared(
-            silos, dims, theta, w, psi_tables, silo_cfgs, keys, &active, start, n_rounds, &mut finish,
-        );
-        return out;
-    }
-    if schedule == Schedule::Pipelined {
-        // Drawn rounds go to the calling thread through a bounded channel; their buffers come back
-        // through another one, so a round allocates nothing once the first ones are recycled.
-        type Draws = Vec<(Vec<usize>, Vec<f64>)>;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Draws>(PIPELINE_AHEAD);
-        let (back_tx, back_rx) = std::sync::mpsc::channel::<Draws>();
-        let active = &active;
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                for round in start..start + n_rounds {
-                    let mut draws = back_rx.try_recv().unwrap_or_else(|_| vec![Default::default(); active.len()]);
-                    for ((batch, noise), &j) in draws.iter_mut().zip(active) {
-                        draw_round_into(&silo_cfgs[j], &keys[j], j as u64, round, silos[j].len(), lens, batch, noise);
-                    }
-                    if tx.send(draws).is_err() {
-                        return; // the calling thread stopped
-                    }
-                }
-            });
-            for round in start..start + n_rounds {
-                let draws = rx.recv().expect("the draw thread of the pipelined schedule stopped");
-                {
-                    let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-                    for (((batch, z), &j), sc) in draws.iter().zip(active).zip(scratch.iter_mut()) {
-                        noised_parts_into(&silos[j], dims, theta, psi, &silo_cfgs[j], batch, z, &mut sc.ws, &mut sc.msg);
-                    }
-                }
-                let _ = back_tx.send(draws);
-                finish(round, theta, w, &scratch.iter().map(|sc| &sc.msg).collect::<Vec<_>>());
-            }
-        });
-        return out;
-    }
-    for round in start..start + n_rounds {
-        {
-            let theta_ro: &[f64] = theta;
-            let psi = PsiInputs { fairness, w, inv_sqrt_ps };
-            let step = |(&j, sc): (&usize, &mut StepScratch)| {
-                silo_step_into(&silos[j], dims, theta_ro, psi, &silo_cfgs[j], &keys[j], j as u64, round, sc)
-            };
-            if schedule == Schedule::Parallel {
-                active.par_iter().zip(scratch.par_iter_mut()).for_each(step);
-            } else {
-                active.iter().zip(scratch.iter_mut()).for_each(step);
-            }
-        }
-        finish(round, theta, w, &scratch.iter().map(|sc| &sc.msg).collect::<Vec<_>>());
-    }
-    out
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::psi::{norm, Fairness};
+    use crate::psi::{Dims, Fairness, PsiInputs};
 
     /// A toy silo for tests: two features, the first shifted by the group, labels from both.
     pub(crate) fn toy_data(n: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
@@ -598,12 +302,12 @@ pub(crate) mod tests {
         (x, y, s)
     }
 
-    fn toy_silo(n: usize, seed: u64) -> Silo {
+    pub(crate) fn toy_silo(n: usize, seed: u64) -> Silo {
         let (x, y, s) = toy_data(n, seed);
         Silo { x: Features::auto(x, 2), y, s }
     }
 
-    fn cfg(sigma: f64) -> SiloConfig {
+    pub(crate) fn cfg(sigma: f64) -> SiloConfig {
         SiloConfig {
             sampling: Sampling::WithoutReplacement { m: 32 },
             protect: Protect::Attribute { clip_theta: 1.0 },
@@ -614,7 +318,7 @@ pub(crate) mod tests {
         }
     }
 
-    const DIMS: Dims = Dims { d: 2, k: 2, l: 2 };
+    pub(crate) const DIMS: Dims = Dims { d: 2, k: 2, l: 2 };
 
     #[test]
     fn silo_config_new_accepts_good_values() {
@@ -648,25 +352,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn server_config_new_accepts_good_values_and_rejects_each_bad_one() {
-        assert_eq!(
-            ServerConfig::new(0.0, 0.5, 0.0, f64::INFINITY),
-            Ok(ServerConfig { lam: 0.0, lr_theta: 0.5, lr_w: 0.0, w_radius: f64::INFINITY })
-        );
-        assert!(ServerConfig::new(2.0, 0.1, 0.1, 1e-3).is_ok());
-        let msg = |r: Result<ServerConfig, ConfigError>| r.unwrap_err().to_string();
-        assert_eq!(msg(ServerConfig::new(-1.0, 0.1, 0.1, 1.0)), "lam must be finite and >= 0, got -1");
-        assert_eq!(msg(ServerConfig::new(f64::INFINITY, 0.1, 0.1, 1.0)), "lam must be finite and >= 0, got inf");
-        assert_eq!(msg(ServerConfig::new(1.0, f64::NAN, 0.1, 1.0)), "lr_theta must be finite and >= 0, got NaN");
-        assert_eq!(msg(ServerConfig::new(1.0, 0.1, -0.5, 1.0)), "lr_w must be finite and >= 0, got -0.5");
-        for r in [0.0, -1.0, f64::NAN] {
-            assert_eq!(msg(ServerConfig::new(1.0, 0.1, 0.1, r)), "w_radius must be > 0 (inf for no projection)");
-        }
-        // The rates come before the radius.
-        assert_eq!(msg(ServerConfig::new(1.0, 0.1, -1.0, 0.0)), "lr_w must be finite and >= 0, got -1");
-    }
-
-    #[test]
     fn silo_step_is_reproducible_and_noise_depends_on_round() {
         let silo = toy_silo(100, 1);
         let theta = vec![0.1, -0.2, 0.05];
@@ -674,15 +359,15 @@ pub(crate) mod tests {
         let inv = vec![1.5, 1.2];
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let k = SiloKeys::seeded(7);
-        let a = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 3);
-        let b = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 3);
-        let c = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 0, 4);
-        let d = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k, 1, 3);
+        let a = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k, 0, 3);
+        let b = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k, 0, 3);
+        let c = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k, 0, 4);
+        let d = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k, 1, 3);
         assert_eq!(a, b);
         assert_ne!(a.psi_w, c.psi_w);
         assert_ne!(a.psi_w, d.psi_w);
         // Noise only on the s-dependent parts: the exact parts agree with a noiseless step.
-        let quiet = silo_step(&silo, DIMS, &theta, psi, &cfg(0.0), &k, 0, 3);
+        let quiet = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.0), &k, 0, 3);
         assert_eq!(a.loss_grad, quiet.loss_grad);
         assert_eq!(a.psi_theta_sfree, quiet.psi_theta_sfree);
         assert_eq!(a.psi_w_sfree, quiet.psi_w_sfree);
@@ -699,9 +384,9 @@ pub(crate) mod tests {
         let mut c = cfg(0.0);
         c.protect = Protect::Record { clip_loss: 1.0, clip_theta: 1.0, clip_w: 1.0 };
         let k = SiloKeys::seeded(1);
-        let quiet = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
+        let quiet = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &c, &k, 0, 0);
         c.sigma_loss = 1.0;
-        let noisy = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
+        let noisy = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &c, &k, 0, 0);
         assert_ne!(quiet.loss_grad, noisy.loss_grad);
     }
 
@@ -717,8 +402,8 @@ pub(crate) mod tests {
         let mut c = cfg(1.0);
         c.send_psi = false;
         let k = SiloKeys::seeded(3);
-        let mut a = silo_step(&silo, DIMS, &theta, psi, &c, &k, 0, 0);
-        let mut b = silo_step(&flipped, DIMS, &theta, psi, &c, &k, 0, 0);
+        let mut a = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &c, &k, 0, 0);
+        let mut b = silo_step(&flipped, Point { dims: DIMS, theta: &theta, psi }, &c, &k, 0, 0);
         // `n_clipped` is a silo-local diagnostic, never part of what is sent.
         (a.n_clipped, b.n_clipped) = (0, 0);
         assert_eq!(a, b);
@@ -734,13 +419,13 @@ pub(crate) mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let secret = || SiloKeys { batch: NoiseKey::Seeded(7), noise: NoiseKey::from_entropy().unwrap() };
         let (k1, k2) = (secret(), secret());
-        let a = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k1, 0, 3);
-        let b = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &k2, 0, 3);
+        let a = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k1, 0, 3);
+        let b = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &k2, 0, 3);
         // Same public batch (the exact parts agree) but independent noise.
         assert_eq!(a.loss_grad, b.loss_grad);
         assert_ne!(a.psi_theta, b.psi_theta);
         // The seeded key of the same seed reproduces the seeded stream exactly.
-        let s1 = silo_step(&silo, DIMS, &theta, psi, &cfg(0.5), &SiloKeys::seeded(7), 0, 3);
+        let s1 = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.5), &SiloKeys::seeded(7), 0, 3);
         assert_ne!(s1.psi_w, a.psi_w);
     }
 
@@ -753,79 +438,12 @@ pub(crate) mod tests {
         let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
         let k = SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() };
         let c = cfg(0.7);
-        let whole = silo_step(&silo, DIMS, &theta, psi, &c, &k, 2, 9);
+        let whole = silo_step(&silo, Point { dims: DIMS, theta: &theta, psi }, &c, &k, 2, 9);
         let batch = draw_batch(&c, &k, 2, 9, silo.len());
-        let mut pieces = silo_parts(&silo, DIMS, &theta, psi, &batch, c.sampling.denominator(silo.len()), c.protect);
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let mut pieces = silo_parts(&silo, at, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
-    }
-
-    #[test]
-    fn run_rounds_schedules_agree_bit_for_bit_and_match_silo_steps() {
-        let silos = vec![toy_silo(300, 3), toy_silo(200, 4), toy_silo(120, 5)];
-        let cfgs = vec![cfg(0.3); 3];
-        let server = ServerConfig { lam: 0.5, lr_theta: 0.5, lr_w: 0.5, w_radius: 5.0 };
-        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
-        let keys: Vec<SiloKeys> = (0..3).map(|j| SiloKeys::seeded(20 + j)).collect();
-        let weights = [0.5, 0.0, 0.5]; // silo 1 refused: never asked
-        let run = |par| {
-            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-            let o = run_rounds_scheduled(
-                &silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, &server,
-                5, 30, None, par,
-            );
-            (theta, w, o)
-        };
-        let seq = run(Schedule::Sequential);
-        assert_eq!(seq, run(Schedule::Parallel));
-        assert_eq!(seq, run(Schedule::Pipelined));
-        assert_eq!(seq, run(Schedule::Shared));
-        assert_eq!(seq, run(Schedule::Auto));
-        // The same as the party loop: one silo_step per active silo, then server_update.
-        let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-        for round in 5..35 {
-            let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
-            let msgs: Vec<BatchGradients> =
-                [0usize, 2].iter().map(|&j| silo_step(&silos[j], DIMS, &theta, psi, &cfgs[j], &keys[j], j as u64, round)).collect();
-            server_update(&mut theta, &mut w, 4, &msgs, &[0.5, 0.5], &server);
-        }
-        assert_eq!((theta, w), (seq.0, seq.1));
-    }
-
-    #[test]
-    fn shared_schedule_agrees_past_its_ring_and_with_one_silo() {
-        // More rounds than the ring of drawn units holds, silos of different sizes and sampling
-        // schemes, secret keys: the shared schedule gives the sequential bits.
-        let silos = vec![toy_silo(300, 6), toy_silo(90, 7), toy_silo(500, 8), toy_silo(40, 9)];
-        let mut cfgs = vec![cfg(0.3); 4];
-        cfgs[1].sampling = Sampling::Poisson { q: 0.2 };
-        cfgs[2].sampling = Sampling::Shuffle { m: 64 };
-        let server = ServerConfig { lam: 0.5, lr_theta: 0.3, lr_w: 0.3, w_radius: 5.0 };
-        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
-        let keys: Vec<SiloKeys> =
-            (0..4).map(|_| SiloKeys { batch: NoiseKey::from_entropy().unwrap(), noise: NoiseKey::from_entropy().unwrap() }).collect();
-        let run = |silos: &[Silo], weights: &[f64], n_rounds: u64, schedule| {
-            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-            let o = run_rounds_scheduled(
-                silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs[..silos.len()], &keys[..silos.len()],
-                weights, &server, 7, n_rounds, Some(100), schedule,
-            );
-            (theta, w, o)
-        };
-        let rounds = 2 * crate::shared_schedule::SHARED_AHEAD + 9;
-        let weights = [0.4, 0.1, 0.5, 0.0];
-        let seq = run(&silos, &weights, rounds, Schedule::Sequential);
-        assert_eq!(seq.2.loss.len(), rounds as usize);
-        assert!(seq.2.snapshot.is_some());
-        for _ in 0..3 {
-            assert_eq!(seq, run(&silos, &weights, rounds, Schedule::Shared));
-        }
-        // One silo (the helper only draws), one round, no round at all; no silo answering.
-        for n_rounds in [0, 1, 40] {
-            assert_eq!(run(&silos[..1], &[1.0], n_rounds, Schedule::Sequential), run(&silos[..1], &[1.0], n_rounds, Schedule::Shared));
-        }
-        let none = [0.0; 4];
-        assert_eq!(run(&silos, &none, 5, Schedule::Sequential), run(&silos, &none, 5, Schedule::Shared));
     }
 
     #[test]
@@ -894,8 +512,8 @@ pub(crate) mod tests {
         };
         let matrix = Arc::new(SharedMatrix::from_vec_f64(x.clone(), 2));
         let shared = Silo { x: Features::Shared(SharedRows { matrix, rows: RowMap::from_rows(&rows) }), y: pick(&y), s: pick(&s) };
-        let a = silo_step(&owned, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
-        assert_eq!(a, silo_step(&shared, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        let a = silo_step(&owned, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.4), &k, 1, 2);
+        assert_eq!(a, silo_step(&shared, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.4), &k, 1, 2));
         // float32 storage: the same as float64 features rounded to float32.
         let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
         let rounded = Silo {
@@ -904,8 +522,8 @@ pub(crate) mod tests {
         };
         let m32 = Arc::new(SharedMatrix::from_vec_f32(x32, 2));
         let shared32 = Silo { x: Features::Shared(SharedRows { matrix: m32, rows: RowMap::from_rows(&rows) }), ..owned.clone() };
-        let b = silo_step(&rounded, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2);
-        assert_eq!(b, silo_step(&shared32, DIMS, &theta, psi, &cfg(0.4), &k, 1, 2));
+        let b = silo_step(&rounded, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.4), &k, 1, 2);
+        assert_eq!(b, silo_step(&shared32, Point { dims: DIMS, theta: &theta, psi }, &cfg(0.4), &k, 1, 2));
         assert_ne!(a.loss_grad, b.loss_grad);
     }
 
@@ -925,106 +543,5 @@ pub(crate) mod tests {
             assert!(seen.iter().all(|&v| v == 1));
         }
         assert_ne!(draw_batch(&c, &k, 3, 0, n), draw_batch(&c, &k, 3, 4, n));
-    }
-
-    #[test]
-    fn project_blocks_clips_each_block() {
-        let mut w = vec![3.0, 4.0, 0.3, 0.4];
-        project_blocks(&mut w, 2, 1.0);
-        assert!((norm(&w[..2]) - 1.0).abs() < 1e-12);
-        assert_eq!(&w[2..], &[0.3, 0.4]);
-        project_blocks(&mut w, 2, f64::INFINITY);
-        assert!((norm(&w[..2]) - 1.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn server_update_with_coordinates_split_between_threads_has_the_sequential_bits() {
-        let mut st = 3u64;
-        let mut next = || {
-            st = st.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (st >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-        };
-        let (n, t_len, w_len) = (700, 101, 8);
-        let msgs: Vec<BatchGradients> = (0..n)
-            .map(|_| BatchGradients {
-                loss_grad: (0..t_len).map(|_| next()).collect(),
-                psi_theta_sfree: (0..t_len).map(|_| next()).collect(),
-                psi_theta: (0..t_len).map(|_| next()).collect(),
-                psi_w_sfree: (0..w_len).map(|_| next()).collect(),
-                psi_w: (0..w_len).map(|_| next()).collect(),
-                ..Default::default()
-            })
-            .collect();
-        let weights: Vec<f64> = (0..n).map(|_| next() + 0.5).collect();
-        assert!(n * t_len >= SERVER_PARALLEL_TERMS);
-        let cfg = ServerConfig { lam: 1.3, lr_theta: 0.2, lr_w: 0.7, w_radius: 0.5 };
-        let (theta0, w0): (Vec<f64>, Vec<f64>) = ((0..t_len).map(|_| next()).collect(), (0..w_len).map(|_| next()).collect());
-        let (mut theta, mut w) = (theta0.clone(), w0.clone());
-        server_update(&mut theta, &mut w, 4, &msgs, &weights, &cfg);
-        // The formula, one message after the other over all coordinates.
-        let (mut want_t, mut want_w) = (theta0, w0);
-        for (m, &om) in msgs.iter().zip(&weights) {
-            for t in 0..t_len {
-                want_t[t] -= cfg.lr_theta * om * (m.loss_grad[t] + cfg.lam * (m.psi_theta_sfree[t] + m.psi_theta[t]));
-            }
-            for t in 0..w_len {
-                want_w[t] += cfg.lam * cfg.lr_w * om * (m.psi_w_sfree[t] + m.psi_w[t]);
-            }
-        }
-        project_blocks(&mut want_w, 4, cfg.w_radius);
-        assert_eq!(theta, want_t);
-        assert_eq!(w, want_w);
-        // On a one-thread pool the coordinates are not split: the same bits again.
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        let (mut theta1, mut w1) = (want_t.clone(), want_w.clone());
-        let (mut theta2, mut w2) = (want_t.clone(), want_w.clone());
-        server_update(&mut theta1, &mut w1, 4, &msgs, &weights, &cfg);
-        pool.install(|| server_update(&mut theta2, &mut w2, 4, &msgs, &weights, &cfg));
-        assert_eq!((theta1, w1), (theta2, w2));
-    }
-
-    #[test]
-    fn server_update_follows_the_formula() {
-        let mut theta = vec![1.0, 1.0];
-        let mut w = vec![0.0, 0.0];
-        let m = BatchGradients {
-            loss_grad: vec![1.0, 2.0],
-            psi_theta_sfree: vec![0.5, 0.0],
-            psi_theta: vec![0.0, 1.0],
-            psi_w_sfree: vec![1.0, 0.0],
-            psi_w: vec![0.0, 2.0],
-            ..Default::default()
-        };
-        let cfg = ServerConfig { lam: 2.0, lr_theta: 0.1, lr_w: 0.5, w_radius: f64::INFINITY };
-        server_update(&mut theta, &mut w, 2, &[m.clone(), m], &[0.5, 0.5], &cfg);
-        assert!((theta[0] - (1.0 - 0.1 * (1.0 + 2.0 * 0.5))).abs() < 1e-12);
-        assert!((theta[1] - (1.0 - 0.1 * (2.0 + 2.0 * 1.0))).abs() < 1e-12);
-        assert_eq!(w, vec![1.0, 2.0]);
-    }
-
-    #[test]
-    fn run_rounds_learns_and_is_deterministic() {
-        let silos = vec![toy_silo(300, 3), toy_silo(200, 4)];
-        let cfgs = vec![cfg(0.01), cfg(0.01)];
-        let server = ServerConfig { lam: 0.5, lr_theta: 0.5, lr_w: 0.5, w_radius: 5.0 };
-        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
-        let run = || {
-            let mut theta = vec![0.0; 3];
-            let mut w = vec![0.0; 4];
-            let o = run_rounds(
-                &silos, DIMS, &mut theta, &mut w, (Fairness::DemographicParity, &inv), &cfgs,
-                &[SiloKeys::seeded(11), SiloKeys::seeded(11)], &[0.5, 0.5], &server, 0, 200, Some(99),
-            );
-            (theta, w, o)
-        };
-        let (t1, w1, o1) = run();
-        let (t2, w2, o2) = run();
-        assert_eq!((t1.clone(), w1), (t2, w2));
-        assert_eq!(o1, o2);
-        assert_eq!(o1.loss.len(), 200);
-        assert!(o1.snapshot.is_some());
-        let early: f64 = o1.loss[..20].iter().sum::<f64>() / 20.0;
-        let late: f64 = o1.loss[180..].iter().sum::<f64>() / 20.0;
-        assert!(late < early - 0.05, "loss {early} -> {late}");
     }
 }

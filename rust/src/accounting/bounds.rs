@@ -558,6 +558,8 @@ mod tests {
     }
 
     #[test]
+    // The test spells the formula with indices, as the docs write it.
+    #[allow(clippy::needless_range_loop)]
     fn even_differences_match_the_binomial_formula_where_it_is_well_conditioned() {
         for z in [0.8, 1.5, 3.0] {
             let d = wor_even_differences(z, 6);
@@ -570,6 +572,8 @@ mod tests {
     }
 
     #[test]
+    // The test spells the formula with indices, as the docs write it.
+    #[allow(clippy::needless_range_loop)]
     fn even_differences_stay_exact_where_float_differencing_fails() {
         // For z → ∞, Y ~ N(−s²/2, s²) with s = 1/z is nearly N(0, s²) and e^Y − 1 ≈ Y, so
         // Δ^{2m}F(0) = E[(e^Y − 1)^{2m}] ≈ (2m−1)!! s^{2m}, with a relative correction of about

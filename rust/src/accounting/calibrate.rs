@@ -28,8 +28,7 @@ fn epsilon_scan(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme, orders: 
     const STRIDE: usize = 6;
     let n = orders.len();
     let (mut best, mut at, mut since) = (f64::INFINITY, 0usize, 0usize);
-    for i in 0..n {
-        let a = orders[i];
+    for (i, &a) in orders.iter().enumerate() {
         if i % STRIDE != 0 && !(a.fract() == 0.0 && (a <= 16.0 || (a as u64) % 3 == 0)) {
             continue;
         }
@@ -177,14 +176,25 @@ pub fn noise_multiplier_for_orders(
     // is located again with the full-order ε, which is what `epsilon_for` and the ledgers report:
     // the result is the smallest z that meets the target, to a relative 1e-9.
     let seed = order_at_hi;
-    Ok(smallest_feasible(epsilon, lo, hi, seed, q, steps, delta, scheme, &sorted))
+    Ok(smallest_feasible(epsilon, (lo, hi), seed, Release { q, steps, delta, scheme }, &sorted))
+}
+
+/// What [`smallest_feasible`] calibrates for: `steps` releases subsampled at rate `q` under
+/// `scheme`, reported at `delta`.
+#[derive(Clone, Copy, Debug)]
+struct Release {
+    q: f64,
+    steps: u64,
+    delta: f64,
+    scheme: Scheme,
 }
 
 /// A bracket narrower than this (relative) that still misses the 2% band is taken for a jump.
 const JUMP_WIDTH: f64 = 1e-3;
 
 /// The smallest `z ≤ hi` whose full-order ε meets `target` (to a relative 1e-9), given that order
-/// `seed` certifies `hi` and a guess `floor < hi`.
+/// `seed` certifies `hi` and a guess `floor < hi` (`bracket` = `(floor, hi)`), for `steps`
+/// releases subsampled at rate `q` under `scheme`, at `delta` (`release`).
 ///
 /// Every z that some order α certifies is feasible, so bisecting with the ε of a few orders (the
 /// set `S`, never below the full ε) finds a feasible z cheaply. One full evaluation just below it
@@ -192,18 +202,9 @@ const JUMP_WIDTH: f64 = 1e-3;
 /// a further order for `S` (or shows that the floor itself is feasible, which is then halved), and
 /// the search repeats. Each repeat grows `S` or lowers the floor, so this ends; only the last,
 /// confirming evaluation visits every order.
-#[allow(clippy::too_many_arguments)]
-fn smallest_feasible(
-    target: f64,
-    mut floor: f64,
-    mut hi: f64,
-    seed: f64,
-    q: f64,
-    steps: u64,
-    delta: f64,
-    scheme: Scheme,
-    orders: &[f64],
-) -> f64 {
+fn smallest_feasible(target: f64, bracket: (f64, f64), seed: f64, release: Release, orders: &[f64]) -> f64 {
+    let (mut floor, mut hi) = bracket;
+    let Release { q, steps, delta, scheme } = release;
     let over = |z: f64, set: &[f64]| {
         let mut at_order = order_epsilon(z, q, steps, delta, scheme);
         set.iter().map(|&a| at_order(a)).fold(f64::INFINITY, f64::min).max(0.0)

@@ -225,7 +225,7 @@ mod tests {
         // Huge μ: δ → 1; tiny δ: positive and finite, never NaN.
         assert!(gaussian_delta(1.0, 1e6).unwrap() > 0.999_999);
         let tiny = gaussian_delta(10.0, 0.2).unwrap();
-        assert!(tiny >= 0.0 && tiny < 1e-100);
+        assert!((0.0..1e-100).contains(&tiny));
         assert!(log_gaussian_delta(10.0, 0.2).is_finite());
         assert_eq!(gaussian_delta(1.0, 0.0).unwrap_err().argument(), "mu");
     }

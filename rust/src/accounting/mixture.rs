@@ -370,6 +370,8 @@ pub fn exact_noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, 
             solve_feasible(good, bad, 1e-10, f).exp() * (1.0 + 1e-12)
         }
     };
+    // Also a NaN z: it certifies nothing.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(z <= Z_MAX) {
         let at = exact_epsilon_for(Z_MAX, q, steps, delta, scheme)?;
         return Err(AccountingError::Unreachable { epsilon, z_max: Z_MAX, epsilon_at_z_max: at });

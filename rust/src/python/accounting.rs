@@ -8,6 +8,9 @@ use crate::accounting::{self as acc, Binomial, Event, Held, Mixture, Scheme};
 
 use super::errors::value_error;
 
+/// A ledger's mechanisms as Python passes them: `(sampling, q, z, count)` each.
+type Mechanisms = Vec<(String, f64, f64, u64)>;
+
 fn orders_or_default(orders: Option<Vec<f64>>) -> Vec<f64> {
     orders.unwrap_or_else(acc::default_orders)
 }
@@ -278,7 +281,7 @@ pub(super) fn mixture_epsilon(py: Python<'_>, delta: f64, fixed_mu2: f64, binomi
     Ok(py.allow_threads(|| acc::mixture_epsilon(delta, &m))?)
 }
 
-fn held(items: Vec<(String, f64, f64, u64)>) -> acc::Result<Vec<Held>> {
+fn held(items: Mechanisms) -> acc::Result<Vec<Held>> {
     items
         .into_iter()
         .map(|(s, q, z, count)| Ok(Held { scheme: Scheme::parse(&s)?, q, z, count }))
@@ -288,7 +291,7 @@ fn held(items: Vec<(String, f64, f64, u64)>) -> acc::Result<Vec<Held>> {
 /// (ε by RDP, ε by the exact account or inf) of a ledger's mechanisms (sampling, q, z, count);
 /// count = steps, or Gaussian releases (epochs touched) for "shuffle".
 #[pyfunction]
-pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Vec<(String, f64, f64, u64)>, delta: f64) -> PyResult<(f64, f64)> {
+pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Mechanisms, delta: f64) -> PyResult<(f64, f64)> {
     let h = held(mechanisms)?;
     Ok(py.allow_threads(|| -> acc::Result<(f64, f64)> {
         Ok((acc::ledger_rdp_epsilon(&h, delta)?, acc::ledger_exact_epsilon(&h, delta)?))
@@ -297,13 +300,13 @@ pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Vec<(String, f64, f64,
 
 /// Whether a ledger's mechanisms are (budget, δ)-DP by RDP or by the exact account.
 #[pyfunction]
-pub(super) fn ledger_admits(mechanisms: Vec<(String, f64, f64, u64)>, delta: f64, budget: f64) -> PyResult<bool> {
+pub(super) fn ledger_admits(mechanisms: Mechanisms, delta: f64, budget: f64) -> PyResult<bool> {
     Ok(acc::ledger_admits(&held(mechanisms)?, delta, budget)?)
 }
 
 /// [`ledger_admits`] for many ledgers in one call: `entries[i] = (mechanisms, δ, budget)`.
 #[pyfunction]
-pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Vec<(String, f64, f64, u64)>, f64, f64)>) -> PyResult<Vec<bool>> {
+pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Mechanisms, f64, f64)>) -> PyResult<Vec<bool>> {
     let e = entries
         .into_iter()
         .map(|(items, delta, budget)| Ok((held(items)?, delta, budget)))
@@ -316,10 +319,11 @@ pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Vec<(String, f64, f64,
 /// when no z up to `AFTER_Z_MAX` does.
 #[pyfunction]
 #[pyo3(signature = (mechanisms, delta, epsilon, sampling, sample_rate, steps, accountant="best"))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn ledger_noise_multiplier_after(
     py: Python<'_>,
-    mechanisms: Vec<(String, f64, f64, u64)>,
+    mechanisms: Mechanisms,
     delta: f64,
     epsilon: f64,
     sampling: &str,

@@ -10,10 +10,12 @@ use super::errors::BindResult;
 use std::sync::Arc;
 
 use crate::features::{Csr, Features, RowMap, SharedMatrix, SharedRows, SPARSE_BELOW_DENSITY};
-use crate::psi::{BatchGradients, Code, Dims, Fairness, MAX_CODES};
+use crate::psi::{BatchGradients, Code, Dims, Fairness, Point, PsiInputs, MAX_CODES};
 use crate::round::Silo;
 
 pub(super) fn check_denom(denom: f64) -> BindResult<()> {
+    // A NaN denominator is refused too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(denom > 0.0) {
         return Err("denom must be > 0".into());
     }
@@ -126,6 +128,11 @@ pub(super) fn state_vecs(
     Ok((theta.as_slice()?.to_vec(), w.as_slice()?.to_vec(), inv_sqrt_ps.as_slice()?.to_vec()))
 }
 
+/// The point `(θ, W)` of a call, with its shapes and the ψ-term's tables.
+pub(super) fn point<'a>(dims: Dims, fairness: Fairness, theta: &'a [f64], w: &'a [f64], inv_sqrt_ps: &'a [f64]) -> Point<'a> {
+    Point { dims, theta, psi: PsiInputs { fairness, w, inv_sqrt_ps } }
+}
+
 /// Checks the shapes of the model state against the problem dimensions.
 pub(super) fn check_state(dims: Dims, fairness: Fairness, theta: &[f64], w: &[f64], inv: &[f64]) -> BindResult<()> {
     if dims.k < 2 || dims.l < 2 {
@@ -226,7 +233,6 @@ fn scan_member_rows(matrix: &SharedMatrix, member: &[u64]) -> (Vec<u64>, usize) 
 /// (in range, finite features, codes in range) in parallel over silos. When the silos hold at
 /// least half the matrix's rows, the features are checked in one streaming pass over the
 /// member rows ([`scan_member_rows`]) instead of row by row in each silo's order.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn silos_from_matrix(
     matrix: Arc<SharedMatrix>,
     y: &[Indices<'_>],

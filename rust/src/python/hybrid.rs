@@ -4,13 +4,13 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, gradients_dict, silo_from, state_vecs, IndexArray};
+use super::convert::{check_state, gradients_dict, point, silo_from, state_vecs, IndexArray};
 use super::errors::value_error;
 use super::noise::PyNoiseKey;
 use crate::config::ConfigError;
-use crate::hybrid::{self, HybridLayout, HybridNoise};
-use crate::psi::{Dims, Fairness, PsiInputs};
-use crate::round::ServerConfig;
+use crate::hybrid::{self, HybridLayout, HybridNoise, HybridRun};
+use crate::psi::{Dims, Fairness};
+use crate::server::ServerConfig;
 
 /// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
 type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
@@ -28,6 +28,7 @@ impl PyHybridSet {
     #[new]
     #[pyo3(signature = (x, y, s, members, owner, *, n_sensitive, n_groups, n_classes,
                         fairness="demographic_parity", positive=1))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn new(
         x: PyReadonlyArray2<'_, f64>,
@@ -89,6 +90,7 @@ impl PyHybridSet {
     /// noised sums (None for a silo that sent nothing).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
                         dummy_noise=false, noise_keys, batch_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn messages<'py>(
         &self,
@@ -110,7 +112,7 @@ impl PyHybridSet {
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
-            hybrid::hybrid_messages(layout, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &noise, &batch_key.inner, round)
+            hybrid::hybrid_messages(layout, point(dims, fairness, &th, &wv, &inv), &noise, &batch_key.inner, round)
         });
         let d = PyDict::new(py);
         let non_sensitive: Vec<Bound<'py, PyDict>> =
@@ -131,6 +133,7 @@ impl PyHybridSet {
     /// `batch_key`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
     /// its s-free message (means over its batch).
     #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, batch_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn non_sensitive_step<'py>(
         &self,
@@ -161,8 +164,8 @@ impl PyHybridSet {
         let (batch, by_owner, msg) = py.allow_threads(|| {
             let batch = hybrid::non_sensitive_batch(layout, j, batch_size, &batch_key.inner, round);
             let by_owner = hybrid::split_by_owner(layout, &batch);
-            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
-            let msg = hybrid::non_sensitive_message(layout, dims, &th, psi, clip_theta, &by_owner, batch_size.min(len_j));
+            let at = point(dims, fairness, &th, &wv, &inv);
+            let msg = hybrid::non_sensitive_message(layout, at, clip_theta, &by_owner, batch_size.min(len_j));
             (batch, by_owner, msg)
         });
         let d = gradients_dict(py, msg)?;
@@ -179,6 +182,7 @@ impl PyHybridSet {
     /// Returns `(u, v, count)`.
     #[pyo3(signature = (c, theta, w, inv_sqrt_ps, groups, *, clip_theta, sigma_theta=0.0, sigma_w=0.0,
                         noise_key=None, round=0))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn sensitive_step<'py>(
         &self,
@@ -220,10 +224,10 @@ impl PyHybridSet {
         let (layout, dims, fairness, n_public) = (&self.layout, self.dims, self.fairness, self.layout.members.len());
         let key = noise_key.map(|k| k.inner);
         let (u, v, count) = py.allow_threads(|| {
-            let psi = PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv };
-            let (mut u, mut v, count) = hybrid::sensitive_sums(layout, dims, &th, psi, clip_theta, &ids);
+            let at = point(dims, fairness, &th, &wv, &inv);
+            let (mut u, mut v, count) = hybrid::sensitive_sums(layout, at, clip_theta, &ids);
             if let Some(key) = &key {
-                hybrid::noise_sensitive_sums(&mut u, &mut v, sigma_theta, sigma_w, key, n_public, c, round);
+                hybrid::noise_sensitive_sums((&mut u, &mut v), (sigma_theta, sigma_w), key, n_public, c, round);
             }
             (u, v, count)
         });
@@ -233,6 +237,7 @@ impl PyHybridSet {
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
     #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
                         dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, batch_key, start, n_rounds))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -258,10 +263,18 @@ impl PyHybridSet {
         let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
-        let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
-        let (loss, psi) = py.allow_threads(|| {
-            hybrid::run_hybrid_rounds(layout, dims, &mut th, &mut wv, (fairness, &inv), &noise, &server, &batch_key.inner, start, n_rounds)
-        });
+        let run = HybridRun {
+            layout: &self.layout,
+            dims: self.dims,
+            fairness: self.fairness,
+            inv_sqrt_ps: &inv,
+            noise: &noise,
+            server,
+            batch_key: &batch_key.inner,
+            start,
+            n_rounds,
+        };
+        let (loss, psi) = py.allow_threads(|| hybrid::run_hybrid_rounds(&run, &mut th, &mut wv));
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
         d.set_item("w", wv.into_pyarray(py))?;

@@ -1,7 +1,8 @@
 //! The binding layer: the extension module `pfair._core`. Each file wraps one part of the core
-//! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and keyed draws; `round`: silos and rounds; `hybrid`: hybrid
-//! centralization; `accounting`; `partition`), `convert` holds the conversions and checks they
-//! share, and `errors` the one mapping of errors to Python `ValueError`.
+//! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and their streams; `round`: silos,
+//! their keyed draws, rounds and the server's step; `hybrid`: hybrid centralization;
+//! `accounting`; `partition`), `convert` holds the conversions and checks they share, and
+//! `errors` the one mapping of errors to Python `ValueError`.
 
 use pyo3::prelude::*;
 
@@ -29,11 +30,11 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // noise keys and keyed draws
     m.add_class::<noise::PyNoiseKey>()?;
     m.add_function(wrap_pyfunction!(noise::gaussian_stream, m)?)?;
-    m.add_function(wrap_pyfunction!(noise::draw_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(noise::noise_message, m)?)?;
     // federation and rounds
     m.add_class::<round::PySiloConfig>()?;
     m.add_class::<round::PySiloSet>()?;
+    m.add_function(wrap_pyfunction!(round::draw_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(round::noise_message, m)?)?;
     m.add_function(wrap_pyfunction!(round::server_update, m)?)?;
     m.add_function(wrap_pyfunction!(round::nonfinite_rows, m)?)?;
     m.add_class::<hybrid::PyHybridSet>()?;

@@ -6,11 +6,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{
-    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, silo_from, state_vecs, IndexArray,
+    check_denom, check_inv_sqrt_ps, check_state, check_theta_len, gradients_dict, index_in, point, silo_from, state_vecs,
+    IndexArray,
 };
 use super::errors::value_error;
 use crate::features::Dense;
-use crate::psi::{self, Dims, Fairness, Protect, PsiInputs};
+use crate::psi::{self, Dims, Fairness, Protect, Records};
 use crate::sensitivity;
 
 /// Runs `compute(x, n, d, theta)` on the rows of a prediction's `x` after checking `n_classes`
@@ -94,6 +95,7 @@ pub(super) fn predict_counts<'py>(
 #[pyo3(signature = (x, y, s, theta, w, inv_sqrt_ps, *, n_groups, n_classes, batch, denom,
                     fairness="demographic_parity", positive=1, protect="attribute",
                     clip_loss=f64::INFINITY, clip_theta=f64::INFINITY, clip_w=f64::INFINITY))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn batch_gradients<'py>(
     py: Python<'py>,
@@ -127,7 +129,8 @@ pub(super) fn batch_gradients<'py>(
     check_denom(denom)?;
     let g = py.allow_threads(|| {
         let rows = Dense { x: &xv, d };
-        psi::batch_gradients(&rows, &silo.y, &silo.s, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, protect)
+        let data = Records { rows: &rows, y: &silo.y, s: &silo.s };
+        psi::batch_gradients(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, protect)
     });
     gradients_dict(py, g)
 }
@@ -138,6 +141,7 @@ pub(super) fn batch_gradients<'py>(
 #[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
                     protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY,
                     relation="replace_one"))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn sensitivities(
     inv_sqrt_ps: PyReadonlyArray1<'_, f64>,
@@ -170,6 +174,8 @@ pub(super) fn sensitivities(
 /// Noise stds `σ_p = z √P Δ_p` for sensitivities `parts` and effective multiplier `z`.
 #[pyfunction]
 pub(super) fn noise_stds(parts: Vec<f64>, noise_multiplier: f64) -> PyResult<Vec<f64>> {
+    // A NaN multiplier is refused too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(noise_multiplier >= 0.0) {
         return Err(value_error("noise_multiplier must be >= 0"));
     }

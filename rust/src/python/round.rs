@@ -1,4 +1,5 @@
-//! Federation and rounds (`crate::round`): `SiloConfig` and `SiloSet`.
+//! Federation and rounds (`crate::round`, `crate::schedule`, `crate::server`): `SiloConfig`,
+//! `SiloSet`, the keyed draws of a silo's step (`draw_batch`, `noise_message`) and the server's step.
 
 use std::sync::Arc;
 
@@ -6,13 +7,17 @@ use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, P
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::convert::{check_state, check_theta_len, gradients_dict, index_in, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices};
-use crate::features::SharedMatrix;
+use super::convert::{
+    check_state, check_theta_len, gradients_dict, index_in, point, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices,
+};
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
-use crate::psi::{BatchGradients, Dims, Fairness, Protect, PsiInputs};
-use crate::round::{self, ServerConfig, Silo, SiloConfig, SiloKeys};
+use crate::features::SharedMatrix;
+use crate::psi::{BatchGradients, Dims, Fairness, Protect};
+use crate::round::{self, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
+use crate::schedule::{self, RoundsRequest};
+use crate::server::{self, ServerConfig};
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
 #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
@@ -28,6 +33,7 @@ impl PySiloConfig {
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
                         send_psi=true))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn new(
         sampling: &str,
@@ -64,6 +70,19 @@ pub(super) fn check_batch(cfg: &SiloConfig, n: usize, silo: usize) -> BindResult
     Ok(())
 }
 
+/// The fairness notion of a silo set, after the checks both of its constructors make first (in
+/// this order): the notion's name, at least two groups and classes, at least one silo.
+fn check_problem(fairness: &str, positive: u32, n_groups: usize, n_classes: usize, n_silos: usize) -> PyResult<Fairness> {
+    let fairness = Fairness::parse(fairness, positive)?;
+    if n_groups < 2 || n_classes < 2 {
+        return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
+    }
+    if n_silos == 0 {
+        return Err(value_error("need at least one silo"));
+    }
+    Ok(fairness)
+}
+
 /// The silos' data, held in Rust for the whole training run.
 #[pyclass(name = "SiloSet", module = "pfair._core")]
 pub(super) struct PySiloSet {
@@ -84,13 +103,7 @@ impl PySiloSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = Fairness::parse(fairness, positive)?;
-        if n_groups < 2 || n_classes < 2 {
-            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
-        }
-        if silos.is_empty() {
-            return Err(value_error("need at least one silo"));
-        }
+        let fairness = check_problem(fairness, positive, n_groups, n_classes, silos.len())?;
         let d = silos[0].0.as_array().dim().1;
         let mut out = Vec::with_capacity(silos.len());
         for (j, (x, y, s)) in silos.into_iter().enumerate() {
@@ -114,6 +127,7 @@ impl PySiloSet {
     /// alive.
     #[staticmethod]
     #[pyo3(signature = (x, y, s, rows, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn from_matrix(
         py: Python<'_>,
@@ -126,33 +140,17 @@ impl PySiloSet {
         fairness: &str,
         positive: u32,
     ) -> PyResult<Self> {
-        let fairness = Fairness::parse(fairness, positive)?;
-        if n_groups < 2 || n_classes < 2 {
-            return Err(value_error(format!("need n_groups >= 2 and n_classes >= 2, got {n_groups} and {n_classes}")));
-        }
-        if rows.is_empty() {
-            return Err(value_error("need at least one silo"));
-        }
+        let fairness = check_problem(fairness, positive, n_groups, n_classes, rows.len())?;
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::new(x.clone().unbind());
         let matrix = if let Ok(a) = x.downcast::<PyArray2<f64>>() {
-            if !a.is_c_contiguous() {
-                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
-            }
-            let ro = a.readonly();
-            let (n, d) = ro.as_array().dim();
-            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            let (data, n, d) = c_contiguous(a)?;
             // SAFETY: the array object is the owner and is kept alive by it; its buffer does not
             // move, and the binding's contract says it is not written while the set lives.
-            unsafe { SharedMatrix::from_raw_f64(data.as_ptr(), n, d, owner) }
+            unsafe { SharedMatrix::from_raw_f64(data, n, d, owner) }
         } else if let Ok(a) = x.downcast::<PyArray2<f32>>() {
-            if !a.is_c_contiguous() {
-                return Err(value_error("x must be C-contiguous (use numpy.ascontiguousarray)"));
-            }
-            let ro = a.readonly();
-            let (n, d) = ro.as_array().dim();
-            let data = ro.as_slice().map_err(|_| value_error("x must be C-contiguous (use numpy.ascontiguousarray)"))?;
+            let (data, n, d) = c_contiguous(a)?;
             // SAFETY: as above.
-            unsafe { SharedMatrix::from_raw_f32(data.as_ptr(), n, d, owner) }
+            unsafe { SharedMatrix::from_raw_f32(data, n, d, owner) }
         } else {
             return Err(value_error("x must be a 2-D float64 or float32 NumPy array"));
         };
@@ -176,6 +174,7 @@ impl PySiloSet {
     /// One silo's noised message for `round` (batch from `batch_key`, noise from `noise_key`).
     /// `loss`, `psi` and `n_clipped` in the result are silo-local diagnostics.
     #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, batch_key, noise_key, round))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn step<'py>(
         &self,
@@ -189,14 +188,12 @@ impl PySiloSet {
         noise_key: &PyNoiseKey,
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let data = self.silo(silo)?;
-        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         check_batch(&config.inner, data.len(), silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
         let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
         let msg = py.allow_threads(|| {
-            round::silo_step(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &cfg, &keys, silo as u64, round)
+            round::silo_step(data, point(dims, fairness, &th, &wv, &inv), &cfg, &keys, silo as u64, round)
         });
         gradients_dict(py, msg)
     }
@@ -204,6 +201,7 @@ impl PySiloSet {
     /// The exact parts of silo `silo`'s records `batch` (no noise), divided by the config's fixed
     /// denominator, clipped as its protection mode requires: the linear model's gradient provider.
     #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, batch, config))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn parts<'py>(
         &self,
@@ -215,15 +213,13 @@ impl PySiloSet {
         batch: PyReadonlyArray1<'py, i64>,
         config: &PySiloConfig,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let data = self.silo(silo)?;
-        let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         let n = data.len();
         let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
         let denom = cfg.sampling.denominator(n);
         let g = py.allow_threads(|| {
-            round::silo_parts(data, dims, &th, PsiInputs { fairness, w: &wv, inv_sqrt_ps: &inv }, &idx, denom, cfg.protect)
+            round::silo_parts(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, cfg.protect)
         });
         gradients_dict(py, g)
     }
@@ -257,6 +253,7 @@ impl PySiloSet {
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
     #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, batch_keys, noise_keys, lam, lr_theta,
                         lr_w, w_radius, start, n_rounds, snapshot_round=None))]
+    // One parameter per argument of the Python signature above (it is the binding's API).
     #[allow(clippy::too_many_arguments)]
     fn run_rounds<'py>(
         &self,
@@ -301,10 +298,10 @@ impl PySiloSet {
             .zip(&noise_keys)
             .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
             .collect();
-        let (silos, dims, fairness) = (&self.silos, self.dims, self.fairness);
-        let out = py.allow_threads(|| {
-            round::run_rounds(silos, dims, &mut th, &mut wv, (fairness, &inv), &cfgs, &keys, &weights, &server, start, n_rounds, snapshot_round)
-        });
+        let req = RoundsRequest::new(&self.silos, self.dims, (self.fairness, &inv), &cfgs, &keys, &weights, server)
+            .rounds(start, n_rounds)
+            .snapshot(snapshot_round);
+        let out = py.allow_threads(|| schedule::run_rounds(&req, &mut th, &mut wv));
         let d = PyDict::new(py);
         d.set_item("theta", th.into_pyarray(py))?;
         d.set_item("w", wv.into_pyarray(py))?;
@@ -319,17 +316,36 @@ impl PySiloSet {
     }
 }
 
+/// θ, W and `p_s^{-1/2}` as copied from their arrays.
+type StateVecs = (Vec<f64>, Vec<f64>, Vec<f64>);
+
 impl PySiloSet {
     fn silo(&self, silo: usize) -> BindResult<&Silo> {
         self.silos.get(silo).ok_or_else(|| format!("silo {silo} out of range 0..{}", self.silos.len()).into())
     }
+
+    /// Silo `silo` and the model state `(θ, W, p_s^{-1/2})`, copied and checked against the set
+    /// (in this order: the silo's index, then the state).
+    fn silo_and_state(
+        &self,
+        silo: usize,
+        theta: &PyReadonlyArray1<'_, f64>,
+        w: &PyReadonlyArray1<'_, f64>,
+        inv_sqrt_ps: &PyReadonlyArray1<'_, f64>,
+    ) -> PyResult<(&Silo, StateVecs)> {
+        let data = self.silo(silo)?;
+        let (th, wv, inv) = state_vecs(theta, w, inv_sqrt_ps)?;
+        check_state(self.dims, self.fairness, &th, &wv, &inv)?;
+        Ok((data, (th, wv, inv)))
+    }
 }
 
-/// Server step of one round (`round::server_update`) from the silos' messages, each the five
+/// Server step of one round (`server::server_update`) from the silos' messages, each the five
 /// parts `(loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)`, with weights summing to
 /// 1. Returns the new `(theta, W)`.
 #[pyfunction]
 #[pyo3(signature = (theta, w, block_len, messages, weights, *, lam, lr_theta, lr_w, w_radius))]
+// One parameter per argument of the Python signature above (it is the binding's API).
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(super) fn server_update<'py>(
     py: Python<'py>,
@@ -365,8 +381,84 @@ pub(super) fn server_update<'py>(
         }
         msgs.push(BatchGradients { loss_grad: g, psi_theta_sfree: at, psi_theta: ht, psi_w_sfree: aw, psi_w: hw, ..Default::default() });
     }
-    round::server_update(&mut th, &mut wv, block_len, &msgs, &weights, &server);
+    server::server_update(&mut th, &mut wv, block_len, &msgs, &weights, &server);
     Ok((th.into_pyarray(py), wv.into_pyarray(py)))
+}
+
+/// Row indices of the batch of silo `silo` (with `n` records) in round `round`, as the sampling of
+/// `config` draws it from `key`'s batch stream.
+#[pyfunction]
+#[pyo3(signature = (config, n, *, key, silo, round))]
+pub(super) fn draw_batch<'py>(
+    py: Python<'py>,
+    config: &PySiloConfig,
+    n: usize,
+    key: &PyNoiseKey,
+    silo: u64,
+    round: u64,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    if n == 0 {
+        return Err(value_error("n must be >= 1"));
+    }
+    if let crate::sampling::Sampling::WithoutReplacement { m } | crate::sampling::Sampling::Shuffle { m } = config.inner.sampling {
+        if m > n {
+            return Err(value_error(format!("batch_size={m} is larger than the silo, which has {n} records")));
+        }
+    }
+    let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
+    let batch = round::draw_batch(&config.inner, &keys, silo, round, n);
+    Ok(batch.into_iter().map(|i| i as i64).collect::<Vec<_>>().into_pyarray(py))
+}
+
+type Parts<'py> = (
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+);
+
+/// The five exact parts of a batch with the round's noise added (`round::noise_message`): the
+/// loss gradient in record mode, then `h_θ`, then `h_W`, from `key`'s stream `(silo, round)`;
+/// the ψ parts are zeroed when the config does not send them. Returns new arrays.
+#[pyfunction]
+#[pyo3(signature = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w, config, *, key, silo, round))]
+// One parameter per argument of the Python signature above (it is the binding's API).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn noise_message<'py>(
+    py: Python<'py>,
+    loss_grad: PyReadonlyArray1<'py, f64>,
+    psi_theta_sfree: PyReadonlyArray1<'py, f64>,
+    psi_theta: PyReadonlyArray1<'py, f64>,
+    psi_w_sfree: PyReadonlyArray1<'py, f64>,
+    psi_w: PyReadonlyArray1<'py, f64>,
+    config: &PySiloConfig,
+    key: &PyNoiseKey,
+    silo: u64,
+    round: u64,
+) -> PyResult<Parts<'py>> {
+    let v = |a: &PyReadonlyArray1<'py, f64>| -> Vec<f64> { a.as_array().iter().copied().collect() };
+    let mut msg = BatchGradients {
+        loss_grad: v(&loss_grad),
+        psi_theta_sfree: v(&psi_theta_sfree),
+        psi_theta: v(&psi_theta),
+        psi_w_sfree: v(&psi_w_sfree),
+        psi_w: v(&psi_w),
+        ..Default::default()
+    };
+    let t = msg.loss_grad.len();
+    if msg.psi_theta_sfree.len() != t || msg.psi_theta.len() != t || msg.psi_w_sfree.len() != msg.psi_w.len() {
+        return Err(value_error("the θ parts must have one length and the W parts another"));
+    }
+    let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
+    round::noise_message(&mut msg, &config.inner, &keys, silo, round);
+    Ok((
+        msg.loss_grad.into_pyarray(py),
+        msg.psi_theta_sfree.into_pyarray(py),
+        msg.psi_theta.into_pyarray(py),
+        msg.psi_w_sfree.into_pyarray(py),
+        msg.psi_w.into_pyarray(py),
+    ))
 }
 
 /// How many rows of a float64 or float32 matrix hold a NaN or an infinity: the finiteness check
@@ -390,6 +482,19 @@ pub(super) fn nonfinite_rows(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<u
         return Ok(py.allow_threads(|| count(data, d)));
     }
     Err(value_error("X must be a 2-D float64 or float32 array"))
+}
+
+/// The buffer of a C-contiguous 2-D array and its shape `(n, d)`. The pointer stays valid as long
+/// as the array object lives and is not resized (the caller keeps the object alive).
+fn c_contiguous<T: numpy::Element>(a: &Bound<'_, PyArray2<T>>) -> PyResult<(*const T, usize, usize)> {
+    let not_contiguous = || value_error("x must be C-contiguous (use numpy.ascontiguousarray)");
+    if !a.is_c_contiguous() {
+        return Err(not_contiguous());
+    }
+    let ro = a.readonly();
+    let (n, d) = ro.as_array().dim();
+    let data = ro.as_slice().map_err(|_| not_contiguous())?;
+    Ok((data.as_ptr(), n, d))
 }
 
 /// The data of integer arrays, each of which must be contiguous (`name` for the error).

@@ -1,4 +1,4 @@
-//! [`Schedule::Shared`](crate::round::Schedule::Shared): the rounds of a call run on the calling
+//! [`Schedule::Shared`](super::Schedule::Shared): the rounds of a call run on the calling
 //! thread and one helper thread, with no hand-off that either thread must wait for.
 //!
 //! Each round is a set of *tasks*, one per answering silo: the exact parts of the silo's batch
@@ -7,7 +7,7 @@
 //! draws the batches and noise of the coming rounds (*units*, one per silo and round; they depend
 //! on neither θ nor W). A task whose unit nobody has drawn yet draws it itself. So when the
 //! helper is not running (the operating system descheduled it), the calling thread does all the
-//! work alone, as [`Schedule::Sequential`](crate::round::Schedule::Sequential) would, and waits
+//! work alone, as [`Schedule::Sequential`](super::Schedule::Sequential) would, and waits
 //! only for a task or a unit the helper has already started.
 //!
 //! Every task writes into its own silo's scratch, and the server step adds the messages in silo
@@ -16,8 +16,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use crate::psi::{BatchGradients, Dims, PsiInputs};
-use crate::round::{draw_round_into, noised_parts_into, Silo, SiloConfig, SiloKeys, StepScratch};
+use super::RoundsRequest;
+use crate::psi::{BatchGradients, Point};
+use crate::round::{draw_round_into, noised_parts_into, RoundDraws, StepScratch};
 
 /// Rounds whose units may be drawn ahead of the open round (the size of the units' ring).
 pub const SHARED_AHEAD: u64 = 64;
@@ -34,13 +35,6 @@ const NAP_MICROS: u64 = 50;
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// One unit's draws: the batch and the standard normal draws of one silo's round.
-#[derive(Default)]
-struct Unit {
-    batch: Vec<usize>,
-    noise: Vec<f64>,
-}
-
 /// Unit states (one `u64` per ring entry): `2(q+1)` while round `q`'s unit is being drawn,
 /// `2(q+1) + 1` once it is drawn. States only grow, so a state from an older round is below both.
 fn claimed(q: u64) -> u64 {
@@ -52,13 +46,9 @@ fn drawn(q: u64) -> u64 {
 
 /// What the two threads share during one call.
 struct Board<'a> {
-    silos: &'a [Silo],
-    cfgs: &'a [SiloConfig],
-    keys: &'a [SiloKeys],
+    req: &'a RoundsRequest<'a>,
     active: &'a [usize],
     lens: (usize, usize),
-    start: u64,
-    n_rounds: u64,
     /// The open round's claims: `(round + 1) << 32 | next task`; 0 while no round is open.
     claim: Padded<AtomicU64>,
     /// Tasks of the open round that are finished.
@@ -70,8 +60,9 @@ struct Board<'a> {
     helper_failed: AtomicBool,
     /// θ and W of the open round, for the helper's tasks (the calling thread reads its own).
     params: RwLock<(Vec<f64>, Vec<f64>)>,
-    /// Ring of units: entry `(q mod min(SHARED_AHEAD, n_rounds)) · tasks + t`.
-    units: Vec<Mutex<Unit>>,
+    /// Ring of units (one silo's [`RoundDraws`] of one round): entry
+    /// `(q mod min(SHARED_AHEAD, n_rounds)) · tasks + t`.
+    units: Vec<Mutex<RoundDraws>>,
     states: Vec<AtomicU64>,
     /// One scratch per task (silo), whoever runs it.
     scratch: Vec<Mutex<StepScratch>>,
@@ -83,7 +74,7 @@ impl Board<'_> {
     }
 
     fn entry(&self, q: u64, t: usize) -> usize {
-        (q % SHARED_AHEAD.min(self.n_rounds)) as usize * self.tasks() + t
+        (q % SHARED_AHEAD.min(self.req.n_rounds)) as usize * self.tasks() + t
     }
 
     /// Draws unit `(q, t)` if nobody has claimed it; true if this call drew it.
@@ -94,10 +85,9 @@ impl Board<'_> {
         if old >= claimed(q) || state.compare_exchange(old, claimed(q), Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
-        let j = self.active[t];
+        let (req, j) = (self.req, self.active[t]);
         let mut unit = self.units[e].lock().unwrap();
-        let Unit { batch, noise } = &mut *unit;
-        draw_round_into(&self.cfgs[j], &self.keys[j], j as u64, self.start + q, self.silos[j].len(), self.lens, batch, noise);
+        draw_round_into(&req.silo_cfgs[j], &req.keys[j], j as u64, req.start + q, req.silos[j].len(), self.lens, &mut unit);
         drop(unit);
         state.store(drawn(q), Ordering::Release);
         true
@@ -128,13 +118,13 @@ impl Board<'_> {
     }
 
     /// Task `t` of round `q` (counted from `start`) with θ and W as given.
-    fn run_task(&self, dims: Dims, theta: &[f64], psi: PsiInputs<'_>, q: u64, t: usize) {
+    fn run_task(&self, at: Point<'_>, q: u64, t: usize) {
         self.ensure_drawn(q, t);
-        let j = self.active[t];
+        let (req, j) = (self.req, self.active[t]);
         let unit = self.units[self.entry(q, t)].lock().unwrap();
         let mut sc = self.scratch[t].lock().unwrap();
         let StepScratch { ws, msg, .. } = &mut *sc;
-        noised_parts_into(&self.silos[j], dims, theta, psi, &self.cfgs[j], &unit.batch, &unit.noise, ws, msg);
+        noised_parts_into(&req.silos[j], at, &req.silo_cfgs[j], &unit, ws, msg);
         drop(sc);
         drop(unit);
         self.done.0.fetch_add(1, Ordering::Release);
@@ -158,7 +148,7 @@ impl Board<'_> {
     }
 
     /// The helper's loop: tasks of the open round first, then units ahead, until the call ends.
-    fn help(&self, dims: Dims, fairness: crate::psi::Fairness, inv_sqrt_ps: &[f64]) {
+    fn help(&self) {
         let n = self.tasks() as u64;
         if n == 0 {
             return; // no silo answers: nothing to run or draw
@@ -168,15 +158,14 @@ impl Board<'_> {
         while !self.stop.0.load(Ordering::Acquire) {
             if let Some((q, t)) = self.try_claim() {
                 let params = self.params.read().unwrap();
-                let psi = PsiInputs { fairness, w: &params.1, inv_sqrt_ps };
-                self.run_task(dims, &params.0, psi, q, t);
+                self.run_task(self.req.point(&params.0, &params.1), q, t);
                 idle = 0;
                 continue;
             }
             let finished = self.finished.0.load(Ordering::Acquire);
             next_unit = next_unit.max(finished * n);
             let q = next_unit / n;
-            if q < self.n_rounds && q < finished + SHARED_AHEAD {
+            if q < self.req.n_rounds && q < finished + SHARED_AHEAD {
                 self.try_draw(q, (next_unit % n) as usize);
                 next_unit += 1;
                 idle = 0;
@@ -208,24 +197,18 @@ impl Drop for FailFlag<'_> {
     }
 }
 
-/// Runs rounds `start .. start + n_rounds` of the silos `active` under [`Schedule::Shared`]
-/// (crate::round::Schedule::Shared); `finish(round, θ, W, messages)` is the calling thread's
-/// work after each round's tasks (summaries and the server step), as in the other schedules.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_shared(
-    silos: &[Silo],
-    dims: Dims,
+/// Runs the rounds of `req` for the silos `active` under
+/// [`Schedule::Shared`](super::Schedule::Shared); `finish(round, θ, W, messages)` is the calling
+/// thread's work after each round's tasks (summaries and the server step), as in the other
+/// schedules.
+pub(super) fn run_shared(
+    req: &RoundsRequest<'_>,
+    active: &[usize],
     theta: &mut [f64],
     w: &mut [f64],
-    psi_tables: (crate::psi::Fairness, &[f64]),
-    silo_cfgs: &[SiloConfig],
-    keys: &[SiloKeys],
-    active: &[usize],
-    start: u64,
-    n_rounds: u64,
     mut finish: impl FnMut(u64, &mut [f64], &mut [f64], &[&BatchGradients]),
 ) {
-    let (fairness, inv_sqrt_ps) = psi_tables;
+    let (start, n_rounds) = (req.start, req.n_rounds);
     let tasks = active.len();
     assert!(tasks < 1 << 32, "too many silos for the shared schedule");
     if n_rounds == 0 {
@@ -234,20 +217,16 @@ pub(crate) fn run_shared(
     // The ring holds the units of at most SHARED_AHEAD rounds (fewer when the call has fewer).
     let ring = SHARED_AHEAD.min(n_rounds) as usize * tasks;
     let board = Board {
-        silos,
-        cfgs: silo_cfgs,
-        keys,
+        req,
         active,
-        lens: (dims.theta_len(), dims.w_len(fairness)),
-        start,
-        n_rounds,
+        lens: (req.dims.theta_len(), req.dims.w_len(req.fairness)),
         claim: Padded(AtomicU64::new(0)),
         done: Padded(AtomicUsize::new(0)),
         finished: Padded(AtomicU64::new(0)),
         stop: Padded(AtomicBool::new(false)),
         helper_failed: AtomicBool::new(false),
         params: RwLock::new((theta.to_vec(), w.to_vec())),
-        units: (0..ring).map(|_| Mutex::new(Unit::default())).collect(),
+        units: (0..ring).map(|_| Mutex::new(RoundDraws::default())).collect(),
         states: (0..ring).map(|_| AtomicU64::new(0)).collect(),
         scratch: (0..tasks).map(|_| Mutex::new(StepScratch::default())).collect(),
     };
@@ -255,7 +234,7 @@ pub(crate) fn run_shared(
         let board = &board;
         scope.spawn(move || {
             let _flag = FailFlag(&board.helper_failed);
-            board.help(dims, fairness, inv_sqrt_ps);
+            board.help();
         });
         // Stops the helper however the calling thread leaves the scope (also by a panic).
         struct Stop<'b>(&'b AtomicBool);
@@ -274,9 +253,9 @@ pub(crate) fn run_shared(
             board.done.0.store(0, Ordering::Relaxed);
             board.claim.0.store((q + 1) << 32, Ordering::Release);
             {
-                let psi = PsiInputs { fairness, w, inv_sqrt_ps };
+                let at = req.point(theta, w);
                 while let Some((q_task, t)) = board.try_claim() {
-                    board.run_task(dims, theta, psi, q_task, t);
+                    board.run_task(at, q_task, t);
                 }
             }
             board.wait(|| board.done.0.load(Ordering::Acquire) == tasks);

@@ -1,0 +1,201 @@
+//! Prediction of the linear-softmax model: logits `z_v = x̃·θ[:, v-1]` (`z_0 = 0`), class
+//! probabilities `F = softmax(z)`, predicted classes `argmax z`.
+
+use super::dot::{dense_dot_and_square, dense_dots4, sparse_logit, sparse_logit_pair};
+use crate::features::Rows;
+
+
+/// Writes the class probabilities `F(x)` of one record into `probs` (length `l`).
+#[inline]
+pub fn predict_proba_row(x: &[f64], theta: &[f64], l: usize, probs: &mut [f64]) {
+    logits_row(x, theta, l, probs);
+    softmax_in_place(probs);
+}
+
+/// The logits of one record into `z` (length `l`; the reference class 0 has logit 0).
+#[inline]
+fn logits_row(x: &[f64], theta: &[f64], l: usize, z: &mut [f64]) {
+    let lm1 = l - 1;
+    let d = x.len();
+    z[0] = 0.0;
+    if lm1 == 1 {
+        // Two classes: the training kernel's dot product of a dense row (no branch per entry: on
+        // one-hot data the test for a zero mispredicts), so a dense row's logit has its bits.
+        z[1] = theta[d] + dense_dot_and_square(x, &theta[..d]).0;
+        return;
+    }
+    for v in 1..l {
+        z[v] = theta[d * lm1 + (v - 1)];
+    }
+    for (j, &xj) in x.iter().enumerate() {
+        if xj != 0.0 {
+            let row = &theta[j * lm1..(j + 1) * lm1];
+            for v in 1..l {
+                z[v] += xj * row[v - 1];
+            }
+        }
+    }
+}
+
+/// The predicted class of one record: the class of the largest logit (ties: the lower class),
+/// which is the class of the largest probability without computing the softmax (`z` is scratch
+/// of length `l`).
+#[inline]
+pub fn predict_class_row(x: &[f64], theta: &[f64], l: usize, z: &mut [f64]) -> usize {
+    logits_row(x, theta, l, z);
+    argmax(z)
+}
+
+/// The predicted class of row `i` of `rows` ([`predict_class_row`]; `z` is scratch of length `l`).
+/// A row held as float64 is read as a slice (the dense dot product's bits); other rows (CSR,
+/// float32) entry by entry, in column order.
+#[inline]
+pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &mut [f64]) -> usize {
+    if let Some(x) = rows.dense_row(i) {
+        return predict_class_row(x, theta, l, z);
+    }
+    let (d, lm1) = (rows.n_features(), l - 1);
+    if l == 2 {
+        let mut z1 = theta[d];
+        rows.for_each(i, |j, xj| z1 += xj * theta[j]);
+        return (z1 > 0.0) as usize;
+    }
+    z[0] = 0.0;
+    for v in 1..l {
+        z[v] = theta[d * lm1 + (v - 1)];
+    }
+    rows.for_each(i, |j, xj| {
+        for v in 1..l {
+            z[v] += xj * theta[j * lm1 + (v - 1)];
+        }
+    });
+    argmax(z)
+}
+
+/// For a two-class model on sparse rows: how many of the rows `0, step, 2·step, …` are predicted
+/// as class 1 (`None`, doing nothing, when the rows are not stored sparse): two rows at a time
+/// ([`sparse_logit_pair`]), each logit the chain of [`predict_class`], so the counts are its.
+pub fn count_class_one_sparse<R: Rows>(rows: &R, step: usize, theta: &[f64]) -> Option<u64> {
+    let (n, d, step) = (rows.n_rows(), rows.n_features(), step.max(1));
+    if n == 0 {
+        return Some(0);
+    }
+    rows.sparse_row(0)?;
+    let mut ones = 0u64;
+    let mut i = 0;
+    while i + step < n {
+        let [(za, _), (zb, _)] = sparse_logit_pair(theta, d, rows.sparse_row(i)?, rows.sparse_row(i + step)?);
+        ones += (za > 0.0) as u64 + (zb > 0.0) as u64;
+        i += 2 * step;
+    }
+    if i < n {
+        let (z, _) = sparse_logit(theta, d, rows.sparse_row(i)?);
+        ones += (z > 0.0) as u64;
+    }
+    Some(ones)
+}
+
+/// The index of the largest entry (ties: the lowest index).
+#[inline]
+fn argmax(z: &[f64]) -> usize {
+    let mut best = 0;
+    for v in 1..z.len() {
+        if z[v] > z[best] {
+            best = v;
+        }
+    }
+    best
+}
+
+/// How many rows of `x` (`n × d`, row-major) each of the `l` classes is predicted for
+/// ([`predict_class_row`]); blocks of [`PREDICT_BLOCK`] rows run on the rayon pool.
+pub fn predict_counts(x: &[f64], d: usize, theta: &[f64], l: usize) -> Vec<u64> {
+    use rayon::prelude::*;
+    let count = |x: &[f64]| {
+        let mut counts = vec![0u64; l];
+        let mut z = vec![0.0; l];
+        let mut rest = x;
+        if l == 2 && d > 0 {
+            // Four rows at a time: sixteen independent sums instead of four, the same per row.
+            let quads = x.chunks_exact(4 * d);
+            rest = quads.remainder();
+            for quad in quads {
+                let logits = dense_dots4(quad, &theta[..d]);
+                for v in logits {
+                    counts[(theta[d] + v > 0.0) as usize] += 1;
+                }
+            }
+        }
+        for row in rest.chunks_exact(d.max(1)) {
+            counts[predict_class_row(&row[..d], theta, l, &mut z)] += 1;
+        }
+        counts
+    };
+    let n = x.len().checked_div(d).unwrap_or(0);
+    if n <= PREDICT_BLOCK {
+        return count(x);
+    }
+    x.par_chunks(d * PREDICT_BLOCK).map(count).reduce(
+        || vec![0; l],
+        |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            a
+        },
+    )
+}
+
+/// Numerically stable softmax, a probability vector whatever the logits: with logits of +∞ (an
+/// overflow under a hostile θ) its limit, equal mass on those classes; with a NaN logit and none
+/// of +∞, the uniform distribution. The ψ part c_i = 2 p(s_i)^{-1/2} e_{s_i} F_iᵀ is not clipped:
+/// its sensitivity rests on F_i being a probability vector, so a NaN in F_i would show s_i in the
+/// message (the row it lands in). Finite logits take the usual path, bit for bit.
+#[inline]
+pub fn softmax_in_place(z: &mut [f64]) {
+    let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::INFINITY || z.iter().any(|v| v.is_nan()) {
+        softmax_degenerate(z);
+        return;
+    }
+    let mut sum = 0.0;
+    for v in z.iter_mut() {
+        // exp(0) = 1 exactly: the largest logit needs no call (half the calls for l = 2).
+        *v = if *v == max && max.is_finite() { 1.0 } else { (*v - max).exp() };
+        sum += *v;
+    }
+    for v in z.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// [`softmax_in_place`] of logits with a +∞ or a NaN (see there).
+#[cold]
+fn softmax_degenerate(z: &mut [f64]) {
+    let top = z.iter().filter(|&&v| v == f64::INFINITY).count();
+    let l = z.len() as f64;
+    for v in z.iter_mut() {
+        *v = match top {
+            0 => 1.0 / l,
+            _ if *v == f64::INFINITY => 1.0 / top as f64,
+            _ => 0.0,
+        };
+    }
+}
+
+/// Class probabilities for all rows of `x` (`n × d`, row-major) into `out` (`n × l`).
+/// Blocks of [`PREDICT_BLOCK`] rows run on the rayon pool.
+pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f64]) {
+    use rayon::prelude::*;
+    let rows = |x: &[f64], out: &mut [f64]| {
+        for (row, probs) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(l)) {
+            predict_proba_row(&row[..d], theta, l, probs);
+        }
+    };
+    if out.len() / l <= PREDICT_BLOCK {
+        rows(x, out);
+    } else {
+        x.par_chunks(d.max(1) * PREDICT_BLOCK).zip(out.par_chunks_mut(l * PREDICT_BLOCK)).for_each(|(x, out)| rows(x, out));
+    }
+}
+
+/// Rows per parallel task of [`predict_proba`].
+pub(super) const PREDICT_BLOCK: usize = 2048;
