@@ -322,7 +322,7 @@ def test_a_target_out_of_reach_warns_when_lambda_hits_its_cap():
     moves, the violation cannot fall, λ climbs to the cap: warned, with the numbers."""
     f = small_fed()
     X, y, s = f.pooled()
-    m = SteFFLe(lam=0.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
+    m = SteFFLe(lam=0.0, epsilon=None, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
     v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v > 0.3
     m.set_params(lam=1.0, max_violation=TARGET, lr_theta=0.0, lam_lr=1e4, warm_start=True)
