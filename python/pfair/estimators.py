@@ -194,6 +194,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         releases use alone; the training noise is calibrated to the composition of everything.
     lam_lr : η_λ, the dual step size of ``max_violation``.
 
+    Features: the step sizes and clip norms assume standardised features. A column with |mean| or
+    std above 10 (``pfair._fit.FEATURE_SCALE_LIMIT``) is standardised by ``fit`` on arrays with
+    the training data's mean and std when ``protect="attribute"`` or ``epsilon=None`` (warned; the
+    fitted ``coef_``/``intercept_`` are in the original units, ``feature_scaling_`` holds the
+    statistics), and refused with the fix (``make_pipeline(StandardScaler(), SteFFLe(...))``) in a
+    private ``protect="record"`` fit, where those statistics would be an unprotected release
+    about the records, and for a ``Federation``.
+
     A scikit-learn classifier: it works in ``Pipeline``, ``cross_val_score`` and ``GridSearchCV``
     with metadata routing of ``sensitive_features`` and ``silos`` (``docs/sklearn.md``, which also
     explains why cross-validating a private model multiplies its privacy cost).
