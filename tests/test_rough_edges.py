@@ -126,8 +126,8 @@ def test_a_refit_on_a_spent_federation_says_how_much_is_left_and_how_to_start_ov
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         SteFFLe(epochs=3).fit(fed)
-    with pytest.warns(PrivacyWarning, match=r"silo 0: .*already spent epsilon=0\.99\d* of its budget 1 .*runs on "
-                                            r"the epsilon=\S+ left \(\d+\.\d% of the budget\): its noise is larger.*"
+    with pytest.warns(PrivacyWarning, match=r"silo 0: .*already spent epsilon=0\.99\d* of its budget 1 .*gets "
+                                            r"only what is left: the epsilon=\S+ left \(\d+\.\d% of the budget\)\. Its noise is larger.*"
                                             r"ledgers='new'"):
         SteFFLe(epochs=3).fit(fed)
     # The explicit choice: new ledgers, a full budget (and no warning about spent ones).

@@ -276,8 +276,8 @@ def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:
         left = max(0.0, ledger.epsilon - spent)
         warnings.warn(
             f"silo {silo}: its ledger has already spent epsilon={spent:.6g} of its budget {ledger.epsilon:g} on "
-            f"earlier fits or releases on these records, so this fit runs on the epsilon={left:.3g} left "
-            f"({left / ledger.epsilon:.1%} of the budget): its noise is larger than a fresh fit's, and each further "
+            f"earlier fits or releases on these records, so this fit gets only what is left: the epsilon={left:.3g} "
+            f"left ({left / ledger.epsilon:.1%} of the budget). Its noise is larger than a fresh fit's, and each further "
             "fit gets less until the ledger refuses (PrivacyBudgetExceeded). The budget belongs to the records, not "
             "to one fit. To train again from a full budget, choose it explicitly: fit(..., ledgers='new') in a "
             "simulation (or a new Federation); on real data that adds to each record's total privacy cost",
