@@ -17,7 +17,7 @@ def german():
 
 
 def fit(data, **kw):
-    params = dict(epochs=5, batch_size=64, seed=0)
+    params = dict(epochs=5, batch_size=64, seed=0, epsilon=None)
     params.update(kw)
     return SteFFLe(**params).fit(data.X_train, data.y_train, sensitive_features=data.s_train)
 
@@ -55,7 +55,7 @@ def test_normalised_w_step_does_not_collapse_where_the_paper_step_does(german):
     pred = model.predict(german.X_test)
     assert 0.02 < np.mean(pred == 1) < 0.98
     # Same λ, same data: the paper's W step ends at the radius, the normalised one inside it.
-    paper = SteFFLe(lam=10.0, epochs=5, batch_size=64, w_step="paper")
+    paper = SteFFLe(lam=10.0, epsilon=None, epochs=5, batch_size=64, w_step="paper")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         paper.fit(german.X_train, german.y_train, sensitive_features=german.s_train)
@@ -81,7 +81,7 @@ def test_server_lr_w_is_the_normalised_step():
 
 
 def test_nonprivate_fit_does_not_clip_by_default(german):
-    st = SteFFLe().settings()
+    st = SteFFLe(epsilon=None).settings()
     assert (st.clip, st.clip_loss, st.clip_w) == (None, None, None)
     assert all(v == float("inf") for v in st.clips().values())
     model = fit(german, lam=1.0, epochs=2)

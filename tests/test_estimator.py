@@ -35,9 +35,9 @@ def dp_violation(model, X, y, s):
 
 def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
-    plain = SteFFLe(lam=0.0, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    plain = SteFFLe(lam=0.0, epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     # 16 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over seeds).
-    fair = SteFFLe(lam=8.0, **{**FAST, "epochs": 16}).fit(X, y, sensitive_features=s, silos=silos)
+    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 16}).fit(X, y, sensitive_features=s, silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3
@@ -158,9 +158,9 @@ def test_record_mode_noises_the_loss_and_holds_the_budget():
 
 def test_random_iterate_differs_from_last_and_is_reproducible():
     X, y, s, silos = unfair_data()
-    last = SteFFLe(output="last", **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    rnd = SteFFLe(output="random", **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    rnd2 = SteFFLe(output="random", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    last = SteFFLe(output="last", epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    rnd = SteFFLe(output="random", epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    rnd2 = SteFFLe(output="random", epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     assert not np.array_equal(last.theta_, rnd.theta_)
     np.testing.assert_array_equal(rnd.theta_, rnd2.theta_)
 
@@ -210,7 +210,7 @@ BAD = [
 def test_bad_input_gets_a_clear_error(params, mutate, exc, message):
     X, y, s, silos = mutate(*unfair_data())
     with pytest.raises(exc, match=message):
-        SteFFLe(**{**FAST, **params}).fit(X, y, sensitive_features=s, silos=silos)
+        SteFFLe(**{**FAST, "epsilon": None, **params}).fit(X, y, sensitive_features=s, silos=silos)
 
 
 def test_predict_before_fit_and_feature_mismatch():

@@ -150,7 +150,7 @@ def test_a_declared_group_with_no_records_is_refused_for_every_notion():
     assert fed.n_groups == len(set(s)) + 1
     for fairness in ("demographic_parity", "equalized_odds", "equal_opportunity"):
         with pytest.raises(ValueError, match="group 'absent' has no records"):
-            SteFFLe(fairness=fairness, epochs=1, batch_size=8).fit(fed)
+            SteFFLe(fairness=fairness, epsilon=None, epochs=1, batch_size=8).fit(fed)
 
 
 def test_non_finite_features_are_refused_with_the_number_of_bad_rows():

@@ -165,7 +165,7 @@ def test_public_proportions_are_validated():
 def test_p_s_errors_and_warnings():
     X, y, s, silos = data(600)
     with pytest.raises(ValueError, match="p_s='dp' needs epsilon"):
-        SteFFLe(p_s="dp", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+        SteFFLe(p_s="dp", epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     with pytest.raises(ValueError, match="p_s_epsilon_share must be in"):
         SteFFLe(p_s="dp", epsilon=1.0, p_s_epsilon_share=1.5, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     with pytest.raises(ValueError, match="not public: pass the public proportions"):

@@ -84,15 +84,15 @@ def test_one_record_silo_with_default_delta_is_refused_before_training():
     m = SteFFLe(epsilon=1.0, delta=1e-5, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
     assert (m.privacy_report_["delta"] == 1e-5).all()
     # Non-private fits never need delta.
-    SteFFLe(**QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    SteFFLe(epsilon=None, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
 
 
 # ----------------------------------------------------------------- silos as index arrays
 def test_silos_as_a_list_of_index_arrays_equals_silo_ids():
     X, y, s, ids = data()
     parts = [np.flatnonzero(ids == j) for j in range(3)]
-    a = SteFFLe(**QUICK).fit(X, y, sensitive_features=s, silos=parts)
-    b = SteFFLe(**QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    a = SteFFLe(epsilon=None, **QUICK).fit(X, y, sensitive_features=s, silos=parts)
+    b = SteFFLe(epsilon=None, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
     np.testing.assert_array_equal(a.theta_, b.theta_)
     assert a.privacy_report_.shape[0] == 3
     c = CentralERM(**QUICK).fit(X, y, silos=[list(p) for p in parts])

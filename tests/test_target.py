@@ -239,11 +239,11 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
 @pytest.mark.slow
 def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     X, y, s = adult_fed.pooled()
-    free = SteFFLe(lam=0.0, epochs=40).fit(adult_fed)
+    free = SteFFLe(lam=0.0, epsilon=None, epochs=40).fit(adult_fed)
     v_free = metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.15  # the constraint is active
 
-    m = SteFFLe(max_violation=TARGET, epochs=40).fit(adult_fed)
+    m = SteFFLe(max_violation=TARGET, epsilon=None, epochs=40).fit(adult_fed)
     h = m.history_
     v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert abs(v - TARGET) < 0.015, v
@@ -322,7 +322,7 @@ def test_a_target_out_of_reach_warns_when_lambda_hits_its_cap():
     moves, the violation cannot fall, λ climbs to the cap: warned, with the numbers."""
     f = small_fed()
     X, y, s = f.pooled()
-    m = SteFFLe(lam=0.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
+    m = SteFFLe(lam=0.0, epsilon=None, epochs=2, batch_size=50, p_s=[0.5, 0.5]).fit(f)
     v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v > 0.3
     m.set_params(lam=1.0, max_violation=TARGET, lr_theta=0.0, lam_lr=1e4, warm_start=True)

@@ -22,13 +22,65 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
 from pfair._validation import as_features, as_labels, as_vector, check_default_delta, label_indices
-from pfair.exceptions import PrivacyWarning
+from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 from pfair.federation import Federation
 from pfair.privacy.proportions import n_blocks
 from pfair.settings import SteFFLeSettings
 
 #: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
 OnEpoch = Callable[[int, np.ndarray, np.ndarray, dict], "dict | None"]
+
+
+#: A feature column whose |mean| or standard deviation exceeds this is refused by ``fit``: SteFFLe's
+#: step sizes, clip norms and W radius are set for standardised features (mean 0, std 1), and a
+#: column 1000 times larger makes the first steps overshoot until θ diverges.
+FEATURE_SCALE_LIMIT = 10.0
+
+
+def _column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of every column over the rows of ``blocks`` (2-D arrays)."""
+    n = sum(b.shape[0] for b in blocks)
+    total = sum(np.sum(b, axis=0, dtype=np.float64) for b in blocks)
+    mean = total / max(n, 1)
+    sq = sum(np.sum((np.asarray(b, dtype=np.float64) - mean) ** 2, axis=0) for b in blocks)
+    return mean, np.sqrt(sq / max(n, 1))
+
+
+def unscaled_columns(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The columns of ``blocks`` (2-D arrays, one per silo) far from standardised
+    (:data:`FEATURE_SCALE_LIMIT`), with every column's mean and standard deviation."""
+    blocks = [b.reshape(b.shape[0], -1) for b in blocks if b.shape[0] > 0]
+    if not blocks:
+        return np.array([], dtype=int), np.zeros(0), np.zeros(0)
+    mean, std = _column_stats(blocks)
+    bad = np.flatnonzero((np.abs(mean) > FEATURE_SCALE_LIMIT) | (std > FEATURE_SCALE_LIMIT))
+    return bad, mean, std
+
+
+def _listed(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None) -> str:
+    label = (lambda j: repr(names[j])) if names is not None and len(names) == mean.size else (lambda j: f"column {j}")
+    more = f" and {bad.size - 5} more" if bad.size > 5 else ""
+    return ", ".join(f"{label(j)} (mean {mean[j]:.4g}, std {std[j]:.4g})" for j in bad[:5]) + more
+
+
+def feature_scale_refusal(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None,
+                          st: SteFFLeSettings, name: str, federation: bool) -> ValueError:
+    """The error of features far from standardised that ``fit`` does not standardise itself: in a
+    private fit with ``protect="record"`` (their mean and std would be an unprotected release about
+    the records), or in a :class:`Federation` (whose silos hold the data as given)."""
+    if st.private and st.protect == "record":
+        why = ("pfair does not standardise them inside a private fit with protect='record': the mean and std are "
+               "statistics of the silos' records, a release that protect='record' does not cover. Standardise "
+               "with statistics you may use (public or known ranges, or a scaler fitted on data you may release)")
+    else:
+        why = ("a Federation holds the silos' data as given, so pfair does not rescale it; standardise before "
+               "building it (fit on arrays standardises for you with protect='attribute' or epsilon=None)")
+    return ValueError(
+        f"{name}.fit: feature(s) {_listed(bad, mean, std, names)} are far from standardised (|mean| or std above "
+        f"{FEATURE_SCALE_LIMIT:g}); SteFFLe's step sizes and clip norms assume mean 0 and std 1, and on this "
+        f"scale training diverges whatever lam or lr_theta. Standardise first: make_pipeline(StandardScaler(), "
+        f"{name}(...)).fit(X, y, {name.lower()}__sensitive_features=s), or load the table with "
+        f"pfair.datasets.load_csv, which standardises numeric columns. {why}")
 
 
 class _ParamsMixin(BaseEstimator):
@@ -47,6 +99,9 @@ class SteFFLeFit(_ParamsMixin):
     #: Settings a named configuration fixes instead of taking them as parameters (e.g. FERMI's
     #: ``epsilon=None``); they complete ``get_params()`` when the settings are built.
     _fixed_settings: ClassVar[dict[str, Any]] = {}
+    #: Whether ``fit`` refuses features far from standardised (:func:`check_feature_scale`): the
+    #: linear model's settings assume standardised features; a deep model may normalise its inputs.
+    _checks_feature_scale: ClassVar[bool] = False
 
     theta_: np.ndarray
     classes_: np.ndarray
@@ -73,6 +128,12 @@ class SteFFLeFit(_ParamsMixin):
             if hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
             self.n_features_in_ = X.n_features
+            self._scaling = None
+            if self._checks_feature_scale:
+                bad, mean, std = unscaled_columns([np.asarray(silo.X) for silo in X.silos])
+                if bad.size:
+                    raise feature_scale_refusal(bad, mean, std, getattr(X, "feature_names", None), st,
+                                                type(self).__name__, federation=True)
             return X
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None: call "
@@ -89,12 +150,55 @@ class SteFFLeFit(_ParamsMixin):
             sensitive_features = np.arange(n) % 2
             self._has_sensitive = False
         names = [str(c) for c in X.columns] if hasattr(X, "columns") else None
+        self._scaling = None
+        if self._checks_feature_scale:
+            Xa = self._standardise_if_unscaled(Xa, names, st)
         return Federation.from_arrays(Xa, y_arr, sensitive_features=sensitive_features, silos=silos,
                                       feature_names=names)
 
+    def _standardise_if_unscaled(self, Xa: np.ndarray, names: list[str] | None, st: SteFFLeSettings) -> np.ndarray:
+        """``Xa`` standardised when a column is far from it (:data:`FEATURE_SCALE_LIMIT`) and the
+        fit may use the features' statistics (``protect="attribute"`` or non-private: the features
+        are not what the guarantee protects); refused in a private ``protect="record"`` fit. The
+        fitted ``theta_`` (``coef_``, ``intercept_``) is folded back to the original units, so
+        ``predict`` takes the features as given; ``feature_scaling_`` holds the (mean, std) used."""
+        bad, mean, std = unscaled_columns([Xa])
+        if bad.size == 0:
+            return Xa
+        name = type(self).__name__
+        if st.private and st.protect == "record":
+            raise feature_scale_refusal(bad, mean, std, names, st, name, federation=False)
+        std = np.where(std > 0, std, 1.0)
+        warnings.warn(
+            f"{name}.fit standardised the features (mean 0, std 1, with the training data's mean and std) because "
+            f"{_listed(bad, mean, std, names)} would make training diverge; the fitted coef_ and intercept_ are in "
+            f"the original units and predict takes X as given. To choose the scaling yourself, use "
+            f"make_pipeline(StandardScaler(), {name}(...)). (With protect='attribute' or epsilon=None the features "
+            f"are not what the fit protects, so their statistics may be used.)",
+            UserWarning, stacklevel=4)
+        self._scaling = (mean, std)
+        return ((Xa - mean) / std).astype(Xa.dtype, copy=False)
+
+    def _fold_scaling(self, theta: np.ndarray, inverse: bool = False) -> np.ndarray:
+        """θ of the standardised features as θ of the original ones (``inverse``: the other way)."""
+        if getattr(self, "_scaling", None) is None:
+            return theta
+        mean, std = self._scaling
+        th = np.array(theta, dtype=np.float64).reshape(mean.size + 1, -1)
+        if inverse:
+            th[mean.size] = th[mean.size] + mean @ th[:mean.size]
+            th[:mean.size] = th[:mean.size] * std[:, None]
+        else:
+            th[:mean.size] = th[:mean.size] / std[:, None]
+            th[mean.size] = th[mean.size] - mean @ th[:mean.size]
+        return th.reshape(-1)
+
     def _check_privacy(self, st: SteFFLeSettings, fed: Federation, X: Any) -> None:
-        """Before a private run: a default δ needs silos of 2 records or more, and a fit on arrays
-        inside scikit-learn's model selection is warned (its real cost is the sum of the fits')."""
+        """Before a run: a non-private fit is warned (unless the estimator is a named non-private
+        configuration); in a private one, a default δ needs silos of 2 records or more, and a fit on
+        arrays inside scikit-learn's model selection is warned (its real cost is the sum of the fits')."""
+        if not st.private and "epsilon" not in self._fixed_settings:
+            warn_non_private(type(self).__name__, stacklevel=4)
         if st.private and st.delta is None:
             check_default_delta(fed.sizes, getattr(fed, "silo_names_", None))
         if st.private and not isinstance(X, Federation) and _inside_model_selection():
@@ -114,6 +218,9 @@ class SteFFLeFit(_ParamsMixin):
         ``history_`` row, the engine's ``info`` plus metrics on the silos' data (when allowed: a
         non-private fit, or ``exact_diagnostics``) and on ``eval_set``."""
         pooled = None
+        if eval_set is not None and getattr(self, "_scaling", None) is not None:
+            mean, std = self._scaling  # the epoch's θ is that of the standardised features
+            eval_set = ((as_features(eval_set[0]) - mean) / std, *eval_set[1:])
         if st.track_history and (st.exact_diagnostics or not st.private):
             Xp, yp, sp = fed.pooled()  # indices -> the user's labels and groups, as _evaluate takes them
             pooled = (Xp, fed.classes_[yp], fed.groups_[sp] if self._has_sensitive else None)
@@ -167,7 +274,7 @@ class SteFFLeFit(_ParamsMixin):
         start from zero), else None (the engine's start)."""
         if (st.warm_start and st.mode == "standard" and previous is None and hasattr(self, "theta_")
                 and hasattr(self, "W_")):
-            return self.theta_, self.W_
+            return self._fold_scaling(self.theta_, inverse=True), self.W_
         return None
 
     def _run(self, st: SteFFLeSettings, fed: Federation, *, ledgers: Any, on_epoch: OnEpoch, previous: Any = None,
@@ -202,7 +309,11 @@ class SteFFLeFit(_ParamsMixin):
         ``output="random"``), W as ``k × l`` (or ``classes × k × l``), history and the report."""
         theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
         blocks = n_blocks(st.fairness, l)
-        self.theta_ = np.asarray(theta, dtype=np.float64)
+        self.theta_ = self._fold_scaling(np.asarray(theta, dtype=np.float64))
+        if getattr(self, "_scaling", None) is not None:
+            self.feature_scaling_ = self._scaling
+        elif hasattr(self, "feature_scaling_"):
+            del self.feature_scaling_
         self.W_ = np.asarray(w).reshape(blocks, k, l)
         if blocks == 1:
             self.W_ = self.W_[0]
@@ -282,6 +393,35 @@ def warn_model_selection_cost(name: str, stacklevel: int = 3) -> None:
         "(epsilon / number of fits), or fit on one Federation so its ledgers refuse what is over budget "
         "(docs/sklearn.md)",
         PrivacyWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def refuse_fit_arguments(name: str, unsupported: dict[str, Any]) -> None:
+    """Refuse keyword arguments ``fit`` does not take, ``sample_weight`` with its reason."""
+    if not unsupported:
+        return
+    if "sample_weight" in unsupported:
+        raise TypeError(
+            f"{name}.fit does not take sample_weight: every record's gradient parts are clipped to the same norm "
+            "and each silo's noise is calibrated to the change one record can make to its sums; a weight would "
+            "scale a record's contribution and so change that sensitivity, and the (epsilon, delta) guarantee would "
+            "no longer hold as computed. Instead, resample the rows by their weight before the fit (subsampling keeps "
+            "the guarantee per row; a row repeated r times is protected only as a group of r rows), and pass the "
+            "weights to the metrics, which take sample_weight= (pfair.metrics)")
+    unknown = ", ".join(sorted(unsupported))
+    raise TypeError(f"{name}.fit got unexpected keyword argument(s) {unknown}; it takes sensitive_features, silos, "
+                    "sensitive_silos, eval_set, ledgers and resume")
+
+
+def warn_non_private(name: str, stacklevel: int = 3) -> None:
+    """The :class:`~pfair.exceptions.NonPrivateFitWarning` of a fit with ``epsilon=None``."""
+    warnings.warn(
+        f"{name} is fitting with epsilon=None: not private. Nothing is clipped or noised, so every message a silo "
+        f"sends reveals its exact data. Leave epsilon at its default (1.0, as pfair train) or set a budget for a "
+        f"private fit; keep epsilon=None for non-private baselines and simulations only (silence this with "
+        f"warnings.filterwarnings('ignore', category=pfair.exceptions.NonPrivateFitWarning))",
+        NonPrivateFitWarning,
         stacklevel=stacklevel,
     )
 

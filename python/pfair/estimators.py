@@ -26,7 +26,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import validate_data
 
 from pfair import _core
-from pfair._fit import SteFFLeFit
+from pfair._fit import SteFFLeFit, refuse_fit_arguments
 from pfair._validation import as_features
 from pfair.exceptions import NotFittedError
 
@@ -115,8 +115,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     ----------
     fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
     lam : float, λ ≥ 0, weight of the fairness penalty (0: no penalty, and nothing sent depends on s).
-    epsilon, delta : each silo's ISRL-DP budget over all its fits. ``epsilon=None``: non-private.
-        ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
+    epsilon, delta : each silo's ISRL-DP budget over all its fits. Default ``epsilon=1.0``, the same
+        as ``pfair train``. ``epsilon=None``: non-private (nothing clipped or noised), warned with a
+        :class:`~pfair.exceptions.NonPrivateFitWarning` at every fit. ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
         left (the budget lives in the silos' ledgers).
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
@@ -193,6 +194,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         releases use alone; the training noise is calibrated to the composition of everything.
     lam_lr : η_λ, the dual step size of ``max_violation``.
 
+    Features: the step sizes and clip norms assume standardised features. A column with |mean| or
+    std above 10 (``pfair._fit.FEATURE_SCALE_LIMIT``) is standardised by ``fit`` on arrays with
+    the training data's mean and std when ``protect="attribute"`` or ``epsilon=None`` (warned; the
+    fitted ``coef_``/``intercept_`` are in the original units, ``feature_scaling_`` holds the
+    statistics), and refused with the fix (``make_pipeline(StandardScaler(), SteFFLe(...))``) in a
+    private ``protect="record"`` fit, where those statistics would be an unprotected release
+    about the records, and for a ``Federation``.
+
     A scikit-learn classifier: it works in ``Pipeline``, ``cross_val_score`` and ``GridSearchCV``
     with metadata routing of ``sensitive_features`` and ``silos`` (``docs/sklearn.md``, which also
     explains why cross-validating a private model multiplies its privacy cost).
@@ -224,7 +233,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         *,
         fairness: str = "demographic_parity",
         lam: float = 1.0,
-        epsilon: float | None = None,
+        epsilon: float | None = 1.0,
         delta: float | None = None,
         epochs: int = 40,
         batch_size: int | str = "auto",
@@ -294,6 +303,8 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         self.max_violation_epsilon_share = max_violation_epsilon_share
         self.lam_lr = lam_lr
 
+    _checks_feature_scale = True
+
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         # Private noise comes from the operating system unless noise_seed is set.
@@ -312,6 +323,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         eval_set: tuple[Any, Any, Any] | None = None,
         ledgers: Any = None,
         resume: bool = False,
+        **unsupported: Any,
     ) -> "SteFFLe":
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
         record; ``None``: one silo). ``sensitive_silos`` (``mode="hybrid"``) gives the sensitive
@@ -334,6 +346,11 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``silos`` is one silo id per record, or a list of index arrays (one per silo, together
         every row exactly once).
 
+        ``sample_weight`` is refused with a ``TypeError`` that says why: each record's contribution
+        is clipped to one norm and the noise is calibrated to what one record can change, so a
+        weight would change the sensitivity the guarantee rests on (see
+        :func:`pfair._fit.refuse_fit_arguments`).
+
         In scikit-learn tools (``Pipeline``, ``cross_val_score``, ``GridSearchCV``) route the
         sensitive attribute (and silo ids) with metadata routing::
 
@@ -349,6 +366,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``PrivacyWarning`` (folds fitted by hand in a loop are not detected). Tune hyper-parameters on public or synthetic data, or budget
         ``epsilon / n_fits`` per fit, or fit on one Federation so its ledgers refuse what is over
         budget."""
+        refuse_fit_arguments(type(self).__name__, unsupported)
         st = self.settings()
         fed = self._federation(X, y, sensitive_features, silos, st)
         if st.mode == "hybrid" and sensitive_silos is None:
@@ -385,16 +403,30 @@ NEEDS_SENSITIVE_FEATURES = (
 )
 
 
+#: scikit-learn checks that fit on features of mean ~100 (``X + 100`` or a shifted blob): a private
+#: SteFFLe with ``protect="record"`` refuses them (standardising inside the fit would release the
+#: records' mean and std, which a record-level guarantee does not cover); every other SteFFLe
+#: standardises them itself (docs/sklearn.md).
+UNSCALED_FEATURES = ("check_fit_check_is_fitted", "check_fit_idempotent", "check_n_features_in")
+
+
 def expected_failed_checks(estimator: Any) -> dict[str, str]:
     """The scikit-learn checks ``estimator`` is expected to fail, each with its reason, for
     ``check_estimator(est, expected_failed_checks=...)`` and ``parametrize_with_checks``.
     Empty when the estimator can fit without ``sensitive_features`` (``lam=0``, ``lam_max=0``,
-    or an estimator that never uses s)."""
+    or an estimator that never uses s) and is not a private ``protect="record"`` SteFFLe."""
     params = estimator.get_params() if hasattr(estimator, "get_params") else {}
     needs_s = (params.get("lam", 0) > 0 or params.get("lam_max", 0) > 0
                or type(estimator).__name__ == "SingleShotSyntheticFL")
+    failed: dict[str, str] = {}
+    if (getattr(type(estimator), "_checks_feature_scale", False) and params.get("protect") == "record"
+            and getattr(estimator, "epsilon", None) is not None):
+        failed.update({name: (f"fits on features of mean ~100, which a private {type(estimator).__name__} with "
+                              "protect='record' refuses: standardising inside the fit would release the records' "
+                              "mean and std; fit raises a ValueError naming make_pipeline(StandardScaler(), ...)")
+                       for name in UNSCALED_FEATURES})
     if not needs_s:
-        return {}
+        return failed
     reason = (f"calls fit(X, y) without sensitive_features, which {type(estimator).__name__} needs to measure "
               "and penalise unfairness; fit raises a ValueError naming sensitive_features and metadata routing")
-    return {name: reason for name in NEEDS_SENSITIVE_FEATURES}
+    return {**failed, **{name: reason for name in NEEDS_SENSITIVE_FEATURES}}

@@ -8,6 +8,12 @@ class PrivacyWarning(UserWarning):
     private data, exact diagnostics, or noise that delivers more ε than its target."""
 
 
+class NonPrivateFitWarning(PrivacyWarning):
+    """A fit runs with ``epsilon=None``: nothing is clipped or noised, so what the silos send
+    reveals their exact data. Private fits are the default (``epsilon=1.0``); the named non-private
+    baselines (``FERMI``, ``NonPrivateSteFFLe``, ``CentralERM``, ``FedAvg``) do not raise it."""
+
+
 class PrivacyBudgetExceeded(RuntimeError):
     """Raised when a silo would send a message past its (ε, δ) budget; nothing was sent or recorded."""
 

@@ -231,9 +231,10 @@ def plan_silo_noise(
                          epsilon=spent_before)
     if spent_before >= epsilon:
         raise PrivacyBudgetExceeded(
-            f"silo {silo}: its ledger has spent epsilon={spent_before:.4g} of its budget {epsilon:g} already "
-            "(earlier fits or releases); nothing is left for training. Use new silos' ledgers only in a "
-            "simulation (ledgers='new'), or accept that this silo's data cannot be used again"
+            f"silo {silo}: its ledger has spent epsilon={spent_before:.6g} of its budget {epsilon:g} already "
+            "(earlier fits or releases); nothing is left for training. In a simulation, start new ledgers "
+            "explicitly with fit(..., ledgers='new') (or a new Federation); on real data, this silo's records cannot "
+            "be used again without raising their total privacy cost"
         )
 
     if calibration == "rdp":
@@ -271,9 +272,15 @@ def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:
     """Warn, when a fit starts, that a silo's ledger carries spending from earlier fits: the fit
     gets only what is left, so its noise is larger."""
     if ledger is not None and ledger.events:
+        spent = ledger.epsilon_spent()
+        left = max(0.0, ledger.epsilon - spent)
         warnings.warn(
-            f"silo {silo}: its ledger has spent epsilon={ledger.epsilon_spent():.4g} of the budget {ledger.epsilon:g} "
-            "already (earlier fits or releases); this fit gets only what is left, so its noise is larger",
+            f"silo {silo}: its ledger has already spent epsilon={spent:.6g} of its budget {ledger.epsilon:g} on "
+            f"earlier fits or releases on these records, so this fit gets only what is left: the epsilon={left:.3g} "
+            f"left ({left / ledger.epsilon:.1%} of the budget). Its noise is larger than a fresh fit's, and each further "
+            "fit gets less until the ledger refuses (PrivacyBudgetExceeded). The budget belongs to the records, not "
+            "to one fit. To train again from a full budget, choose it explicitly: fit(..., ledgers='new') in a "
+            "simulation (or a new Federation); on real data that adds to each record's total privacy cost",
             PrivacyWarning,
             stacklevel=4,
         )

@@ -114,7 +114,8 @@ class ConvergenceMonitor:
             warnings.warn(
                 f"training diverged at epoch {epoch}: ‖θ‖ = {norm:.4g} (was {self.last_norm:.4g} the epoch before), "
                 f"‖W‖ = {float(np.linalg.norm(w)):.4g}, lr_theta = {lr_theta:g}, lam = {self.lam:g}. The θ step "
-                "scales with lr_theta·(1 + lam·‖∇ψ‖); lower lr_theta or lam",
+                "scales with lr_theta·(1 + lam·‖∇ψ‖) and with the features' scale: standardise the features (mean 0, "
+                "std 1: make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta or lam",
                 ConvergenceWarning, stacklevel=4,
             )
         self.last_norm = norm

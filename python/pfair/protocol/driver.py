@@ -139,7 +139,9 @@ class Driver:
                 state.snapshot = out.snapshot
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(
-                    f"training diverged at epoch {epoch + 1}: lower lr_theta (now {lr:g}) or lam, or clip harder")
+                    f"training diverged at epoch {epoch + 1}: standardise the features (mean 0, std 1: "
+                    f"make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta (now "
+                    f"{lr:g}) or lam, or clip harder")
             self.monitor.after_epoch(epoch + 1, theta, w, lr)
             info = {"epoch": epoch + 1, "lr_theta": lr}
             if out.answered is not None:

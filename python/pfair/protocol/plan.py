@@ -19,13 +19,14 @@ these numbers from one :class:`RunPlan` instead of deriving them again:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from pfair.privacy.proportions import inv_sqrt_proportions, n_blocks  # noqa: F401  (re-exported)
-from pfair.settings import SteFFLeSettings
+from pfair.settings import AUTO_BATCH, AUTO_BATCH_RECORD, SteFFLeSettings
 
 
 def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> int:
@@ -43,6 +44,39 @@ def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int]) -> No
         if batch_size > n_j:
             raise ValueError(f"batch_size={batch_size} is larger than silo {j}, which has {int(n_j)} records; "
                              "use a smaller batch_size or fewer silos")
+
+
+#: ``batch_size="auto"`` warns when the smallest silo makes every silo's batch at least this many
+#: times smaller than the next smallest silo would.
+SHRINK_WARN_FACTOR = 4
+
+
+def warn_if_one_silo_shrinks_the_batch(settings: SteFFLeSettings, sizes: Sequence[int],
+                                       names: Sequence[Any] | None = None) -> None:
+    """Warn when ``batch_size="auto"`` (``min(cap, smallest silo)``) is set by one small silo far
+    below what the other silos would take: every silo then draws batches that small, for many more
+    and much noisier rounds. Names the silo, its size, the rounds per epoch with and without it,
+    and the fixes."""
+    if settings.batch_size != "auto" or settings.sampling == "full_batch" or len(sizes) < 2:
+        return
+    resolved = settings.for_sizes(list(sizes)).batch_size
+    order = np.argsort(np.asarray(sizes), kind="stable")
+    small, nxt = int(order[0]), int(order[1])
+    without = settings.for_sizes([n for j, n in enumerate(sizes) if j != small]).batch_size
+    if without < SHRINK_WARN_FACTOR * resolved:
+        return
+    label = (lambda j: f"'{names[j]}'") if names is not None and len(names) == len(sizes) else (lambda j: str(j))
+    rounds = rounds_per_epoch(settings.sampling, sizes, resolved)
+    rounds_without = rounds_per_epoch(settings.sampling, sizes, without)
+    warnings.warn(
+        f"batch_size='auto' is min({AUTO_BATCH_RECORD if settings.protect == 'record' else AUTO_BATCH}, "
+        f"smallest silo) = {resolved} because silo {label(small)} has only {int(sizes[small])} record(s): every silo "
+        f"draws batches of {resolved}, {rounds} rounds per epoch instead of {rounds_without} with the batch of "
+        f"{without} the next smallest silo ({label(nxt)}, {int(sizes[nxt])} records) allows, and each step is much "
+        f"noisier. Merge silo {label(small)} into another or leave it out of the fit; or set batch_size yourself "
+        f"(every silo must hold a batch, so at most {int(sizes[small])} while it is in), or sampling='full_batch' for "
+        "a small federation",
+        UserWarning, stacklevel=6)
 
 
 @dataclass(frozen=True)
@@ -109,9 +143,13 @@ class RunPlan:
     budget: BudgetSplit
 
     @classmethod
-    def build(cls, settings: SteFFLeSettings, sizes: Sequence[int], *, n_groups: int, n_classes: int) -> "RunPlan":
+    def build(cls, settings: SteFFLeSettings, sizes: Sequence[int], *, n_groups: int, n_classes: int,
+              names: Sequence[Any] | None = None) -> "RunPlan":
         """Resolve ``"auto"`` values from the public silo sizes, check the settings against the
-        federation's shape, and derive the plan. Raises ``ValueError`` naming the argument."""
+        federation's shape, and derive the plan. Raises ``ValueError`` naming the argument; warns
+        when one small silo shrinks the automatic batch of every silo (``names``: the silos' names
+        for that warning)."""
+        warn_if_one_silo_shrinks_the_batch(settings, list(sizes), names)
         st = settings.for_sizes(list(sizes))
         k, l = int(n_groups), int(n_classes)
         if st.fairness == "equal_opportunity" and not 0 <= st.positive_class < l:

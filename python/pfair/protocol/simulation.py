@@ -73,7 +73,8 @@ class Simulation:
             self.parties = []
             return
         self.hybrid = None
-        plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes)
+        plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes,
+                             names=getattr(fed, "silo_names_", None))
         st, k, l = plan.settings, fed.n_groups, fed.n_classes
         self.plan = plan
         self.ledgers = resolve_ledgers(st, fed, ledgers)

@@ -1,0 +1,138 @@
+"""The rough edges a new user hits first: features far from standardised, the non-private notice,
+sample weights, one small silo shrinking every silo's batch, and refits on a spent federation."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from pfair import Federation, SteFFLe
+from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
+
+QUICK = dict(epochs=8, sampling="full_batch", progress=False)
+
+
+def data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 3)) + 0.5 * s[:, None]
+    y = (X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=n) > 0).astype(int)
+    return X, y, s, rng.integers(0, 3, n)
+
+
+# ------------------------------------------------------------------ features far from standardised
+
+
+@pytest.mark.parametrize("kw", [dict(epsilon=None), dict(epsilon=1.0, noise_seed=0)], ids=["non-private", "attribute"])
+def test_a_column_times_1000_is_standardised_and_the_model_equals_the_pipelines(kw):
+    """Before: the column ×1000 made training diverge, and the warning blamed lr_theta and lam."""
+    X, y, s, ids = data()
+    X[:, 1] *= 1000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        warnings.simplefilter("ignore", PrivacyWarning)
+        with pytest.warns(UserWarning, match=r"standardised the features .*column 1 \(mean .*std .*original units"):
+            m = SteFFLe(**QUICK, **kw).fit(X, y, sensitive_features=s, silos=ids, eval_set=(X, y, s))
+        pipe = make_pipeline(StandardScaler(), SteFFLe(**QUICK, **kw)).fit(X, y, steffle__sensitive_features=s,
+                                                                          steffle__silos=ids)
+    assert m.score(X, y) > 0.8
+    np.testing.assert_allclose(m.predict_proba(X), pipe.predict_proba(X), atol=1e-6)
+    np.testing.assert_allclose(m.coef_, pipe[-1].coef_ / pipe[0].scale_, rtol=1e-6)
+    assert m.history_["test_error"].iloc[-1] == pytest.approx(1 - m.score(X, y))
+    np.testing.assert_allclose(m.feature_scaling_[0], X.mean(0))
+
+
+def test_record_mode_and_a_federation_refuse_unscaled_features_with_the_fix():
+    X, y, s, ids = data()
+    X[:, 0] += 500.0
+    with pytest.raises(ValueError, match=r"column 0 \(mean .*make_pipeline\(StandardScaler\(\), SteFFLe.*"
+                                         r"protect='record' does not cover"):
+        SteFFLe(**QUICK, epsilon=1.0, protect="record").fit(X, y, sensitive_features=s, silos=ids)
+    import pandas as pd
+
+    fed = Federation.from_arrays(pd.DataFrame(X, columns=["age", "income", "hours"]), y, sensitive_features=s,
+                                 silos=ids)
+    with pytest.raises(ValueError, match="'age'.*standardise before building it"):
+        SteFFLe(**QUICK).fit(fed)
+
+
+# ------------------------------------------------------------------ private by default
+
+
+def test_steffle_is_private_by_default_like_the_cli_and_warns_when_not():
+    from pfair.cli import build_parser
+
+    assert SteFFLe().epsilon == 1.0 == build_parser().parse_args(["train"]).epsilon
+    X, y, s, ids = data()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(**QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    assert m.epsilon_spent_ <= 1.0 and m.privacy_report_["guarantee"].eq("covered").all()
+    assert not any(issubclass(w.category, NonPrivateFitWarning) for w in caught)
+    with pytest.warns(NonPrivateFitWarning, match=r"epsilon=None: not private"):
+        SteFFLe(epsilon=None, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
+
+
+# ------------------------------------------------------------------ sample weights
+
+
+def test_sample_weight_is_refused_with_the_reason_and_what_to_do():
+    """Before: a bare TypeError (unexpected keyword argument 'sample_weight')."""
+    X, y, s, ids = data()
+    with pytest.raises(TypeError, match=r"does not take sample_weight: .*clipped.*sensitivity.*resample"):
+        SteFFLe(**QUICK).fit(X, y, sensitive_features=s, silos=ids, sample_weight=np.ones(len(y)))
+    with pytest.raises(TypeError, match=r"does not take sample_weight"):  # through a Pipeline, too
+        make_pipeline(StandardScaler(), SteFFLe(**QUICK)).fit(X, y, steffle__sensitive_features=s,
+                                                              steffle__sample_weight=np.ones(len(y)))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) weights"):
+        SteFFLe(**QUICK).fit(X, y, sensitive_features=s, weights=1)
+    # scikit-learn sees no sample_weight parameter (its checks do not pass weights).
+    from sklearn.utils.validation import has_fit_parameter
+
+    assert not has_fit_parameter(SteFFLe(), "sample_weight")
+
+
+# ------------------------------------------------------------------ one small silo, spent ledgers
+
+
+def test_one_small_silo_that_shrinks_every_silos_auto_batch_is_named_in_a_warning():
+    """Before: silent; a 1-record silo made every silo draw batches of 1."""
+    rng = np.random.default_rng(1)
+    n = 3001
+    X, y, s, _ = data(n)
+    ids = np.where(np.arange(n) == 5, "tiny", np.where(np.arange(n) % 2 == 0, "a", "b"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=r"batch_size='auto' is min\(4096, smallest silo\) = 1 because silo "
+                                             r"'tiny' has only 1 record.*1001 rounds per epoch instead of 1 .*"
+                                             r"Merge silo 'tiny'"):
+            SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=ids)
+        # Silos of similar sizes, a fixed batch, or the full batch: nothing to say.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            warnings.simplefilter("ignore", NonPrivateFitWarning)
+            SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=rng.integers(0, 3, n))
+            SteFFLe(epsilon=None, epochs=1, lam=0.0, batch_size=1).fit(X, y, sensitive_features=s, silos=ids)
+
+
+def test_a_refit_on_a_spent_federation_says_how_much_is_left_and_how_to_start_over():
+    """Before: "this fit gets only what is left", with no amount and no way out named."""
+    X, y, s, ids = data()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SteFFLe(epochs=3).fit(fed)
+    with pytest.warns(PrivacyWarning, match=r"silo 0: .*already spent epsilon=0\.99\d* of its budget 1 .*gets "
+                                            r"only what is left: the epsilon=\S+ left \(\d+\.\d% of the budget\)\. Its noise is larger.*"
+                                            r"ledgers='new'"):
+        SteFFLe(epochs=3).fit(fed)
+    # The explicit choice: new ledgers, a full budget (and no warning about spent ones).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(epochs=3).fit(fed, ledgers="new")
+    assert not any("already spent" in str(w.message) for w in caught)
+    assert m.epsilon_spent_ > 0.99
