@@ -41,11 +41,8 @@ MARKER = re.compile(r"^<!--\s*doc-test:\s*(skip|slow)\s*(?:\((.*)\))?\s*-->\s*$"
 FENCE = re.compile(r"^```(\w*)\s*$")
 
 #: Pages whose blocks the runner treats as marked, without a marker in the page (one place, with
-#: the reason). docs/deep.md is being reworked for speed and defaults on another branch: its
-#: example trains a CNN (tens of seconds), so it runs, but as slow.
-PAGE_MARKERS: dict[str, tuple[str, str]] = {
-    "docs/deep.md": ("slow", "trains a CNN with torch; the page's speed and defaults are being reworked separately"),
-}
+#: the reason). None today: every page marks its own blocks.
+PAGE_MARKERS: dict[str, tuple[str, str]] = {}
 
 
 def _loans_csv(path: Path) -> None:

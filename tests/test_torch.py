@@ -480,8 +480,8 @@ def test_digits_cnn_trains_end_to_end_on_cpu_and_beats_chance():
 def test_fit_accepts_image_arrays_and_infers_the_input_shape():
     data = load_digits_fair(label="parity", n_groups=2)
     imgs = data.images("train")[:300]
-    model = DeepSteFFLe(SmallCNN(1, 2, width=4), device="cpu", init_seed=0, epochs=1, batch_size=50, lr_theta=0.1,
-                        lam=0.5, p_s=[0.5, 0.5], protect="record", track_history=False)
+    model = DeepSteFFLe(SmallCNN(1, 2, width=4), device="cpu", init_seed=0, epsilon=None, epochs=1, batch_size=50,
+                        lr_theta=0.1, lam=0.5, p_s=[0.5, 0.5], protect="record", track_history=False)
     model.fit(imgs, data.y_train[:300], sensitive_features=data.s_train[:300], silos=np.arange(300) % 2)
     assert model.input_shape_ == (1, 8, 8)
     assert set(model.predict(data.X_test[:20])) <= {0, 1}
@@ -665,7 +665,7 @@ def test_deep_steffle_history_on_string_labels_equals_steffle():
     X = rng.normal(size=(300, 3))
     y = np.array(["no", "yes"])[(X[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)]
     s = np.array(["a", "b", "c"])[rng.integers(0, 3, 300)]
-    kw = dict(lam=1.0, epochs=2, batch_size=50, seed=0, lr_theta=0.5)
+    kw = dict(lam=1.0, epochs=2, batch_size=50, seed=0, lr_theta=0.5, epsilon=None)
     lin = SteFFLe(**kw).fit(X, y, sensitive_features=s, eval_set=(X[:60], y[:60], s[:60]))
     deep = DeepSteFFLe(LinearSoftmax(3, 2), device="cpu", **kw).fit(X, y, sensitive_features=s,
                                                                     eval_set=(X[:60], y[:60], s[:60]))
@@ -808,7 +808,7 @@ def test_mlp_with_max_violation_meets_the_target_roughly():
     X[:, 0] += 0.6 * s
     y = (X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=n) > 0.3).astype(int)
     silos = rng.integers(0, 3, size=n)
-    common = dict(epochs=80, batch_size=100, init_seed=0, device="cpu")
+    common = dict(epochs=80, batch_size=100, init_seed=0, device="cpu", epsilon=None)
     free = DeepSteFFLe(mlp(3, 2, (8,)), lam=0.0, **common).fit(X, y, sensitive_features=s, silos=silos)
     v_free = pfair.metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.12  # the target is active
