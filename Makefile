@@ -39,7 +39,7 @@ test: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 ## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
-## docs/performance.md); make test still runs every test.
+## docs/dev/performance-notebook.md, "The test suite"); make test still runs every test.
 test-fast: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
