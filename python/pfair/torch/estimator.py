@@ -300,8 +300,10 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         if error >= constant:
             warnings.warn(
                 f"the trained module's training error {error:.3f} is no better than the constant predictor's "
-                f"{constant:.3f}: it did not train. Raise epochs or lr_theta (defaults {DEEP_DEFAULTS}), lower lam, "
-                "check that the inputs are scaled, or raise epsilon / clip when the noise swamps the updates",
+                f"{constant:.3f}: it did not train. The defaults ({DEEP_DEFAULTS}) were chosen for an MLP on tabular "
+                "data: a smaller lr_theta when the model collapsed to one class (the digits CNN needs about 0.5 and "
+                "100 rounds), more epochs or a larger lr_theta when it barely moved; also lower lam, check that the "
+                "inputs are scaled, or raise epsilon / clip when the noise swamps the updates",
                 ConvergenceWarning, stacklevel=3)
 
     def _set_theta(self, theta: np.ndarray) -> None:
