@@ -318,12 +318,12 @@ class SiloNode:
 
         with self._locked():
             ledger = self.ledger()
-            # The histogram costs its share of at most what this silo lets one run spend: a server
-            # asking for a run of ε beyond the budget must not buy a larger histogram with it.
-            capped = dataclasses.replace(settings, epsilon=min(float(settings.epsilon or 0.0), ledger.epsilon,
-                                                               self.max_run_epsilon))
-            party = self._party(capped if settings.epsilon is not None else settings, check_budget=False,
-                                ledger=ledger)
+            if settings.epsilon is not None:  # (None is refused by _settings)
+                # The histogram costs its share of at most what this silo lets one run spend: a
+                # server asking for a run of ε beyond the budget must not buy a larger histogram.
+                settings = dataclasses.replace(settings, epsilon=min(settings.epsilon, ledger.epsilon,
+                                                                     self.max_run_epsilon))
+            party = self._party(settings, check_budget=False, ledger=ledger)
             out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
             if settings.p_s_source == "dp" and settings.sends_psi:
                 name = release_name(settings.fairness, settings.positive_class)
@@ -343,12 +343,17 @@ class SiloNode:
         with self._locked():
             return self._plan(settings, proportions, total_rounds, run_id)
 
+    def _saved_plan(self) -> dict | None:
+        """The silo's current run as its plan round saved it (None before any plan)."""
+        path = self.state_dir / PLAN_FILE
+        return json.loads(path.read_text()) if path.exists() else None
+
     def _plan(self, settings: SteFFLeSettings, proportions: np.ndarray, total_rounds: int, run_id: str) -> dict:
         path = self.state_dir / PLAN_FILE
         ledger = self.ledger()
         terms = self._terms(settings, ledger)
-        if path.exists():
-            saved = json.loads(path.read_text())
+        saved = self._saved_plan()
+        if saved is not None:
             if saved["run_id"] == run_id:
                 self._check_terms(saved, terms, run_id)
                 if saved["total_rounds"] != int(total_rounds):
@@ -388,10 +393,9 @@ class SiloNode:
 
     def _planned_party(self, settings: SteFFLeSettings, run_id: str) -> SiloParty:
         """A party with the saved noise plan of run ``run_id`` adopted."""
-        path = self.state_dir / PLAN_FILE
-        if not path.exists():
+        saved = self._saved_plan()
+        if saved is None:
             raise RuntimeError(f"silo {self.silo_id} has no noise plan; the server must send the plan query first")
-        saved = json.loads(path.read_text())
         if saved["run_id"] != run_id:
             raise RuntimeError(f"silo {self.silo_id}: round of run {run_id!r}, but the planned run is {saved['run_id']!r}")
         ledger = self.ledger()
@@ -442,8 +446,7 @@ class SiloNode:
         with self._locked():
             ledger = self.ledger()
             st = self._settings(settings, ledger, check_budget=False)
-            path = self.state_dir / PLAN_FILE
-            saved = json.loads(path.read_text()) if path.exists() else None
+            saved = self._saved_plan()
             if saved is None or saved["run_id"] != run_id or run_id not in ledger.runs:
                 raise SettingsMismatch(f"silo {self.silo_id}: evaluation of run {run_id!r}, which is not the run this "
                                        "silo planned last; a silo evaluates the models of its own current run only")
