@@ -415,14 +415,14 @@ def add_experiment_parsers(sub: Any) -> None:
 
 
 def _check_loads(spec: str) -> None:
-    """Load a user CSV once before a sweep starts, so that a table the loader refuses (e.g. too many
-    rows with missing values) stops the sweep with its message instead of failing every cell, and
-    the loader's warnings are printed once rather than only recorded in each row."""
-    from pfair import datasets
+    """Load a user CSV before a sweep starts, through the sweep's own once-per-process loader (so
+    :func:`pfair.experiments.run_sweep`'s check finds it loaded), printing the loader's warnings
+    once as the CLI prints warnings; a table the loader refuses stops the sweep with its message."""
+    from pfair.experiments.sweep import _dataset
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        datasets.load(spec)
+        _dataset(spec)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
 

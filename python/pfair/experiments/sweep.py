@@ -203,6 +203,9 @@ def _check_datasets(names: Any) -> list[str]:
             from pfair.datasets import parse_csv_spec
 
             parse_csv_spec(str(raw))
+            # Loaded once here (and kept for the cells of this process): a table the loader
+            # refuses stops the sweep with its message instead of failing every cell.
+            _dataset(str(raw))
             out += [str(raw)] if str(raw) not in out else []
             continue
         for name in str(raw).split(","):
