@@ -46,21 +46,42 @@ def _column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(sq / max(n, 1))
 
 
+def _rough_column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of every column in one pass (E[x²] − mean², accumulated in
+    float64 without a temporary of X's size): exact enough to tell a column far below
+    :data:`FEATURE_SCALE_LIMIT` from one near or above it."""
+    n = sum(b.shape[0] for b in blocks)
+    total = sum(np.sum(b, axis=0, dtype=np.float64) for b in blocks)
+    squares = sum(np.einsum("ij,ij->j", b, b, dtype=np.float64) for b in blocks)
+    mean = total / max(n, 1)
+    return mean, np.sqrt(np.maximum(squares / max(n, 1) - mean * mean, 0.0))
+
+
 def unscaled_columns(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The columns of ``blocks`` (2-D arrays, one per silo) far from standardised
-    (:data:`FEATURE_SCALE_LIMIT`), with every column's mean and standard deviation."""
+    (:data:`FEATURE_SCALE_LIMIT`), with every column's mean and standard deviation. One cheap
+    pass settles features that are clearly scaled (every fit runs this check); the exact two-pass
+    statistics decide, and are returned, when a column comes within half the limit."""
     blocks = [b.reshape(b.shape[0], -1) for b in blocks if b.shape[0] > 0]
     if not blocks:
         return np.array([], dtype=int), np.zeros(0), np.zeros(0)
+    mean, std = _rough_column_stats(blocks)
+    if np.all((np.abs(mean) <= FEATURE_SCALE_LIMIT / 2) & (std <= FEATURE_SCALE_LIMIT / 2)):
+        return np.array([], dtype=int), mean, std
     mean, std = _column_stats(blocks)
     bad = np.flatnonzero((np.abs(mean) > FEATURE_SCALE_LIMIT) | (std > FEATURE_SCALE_LIMIT))
     return bad, mean, std
 
 
-def _listed(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None) -> str:
+def _listed(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None,
+            with_stats: bool = True) -> str:
+    """The columns ``bad``, named, with their mean and std unless ``with_stats`` is False (a
+    private record-mode fit: the statistics of the records are not to be shown)."""
     label = (lambda j: repr(names[j])) if names is not None and len(names) == mean.size else (lambda j: f"column {j}")
     more = f" and {bad.size - 5} more" if bad.size > 5 else ""
-    return ", ".join(f"{label(j)} (mean {mean[j]:.4g}, std {std[j]:.4g})" for j in bad[:5]) + more
+    stats = (lambda j: f"mean {mean[j]:.4g}, std {std[j]:.4g}") if with_stats else (lambda j: "mean or std above "
+                                                                                     f"{FEATURE_SCALE_LIMIT:g}")
+    return ", ".join(f"{label(j)} ({stats(j)})" for j in bad[:5]) + more
 
 
 def feature_scale_refusal(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None,
@@ -68,7 +89,8 @@ def feature_scale_refusal(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, na
     """The error of features far from standardised that ``fit`` does not standardise itself: in a
     private fit with ``protect="record"`` (their mean and std would be an unprotected release about
     the records), or in a :class:`Federation` (whose silos hold the data as given)."""
-    if st.private and st.protect == "record":
+    record = st.private and st.protect == "record"
+    if record:
         why = ("pfair does not standardise them inside a private fit with protect='record': the mean and std are "
                "statistics of the silos' records, a release that protect='record' does not cover. Standardise "
                "with statistics you may use (public or known ranges, or a scaler fitted on data you may release)")
@@ -76,7 +98,7 @@ def feature_scale_refusal(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, na
         why = ("a Federation holds the silos' data as given, so pfair does not rescale it; standardise before "
                "building it (fit on arrays standardises for you with protect='attribute' or epsilon=None)")
     return ValueError(
-        f"{name}.fit: feature(s) {_listed(bad, mean, std, names)} are far from standardised (|mean| or std above "
+        f"{name}.fit: feature(s) {_listed(bad, mean, std, names, with_stats=not record)} are far from standardised (|mean| or std above "
         f"{FEATURE_SCALE_LIMIT:g}); SteFFLe's step sizes and clip norms assume mean 0 and std 1, and on this "
         f"scale training diverges whatever lam or lr_theta. Standardise first: make_pipeline(StandardScaler(), "
         f"{name}(...)).fit(X, y, {name.lower()}__sensitive_features=s), or load the table with "
@@ -130,7 +152,10 @@ class SteFFLeFit(_ParamsMixin):
             self.n_features_in_ = X.n_features
             self._scaling = None
             if self._checks_feature_scale:
-                bad, mean, std = unscaled_columns([np.asarray(silo.X) for silo in X.silos])
+                # Silos that are together every row of one matrix: read it in place, not gathered.
+                shared = X.shared_matrix()
+                whole = shared is not None and shared.shape[0] == sum(X.sizes)
+                bad, mean, std = unscaled_columns([shared] if whole else [silo.X for silo in X.silos])
                 if bad.size:
                     raise feature_scale_refusal(bad, mean, std, getattr(X, "feature_names", None), st,
                                                 type(self).__name__, federation=True)
@@ -168,10 +193,11 @@ class SteFFLeFit(_ParamsMixin):
         name = type(self).__name__
         if st.private and st.protect == "record":
             raise feature_scale_refusal(bad, mean, std, names, st, name, federation=False)
+        listed = _listed(bad, mean, std, names)
         std = np.where(std > 0, std, 1.0)
         warnings.warn(
             f"{name}.fit standardised the features (mean 0, std 1, with the training data's mean and std) because "
-            f"{_listed(bad, mean, std, names)} would make training diverge; the fitted coef_ and intercept_ are in "
+            f"{listed} would make training diverge; the fitted coef_ and intercept_ are in "
             f"the original units and predict takes X as given. To choose the scaling yourself, use "
             f"make_pipeline(StandardScaler(), {name}(...)). (With protect='attribute' or epsilon=None the features "
             f"are not what the fit protects, so their statistics may be used.)",
