@@ -243,13 +243,19 @@ class SteFFLeFit(_ParamsMixin):
         """The engine's per-epoch callback: the model of the epoch (:meth:`_set_theta`) and its
         ``history_`` row, the engine's ``info`` plus metrics on the silos' data (when allowed: a
         non-private fit, or ``exact_diagnostics``) and on ``eval_set``."""
-        pooled = None
-        if eval_set is not None and getattr(self, "_scaling", None) is not None:
-            mean, std = self._scaling  # the epoch's θ is that of the standardised features
-            eval_set = ((as_features(eval_set[0]) - mean) / std, *eval_set[1:])
+        # Encoded once, not every epoch: class indices and group values of each evaluated set.
+        pooled = evaluated = None
+        if st.track_history and eval_set is not None:
+            Xe, ye, se = eval_set
+            if getattr(self, "_scaling", None) is not None:
+                mean, std = self._scaling  # the epoch's θ is that of the standardised features
+                Xe = (as_features(Xe) - mean) / std
+            n = np.shape(Xe)[0]
+            evaluated = (Xe, label_indices(as_vector(ye, "y", n), self.classes_),
+                         None if se is None else as_vector(se, "sensitive_features", n))
         if st.track_history and (st.exact_diagnostics or not st.private):
-            Xp, yp, sp = fed.pooled()  # indices -> the user's labels and groups, as _evaluate takes them
-            pooled = (Xp, fed.classes_[yp], fed.groups_[sp] if self._has_sensitive else None)
+            Xp, yp, sp = fed.pooled()  # class indices into classes_ already; groups by their codes
+            pooled = (Xp, yp, sp if self._has_sensitive else None)
 
         def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
             if not st.track_history:
@@ -258,8 +264,8 @@ class SteFFLeFit(_ParamsMixin):
             row = dict(info)
             if pooled is not None:
                 row.update(self._evaluate("train", *pooled))
-            if eval_set is not None:
-                row.update(self._evaluate("test", *eval_set))
+            if evaluated is not None:
+                row.update(self._evaluate("test", *evaluated))
             return row
 
         return on_epoch
@@ -272,14 +278,10 @@ class SteFFLeFit(_ParamsMixin):
         """Class probabilities of the current model on ``X`` (``(n, l)``)."""
         raise NotImplementedError
 
-    def _evaluate(self, split: str, X: Any, y: Any, s: Any) -> dict[str, float]:
-        """The ``history_`` metrics of the current model on ``(X, y, s)`` (labels and groups as
-        the user gave them; ``s`` None: no fairness columns)."""
-        proba = self._history_proba(X)
-        n = proba.shape[0]
-        y_idx = label_indices(as_vector(y, "y", n), self.classes_)
-        s_arr = None if s is None else as_vector(s, "sensitive_features", n)
-        return history_metrics(split, proba, y_idx, s_arr)
+    def _evaluate(self, split: str, X: Any, y: np.ndarray, s: np.ndarray | None) -> dict[str, float]:
+        """The ``history_`` metrics of the current model on ``X`` with class indices ``y`` (into
+        ``classes_``) and groups ``s`` (any values; None: no fairness columns)."""
+        return history_metrics(split, self._history_proba(X), y, s)
 
     # ------------------------------------------------------------------ the run
     def _resume_state(self, st: SteFFLeSettings, resume: bool) -> Any:

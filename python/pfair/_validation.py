@@ -260,11 +260,12 @@ def encode_groups(values: Any, n: int, *, allow_missing: bool) -> tuple[np.ndarr
 def label_indices(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """The index in ``classes`` (a fitted model's ``classes_``) of each label of ``y``; a label
     the model never saw is refused."""
-    lookup = {c: i for i, c in enumerate(classes.tolist())}
     try:
-        return np.fromiter((lookup[v] for v in y.tolist()), dtype=np.int64, count=len(y))
-    except KeyError as exc:
-        raise ValueError(f"y contains {exc.args[0]!r}, a label not seen in fit") from None
+        return _codes_among(np.asarray(y), np.asarray(classes), "y").astype(np.int64, copy=False)
+    except ValueError:
+        known = set(np.asarray(classes).tolist())
+        unseen = next(v for v in np.asarray(y).tolist() if v not in known)
+        raise ValueError(f"y contains {unseen!r}, a label not seen in fit") from None
 
 
 def silo_ids(silos: Any, n: int) -> np.ndarray:
