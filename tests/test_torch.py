@@ -821,3 +821,23 @@ def test_mlp_with_max_violation_meets_the_target_roughly():
     assert released[0] > 0.1 and abs(np.mean(released[-10:]) - 0.05) < 0.015, released[-10:]
     assert v < 0.09 and 0 < m.lam_ < 100  # below λ's cap: the target is met, not given up on
     assert np.mean(m.predict(X) != y) < pfair.metrics.trivial_error(y) - 0.05  # not the constant predictor
+
+
+def test_block_sums_of_neighbouring_chunks_differ_by_at_most_twice_the_clip():
+    """The clipped records of a chunk are summed in float32 over blocks of SUM_BLOCK records: the
+    rounding of a block's sum depends on its other records, and norm_margin covers it. With
+    same-sign entries (sums that grow, the worst case for accumulation) and a thousand records,
+    replacing one record by its opposite moves the float64 total by at most 2C."""
+    from pfair.providers.torch import block_sum, norm_margin
+
+    torch.manual_seed(0)
+    c, P, C = 1024, 20_000, 1.0
+    G = torch.rand(c, P) + 0.5
+    limit = C * (1 - norm_margin(torch.float32, [P]))
+    f = (limit / torch.linalg.vector_norm(G.double(), dim=1)).float()
+    G2 = G.clone()
+    G2[0] = -G[0]
+    diff = torch.linalg.vector_norm(block_sum(f, G) - block_sum(f, G2)).item()
+    assert diff <= 2 * C
+    # Each record's clipped vector alone is in the ball after rounding, too.
+    assert torch.linalg.vector_norm((f[:1] @ G[:1]).double()).item() <= C

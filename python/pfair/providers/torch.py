@@ -105,6 +105,24 @@ def squared_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return sq
 
 
+#: Records whose clipped gradients are summed in the module's dtype before the sum is widened to
+#: float64 (:func:`block_sum`); the rounding of such a sum is part of :func:`norm_margin`.
+SUM_BLOCK = 64
+
+
+def block_sum(factors: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``Σ_i f_i · rows_i`` in float64, summed in the rows' dtype over blocks of at most
+    :data:`SUM_BLOCK` records and in float64 across blocks: the rounding a record's neighbours
+    can add to the sum it is in stays within :func:`norm_margin`'s bound."""
+    total = None
+    for a in range(0, factors.shape[0], SUM_BLOCK):
+        part = (factors[a:a + SUM_BLOCK] @ rows[a:a + SUM_BLOCK]).to(torch.float64)
+        total = part if total is None else total + part
+    if total is None:
+        return torch.zeros(rows.shape[1:], dtype=torch.float64, device=rows.device)
+    return total
+
+
 def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
     """The relative margin δ of the clip: records are clipped to ``C (1 − δ)`` so that the clipped
     vector *as rounded* has norm ≤ C. With u the unit roundoff of ``dtype`` (2⁻²⁴ for float32,
@@ -115,11 +133,18 @@ def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
     * a clipped one is scaled by ``f = C(1 − δ)/ñ``, rounded to the dtype (u), and each entry of
       the product is rounded (u): its norm is at most ``C (1 − δ)(1 + (B/2 + 2) u)(1 + 2u)``.
 
-    ``δ = (B + 8) u`` covers both with room to spare: 2.4e-4 for float32 (B = 4,096), 4.6e-13
-    for float64 — a clip norm smaller by that fraction, nothing else."""
+    ``(B + 8) u`` covers both with room to spare. The clipped vectors are then summed in the dtype
+    over blocks of k ≤ :data:`SUM_BLOCK` records (:func:`block_sum`): that sum's rounding error has
+    norm at most ``γ_k Σ_i ‖a_i‖ ≤ k γ_k C`` with ``γ_k = k u / (1 − k u)``, and it depends on the
+    block's other records. Between neighbouring batches (one record's part changed, every other
+    block computed alike) the exact block sums differ by at most ``2 C (1 − k γ_k)`` when each
+    record is clipped within ``C (1 − k γ_k)``, and the two roundings add at most ``2 k γ_k C``:
+    at most 2C in all. So ``δ = (B + 8) u + k γ_k``: 4.9e-4 for float32 (B = 4,096, k = 64), 9.1e-13 for
+    float64 — a clip norm smaller by that fraction, nothing else."""
     u = torch.finfo(dtype).eps / 2
     block = min(NORM_BLOCK, max(sizes) if len(sizes) else 1)
-    return float((block + 8) * u)
+    k = SUM_BLOCK
+    return float((block + 8) * u + k * (k * u / (1 - k * u)))
 
 
 def chunk_budget(device: torch.device) -> int:
@@ -443,8 +468,10 @@ class TorchProvider:
         :func:`squared_norms` (reductions in that dtype over blocks of at most ``NORM_BLOCK``
         entries, combined in float64), the factor is ``f_ij = min(1, C_j (1 − δ) / ‖G_ij‖)`` with
         the rounding margin δ of :func:`norm_margin`, and the chunk's sum is one product
-        ``f_jᵀ G_j`` per parameter tensor in the module's dtype, added to float64 totals. So the
-        record's clipped vector, as rounded, has norm ≤ C_j (the sensitivity argument).
+        ``f_jᵀ G_j`` per parameter tensor and block of :data:`SUM_BLOCK` records in the module's
+        dtype (:func:`block_sum`), added to float64 totals. So the computed sums of neighbouring
+        batches differ by at most ``2 C_j`` (the sensitivity argument; :func:`norm_margin` covers
+        the rounding of a record and of its block's sum).
 
         Non-finite safety without full-size passes: a record whose gradient holds ∞ or NaN (a
         hostile θ or W) has a non-finite norm, so *one* reduction over the c × r norms tells whether
@@ -472,13 +499,13 @@ class TorchProvider:
                 fac = factor.to(self.dtype)
                 for t, g in enumerate(grads):
                     for j in range(r):
-                        sums[j][t] += (fac[:, j] @ g[:, j]).to(f64)
+                        sums[j][t] += block_sum(fac[:, j], g[:, j])
             else:
                 for j in range(r):
                     keep = finite[:, j].nonzero().squeeze(1)
                     fac = factor[keep, j].to(self.dtype)
                     for t, g in enumerate(grads):
-                        sums[j][t] += (fac @ g[:, j].index_select(0, keep)).to(f64)
+                        sums[j][t] += block_sum(fac, g[:, j].index_select(0, keep))
             del grads
         return [torch.cat(parts) for parts in sums], clipped
 
@@ -612,7 +639,8 @@ class TorchProvider:
                 rec[torch.arange(n_pen, device=dev), sp] += cf.unsqueeze(1) * Fp
                 norms = torch.linalg.vector_norm(rec.reshape(n_pen, -1), dim=1)
                 if not math.isinf(self.clip_w):
-                    factor, over = clip_factors(norms, self.clip_w)
+                    # Within C_W after rounding, as the θ parts (float64 here: a margin of ~1e-12).
+                    factor, over = clip_factors(norms, self.clip_w * (1.0 - norm_margin(f64, [k * l])))
                     n_clipped = n_clipped + over.sum(dtype=f64)
                     rec = scale_rows(factor, rec)
                 psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
