@@ -72,6 +72,13 @@ class Silo:
         assert self._base is not None and self._rows is not None
         return self._base[self._rows[::step]].astype(np.float64, copy=False)
 
+    def X_rows(self, idx: np.ndarray) -> np.ndarray:
+        """The silo's feature rows ``idx`` (float64), gathered without the others."""
+        if self._X is not None:
+            return np.asarray(self._X[idx], dtype=np.float64)
+        assert self._base is not None and self._rows is not None
+        return self._base[self._rows[idx]].astype(np.float64, copy=False)
+
     @X.setter
     def X(self, value: np.ndarray) -> None:
         self._X, self._base, self._rows = value, None, None
@@ -423,20 +430,22 @@ class Federation:
         return _core.SiloSet.from_matrix(base, ys, ss, [_indices(silo._rows) for silo in self.silos], n_groups=k,
                                          n_classes=l, fairness=fairness, positive=positive)
 
-    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All silos' records stacked (for evaluation in simulations only)."""
+    def pooled(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All silos' records stacked (for evaluation in simulations only); with ``rows``, only
+        those records of the stacked order, gathered without stacking the others' features."""
+        y = np.concatenate([s.y for s in self.silos])
+        s_ = np.concatenate([s.s for s in self.silos])
         base = self.shared_matrix()
         if base is not None:
-            return (
-                base[np.concatenate([s._rows for s in self.silos])].astype(np.float64, copy=False),
-                np.concatenate([s.y for s in self.silos]),
-                np.concatenate([s.s for s in self.silos]),
-            )
-        return (
-            np.concatenate([s.X for s in self.silos]),
-            np.concatenate([s.y for s in self.silos]),
-            np.concatenate([s.s for s in self.silos]),
-        )
+            order = np.concatenate([s._rows for s in self.silos])
+            X = base[order if rows is None else order[rows]].astype(np.float64, copy=False)
+        elif rows is None:
+            X = np.concatenate([s.X for s in self.silos])
+        else:
+            bounds = np.concatenate([[0], np.cumsum(self.sizes)])
+            X = np.concatenate([silo.X_rows(rows[(rows >= a) & (rows < b)] - a)
+                                for silo, a, b in zip(self.silos, bounds[:-1], bounds[1:])])
+        return (X, y, s_) if rows is None else (X, y[rows], s_[rows])
 
     # ------------------------------------------------------------------ group statistics
     def group_counts(self, fairness: str, positive: int = 1) -> np.ndarray:

@@ -649,5 +649,5 @@ class TorchProvider:
         host = self._to_host(torch.cat([t.detach().to(f64) for t in parts]
                                        + [torch.stack([loss.detach(), psi.detach(), n_clipped])]))
         out = np.split(host, np.cumsum([P, P, P, wl, wl]))
-        return BatchParts(*(a.copy() for a in out[:5]), loss=float(out[5][0]), psi=float(out[5][1]),
+        return BatchParts(*out[:5], loss=float(out[5][0]), psi=float(out[5][1]),
                           n_clipped=int(round(out[5][2])))

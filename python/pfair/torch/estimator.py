@@ -31,6 +31,7 @@ from pfair._validation import as_vector
 from pfair.estimators import SteFFLe
 from pfair.exceptions import ConvergenceWarning, NotFittedError
 from pfair.federation import Federation
+from pfair.metrics import trivial_error
 from pfair.privacy.proportions import n_blocks
 from pfair.providers.torch import (
     TorchProvider,
@@ -288,15 +289,15 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         the training records than the best constant predictor: it did not train. Read in process,
         on at most :data:`CHECK_RECORDS` records (a seeded sample), by the estimator that holds the
         silos' data anyway; nothing is released."""
-        X, y, _ = fed.pooled()
-        if y.size == 0:
+        n = sum(fed.sizes)
+        if n == 0:
             return
-        rows = np.arange(y.size)
-        if y.size > CHECK_RECORDS:
-            rows = np.sort(np.random.default_rng(0).choice(y.size, CHECK_RECORDS, replace=False))
-        X, y = X[rows], y[rows]
+        rows = np.arange(n)
+        if n > CHECK_RECORDS:
+            rows = np.sort(np.random.default_rng(0).choice(n, CHECK_RECORDS, replace=False))
+        X, y, _ = fed.pooled(rows)  # the sampled records only, not a copy of every silo
         error = float(np.mean(np.argmax(self.predict_proba(X), axis=1) != y))
-        constant = 1.0 - float(np.bincount(y).max()) / y.size
+        constant = trivial_error(y)
         if error >= constant:
             warnings.warn(
                 f"the trained module's training error {error:.3f} is no better than the constant predictor's "
