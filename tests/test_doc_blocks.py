@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from test_docs import ROOT, _pages  # one list of the pages the docs tests read
+
 CODE = {"python": "python", "bash": "shell", "console": "shell", "sh": "shell", "shell": "shell"}
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(skip|slow)\s*(?:\((.*)\))?\s*-->\s*$")
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -79,13 +80,9 @@ class Block:
         return f"{self.page}:{self.line}"
 
 
-def _pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
-def parse(page: Path) -> list[Block]:
-    """The code blocks of ``page`` with their markers and shown outputs."""
-    rel = str(page.relative_to(ROOT))
+def parse(page: Path, root: Path = ROOT) -> list[Block]:
+    """The code blocks of ``page`` (named relative to ``root``) with their markers and shown outputs."""
+    rel = str(page.relative_to(root))
     lines = page.read_text().splitlines()
     fences: list[tuple[int, int, str, str]] = []  # (start line, end line, language, text)
     i = 0
@@ -196,6 +193,8 @@ def execute(block: Block, run: PageRun) -> str:
 
                 for command in shell_commands(block.code):
                     argv = shlex.split(command)
+                    if argv[1:2] == ["deploy"]:
+                        argv += ["--timeout", "600"]  # a deployment in a test is bounded in time
                     assert argv[0] == "pfair", (
                         f"{block.id}: {command!r} is not a pfair command; mark the block "
                         "<!-- doc-test: skip (reason) --> if it cannot run in a test")
@@ -248,12 +247,7 @@ def test_the_runner_reads_markers_outputs_and_commands(tmp_path: Path) -> None:
     page.write_text("intro\n<!-- doc-test: skip (needs a server) -->\n```bash\nflower-superlink \\\n  --port 1\n```\n"
                     "```python\nprint(1)\n```\n\n```\n1\n```\n<!-- doc-test: slow -->\n```python\nx = 1\n```\n"
                     "```python\ny = 2\n```\n")
-    global ROOT
-    saved, ROOT = ROOT, tmp_path
-    try:
-        blocks = parse(page)
-    finally:
-        ROOT = saved
+    blocks = parse(page, tmp_path)
     assert [b.kind for b in blocks] == ["shell", "python", "python", "python"]
     assert (blocks[0].marker, blocks[0].reason) == ("skip", "needs a server")
     assert shell_commands(blocks[0].code) == ["flower-superlink --port 1"]
