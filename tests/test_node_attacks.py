@@ -328,6 +328,27 @@ def test_an_evaluation_is_answered_under_the_runs_planned_protection_only(tmp_pa
     assert "test_loss" not in out  # record mode: nothing exact; the error comes from the noisy table
 
 
+def test_metrics_from_a_noisy_table_leave_out_the_gaps_it_leaves_undefined():
+    """After the noise a small shard's table can hold one class only in one group, or one group only:
+    the gaps that need more are left out instead of failing the evaluation (seen in CI)."""
+    from pfair.flower.node import metrics_from_table
+
+    table = np.zeros((2, 2, 2))
+    table[0, 1, 1], table[1, 0, 0], table[0, 0, 1] = 30.0, 10.0, -3.0  # class 1 in group 0 only, 0 in 1
+    out = metrics_from_table(table)
+    assert out["test_error"] == 0.0
+    assert out["demographic_parity_difference"] == pytest.approx(1.0)
+    assert "equalized_odds_difference" not in out
+    table[1, 1, 0] = 5.0  # class 1 now in both groups, predicted 1 in group 0 and 0 in group 1
+    out = metrics_from_table(table)
+    assert out["test_error"] == pytest.approx(5 / 45)
+    assert out["equalized_odds_difference"] == pytest.approx(1.0)
+    one_group = np.zeros((2, 2, 2))
+    one_group[1] = [[4.0, 1.0], [2.0, 6.0]]
+    assert set(metrics_from_table(one_group)) == {"test_error"}
+    assert metrics_from_table(np.full((2, 2, 2), -1.0)) == {}
+
+
 def test_a_hello_asking_for_a_huge_run_does_not_buy_a_larger_histogram(tmp_path):
     """The histogram's ε is its share of at most what the silo lets one run spend, whatever ε the
     run config names (a hello with epsilon=7.9 and share 0.25 spent 1.975 of a 2.0 budget)."""

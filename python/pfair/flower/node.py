@@ -557,7 +557,8 @@ def confusion_by_group(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_grou
 def metrics_from_table(table: np.ndarray) -> dict[str, float]:
     """Test error and the fairness gaps from a (noisy) ``c[r, y, ŷ]`` table (post-processing):
     counts clamped at 0 and rounded, then the records they describe scored by
-    :mod:`pfair.metrics`' own definitions."""
+    :mod:`pfair.metrics`' own definitions. A gap the noisy counts leave undefined (one group left,
+    or no class seen in two groups for equalized odds) is left out of the result."""
     from pfair import metrics
 
     counts = np.rint(np.clip(np.asarray(table, dtype=np.float64), 0, None)).astype(np.int64)
@@ -570,5 +571,9 @@ def metrics_from_table(table: np.ndarray) -> dict[str, float]:
     out = {"test_error": float(np.mean(yy != pp))}
     if len(np.unique(r)) > 1:
         out["demographic_parity_difference"] = metrics.demographic_parity_difference(yy, pp, sensitive_features=r)
+    # Equalized odds needs a true class seen in 2 or more groups; after the noise a small shard's
+    # table may have none (every cell of one class clamped to 0): the gap is then left out.
+    groups_per_class = (counts.sum(axis=2) > 0).sum(axis=0)
+    if (groups_per_class > 1).any():
         out["equalized_odds_difference"] = metrics.equalized_odds_difference(yy, pp, sensitive_features=r)
     return out
