@@ -260,7 +260,8 @@ def test_audit_of_the_sigmas_fit_uses(rounds):
     # A real private fit on the audit's silo: one epoch of 10 rounds at ε = 8 gives a per-round
     # z below 1, so one round is attackable.
     X, y, s = _silo(0)
-    model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP,
+    # (validation_share=0: the audit's silo trains on all its records, as the audit's rounds do.)
+    model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP, validation_share=0.0,
                           p_s=[0.5, 0.5], sampling="without_replacement").fit(X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64),
                                               ledgers="new")
     report = model.privacy_report_.loc[0]

@@ -131,7 +131,7 @@ def test_train_reads_a_user_csv_and_partitions_by_any_column(capsys, tmp_path, u
     result = json.loads(out)
     assert result["dataset"] == "loans" and 0 < result["test_error"] < 1 and result["epsilon_spent"] <= 2.0
     rows = json.loads(out_file.read_text())["privacy_report"]
-    assert sum(r["n_records"] for r in rows) == 750  # 3:1 split of 1000 records
+    assert sum(r["n_records"] + r["n_held_out"] for r in rows) == 750  # 3:1 split of 1000 records
     # A numeric feature works as the partition attribute too; so does a categorical feature.
     for column in ("age", "housing"):
         code, out, err = run(capsys, *base, "--drop", "branch", "--partition-by", column, "--heterogeneity", "0.75")
@@ -415,8 +415,9 @@ def test_missing_matplotlib_hint_fits_pip_and_source_installs(monkeypatch):
 
 
 def test_train_max_violation_meets_the_target(capsys):
-    """--max-violation T: λ adapts so that the demographic parity difference on the training data
-    ends near T (non-private: measured exactly), which the unconstrained model is far from."""
+    """--max-violation T: λ adapts and the fit returns the most accurate checkpoint whose demographic
+    parity difference on the silos' records is at most T (non-private: measured exactly), which the
+    unconstrained model is far from."""
     base = ["train", "--dataset", "adult", "--epsilon", "none", "--epochs", "40"]
     code, out, err = run(capsys, *base, "--lam", "0", "--json")
     assert code == 0, err
@@ -426,12 +427,12 @@ def test_train_max_violation_meets_the_target(capsys):
     assert code == 0, err
     result = json.loads(out)
     assert result["max_violation"] == 0.05 and result["lam"] is None and result["final_lam"] > 0
-    assert abs(result["violation_released"] - 0.05) < 0.015, result["violation_released"]
-    assert abs(result["demographic_parity_difference"] - 0.05) < 0.02, result  # held-out test set
+    assert 0.02 < result["violation_released"] <= 0.05, result["violation_released"]
+    assert result["demographic_parity_difference"] < 0.07, result  # held-out test set
     code, out, err = run(capsys, *base, "--max-violation", "0.05")
     assert code == 0, err
     line = next(ln for ln in out.splitlines() if ln.startswith("target"))
-    assert "demographic_parity_difference <= 0.05 on the training data" in line and "exact, non-private" in line
+    assert "demographic_parity_difference <= 0.05 on the silos' records" in line and "exact, non-private" in line
     assert f"{result['violation_released']:.4f}" in line
     code, _, err = run(capsys, *base, "--max-violation", "0.05", "--lam", "2")
     assert code == 2 and "max_violation" in err and "lam" in err

@@ -36,8 +36,9 @@ def dp_violation(model, X, y, s):
 def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
     plain = SteFFLe(lam=0.0, epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    # 16 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over seeds).
-    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 16}).fit(X, y, sensitive_features=s, silos=silos)
+    # 24 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over
+    # seeds), at 16 still 0.14-0.21 with a tenth of every silo held out for validation.
+    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 24}).fit(X, y, sensitive_features=s, silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3
@@ -71,8 +72,10 @@ def test_privacy_report_per_silo_with_unequal_sizes(sampling, accounting):
     silos = np.repeat([0, 1, 2], [2000, 1200, 800])
     m = SteFFLe(epsilon=1.0, delta=1e-5, p_s=[1 / 3, 2 / 3], sampling=sampling, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     rep = m.privacy_report_
-    assert list(rep["n_records"]) == [2000, 1200, 800]
-    np.testing.assert_allclose(rep["sample_rate"], [64 / 2000, 64 / 1200, 64 / 800])
+    # A tenth of every silo is held out for validation (pfair.validation); the rounds sample the rest.
+    assert list(rep["n_held_out"]) == [200, 120, 80]
+    assert list(rep["n_records"]) == [1800, 1080, 720]
+    np.testing.assert_allclose(rep["sample_rate"], [64 / 1800, 64 / 1080, 64 / 720])
     # Smaller silos sample a larger fraction per round and need more noise for the same epsilon.
     assert rep["noise_multiplier"].is_monotonic_increasing
     for _, row in rep.iterrows():

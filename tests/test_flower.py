@@ -162,9 +162,10 @@ def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
 
 @pytest.mark.slow
 def test_a_deployed_fairness_target_equals_the_simulation(tmp_path):
-    """max_violation over Flower: after each epoch but the last every node answers
-    query.violation (its noisy histogram, charged to its ledger); the server's λ path, θ and the
-    ledgers equal SteFFLe.fit with the same noise seeds."""
+    """max_violation over Flower: after each checkpoint every node answers query.checkpoint (the
+    exact validation table of its held-out share and its noisy histogram, charged to its ledger);
+    the server's λ path, checkpoint figures, returned θ and the ledgers equal SteFFLe.fit with the
+    same noise seeds."""
     X, y, s, silos = data()
     fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     cfgs = write_federation(fed, tmp_path / "data")
@@ -182,12 +183,15 @@ def test_a_deployed_fairness_target_equals_the_simulation(tmp_path):
     lam = [row["lam"] for row in res["lam"]]
     np.testing.assert_allclose(lam, sim.history_["lam"].to_numpy(), rtol=0, atol=1e-12)
     assert lam[0] == 0.0 and lam[-1] > 0.0
-    np.testing.assert_allclose([row["violation_released"] for row in res["lam"][:-1]],
-                               sim.history_["violation_released"].to_numpy()[:-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose([row["violation_released"] for row in res["lam"]],
+                               sim.history_["violation_released"].to_numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose([c["error"] for c in res["checkpoints"]], sim.checkpoints_["validation_error"],
+                               rtol=0, atol=1e-12)
+    assert res["selected_epoch"] == sim.selected_epoch_
     spent = [row["ledger"]["epsilon_spent"] for row in res["silos"]]
     np.testing.assert_allclose(spent, sim.privacy_report_["epsilon_spent"], rtol=1e-12)
     ledger = PrivacyLedger.load(Path(cfgs[0]["state-dir"]) / "ledger.json")
-    assert sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 2
+    assert sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 3  # 3 epochs, 3 checkpoints
 
 
 @pytest.mark.slow
@@ -640,7 +644,7 @@ def test_the_deep_warm_preload_covers_what_a_deep_silo_step_imports(tmp_path):
         "before = set(sys.modules)\n"
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
-        "    DeepSteFFLe(mlp(3, 2, hidden=(4,)), epsilon=2.0, epochs=1, batch_size=60, p_s=[0.5, 0.5],\n"
+        "    DeepSteFFLe(mlp(3, 2, hidden=(4,)), epsilon=2.0, epochs=1, batch_size=54, p_s=[0.5, 0.5],\n"
         "                device='cpu').fit(fed, ledgers='new')\n"
         "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('torch', 'sympy'))\n"
         "print('NEW', len(new), new[:12])\n"), timeout=300)

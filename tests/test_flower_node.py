@@ -164,8 +164,9 @@ def test_a_party_refuses_a_plan_made_for_other_settings():
 def test_a_record_mode_run_keeps_one_secret_batch_key_across_messages(node_config, tmp_path):
     # Each message is a new process. The rounds of a shuffled epoch must still be slices of one
     # permutation (each record in one batch an epoch, as the ledger charges), under a key that is
-    # the silo's own secret: drawn at the plan round and kept in its state, never sent.
-    st = run_settings(protect="record")
+    # the silo's own secret: drawn at the plan round and kept in its state, never sent. (Nothing
+    # held out, so that the silo trains on all its N records.)
+    st = run_settings(protect="record", validation_share=0.0)
     plan = node(node_config).plan(st, PROPS, ROUNDS, "run-r")
     saved = json.loads((tmp_path / "state" / PLAN_FILE).read_text())
     assert len(bytes.fromhex(saved["batch_key"])) == 32 and saved["batch_key"] not in json.dumps(plan)
@@ -365,3 +366,33 @@ def test_a_ledger_mismatch_does_not_tell_the_server_a_hash_of_the_data(node_conf
         SiloNode(other).report()
     text, digest = str(info.value), fingerprint.split(":")[-1]
     assert "other data" in text and digest[:8] not in text and str(SiloNode(other).silo_id) in text
+
+
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+def test_a_node_answers_its_checkpoints_from_its_held_out_share_and_charges_what_costs(node_config, protect):
+    """The node holds out ⌊0.1 N⌋ positions of its shard (the public rule the server also uses for
+    the sizes), trains on the rest, and answers query.checkpoint: the exact table of the held-out
+    records in attribute mode (free), a charged, noised one in record mode; epochs that are not
+    the run's checkpoints are refused, uncharged."""
+    from pfair.validation import held_out_count
+
+    st = run_settings(protect=protect)
+    assert st.checkpoint_epochs() == (0, 1)  # 2 epochs: both checkpoints
+    held = held_out_count(N, st.validation_share)
+    rounds = 2 * -(-(N - held) // 50)
+    node(node_config).plan(st, PROPS, rounds, "run-c")
+    ledger = node(node_config).ledger()
+    before = len(ledger.events)
+    theta = np.array([0.3, -0.2, 0.1, 0.0])
+    with pytest.raises(ValueError, match=r"checkpoint epochs \[0, 1\] only"):
+        node(node_config).checkpoint(st, "run-c", 2, theta)
+    rel = node(node_config).checkpoint(st, "run-c", 1, theta)
+    charged = [e.name for e in node(node_config).ledger().events[before:]]
+    assert rel.silo == 0 and rel.epoch == 1 and rel.counts is None  # no target: no histogram
+    if protect == "attribute":
+        assert charged == [] and rel.validation.sum() == held and np.all(rel.validation == np.round(rel.validation))
+    else:
+        assert charged == ["validation_table"] and not np.all(rel.validation == np.round(rel.validation))
+    again = node(node_config).checkpoint(st, "run-c", 1, theta)  # asked again: the same release, free
+    np.testing.assert_array_equal(again.validation, rel.validation)
+    assert len(node(node_config).ledger().events) == before + len(charged)

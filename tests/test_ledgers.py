@@ -373,7 +373,7 @@ def test_a_resumed_record_mode_run_goes_on_with_its_epochs_permutations():
     silos = np.r_[np.zeros(100, int), np.ones(60, int)]
     f = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     st = SteFFLe(epsilon=2.0, lam=1.0, epochs=3, batch_size=20, protect="record", sampling="shuffle",
-                 p_s=[0.5, 0.5], track_history=False).settings()
+                 p_s=[0.5, 0.5], track_history=False, validation_share=0.0).settings()
 
     def stop(epoch, theta, w, info):
         raise KeyboardInterrupt

@@ -108,7 +108,7 @@ def test_one_small_silo_that_shrinks_every_silos_auto_batch_is_named_in_a_warnin
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateFitWarning)
         with pytest.warns(UserWarning, match=r"batch_size='auto' is min\(4096, smallest silo\) = 1 because silo "
-                                             r"'tiny' has only 1 record.*1001 rounds per epoch instead of 1 .*"
+                                             r"'tiny' has only 1 record.*901 rounds per epoch instead of 1 .*"
                                              r"Merge silo 'tiny'"):
             SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=ids)
         # Silos of similar sizes, a fixed batch, or the full batch: nothing to say.

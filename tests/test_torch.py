@@ -393,8 +393,11 @@ def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation
     # slower W averages it (lr_w = 0.3 left the DP difference at 0.16-0.18 for some seeds).
     # Measured for noise seeds 3-10: DP difference 0.184 → 0.084-0.126, soft ERMI 0.0060 →
     # 0.0029-0.0037, accuracy 0.845 → 0.820-0.838 (non-private λ = 6: 0.122, 0.0029, 0.837).
+    # Every record trains (validation_share=0): the figures above were measured so, and two noisy
+    # epochs on 10 % fewer records leave the penalty's effect to the noise seed.
     common = dict(epsilon=8.0, epochs=2, batch_size=256, lr_theta=0.5, lr_w=0.1, clip=0.5, noise_seed=3,
-                  init_seed=3, p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu")
+                  init_seed=3, p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu",
+                  validation_share=0.0)
     out = {}
     for lam in (0.0, 6.0):
         with pytest.warns(PrivacyWarning, match="noise_seed"):
@@ -463,7 +466,8 @@ def test_digits_cnn_trains_end_to_end_on_cpu_and_beats_chance():
                             epsilon=4.0, noise_seed=1, lam=0.5, clip=0.1, epochs=2, batch_size=64, lr_theta=0.2,
                             p_s=[1 / 3] * 3)
         model.fit(fed, eval_set=(data.X_test, data.y_test, data.s_test))
-    assert model.n_rounds_ == 2 * 11 and model.n_params_ == sum(p.numel() for p in model.module_.parameters())
+    # 2 epochs of ⌈mean training silo / 64⌉ = 10 rounds (each silo holds a tenth out for validation).
+    assert model.n_rounds_ == 2 * 10 and model.n_params_ == sum(p.numel() for p in model.module_.parameters())
     acc = model.score(data.X_test, data.y_test)
     assert acc > 0.5  # chance is 0.1
     assert list(model.history_.index) == [1, 2] and "test_error" in model.history_
@@ -792,10 +796,10 @@ def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_a
     released = deep.history_["violation_released"].to_numpy()
     np.testing.assert_allclose(released, lin.history_["violation_released"].to_numpy(), rtol=0, atol=1e-10)
     np.testing.assert_allclose(deep.history_["lam"].to_numpy(), lin.history_["lam"].to_numpy(), rtol=0, atol=1e-10)
-    assert deep.lam_ > 0 and np.isfinite(released[:-1]).all()
+    assert deep.history_["lam"].max() > 0 and np.isfinite(released).all() and deep.lam_ == lin.lam_
     np.testing.assert_allclose(deep.theta_, lin.theta_, rtol=0, atol=1e-10)
-    # The releases were charged to each silo's ledger (2 epochs of 3 release a histogram).
-    assert all(sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 2
+    # The releases were charged to each silo's ledger (3 epochs, 3 checkpoints, one histogram each).
+    assert all(sum(e.steps for e in ledger.events if e.name == "violation_histogram") == 3
                for ledger in deep.ledgers_)
 
 

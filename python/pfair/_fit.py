@@ -324,6 +324,7 @@ class SteFFLeFit(_ParamsMixin):
         finally:
             # An interrupted fit can be resumed from its last completed epoch.
             self._run_state = sim.state if sim.state is not None else previous
+        self._held_out = getattr(sim, "held_out", None) if st.validation_share > 0 else None
         if st.mode != "standard":
             self.ledgers_ = sim.ledgers
             return state, sim.plans
@@ -348,14 +349,22 @@ class SteFFLeFit(_ParamsMixin):
         self.epochs_done_ = state.epochs_done
         # λ of the last epoch: adapted (kept in the run state) or the fixed lam.
         self.lam_ = float(getattr(state, "lam", None) if getattr(state, "lam", None) is not None else st.lam_initial)
+        self.checkpoints_ = checkpoints_frame(getattr(state, "checkpoints", []), st)
+        selected = getattr(state, "selected", None)
+        self.selected_epoch_ = None if selected is None else int(selected) + 1
+        if selected is not None and st.max_violation is not None:
+            self.lam_ = float(self.checkpoints_.loc[self.selected_epoch_, "lam"])
         self.history_ = pd.DataFrame(state.history).set_index("epoch") if state.history else pd.DataFrame()
         self.privacy_report_ = self._report(plans, st)
 
     def _report(self, plans: list, st: SteFFLeSettings) -> pd.DataFrame:
         rows = []
         ledgers = self.ledgers_ if st.private else []
+        held = getattr(self, "_held_out", None)
         for j, plan in enumerate(plans):
             row = plan.as_dict()
+            if held is not None:
+                row["n_held_out"] = int(held[j])  # the silo's validation share; n_records: what the rounds sample
             row["epsilon_spent"] = ledgers[j].epsilon_spent() if ledgers else math.inf
             row["p_s"] = st.p_s_source
             row["noise"] = "secret" if st.noise_seed is None else f"reproducible (noise_seed={st.noise_seed})"
@@ -375,6 +384,18 @@ class SteFFLeFit(_ParamsMixin):
     def epsilon_spent_(self) -> float:
         """Largest ε spent by any silo (each silo's guarantee is its own)."""
         return float(self.privacy_report_["epsilon_spent"].max())
+
+
+def checkpoints_frame(figures: list, st: SteFFLeSettings) -> pd.DataFrame:
+    """``checkpoints_``: one row per checkpoint's released figures (index: epoch, 1-based)."""
+    rows = []
+    for f in figures:
+        row = {"epoch": f.epoch + 1, "validation_error": f.error, "constant_error": f.constant_error,
+               "margin": f.margin, "clearly_better": f.clearly_better}
+        if st.max_violation is not None:
+            row.update({"violation_released": f.violation, "lam": f.lam})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("epoch") if rows else pd.DataFrame()
 
 
 def history_metrics(split: str, proba: np.ndarray, y: np.ndarray, s: np.ndarray | None,

@@ -124,6 +124,8 @@ def load_data(args: argparse.Namespace) -> Any:
 
 
 def add_train_parser(sub: Any) -> None:
+    from pfair.settings import SteFFLeSettings
+
     p = sub.add_parser(
         "train", help="train SteFFLe on a bundled data set or your CSV and report error, fairness, privacy",
         description="Split the training records into silos, train SteFFLe (each silo's messages\n"
@@ -143,14 +145,19 @@ def add_train_parser(sub: Any) -> None:
                    choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
                    help="fairness notion the penalty enforces (default demographic_parity)")
     p.add_argument("--max-violation", type=float, default=None, metavar="T",
-                   help="fairness target in (0, 1) instead of --lam: pfair adapts lambda once per epoch so that the "
-                        "--fairness metric (demographic_parity_difference, equalized_odds_difference or "
-                        "equal_opportunity_difference) of the model on the training data is at most T; in a private "
-                        "fit it is measured from noisy per-silo releases that use --max-violation-epsilon-share of "
-                        "each silo's epsilon (leave --lam at its default)")
-    p.add_argument("--max-violation-epsilon-share", type=float, default=0.1, metavar="SHARE",
+                   help="fairness target in (0, 1) instead of --lam: pfair adapts lambda at checkpoints and returns "
+                        "the most accurate checkpoint model whose --fairness metric (demographic_parity_difference, "
+                        "equalized_odds_difference or equal_opportunity_difference) on the silos' records is at most "
+                        "T; in a private fit it is measured from noisy per-silo releases that use "
+                        "--max-violation-epsilon-share of each silo's epsilon (leave --lam at its default)")
+    p.add_argument("--max-violation-epsilon-share", type=float, default=SteFFLeSettings.max_violation_epsilon_share,
+                   metavar="SHARE",
                    help="with --max-violation and --epsilon: fraction of each silo's epsilon spent on the releases "
-                        "that measure the violation (default 0.1)")
+                        f"that measure the violation (default {SteFFLeSettings.max_violation_epsilon_share:g})")
+    p.add_argument("--validation-share", type=float, default=SteFFLeSettings.validation_share, metavar="SHARE",
+                   help="share of each silo's records held out to validate the checkpoint models: the fit returns the "
+                        "last model unless it is not clearly better than the constant predictor there "
+                        f"(default {SteFFLeSettings.validation_share:g}; 0: validate on the training records)")
     p.add_argument("--lam-lr", type=float, default=None,
                    help="with --max-violation: the dual step size of lambda (default: SteFFLe's lam_lr)")
     p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
@@ -249,14 +256,26 @@ _TARGET_METRIC = {"demographic_parity": "demographic_parity_difference",
                   "equal_opportunity": "equal_opportunity_difference"}
 
 
-def _last_released_violation(model: Any) -> float | None:
-    """The violation the server measured after the second-to-last epoch (the last one that steered
-    λ): released (noisy) values in a private fit, exact otherwise; None without a target."""
-    h = getattr(model, "history_", None)
-    if model.max_violation is None or h is None or "violation_released" not in h:
-        return None
-    released = h["violation_released"].dropna()
-    return float(released.iloc[-1]) if len(released) else None
+def checkpoint_summary(checkpoints: Any, selected_epoch: int | None, epochs: int) -> dict:
+    """What ``pfair train`` and ``pfair deploy`` report of the model a fit returned: its checkpoint
+    epoch (1-based) and the released validation figures there (:mod:`pfair.validation`).
+    ``checkpoints``: a fit's ``checkpoints_`` frame, or a deployment's list of figures."""
+    import pandas as pd
+
+    if isinstance(checkpoints, list):
+        checkpoints = pd.DataFrame([{"epoch": c["epoch"] + 1, "validation_error": c["error"],
+                                     "constant_error": c["constant_error"], "violation_released": c["violation"]}
+                                    for c in checkpoints]).set_index("epoch") if checkpoints else pd.DataFrame()
+    out: dict[str, Any] = {"selected_epoch": selected_epoch, "epochs": epochs, "validation_error": None,
+                           "constant_validation_error": None, "violation_released": None}
+    if selected_epoch is None or checkpoints is None or selected_epoch not in getattr(checkpoints, "index", []):
+        return out
+    row = checkpoints.loc[selected_epoch]
+    out["validation_error"] = float(row["validation_error"])
+    out["constant_validation_error"] = float(row["constant_error"])
+    v = row.get("violation_released")
+    out["violation_released"] = None if v is None or pd.isna(v) else float(v)
+    return out
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -284,6 +303,7 @@ def train_command(args: argparse.Namespace) -> int:
         noise_seed=args.noise_seed, progress=not args.json,
         track_history=not args.json or args.max_violation is not None,
         max_violation=args.max_violation, max_violation_epsilon_share=args.max_violation_epsilon_share,
+        validation_share=args.validation_share,
         **({} if args.lam_lr is None else {"lam_lr": args.lam_lr}),
     )
     with warnings.catch_warnings(record=True) as caught:
@@ -309,7 +329,8 @@ def train_command(args: argparse.Namespace) -> int:
         "equalized_odds_difference": report["equalized_odds_difference"],
         "max_violation": args.max_violation,
         "final_lam": float(model.lam_),
-        "violation_released": _last_released_violation(model),
+        **checkpoint_summary(getattr(model, "checkpoints_", None), getattr(model, "selected_epoch_", None),
+                             args.epochs),
         "epsilon_spent": eps_spent,
         "delta": delta,
         "noise_multiplier": [float(z) for z in report_df["noise_multiplier"]],
@@ -347,12 +368,18 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
+    if result.get("validation_error") is not None:
+        e, c = result["validation_error"], result["constant_validation_error"]
+        print(f"model         after epoch {result['selected_epoch']} of {result['epochs']}: validation error {e:.4f} "
+              f"against the constant predictor's {c:.4f} on the silos' held-out records"
+              + ("" if result.get("epsilon") is None or getattr(args, "protect", "attribute") == "attribute"
+                 else " (noisy releases)"))
     if result.get("max_violation") is not None:
         how = "noisy releases" if args.epsilon is not None else "exact, non-private"
         v = result["violation_released"]
-        measured = f"{v:.4f} after epoch {args.epochs - 1} ({how})" if v is not None else "not measured (1 epoch)"
-        print(f"target        {_TARGET_METRIC[args.fairness]} <= {result['max_violation']:g} on the training data: "
-              f"{measured}; final lambda {result['final_lam']:.4g}")
+        measured = f"{v:.4f} at that model ({how})" if v is not None else "not measured"
+        print(f"target        {_TARGET_METRIC[args.fairness]} <= {result['max_violation']:g} on the silos' records: "
+              f"{measured}; lambda there {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")
         return

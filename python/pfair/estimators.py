@@ -178,21 +178,37 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     warm_start : start the next fit from this estimator's ``theta_`` and ``W_`` (a new run on the
         silos' ledgers: it spends on top of what earlier fits spent, like any fit).
     max_violation : float in (0, 1) or None. A fairness target t instead of a raw λ (then leave
-        ``lam`` at its default): pfair solves ``min_θ L(θ) s.t. v(θ) ≤ t`` for the metric v of
-        ``fairness`` (:func:`pfair.metrics.demographic_parity_difference` for
-        ``"demographic_parity"``, :func:`~pfair.metrics.equalized_odds_difference` for
-        ``"equalized_odds"``, :func:`~pfair.metrics.equal_opportunity_difference` of the positive
-        class for ``"equal_opportunity"``, each with its defaults) by adapting λ once per epoch,
-        starting at 0, by projected dual ascent ``λ_{e+1} = max(0, λ_e + η_λ (v̂_e − t))`` (capped
-        at 100), where v̂_e is v of the model after epoch e on the silos' training data. Non-private: exact. Private: each
-        silo releases, after every epoch but the last, its histogram of (block, s, prediction)
-        with Gaussian noise (L2 sensitivity √2 under replace-one of s or of a whole record), charged
-        to its ledger; the server computes v̂ from the sum (:mod:`pfair.fairness_target`,
+        ``lam`` at its default): the fit returns the most accurate checkpoint model whose released
+        violation is at most t (the metric v of ``fairness``:
+        :func:`pfair.metrics.demographic_parity_difference` for ``"demographic_parity"``,
+        :func:`~pfair.metrics.equalized_odds_difference` for ``"equalized_odds"``,
+        :func:`~pfair.metrics.equal_opportunity_difference` of the positive class for
+        ``"equal_opportunity"``, each with its defaults), and warns, returning the fairest model
+        still clearly better than the constant predictor, when none meets t. λ starts at 0 and is
+        adapted at every checkpoint by projected dual ascent towards 0.75·t (capped at 100), and
+        halved whenever the model is not clearly better than the constant predictor on the held-out
+        records, so it never pushes the model into inversion. v̂ is the violation of the model on
+        all the silos' records: exact when non-private; in a private fit each silo releases its
+        histogram of (block, s, prediction) with Gaussian noise (L2 sensitivity √2 under replace-one
+        of s or of a whole record), charged to its ledger (:mod:`pfair.fairness_target`,
         ``docs/privacy.md``). ``mode="standard"``: the linear model, ``DeepSteFFLe`` and the Flower
         deployment.
-    max_violation_epsilon_share : the fraction of each silo's ε that the ``epochs − 1`` violation
+    max_violation_epsilon_share : the fraction of each silo's ε that the checkpoints' violation
         releases use alone; the training noise is calibrated to the composition of everything.
-    lam_lr : η_λ, the dual step size of ``max_violation``.
+    lam_lr : η_λ, the dual step size of ``max_violation`` per epoch.
+    validation_share : float in [0, 0.5), default 0.1. The share of each silo's records held out
+        of training (positions drawn from the public ``seed``; :mod:`pfair.validation`). After each
+        checkpoint every silo releases the table of its held-out records by label and prediction:
+        exact and free with ``protect="attribute"`` (it reads x and y only), a Gaussian release of
+        sensitivity √2 charged to its ledger with ``protect="record"``. From these the fit knows
+        the validation error of every checkpoint model and of the constant predictor, and returns
+        the last model unless it is not clearly better than the constant predictor (then the best
+        checkpoint, warned). 0: nothing held out; the tables then count the training records.
+    checkpoints : "auto" or int. How many times the silos release these figures: ``"auto"`` is
+        after every epoch where that is free (non-private, or attribute mode without a target),
+        else 8 evenly spaced epochs; the last epoch is always one.
+    validation_epsilon_share : with ``protect="record"``, the fraction of each silo's ε that the
+        validation tables use alone (default 0.05).
 
     Features: the step sizes and clip norms assume standardised features. A column with |mean| or
     std above 10 (``pfair._fit.FEATURE_SCALE_LIMIT``) is standardised by ``fit`` on arrays with
@@ -220,10 +236,15 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     privacy_report_ : :class:`~pfair.privacy.report.PrivacyReport` (a DataFrame that prints in full;
         ``.explain()`` says what each column means), one row per silo (σ's, noise multiplier, steps, ε spent over all its
         fits, δ, where p_s came from, whether the noise is secret).
-    lam_ : λ of the last epoch (the fixed ``lam``, or where ``max_violation`` took it). With
-        ``max_violation``, ``history_`` has columns ``lam`` (λ of each epoch) and
-        ``violation_released`` (the v̂ the server computed after it: from noisy releases in a
-        private fit, exact otherwise; NaN after the last epoch).
+    lam_ : λ of the returned model's epoch (the fixed ``lam``, or where ``max_violation`` took it).
+        With ``max_violation``, ``history_`` has columns ``lam`` (λ of each epoch) and
+        ``violation_released`` (the v̂ the server computed after a checkpoint: from noisy releases
+        in a private fit, exact otherwise; NaN between checkpoints).
+    checkpoints_ : DataFrame, one row per checkpoint (index: epoch, 1-based): the released
+        ``validation_error``, ``constant_error`` (the constant predictor's), ``margin`` (how much
+        lower the error must be to count as clearly better), ``clearly_better``, and with a target
+        ``violation_released`` and ``lam``; ``history_`` holds the same figures per epoch.
+    selected_epoch_ : the epoch (1-based) of the checkpoint model the fit returned.
     ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger` (persistent; save them with
         ``ledger.save(path)`` and pass them back with ``fit(..., ledgers=[...])``).
     """
@@ -264,8 +285,11 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         track_history: bool = True,
         warm_start: bool = False,
         max_violation: float | None = None,
-        max_violation_epsilon_share: float = 0.1,
+        max_violation_epsilon_share: float = 0.25,
         lam_lr: float = 10.0,
+        validation_share: float = 0.1,
+        checkpoints: int | str = "auto",
+        validation_epsilon_share: float = 0.05,
     ) -> None:
         self.fairness = fairness
         self.lam = lam
@@ -302,6 +326,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         self.max_violation = max_violation
         self.max_violation_epsilon_share = max_violation_epsilon_share
         self.lam_lr = lam_lr
+        self.validation_share = validation_share
+        self.checkpoints = checkpoints
+        self.validation_epsilon_share = validation_epsilon_share
 
     _checks_feature_scale = True
 

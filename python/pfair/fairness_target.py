@@ -8,15 +8,19 @@ adapts λ by projected dual ascent once per epoch:
 
     λ_{e+1} = min(λ_max, max(0, λ_e + η_λ (v̂_e − t)))
 
-where ``v̂_e`` is the violation of the model after epoch e on the silos' training data. λ rises
-while the target is violated and falls back while it is met with room to spare; at a fixed point
-the time-average of ``v̂`` is ``t``.
+where ``v̂_e`` is the violation of the model after epoch e on the silos' records. λ is adapted
+at the checkpoints (:meth:`pfair.settings.SteFFLeSettings.checkpoint_epochs`; ``η_λ`` times the
+epochs since the last one), rises while the target is violated and falls back while it is met with
+room to spare; it is halved instead when the model's error on the silos' held-out records is not
+below the constant predictor's (:mod:`pfair.validation`), so that the controller never pushes λ
+into the region where the model inverts. The model a fit returns is the most accurate
+checkpoint whose released violation meets the target (:class:`pfair.validation.Selector`).
 
 Where v̂ comes from
 ------------------
-Non-private fits compute it exactly. In a private fit it comes from released values only: at the
-end of every epoch but the last (the last one's λ would steer nothing) each silo j releases the
-histogram of its records under the current θ,
+Non-private fits compute it exactly. In a private fit it comes from released values only: after
+every checkpoint epoch each silo j releases the histogram of all its records (training and held
+out) under the current θ,
 
     c_j[b, r, ŷ] = #{ i in silo j : block(i) = b, s_i = r, argmax F(x_i; θ) = ŷ } + N(0, (z_v √2)²)
 
@@ -34,7 +38,7 @@ contributes no count, so only one of the two moves may happen). Either way the c
 at most √2 (0 when the cell is the same, 1 when one side is outside the equal-opportunity block).
 One release per silo and epoch is therefore a Gaussian mechanism with sensitivity √2 and noise
 multiplier z_v, charged to the silo's ledger as one full-batch Gaussian event *before* it is
-computed; ``max_violation_epsilon_share`` of the silo's ε pays for the ``epochs − 1`` releases
+computed; ``max_violation_epsilon_share`` of the silo's ε pays for the checkpoints' releases
 together, and the training noise is calibrated to the composition of everything the ledger holds
 plus these releases plus the rounds (:meth:`pfair.protocol.silo.SiloParty.plan_rounds`).
 """
@@ -48,7 +52,6 @@ from typing import Any, Callable
 import numpy as np
 
 from pfair.privacy.accountant import noise_multiplier_for
-from pfair.privacy.ledger import MechanismEvent
 
 #: L2 sensitivity of a silo's (block, s, ŷ) histogram under replace-one (attribute or record).
 VIOLATION_SENSITIVITY = math.sqrt(2.0)
@@ -57,11 +60,6 @@ VIOLATION_EVENT = "violation_histogram"
 #: Noise streams of the violation releases: purpose "histogram", round ``STREAM_BASE + epoch``
 #: (the p_s histogram uses round 0 of the same purpose; no two releases share a stream).
 STREAM_BASE = 1 << 40
-
-
-def n_releases(epochs: int) -> int:
-    """Violation releases of a private fit of ``epochs`` epochs: one after every epoch but the last."""
-    return max(0, int(epochs) - 1)
 
 
 def violation_counts(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int,
@@ -109,6 +107,33 @@ def violation_from_counts(counts: np.ndarray, *, fairness: str, positive: int) -
     return max(gaps) if gaps else 0.0
 
 
+def violation_sd(counts: np.ndarray, *, std: float, fairness: str, positive: int) -> float:
+    """Standard deviation of :func:`violation_from_counts` due to noise of std ``std`` per cell of
+    the pooled histogram (0 when exact), to first order: a rate ``a_c / N`` of a group of ``N``
+    records moves by at most ``std / N`` per unit of noise on its cells (``∂r/∂a = (1 − r)/N``,
+    ``∂r/∂a' = −r/N`` for the other cells, and ``(1 − r)² + r² ≤ 1``), so the gap between the
+    groups of the largest and the smallest rate has ``sd ≤ std · √(1/N_max² + 1/N_min²)``; taken
+    for the block and class of the largest gap."""
+    if std <= 0:
+        return 0.0
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    best, sd = -1.0, 0.0
+    for block in c:
+        totals = block.sum(axis=1)
+        present = np.flatnonzero(totals > 0)
+        if present.size < 2:
+            continue
+        rates = block[present] / totals[present, None]
+        classes = [positive] if fairness == "equal_opportunity" else range(rates.shape[1])
+        for cls in classes:
+            hi, lo = int(np.argmax(rates[:, cls])), int(np.argmin(rates[:, cls]))
+            gap = rates[hi, cls] - rates[lo, cls]
+            if gap > best:
+                best = gap
+                sd = std * math.sqrt(1.0 / totals[present[hi]] ** 2 + 1.0 / totals[present[lo]] ** 2)
+    return float(sd)
+
+
 def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, releases: int) -> float:
     """``z_v`` such that ``releases`` violation histograms alone cost ``share · epsilon`` at
     ``delta`` (full-batch Gaussian releases, composed by the ledger's accountant)."""
@@ -121,7 +146,7 @@ def release_std(settings: Any, delta: float | None) -> float:
     when nothing is released); a function of the public settings (a
     :class:`~pfair.settings.SteFFLeSettings`) and the silo's δ only."""
     st = settings
-    releases = n_releases(st.epochs)
+    releases = len(st.checkpoint_epochs())
     if st.max_violation is None or not st.private or releases == 0:
         return 0.0
     from pfair.protocol.plan import budget_split
@@ -146,12 +171,6 @@ def implausible(counts: np.ndarray, *, n_records: int, std: float, fairness: str
     return None
 
 
-def violation_event(noise_multiplier: float, steps: int = 1) -> MechanismEvent:
-    """The ledger event of ``steps`` violation releases with noise multiplier ``z_v``."""
-    return MechanismEvent(name=VIOLATION_EVENT, sampling="full_batch", sample_rate=1.0,
-                          noise_multiplier=noise_multiplier, steps=int(steps))
-
-
 def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
     """``predict(θ)`` of the linear-softmax model on the rows of ``X`` (a silo's records)."""
     from pfair import _core
@@ -163,6 +182,10 @@ def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np
         return np.argmax(proba, axis=1)
 
     return predict
+
+
+#: The controller steers the violation to this fraction of the target (:attr:`LambdaController.aim`).
+AIM = 0.75
 
 
 @dataclass
@@ -178,9 +201,23 @@ class LambdaController:
     lam_max: float = 100.0
     path: list = field(default_factory=list)
 
-    def update(self, violation: float) -> float:
+    @property
+    def aim(self) -> float:
+        """The violation the dual step steers to: ``AIM · target``, below the target, so that
+        models meeting it appear while there are checkpoints left to return one of them (the
+        returned model is chosen against the target itself)."""
+        return AIM * self.target
+
+    def update(self, violation: float, *, epochs: int = 1, inverting: bool = False) -> float:
+        """One dual step after ``epochs`` epochs at the current λ: ``λ + √epochs·η_λ·(v̂ − aim)``,
+        projected on ``[0, λ_max]``; with ``inverting`` (the model is no better than the constant
+        predictor) λ is halved instead, whatever v̂."""
         if not math.isfinite(violation):
             raise ValueError(f"the released violation is {violation}; λ cannot be adapted from it")
         self.path.append((self.lam, float(violation)))
-        self.lam = float(min(self.lam_max, max(0.0, self.lam + self.lr * (violation - self.target))))
+        if inverting:
+            self.lam = 0.5 * self.lam
+        else:
+            step = self.lr * math.sqrt(max(1, int(epochs))) * (violation - self.aim)
+            self.lam = float(min(self.lam_max, max(0.0, self.lam + step)))
         return self.lam

@@ -79,6 +79,16 @@ class Silo:
         assert self._base is not None and self._rows is not None
         return self._base[self._rows[idx]].astype(np.float64, copy=False)
 
+    def subset(self, idx: np.ndarray) -> "Silo":
+        """The silo of its records ``idx`` (increasing): rows of the same matrix when it holds rows
+        of one (no copy of the features), else its arrays' rows. Its ledger is not carried over:
+        the ledger belongs to the whole silo."""
+        idx = np.asarray(idx, dtype=np.int64)
+        attrs = self.attrs.iloc[idx].reset_index(drop=True) if self.attrs is not None else None
+        if self._base is not None and self._rows is not None:
+            return Silo.rows_of(self._base, self._rows[idx], self.y[idx], self.s[idx], attrs)
+        return Silo(np.asarray(self._X)[idx], self.y[idx], self.s[idx], attrs)
+
     @X.setter
     def X(self, value: np.ndarray) -> None:
         self._X, self._base, self._rows = value, None, None

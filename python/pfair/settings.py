@@ -33,6 +33,11 @@ AUTO_BATCH = 4096
 AUTO_BATCH_RECORD = 256
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
+#: ``checkpoints="auto"`` where a checkpoint's releases cost budget (a fairness target, or
+#: ``protect="record"``): this many checkpoints, evenly spaced, the last after the last epoch.
+AUTO_CHECKPOINTS = 8
+#: Largest ``validation_share`` accepted: the training share keeps at least half of every silo.
+MAX_VALIDATION_SHARE = 0.5
 #: Largest ``lam · lr_theta`` accepted without a warning (see :meth:`SteFFLeSettings.warn_about_step_sizes`).
 LAM_STEP_LIMIT = 100.0
 
@@ -81,7 +86,7 @@ def parse_public_proportions(value: Any) -> np.ndarray | dict:
 def check_max_violation(p: dict) -> None:
     """Validate the fairness-target settings (``max_violation`` and its companions) in place."""
     p.setdefault("max_violation", None)
-    p.setdefault("max_violation_epsilon_share", 0.1)
+    p.setdefault("max_violation_epsilon_share", 0.25)
     p.setdefault("lam_lr", 10.0)
     target = p["max_violation"]
     check_positive(p["lam_lr"], "lam_lr")
@@ -108,6 +113,38 @@ def check_max_violation(p: dict) -> None:
     if private and p_s_dp and p["p_s_epsilon_share"] + share >= 1:
         raise ValueError(f"p_s_epsilon_share={p['p_s_epsilon_share']} and max_violation_epsilon_share={share} "
                          "leave nothing of epsilon for training; their sum must be below 1")
+
+
+def check_validation(p: dict) -> None:
+    """Validate the validation-share settings (``validation_share``, ``checkpoints``,
+    ``validation_epsilon_share``) in place."""
+    p.setdefault("validation_share", 0.1)
+    p.setdefault("checkpoints", "auto")
+    p.setdefault("validation_epsilon_share", 0.05)
+    share = p["validation_share"]
+    check_positive(share, "validation_share", allow_zero=True)
+    if not 0 <= share < MAX_VALIDATION_SHARE:
+        raise ValueError(f"validation_share must be in [0, {MAX_VALIDATION_SHARE:g}) (the share of each silo's records "
+                         f"held out to validate the models of a fit; 0: none, the figures then come from the "
+                         f"training records), got {share}")
+    if isinstance(p["checkpoints"], str):
+        if p["checkpoints"] != "auto":
+            raise ValueError(f"checkpoints must be 'auto' or an integer >= 1 (how many times the silos release "
+                             f"validation figures), got {p['checkpoints']!r}")
+    else:
+        check_int(p["checkpoints"], "checkpoints")
+    vshare = p["validation_epsilon_share"]
+    check_positive(vshare, "validation_epsilon_share")
+    if not 0 < vshare < 1:
+        raise ValueError(f"validation_epsilon_share must be in (0, 1), got {vshare}")
+    private = p["epsilon"] is not None
+    if private and p["protect"] == "record" and p["mode"] == "standard":
+        p_s_dp = p["p_s"] is None or (isinstance(p["p_s"], str) and p["p_s"] == "dp")
+        taken = (p["p_s_epsilon_share"] if p_s_dp else 0.0) + vshare + (
+            p["max_violation_epsilon_share"] if p["max_violation"] is not None else 0.0)
+        if taken >= 1:
+            raise ValueError(f"p_s_epsilon_share, validation_epsilon_share={vshare} and max_violation_epsilon_share "
+                             "leave nothing of epsilon for training; their sum must be below 1")
 
 
 @dataclass(frozen=True)
@@ -147,8 +184,11 @@ class SteFFLeSettings:
     track_history: bool = True
     warm_start: bool = False
     max_violation: float | None = None
-    max_violation_epsilon_share: float = 0.1
+    max_violation_epsilon_share: float = 0.25
     lam_lr: float = 10.0
+    validation_share: float = 0.1
+    checkpoints: int | str = "auto"
+    validation_epsilon_share: float = 0.05
 
     def __post_init__(self) -> None:
         # The one place "auto" clip norms and sampling are resolved (batch_size="auto" needs the
@@ -215,6 +255,30 @@ class SteFFLeSettings:
             return float(self.lr_w) / lam
         return float(self.lr_w)
 
+    @property
+    def checkpoint_releases_free(self) -> bool:
+        """Whether a checkpoint releases nothing that costs budget: a non-private fit, or
+        ``protect="attribute"`` without a fairness target (the validation table ``c[y, ŷ]`` reads
+        x and y only, which attribute mode does not protect)."""
+        return not self.private or (self.protect == "attribute" and self.max_violation is None)
+
+    def checkpoint_epochs(self) -> tuple[int, ...]:
+        """The epochs (0-based) after which the silos release their validation figures
+        (:mod:`pfair.validation`): every epoch when that is free
+        (:attr:`checkpoint_releases_free`), else ``AUTO_CHECKPOINTS`` of them (or ``checkpoints``
+        when it is an int) evenly spaced, ``⌈E·i/K⌉ − 1`` for ``i = 1..K``: the last epoch is
+        always one. Empty in the hybrid modes, which release no validation figures."""
+        if self.mode != "standard":
+            return ()
+        E = int(self.epochs)
+        if isinstance(self.checkpoints, str):
+            if self.checkpoint_releases_free:
+                return tuple(range(E))
+            K = min(E, AUTO_CHECKPOINTS)
+        else:
+            K = min(E, int(self.checkpoints))
+        return tuple(sorted({math.ceil(E * i / K) - 1 for i in range(1, K + 1)}))
+
     def delta_for(self, n_records: int) -> float:
         return self.delta if self.delta is not None else default_delta(n_records)
 
@@ -274,6 +338,7 @@ class SteFFLeSettings:
             raise ValueError(f"p_s_epsilon_share must be in (0, 1), got {share}")
 
         check_max_violation(p)
+        check_validation(p)
 
         p_s = p["p_s"]
         if p_s is None:

@@ -79,6 +79,7 @@ from pfair.privacy import mechanisms
 from pfair.privacy.proportions import n_blocks
 from pfair.protocol.keys import noise_key, seeded_key
 from pfair.settings import default_delta
+from pfair.validation import warn_if_no_better_than_constant
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 
@@ -289,6 +290,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
         }]).set_index("silo")
+        warn_if_no_better_than_constant(self, sh)
         return self
 
     def _primal_step(self, theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray, sb: np.ndarray, bb: np.ndarray,

@@ -28,6 +28,7 @@ from pfair.estimators import LinearSoftmaxMixin
 from pfair.protocol.keys import seeded_key
 from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import SAMPLINGS
+from pfair.validation import warn_if_no_better_than_constant
 
 
 class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
@@ -147,6 +148,7 @@ class CentralERM(_SGDBase):
         self.n_rounds_ = self.epochs * steps
         self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
         self.privacy_report_ = non_private_report("central_erm", 1)
+        warn_if_no_better_than_constant(self, sh)
         return self
 
 
@@ -229,4 +231,5 @@ class FedAvg(_SGDBase):
         self.n_rounds_ = self.epochs * rounds
         self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
         self.privacy_report_ = non_private_report("fedavg", sh.n_silos)
+        warn_if_no_better_than_constant(self, sh)
         return self

@@ -50,6 +50,7 @@ from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
 from pfair.baselines._common import evaluate, non_private_report, shards_from
 from pfair.estimators import LinearSoftmaxMixin
+from pfair.validation import warn_if_no_better_than_constant
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -251,6 +252,7 @@ class SingleShotSyntheticFL(LinearSoftmaxMixin, _ParamsMixin):
         Xp, yp, sp = sh.pooled()
         self.history_ = pd.DataFrame([{"epoch": 1, **evaluate(self.theta_, 2, Xp, yp, sp)}]).set_index("epoch")
         self.privacy_report_ = non_private_report("single_shot_synthetic (no DP claim)", sh.n_silos)
+        warn_if_no_better_than_constant(self, sh)
         return self
 
     def _adam(self, problem: SyntheticClientProblem, x: np.ndarray, client: int, rows: list) -> np.ndarray:

@@ -231,7 +231,9 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
     ``test_error_std``, ``violation``, ``violation_std`` (for the row's ``fairness``),
     ``demographic_parity_difference``, ``equalized_odds_difference``, ``epsilon_spent`` (max over seeds), ``trivial_error``,
     ``val_error``, ``val_violation``, ``val_trivial_error`` (NaN without a validation split),
-    ``n_seeds``. Rows whose fit raised are left out. Non-private methods keep
+    ``n_seeds``, ``n_runs``, ``worse_than_constant`` (runs whose test error is at or above the
+    constant predictor's) and ``silent_failures`` (those of them no warning of the fit flagged;
+    :func:`pfair.experiments.sweep.add_constant_columns`). Rows whose fit raised are left out. Non-private methods keep
     ``epsilon = inf`` here (see :func:`summarize` for their placement in ε settings). Standard
     deviations use ddof = 0."""
     df = _runs(runs)
@@ -248,6 +250,10 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = np.nan
     df["val_violation"] = np.where(eo, df["val_equalized_odds_difference"], df["val_demographic_parity_difference"])
+    from pfair.experiments.sweep import add_constant_columns
+
+    if "silent_failure" not in df.columns:
+        df = add_constant_columns(df)
     keys = SETTING_COLUMNS + ["method", "knob", "config"]
     df["knob"] = df["knob"].fillna(-1.0)  # group NaN knobs together; restored below
     g = df.groupby(keys, sort=True, dropna=False)
@@ -264,6 +270,9 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
         val_violation=("val_violation", "mean"),
         val_trivial_error=("val_trivial_error", "mean"),
         n_seeds=("seed", "nunique"),
+        n_runs=("seed", "size"),
+        worse_than_constant=("worse_than_constant", "sum"),
+        silent_failures=("silent_failure", "sum"),
     ).reset_index()
     out.loc[out["knob"] < 0, "knob"] = np.nan
     return out
@@ -383,6 +392,8 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0, sel
                 "min_violation": float(fv[-1]) if len(fv) else math.nan,
                 "min_test_error": float(ft[0]) if len(ft) else math.nan,
                 "collapsed": len(fe) == 0,
+                "runs": int(pts["n_runs"].sum()), "worse_than_constant": int(pts["worse_than_constant"].sum()),
+                "silent_failures": int(pts["silent_failures"].sum()),
             }
         ref = fronts.get(reference)
         for method, (fe, fv, ft) in fronts.items():
@@ -414,7 +425,7 @@ def summarize(runs: Any, *, reference: str = "steffle", margin: float = 0.0, sel
                                  "n_seeds", "front_size", "min_error", "min_test_error", "min_violation", "collapsed",
                                  "matched_error", "violation", "reference_violation", "test_error",
                                  "reference_test_error", "reduction", "mean_violation", "reference_mean_violation",
-                                 "range_reduction", "status"]
+                                 "range_reduction", "runs", "worse_than_constant", "silent_failures", "status"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -450,6 +461,7 @@ def format_summary(table: pd.DataFrame) -> str:
             "mean V": grp["mean_violation"].map(_num),
             f"mean V_{ref}": grp["reference_mean_violation"].map(_num),
             "range reduction": grp["range_reduction"].map(_pct),
+            "≥ constant (silent)": [f"{w} ({s})" for w, s in zip(grp["worse_than_constant"], grp["silent_failures"])],
             "status": grp["status"].replace({"collapsed": "collapsed to the trivial predictor"}),
         })
         lines.append(view.to_string(index=False))

@@ -46,6 +46,9 @@ import numpy as np
 import pandas as pd
 
 from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, get_method, violation_column
+from pfair.exceptions import ConvergenceWarning
+from pfair.settings import SteFFLeSettings
+from pfair.validation import held_out_count
 
 __all__ = [
     "Cell", "SweepResult", "COLUMNS", "KEY_COLUMNS", "RUNS_FILE", "SETTINGS_FILE",
@@ -556,8 +559,10 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             silos = cell.silos if cell.silos != ANY_SILOS else 1
             h = 0.0 if math.isnan(cell.heterogeneity) else cell.heterogeneity
             fed = Federation.for_dataset(train, silos, heterogeneity=h, seed=cell.seed)
-            # A batch never exceeds a silo: small user tables get their smallest silo's size.
-            used_batch = min(int(batch_size), int(min(fed.sizes)))
+            # A batch never exceeds what a silo trains on (its records less SteFFLe's held-out
+            # share): small user tables get their smallest silo's size.
+            share = SteFFLeSettings.validation_share
+            used_batch = min(int(batch_size), int(min(n - held_out_count(n, share) for n in fed.sizes)))
             row["batch_size"] = used_batch
             overrides = dict((params or {}).get(cell.method, {}))
             tuned = parse_config(cell.config)
@@ -584,9 +589,11 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             with contextlib.suppress(Exception):
                 row["trivial_error"] = metrics.trivial_error(_dataset(cell.dataset).y_test)
     row["seconds"] = time.perf_counter() - t0
-    messages = list(dict.fromkeys(str(w.message).replace("\n", " ") for w in caught))
+    # The fit-quality warnings first, so that the cut below never drops them (add_constant_columns).
+    ordered = sorted(caught, key=lambda w: not issubclass(w.category, ConvergenceWarning))
+    messages = list(dict.fromkeys(str(w.message).replace("\n", " ") for w in ordered))
     row["warnings"] = len(caught)
-    row["warning_messages"] = " | ".join(messages)[:500]
+    row["warning_messages"] = " | ".join(messages)[:1000]
     row["finished_at"] = time.time()
     return row
 
@@ -625,6 +632,28 @@ def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataF
     df = df.drop_duplicates("_key", keep="last").drop(columns="_key").reset_index(drop=True)
     if drop_failed and "error" in df.columns:
         df = df[df["error"] == ""].reset_index(drop=True)
+    return add_constant_columns(df)
+
+
+#: Text of every warning pfair gives about a model no better than the constant predictor (the
+#: checkpoint guard, pfair.validation; the collapse check, pfair.protocol.convergence).
+CONSTANT_WARNINGS = ("clearly better than the constant predictor", "collapsed to a constant predictor",
+                     "no better than the constant predictor")
+
+
+def add_constant_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The derived columns of a sweep's rows (computed when read, not stored): ``worse_than_constant``
+    (test error at or above the constant predictor's), ``constant_warned`` (a warning of the fit said
+    its model was not clearly better than the constant predictor) and ``silent_failure`` (worse
+    than constant without such a warning: what a user must never get)."""
+    if df.empty or "test_error" not in df.columns:
+        return df
+    worse = (df["test_error"] >= df["trivial_error"]).fillna(False).astype(bool)
+    text = df["warning_messages"].fillna("") if "warning_messages" in df.columns else pd.Series("", index=df.index)
+    warned = text.map(lambda m: any(w in m for w in CONSTANT_WARNINGS)).astype(bool)
+    df["worse_than_constant"] = worse
+    df["constant_warned"] = warned
+    df["silent_failure"] = worse & ~warned
     return df
 
 

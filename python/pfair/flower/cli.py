@@ -108,7 +108,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli import load_data, print_summary
+    from pfair.cli import checkpoint_summary, load_data, print_summary
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
     from pfair.flower import require_flwr
@@ -171,6 +171,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     report_df = pd.DataFrame(rows).set_index("silo")
     spent_now = [row["epsilon_spent"] for row in rows if row["epsilon_spent"] is not None]
     rounds = res["timing"]["round_s"]
+    if res.get("selection_warning"):
+        notes.append(res["selection_warning"])
     for e in res["events"]:
         if e["event"] in ("plan_refused", "all_refused", "diverged"):
             notes.append(f"{e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "time")))
@@ -180,7 +182,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         "test_error": report["test_error"], "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
         "equalized_odds_difference": report["equalized_odds_difference"],
-        "max_violation": None, "final_lam": float(args.lam), "violation_released": None,
+        "max_violation": None, "final_lam": float(args.lam),
+        **checkpoint_summary(res.get("checkpoints", []), res.get("selected_epoch"), st.epochs),
         "epsilon_spent": max(spent_now) if spent_now else None,
         "delta": max((row["delta"] for row in rows if row["delta"] is not None), default=None),
         "noise_multiplier": [row["noise_multiplier"] for row in rows],

@@ -8,7 +8,8 @@ reproducing a simulation). Message types:
 ``query.hello``  the p_s round: size, and the DP histogram of s when the run uses ``p_s="dp"``
 ``query.plan``   calibrate the noise for the run from the released proportions; reply the plan
 ``train``        one SteFFLe round: exactly the parts of a :class:`~pfair.protocol.SiloMessage`
-``query.violation`` with ``max_violation``, after an epoch: the silo's noisy (block, s, ŷ) histogram
+``query.checkpoint`` after a checkpoint epoch: the validation table of the silo's held-out records and,
+                 with ``max_violation``, its noisy (block, s, ŷ) histogram (:mod:`pfair.validation`)
 ``evaluate``     metrics of θ on the local test shard, if the node has one: a DP release charged to
                  its ledger, once per run (exact only where the node config opts in)
 ``query.report`` the ledger's public summary (budget, ε spent, runs)
@@ -71,12 +72,12 @@ def train(msg: Message, context: Context) -> Message:
     return Message(codec.silo_message_content(reply), reply_to=msg)
 
 
-@app.query("violation")
-def violation(msg: Message, context: Context) -> Message:
+@app.query("checkpoint")
+def checkpoint(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     theta = codec.read_arrays(msg.content["arrays"])["theta"]
-    reply = node.violation(_settings(cfg), str(cfg["run-id"]), int(cfg["epoch"]), theta)
-    return Message(codec.violation_content(reply), reply_to=msg)
+    reply = node.checkpoint(_settings(cfg), str(cfg["run-id"]), int(cfg["epoch"]), theta)
+    return Message(codec.checkpoint_content(reply), reply_to=msg)
 
 
 @app.evaluate()

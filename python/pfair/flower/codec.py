@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
+from pfair.protocol.messages import PARTS, CheckpointRelease, SiloMessage
 
 
 def arrays(**named: np.ndarray) -> ArrayRecord:
@@ -91,23 +91,22 @@ def read_silo_message(content: RecordDict) -> SiloMessage:
     return SiloMessage.from_arrays(silo, rnd, {p: packed[end - n:end] for p, n, end in zip(PARTS, lengths, ends)})
 
 
-def violation_content(rel: ViolationRelease) -> RecordDict:
-    """A silo's violation release (``max_violation``): its noisy histogram, the silo id and the epoch."""
+def checkpoint_content(rel: CheckpointRelease) -> RecordDict:
+    """A silo's checkpoint release (its validation table, and with a fairness target its noisy
+    violation histogram), the silo id and the epoch."""
     return RecordDict({"arrays": arrays(**rel.to_arrays()),
                        "meta": ConfigRecord({"silo": int(rel.silo), "epoch": int(rel.epoch)})})
 
 
-def read_violation(content: RecordDict) -> ViolationRelease:
-    """Decode a violation release (raises ValueError on a malformed one; the server then rejects it)."""
+def read_checkpoint(content: RecordDict) -> CheckpointRelease:
+    """Decode a checkpoint release (raises ValueError on a malformed one; the server then rejects it)."""
     try:
         arrs = read_arrays(content["arrays"])
         meta = content["meta"]
         silo, epoch = int(meta["silo"]), int(meta["epoch"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed violation release: {exc!r}") from None
-    if set(arrs) != {"violation_counts"}:
-        raise ValueError(f"a violation release holds exactly 'violation_counts', got {sorted(arrs)}")
-    return ViolationRelease.from_arrays(silo, epoch, arrs)
+        raise ValueError(f"malformed checkpoint release: {exc!r}") from None
+    return CheckpointRelease.from_arrays(silo, epoch, arrs)
 
 
 def config(**values: Any) -> ConfigRecord:

@@ -37,10 +37,11 @@ never by the server):
     ledger already refuses a ledger restored from an older copy, replaced or deleted
     (:class:`~pfair.exceptions.LedgerRollback`); the anchor does so even when the whole state
     directory, journal included, was restored;
-``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``
+``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``, ``max-validation-share``
     the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_HISTOGRAM_SHARE`,
-    :data:`MAX_VIOLATION_SHARE`): the most ε one run may ask for, and the largest shares of it the
-    run's p_s histogram and fairness-target releases may take. A message asking for more is refused
+    :data:`MAX_VIOLATION_SHARE`, :data:`MAX_VALIDATION_EPSILON_SHARE`): the most ε one run may ask
+    for, and the largest shares of it the run's p_s histogram, fairness-target releases and (record
+    mode) validation tables may take. A message asking for more is refused
     before anything is read or charged: the shares are the silo's budget, not the server's to set.
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
@@ -84,16 +85,18 @@ from pfair.privacy import mechanisms
 from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
-from pfair.protocol.messages import SiloMessage, ViolationRelease
+from pfair.protocol.messages import CheckpointRelease, SiloMessage
 from pfair.protocol.keys import SiloKeys, new_secret, noise_key, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
+from pfair.validation import holdout
 
 #: Default caps of the shares of a run's ε a server may ask for (node config ``max-histogram-share``,
-#: ``max-violation-share``): the estimator's defaults are 0.1; a run may ask up to these.
+#: ``max-violation-share``, ``max-validation-share``): a run may ask up to these.
 MAX_HISTOGRAM_SHARE = 0.25
 MAX_VIOLATION_SHARE = 0.25
+MAX_VALIDATION_EPSILON_SHARE = 0.25
 
 #: ε of one evaluation release (node config ``evaluate-epsilon``), composed in the silo's ledger.
 EVALUATE_EPSILON = 0.05
@@ -199,6 +202,7 @@ class SiloNode:
         self.max_run_epsilon = float(node_config.get("max-run-epsilon", self.budget))
         self.max_histogram_share = float(node_config.get("max-histogram-share", MAX_HISTOGRAM_SHARE))
         self.max_violation_share = float(node_config.get("max-violation-share", MAX_VIOLATION_SHARE))
+        self.max_validation_share = float(node_config.get("max-validation-share", MAX_VALIDATION_EPSILON_SHARE))
         from pfair.datasets.shards import read_shard
 
         self.X, self.y, self.s, self.feature_names = read_shard(self.data_path, n_groups=n_groups, n_classes=n_classes)
@@ -262,6 +266,10 @@ class SiloNode:
         if settings.max_violation is not None and settings.max_violation_epsilon_share > self.max_violation_share:
             over.append(f"max_violation_epsilon_share={settings.max_violation_epsilon_share:g} (cap: "
                         f"max-violation-share={self.max_violation_share:g})")
+        if (settings.protect == "record" and settings.checkpoint_epochs()
+                and settings.validation_epsilon_share > self.max_validation_share):
+            over.append(f"validation_epsilon_share={settings.validation_epsilon_share:g} (cap: max-validation-share="
+                        f"{self.max_validation_share:g})")
         if over:
             raise SettingsMismatch(f"silo {self.silo_id}: the run asks for {'; '.join(over)}; the silo's node config "
                                    "caps what one run may spend and how it is split. Nothing was read or charged")
@@ -287,27 +295,39 @@ class SiloNode:
                ledger: PrivacyLedger | None = None) -> SiloParty:
         ledger = ledger if ledger is not None else self.ledger()
         st = self._settings(settings, ledger, check_budget)
+        # The run's held-out share (pfair.validation.holdout: positions from the public seed only);
+        # the party trains on the rest. Its δ and its ledger stay those of all its records.
+        train, held = holdout(self.n_records, st.validation_share, seed=st.seed, silo=self.silo_id)
+        X, y, s = self.X[train], self.y[train], self.s[train]
         if self.model is None:
-            silo_set = _core.SiloSet([(self.X, self.y, self.s)], n_groups=self.n_groups, n_classes=self.n_classes,
+            silo_set = _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes,
                                      fairness=st.fairness, positive=st.positive_class)
-            provider: Any = LinearProvider(silo_set, 0, silo_config(st, self.n_records, None))
+            provider: Any = LinearProvider(silo_set, 0, silo_config(st, len(y), None))
         else:
             from pfair.federation import Silo
             from pfair.flower.models import build_module
             from pfair.providers.torch import TorchProvider
 
             module = build_module(self.model, allowed=self.allow_models)
-            provider = TorchProvider.for_silo(module, Silo(self.X, self.y, self.s), st, n_groups=self.n_groups,
+            provider = TorchProvider.for_silo(module, Silo(X, y, s), st, n_groups=self.n_groups,
                                               n_classes=self.n_classes, input_shape=self.model["input_shape"])
         keys = SiloKeys.for_silo(st)  # fresh OS entropy per message, or the node's own noise-seed
         if batch_key is not None:
             keys = SiloKeys(batch=batch_key, noise=keys.noise)
-        return SiloParty(silo_id=self.silo_id, y=self.y, s=self.s, settings=st, provider=provider, ledger=ledger,
-                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys, predict=self._predict)
+        validation = None
+        if st.validation_share > 0:
+            Xv = self.X[held]
+            validation = (lambda theta: self._predict(Xv, theta), self.y[held], self.s[held])
+        return SiloParty(silo_id=self.silo_id, y=y, s=s, settings=st, provider=provider, ledger=ledger,
+                         n_groups=self.n_groups, n_classes=self.n_classes, keys=keys,
+                         predict=lambda theta: self._predict(X, theta), validation=validation,
+                         n_silo_records=self.n_records)
 
-    def _predict(self, theta: np.ndarray) -> np.ndarray:
-        """Predicted class of each of the silo's training records under θ (for ``max_violation``)."""
-        return np.argmax(self._predict_proba(self.X, np.asarray(theta, dtype=np.float64)), axis=1)
+    def _predict(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """Predicted class of each row of ``X`` (the silo's records) under θ."""
+        if X.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.argmax(self._predict_proba(X, np.asarray(theta, dtype=np.float64)), axis=1)
 
     # ------------------------------------------------------------------ the protocol
     def hello(self, settings: SteFFLeSettings) -> dict[str, Any]:
@@ -412,13 +432,15 @@ class SiloNode:
             party = self._planned_party(settings, run_id)
             return party.step(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64), int(round))
 
-    def violation(self, settings: SteFFLeSettings, run_id: str, epoch: int, theta: np.ndarray) -> ViolationRelease:
-        """The silo's violation release after ``epoch`` of run ``run_id`` (``max_violation``):
-        charged to the ledger first, noised with the node's own key, kept in the ledger so that
-        the same epoch asked again gets the same release at no cost."""
+    def checkpoint(self, settings: SteFFLeSettings, run_id: str, epoch: int, theta: np.ndarray) -> CheckpointRelease:
+        """The silo's checkpoint release after ``epoch`` of run ``run_id`` (:mod:`pfair.validation`):
+        the validation table of its held-out records (exact in attribute mode), and with a fairness
+        target its violation histogram; what costs budget is charged to the ledger first and
+        noised with the node's own key, and kept in the ledger so that the same epoch asked again
+        gets the same release at no cost. Epochs that are not the run's checkpoints are refused."""
         with self._locked():
             party = self._planned_party(settings, run_id)
-            return party.release_violation(np.asarray(theta, dtype=np.float64), int(epoch))
+            return party.release_checkpoint(np.asarray(theta, dtype=np.float64), int(epoch))
 
     def evaluate(self, settings: SteFFLeSettings, run_id: str, theta: np.ndarray) -> dict[str, float]:
         """Metrics of θ on the local test shard (empty without one), as a DP release.

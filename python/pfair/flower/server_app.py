@@ -17,12 +17,16 @@ The strategy runs the same protocol as the in-process simulation (:mod:`pfair.pr
    left is not greeted again (the SuperLink lists it until its heartbeat expires), and a node
    whose hello fails is greeted again after 1, 2, 4, 8, then every 16 rounds, since each failed
    hello costs a round its timeout;
-   With ``max_violation``, after every epoch but the last, ``query.violation`` asks each silo for
-   its noisy (block, s, ŷ) histogram at the current θ (charged to its ledger) and the server
-   adapts λ from their sum (:meth:`pfair.protocol.ServerParty.adapt_lam`); the λ path is in the
-   result's ``lam``;
+   After each checkpoint epoch, ``query.checkpoint`` asks each silo for the validation table of its
+   held-out share (exact in attribute mode, noised and charged in record mode) and, with
+   ``max_violation``, its noisy (block, s, ŷ) histogram at the current θ (charged to its ledger);
+   the server reads the figures, adapts λ and keeps the candidates
+   (:meth:`pfair.protocol.ServerParty.read_checkpoint`); the λ path is in the result's ``lam``,
+   the figures in ``checkpoints``;
 4. ``evaluate`` on the silos' local test shards, ``query.report`` for each silo's ε spent, and the
-   final model (θ, W and metadata) written as JSON to the run config's ``out`` path.
+   model the released figures choose (θ, W, ``selected_epoch`` and metadata; the last one unless
+   it is not clearly better than the constant predictor or a target asks for another:
+   ``selection_warning`` says why) written as JSON to the run config's ``out`` path.
 
 Flower's polling ``send_and_receive`` sleeps 3 s between pulls; the strategy pushes and pulls
 itself every ``poll`` seconds, bounded by ``round-timeout``. The objects of a reply are pulled
@@ -35,6 +39,7 @@ so that the live silos' replies of that round still count.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import json
 import logging
 import math
@@ -48,7 +53,6 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from pfair.flower import codec
-from pfair.fairness_target import n_releases
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import NoisePlan
 from pfair.protocol.driver import Driver, EpochOutcome, RunState
@@ -57,6 +61,7 @@ from pfair.protocol.server import ServerParty
 from pfair.protocol.setup import build_server, initial_model, released_proportions
 from pfair.protocol.simulation import monitor_for
 from pfair.settings import SteFFLeSettings
+from pfair.validation import held_out_count
 
 log = logging.getLogger("pfair.flower")
 
@@ -266,11 +271,11 @@ class SteFFLeStrategy(Strategy):
                 continue
             self.plans[silo] = json.loads(str(reply.content["meta"]["plan"]))
 
-    def _violation(self, grid: Grid, epoch: int) -> list:
-        """``max_violation``: after ``epoch``, ask every silo that has not refused for its violation
-        release at the current θ; returns the ``(silo, ViolationRelease)`` pairs that decoded (the
-        server checks them and takes one dual step on λ: :meth:`pfair.protocol.ServerParty.adapt_lam`)."""
-        msgs = [self._message(node, "query.violation", arrays=codec.arrays(theta=self.theta), epoch=epoch)
+    def _checkpoint(self, grid: Grid, epoch: int) -> list:
+        """After the checkpoint ``epoch``, ask every silo that has not refused for its checkpoint
+        release at the current θ; returns the ``(silo, CheckpointRelease)`` pairs that decoded (the
+        server checks and reads them: :meth:`pfair.protocol.ServerParty.read_checkpoint`)."""
+        msgs = [self._message(node, "query.checkpoint", arrays=codec.arrays(theta=self.theta), epoch=epoch)
                 for node, silo in self.silo_of.items() if silo not in self.refused and silo in self.plans]
         pairs = []
         for node, reply in self._exchange(grid, msgs, self.round_timeout):
@@ -281,10 +286,10 @@ class SteFFLeStrategy(Strategy):
                 reason = _reason(reply)
                 if reply is not None and "PrivacyBudgetExceeded" in reason:
                     self.refused.add(silo)
-                self._note("violation_refused", epoch=epoch, silo=silo, reason=reason)
+                self._note("checkpoint_refused", epoch=epoch, silo=silo, reason=reason)
                 continue
             try:
-                pairs.append((silo, codec.read_violation(reply.content)))
+                pairs.append((silo, codec.read_checkpoint(reply.content)))
             except ValueError as exc:
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
         return pairs
@@ -293,7 +298,7 @@ class SteFFLeStrategy(Strategy):
         """Note the server's rejections since the last call (replies it dropped)."""
         for r in self.server.rejected[self._seen:]:
             if not (skip_no_reply and r[2] == "no reply"):  # noted already when it was missed
-                key = "epoch" if r[2].startswith("violation release") else "round"
+                key = "epoch" if r[2].startswith("checkpoint release") else "round"
                 self._note("rejected", **{key: r[0]}, silo=r[1], reason=r[2])
         self._seen = len(self.server.rejected)
 
@@ -380,7 +385,10 @@ class SteFFLeStrategy(Strategy):
         if len(d) != 1:
             raise ValueError(f"the silos' shards have different numbers of features: {sorted(d)}")
         d = d.pop()
-        plan = RunPlan.build(st, [self.sizes[j] for j in range(self.n_silos)], n_groups=self.n_groups,
+        # Each silo trains on all but its held-out share (pfair.validation.holdout), whose size is
+        # a function of its public size.
+        held = [held_out_count(self.sizes[j], st.validation_share) for j in range(self.n_silos)]
+        plan = RunPlan.build(st, [self.sizes[j] - held[j] for j in range(self.n_silos)], n_groups=self.n_groups,
                              n_classes=self.n_classes)
         st, R, T = plan.settings, plan.rounds_per_epoch, plan.total_rounds
         proportions = self._proportions(plan, answers)
@@ -398,14 +406,15 @@ class SteFFLeStrategy(Strategy):
                 self._diverged = True
                 self._note("diverged", round=(epoch + 1) * R - 1, theta_norm=float(np.linalg.norm(theta)))
             self._note_rejections()
-            if "lam" in info and epoch < n_releases(st.epochs):
-                v = info["violation_released"]
+            if "lam" in info:
+                v = info.get("violation_released", math.nan)
                 self.lam_path.append({"epoch": epoch + 1, "lam": info["lam"],
                                       "violation_released": None if math.isnan(v) else v})
             return info
 
         driver = Driver(plan, FlowerTransport(self, grid, plan), server=self.server, monitor=monitor,
-                        keep_exact=False, plans=noise_plans)
+                        keep_exact=False, plans=noise_plans,
+                        held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)])
         state = driver.run(state, on_epoch=on_epoch)
         snapshot = state.snapshot
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)
@@ -429,8 +438,10 @@ class SteFFLeStrategy(Strategy):
                        "refused": j in self.refused, "ledger": reports.get(j)} for j in range(self.n_silos)],
             "evaluation": dict(evaluation) if evaluation is not None else None,
             "events": self.events,
-            "lam": self.lam_path + ([{"epoch": T // R, "lam": self.server.lam, "violation_released": None}]
-                                    if self.server.controller is not None else []),
+            "lam": self.lam_path,
+            "checkpoints": [dataclasses.asdict(f) for f in state.checkpoints],
+            "selected_epoch": None if state.selected is None else state.selected + 1,
+            "selection_warning": state.selection_warning,
             "timing": {"silos_joined_s": t_joined, "setup_s": t_setup, "round_s": self.round_seconds},
         }
 
@@ -478,9 +489,9 @@ class FlowerTransport:
         refused |= strat.refused
         return EpochOutcome(strat.theta, strat.w, used, {}, snapshot)
 
-    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+    def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
         self.strategy.theta = theta
-        pairs = self.strategy._violation(self.grid, epoch)
+        pairs = self.strategy._checkpoint(self.grid, epoch)
         refused |= self.strategy.refused
         return pairs
 

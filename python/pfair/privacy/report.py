@@ -16,9 +16,11 @@ __all__ = ["FullTable", "PrivacyReport", "REPORT_COLUMN_MEANINGS"]
 
 #: One line per column of ``SteFFLe.privacy_report_`` (see docs/privacy.md, "The privacy report").
 REPORT_COLUMN_MEANINGS: dict[str, str] = {
-    "n_records": "records the silo holds (n_j)",
+    "n_records": "records the silo trains on (n_j; its records less the held-out share)",
+    "n_held_out": "records the silo holds out to validate the models (validation_share); they set delta "
+                  "with the others, and their validation tables are released at the checkpoints",
     "sampling": "how the silo draws its batch each round",
-    "sample_rate": "q, the chance that a record is in a round's batch (m / n_j)",
+    "sample_rate": "q, the chance that a training record is in a round's batch (m / n_j)",
     "steps": "rounds the silo answers (T), over which the budget is spread",
     "denominator": "the fixed divisor m of the silo's batch means",
     "sensitivity_loss": "replace-one sensitivity of the loss-gradient part (0: sent without noise)",
@@ -30,7 +32,7 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
     "sigma_theta": "noise std actually added to the theta part",
     "sigma_w": "noise std actually added to the W part",
     "target_epsilon": "the silo's budget epsilon (what you asked for)",
-    "delta": "the silo's delta (default 1/n_j^2)",
+    "delta": "the silo's delta (default 1/n^2, n = every record the silo holds)",
     "epsilon": "epsilon of the silo's earlier spending plus every planned round of this fit",
     "epsilon_spent": "epsilon the silo's ledger has recorded, over every fit on its data",
     "accounting": "how the rounds are priced: shuffle (every record once per epoch, the batch is visible; "

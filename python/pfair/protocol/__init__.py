@@ -4,8 +4,9 @@
   keeps.
 * :class:`SiloParty` — one silo: data, keys, persistent ledger, gradient provider;
   ``step(θ, W, round) → SiloMessage``.
-* :class:`ServerParty` — validates replies, reweights, runs the Rust ``server_update``; with
-  ``max_violation`` it adapts λ from the silos' :class:`ViolationRelease` (``adapt_lam``).
+* :class:`ServerParty` — validates replies, reweights, runs the Rust ``server_update``; reads the
+  silos' :class:`CheckpointRelease` (``read_checkpoint``: validation figures, and with
+  ``max_violation`` the dual step on λ).
 * :class:`RunPlan` — every quantity derived from the settings and the federation, computed once
   (:mod:`pfair.protocol.plan`); :mod:`pfair.protocol.setup` — ledgers, the p_s round, the server;
   :mod:`pfair.protocol.keys` — where every key comes from.
@@ -17,11 +18,11 @@
 
 from pfair.protocol.driver import Driver, RunState
 from pfair.protocol.keys import SiloKeys
-from pfair.protocol.messages import PARTS, LocalDiagnostics, SiloMessage, ViolationRelease
+from pfair.protocol.messages import PARTS, CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty, reply_limits
 from pfair.protocol.silo import SiloParty
 from pfair.protocol.simulation import Simulation
 
-__all__ = ["PARTS", "Driver", "LocalDiagnostics", "RunPlan", "RunState", "ServerParty", "SiloKeys", "SiloMessage",
-           "SiloParty", "Simulation", "ViolationRelease", "reply_limits"]
+__all__ = ["PARTS", "CheckpointRelease", "Driver", "LocalDiagnostics", "RunPlan", "RunState", "ServerParty", "SiloKeys",
+           "SiloMessage", "SiloParty", "Simulation", "reply_limits"]

@@ -8,8 +8,14 @@ A run's life (``docs/architecture.md`` draws it):
    server with the reply limits those plans allow;
 3. :class:`Driver` runs the epochs. Each epoch it asks the transport which silos answer (a transport
    that charges a whole epoch at once does it here), runs the epoch's rounds through the transport,
-   checks the released θ, keeps the random iterate, writes the history row, and with a fairness
-   target asks the silos for their violation releases and takes the server's dual step on λ.
+   checks the released θ, keeps the random iterate, and after each checkpoint epoch asks the silos
+   for their checkpoint releases (:mod:`pfair.validation`: the validation table of their held-out
+   records, and with a fairness target the violation histogram), from which the server reads the
+   figures of the model, takes its dual step on λ, and the :class:`~pfair.validation.Selector`
+   keeps the candidates; then it writes the history row;
+4. at the end, the model the fit returns is chosen from the released figures alone: the last one,
+   unless it is not clearly better than the constant predictor or a fairness target asks for
+   another (warned).
 
 A transport moves the messages of the rounds and nothing else:
 
@@ -32,8 +38,9 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from pfair.exceptions import PrivacyWarning
-from pfair.fairness_target import n_releases, release_std
+from pfair.fairness_target import release_std
 from pfair.protocol.plan import RunPlan
+from pfair.validation import Selector, warn_selection
 
 
 @dataclass
@@ -52,6 +59,13 @@ class RunState:
     settings: dict = field(default_factory=dict)
     #: λ of the next epoch when it is adapted to ``max_violation`` (None: the fixed ``lam``).
     lam: float | None = None
+    #: The released figures of every checkpoint so far (:class:`~pfair.validation.CheckpointFigures`).
+    checkpoints: list = field(default_factory=list)
+    #: The checkpoint epoch (0-based) of the model the run returns, when it was chosen from the
+    #: checkpoints (None: the last model, or the random iterate).
+    selected: int | None = None
+    #: Why the returned model is not simply the last one (None when it is and nothing is wrong).
+    selection_warning: str | None = None
     #: Each silo's batch key (``_core.NoiseKey``), so that a resumed run draws the rest of an
     #: epoch from the same permutation. Not a field (not in ``asdict``, ``repr`` or ``==``), and
     #: secret keys never leave the process: a pickled or deep-copied state holds None here.
@@ -88,8 +102,8 @@ class Transport(Protocol):
                refused: set) -> EpochOutcome:
         """Run the epoch's rounds from (θ, W)."""
 
-    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
-        """``(silo, ViolationRelease)`` pairs of the silos that answered the release after ``epoch``."""
+    def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+        """``(silo, CheckpointRelease)`` pairs of the silos that answered the release after ``epoch``."""
 
 
 def refuse(refused: set, silo: int, what: str, exc: BaseException, stacklevel: int = 4) -> None:
@@ -104,15 +118,22 @@ class Driver:
     ``server``: the :class:`~pfair.protocol.server.ServerParty` whose λ, step sizes and fairness
     controller the rounds use (None in the hybrid topologies, whose server has a fixed λ);
     ``monitor``: a :class:`~pfair.protocol.convergence.ConvergenceMonitor`; ``keep_exact``: keep the
-    exact batch diagnostics in the history (exact diagnostics asked for, or nothing private)."""
+    exact batch diagnostics in the history (exact diagnostics asked for, or nothing private);
+    ``held_out``: the held-out records of each silo (its validation table's total; None: the
+    checkpoints are not asked for, as in the hybrid topologies)."""
 
     def __init__(self, plan: RunPlan, transport: Transport, *, server: Any, monitor: Any, keep_exact: bool,
-                 plans: Sequence[Any] | dict = ()) -> None:
+                 plans: Sequence[Any] | dict = (), held_out: Sequence[int] | dict | None = None) -> None:
         self.plan, self.transport, self.server, self.monitor = plan, transport, server, monitor
         self.keep_exact = bool(keep_exact)
         self.noise_plans = dict(plans) if isinstance(plans, dict) else dict(enumerate(plans))
+        self.held_out = (None if held_out is None else dict(held_out) if isinstance(held_out, dict)
+                         else dict(enumerate(held_out)))
         self.refused: set[int] = set()
         self._warned_lam_max = False
+        st = plan.settings
+        self.checkpoints = set(st.checkpoint_epochs()) if self.held_out is not None and server is not None else set()
+        self.selector = Selector(target=st.max_violation)
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
             progress: bool = False) -> RunState:
@@ -151,8 +172,11 @@ class Driver:
             if self.keep_exact:
                 info.update(out.exact)
             if server is not None and server.controller is not None:
-                info.update(self.target_step(theta, epoch, active))
-                state.lam = server.lam
+                info["lam"] = float(server.lam)  # λ of this epoch (a checkpoint may change it)
+            if epoch in self.checkpoints:
+                info.update(self.checkpoint_step(state, theta, w, epoch, active))
+                if server.controller is not None:
+                    state.lam = server.lam
             state.epochs_done, state.theta, state.w = epoch + 1, theta, w
             row = on_epoch(epoch, theta, w, info) if on_epoch is not None else info
             if row is not None:
@@ -161,26 +185,72 @@ class Driver:
                     epochs.set_postfix({k: f"{v:.4g}" for k, v in row.items()
                                         if k in ("train_loss", "test_error", "update_norm")})
         self.monitor.finish(st.w_radius)
+        if state.epochs_done == st.epochs:
+            self.choose(state)
         return state
 
-    def target_step(self, theta: np.ndarray, epoch: int, active: list[int]) -> dict:
-        """End of ``epoch`` with ``max_violation``: the answering silos' violation releases
-        (:meth:`SiloParty.release_violation`, through the transport) and one dual step on λ
-        (:meth:`ServerParty.adapt_lam`). No release after the last epoch (its λ would steer
-        nothing). Returns the history entries ``lam`` (λ of this epoch) and
-        ``violation_released`` (the pooled v̂ the server computed, NaN if none)."""
+    def choose(self, state: RunState) -> None:
+        """The model the run returns, from the released checkpoint figures
+        (:meth:`pfair.validation.Selector.choose`): kept in ``state.snapshot`` when it is not the
+        last one, and warned about when the last one is not clearly better than the constant
+        predictor or a fairness target asks for another. With ``output="random"`` the random
+        iterate stays (only the warning)."""
+        st = self.plan.settings
+        chosen, why = self.selector.choose()
+        if chosen is None:
+            return
+        fig, theta, w = chosen
+        if st.output == "last":
+            last = self.selector.figures[-1]
+            state.selected = fig.epoch
+            if fig.epoch != last.epoch:
+                state.snapshot = (theta, w)
+        state.selection_warning = why
+        if why is not None:
+            warn_selection(why, st, stacklevel=5)
+
+    def checkpoint_step(self, state: RunState, theta: np.ndarray, w: np.ndarray, epoch: int,
+                        active: list[int]) -> dict:
+        """After the checkpoint ``epoch``: the answering silos' checkpoint releases (through the
+        transport), read by the server (:meth:`ServerParty.read_checkpoint`, which with a target
+        also takes the dual step on λ), offered to the selector. Returns the history entries
+        (``validation_error``, ``constant_error``, with a target ``violation_released``; NaN
+        where no release was valid)."""
         st, server = self.plan.settings, self.server
-        row = {"lam": server.lam, "violation_released": math.nan}
-        if epoch >= n_releases(st.epochs):
+        row = {"validation_error": math.nan, "constant_error": math.nan}
+        if server.controller is not None:
+            row["violation_released"] = math.nan
+        releases = self.transport.checkpoint(theta, epoch, active, self.refused)
+        limits = {j: (self.held_out[j], checkpoint_std(st, p.delta, "validation"), p.n_records + self.held_out[j],
+                      checkpoint_std(st, p.delta, "violation"))
+                  for j, p in self.noise_plans.items() if j in self.held_out}
+        done = sorted(e for e in self.checkpoints if e < epoch)
+        since = epoch - (done[-1] if done else -1)
+        fig = server.read_checkpoint(releases, epoch, n_classes=self.plan.n_classes, limits=limits, epochs_since=since)
+        if fig is None:
             return row
-        releases = self.transport.violations(theta, epoch, active, self.refused)
-        limits = {j: (p.n_records, release_std(st, p.delta)) for j, p in self.noise_plans.items()}
-        v = server.adapt_lam(releases, epoch, n_classes=self.plan.n_classes, limits=limits)
-        if v is not None:
-            row["violation_released"] = v
-            if server.lam >= server.controller.lam_max and not self._warned_lam_max:
-                self._warned_lam_max = True
-                warnings.warn(f"max_violation={st.max_violation:g}: λ reached its cap {server.controller.lam_max:g} "
-                              f"after epoch {epoch + 1} with the released violation still {v:.3g}; the target may be "
-                              "out of reach of the ψ penalty with these settings", UserWarning, stacklevel=4)
+        state.checkpoints.append(fig)
+        self.selector.offer(fig, theta, w)
+        row.update(fig.as_row())
+        if server.controller is not None and server.lam >= server.controller.lam_max and not self._warned_lam_max:
+            self._warned_lam_max = True
+            warnings.warn(f"max_violation={st.max_violation:g}: λ reached its cap {server.controller.lam_max:g} "
+                          f"after epoch {epoch + 1} with the released violation still {fig.violation:.3g}; the target "
+                          "may be out of reach of the ψ penalty with these settings", UserWarning, stacklevel=4)
         return row
+
+
+def checkpoint_std(settings: Any, delta: float | None, kind: str) -> float:
+    """Noise std of one cell of a silo's checkpoint release of ``kind`` (``"validation"`` or
+    ``"violation"``): 0 when it is exact or not made; a function of the public settings and the
+    silo's δ only."""
+    st = settings
+    if kind == "violation":
+        return release_std(st, delta)
+    if not st.private or st.protect != "record" or delta is None:
+        return 0.0
+    from pfair.protocol.plan import budget_split
+    from pfair.validation import VALIDATION_SENSITIVITY
+
+    K = len(st.checkpoint_epochs())
+    return budget_split(st).validation_noise_multiplier(float(delta), K) * VALIDATION_SENSITIVITY if K else 0.0

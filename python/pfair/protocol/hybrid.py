@@ -469,8 +469,9 @@ class HybridPartyLoop:
                 snapshot = (theta.copy(), w.copy())
         return EpochOutcome(theta, w, None, {}, snapshot)
 
-    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
-        raise NotImplementedError("max_violation is available in mode='standard' only")
+    def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+        raise NotImplementedError("checkpoint releases (validation, max_violation) are available in mode='standard' "
+                                  "only")
 
 
 class HybridBatched(HybridPartyLoop):

@@ -12,9 +12,10 @@ field                          attribute mode (``protect="attribute"``)    recor
 ``psi_w``  h_W                 Σ c_i / m + N(0, σ_W²)                      clipped ∇_Wψ, noised
 ============================  ==========================================  ===========================
 
-plus the round and the silo's id. With a fairness target (``max_violation``) a silo also sends, at
-the end of an epoch when the server asks, a :class:`ViolationRelease`: its Gaussian-noised
-histogram of (block, s, ŷ) under the current θ (:mod:`pfair.fairness_target`).
+plus the round and the silo's id. After each checkpoint epoch a silo also sends, when the server
+asks, a :class:`CheckpointRelease`: the validation table of its held-out records and, with a
+fairness target (``max_violation``), its Gaussian-noised histogram of (block, s, ŷ) under the
+current θ (:mod:`pfair.validation`, :mod:`pfair.fairness_target`).
 :class:`LocalDiagnostics` (batch loss, ψ, clip count) read the
 silo's exact data; they never leave the silo and are not part of any message.
 """
@@ -70,21 +71,36 @@ class LocalDiagnostics:
 
 
 @dataclass(frozen=True)
-class ViolationRelease:
-    """One silo's violation histogram after epoch ``epoch`` (``max_violation``): the counts of its
-    records per (block, s, predicted class) under the server's θ, ``blocks × k × l``, plus
-    N(0, (z_v √2)²) per cell in a private fit (exact in a non-private one)."""
+class CheckpointRelease:
+    """One silo's release after the checkpoint epoch ``epoch`` (:mod:`pfair.validation`), under the
+    model θ the server published after it:
+
+    * ``validation``: its validation table ``V[y, ŷ]`` (``l × l``) of its held-out records; exact with
+      ``protect="attribute"`` (x and y only), plus N(0, (z_val √2)²) per cell with
+      ``protect="record"``;
+    * ``counts``: with a fairness target, its violation histogram of all its records per (block, s,
+      predicted class), ``blocks × k × l``, plus N(0, (z_v √2)²) per cell in a private fit (exact in
+      a non-private one); None without a target."""
 
     silo: Any
     epoch: int
-    counts: np.ndarray
+    validation: np.ndarray | None = None
+    counts: np.ndarray | None = None
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Plain arrays for a transport."""
-        return {"violation_counts": np.asarray(self.counts)}
+        out = {}
+        if self.validation is not None:
+            out["validation_table"] = np.asarray(self.validation)
+        if self.counts is not None:
+            out["violation_counts"] = np.asarray(self.counts)
+        return out
 
     @classmethod
-    def from_arrays(cls, silo: Any, epoch: int, arrays: dict[str, Any]) -> "ViolationRelease":
-        if "violation_counts" not in arrays:
-            raise ValueError("a violation release needs the part 'violation_counts'")
-        return cls(silo=silo, epoch=int(epoch), counts=np.asarray(arrays["violation_counts"]))
+    def from_arrays(cls, silo: Any, epoch: int, arrays: dict[str, Any]) -> "CheckpointRelease":
+        unknown = set(arrays) - {"validation_table", "violation_counts"}
+        if unknown or not arrays:
+            raise ValueError(f"a checkpoint release holds 'validation_table' and/or 'violation_counts', got "
+                             f"{sorted(arrays)}")
+        get = (lambda k: np.asarray(arrays[k]) if k in arrays else None)
+        return cls(silo=silo, epoch=int(epoch), validation=get("validation_table"), counts=get("violation_counts"))

@@ -81,21 +81,25 @@ def warn_if_one_silo_shrinks_the_batch(settings: SteFFLeSettings, sizes: Sequenc
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """How a silo's ε is split between its releases (each a share of the target ε).
+    """How a silo's ε is split between its releases (each a share of the target ε, priced alone).
 
     ``histogram``: the DP histogram of s behind ``p_s="dp"`` (0 when p_s is public or pooled; with
     λ = 0 nothing depends on s and the histogram is never released, so its share is left unspent);
-    ``violation``: the ``epochs − 1`` violation releases of a fairness
-    target (0 without one). The rounds are calibrated to what is left after both are charged, so
-    they get the rest (``rounds`` reports ``1 − histogram − violation`` of ε as a share)."""
+    ``violation``: the violation releases of a fairness target at its checkpoints (0 without one);
+    ``validation``: the validation tables of ``protect="record"`` at the checkpoints (0 in
+    attribute mode, where they read only x and y and are exact and free). The rounds are
+    calibrated to what the composition of everything leaves, so they get the rest (``rounds``
+    reports ``1 − histogram − violation − validation`` as a share; the composition of Gaussian
+    releases costs the rounds less than that, docs/privacy.md)."""
 
     epsilon: float | None
     histogram: float = 0.0
     violation: float = 0.0
+    validation: float = 0.0
 
     @property
     def rounds(self) -> float:
-        return 1.0 - self.histogram - self.violation
+        return 1.0 - self.histogram - self.violation - self.validation
 
     def epsilon_of(self, share: float) -> float:
         """ε of one share (``share · ε``); ``inf`` in a non-private run."""
@@ -114,17 +118,23 @@ class BudgetSplit:
 
         return violation_noise_multiplier(epsilon=self.epsilon, share=self.violation, delta=delta, releases=releases)
 
+    def validation_noise_multiplier(self, delta: float, releases: int) -> float:
+        """``z_val`` of the record-mode validation tables: ``releases`` full-batch Gaussian releases
+        costing their share together."""
+        from pfair.fairness_target import violation_noise_multiplier
+
+        return violation_noise_multiplier(epsilon=self.epsilon, share=self.validation, delta=delta, releases=releases)
+
 
 def budget_split(settings: SteFFLeSettings) -> BudgetSplit:
     """The :class:`BudgetSplit` these settings ask for."""
-    from pfair.fairness_target import n_releases
-
     if not settings.private:
         return BudgetSplit(None)
+    checkpoints = len(settings.checkpoint_epochs())
     hist = settings.p_s_epsilon_share if settings.p_s_source == "dp" else 0.0
-    viol = (settings.max_violation_epsilon_share
-            if settings.max_violation is not None and n_releases(settings.epochs) > 0 else 0.0)
-    return BudgetSplit(float(settings.epsilon), float(hist), float(viol))
+    viol = settings.max_violation_epsilon_share if settings.max_violation is not None and checkpoints else 0.0
+    val = settings.validation_epsilon_share if settings.protect == "record" and checkpoints else 0.0
+    return BudgetSplit(float(settings.epsilon), float(hist), float(viol), float(val))
 
 
 @dataclass(frozen=True)

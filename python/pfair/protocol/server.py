@@ -24,10 +24,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
-from pfair.fairness_target import LambdaController, implausible, violation_from_counts
+from pfair.fairness_target import LambdaController, implausible, violation_from_counts, violation_sd
 from pfair.privacy.proportions import n_blocks
-from pfair.protocol.messages import PARTS, SiloMessage, ViolationRelease
+from pfair.protocol.messages import PARTS, CheckpointRelease, SiloMessage
 from pfair.settings import SteFFLeSettings
+from pfair.validation import CheckpointFigures, pooled_figures
 
 log = logging.getLogger("pfair.server")
 
@@ -170,46 +171,83 @@ class ServerParty:
         )
         return th, wv, [j for j, _ in ok]
 
-    # ------------------------------------------------------------------ the fairness target
-    def adapt_lam(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int,
-                  limits: dict | None = None) -> float | None:
-        """Consume the silos' :class:`ViolationRelease` of ``epoch`` (post-processing): check them,
-        add the valid ones' counts, compute the violation v̂ of the pooled histogram and take one
-        dual step on λ. Returns v̂, or None (λ unchanged) when no release was valid.
+    # ------------------------------------------------------------------ the checkpoints
+    def read_checkpoint(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int,
+                        limits: dict | None = None, epochs_since: int = 1) -> CheckpointFigures | None:
+        """Consume the silos' :class:`CheckpointRelease` of ``epoch`` (post-processing): check them,
+        pool the valid ones' validation tables (and violation histograms, with a target) into
+        :class:`~pfair.validation.CheckpointFigures`, and with a target take the dual step on λ
+        (``epochs_since`` epochs at the current λ; halved when the model's validation error is not
+        below the constant predictor's). Returns None (λ unchanged) when no release was valid.
 
-        ``limits`` maps a silo to ``(n_records, std)``, its size and the noise std of a cell
-        (:func:`pfair.fairness_target.release_std`): counts that records plus such noise cannot
-        produce are rejected (:func:`pfair.fairness_target.implausible`)."""
-        if self.controller is None:
-            raise RuntimeError("adapt_lam is part of a fit with max_violation only")
+        ``limits`` maps a silo to ``(n_validation, validation_std, n_records, violation_std)``: the
+        records its table and its histogram count and the noise std of one of their cells (0: exact,
+        so the table must add up to exactly ``n_validation``). Counts that such records plus such
+        noise cannot produce are rejected (:func:`pfair.fairness_target.implausible`)."""
         st = self.settings
-        l = int(n_classes)
+        l = int(n_classes)  # noqa: E741
+        target = self.controller is not None
         shape = (n_blocks(st.fairness, l), self.block_len // l, l)
-        valid = []
+        tables, hists, stds = [], [], []
         for silo, rel in releases:
-            if not isinstance(rel, ViolationRelease):
-                reason = "no reply" if rel is None else f"not a ViolationRelease but {type(rel).__name__}"
-            elif rel.silo != silo or rel.epoch != epoch:
-                reason = f"claims silo {rel.silo!r} epoch {rel.epoch}, expected silo {silo!r} epoch {epoch}"
-            else:
-                c = np.asarray(rel.counts)
-                reason = (f"counts have shape {c.shape}, expected {shape}" if c.shape != shape else
-                          f"counts have dtype {c.dtype}, expected float" if c.dtype.kind != "f" else
-                          "counts have NaN or inf" if not np.all(np.isfinite(c)) else None)
-                if reason is None and limits is not None:
-                    if silo not in limits:
-                        reason = f"unknown silo {silo!r}"
-                    else:
-                        n_j, std = limits[silo]
-                        reason = implausible(c, n_records=n_j, std=std, fairness=st.fairness)
+            reason = self._check_checkpoint(silo, rel, epoch, l, shape, st.fairness if target else None, limits)
             if reason is None:
-                valid.append(np.asarray(rel.counts, dtype=np.float64))
+                tables.append(np.asarray(rel.validation, dtype=np.float64))
+                if target:
+                    hists.append(np.asarray(rel.counts, dtype=np.float64))
+                stds.append(limits[silo][1] if limits is not None else 0.0)
             else:
-                log.warning("epoch %d: rejected the violation release of silo %r: %s", epoch, silo, reason)
-                self.rejected.append((epoch, silo, "violation release: " + reason))
-        if not valid:
-            log.warning("epoch %d: no valid violation release; lambda stays %g", epoch, self.lam)
+                log.warning("epoch %d: rejected the checkpoint release of silo %r: %s", epoch, silo, reason)
+                self.rejected.append((epoch, silo, "checkpoint release: " + reason))
+        if not tables:
+            log.warning("epoch %d: no valid checkpoint release%s", epoch,
+                        f"; lambda stays {self.lam:g}" if target else "")
             return None
-        v = violation_from_counts(np.sum(valid, axis=0), fairness=st.fairness, positive=st.positive_class)
-        self.lam = self.controller.update(v)
-        return v
+        v = sd_v = None
+        if target:
+            pooled = np.sum(hists, axis=0)
+            v = violation_from_counts(pooled, fairness=st.fairness, positive=st.positive_class)
+            std = max(limits[j][3] for j, _ in releases if j in limits) if limits else 0.0
+            sd_v = violation_sd(pooled, std=std * math.sqrt(len(hists)), fairness=st.fairness,
+                                positive=st.positive_class)
+        fig = pooled_figures(tables, epoch=epoch, noise_sd=max(stds), violation=v, violation_sd=sd_v or 0.0,
+                             lam=float(self.lam))
+        if fig is None:
+            return None
+        if target:
+            # Halved where the model is no better than the constant predictor (its point estimate:
+            # "clearly better" would read a tiny or noisy held-out share as inversion every time).
+            self.lam = self.controller.update(v, epochs=epochs_since, inverting=fig.error >= fig.constant_error)
+        return fig
+
+    @staticmethod
+    def _check_checkpoint(silo: Any, rel: Any, epoch: int, l: int, shape: tuple, fairness: str | None,  # noqa: E741
+                          limits: dict | None) -> str | None:
+        """Why a checkpoint release is rejected (None: it is valid). ``fairness``: the notion of
+        the violation histogram it must hold (None: no target, no histogram)."""
+        if not isinstance(rel, CheckpointRelease):
+            return "no reply" if rel is None else f"not a CheckpointRelease but {type(rel).__name__}"
+        if rel.silo != silo or rel.epoch != epoch:
+            return f"claims silo {rel.silo!r} epoch {rel.epoch}, expected silo {silo!r} epoch {epoch}"
+        if limits is not None and silo not in limits:
+            return f"unknown silo {silo!r}"
+        # (name, array, shape, notion whose totals apply, index of its (n, std) in limits)
+        parts = [("validation table", rel.validation, (l, l), "demographic_parity", 0)]
+        if fairness is not None:
+            parts.append(("violation histogram", rel.counts, shape, fairness, 2))
+        for name, arr, want, notion, at in parts:
+            if arr is None:
+                return f"no {name}"
+            c = np.asarray(arr)
+            if c.shape != want:
+                return f"the {name} has shape {c.shape}, expected {want}"
+            if c.dtype.kind != "f":
+                return f"the {name} has dtype {c.dtype}, expected float"
+            if not np.all(np.isfinite(c)):
+                return f"the {name} has NaN or inf"
+            if limits is not None:
+                n, std = limits[silo][at], limits[silo][at + 1]
+                why = implausible(c, n_records=n, std=std, fairness=notion)
+                if why is not None:
+                    return f"the {name}: {why}"
+        return None

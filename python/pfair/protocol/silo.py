@@ -30,9 +30,7 @@ from pfair.fairness_target import (
     STREAM_BASE,
     VIOLATION_EVENT,
     VIOLATION_SENSITIVITY,
-    n_releases,
     violation_counts,
-    violation_event,
 )
 from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger
@@ -44,9 +42,19 @@ from pfair.privacy.proportions import (
     release_name,
 )
 from pfair.protocol.keys import SiloKeys
-from pfair.protocol.messages import LocalDiagnostics, SiloMessage, ViolationRelease
+from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import budget_split, inv_sqrt_proportions
 from pfair.settings import SteFFLeSettings
+from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, VALIDATION_STREAM, validation_table
+
+
+def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
+    """The ledger event of ``steps`` checkpoint releases of one kind (``name``: the violation
+    histogram or the validation table), each a full-batch Gaussian release of noise multiplier ``z``."""
+    from pfair.privacy.ledger import MechanismEvent
+
+    return MechanismEvent(name=name, sampling="full_batch", sample_rate=1.0, noise_multiplier=noise_multiplier,
+                          steps=int(steps))
 
 
 def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | None) -> Any:
@@ -73,17 +81,27 @@ class SiloParty:
     ledger : PrivacyLedger or None (non-private fits)
     keys : SiloKeys, default fresh from :meth:`SiloKeys.for_silo`
     n_groups, n_classes : the global encodings' sizes
+    predict : ``predict(θ)``, the predicted class of each training record (default: the provider's)
+    validation : ``(predict_held_out, y, s)`` of the silo's held-out records
+        (:func:`pfair.validation.holdout`): ``predict_held_out(θ)`` their predicted classes; None
+        when nothing is held out (the checkpoint figures then come from the training records)
+    n_silo_records : records of the whole silo, training and held out (its δ and its ledger's);
+        default the training records
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
                  ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None,
-                 predict: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 predict: Callable[[np.ndarray], np.ndarray] | None = None,
+                 validation: tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray] | None = None,
+                 n_silo_records: int | None = None) -> None:
         self.silo_id = int(silo_id)
-        #: ``predict(θ)`` → the predicted class index of each of the silo's records (for the
-        #: violation releases of ``max_violation``; the provider's ``predict`` if not given).
+        #: ``predict(θ)`` → the predicted class index of each of the silo's training records (for
+        #: the checkpoint releases; the provider's ``predict`` if not given).
         self.predict = predict if predict is not None else getattr(provider, "predict", None)
+        self.validation = validation
         self.violation_z: float | None = None
-        self._last_violation: ViolationRelease | None = None
+        self.validation_z: float | None = None
+        self._last_checkpoint: CheckpointRelease | None = None
         self._y, self._s = y, s
         self.settings = settings
         self.provider = provider
@@ -91,16 +109,17 @@ class SiloParty:
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
         self.keys = keys if keys is not None else SiloKeys.for_silo(settings)
         self.n_records = int(provider.n_records)
+        self.n_silo_records = int(n_silo_records) if n_silo_records is not None else self.n_records
         self.plan: NoisePlan | None = None
         self.config = silo_config(settings, self.n_records, None)
         self.run_id: str | None = None
         self.inv_sqrt_ps: np.ndarray | None = None
         self.diagnostics: list[LocalDiagnostics] = []
         self._last: SiloMessage | None = None
-        if ledger is not None and settings.private and abs(ledger.delta - settings.delta_for(self.n_records)) > 0:
+        if ledger is not None and settings.private and abs(ledger.delta - settings.delta_for(self.n_silo_records)) > 0:
             raise LedgerMismatch(
                 f"silo {silo_id}: its ledger's delta is {ledger.delta:g} but this fit asks for "
-                f"{settings.delta_for(self.n_records):g}; a silo's delta is fixed when its ledger is made "
+                f"{settings.delta_for(self.n_silo_records):g}; a silo's delta is fixed when its ledger is made "
                 f"(pass delta={ledger.delta:g})"
             )
 
@@ -127,36 +146,45 @@ class SiloParty:
         st = self.settings
         proportions = self._proportions(proportions)
         ledger = self.ledger if st.private else None
-        if ledger is not None and st.max_violation is not None:
-            ledger = self._ledger_with_violation_releases(st.epochs)
+        if ledger is not None:
+            ledger = self._ledger_with_checkpoint_releases()
         plan = plan_silo_noise(
             silo=self.silo_id, n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
-            steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_records) if st.private else None,
+            steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_silo_records) if st.private else None,
             proportions=proportions, fairness=st.fairness, positive=st.positive_class, protect=st.protect,
             calibration=st.calibration, sends_psi=st.sends_psi, ledger=ledger,
             **st.clips(),
         )
         return self.adopt(plan, proportions, run_id)
 
-    def _ledger_with_violation_releases(self, epochs: int) -> PrivacyLedger:
-        """A scratch copy of the ledger with the run's violation releases charged in advance, so
-        that the training noise is calibrated to the composition of everything: what the ledger
-        holds, the ``epochs − 1`` releases and the rounds. Sets :attr:`violation_z`."""
-        releases = n_releases(epochs)
+    def _ledger_with_checkpoint_releases(self) -> PrivacyLedger:
+        """The ledger, or a scratch copy of it with the run's checkpoint releases that cost budget
+        charged in advance (the violation histograms of a target, the validation tables of record
+        mode), so that the training noise is calibrated to the composition of everything: what the
+        ledger holds, these releases and the rounds. Sets :attr:`violation_z` and :attr:`validation_z`."""
+        self._checkpoint_noise()
+        K = len(self.settings.checkpoint_epochs())
+        if K == 0 or (self.violation_z is None and self.validation_z is None):
+            return self.ledger
         scratch = PrivacyLedger.from_dict(self.ledger.to_dict())
-        self.violation_z = self._violation_noise_multiplier()
-        if releases > 0:
-            scratch.charge(violation_event(self.violation_z, releases))  # refuses if nothing would be left
+        for z, name in ((self.violation_z, VIOLATION_EVENT), (self.validation_z, VALIDATION_EVENT)):
+            if z is not None:
+                scratch.charge(checkpoint_event(z, name, K))  # refuses if nothing would be left
         return scratch
 
-    def _violation_noise_multiplier(self) -> float | None:
-        """z_v of this silo's violation releases: a function of public settings only (so a resumed
-        run finds the same one); None when there is nothing to release privately."""
+    def _checkpoint_noise(self) -> None:
+        """z_v and z_val of this silo's checkpoint releases: functions of public settings only (so a
+        resumed run finds the same ones); None for a release that is exact or not made."""
         st = self.settings
-        releases = n_releases(st.epochs)
-        if st.max_violation is None or not st.private or self.ledger is None or releases == 0:
-            return None
-        return budget_split(st).violation_noise_multiplier(self.ledger.delta, releases)
+        K = len(st.checkpoint_epochs())
+        self.violation_z = self.validation_z = None
+        if not st.private or self.ledger is None or K == 0:
+            return
+        split = budget_split(st)
+        if st.max_violation is not None:
+            self.violation_z = split.violation_noise_multiplier(self.ledger.delta, K)
+        if st.protect == "record":
+            self.validation_z = split.validation_noise_multiplier(self.ledger.delta, K)
 
     def adopt(self, plan: NoisePlan, proportions: np.ndarray, run_id: str | None = None) -> NoisePlan:
         """Use ``plan`` (e.g. restored from an interrupted run) and register its run. Refuses
@@ -166,8 +194,7 @@ class SiloParty:
         self._check_plan(plan, proportions)
         self.plan = plan
         self.config = silo_config(self.settings, self.n_records, plan)
-        if self.violation_z is None:
-            self.violation_z = self._violation_noise_multiplier()
+        self._checkpoint_noise()
         self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
@@ -254,43 +281,71 @@ class SiloParty:
         self._last = msg
         return msg
 
-    # ------------------------------------------------------------------ the violation release
-    def release_violation(self, theta: np.ndarray, epoch: int) -> ViolationRelease:
-        """This silo's histogram of (block, s, ŷ) under ``θ`` after ``epoch`` (``max_violation``):
-        exact in a non-private fit; in a private one charged to the ledger first (one full-batch
-        Gaussian event, noise multiplier :attr:`violation_z`, sensitivity √2) and noised with the
-        silo's own key. The same epoch of the same run asked again gets the same release at no
-        cost (a private release is kept in the ledger, so this holds across processes too)."""
+    # ------------------------------------------------------------------ the checkpoint releases
+    def release_checkpoint(self, theta: np.ndarray, epoch: int) -> CheckpointRelease:
+        """This silo's release after the checkpoint ``epoch`` under the published ``θ``
+        (:mod:`pfair.validation`): its validation table, exact in attribute mode (x and y only) and
+        in a non-private fit, else charged (one full-batch Gaussian event, noise multiplier
+        :attr:`validation_z`, sensitivity √2) and noised with the silo's own key; with a fairness
+        target also its violation histogram of all its records (:attr:`violation_z`, √2). Each
+        charge is made before anything is computed. The same epoch of the same run asked again
+        gets the same release at no cost (a private release is kept in the ledger, so this holds
+        across processes too)."""
         st = self.settings
-        if st.max_violation is None:
-            raise RuntimeError("release_violation is part of a fit with max_violation only")
-        if not 0 <= int(epoch) < n_releases(st.epochs):
-            # Each epoch's release has its own noise stream (STREAM_BASE + epoch): an epoch outside
-            # the run could land on another release's stream, and the ledger planned no more.
-            raise ValueError(f"silo {self.silo_id}: a run of {st.epochs} epochs releases its violation after epochs "
-                             f"0..{n_releases(st.epochs) - 1} only, not after epoch {int(epoch)}")
-        if self._last_violation is not None and self._last_violation.epoch == epoch:
-            return self._last_violation
+        checkpoints = st.checkpoint_epochs()
+        if int(epoch) not in checkpoints:
+            # Each checkpoint's release has its own noise stream (base + epoch), and the ledger
+            # planned these epochs only.
+            raise ValueError(f"silo {self.silo_id}: this run releases its validation figures after the checkpoint "
+                             f"epochs {[e for e in checkpoints]} only, not after epoch {int(epoch)}")
+        if self._last_checkpoint is not None and self._last_checkpoint.epoch == epoch:
+            return self._last_checkpoint
         if self.predict is None:
-            raise NotImplementedError("max_violation needs the silo's predictions, which this gradient provider "
+            raise NotImplementedError("checkpoint releases need the silo's predictions, which this gradient provider "
                                       "does not offer (no predict(theta)); use pfair.SteFFLe, pfair.torch.DeepSteFFLe "
-                                      "or a fixed lam")
-        def counts() -> np.ndarray:
-            pred = np.asarray(self.predict(theta), dtype=np.int64)
-            return violation_counts(self._y, pred, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
-                                    fairness=st.fairness, positive=st.positive_class)
+                                      "or validation_share=0 and checkpoints with a provider that predicts")
+        if st.private and (self.ledger is None or self.run_id is None):
+            raise RuntimeError(f"silo {self.silo_id} has not planned its releases; call plan_rounds first")
+        cache: dict[str, np.ndarray] = {}
 
-        if not st.private:
-            released = counts()
-        elif self.ledger is None or self.violation_z is None or self.run_id is None:
-            raise RuntimeError(f"silo {self.silo_id} has not planned its violation releases; call plan_rounds first")
+        def train_pred() -> np.ndarray:
+            if "train" not in cache:
+                cache["train"] = np.asarray(self.predict(theta), dtype=np.int64)
+            return cache["train"]
+
+        def table() -> np.ndarray:
+            if self.validation is None:
+                return validation_table(self._y, train_pred(), self.n_classes)
+            predict_val, y_val, _ = self.validation
+            return validation_table(y_val, np.asarray(predict_val(theta), dtype=np.int64), self.n_classes)
+
+        def counts() -> np.ndarray:
+            kw = dict(n_groups=self.n_groups, n_classes=self.n_classes, fairness=st.fairness, positive=st.positive_class)
+            out = violation_counts(self._y, train_pred(), self._s, **kw)
+            if self.validation is not None:
+                predict_val, y_val, s_val = self.validation
+                out = out + violation_counts(y_val, np.asarray(predict_val(theta), dtype=np.int64), s_val, **kw)
+            return out
+
+        if self.validation_z is None:
+            val = table()
         else:
-            released = mechanisms.release_histogram(
-                counts, ledger=self.ledger, event=violation_event(self.violation_z), key=self.keys.noise,
-                silo=self.silo_id, stream=STREAM_BASE + int(epoch), noise_multiplier=self.violation_z,
-                sensitivity=VIOLATION_SENSITIVITY, name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
-        self._last_violation = ViolationRelease(self.silo_id, int(epoch), released)
-        return self._last_violation
+            val = mechanisms.release_histogram(
+                table, ledger=self.ledger, event=checkpoint_event(self.validation_z, VALIDATION_EVENT),
+                key=self.keys.noise, silo=self.silo_id, stream=VALIDATION_STREAM + int(epoch),
+                noise_multiplier=self.validation_z, sensitivity=VALIDATION_SENSITIVITY,
+                name=f"{VALIDATION_EVENT}:{self.run_id}:{int(epoch)}")
+        viol = None
+        if st.max_violation is not None:
+            if self.violation_z is None:
+                viol = counts()
+            else:
+                viol = mechanisms.release_histogram(
+                    counts, ledger=self.ledger, event=checkpoint_event(self.violation_z, VIOLATION_EVENT), key=self.keys.noise,
+                    silo=self.silo_id, stream=STREAM_BASE + int(epoch), noise_multiplier=self.violation_z,
+                    sensitivity=VIOLATION_SENSITIVITY, name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
+        self._last_checkpoint = CheckpointRelease(self.silo_id, int(epoch), val, viol)
+        return self._last_checkpoint
 
     def draw_batch(self, round: int) -> np.ndarray:
         """Row indices of the batch of ``round`` (keyed by the batch key; see :class:`SiloKeys`)."""

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pfair.fairness_target import linear_predictor
+from pfair.validation import split_federation
 from pfair.federation import silo_fingerprints
 from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
 from pfair.protocol.convergence import ConvergenceMonitor
@@ -49,6 +50,19 @@ def monitor_for(settings: SteFFLeSettings, n_classes: int, **kw: Any) -> Converg
     return ConvergenceMonitor(n_classes=n_classes, lam=float(st.lam),
                               lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
                               **kw)
+
+
+def lazy_linear_predictor(silo: Any, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``predict(θ)`` of the linear model on a silo's records, gathering them on the first call only
+    (a fit that never asks reads nothing)."""
+    held: dict = {}
+
+    def predict(theta: np.ndarray) -> np.ndarray:
+        if "f" not in held:
+            held["f"] = linear_predictor(silo.X, n_classes)
+        return held["f"](theta)
+
+    return predict
 
 
 class Simulation:
@@ -73,11 +87,19 @@ class Simulation:
             self.parties = []
             return
         self.hybrid = None
+        # Each silo's ledger and δ belong to all its records; it trains on all but its held-out share.
+        self.whole = fed
+        self.ledgers = resolve_ledgers(settings, fed, ledgers)
+        fed, held = split_federation(fed, settings.validation_share, seed=settings.seed)
+        self.fed = fed
+        #: Records each silo holds out (its validation table's total); with none held out the table
+        #: counts its training records.
+        self.held_out = [len(h) if h is not None else (0 if settings.validation_share > 0 else len(s))
+                         for h, s in zip(held, fed.silos)]
         plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes,
                              names=getattr(fed, "silo_names_", None))
         st, k, l = plan.settings, fed.n_groups, fed.n_classes
         self.plan = plan
-        self.ledgers = resolve_ledgers(st, fed, ledgers)
         # The linear model's kernel holds the silos' data in Rust; another provider holds its own.
         # Silos that are rows of one matrix are read in place (no copy of the features).
         self.silo_set = (fed.silo_set(fairness=st.fairness, positive=st.positive_class)
@@ -89,13 +111,25 @@ class Simulation:
             cfg = silo_config(st, len(silo), None)
             provider = (provider_factory(j, silo, cfg) if provider_factory is not None
                         else LinearProvider(self.silo_set, j, cfg))
-            predict = linear_predictor(silo.X, l) if provider_factory is None and st.max_violation is not None else None
+            predict = lazy_linear_predictor(silo, l) if provider_factory is None else None
+            validation = None
+            if held[j] is None and st.validation_share > 0:  # a silo too small to hold any record out
+                none = np.zeros(0, dtype=np.int64)
+                validation = (lambda theta, none=none: none, none, none)
+            elif held[j] is not None:
+                h = held[j]
+                predict_held = (lazy_linear_predictor(h, l) if provider_factory is None
+                                else getattr(provider_factory(j, h, cfg), "predict", None))
+                validation = (predict_held, h.y, h.s) if predict_held is not None else None
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
-                                          ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict))
+                                          ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict,
+                                          validation=validation, n_silo_records=len(self.whole.silos[j])))
         if st.max_violation is not None and any(p.predict is None for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
                                       "pfair.torch.DeepSteFFLe or a fixed lam")
+        #: Whether the silos can release checkpoint figures (their provider predicts).
+        self.checkpoints = all(p.predict is not None for p in self.parties)
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)
@@ -146,13 +180,13 @@ class Simulation:
         plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
         theta, w = initial_model(self.plan, self.theta_len, init)
         state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
-                         fingerprints=silo_fingerprints(self.fed.silos), settings=self.settings.as_dict())
+                         fingerprints=silo_fingerprints(self.whole.silos), settings=self.settings.as_dict())
         state.batch_keys = [p.keys.batch for p in self.parties]
         return state
 
     def _resume(self, state: RunState) -> RunState:
         """An interrupted run on the same silos, settings and ledgers: its plans adopted again."""
-        fed = self.fed
+        fed = self.whole
         self._restore_batch_keys(state)
         silo_fingerprints(fed.silos)
         if len(state.fingerprints) != len(fed.silos) or not all(
@@ -199,7 +233,8 @@ class Simulation:
                               silo_features=list(self.fed.silos) if self.silo_set is not None else None,
                               counts=self.silo_set.predict_counts if self.silo_set is not None else None)
         driver = Driver(self.plan, transport, server=server, monitor=monitor,
-                        keep_exact=st.exact_diagnostics or not st.private, plans=state.plans)
+                        keep_exact=st.exact_diagnostics or not st.private, plans=state.plans,
+                        held_out=self.held_out if self.checkpoints else None)
         driver.run(state, start_epoch=start_epoch, on_epoch=on_epoch, progress=progress)
         state.run_ids = [p.run_id for p in self.parties]
         return state

@@ -54,21 +54,21 @@ class PartyLoop:
                  "clipped": int(sum(dg.n_clipped for dg in diag))}
         return EpochOutcome(theta, w, answered, exact, snapshot)
 
-    def violations(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+    def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
         releases = []
         for j in active:
             if j in refused:
                 continue
             try:
-                releases.append((j, self.parties[j].release_violation(theta, epoch)))
+                releases.append((j, self.parties[j].release_checkpoint(theta, epoch)))
             except PrivacyBudgetExceeded as exc:
-                refuse(refused, j, f"the violation release of epoch {epoch + 1}", exc, stacklevel=6)
+                refuse(refused, j, f"the checkpoint release of epoch {epoch + 1}", exc, stacklevel=6)
         return releases
 
 
 class RustBatched(PartyLoop):
     """An epoch of the linear model's rounds in one Rust call (see the module docstring); the
-    violation releases go through the parties as in :class:`PartyLoop`."""
+    checkpoint releases go through the parties as in :class:`PartyLoop`."""
 
     def __init__(self, plan: RunPlan, parties: Sequence[Any], server: Any, silo_set: Any,
                  inv_sqrt_ps: np.ndarray) -> None:

@@ -1,0 +1,291 @@
+"""Validation inside the silos: a held-out share per silo, released figures at checkpoints, and the
+choice of the model a fit returns.
+
+Every silo keeps ``validation_share`` of its records out of training (a fixed random subset drawn
+from the public ``seed`` and the silo's index: which positions are held out says nothing about
+the records). After each checkpoint epoch (:meth:`pfair.settings.SteFFLeSettings.checkpoint_epochs`)
+silo j releases, for the model θ_e the server just published,
+
+* its **validation table** ``V_j[y, ŷ] = #{i held out: y_i = y, argmax F(x_i; θ_e) = ŷ}``. It reads x
+  and y only. With ``protect="attribute"`` (the guarantee covers s alone) it is exact and costs
+  nothing. With ``protect="record"`` it is a Gaussian release: replacing one held-out record moves
+  one count from one cell to another (L2 change √2; 0 for a record in the training share), so
+  ``V_j + N(0, (z_val √2)²)`` per cell is a Gaussian mechanism of sensitivity √2, charged to the
+  silo's ledger before it is computed;
+* with a fairness target, its **violation histogram** over all its records
+  (:mod:`pfair.fairness_target`: sensitivity √2 under replace-one of s or of a whole record).
+  It counts every record, not only the held-out ones, because a DP count's noise is fixed while
+  a group's size sets the precision of its rates: on a silo of Adult at the default budget the
+  held-out share alone would put ±0.04 of noise on a rate, the whole silo ±0.005.
+
+The server adds the silos' tables (clamped at 0) and reads, per checkpoint, the validation
+error ``Σ_{y≠ŷ} V[y, ŷ] / Σ V``, the **constant predictor's** error ``1 − max_y Σ_ŷ V[y, ŷ] / Σ V``
+(its largest class) and, with a target, the released violation. All of it is post-processing of
+releases. The model a fit returns is chosen from these figures alone (:class:`Selector`):
+
+* a model is **clearly better than the constant predictor** when its validation error is below the
+  constant's by more than ``MARGIN_SDS`` standard deviations of the comparison (the sampling
+  error of the held-out records plus, in record mode, the noise);
+* without a target the last model is returned when it is clearly better; otherwise the most
+  accurate checkpoint that is, with a warning; when none is, the most accurate checkpoint, with a
+  warning that names the cause and the fix;
+* with ``max_violation=t`` the most accurate checkpoint that is clearly better than the constant and
+  whose released violation is at most t with one standard deviation of its noise to spare
+  (:meth:`CheckpointFigures.meets`); when none meets t, the fairest checkpoint that is still
+  clearly better than the constant, with a warning.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pfair.exceptions import ConvergenceWarning
+
+#: L2 sensitivity of a silo's validation table under replace-one of a record (record mode).
+VALIDATION_SENSITIVITY = math.sqrt(2.0)
+#: Name of the ledger event of one validation-table release (record mode).
+VALIDATION_EVENT = "validation_table"
+#: Noise streams of the validation tables: purpose "histogram", round ``VALIDATION_STREAM + epoch``
+#: (p_s uses round 0, the violation releases ``1 << 40 + epoch``, a deployed evaluation ``1 << 41 + i``).
+VALIDATION_STREAM = 1 << 42
+#: A model is clearly better than the constant predictor when its validation error is lower by
+#: more than this many standard deviations of the comparison.
+MARGIN_SDS = 1.0
+#: The smallest margin, whatever the number of held-out records.
+MIN_MARGIN = 0.005
+
+
+def held_out_count(n_records: int, share: float) -> int:
+    """How many of a silo's ``n_records`` :func:`holdout` keeps out of training: ``⌊share · n⌋``
+    (a function of public values: the server computes it from the silo's size)."""
+    return int(math.floor(float(share) * int(n_records)))
+
+
+def holdout(n_records: int, share: float, *, seed: int, silo: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices ``(train, validation)`` of a silo of ``n_records``: ``⌊share · n⌋`` positions
+    held out, drawn from the public ``seed`` and the silo's index (a function of public values only,
+    so it reveals nothing about the records). Both sorted."""
+    n = int(n_records)
+    n_val = held_out_count(n, share)
+    if n_val == 0:
+        return np.arange(n), np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng([int(seed), int(silo), 0x7661])
+    val = np.sort(rng.choice(n, size=n_val, replace=False))
+    keep = np.ones(n, dtype=bool)
+    keep[val] = False
+    return np.flatnonzero(keep), val
+
+
+def split_federation(fed: Any, share: float, *, seed: int) -> tuple[Any, list]:
+    """``(training federation, held-out silos)`` of ``fed``: each silo's :func:`holdout` split, the
+    training part a :class:`~pfair.federation.Federation` of the same encodings (rows of the same
+    matrix: no copy of the features), the held-out parts :class:`~pfair.federation.Silo` objects
+    (None where a silo holds out nothing). With ``share = 0`` the federation itself and no held-out
+    silos."""
+    from pfair.federation import Federation
+
+    if share <= 0:
+        return fed, [None] * fed.n_silos
+    train, held = [], []
+    for j, silo in enumerate(fed.silos):
+        tr, va = holdout(len(silo), share, seed=seed, silo=j)
+        train.append(silo.subset(tr))
+        held.append(silo.subset(va) if va.size else None)
+    out = Federation(train, classes=fed.classes_, groups=fed.groups_, feature_names=fed.feature_names,
+                     sensitive_name=fed.sensitive_name)
+    if hasattr(fed, "silo_names_"):
+        out.silo_names_ = fed.silo_names_
+    return out, held
+
+
+def validation_table(y: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """Exact counts ``V[y, ŷ]`` (``l × l``) of records by label and prediction."""
+    l = int(n_classes)  # noqa: E741
+    flat = np.bincount(np.asarray(y, dtype=np.int64) * l + np.asarray(pred, dtype=np.int64), minlength=l * l)
+    return flat.reshape(l, l).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class CheckpointFigures:
+    """What the server read of one checkpoint: the released validation figures of the model after
+    ``epoch`` (0-based), pooled over the silos that answered.
+
+    ``error`` and ``constant_error``: of the model and of the constant predictor (the largest
+    class); ``n``: the held-out records the table counts (noisy in record mode); ``noise_sd``: the
+    noise std of one pooled cell (0 when exact); ``violation``: the released violation (None
+    without a target); ``lam``: λ of the epoch; ``cells``: of the pooled table."""
+
+    epoch: int
+    error: float
+    constant_error: float
+    n: float
+    noise_sd: float = 0.0
+    violation: float | None = None
+    violation_sd: float = 0.0
+    lam: float | None = None
+    #: Cells of the pooled table (l × l).
+    cells: int = 4
+
+    @property
+    def margin(self) -> float:
+        """How much lower than the constant's the error must be to count as clearly better:
+        ``MARGIN_SDS`` sd of the comparison, the held-out records' sampling error
+        ``√(c(1−c)/n)`` and the noise on the error's cells, at least ``MIN_MARGIN``."""
+        c, n = self.constant_error, max(self.n, 1.0)
+        cells = max(self.cells - 1, 1)
+        sd = math.sqrt(max(c * (1 - c), 0.0) / n + cells * (self.noise_sd / n) ** 2)
+        return max(MIN_MARGIN, MARGIN_SDS * sd)
+
+    @property
+    def clearly_better(self) -> bool:
+        """Whether the model beats the constant predictor by more than :attr:`margin`."""
+        return self.error <= self.constant_error - self.margin
+
+    def meets(self, target: float) -> bool:
+        """Whether the released violation meets ``target`` with one standard deviation of its noise
+        to spare (``v̂ + sd ≤ t``): among several checkpoints, the one of the smallest noisy v̂ is
+        the one whose noise was most negative, so the plain ``v̂ ≤ t`` would favour models over t."""
+        return self.violation is not None and self.violation + self.violation_sd <= target
+
+    def as_row(self) -> dict[str, float]:
+        """The history columns of these figures."""
+        row = {"validation_error": self.error, "constant_error": self.constant_error}
+        if self.violation is not None:
+            row["violation_released"] = self.violation
+        return row
+
+
+def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.0, violation: float | None = None,
+                   violation_sd: float = 0.0, lam: float | None = None) -> CheckpointFigures | None:
+    """The :class:`CheckpointFigures` of the silos' validation tables (each ``l × l``, noisy or
+    exact), pooled and clamped at 0; None when they hold no record."""
+    if not tables:
+        return None
+    V = np.maximum(np.sum(tables, axis=0), 0.0)
+    n = float(V.sum())
+    if n <= 0:
+        return None
+    error = float((n - np.trace(V)) / n)
+    constant = float(1.0 - V.sum(axis=1).max() / n)
+    sd = float(noise_sd) * math.sqrt(len(tables))
+    return CheckpointFigures(epoch=int(epoch), error=error, constant_error=constant, n=n, noise_sd=sd,
+                             violation=violation, violation_sd=float(violation_sd), lam=lam, cells=int(V.size))
+
+
+@dataclass
+class Selector:
+    """Follows the checkpoints of a run and chooses the model the fit returns (module docstring).
+
+    It keeps at most four models (not one per checkpoint): the last, the most accurate, the most
+    accurate clearly better than the constant, and with a target the most accurate meeting it and
+    the fairest clearly better than the constant."""
+
+    target: float | None = None
+    figures: list = field(default_factory=list)
+    _kept: dict = field(default_factory=dict, repr=False)
+
+    def offer(self, fig: CheckpointFigures, theta: np.ndarray, w: np.ndarray) -> None:
+        """The figures of the model ``(θ, W)`` after a checkpoint."""
+        self.figures.append(fig)
+        model = (fig, np.array(theta, copy=True), np.array(w, copy=True))
+        self._kept["last"] = model
+        self._keep("accurate", model, lambda f: f.error)
+        if fig.clearly_better:
+            self._keep("accurate_ok", model, lambda f: f.error)
+            if self.target is not None and fig.violation is not None:
+                self._keep("fairest_ok", model, lambda f: f.violation)
+                if fig.meets(self.target):
+                    self._keep("meets", model, lambda f: f.error)
+
+    def _keep(self, name: str, model: tuple, key: Any) -> None:
+        kept = self._kept.get(name)
+        if kept is None or key(model[0]) < key(kept[0]):
+            self._kept[name] = model
+
+    def choose(self) -> tuple[tuple | None, str | None]:
+        """``((figures, θ, W), warning)``: the model to return and why it is not simply the last
+        one's (None when it is the last and nothing is wrong). ``(None, None)`` without checkpoints."""
+        kept = self._kept
+        if "last" not in kept:
+            return None, None
+        last = kept["last"]
+        if self.target is None:
+            if last[0].clearly_better:
+                return last, None
+            if "accurate_ok" in kept:
+                best = kept["accurate_ok"]
+                return best, (f"the last model is not clearly better than the constant predictor (validation error "
+                              f"{_fig(last[0])}); returned the model after epoch {best[0].epoch + 1} instead "
+                              f"(validation error {best[0].error:.4f})")
+            best = kept["accurate"]
+            return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
+                          f"error was {_fig(best[0])}; returned that model (after epoch {best[0].epoch + 1})")
+        if "meets" in kept:
+            best = kept["meets"]
+            return best, None
+        if "fairest_ok" in kept:
+            best = kept["fairest_ok"]
+            return best, (f"max_violation={self.target:g} was not met by any checkpoint that is clearly better than "
+                          f"the constant predictor; returned the fairest such model (after epoch "
+                          f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
+                          f"{best[0].error:.4f}, constant predictor {best[0].constant_error:.4f})")
+        best = kept["accurate"]
+        return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
+                      f"error was {_fig(best[0])}; returned that model (after epoch {best[0].epoch + 1}), "
+                      f"max_violation={self.target:g} unchecked")
+
+
+#: Records the silo-local check of a baseline reads at most (:func:`warn_if_no_better_than_constant`).
+LOCAL_CHECK_RECORDS = 20_000
+
+
+def warn_if_no_better_than_constant(estimator: Any, shards: Any, stacklevel: int = 3) -> bool:
+    """The baselines' guard (PF-LD, FedAvg, central ERM, the single-shot method, which hold nothing
+    out): the fitted model's error on the silos' records (at most :data:`LOCAL_CHECK_RECORDS`, a
+    seeded sample) against the constant predictor's, warned about
+    (:class:`~pfair.exceptions.ConvergenceWarning`) when the model is not clearly better. A
+    silo-local check in the process that holds the silos' data (a simulation): nothing of it is
+    released or kept. ``estimator``: the fitted baseline (its ``predict_proba``); ``shards``: the
+    :class:`~pfair.federation.Federation` it was fitted on. Returns whether it warned."""
+    n = int(sum(shards.sizes))
+    if n == 0:
+        return False
+    rows = None
+    if n > LOCAL_CHECK_RECORDS:
+        rows = np.sort(np.random.default_rng(0).choice(n, LOCAL_CHECK_RECORDS, replace=False))
+    X, y, _ = shards.pooled(rows)
+    pred = np.argmax(estimator.predict_proba(X), axis=1)
+    fig = pooled_figures([validation_table(y, pred, len(shards.classes_))], epoch=0)
+    if fig is None or fig.clearly_better:
+        return False
+    warnings.warn(f"{type(estimator).__name__}: the fitted model is not clearly better than the constant predictor on the silos' records "
+                  f"(error {_fig(fig)}; a silo-local check: nothing of it was released). Try more epochs or a "
+                  "larger step size if it barely moved, a smaller fairness weight if fairness pushed it to the "
+                  "constant, a larger epsilon or batch if the noise swamps the updates", ConvergenceWarning,
+                  stacklevel=stacklevel)
+    return True
+
+
+def _fig(f: CheckpointFigures) -> str:
+    return f"{f.error:.4f} against the constant's {f.constant_error:.4f}, margin {f.margin:.4f}"
+
+
+def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
+    """The :class:`~pfair.exceptions.ConvergenceWarning` of a fit whose model had to be chosen
+    (:meth:`Selector.choose`), with the fixes to try."""
+    st = settings
+    fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
+             "from 0) if fairness pushed it to the constant"]
+    if st.private:
+        fixes.append("a larger epsilon or batch_size if the noise swamps the updates")
+    warnings.warn(f"{message}. Try {'; '.join(fixes)} (the figures of every checkpoint are in checkpoints_)",
+                  ConvergenceWarning, stacklevel=stacklevel)
+
+
+__all__ = ["CheckpointFigures", "MARGIN_SDS", "Selector", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",
+           "validation_table"]

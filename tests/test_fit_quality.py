@@ -1,0 +1,54 @@
+"""What a user gets at the defaults, as a user would run it: the fairness target that holds, no
+silent model worse than the constant predictor in a sweep, and the line `pfair train` prints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pfair.cli import main
+from pfair.experiments import load_runs
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out
+
+
+@pytest.mark.slow
+def test_the_adult_target_holds_in_each_of_five_runs(capsys):
+    """`pfair train --dataset adult --epsilon 1 --max-violation 0.04`, five times (seeds 0-4: the
+    batch order and the held-out share; the noise is secret): every run's test error ≤ 0.19 and
+    test demographic-parity difference ≤ 0.05."""
+    for seed in range(5):
+        r = json.loads(run(capsys, "train", "--dataset", "adult", "--epsilon", "1", "--max-violation", "0.04",
+                           "--seed", str(seed), "--json"))
+        assert r["test_error"] <= 0.19, (seed, r)
+        assert r["demographic_parity_difference"] <= 0.05, (seed, r)
+        assert r["violation_released"] is not None and r["violation_released"] <= 0.04
+
+
+@pytest.mark.slow
+def test_a_compas_sweep_up_to_lambda_100_has_no_silent_model_worse_than_constant(capsys, tmp_path):
+    """`pfair sweep` on COMPAS at ε = 1 over λ up to 100: a run may end worse than the constant
+    predictor (a large λ, or PF-LD's noise), but never without a warning."""
+    run(capsys, "sweep", "--dataset", "compas", "--epsilon", "1", "--heterogeneity", "0", "--lam", "0", "10", "30",
+        "100", "--seeds", "2", "--jobs", "1", "--no-progress", "--out", str(tmp_path))
+    runs = load_runs(tmp_path)
+    assert len(runs) >= 2 * 4 * 2 and (runs["error"] == "").all()
+    assert not runs["silent_failure"].any(), runs.loc[runs["silent_failure"], ["method", "knob", "seed",
+                                                                                 "test_error", "trivial_error"]]
+    out = run(capsys, "summary", str(tmp_path))
+    assert "≥ constant (silent)" in out
+
+
+def test_pfair_train_says_which_model_it_returned_against_the_constant_predictor(capsys):
+    out = run(capsys, "train", "--dataset", "adult", "--epsilon", "none", "--lam", "0", "--epochs", "3")
+    line = next(ln for ln in out.splitlines() if ln.startswith("model"))
+    assert "after epoch 3 of 3: validation error 0." in line and "against the constant predictor's 0." in line
+    r = json.loads(run(capsys, "train", "--dataset", "adult", "--epsilon", "none", "--lam", "0", "--epochs", "3",
+                       "--json"))
+    assert r["selected_epoch"] == 3 and r["validation_error"] < r["constant_validation_error"]

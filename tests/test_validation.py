@@ -1,0 +1,179 @@
+"""Validation inside the silos (pfair.validation): the held-out share, the checkpoint releases'
+sensitivity, the choice of the returned model, and the guards against a model no better than the
+constant predictor."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings as hsettings, strategies as hst
+
+import pfair
+from pfair import SteFFLe
+from pfair.baselines import PFLD, FedAvg
+from pfair.exceptions import ConvergenceWarning, PrivacyWarning
+from pfair.validation import (
+    VALIDATION_SENSITIVITY,
+    CheckpointFigures,
+    Selector,
+    held_out_count,
+    holdout,
+    pooled_figures,
+    validation_table,
+)
+
+from support import toy_federation
+
+
+# ---------------------------------------------------------------------------------------- the share
+@pytest.mark.parametrize("n,share", [(1, 0.1), (9, 0.1), (10, 0.1), (1000, 0.1), (777, 0.3), (50, 0.0)])
+def test_the_held_out_share_is_a_fixed_subset_of_public_size(n, share):
+    train, val = holdout(n, share, seed=3, silo=2)
+    assert val.size == held_out_count(n, share) == math.floor(share * n)
+    assert np.array_equal(np.sort(np.concatenate([train, val])), np.arange(n))
+    assert np.all(np.diff(train) > 0) and np.all(np.diff(val) > 0)
+    again = holdout(n, share, seed=3, silo=2)
+    assert np.array_equal(again[1], val)  # a function of (n, share, seed, silo) only: no data read
+    if val.size > 2:
+        assert not np.array_equal(holdout(n, share, seed=3, silo=1)[1], val)
+
+
+def test_a_silo_trains_on_all_but_its_held_out_share_and_keeps_its_delta():
+    fed = toy_federation()
+    m = SteFFLe(epsilon=2.0, lam=1.0, epochs=2, batch_size=20, p_s=[0.5, 0.5], noise_seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        m.fit(fed, ledgers="new")
+    rep = m.privacy_report_
+    for j, silo in enumerate(fed.silos):
+        n = len(silo)
+        assert rep.loc[j, "n_held_out"] == held_out_count(n, 0.1)
+        assert rep.loc[j, "n_records"] == n - held_out_count(n, 0.1)
+        assert rep.loc[j, "delta"] == pytest.approx(1 / n**2)  # δ of all the silo's records
+    assert list(m.checkpoints_.index) == [1, 2]
+
+
+# ---------------------------------------------------------------------------------------- sensitivity
+@hsettings(max_examples=300, deadline=None)
+@given(n=hst.integers(1, 40), l=hst.integers(2, 4), seed=hst.integers(0, 2**32 - 1))
+def test_neighbouring_validation_tables_differ_by_at_most_sqrt2(n, l, seed):
+    """Replace-one of a whole held-out record (record mode: y and, through x, the prediction may
+    both change) moves at most one count: L2 ≤ √2. Attribute mode (one record's s changes): the
+    table reads no s, so it does not change at all, which is why it is released exactly."""
+    rng = np.random.default_rng(seed)
+    y, pred = rng.integers(0, l, n), rng.integers(0, l, n)
+    i = int(rng.integers(0, n))
+    y2, pred2 = y.copy(), pred.copy()
+    y2[i], pred2[i] = rng.integers(0, l), rng.integers(0, l)
+    diff = validation_table(y, pred, l) - validation_table(y2, pred2, l)
+    assert np.linalg.norm(diff) <= VALIDATION_SENSITIVITY + 1e-12
+    assert validation_table(y, pred, l).sum() == n
+
+
+def test_the_validation_bound_is_attained():
+    a = validation_table(np.array([0, 1]), np.array([0, 1]), 2)
+    b = validation_table(np.array([0, 1]), np.array([0, 0]), 2)
+    assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2))
+
+
+def test_attribute_mode_tables_do_not_depend_on_s_and_cost_nothing():
+    """Two federations that differ only in the sensitive attribute give the same exact tables, and
+    a fixed-λ fit in attribute mode charges nothing for them."""
+    fed = toy_federation()
+    flipped = toy_federation()
+    for silo in flipped.silos:
+        silo.s = 1 - silo.s
+    figs = []
+    for f in (fed, flipped):
+        m = SteFFLe(epsilon=2.0, lam=0.0, epochs=3, batch_size=20, noise_seed=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            m.fit(f, ledgers="new")
+        figs.append(m.checkpoints_)
+        assert all(e.name != "validation_table" for ledger in m.ledgers_ for e in ledger.events)
+    np.testing.assert_array_equal(figs[0]["validation_error"], figs[1]["validation_error"])
+
+
+# ---------------------------------------------------------------------------------------- the choice
+def fig(epoch, error, constant=0.3, n=10_000, violation=None, sd=0.0, lam=None):
+    return CheckpointFigures(epoch=epoch, error=error, constant_error=constant, n=n, violation=violation,
+                             violation_sd=sd, lam=lam)
+
+
+def test_clearly_better_is_one_standard_deviation_of_the_comparison():
+    f = fig(0, 0.296, constant=0.3, n=10_000)
+    assert f.margin == pytest.approx(max(0.005, math.sqrt(0.3 * 0.7 / 10_000)))
+    assert not f.clearly_better and fig(0, 0.296, n=10_000, constant=0.3 + 0.006).clearly_better
+    small = fig(0, 0.27, constant=0.37, n=75)  # German credit's held-out share: 0.056
+    assert small.margin == pytest.approx(math.sqrt(0.37 * 0.63 / 75)) and small.clearly_better
+    noisy = CheckpointFigures(epoch=0, error=0.2, constant_error=0.3, n=1000, noise_sd=30.0, cells=4)
+    assert noisy.margin == pytest.approx(math.sqrt(0.21 / 1000 + 3 * (30 / 1000) ** 2))
+    pooled = pooled_figures([np.array([[50.0, 10.0], [20.0, 20.0]]), np.array([[-3.0, 0.0], [0.0, 3.0]])], epoch=4)
+    assert pooled.n == 100 and pooled.error == pytest.approx(0.3) and pooled.constant_error == pytest.approx(0.43)
+
+
+def offer(sel, figs):
+    for f in figs:
+        sel.offer(f, np.full(2, float(f.epoch)), np.zeros(1))
+
+
+def test_the_last_model_stays_when_it_is_clearly_better():
+    sel = Selector()
+    offer(sel, [fig(0, 0.25), fig(1, 0.15), fig(2, 0.2)])
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 2 and theta[0] == 2.0 and why is None
+
+
+def test_a_last_model_no_better_than_constant_gives_way_to_the_best_checkpoint_warned():
+    sel = Selector()
+    offer(sel, [fig(0, 0.25), fig(1, 0.18), fig(2, 0.36)])  # inverted at the end
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 1 and theta[0] == 1.0
+    assert "not clearly better than the constant predictor" in why and "after epoch 2" in why
+    sel = Selector()
+    offer(sel, [fig(0, 0.31), fig(1, 0.30), fig(2, 0.33)])
+    (f, _, _), why = sel.choose()
+    assert f.epoch == 1 and why.startswith("no model of this fit is clearly better")
+
+
+def test_a_target_returns_the_most_accurate_model_that_meets_it_with_its_noise_to_spare():
+    sel = Selector(target=0.05)
+    offer(sel, [fig(0, 0.15, violation=0.20), fig(1, 0.17, violation=0.045, sd=0.01),
+                fig(2, 0.18, violation=0.03, sd=0.01), fig(3, 0.19, violation=0.01, sd=0.01),
+                fig(4, 0.35, violation=0.0)])  # fair but worse than the constant
+    (f, _, _), why = sel.choose()
+    assert f.epoch == 2 and why is None  # epoch 1's 0.045 + 0.01 > 0.05
+    sel = Selector(target=0.01)
+    offer(sel, [fig(0, 0.15, violation=0.20), fig(1, 0.18, violation=0.03, sd=0.01), fig(2, 0.35, violation=0.0)])
+    (f, _, _), why = sel.choose()
+    assert f.epoch == 1 and "max_violation=0.01 was not met" in why and "fairest such model" in why
+
+
+def test_selector_keeps_a_few_models_not_one_per_checkpoint():
+    sel = Selector(target=0.05)
+    offer(sel, [fig(e, 0.2 + 0.001 * e, violation=0.1) for e in range(200)])
+    assert len(sel._kept) <= 5 and len(sel.figures) == 200
+
+
+# ---------------------------------------------------------------------------------------- guards
+@pytest.mark.slow
+def test_pfld_inverted_on_compas_is_said_out_loud():
+    """PF-LD at ε = 1 and lam_max = 100 on COMPAS ends worse than the constant predictor (test
+    error 0.54 against 0.47); before the guard, nothing said so."""
+    d = pfair.datasets.load("compas")
+    silos = np.arange(len(d.y_train)) % 3
+    with pytest.warns(ConvergenceWarning, match=r"PFLD: the fitted model is not clearly better than the constant "
+                                                r"predictor on the silos' records \(error 0\.\d+ against"):
+        m = PFLD(epsilon=1.0, lam_max=100.0).fit(d.X_train, d.y_train, sensitive_features=d.s_train,
+                                                                 silos=silos)
+    assert np.mean(m.predict(d.X_test) != d.y_test) > pfair.metrics.trivial_error(d.y_test)
+
+
+def test_a_good_baseline_fit_is_not_warned():
+    fed = toy_federation()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        FedAvg(epochs=5, batch_size=20).fit(fed)
