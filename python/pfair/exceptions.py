@@ -74,3 +74,8 @@ def __getattr__(name: str) -> type:
 class ConvergenceWarning(UserWarning):
     """Training failed silently: θ diverged (its norm exploded) or the model collapsed to a
     constant predictor. The message gives the epoch, the norms and the share of the predicted class."""
+
+
+class NotBetterThanConstantWarning(UserWarning):
+    """A fitted model is not clearly more accurate than the constant predictor (which is perfectly
+    fair and needs neither s nor any budget). The message gives the two errors, the cause and the fix."""
