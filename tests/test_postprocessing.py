@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 
@@ -266,3 +267,16 @@ def test_adult_at_epsilon_one_as_the_issue_measured():
         line = mixing_line(d.y_test, m.estimator_.predict(d.X_test), sensitive_features=d.s_test)
         assert line.beats(err, dp, tol=0.02)
     assert 6.0 < m.privacy_report_["sigma_counts"].iloc[0] < 9.0
+
+
+@pytest.mark.slow
+def test_pfair_postprocess_reports_the_rule_against_the_mixing_line(capsys):
+    from pfair.cli import main
+
+    assert main(["postprocess", "--dataset", "compas", "--epsilon", "1", "--constraints", "equalized_odds",
+                 "--noise-seed", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["test_error"] < out["trivial_error"] and out["equalized_odds_difference"] < 0.1
+    assert out["beats_mixing_line"] and out["mixing_line_error"] > out["test_error"]
+    assert 0.99 <= out["epsilon_spent"] <= 1.0 and len(out["sigma_counts"]) == 3
+    assert any("noise_seed" in w for w in out["warnings"])

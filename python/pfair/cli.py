@@ -508,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_deploy_parser(sub)
     add_node_parser(sub)
+    from pfair.postprocessing_cli import add_postprocess_parser
+
+    add_postprocess_parser(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets (your own CSV: pfair train --csv)")
     ds.set_defaults(func=datasets_command)
     return parser
