@@ -123,6 +123,16 @@ def load_data(args: argparse.Namespace) -> Any:
     return datasets.load(args.dataset or "adult", **kwargs)
 
 
+def load_federation(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The data set of the data arguments and its training records split into silos (``--silos``,
+    ``--heterogeneity``, ``--partition-by``, ``--seed``)."""
+    from pfair.federation import Federation
+
+    ds = load_data(args)
+    return ds, Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
+                                      seed=args.seed)
+
+
 def add_train_parser(sub: Any) -> None:
     p = sub.add_parser(
         "train", help="train SteFFLe on a bundled data set or your CSV and report error, fairness, privacy",

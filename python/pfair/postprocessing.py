@@ -80,16 +80,6 @@ class ThresholdRule:
     constraints: str
     max_violation: float
 
-    def thresholds(self) -> list[tuple[int, float]]:
-        """Per group, ``(b, p)``: predict positive for bins above b, with probability p in bin b
-        when the rule is a single randomised threshold (the general rule is ``q``)."""
-        out = []
-        for row in self.q:
-            up = np.flatnonzero(row > 1e-9)
-            b = int(up[0]) if up.size else row.size
-            out.append((b, float(row[b]) if b < row.size else 0.0))
-        return out
-
 
 def _rate_rows(P: np.ndarray, constraints: str) -> list[np.ndarray]:
     """Per constrained rate (one for demographic parity and equal opportunity, two for equalized

@@ -32,7 +32,8 @@ def add_postprocess_parser(sub: Any) -> None:
     p.add_argument("--epsilon", type=_float_or_none, default=1.0,
                    help="each silo's ledger after the release (default 1; 'none': exact counts, not private)")
     p.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2)")
-    p.add_argument("--constraints", default="demographic_parity", choices=list(CONSTRAINTS))
+    p.add_argument("--constraints", default="demographic_parity", choices=list(CONSTRAINTS),
+                   help="the fairness constraint on the per-group rates (default demographic_parity)")
     p.add_argument("--max-violation", type=float, default=0.0, metavar="T",
                    help="tolerance on the rates estimated from the released histograms (default 0)")
     p.add_argument("--bins", type=int, default=20, help="score bins (default 20)")
@@ -47,17 +48,14 @@ def postprocess_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from pfair import metrics
-    from pfair.cli import load_data
-    from pfair.federation import Federation
+    from pfair.cli import load_federation
     from pfair.postprocessing import PrivateThresholdOptimizer
     from pfair.references import mixing_line
 
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = load_data(args)
-        fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
-                                     seed=args.seed)
+        ds, fed = load_federation(args)
         model = PrivateThresholdOptimizer(constraints=args.constraints, max_violation=args.max_violation,
                                           epsilon=args.epsilon, delta=args.delta, bins=args.bins,
                                           noise_seed=args.noise_seed).fit(fed)

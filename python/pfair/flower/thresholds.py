@@ -26,7 +26,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from pfair.flower import codec
-from pfair.flower.server_app import SteFFLeStrategy, _reason
+from pfair.flower.server_app import SteFFLeStrategy, _reason, write_result
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -111,12 +111,7 @@ class ThresholdStrategy(SteFFLeStrategy):
             tables[silo], released[silo] = hist, meta
         rule, pooled = thresholds_from_histograms([tables[j] for j in sorted(tables)], constraints=self.constraints,
                                                   max_violation=self.max_violation)
-        reports = {}
-        for node, reply in self._exchange(grid, [self._message(n, "query.report") for n in self.silo_of],
-                                          self.round_timeout):
-            if reply is not None and not reply.has_error():
-                rep = json.loads(str(reply.content["meta"]["report"]))
-                reports[int(rep["silo"])] = rep
+        reports = self._ledger_reports(grid)
         return {
             "status": "completed", "theta": self.base_theta.tolist(), "edges": self.edges.tolist(),
             "q": rule.q.tolist(), "constraints": self.constraints, "max_violation": self.max_violation,
@@ -136,8 +131,6 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point: the run config of :func:`pfair.flower.deploy.run_config_for` plus ``theta``,
     ``edges`` (JSON lists), ``histogram-epsilon``, ``constraints`` and ``max-violation``."""
-    import os
-
     from pfair.flower.node import settings_from_run_config
 
     rc = context.run_config
@@ -148,10 +141,4 @@ def main(grid: Grid, context: Context) -> None:
                                  n_groups=int(rc["n-groups"]), n_classes=int(rc["n-classes"]),
                                  wait_timeout=float(rc["wait-timeout"]), round_timeout=float(rc["round-timeout"]),
                                  evaluate=False)
-    result = strategy.start(grid)
-    out = str(rc["out"])
-    if out:
-        tmp = out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1, default=float)
-        os.replace(tmp, out)
+    write_result(strategy.start(grid), str(rc["out"]))
