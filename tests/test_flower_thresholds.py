@@ -103,6 +103,8 @@ def test_a_silo_refuses_what_its_budget_and_caps_do_not_allow(tmp_path, identity
         _ask(cfg, np.full(4, np.nan))
     with pytest.raises(ValueError, match="strictly increasing"):
         _ask(cfg, theta, edges=np.array([0.5, 0.2]))
+    with pytest.raises(ValueError, match="theta has length 7"):  # refused before the charge, not after
+        _ask(cfg, np.zeros(7))
     assert _spent(cfg) == 0.0
     first = _ask(cfg, theta, epsilon=1.5)
     spent = _spent(cfg)

@@ -220,6 +220,19 @@ def test_the_chosen_rule_meets_the_constraint_and_beats_every_deterministic_thre
         assert rule.error < best - 1e-4  # randomising at the boundary buys what thresholds alone cannot
 
 
+@pytest.mark.parametrize("constraints", ["demographic_parity", "equalized_odds"])
+def test_more_than_two_groups_are_held_to_one_band(constraints):
+    X, y, s, _ = toy_data(n=3000, seed=6, k=3)
+    m = PrivateThresholdOptimizer(constraints=constraints, max_violation=0.03, epsilon=3.0, bins=10)
+    m.fit(X, y, sensitive_features=s)
+    assert m.rule_.q.shape == (3, 10) and m.rule_.violation <= 0.03 + 1e-7
+    p = m.predict_proba(X, sensitive_features=s)[:, 1]
+    rates = [p[s == r].mean() for r in range(3)]
+    if constraints == "demographic_parity":  # in expectation, on the training records, up to the noise
+        assert max(rates) - min(rates) < 0.08
+    assert m.rule_.error < m.rule_.constant_error
+
+
 def test_a_looser_tolerance_never_costs_error():
     t = _table(np.random.default_rng(7))
     errs = [choose_thresholds(t, max_violation=v).error for v in (0.0, 0.02, 0.05, 0.1, 1.0)]

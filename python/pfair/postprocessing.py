@@ -351,6 +351,7 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         have spent it on the ledgers this fit charges; record mode needs such a model."""
         base_ledgers = getattr(est, "ledgers_", None) or []
         private_base = getattr(est, "epsilon", None) is not None and len(base_ledgers) > 0
+        spent = any(ledger.epsilon_spent() > 0 for ledger in base_ledgers)
         if self.protect == "record" and self.epsilon is not None:
             if not private_base or getattr(est, "protect", None) != "record":
                 raise ValueError(
@@ -358,8 +359,8 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                     f"fitted with protect='record' and epsilon set (got {type(est).__name__}"
                     f"{'' if getattr(est, 'protect', None) is None else ' with protect=' + repr(est.protect)}). Other "
                     "base models read x and y, which record mode protects, outside any ledger")
-        if not private_base or self.epsilon is None:
-            return
+        if not (private_base and spent) or self.epsilon is None:
+            return  # nothing the base model released needs composing (a λ = 0 attribute-mode fit spends 0)
         if len(base_ledgers) != len(self.ledgers_) or any(
                 mine is not theirs and (mine.fingerprint != theirs.fingerprint
                                         or mine.epsilon_spent() < theirs.epsilon_spent() * (1 - 1e-9))

@@ -508,10 +508,12 @@ class SiloNode:
                                        "second one under a known seed would help remove the noise. Give the node "
                                        "another noise-seed (or none)")
 
+            # The scores read x alone: computed first, so that a θ the model cannot take is refused
+            # before the charge. The counts, which read s and y, only once the release is charged.
+            bins = score_bins(self._predict_proba(self.X, theta)[:, 1], edges)
+
             def counts() -> np.ndarray:
-                scores = self._predict_proba(self.X, theta)[:, 1]
-                return score_counts(score_bins(scores, edges), self.s, self.y, n_bins=edges.size + 1,
-                                    n_groups=self.n_groups)
+                return score_counts(bins, self.s, self.y, n_bins=edges.size + 1, n_groups=self.n_groups)
 
             table, z = release_score_histogram(counts, ledger=ledger, epsilon=eps, key=noise_key(self.noise_seed),
                                                silo=self.silo_id)
