@@ -150,6 +150,18 @@ def test_a_silo_releases_only_what_its_budget_allows():
     assert [ledger.epsilon_spent() for ledger in m.ledgers_] == spent  # the refusal charged nothing
 
 
+def test_ledgers_given_as_json_paths_keep_the_release(tmp_path):
+    X, y, s, silos = toy_data(n=900, seed=0)
+    paths = [tmp_path / f"silo{j}.json" for j in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotBetterThanConstantWarning)
+        m = PrivateThresholdOptimizer(epsilon=1.0, bins=5).fit(X, y, sensitive_features=s, silos=silos,
+                                                               ledgers=[str(p) for p in paths])
+    for path, spent in zip(paths, m.privacy_report_["epsilon_spent"]):
+        ledger = PrivacyLedger.load(path)
+        assert [e.name for e in ledger.events] == ["score_histogram"] and ledger.epsilon_spent() == spent
+
+
 def test_record_mode_composes_with_a_private_base_model_on_the_same_ledgers():
     X, y, s, silos = toy_data(n=900, seed=0)
     fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
