@@ -123,6 +123,16 @@ def load_data(args: argparse.Namespace) -> Any:
     return datasets.load(args.dataset or "adult", **kwargs)
 
 
+def load_federation(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The data set of the data arguments and its training records split into silos (``--silos``,
+    ``--heterogeneity``, ``--partition-by``, ``--seed``)."""
+    from pfair.federation import Federation
+
+    ds = load_data(args)
+    return ds, Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
+                                      seed=args.seed)
+
+
 def add_train_parser(sub: Any) -> None:
     from pfair.settings import SteFFLeSettings
 
@@ -535,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_deploy_parser(sub)
     add_node_parser(sub)
+    from pfair.postprocessing_cli import add_postprocess_parser
+
+    add_postprocess_parser(sub)
     ds = sub.add_parser("datasets", help="list the bundled data sets (your own CSV: pfair train --csv)")
     ds.set_defaults(func=datasets_command)
     return parser

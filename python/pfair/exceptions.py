@@ -72,5 +72,13 @@ def __getattr__(name: str) -> type:
     raise AttributeError(f"module 'pfair.exceptions' has no attribute {name!r}")
 
 class ConvergenceWarning(UserWarning):
-    """Training failed silently: θ diverged (its norm exploded) or the model collapsed to a
-    constant predictor. The message gives the epoch, the norms and the share of the predicted class."""
+    """Training failed silently: θ diverged (its norm exploded), the model collapsed to a constant
+    predictor, or it is no better than one (:class:`NotBetterThanConstantWarning`). The message
+    gives the numbers, the cause and the fix."""
+
+
+class NotBetterThanConstantWarning(ConvergenceWarning):
+    """A fitted model is not clearly more accurate than the constant predictor (which is perfectly
+    fair and needs neither s nor any budget), on the released validation figures of a fit
+    (:mod:`pfair.validation`) or a silo-local check of a baseline. The message gives the two
+    errors, the cause and the fix."""

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from pfair.exceptions import ConvergenceWarning
+from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning
 
 #: L2 sensitivity of a silo's validation table under replace-one of a record (record mode).
 VALIDATION_SENSITIVITY = math.sqrt(2.0)
@@ -248,7 +248,7 @@ def warn_if_no_better_than_constant(estimator: Any, shards: Any, stacklevel: int
     """The baselines' guard (PF-LD, FedAvg, central ERM, the single-shot method, which hold nothing
     out): the fitted model's error on the silos' records (at most :data:`LOCAL_CHECK_RECORDS`, a
     seeded sample) against the constant predictor's, warned about
-    (:class:`~pfair.exceptions.ConvergenceWarning`) when the model is not clearly better. A
+    (:class:`~pfair.exceptions.NotBetterThanConstantWarning`) when the model is not clearly better. A
     silo-local check in the process that holds the silos' data (a simulation): nothing of it is
     released or kept. ``estimator``: the fitted baseline (its ``predict_proba``); ``shards``: the
     :class:`~pfair.federation.Federation` it was fitted on. Returns whether it warned."""
@@ -266,8 +266,8 @@ def warn_if_no_better_than_constant(estimator: Any, shards: Any, stacklevel: int
     warnings.warn(f"{type(estimator).__name__}: the fitted model is not clearly better than the constant predictor on the silos' records "
                   f"(error {_fig(fig)}; a silo-local check: nothing of it was released). Try more epochs or a "
                   "larger step size if it barely moved, a smaller fairness weight if fairness pushed it to the "
-                  "constant, a larger epsilon or batch if the noise swamps the updates", ConvergenceWarning,
-                  stacklevel=stacklevel)
+                  "constant, a larger epsilon or batch if the noise swamps the updates",
+                  NotBetterThanConstantWarning, stacklevel=stacklevel)
     return True
 
 
@@ -276,7 +276,10 @@ def _fig(f: CheckpointFigures) -> str:
 
 
 def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
-    """The :class:`~pfair.exceptions.ConvergenceWarning` of a fit whose model had to be chosen
+    """The warning of a fit whose model had to be chosen
+    (:class:`~pfair.exceptions.NotBetterThanConstantWarning` when the last model or every model is
+    not clearly better than the constant predictor, a
+    :class:`~pfair.exceptions.ConvergenceWarning` when a fairness target was not met)
     (:meth:`Selector.choose`), with the fixes to try."""
     st = settings
     fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
@@ -284,7 +287,9 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
     if st.private:
         fixes.append("a larger epsilon or batch_size if the noise swamps the updates")
     warnings.warn(f"{message}. Try {'; '.join(fixes)} (the figures of every checkpoint are in checkpoints_)",
-                  ConvergenceWarning, stacklevel=stacklevel)
+                  NotBetterThanConstantWarning if message.startswith(("no model", "the last model"))
+                  else ConvergenceWarning,
+                  stacklevel=stacklevel)
 
 
 __all__ = ["CheckpointFigures", "MARGIN_SDS", "Selector", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",

@@ -638,7 +638,7 @@ def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataF
 #: Text of every warning pfair gives about a model no better than the constant predictor (the
 #: checkpoint guard, pfair.validation; the collapse check, pfair.protocol.convergence).
 CONSTANT_WARNINGS = ("clearly better than the constant predictor", "collapsed to a constant predictor",
-                     "no better than the constant predictor")
+                     "no better than the constant predictor", "not clearly below the constant predictor's")
 
 
 def add_constant_columns(df: pd.DataFrame) -> pd.DataFrame:

@@ -108,9 +108,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli import checkpoint_summary, load_data, print_summary
+    from pfair.cli import checkpoint_summary, load_federation, print_summary
     from pfair.estimators import SteFFLe
-    from pfair.federation import Federation
     from pfair.flower import require_flwr
 
     require_flwr()
@@ -120,9 +119,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = load_data(args)
-        fed = Federation.for_dataset(ds, args.silos, heterogeneity=args.heterogeneity, by=args.partition_by,
-                                     seed=args.seed)
+        ds, fed = load_federation(args)
         p_s: Any = args.p_s if args.p_s == "dp" else [float(v) for v in args.p_s.split(",")]
         st = SteFFLe(fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
                      batch_size=args.batch_size, p_s=p_s, seed=args.seed).settings()

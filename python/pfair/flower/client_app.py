@@ -13,6 +13,8 @@ reproducing a simulation). Message types:
 ``evaluate``     metrics of θ on the local test shard, if the node has one: a DP release charged to
                  its ledger, once per run (exact only where the node config opts in)
 ``query.report`` the ledger's public summary (budget, ε spent, runs)
+``query.score_histogram`` for private post-processing: the silo's noisy (score bin, s, y) table of
+                 a model's scores (θ and the bin edges from the server), charged to its ledger
 
 A refusal (budget spent, a round asked twice, a run asking more ε than the silo's budget) is an
 exception, which Flower returns to the server as an error reply.
@@ -93,3 +95,14 @@ def report(msg: Message, context: Context) -> Message:
     node, _ = _node(msg, context)
     return Message(RecordDict({"meta": codec.config(silo=node.silo_id, report=json.dumps(node.report()))}),
                    reply_to=msg)
+
+
+@app.query("score_histogram")
+def score_histogram(msg: Message, context: Context) -> Message:
+    node, cfg = _node(msg, context)
+    sent = codec.read_arrays(msg.content["arrays"])
+    out = node.score_histogram(sent["theta"], sent["edges"], float(cfg["epsilon"]))
+    content = RecordDict({"meta": codec.config(silo=node.silo_id, n_records=out["n_records"],
+                                               noise_multiplier=out["noise_multiplier"]),
+                          "arrays": codec.arrays(histogram=out["histogram"])})
+    return Message(content, reply_to=msg)

@@ -49,6 +49,12 @@ model = ""
 wait-timeout = 120.0
 round-timeout = 120.0
 evaluate = true
+# pfair.flower.thresholds:app (private post-processing) only
+theta = "[]"
+edges = "[]"
+histogram-epsilon = 1.0
+constraints = "demographic_parity"
+max-violation = 0.0
 """
 
 

@@ -493,6 +493,54 @@ class SiloNode:
         out["n_test"] = float(len(y))
         return out
 
+    def score_histogram(self, theta: np.ndarray, edges: np.ndarray, epsilon: float) -> dict[str, Any]:
+        """The silo's DP histogram of θ's scores by (score bin, s, y), for private post-processing
+        (:mod:`pfair.postprocessing`; docs/postprocessing.md). The score is the model's probability
+        of class 1 (binary labels), binned by the interior ``edges`` the server sends.
+
+        One release is a Gaussian mechanism of L2 sensitivity √2 (replacing one record, or only
+        its s, moves one count out of a cell and one into another; θ and the edges are the
+        server's, fixed before the release). Its noise multiplier is the smallest that keeps what
+        the ledger holds plus this release within ``epsilon``; ``epsilon`` may be at most the
+        silo's budget and its ``max-run-epsilon``. Everything is checked, and the release charged
+        to the ledger, before the shard's counts are computed; the noise comes from the node's own
+        key (fresh OS entropy per message, or its ``noise-seed``, which serves one such release
+        only). Returns the noisy table and its noise multiplier (public)."""
+        from pfair.privacy.score_histogram import (SCORE_HISTOGRAM_EVENT, check_edges, release_score_histogram,
+                                                   score_bins, score_counts)
+
+        edges = check_edges(edges, "edges")
+        theta = np.asarray(theta, dtype=np.float64).ravel()
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(f"silo {self.silo_id}: the model sent for a score histogram is not finite; nothing was "
+                             "read or charged")
+        if self.n_classes != 2:
+            raise SettingsMismatch(f"silo {self.silo_id}: a score histogram is for binary labels; this federation has "
+                                   f"{self.n_classes} classes")
+        eps = float(epsilon)
+        with self._locked():
+            ledger = self.ledger()
+            cap = min(ledger.epsilon, self.max_run_epsilon)
+            if not (np.isfinite(eps) and 0 < eps <= cap * (1 + 1e-12)):
+                raise SettingsMismatch(f"silo {self.silo_id}: a score histogram asked for epsilon={eps:g}; this silo "
+                                       f"answers at most its budget and max-run-epsilon ({cap:g}). Nothing was read "
+                                       "or charged")
+            if self.noise_seed is not None and any(e.name == SCORE_HISTOGRAM_EVENT for e in ledger.events):
+                raise SettingsMismatch(f"silo {self.silo_id}: its noise-seed released a score histogram already; a "
+                                       "second one under a known seed would help remove the noise. Give the node "
+                                       "another noise-seed (or none)")
+
+            # The scores read x alone: computed first, so that a θ the model cannot take is refused
+            # before the charge. The counts, which read s and y, only once the release is charged.
+            bins = score_bins(self._predict_proba(self.X, theta)[:, 1], edges)
+
+            def counts() -> np.ndarray:
+                return score_counts(bins, self.s, self.y, n_bins=edges.size + 1, n_groups=self.n_groups)
+
+            table, z = release_score_histogram(counts, ledger=ledger, epsilon=eps, key=noise_key(self.noise_seed),
+                                               silo=self.silo_id)
+        return {"histogram": table, "noise_multiplier": float(z), "n_records": self.n_records}
+
     def _metrics(self, X: np.ndarray, y: np.ndarray, s: np.ndarray | None, theta: np.ndarray,
                  proba: np.ndarray | None = None) -> dict[str, float]:
         """Exact metrics of θ on (X, y, s) (without s: error and loss only)."""

@@ -294,6 +294,16 @@ class SteFFLeStrategy(Strategy):
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
         return pairs
 
+    def _ledger_reports(self, grid: Grid) -> dict[int, dict]:
+        """``query.report`` to every silo: each silo's ledger summary (budget, ε spent, runs), by silo."""
+        reports = {}
+        for node, reply in self._exchange(grid, [self._message(n, "query.report") for n in self.silo_of],
+                                          self.round_timeout):
+            if reply is not None and not reply.has_error():
+                rep = json.loads(str(reply.content["meta"]["report"]))
+                reports[int(rep["silo"])] = rep
+        return reports
+
     def _note_rejections(self, skip_no_reply: bool = False) -> None:
         """Note the server's rejections since the last call (replies it dropped)."""
         for r in self.server.rejected[self._seen:]:
@@ -423,12 +433,7 @@ class SteFFLeStrategy(Strategy):
             final = codec.model_arrays(theta, w)
             evaluation = self.aggregate_evaluate(T, self._exchange(grid, list(self.configure_evaluate(T, final, ConfigRecord(), grid)),
                                                                     self.round_timeout))  # type: ignore[arg-type]
-        reports = {}
-        for node, reply in self._exchange(grid, [self._message(n, "query.report") for n in self.silo_of],
-                                          self.round_timeout):
-            if reply is not None and not reply.has_error():
-                rep = json.loads(str(reply.content["meta"]["report"]))
-                reports[int(rep["silo"])] = rep
+        reports = self._ledger_reports(grid)
         return {
             "status": "completed", "run_id": self.run_id, "theta": theta.tolist(), "w": w.tolist(),
             "n_features": d, "n_groups": self.n_groups, "n_classes": self.n_classes, "rounds": T, "model": self.model,
@@ -523,8 +528,11 @@ def main(grid: Grid, context: Context) -> None:
                                n_classes=int(rc["n-classes"]), wait_timeout=float(rc["wait-timeout"]),
                                round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]),
                                model=parse_model_spec(rc.get("model", "")))
-    result = strategy.start(grid)
-    out = str(rc["out"])
+    write_result(strategy.start(grid), str(rc["out"]))
+
+
+def write_result(result: dict, out: str) -> None:
+    """A ServerApp's result as JSON at ``out`` (atomically; nothing when ``out`` is empty)."""
     if out:
         import os
 

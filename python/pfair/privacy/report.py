@@ -46,6 +46,8 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
            "pooled (exact data: outside the guarantee)",
     "noise": "secret (drawn from the operating system) or reproducible (a known noise_seed)",
     "guarantee": "covered, or not covered and why (a known noise seed, pooled p_s), or none",
+    "sigma_counts": "noise std added to each cell of the silo's score histogram (PrivateThresholdOptimizer)",
+    "epsilon_release": "epsilon of the score histogram release alone, at the silo's delta",
 }
 
 
