@@ -177,3 +177,51 @@ def test_a_good_baseline_fit_is_not_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         FedAvg(epochs=5, batch_size=20).fit(fed)
+
+
+# ---------------------------------------------------------------------------------------- the audit
+def _audit_statistics(z: float, scale: float, trials: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Neyman–Pearson statistic of an adversary who knows every held-out record but one and
+    sees a record-mode validation table released with noise multiplier ``z·scale`` (the real
+    release path, fresh secret keys): the released table minus the first neighbour's exact one,
+    projected on the difference of the two neighbours' tables, in units of the claimed std z·√2."""
+    from pfair.privacy.mechanisms import release_histogram
+    from pfair.protocol.keys import noise_key
+    from pfair.validation import VALIDATION_STREAM
+
+    y = np.array([0, 0, 1, 1, 1, 0, 1, 0])
+    pred = np.array([0, 1, 1, 1, 0, 0, 1, 0])
+    a = validation_table(y, pred, 2)
+    y2, pred2 = y.copy(), pred.copy()
+    y2[0], pred2[0] = 1, 1  # one held-out record replaced: its count moves from (0, 0) to (1, 1)
+    b = validation_table(y2, pred2, 2)
+    d = (b - a).ravel()
+    unit = d / np.linalg.norm(d)
+    sigma = z * VALIDATION_SENSITIVITY
+
+    def stat(table: np.ndarray) -> np.ndarray:
+        out = np.empty(trials)
+        for i in range(trials):
+            rel = release_histogram(table, ledger=None, event=None, key=noise_key(None), silo=0,
+                                    stream=VALIDATION_STREAM, noise_multiplier=z * scale,
+                                    sensitivity=VALIDATION_SENSITIVITY)
+            out[i] = (rel - a).ravel() @ unit / sigma
+        return out
+
+    return stat(a), stat(b)
+
+
+@pytest.mark.slow
+def test_the_validation_table_release_holds_its_exact_curve_and_the_audit_catches_too_little_noise():
+    """Empirical audit of one record-mode validation release (as tests/test_audit.py audits a
+    round): at the claimed z the certified lower bound on ε stays below the exact Gaussian curve
+    (μ = Δ/σ = 1/z); with the noise divided by √2 (the bug of a sensitivity taken as 1 instead of
+    √2) the lower bound exceeds the curve the claim stands for."""
+    from test_audit import epsilon_lower_bound, gaussian_epsilon
+
+    z, delta, trials = 1.0, 1e-3, 40_000
+    exact = gaussian_epsilon(delta, 1.0 / z)
+    t_a, t_b = _audit_statistics(z, 1.0, trials)
+    assert epsilon_lower_bound(t_a, t_b, delta) <= exact
+    t_a, t_b = _audit_statistics(z, 1.0 / math.sqrt(2), trials)
+    assert epsilon_lower_bound(t_a, t_b, delta) > exact
