@@ -219,7 +219,7 @@ def test_the_validation_table_release_holds_its_exact_curve_and_the_audit_catche
     √2) the lower bound exceeds the curve the claim stands for."""
     from test_audit import epsilon_lower_bound, gaussian_epsilon
 
-    z, delta, trials = 1.0, 1e-3, 40_000
+    z, delta, trials = 1.0, 1e-3, 100_000  # 40k left the √2 bug 0.01 above the curve in one of 6 runs
     exact = gaussian_epsilon(delta, 1.0 / z)
     t_a, t_b = _audit_statistics(z, 1.0, trials)
     assert epsilon_lower_bound(t_a, t_b, delta) <= exact
