@@ -172,7 +172,8 @@ class SiloParty:
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
+                                  prepaid=plan.calibration == "pld")
         return plan
 
     def _proportions(self, proportions: np.ndarray) -> np.ndarray:
