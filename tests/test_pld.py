@@ -270,3 +270,17 @@ def test_pld_calibration_refuses_when_nothing_is_left():
     with pytest.raises(PrivacyBudgetExceeded, match="cannot be met"):
         pld_noise_multiplier_after(ledger, epsilon=ledger.epsilon_spent() * (1 - 1e-9), sample_rate=0.1, steps=100,
                                    sampling="without_replacement")
+
+
+def test_a_second_fit_after_a_pld_priced_one_gets_what_the_pld_says_is_left():
+    """RDP prices the first run above the budget; the PLD currency says what is left, and the
+    second run's calibration meets the budget by it."""
+    ledger, z = _run_ledger()
+    ledger.begin_run("first", sampling="without_replacement", sample_rate=ADULT_Q, noise_multiplier=1.5 * z,
+                     planned_steps=ADULT_T, prepaid=True)
+    assert ledger.epsilons()["rdp"] > 1.0 > ledger.epsilon_spent()
+    z2 = pld_noise_multiplier_after(ledger, epsilon=1.0, sample_rate=ADULT_Q, steps=ADULT_T,
+                                    sampling="without_replacement")
+    ledger.begin_run("second", sampling="without_replacement", sample_rate=ADULT_Q, noise_multiplier=z2,
+                     planned_steps=ADULT_T, prepaid=True)
+    assert 0.99 <= ledger.epsilon_spent() <= 1.0 and z2 > z

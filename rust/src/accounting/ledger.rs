@@ -445,10 +445,8 @@ pub fn ledger_pld_noise_multiplier_after(
             e.max(1e-300).ln() - target
         })
     };
-    let start = match ledger_noise_multiplier_after(held, delta, epsilon, scheme, q, steps, true)? {
-        Some(z) => z,
-        None => return Ok(None),
-    };
+    // RDP finds nothing left after an earlier PLD-priced run (RDP prices it higher): start at 1.
+    let start = ledger_noise_multiplier_after(held, delta, epsilon, scheme, q, steps, true)?.unwrap_or(1.0);
     // Bracket by secant steps from the RDP answer (first step: slope −1), each at most ×4 or ÷4
     // in z and aimed 0.5% past the root, so that the next point lands on its other side.
     let (mut u0, mut f0) = (start.ln(), f(start.ln()));
@@ -590,6 +588,14 @@ mod tests {
         assert!(ledger_rdp_epsilon(&[hist, run], d).unwrap() > 1.0);
         assert!(ledger_admits(&[hist, run], d, 1.0).unwrap());
         assert!(!ledger_admits(&[hist, tighter], d, 1.0).unwrap());
+        // A second PLD-priced run after the first, where RDP finds nothing left: the PLD does.
+        let first = Held { z: z * 1.5, ..run };
+        assert!(ledger_rdp_epsilon(&[hist, first], d).unwrap() > 1.0);
+        let z2 = ledger_pld_noise_multiplier_after(&[hist, first], d, 1.0, Scheme::WithoutReplacement, q, t)
+            .unwrap()
+            .unwrap();
+        let second = Held { z: z2, ..run };
+        assert!(ledger_pld_epsilon(&[hist, first, second], d).unwrap() <= 1.0 && z2 > z);
         // Equal mechanisms merge: two halves cost what the whole does.
         let half = Held { count: t / 2, ..run };
         assert_eq!(ledger_pld_epsilon(&[hist, half, half], d).unwrap(), both);
