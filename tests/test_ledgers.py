@@ -153,10 +153,12 @@ def test_budget_survives_a_process(tmp_path):
     assert (m.privacy_report_["noise_multiplier"] > 3 * z_first).all()
 
 
-def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(protect):
     """Interrupt a fit in its third epoch, resume it: the ledgers hold exactly the planned rounds,
-    and with reproducible noise the result equals the uninterrupted fit bit for bit."""
-    kw = dict(FAST, epochs=5, noise_seed=11)
+    and with reproducible noise the result equals the uninterrupted fit bit for bit. Record mode's
+    PLD-priced run was paid in full when planned; its resume pays nothing again."""
+    kw = dict(FAST, epochs=5, noise_seed=11, protect=protect)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
@@ -169,6 +171,7 @@ def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
     for ledger in m.ledgers_:
         (run,) = ledger.runs.values()
         assert run["next_round"] == rounds == run["planned_steps"]
+        assert bool(run.get("prepaid")) == (protect == "record")
     np.testing.assert_array_equal(m.theta_, whole.theta_)
     assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
     with pytest.warns(PrivacyWarning, match="spent"):

@@ -88,9 +88,10 @@ def accounting_scheme(sampling: str, protect: str) -> str:
       record is in the batch with probability q, and then the round is a Gaussian mechanism),
       or ``"full_batch"``.
     * ``protect="record"``: everything sent is clipped and noised, the batch stays hidden, and
-      the subsampled bounds apply: WBK 2019 for ``"without_replacement"``, and for Poisson batches
-      the replace-one bound of ``docs/accounting.md`` (noise multiplier against the add/remove
-      sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
+      the subsampled accounts apply: by default (``calibration="pld"``) the PLD of the scheme's
+      dominating pair, with RDP as the cross-check — WBK 2019 for ``"without_replacement"``, and
+      for Poisson batches the replace-one bound of ``docs/accounting.md`` (noise multiplier
+      against the add/remove sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
     * ``sampling="shuffle"`` (either mode): shuffled epochs, ``√K/z``-GDP with K the epochs
       touched — exact, and valid whether or not the batch is public.
 

@@ -331,8 +331,8 @@ class PrivacyLedger:
     def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
                   planned_steps: int, rounds_per_epoch: Optional[int] = None, prepaid: bool = False) -> None:
         """Register a training run: the mechanism of each of its rounds and how many it plans.
-        Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
-        registered before must come with the same mechanism (that is a resume).
+        Unless ``prepaid``, nothing is charged; :meth:`charge_rounds` charges rounds as they are
+        answered. A run id registered before must come with the same mechanism (that is a resume).
 
         ``prepaid=True`` (runs calibrated by the PLD, ``calibration="pld"``): all
         ``planned_steps`` rounds are charged now, as one event, or
