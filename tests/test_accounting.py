@@ -211,7 +211,11 @@ def test_heterogeneous_composition_matches_dp_accounting():
     ledger = PrivacyLedger(epsilon=100.0, delta=1e-8, silo="adult-0")
     ledger.charge(MechanismEvent(name="rounds", sampling="without_replacement", sample_rate=256 / 12211, noise_multiplier=3.0, steps=1920))
     ledger.charge(MechanismEvent.gaussian_histogram(noise_multiplier=20.0))
-    assert _close(ledger.epsilon_spent(), acc.get_epsilon(1e-8))
+    assert _close(ledger.epsilons()["rdp"], acc.get_epsilon(1e-8))
+    # The ledger's currency is the smallest valid bound: here the PLD of the rounds' dominating
+    # pair composed with the histogram, well below RDP.
+    by = ledger.epsilons()
+    assert ledger.epsilon_spent() == min(by.values()) == by["pld"] < 0.8 * by["rdp"]
 
 
 # --------------------------------------------------------------------------- replace-one Poisson
@@ -367,8 +371,9 @@ def test_ledger_enforces_the_budget_before_recording():
     assert ledger.epsilon_spent() == 0.0
     z = noise_multiplier_for(epsilon=0.9, delta=1e-8, sample_rate=256 / 12211, steps=1920, sampling="without_replacement")
     ledger.charge(_rounds(z, 1920))
-    assert 0.88 <= ledger.epsilon_spent() <= 0.9
-    big = _rounds(z, 1920)
+    assert 0.88 <= ledger.epsilons()["rdp"] <= 0.9
+    assert ledger.epsilon_spent() == ledger.epsilons()["pld"] < 0.6  # the PLD prices the same rounds lower
+    big = _rounds(z / 4, 1920)
     assert ledger.would_exceed(big)
     with pytest.raises(PrivacyBudgetExceeded) as info:
         ledger.charge(big)
@@ -398,8 +403,9 @@ def test_ledger_composes_heterogeneous_events_by_rdp_addition():
     total = np.zeros(len(ORDERS))
     for e in events:
         total += np.array(rdp_curve(noise_multiplier=e.noise_multiplier, sample_rate=e.sample_rate, steps=e.steps, sampling=e.sampling)[1])
-    assert _close(ledger.epsilon_spent(), epsilon_from_rdp(orders=ORDERS, rdp=list(total), delta=1e-6)[0])
-    assert ledger.epsilon_spent() < sum(
+    assert _close(ledger.epsilons()["rdp"], epsilon_from_rdp(orders=ORDERS, rdp=list(total), delta=1e-6)[0])
+    assert ledger.epsilon_spent() <= ledger.epsilons()["rdp"]
+    assert ledger.epsilons()["rdp"] < sum(
         epsilon_for(noise_multiplier=e.noise_multiplier, sample_rate=e.sample_rate, steps=e.steps, delta=1e-6 / 3, sampling=e.sampling)
         for e in events
     )

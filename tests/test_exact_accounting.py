@@ -173,11 +173,14 @@ def test_ledger_refuses_past_the_budget_in_each_currency():
     ledger.charge(MechanismEvent(name="r", sampling="public_batch", sample_rate=Q, noise_multiplier=z, steps=40 * B))
     with pytest.raises(PrivacyBudgetExceeded):
         ledger.charge(MechanismEvent(name="r", sampling="public_batch", sample_rate=Q, noise_multiplier=z, steps=B))
-    # RDP currency (hidden batches): a hidden-batch event makes the exact currency unavailable.
-    zw = noise_multiplier_for(epsilon=1.0, delta=DELTA, sample_rate=Q, steps=40 * B, sampling="without_replacement")
+    # PLD currency (hidden batches): a hidden-batch event makes the exact currency unavailable, and
+    # the PLD refuses past the budget (RDP alone would refuse much earlier).
+    zw = noise_multiplier_for(epsilon=1.0, delta=DELTA, sample_rate=Q, steps=40 * B, sampling="without_replacement",
+                              accountant="pld")
     hidden = PrivacyLedger(epsilon=1.0, delta=DELTA)
     hidden.charge(MechanismEvent(name="w", sampling="without_replacement", sample_rate=Q, noise_multiplier=zw, steps=40 * B))
     assert hidden.epsilons()["exact"] == math.inf
+    assert hidden.epsilons()["rdp"] > 1.5 and 0.99 <= hidden.epsilon_spent() <= 1.0
     with pytest.raises(PrivacyBudgetExceeded):
         hidden.charge(MechanismEvent(name="w", sampling="without_replacement", sample_rate=Q, noise_multiplier=zw, steps=5 * B))
 
@@ -188,8 +191,9 @@ def test_old_format_reads_and_tampered_files_are_refused(tmp_path):
     d = ledger.to_dict()
     old = dict(d, format=1)
     assert PrivacyLedger.from_dict(old).epsilon_spent() == ledger.epsilon_spent()
-    with pytest.raises(ValueError, match="unknown ledger format 3"):
-        PrivacyLedger.from_dict(dict(d, format=3))
+    assert PrivacyLedger.from_dict(dict(d, format=2)).epsilon_spent() == ledger.epsilon_spent()
+    with pytest.raises(ValueError, match="unknown ledger format 4"):
+        PrivacyLedger.from_dict(dict(d, format=4))
     ledger.begin_run("s", sampling="shuffle", sample_rate=0.1, noise_multiplier=30.0, planned_steps=100)
     ledger.charge_rounds("s", 0, 25)
     d = ledger.to_dict()

@@ -153,10 +153,12 @@ def test_budget_survives_a_process(tmp_path):
     assert (m.privacy_report_["noise_multiplier"] > 3 * z_first).all()
 
 
-def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
+@pytest.mark.parametrize("protect", ["attribute", "record"])
+def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run(protect):
     """Interrupt a fit in its third epoch, resume it: the ledgers hold exactly the planned rounds,
-    and with reproducible noise the result equals the uninterrupted fit bit for bit."""
-    kw = dict(FAST, epochs=5, noise_seed=11)
+    and with reproducible noise the result equals the uninterrupted fit bit for bit. Record mode's
+    PLD-priced run was paid in full when planned; its resume pays nothing again."""
+    kw = dict(FAST, epochs=5, noise_seed=11, protect=protect)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
@@ -169,10 +171,15 @@ def test_resume_charges_no_round_twice_and_equals_an_uninterrupted_run():
     for ledger in m.ledgers_:
         (run,) = ledger.runs.values()
         assert run["next_round"] == rounds == run["planned_steps"]
+        assert bool(run.get("prepaid")) == (protect == "record")
     np.testing.assert_array_equal(m.theta_, whole.theta_)
     assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
     with pytest.warns(PrivacyWarning, match="spent"):
-        m.fit(f)  # a new run (not a resume) gets only what is left
+        if protect == "record":  # what is left cannot pay for the validation tables: refused, nothing released
+            with pytest.raises(PrivacyBudgetExceeded, match="cannot pay for this run's 5 checkpoint releases"):
+                m.fit(f)
+        else:
+            m.fit(f)  # a new run (not a resume) gets only what is left
 
 
 def test_a_warm_start_is_a_new_run_on_the_same_ledgers():
@@ -200,12 +207,19 @@ def test_a_warm_start_is_a_new_run_on_the_same_ledgers():
 # Set-up and per-epoch charging at scale: the same answers as one ledger at a time.
 
 
+def _filter_epsilon(ledger, events):
+    """The ledger's ε by its filters (RDP and the exact account): the currency of rounds charged as
+    they are answered. The PLD currency prices only runs paid in full when planned."""
+    e = ledger.epsilons(events)
+    return min(e["rdp"], e["exact"])
+
+
 def _reference_z_after(ledger, *, epsilon, sample_rate, steps, sampling):
     """The calibration after a ledger as it was written in Python: geometric bisection on z of
-    the ledger's ε with one more event, to a ratio of 1.005 (the upper end)."""
+    the ledger's ε (by its filters) with one more event, to a ratio of 1.005 (the upper end)."""
     def eps(z):
-        return ledger.epsilon_with([MechanismEvent(name="r", sampling=sampling, sample_rate=sample_rate,
-                                                   noise_multiplier=z, steps=steps)])
+        return _filter_epsilon(ledger, [MechanismEvent(name="r", sampling=sampling, sample_rate=sample_rate,
+                                                       noise_multiplier=z, steps=steps)])
 
     lo, hi = 1e-3, 1.0
     while eps(hi) > epsilon:
@@ -228,8 +242,8 @@ def test_calibration_after_a_ledger_equals_the_python_bisection(sampling):
                               rel=1e-12)
     event = MechanismEvent(name="r", sampling=sampling, sample_rate=q, noise_multiplier=z, steps=steps)
     assert ledger.epsilon_with([event]) <= 1.0
-    assert ledger.epsilon_with([MechanismEvent(name="r", sampling=sampling, sample_rate=q,
-                                               noise_multiplier=z / 1.006, steps=steps)]) > 1.0
+    assert _filter_epsilon(ledger, [MechanismEvent(name="r", sampling=sampling, sample_rate=q,
+                                                   noise_multiplier=z / 1.006, steps=steps)]) > 1.0
     # accountant="rdp" prices the same by RDP alone: never less noise than the ledger's currency.
     z_rdp = noise_multiplier_after(ledger, epsilon=1.0, sample_rate=q, steps=steps, sampling=sampling,
                                    accountant="rdp")

@@ -191,9 +191,12 @@ def add_train_parser(sub: Any) -> None:
                         "without_replacement with --protect record")
     p.add_argument("--protect", default="attribute", choices=["attribute", "record"],
                    help="what the guarantee covers: the sensitive attribute of a record (default) or the whole record")
-    p.add_argument("--calibration", default="rdp", choices=["rdp", "paper"],
-                   help="noise calibration: rdp (numeric Renyi-DP accountant, default) or paper (the paper's "
-                        "closed form; rounds past the budget are refused, so training may stop early)")
+    p.add_argument("--calibration", default="auto", choices=["auto", "rdp", "pld", "paper"],
+                   help="noise calibration: auto (default: pld for record mode's hidden batches, else rdp), rdp "
+                        "(numeric accountant: exact for shuffled epochs and public batches, Renyi DP for hidden "
+                        "ones), pld (privacy-loss distribution of hidden batches, whole run charged when planned) "
+                        "or paper (the paper's closed form; rounds past the budget are refused, so training may "
+                        "stop early)")
     p.add_argument("--p-s", dest="p_s", type=_p_s_arg, default=None,
                    help="group proportions: 'dp' (each silo releases a DP histogram; default when private), "
                         "'pooled' (exact pooled proportions: paper reproduction, not covered by the guarantee), "

@@ -145,7 +145,13 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         is the cheapest exact account), ``"without_replacement"`` with ``protect="record"`` (a
         hidden fixed-size batch amplifies privacy).
     protect : "attribute" (neighbours differ in one record's s; the paper) or "record" (a whole record).
-    calibration : "rdp" (numeric accountant) or "paper" (the paper's closed form; its rounds past the
+    calibration : "auto" (default), "rdp", "pld" or "paper". ``"rdp"``: the numeric accountant (the
+        exact Gaussian account for shuffled epochs, full and public batches, RDP for hidden ones).
+        ``"pld"`` (hidden batches of ``protect="record"`` only): the privacy-loss distribution of
+        the rounds' dominating pair composed with everything the silo's ledger holds, about half
+        the RDP noise for fixed-size batches; the run is charged in full when it is planned (a
+        run that stops early has paid every planned round). ``"auto"``: ``"pld"`` where it
+        applies, else ``"rdp"``. ``"paper"``: the paper's closed form (its rounds past the
         budget are refused, so training may stop early — warned).
     p_s : group proportions of the ψ-term. Public proportions (an array of k, or classes × k for
         equalized odds, or a mapping group → proportion); ``"dp"`` (each silo releases a DP
@@ -266,7 +272,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         clip_w: float | str | None = "auto",
         sampling: str = "auto",
         protect: str = "attribute",
-        calibration: str = "rdp",
+        calibration: str = "auto",
         p_s: Any = None,
         p_s_epsilon_share: float = 0.1,
         lr_decay: float = 0.8,

@@ -108,7 +108,7 @@ def check_max_violation(p: dict) -> None:
     private = p["epsilon"] is not None
     if private and p["calibration"] == "paper":
         raise ValueError("calibration='paper' ignores the cost of the violation releases max_violation needs; "
-                         "use calibration='rdp'")
+                         "use calibration='auto'")
     p_s_dp = p["p_s"] is None or (isinstance(p["p_s"], str) and p["p_s"] == "dp")
     if private and p_s_dp and p["p_s_epsilon_share"] + share >= 1:
         raise ValueError(f"p_s_epsilon_share={p['p_s_epsilon_share']} and max_violation_epsilon_share={share} "
@@ -147,6 +147,22 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
+#: Noise calibrations (``calibration=``): ``"auto"`` resolves to ``"pld"`` or ``"rdp"``.
+CALIBRATIONS = ("auto", "rdp", "pld", "paper")
+#: Samplers whose batches record mode keeps hidden, priced by the PLD (``calibration="pld"``).
+PLD_SAMPLINGS = ("without_replacement", "poisson")
+
+
+def auto_calibration(protect: str, sampling: str, mode: str) -> str:
+    """``calibration="auto"``: ``"pld"`` for hidden batches (record mode, fixed-size or Poisson
+    batches, the standard mode), whose rounds the PLD of their dominating pair prices at about
+    half the RDP noise, charged in full when the run is planned (``docs/accounting.md``, "The
+    PLD currency"); ``"rdp"`` otherwise (the exact account where it applies, else RDP)."""
+    if protect == "record" and mode == "standard" and sampling in PLD_SAMPLINGS:
+        return "pld"
+    return "rdp"
+
+
 @dataclass(frozen=True)
 class SteFFLeSettings:
     """Every setting of a fit, validated. See :class:`pfair.SteFFLe` for their meaning."""
@@ -165,7 +181,7 @@ class SteFFLeSettings:
     clip_w: float | str | None = "auto"
     sampling: str = "auto"
     protect: str = "attribute"
-    calibration: str = "rdp"
+    calibration: str = "auto"
     p_s: Any = None
     p_s_epsilon_share: float = 0.1
     lr_decay: float = 0.8
@@ -199,6 +215,8 @@ class SteFFLeSettings:
                 object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
         if self.sampling == "auto":
             object.__setattr__(self, "sampling", auto_sampling(self.protect, self.mode))
+        if self.calibration == "auto":
+            object.__setattr__(self, "calibration", auto_calibration(self.protect, self.sampling, self.mode))
 
     # ------------------------------------------------------------------ derived
     @property
@@ -323,7 +341,13 @@ class SteFFLeSettings:
                 check_positive(p[name], name, allow_none=True)
         check_choice(p["sampling"], "sampling", SAMPLINGS + ("auto",))
         check_choice(p["protect"], "protect", ("attribute", "record"))
-        check_choice(p["calibration"], "calibration", ("rdp", "paper"))
+        check_choice(p["calibration"], "calibration", CALIBRATIONS)
+        if p["calibration"] == "pld" and not (p["protect"] == "record" and p["mode"] == "standard"
+                                               and p["sampling"] in ("auto",) + PLD_SAMPLINGS):
+            raise ValueError(
+                f"calibration='pld' prices hidden batches (protect='record', mode='standard', sampling in "
+                f"{PLD_SAMPLINGS}); got protect={p['protect']!r}, mode={p['mode']!r}, sampling={p['sampling']!r}. "
+                "Use calibration='auto' (it picks the exact account for shuffled epochs, full and public batches)")
         check_choice(p["output"], "output", ("last", "random"))
         check_choice(p["silo_weights"], "silo_weights", ("uniform", "size"))
         check_choice(p["mode"], "mode", MODES)

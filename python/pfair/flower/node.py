@@ -119,7 +119,10 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
 
     params = json.loads(raw) if isinstance(raw, str) else dict(raw)
     params["noise_seed"] = None
-    defaults = SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES}  # resolved with epsilon
+    # Resolved with the run's epsilon, protection and sampler, as in a fit: clip norms, and the
+    # calibration ("auto": the same default as SteFFLe's, the PLD for hidden batches, which a
+    # deployed silo refuses, and otherwise the exact account).
+    defaults = SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES} | {"calibration": "auto"}
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown SteFFLe settings in the run config: {unknown}")

@@ -5,7 +5,10 @@ records are protected) with replace-one sensitivities Δ_p (``rust/src/sensitivi
 ``docs/privacy.md``). Released together with noise stds σ_p they form one Gaussian mechanism with
 effective noise multiplier ``z = (Σ_p (Δ_p/σ_p)²)^{-1/2}``, composed over the T rounds with the
 bound :func:`accounting_scheme` picks. ``calibration="rdp"`` picks the smallest z whose RDP account meets
-(ε, δ) and sets ``σ_p = z √P Δ_p``; ``calibration="paper"`` uses the closed form of Gupta et al. 2024
+(ε, δ) and sets ``σ_p = z √P Δ_p``; ``calibration="pld"`` (record mode's default, hidden batches
+only) picks the smallest z whose PLD account (the privacy-loss distribution of the rounds'
+dominating pair composed with everything the ledger holds) meets (ε, δ), and the whole run is
+charged when it is registered; ``calibration="paper"`` uses the closed form of Gupta et al. 2024
 Thm 3.3 and then *measures* the ε that those σ's really deliver with the same accountant.
 """
 
@@ -21,13 +24,13 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
-from pfair.privacy.accountant import noise_multiplier_for
+from pfair.privacy.accountant import PLD_SCHEMES, noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 from pfair.privacy.proportions import inv_sqrt_proportions
 
 __all__ = ["PrivacyWarning", "NoisePlan", "accountant_for", "accounting_scheme", "plan_silo_noise",
-           "sample_rate_and_denominator"]
+           "pld_noise_multiplier_after", "sample_rate_and_denominator"]
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,10 @@ def accounting_scheme(sampling: str, protect: str) -> str:
       record is in the batch with probability q, and then the round is a Gaussian mechanism),
       or ``"full_batch"``.
     * ``protect="record"``: everything sent is clipped and noised, the batch stays hidden, and
-      the subsampled bounds apply: WBK 2019 for ``"without_replacement"``, and for Poisson batches
-      the replace-one bound of ``docs/accounting.md`` (noise multiplier against the add/remove
-      sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
+      the subsampled accounts apply: by default (``calibration="pld"``) the PLD of the scheme's
+      dominating pair, with RDP as the cross-check — WBK 2019 for ``"without_replacement"``, and
+      for Poisson batches the replace-one bound of ``docs/accounting.md`` (noise multiplier
+      against the add/remove sensitivity); the plain ``"poisson"`` bound is add/remove-one only.
     * ``sampling="shuffle"`` (either mode): shuffled epochs, ``√K/z``-GDP with K the epochs
       touched — exact, and valid whether or not the batch is public.
 
@@ -138,6 +142,28 @@ def noise_multiplier_after(ledger: PrivacyLedger, *, epsilon: float, sample_rate
     """
     z = _z_after(ledger.mechanisms(), float(ledger.delta), float(epsilon), str(sampling), float(sample_rate),
                  int(steps), accountant_for(sampling, accountant))
+    if z is None:
+        raise PrivacyBudgetExceeded(
+            f"epsilon={epsilon:g} cannot be met after the earlier releases: what is left of the budget would "
+            "need a noise multiplier above 1e7 (pure noise). The silo refuses to train again"
+        )
+    return z
+
+
+def pld_noise_multiplier_after(ledger: PrivacyLedger, *, epsilon: float, sample_rate: float, steps: int,
+                               sampling: str) -> float:
+    """Smallest z (to 0.5%, rounded up) such that what ``ledger`` has recorded plus ``steps``
+    rounds of the hidden-batch ``sampling`` at z compose to at most ``epsilon`` at the ledger's δ
+    in its PLD currency (``ledger_pld_noise_multiplier_after`` in Rust: the PLD of everything
+    held composed once, then secant and regula-falsi steps on log z from the RDP answer; a few
+    ms for an Adult-sized silo, ``benches/python/test_pld_bench.py``). The run is charged in full
+    when it is registered (:meth:`PrivacyLedger.begin_run` with ``prepaid=True``): a PLD total is
+    not a valid stopping rule, so its rounds are paid before the first is answered. Cached like
+    :func:`noise_multiplier_after`.
+
+    Raises :class:`~pfair.exceptions.PrivacyBudgetExceeded` when no z up to 1e7 meets the target."""
+    z = _z_after(ledger.mechanisms(), float(ledger.delta), float(epsilon), str(sampling), float(sample_rate),
+                 int(steps), "pld")
     if z is None:
         raise PrivacyBudgetExceeded(
             f"epsilon={epsilon:g} cannot be met after the earlier releases: what is left of the budget would "
@@ -237,7 +263,13 @@ def plan_silo_noise(
             "be used again without raising their total privacy cost"
         )
 
-    if calibration == "rdp":
+    if calibration == "pld":
+        if scheme not in PLD_SCHEMES:
+            raise ValueError(f"calibration='pld' prices hidden batches ({PLD_SCHEMES}); silo {silo}'s rounds are "
+                             f"accounted as {scheme!r}: use calibration='auto'")
+        z = pld_noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme)
+        stds = _core.noise_stds(parts, z)
+    elif calibration == "rdp":
         acct = accountant_for(scheme, accountant)
         if ledger.events:
             z = noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme,

@@ -1,11 +1,23 @@
 """Per-silo privacy ledger: a silo's (ε, δ) budget and the mechanisms charged against it.
 
 Each silo is its own accountant (ISRL-DP). A :class:`PrivacyLedger` holds the budget and the list
-of recorded :class:`MechanismEvent`. Its ε is the minimum of two valid upper bounds at the
-budget's δ: the RDP composition of every event (addition, Balle et al. 2020 conversion), and —
+of recorded :class:`MechanismEvent`. Its ε is the minimum of three valid upper bounds at the
+budget's δ: the RDP composition of every event (addition, Balle et al. 2020 conversion); —
 when every event is Gaussian given public information (full-batch releases such as the DP
 histogram, shuffled epochs, public-batch rounds) — the exact account, ``δ(ε) = E[δ_Gauss(ε; μ)]``
-over the law of ``μ² = Σ K_j/z_j²`` (``docs/accounting.md``, "One ledger currency").
+over the law of ``μ² = Σ K_j/z_j²`` (``docs/accounting.md``, "One ledger currency"); and — when
+some event hides its batch (record mode) — the PLD currency: the privacy-loss distribution of
+every event (hidden batches by their dominating pair, the rest by the exact Gaussian mixture),
+composed by FFT, ``δ(ε) = E[(1 − e^{ε−L})₊]`` under the composed loss L (``docs/accounting.md``,
+"The PLD currency").
+
+**PLD-priced runs are paid in full when planned.** A PLD total bounds the composition of a
+sequence of mechanisms fixed in advance; it is not a valid stopping rule (unlike an RDP sum or a
+Gaussian μ², which are privacy filters), so a ledger must never decide round by round, from a
+PLD total, whether one more round fits. A run calibrated by the PLD
+(``begin_run(..., prepaid=True)``) is therefore charged for all its planned rounds when it is
+registered, before its first round is answered: a run that stops early has still paid for every
+planned round, and its rounds only advance the replay guard.
 :meth:`PrivacyLedger.charge` refuses — by raising
 :class:`PrivacyBudgetExceeded` *before* recording — any event that would push ε past the budget,
 so a silo that has spent its budget stops answering.
@@ -61,10 +73,12 @@ from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
            "data_fingerprint", "legacy_fingerprint"]
 
-LEDGER_FORMAT = 2
+LEDGER_FORMAT = 3
 #: Formats this pfair reads. Format 1 (before shuffled epochs) holds no ``epochs`` fields and no
 #: shuffle runs; its events are accounted exactly as written (the exact currency can only lower ε).
-READABLE_FORMATS = (1, 2)
+#: Format 2 has no prepaid runs. Format 3 marks prepaid runs (``"prepaid": true``, charged in full
+#: when registered); a pfair that reads format 2 only would charge their rounds a second time.
+READABLE_FORMATS = (1, 2, 3)
 
 
 #: Feature rows a fingerprint reads: every ``ceil(n / FINGERPRINT_ROWS)``-th row of the silo.
@@ -256,9 +270,10 @@ class PrivacyLedger:
 
     def epsilons(self, events: Optional[List[MechanismEvent]] = None) -> Dict[str, float]:
         """ε of what is recorded (plus ``events``) by each accountant: ``"rdp"`` (always valid),
-        ``"exact"`` (``inf`` unless every event is Gaussian given public information)."""
-        rdp, exact = _core.ledger_epsilons(self._items(self._with(*(events or []))), self.delta)
-        return {"rdp": float(rdp), "exact": float(exact)}
+        ``"exact"`` (``inf`` unless every event is Gaussian given public information), ``"pld"``
+        (``inf`` unless some event hides its batch)."""
+        rdp, exact, pld = _core.ledger_epsilons(self._items(self._with(*(events or []))), self.delta)
+        return {"rdp": float(rdp), "exact": float(exact), "pld": float(pld)}
 
     def _epsilon_of(self, steps: Dict[tuple, int]) -> float:
         items = self._items(steps)
@@ -267,8 +282,8 @@ class PrivacyLedger:
         return float(min(_core.ledger_epsilons(items, self.delta)))
 
     def epsilon_spent(self) -> float:
-        """ε of all recorded events at the budget's δ (0 if none): the minimum of the RDP and the
-        exact account (both upper bounds). Cached until the next charge."""
+        """ε of all recorded events at the budget's δ (0 if none): the minimum of the RDP, the
+        exact and the PLD account (all upper bounds). Cached until the next charge."""
         if self._spent is None:
             self._spent = self._epsilon_of(self._steps)
         return self._spent
@@ -314,16 +329,28 @@ class PrivacyLedger:
 
     # ------------------------------------------------------------------ runs and rounds
     def begin_run(self, run_id: str, *, sampling: str, sample_rate: float, noise_multiplier: float,
-                  planned_steps: int, rounds_per_epoch: Optional[int] = None) -> None:
+                  planned_steps: int, rounds_per_epoch: Optional[int] = None, prepaid: bool = False) -> None:
         """Register a training run: the mechanism of each of its rounds and how many it plans.
-        Nothing is charged; :meth:`charge_rounds` charges rounds as they are answered. A run id
-        registered before must come with the same mechanism (that is a resume).
+        Unless ``prepaid``, nothing is charged; :meth:`charge_rounds` charges rounds as they are
+        answered. A run id registered before must come with the same mechanism (that is a resume).
+
+        ``prepaid=True`` (runs calibrated by the PLD, ``calibration="pld"``): all
+        ``planned_steps`` rounds are charged now, as one event, or
+        :class:`PrivacyBudgetExceeded` is raised and nothing is recorded; :meth:`charge_rounds`
+        then only checks the plan and the replay guard. A PLD total is not a valid stopping
+        rule (module docstring), so such a run pays for every planned round whether or not it
+        answers them. A resume registers the same record and pays nothing again.
 
         ``sampling="shuffle"``: round r belongs to epoch ``r // b`` with ``b = rounds_per_epoch``
         (default ``⌈1/q⌉``; a larger ``b`` than that is refused, it would under-count epochs),
         and the run costs one Gaussian release per distinct epoch its answered rounds touch."""
         record = {"sampling": sampling, "sample_rate": float(sample_rate),
                   "noise_multiplier": float(noise_multiplier), "planned_steps": int(planned_steps)}
+        if prepaid:
+            if sampling not in PREPAID_SCHEMES:
+                raise ValueError(f"prepaid runs are the PLD-priced hidden batches ({PREPAID_SCHEMES}); got "
+                                 f"sampling={sampling!r}")
+            record["prepaid"] = True
         if sampling == "shuffle":
             most = int(_core.shuffle_rounds_per_epoch(float(sample_rate)))
             b = most if rounds_per_epoch is None else int(rounds_per_epoch)
@@ -334,13 +361,15 @@ class PrivacyLedger:
             raise ValueError("rounds_per_epoch is for sampling='shuffle' only")
         old = self.runs.get(run_id)
         if old is not None:
-            same = {k: old.get(k) for k in record} == record
+            same = {k: old.get(k) for k in record} == record and bool(old.get("prepaid")) == prepaid
             if not same:
                 raise LedgerMismatch(f"{self._who()}: run {run_id!r} was registered with {old}, not {record}; "
                                      "a resumed run must keep its noise plan")
             return
-        MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
-                       noise_multiplier=noise_multiplier, steps=1)  # validates the mechanism
+        event = MechanismEvent(name="steffle_rounds", sampling=sampling, sample_rate=sample_rate,
+                               noise_multiplier=noise_multiplier, steps=int(planned_steps) if prepaid else 1)
+        if prepaid:  # the whole plan, before anything is recorded of the run
+            self._record(event, self._admit(event))
         self.runs[run_id] = {**record, "next_round": 0}
         if sampling == "shuffle":
             self.runs[run_id]["last_epoch"] = -1
@@ -361,11 +390,13 @@ class PrivacyLedger:
         :meth:`epsilon_spent`, computed on demand so that a charge stays one cheap Rust call).
         :func:`charge_rounds_together` charges many ledgers in one Rust call."""
         pending = self._rounds_event(run_id, first_round, count)
-        self._commit_rounds(run_id, first_round, count, pending, self._admit(pending[0]))
+        steps = self._steps if pending[0] is None else self._admit(pending[0])
+        self._commit_rounds(run_id, first_round, count, pending, steps)
 
     def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
-        """The event that rounds ``first_round ..`` of ``run_id`` would record, and the epoch a
-        shuffle run would have touched last; refuses replays and rounds past the plan."""
+        """The event that rounds ``first_round ..`` of ``run_id`` would record (``None`` for a
+        prepaid run: paid when registered), and the epoch a shuffle run would have touched last;
+        refuses replays and rounds past the plan."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
@@ -383,6 +414,8 @@ class PrivacyLedger:
                 f"{self._who()}: run {run_id!r} planned {run['planned_steps']} rounds; rounds "
                 f"{first_round}..{first_round + count - 1} go past that plan, which its noise was not calibrated for"
             )
+        if run.get("prepaid"):
+            return None, None
         epochs = last = None
         if run["sampling"] == "shuffle":
             b = int(run["rounds_per_epoch"])
@@ -395,7 +428,8 @@ class PrivacyLedger:
     def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
                        steps: Dict[tuple, int]) -> None:
         event, last = pending
-        self._record(event, steps)
+        if event is not None:
+            self._record(event, steps)
         run = self.runs[run_id]
         run["next_round"] = first_round + int(count)
         if last is not None:
@@ -465,9 +499,10 @@ class PrivacyLedger:
             "runs": {k: dict(v) for k, v in self.runs.items()},
             "releases": {k: np.asarray(v).tolist() for k, v in self.releases.items()},
             "epsilon_by_accountant": self.epsilons(),
-            "accountant": "min of RDP (public batch / WBK 2019 / MTZ 2019, Balle et al. 2020 conversion) and the exact "
+            "accountant": "min of RDP (public batch / WBK 2019 / MTZ 2019, Balle et al. 2020 conversion), the exact "
                           "Gaussian mixture (Balle-Wang 2018, Dong-Roth-Su 2019) when every event is Gaussian given "
-                          "public information; replace-one adjacency",
+                          "public information, and the PLD of every event's dominating pair (Zhu-Dong-Wang 2022, "
+                          "connect-the-dots discretisation) when some event hides its batch; replace-one adjacency",
         }
 
     @classmethod
@@ -570,6 +605,10 @@ class PrivacyLedger:
                 f"spent={self.epsilon_spent():.4g}, events={len(self.events)})")
 
 
+#: Schemes of runs that may be prepaid (charged in full when registered): the hidden batches the
+#: PLD currency prices (``calibration="pld"``).
+PREPAID_SCHEMES = ("without_replacement", "poisson_replace_one")
+
 #: Batch schemes whose rounds are Gaussian given public information with a fixed count per record
 #: (a record is in exactly one batch an epoch, or in every batch): the ledger's ε of a history of
 #: them (and of full-batch releases) is a sum of μ²'s, a privacy filter that stays valid whoever
@@ -603,6 +642,9 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
             pending = ledger._rounds_event(run_id, first_round, count)
         except (PrivacyBudgetExceeded, ReplayRefused) as exc:
             out[i] = exc
+            continue
+        if pending[0] is None:  # a prepaid run: its rounds were charged when it was registered
+            ledger._commit_rounds(run_id, first_round, count, pending, ledger._steps)
             continue
         ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
     admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)

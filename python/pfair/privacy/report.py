@@ -38,8 +38,9 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
     "accounting": "how the rounds are priced: shuffle (every record once per epoch, the batch is visible; "
                   "one Gaussian release per epoch, exact), public_batch (random visible batches; exact "
                   "binomial mixture or RDP, whichever is smaller), without_replacement / poisson_replace_one "
-                  "(hidden batch, RDP), full_batch",
-    "calibration": "rdp (numeric accountant) or paper (the paper's closed form)",
+                  "(hidden batch: PLD of its dominating pair with calibration pld, else RDP), full_batch",
+    "calibration": "rdp (numeric accountant), pld (PLD of hidden batches, run charged when planned) or paper (the "
+                   "paper's closed form)",
     "protect": "what a neighbouring data set changes: one record's sensitive attribute, or a whole record",
     "sends_psi": "whether the silo sends the fairness term's parts at all (False when lam = 0)",
     "p_s": "where the group proportions came from: public, dp (a private histogram, charged) or "

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerMismatch, SettingsMismatch
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMismatch
 from pfair.privacy.calibration import NoisePlan, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
     STREAM_BASE,
@@ -168,8 +168,18 @@ class SiloParty:
             return self.ledger
         scratch = PrivacyLedger.from_dict(self.ledger.to_dict())
         for z, name in ((self.violation_z, VIOLATION_EVENT), (self.validation_z, VALIDATION_EVENT)):
-            if z is not None:
-                scratch.charge(checkpoint_event(z, name, K))  # refuses if nothing would be left
+            if z is None:
+                continue
+            try:
+                scratch.charge(checkpoint_event(z, name, K))
+            except PrivacyBudgetExceeded as exc:
+                share = ("max_violation_epsilon_share" if name == VIOLATION_EVENT else "validation_epsilon_share")
+                raise PrivacyBudgetExceeded(
+                    f"silo {self.silo_id}: what its ledger has left cannot pay for this run's {K} checkpoint releases "
+                    f"({name}, {share} of epsilon); nothing was released. Start from new ledgers (ledgers='new' in a "
+                    "simulation), raise the budget, or lower the share"
+                    + (" or pass validation_share=0 (no validation tables)" if name == VALIDATION_EVENT else "")
+                    + f". ({exc})") from None
         return scratch
 
     def _checkpoint_noise(self) -> None:
@@ -199,7 +209,8 @@ class SiloParty:
         self.run_id = run_id or uuid.uuid4().hex
         if self.charges:
             self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
+                                  prepaid=plan.calibration == "pld")
         return plan
 
     def _proportions(self, proportions: np.ndarray) -> np.ndarray:

@@ -1,11 +1,14 @@
 //! One ledger currency that is exact where it can be: the ε of a silo's recorded mechanisms is
-//! the minimum of two valid upper bounds,
+//! the minimum of three valid upper bounds,
 //!
-//! * RDP over everything (always valid; per-step curves cached per mechanism), and
+//! * RDP over everything (always valid; per-step curves cached per mechanism),
 //! * the exact Gaussian-mixture account ([`super::mixture`]) when every mechanism is Gaussian
-//!   given public information (full batch, shuffled epochs, public batches),
+//!   given public information (full batch, shuffled epochs, public batches), and
+//! * the PLD currency ([`ledger_pld_epsilon`]) when some mechanism hides its batch: every
+//!   mechanism's privacy-loss distribution (hidden batches by their dominating pair, the rest by
+//!   the exact Gaussian mixture) composed by FFT,
 //!
-//! both at the ledger's δ. A mechanism is `(scheme, q, z, count)`, where `count` is the number of
+//! all at the ledger's δ. A mechanism is `(scheme, q, z, count)`, where `count` is the number of
 //! steps, or for [`Scheme::Shuffle`] the number of Gaussian releases per record (epochs touched).
 
 use std::collections::HashMap;
@@ -13,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::convert::epsilon_from_rdp;
 use super::mixture::{Binomial, Mixture, Mu2Pmf};
+use super::pld::{gaussian_profile, Pld, PLD_LEDGER_GRID};
 use super::gaussian::log_gaussian_delta;
 use super::gaussian::epsilon_for_log_delta;
 use super::{check_delta, default_orders, AccountingError, Event, Result, Scheme};
@@ -213,11 +217,19 @@ pub fn ledger_admits(held: &[Held], delta: f64, budget: f64) -> Result<bool> {
             return Ok(true);
         }
     }
-    Ok(ledger_rdp_epsilon(held, delta)? <= budget)
+    if ledger_rdp_epsilon(held, delta)? <= budget {
+        return Ok(true);
+    }
+    Ok(match ledger_pld(held, delta)? {
+        Some(p) => p.delta(budget) <= delta,
+        None => false,
+    })
 }
 
-/// ε of `held` at `delta` in the ledger's currency: the minimum of RDP and the exact account
-/// (`exact = true`), or RDP alone (`exact = false`, the `accountant="rdp"` option).
+/// ε of `held` at `delta` by the ledger's filters: the minimum of RDP and the exact account
+/// (`exact = true`), or RDP alone (`exact = false`, the `accountant="rdp"` option). The ledger's
+/// currency is the minimum of this and [`ledger_pld_epsilon`]; calibrations of rounds charged
+/// as they are answered use this one (the PLD prices only runs charged in full at plan time).
 pub fn ledger_epsilon(held: &[Held], delta: f64, exact: bool) -> Result<f64> {
     let rdp = ledger_rdp_epsilon(held, delta)?;
     Ok(if exact { rdp.min(ledger_exact_epsilon(held, delta)?) } else { rdp })
@@ -266,6 +278,198 @@ pub fn ledger_noise_multiplier_after(
         }
     }
     Ok(Some(hi))
+}
+
+// ------------------------------------------------------------------------------------------
+// The PLD currency (docs/accounting.md, "The PLD currency").
+
+type PldKey = (u8, u64, u64, u64, u64);
+
+fn pld_cache() -> &'static Mutex<HashMap<PldKey, Arc<Pld>>> {
+    static C: OnceLock<Mutex<HashMap<PldKey, Arc<Pld>>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// `f()` cached under `key` (the cache is cleared when it holds 256 PLDs).
+fn cached_pld(key: PldKey, f: impl FnOnce() -> Result<Pld>) -> Result<Arc<Pld>> {
+    if let Some(p) = pld_cache().lock().map_err(|_| AccountingError::NoOrders)?.get(&key) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(f()?);
+    let mut c = pld_cache().lock().map_err(|_| AccountingError::NoOrders)?;
+    if c.len() >= 256 {
+        c.clear();
+    }
+    c.insert(key, p.clone());
+    Ok(p)
+}
+
+/// The PLD of `count` steps of one hidden-batch mechanism on the ledger's grid: the symmetric
+/// pair (the larger δ of the remove and add directions at every ε) for fixed-size batches and
+/// for add/remove Poisson, the replace pair for `poisson_replace_one`.
+fn hidden_pld(scheme: Scheme, q: f64, z: f64, count: u64, tail: f64) -> Result<Arc<Pld>> {
+    let s = if scheme == Scheme::Poisson { Scheme::WithoutReplacement } else { scheme };
+    cached_pld((s as u8, q.to_bits(), z.to_bits(), count, tail.to_bits()), || {
+        let mut p = super::pld::composed_coarse(s, q, z, count, tail)?;
+        Ok(p.remove(0))
+    })
+}
+
+/// The PLD of everything in `held` that is Gaussian given public information (the exact
+/// mixture's pair, discretised by connect-the-dots), `None` if there is none.
+fn public_pld(mix: &Mixture, tail: f64) -> Result<Option<Arc<Pld>>> {
+    if mix.fixed_mu2 == 0.0 && mix.binomials.is_empty() {
+        return Ok(None);
+    }
+    let h = PLD_LEDGER_GRID;
+    if mix.binomials.is_empty() {
+        let mu = mix.fixed_mu2.sqrt();
+        return Ok(Some(cached_pld((u8::MAX, mu.to_bits(), 0, 0, tail.to_bits()), || {
+            let mut p = Pld::of_profile(h, |e| gaussian_profile(mu, e));
+            p.truncate_tails(tail);
+            Ok(p)
+        })?));
+    }
+    // A symmetric pair (each Gaussian component is), so δ(ε) = 1 − e^ε + e^ε δ(−ε) below 0.
+    let pmf = Mu2Pmf::of(mix);
+    let prof = |e: f64| -> f64 {
+        let d = if e >= 0.0 {
+            pmf.log_delta(e, 1.0).exp()
+        } else {
+            let g = e.exp();
+            1.0 - g + g * pmf.log_delta(-e, 1.0).exp()
+        };
+        d.clamp((1.0 - e.exp()).max(0.0), 1.0)
+    };
+    let mut p = Pld::of_profile(h, prof);
+    p.truncate_tails(tail);
+    Ok(Some(Arc::new(p)))
+}
+
+/// The PLD of `held` in the ledger's PLD currency, and whether some mechanism hides its batch
+/// (only then is the currency computed: otherwise the exact account is already tight).
+fn ledger_pld(held: &[Held], delta: f64) -> Result<Option<Pld>> {
+    let tail = super::pld::tail_for(delta);
+    let mut mix = Mixture::default();
+    let mut hidden: Vec<Held> = Vec::new();
+    for h in held {
+        check_held(h)?;
+        if h.count == 0 {
+            continue;
+        }
+        match h.scheme {
+            Scheme::FullBatch | Scheme::Shuffle => mix.fixed_mu2 += h.count as f64 / (h.z * h.z),
+            Scheme::PublicBatch => match mix.binomials.iter_mut().find(|b| b.q == h.q && b.z == h.z) {
+                Some(b) => b.trials += h.count,
+                None => mix.binomials.push(Binomial { trials: h.count, q: h.q, z: h.z }),
+            },
+            _ => match hidden.iter_mut().find(|x| x.scheme == h.scheme && x.q == h.q && x.z == h.z) {
+                Some(x) => x.count += h.count,
+                None => hidden.push(*h),
+            },
+        }
+    }
+    if hidden.is_empty() {
+        return Ok(None);
+    }
+    let mut acc: Option<Pld> = public_pld(&mix, tail)?.map(|p| (*p).clone());
+    for h in &hidden {
+        let p = hidden_pld(h.scheme, h.q, h.z, h.count, tail)?;
+        acc = Some(match acc {
+            None => (*p).clone(),
+            Some(a) => a.compose(&p, tail),
+        });
+    }
+    Ok(acc)
+}
+
+/// ε of `held` at `delta` by the PLD currency: the composition of every mechanism's PLD
+/// (hidden batches by their dominating pair, the rest by the exact Gaussian mixture), `+∞`
+/// when no mechanism hides its batch (the exact account applies then).
+pub fn ledger_pld_epsilon(held: &[Held], delta: f64) -> Result<f64> {
+    check_delta(delta)?;
+    Ok(match ledger_pld(held, delta)? {
+        None => f64::INFINITY,
+        Some(p) => epsilon_for_log_delta(delta.ln(), |e| p.delta(e).ln()),
+    })
+}
+
+/// Smallest noise multiplier `z` (to a ratio of 1.005, rounded up) such that what `held`
+/// records plus `steps` steps of the hidden-batch `scheme` at rate `q` and multiplier `z` meet
+/// (ε, δ) in the PLD currency. The PLD of `held` is composed once; the search starts from the
+/// RDP answer (feasible in practice: the PLD of these pairs is below RDP) and runs regula falsi
+/// on `log z` ([`super::gaussian::solve_feasible`], which returns the feasible end). `None` when
+/// even [`AFTER_Z_MAX`] does not meet ε.
+pub fn ledger_pld_noise_multiplier_after(
+    held: &[Held],
+    delta: f64,
+    epsilon: f64,
+    scheme: Scheme,
+    q: f64,
+    steps: u64,
+) -> Result<Option<f64>> {
+    check_delta(delta)?;
+    super::check_epsilon(epsilon)?;
+    super::check_rate(q)?;
+    if !super::pld::is_pld_scheme(scheme) {
+        return Err(AccountingError::NotExact(scheme));
+    }
+    if steps == 0 {
+        return Err(AccountingError::Steps);
+    }
+    let tail = super::pld::tail_for(delta);
+    // `held` alone: its hidden part through ledger_pld, its public part as a PLD of its own.
+    let others: Option<Pld> = if held.iter().any(|h| super::pld::is_pld_scheme(h.scheme) && h.count > 0) {
+        ledger_pld(held, delta)?
+    } else {
+        let mix = ledger_mixture(held)?.unwrap_or_default();
+        public_pld(&mix, tail)?.map(|p| (*p).clone())
+    };
+    // Search variable u = log z; f(u) = log ε(e^u) − log ε_target ≤ 0 is feasible, with ε(z)
+    // the PLD currency's ε at δ of everything held plus the run. ε is close to ∝ 1/z (exactly
+    // so for a Gaussian at small μ), so f is close to linear in u with slope −1, and secant
+    // steps land near the root at once.
+    let target = epsilon.ln();
+    let mut memo: HashMap<u64, f64> = HashMap::new();
+    let mut f = |u: f64| -> f64 {
+        *memo.entry(u.to_bits()).or_insert_with(|| {
+            let run = match super::pld::composed_coarse(scheme, q, u.exp(), steps, tail) {
+                Ok(mut p) => p.remove(0),
+                Err(_) => return f64::INFINITY,
+            };
+            let all = match &others {
+                None => run,
+                Some(o) => o.compose(&run, tail),
+            };
+            let e = epsilon_for_log_delta(delta.ln(), |e| all.delta(e).ln());
+            e.max(1e-300).ln() - target
+        })
+    };
+    // RDP finds nothing left after an earlier PLD-priced run (RDP prices it higher): start at 1.
+    let start = ledger_noise_multiplier_after(held, delta, epsilon, scheme, q, steps, true)?.unwrap_or(1.0);
+    // Bracket by secant steps from the RDP answer (first step: slope −1), each at most ×4 or ÷4
+    // in z and aimed 0.5% past the root, so that the next point lands on its other side.
+    let (mut u0, mut f0) = (start.ln(), f(start.ln()));
+    let mut u1 = u0 + f0.clamp(-4f64.ln(), 4f64.ln()) + if f0 > 0.0 { 0.005 } else { -0.005 };
+    let mut f1 = f(u1);
+    let mut tries = 0;
+    while (f0 <= 0.0) == (f1 <= 0.0) {
+        tries += 1;
+        if tries > 60 || u1 > AFTER_Z_MAX.ln() {
+            return Ok(None);
+        }
+        if u1 < super::Z_MIN.ln() {
+            return Ok(Some(super::Z_MIN));
+        }
+        let slope = (f1 - f0) / (u1 - u0);
+        let step = if slope.is_finite() && slope < 0.0 { -f1 / slope } else { -f1.signum() * 4f64.ln() };
+        let step = step.clamp(-4f64.ln(), 4f64.ln()) + if f1 > 0.0 { 0.005 } else { -0.005 };
+        (u0, f0) = (u1, f1);
+        u1 += step;
+        f1 = f(u1);
+    }
+    let (good, bad) = if f0 <= 0.0 { (u0, u1) } else { (u1, u0) };
+    Ok(Some(super::gaussian::solve_feasible(good, bad, 1.005f64.ln(), f).exp()))
 }
 
 /// [`ledger_admits`] for many ledgers at once (one call per epoch for all silos): entry `i` is
@@ -363,5 +567,43 @@ mod tests {
         }
         assert!(many.iter().any(|&b| b) && many.iter().any(|&b| !b));
         assert!(ledgers_admit(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pld_currency_composes_the_histogram_with_a_hidden_run() {
+        let (q, t, d) = (256.0 / 11305.0, 1800u64, 1.0 / 11305f64.powi(2));
+        let hist = Held { scheme: Scheme::FullBatch, q: 1.0, z: 20.0, count: 1 };
+        // Nothing hidden: no PLD currency (the exact account is tight there).
+        assert_eq!(ledger_pld_epsilon(&[hist], d).unwrap(), f64::INFINITY);
+        let z = ledger_pld_noise_multiplier_after(&[hist], d, 1.0, Scheme::WithoutReplacement, q, t).unwrap().unwrap();
+        let run = Held { scheme: Scheme::WithoutReplacement, q, z, count: t };
+        let both = ledger_pld_epsilon(&[hist, run], d).unwrap();
+        assert!(both <= 1.0, "{both}");
+        let tighter = Held { z: z / 1.006, ..run };
+        assert!(ledger_pld_epsilon(&[hist, tighter], d).unwrap() > 1.0, "z is not the smallest to 0.5%");
+        // The run alone costs less than with the histogram, and the PLD is below RDP.
+        let alone = ledger_pld_epsilon(&[run], d).unwrap();
+        assert!(alone < both && both < ledger_rdp_epsilon(&[hist, run], d).unwrap());
+        // Admission goes by the PLD when RDP refuses.
+        assert!(ledger_rdp_epsilon(&[hist, run], d).unwrap() > 1.0);
+        assert!(ledger_admits(&[hist, run], d, 1.0).unwrap());
+        assert!(!ledger_admits(&[hist, tighter], d, 1.0).unwrap());
+        // A second PLD-priced run after the first, where RDP finds nothing left: the PLD does.
+        let first = Held { z: z * 1.5, ..run };
+        assert!(ledger_rdp_epsilon(&[hist, first], d).unwrap() > 1.0);
+        let z2 = ledger_pld_noise_multiplier_after(&[hist, first], d, 1.0, Scheme::WithoutReplacement, q, t)
+            .unwrap()
+            .unwrap();
+        let second = Held { z: z2, ..run };
+        assert!(ledger_pld_epsilon(&[hist, first, second], d).unwrap() <= 1.0 && z2 > z);
+        // Equal mechanisms merge: two halves cost what the whole does.
+        let half = Held { count: t / 2, ..run };
+        assert_eq!(ledger_pld_epsilon(&[hist, half, half], d).unwrap(), both);
+        // An empty ledger: the same as the public calibration.
+        let z0 = ledger_pld_noise_multiplier_after(&[], d, 1.0, Scheme::WithoutReplacement, q, t).unwrap().unwrap();
+        assert_eq!(z0, super::super::pld_noise_multiplier_for(1.0, d, q, t, Scheme::WithoutReplacement).unwrap());
+        assert!(z0 < z && z0 < 0.55 * super::super::noise_multiplier_for(1.0, d, q, t, Scheme::WithoutReplacement).unwrap());
+        // Not for schemes the exact account prices.
+        assert!(ledger_pld_noise_multiplier_after(&[], d, 1.0, Scheme::Shuffle, q, t).is_err());
     }
 }

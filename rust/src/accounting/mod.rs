@@ -43,10 +43,10 @@ pub use bounds::{
 pub use calibrate::{noise_multiplier_for, noise_multiplier_for_orders, CALIBRATION_TOL, Z_MAX, Z_MIN};
 pub use convert::{delta_for, delta_from_rdp, epsilon_for, epsilon_from_rdp};
 pub use gaussian::{gaussian_delta, gaussian_epsilon, gaussian_mu, gdp_compose, log_gaussian_delta, log_ndtr};
-pub use pld::{pld_delta_for, pld_epsilon_for, pld_noise_multiplier_for, PLD_GRID};
+pub use pld::{is_pld_scheme, pld_delta_for, pld_epsilon_for, pld_noise_multiplier_for, Pld, PLD_GRID, PLD_LEDGER_GRID};
 pub use ledger::{
     ledger_admits, ledger_epsilon, ledger_exact_epsilon, ledger_mixture, ledger_noise_multiplier_after,
-    ledger_rdp_epsilon, ledgers_admit, Held, AFTER_Z_MAX,
+    ledger_pld_epsilon, ledger_pld_noise_multiplier_after, ledger_rdp_epsilon, ledgers_admit, Held, AFTER_Z_MAX,
 };
 pub use mixture::{
     exact_delta_for, exact_epsilon_for, exact_noise_multiplier_for, mixture_delta, mixture_epsilon, Binomial, Mixture,

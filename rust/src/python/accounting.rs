@@ -174,6 +174,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pld_delta_for, m)?)?;
     m.add_function(wrap_pyfunction!(pld_noise_multiplier_for, m)?)?;
     m.add("PLD_GRID", acc::PLD_GRID)?;
+    m.add("PLD_LEDGER_GRID", acc::PLD_LEDGER_GRID)?;
     m.add_function(wrap_pyfunction!(ledger_admits, m)?)?;
     m.add_function(wrap_pyfunction!(ledgers_admit, m)?)?;
     m.add_function(wrap_pyfunction!(ledger_noise_multiplier_after, m)?)?;
@@ -288,13 +289,15 @@ fn held(items: Mechanisms) -> acc::Result<Vec<Held>> {
         .collect()
 }
 
-/// (ε by RDP, ε by the exact account or inf) of a ledger's mechanisms (sampling, q, z, count);
-/// count = steps, or Gaussian releases (epochs touched) for "shuffle".
+/// (ε by RDP, ε by the exact account or inf, ε by the PLD currency or inf) of a ledger's
+/// mechanisms (sampling, q, z, count); count = steps, or Gaussian releases (epochs touched) for
+/// "shuffle". The PLD is computed only when some mechanism hides its batch.
 #[pyfunction]
-pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Mechanisms, delta: f64) -> PyResult<(f64, f64)> {
+pub(super) fn ledger_epsilons(py: Python<'_>, mechanisms: Mechanisms, delta: f64) -> PyResult<(f64, f64, f64)> {
     let h = held(mechanisms)?;
-    Ok(py.allow_threads(|| -> acc::Result<(f64, f64)> {
-        Ok((acc::ledger_rdp_epsilon(&h, delta)?, acc::ledger_exact_epsilon(&h, delta)?))
+    Ok(py.allow_threads(|| -> acc::Result<(f64, f64, f64)> {
+        Ok((acc::ledger_rdp_epsilon(&h, delta)?, acc::ledger_exact_epsilon(&h, delta)?,
+            acc::ledger_pld_epsilon(&h, delta)?))
     })?)
 }
 
@@ -315,7 +318,8 @@ pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Mechanisms, f64, f64)>
 }
 
 /// Smallest z (to 0.5%) such that a ledger's mechanisms plus `steps` rounds of `sampling` at
-/// `sample_rate` and z meet ε at δ; `accountant` "best" (min of RDP and exact) or "rdp". `None`
+/// `sample_rate` and z meet ε at δ; `accountant` "best" (min of RDP and exact), "rdp", or "pld"
+/// (the PLD currency, hidden-batch schemes only; `ledger_pld_noise_multiplier_after`). `None`
 /// when no z up to `AFTER_Z_MAX` does.
 #[pyfunction]
 #[pyo3(signature = (mechanisms, delta, epsilon, sampling, sample_rate, steps, accountant="best"))]
@@ -336,7 +340,12 @@ pub(super) fn ledger_noise_multiplier_after(
     let exact = match accountant {
         "best" => true,
         "rdp" => false,
-        other => return Err(value_error(format!("accountant: must be 'best' or 'rdp'; got {other:?}"))),
+        "pld" => {
+            return Ok(py.allow_threads(|| {
+                acc::ledger_pld_noise_multiplier_after(&h, delta, epsilon, s, sample_rate, steps)
+            })?)
+        }
+        other => return Err(value_error(format!("accountant: must be 'best', 'rdp' or 'pld'; got {other:?}"))),
     };
     Ok(py.allow_threads(|| acc::ledger_noise_multiplier_after(&h, delta, epsilon, s, sample_rate, steps, exact))?)
 }
