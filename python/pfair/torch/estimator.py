@@ -42,8 +42,8 @@ from pfair.providers.torch import (
 )
 from pfair.settings import SteFFLeSettings
 
-#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's (SGD step 0.25,
-#: batch up to 4,096, 40 epochs) do not train a network in a few epochs (an MLP on Adult: test
+#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's of the time (SGD
+#: step 0.25, batch up to 4,096, 40 epochs) did not train a network in a few epochs (an MLP on Adult: test
 #: error 0.232 after 5 epochs, the constant predictor's 0.248). Chosen on a validation split of
 #: Adult's training data by ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
 DEEP_DEFAULTS = {"lr_theta": 1.0, "batch_size": 256, "epochs": 5}
