@@ -104,6 +104,25 @@ def test_the_estimator_and_its_frozen_settings_have_the_same_defaults():
     assert {f.name: sig[f.name].default for f in shared} == {f.name: f.default for f in shared}
 
 
+def test_the_defaults_are_what_the_protocol_selected_from_its_runs():
+    """pfair.settings against pfair.experiments.defaults' selection, recomputed from the runs
+    committed in docs/optimisation/defaults_runs.csv (a re-run that changes the selection must
+    change the defaults, and the other way round)."""
+    import pandas as pd
+
+    from pfair.experiments import defaults as protocol
+    from pfair.settings import PRIVATE_CLIPS
+
+    chosen = protocol.selected(pd.read_csv(ROOT / "docs" / "optimisation" / "defaults_runs.csv"))
+    d = SteFFLeSettings()
+    for regime, cap in (("private", AUTO_BATCH_PRIVATE), ("non-private", AUTO_BATCH_NONPRIVATE)):
+        cfg = chosen[regime]
+        assert cfg["batch_size"] == cap, regime
+        assert (cfg["lr_theta"], cfg["epochs"], cfg["lr_w"], cfg["w_radius"]) == (d.lr_theta, d.epochs, d.lr_w,
+                                                                                  d.w_radius), regime
+        assert cfg["clip"] == PRIVATE_CLIPS["clip"]
+
+
 def test_pfair_train_and_pfair_sweep_take_steffles_defaults():
     from pfair.cli import build_parser
     from pfair.experiments import run_sweep

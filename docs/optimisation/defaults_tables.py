@@ -34,16 +34,13 @@ REGIME_COLUMNS = ("private", "non-private")
 
 
 def selection(runs: pd.DataFrame) -> dict:
-    """The protocol's selection, recomputed from its runs: per regime, the stage-1 knobs and the
-    stage-2 knobs (the same for both regimes)."""
+    """The protocol's selection, recomputed from its runs by its own functions."""
     from pfair.experiments import defaults as d
 
     s1, s2 = runs[runs["stage"] == "stage1"], runs[runs["stage"] == "stage2"]
     best1, summary = d.select_shared(s1, list(d.STAGE1))
-    t2 = d.scores(s2, list(d.STAGE2))
-    t2["sum"] = t2[list(d.REGIMES)].sum(axis=1)
-    best2 = dict(zip(d.STAGE2, (d._plain(v) for v in t2.sort_values("sum").index[0])))
-    return dict(best1=best1, summary=summary, stage2=t2.sort_values("sum"), best2=best2)
+    best2, t2 = d.select_stage2(s2)
+    return dict(best1=best1, summary=summary, stage2=t2, best2=best2)
 
 
 def tables(runs: pd.DataFrame, check: pd.DataFrame | None, grid: pd.DataFrame | None = None) -> dict[str, str]:

@@ -200,6 +200,22 @@ def select_shared(df: pd.DataFrame, knobs: list[str]) -> tuple[dict[str, dict], 
     return best, summary
 
 
+def select_stage2(df: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Stage 2's selection: the (clip, lr_w, w_radius) of least summed score over the regimes
+    (the non-private score does not depend on the clip norm); and the table, best first."""
+    table = scores(df, list(STAGE2))
+    table["sum"] = table[list(REGIMES)].sum(axis=1)
+    table = table.sort_values("sum")
+    return dict(zip(STAGE2, (_plain(v) for v in table.index[0]))), table
+
+
+def selected(runs: pd.DataFrame) -> dict[str, dict]:
+    """The protocol's selection per regime, from its runs (the CSV ``main`` writes)."""
+    best1, _ = select_shared(runs[runs["stage"] == "stage1"], list(STAGE1))
+    best2, _ = select_stage2(runs[runs["stage"] == "stage2"])
+    return {regime: {**best1[regime], **best2} for regime in REGIMES}
+
+
 def _plain(value: Any) -> Any:
     """A numpy scalar as a Python number (an int when it is whole: batch sizes and epochs)."""
     value = value.item() if hasattr(value, "item") else value
@@ -262,12 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         print("Adult, non-private validation error at λ = 0, selected against the best of the grid:\n"
               + gap.to_string(), flush=True)
     s2 = run_stage(parts, grid(STAGE2), best1, "stage2")
-    knobs2 = list(STAGE2)
-    t2 = scores(s2, knobs2)
-    t2["sum"] = t2[list(REGIMES)].sum(axis=1)
-    t2 = t2.sort_values("sum")
+    best2, t2 = select_stage2(s2)
     print("stage 2, best 8:\n" + t2.head(8).round(4).to_string(), flush=True)
-    best2 = dict(zip(knobs2, (_plain(v) for v in t2.index[0])))
     best = {regime: {**best1[regime], **best2} for regime in REGIMES}
     print(f"selected: {best}  ({time.time() - t0:.0f} s)")
     both = pd.concat([s1, s2], ignore_index=True)
