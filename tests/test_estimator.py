@@ -37,7 +37,10 @@ def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
     plain = SteFFLe(lam=0.0, epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     # 16 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over seeds).
-    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 16}).fit(X, y, sensitive_features=s, silos=silos)
+    # lr_w=0.25, the step this was calibrated at: with the default 0.5 the ratio v1/v0 is 0.55, 0.39,
+    # 0.34 for seeds 0, 1, 2 (0.45, 0.38, 0.30 at 0.25): the batch order moves it more than lr_w does.
+    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 16, "lr_w": 0.25}).fit(X, y, sensitive_features=s,
+                                                                                      silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3

@@ -1,11 +1,12 @@
-"""The tables of docs/optimisation.md, section 4, from the protocol's runs and the test-split check.
+"""The tables of docs/optimisation.md, sections 4 and 5, from the protocol's runs and the checks.
 
     python docs/optimisation/defaults_tables.py                                 # print them
     python docs/optimisation/defaults_tables.py --write docs/optimisation.md    # and replace its blocks
 
 Reads ``docs/optimisation/defaults_runs.csv`` (``python -m pfair.experiments.defaults --out ...``)
 and ``docs/optimisation/defaults_check.csv`` / ``defaults_adult_grid.csv`` (``python
-docs/optimisation/defaults_check.py [--adult-grid] --out ...``); replaces the ``<!-- generated:defaults-NAME -->`` blocks of the page. The selection is
+docs/optimisation/defaults_check.py [--adult-grid] --out ...``) and
+``docs/optimisation/record_vs_attribute.csv`` (section 5); replaces the ``<!-- generated:defaults-NAME -->`` blocks of the page. The selection is
 recomputed from the runs by the protocol's own functions (:mod:`pfair.experiments.defaults`).
 """
 
@@ -97,17 +98,45 @@ def tables(runs: pd.DataFrame, check: pd.DataFrame | None, grid: pd.DataFrame | 
     return out
 
 
+def record_vs_attribute(df: pd.DataFrame) -> dict[str, str]:
+    """Section 5's blocks from ``record_vs_attribute.csv``: each mode at the batch of least
+    validation score (test split, mean of the seeds), and the validation scores per batch."""
+    df = df.assign(score=df["val_error"] / df["trivial_val"] + df["val_dp"])
+    score = df.groupby(["data", "protect", "batch"])["score"].mean()
+    rows = []
+    for (name, protect), per_batch in score.groupby(level=["data", "protect"]):
+        batch = int(per_batch.idxmin()[2])
+        sel = df[(df["data"] == name) & (df["protect"] == protect) & (df["batch"] == batch)]
+        test = sel.groupby("lam")[["test_error", "test_dp"]].mean()
+        z = sel.loc[sel["lam"] > 0, "z"].max()
+        row = {"data": name, "mode (batch)": f"{protect} ({batch})", "z": f"{z:.1f}"}
+        for lam, r in test.iterrows():
+            row[f"λ = {lam:g}: error / DP"] = f"{r['test_error']:.4f} / {r['test_dp']:.3f}"
+        rows.append(row)
+    table = score.unstack("batch").reset_index()
+    table.columns = [f"validation score, batch {c}" if isinstance(c, (int, float)) else c for c in table.columns]
+    means = score.groupby(level=["protect", "batch"]).mean().unstack("batch").reset_index()
+    means.insert(0, "data", "mean")
+    means.columns = table.columns
+    return {"record-vs-attribute": _md(pd.DataFrame(rows)),
+            "record-vs-attribute-scores": _md(pd.concat([table, means], ignore_index=True))}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(HERE / "defaults_runs.csv"))
     ap.add_argument("--check", default=str(HERE / "defaults_check.csv"))
     ap.add_argument("--grid", default=str(HERE / "defaults_adult_grid.csv"))
+    ap.add_argument("--record", default=str(HERE / "record_vs_attribute.csv"),
+                    help="section 5's runs (python docs/optimisation/record_vs_attribute.py --out ...)")
     ap.add_argument("--write", default=None, help="markdown page whose generated blocks to replace")
     args = ap.parse_args(argv)
     runs = pd.read_csv(args.runs)
     check = pd.read_csv(args.check) if Path(args.check).exists() else None
     grid = pd.read_csv(args.grid) if Path(args.grid).exists() else None
     blocks = tables(runs, check, grid)
+    if Path(args.record).exists():
+        blocks.update(record_vs_attribute(pd.read_csv(args.record)))
     for name, body in blocks.items():
         print(f"<!-- {name} -->\n{body}\n")
     if args.write:

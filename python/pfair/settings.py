@@ -29,7 +29,8 @@ CLIP_NAMES = tuple(PRIVATE_CLIPS)
 #: caps were chosen on validation splits by :mod:`pfair.experiments.defaults` (docs/optimisation.md),
 #: separately for rounds that carry noise and rounds that do not, because the data say so: with
 #: noise (private, attribute mode) the noise on a batch mean falls as 1/m while ε depends on the
-#: epochs, not on m, so a large batch wins; without noise a large batch only means fewer steps.
+#: epochs, not on m, so a larger batch wins until too few rounds are left; without noise a larger
+#: batch only means fewer steps.
 AUTO_BATCH_PRIVATE = 1024
 #: ``batch_size="auto"`` for rounds without noise: ``epsilon=None``, or a private fit that sends
 #: nothing depending on s (``lam=0`` in attribute mode, whose rounds are the non-private fit's).
