@@ -258,8 +258,9 @@ def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     lam = h["lam"].to_numpy()
     for e in range(len(lam) - 1):
         assert np.sign(lam[e + 1] - lam[e]) == np.sign(released[e] - TARGET) or lam[e + 1] == lam[e] == 0.0
-    # The first epochs' model is nearly constant (violation below t): λ stays 0, then climbs.
-    assert np.all(np.diff(lam[:10]) >= 0) and lam[9] > lam[2] + 1.0
+    # λ climbs from 0 over the first epochs, whose violation is above t. (With the former defaults,
+    # which under-trained, the first epochs' model was nearly constant and λ stayed at 0 first.)
+    assert np.all(np.diff(lam[:5]) > 0) and lam[4] > 1.0
 
 
 def test_private_target_is_met_approximately_and_every_release_is_accounted(adult_fed):
