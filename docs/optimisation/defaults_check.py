@@ -88,10 +88,13 @@ def adult_grid(out: str | None) -> None:
                              test_error=float(np.mean(model.predict(data.X_test) != data.y_test))))
     df = pd.DataFrame(rows)
     mean = df.groupby(["config", "batch_size", "lr_theta", "epochs"])["test_error"].mean()
-    best = mean.loc["grid"].idxmin()
-    print(f"defaults {dict(zip(['batch_size', 'lr_theta', 'epochs'], mean.loc['defaults'].index[0]))}: test error "
-          f"{mean.loc['defaults'].iloc[0]:.4f}; best grid point {dict(zip(['batch_size', 'lr_theta', 'epochs'], best))}: "
-          f"{mean.loc['grid'].min():.4f}; gap {mean.loc['defaults'].iloc[0] - mean.loc['grid'].min():.4f} "
+
+    def point(key: tuple) -> str:
+        return f"batch {int(key[0])}, lr_theta {float(key[1]):g}, {int(key[2])} epochs"
+
+    default, best = mean.loc["defaults"], mean.loc["grid"]
+    print(f"defaults ({point(default.index[0])}): test error {default.iloc[0]:.4f}; best grid point "
+          f"({point(best.idxmin())}): {best.min():.4f}; gap {default.iloc[0] - best.min():.4f} "
           f"(mean of {len(SEEDS)} seeds)")
     if out:
         df.to_csv(out, index=False, float_format="%.5g")
