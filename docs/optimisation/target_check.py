@@ -33,7 +33,7 @@ def main() -> None:
         for seed in range(args.seeds):
             kw = dict(epsilon=eps, noise_seed=seed, max_violation_epsilon_share=0.2) if eps else {}
             m = SteFFLe(max_violation=args.target, epochs=40, seed=seed, **kw).fit(fed, ledgers="new") if eps else \
-                SteFFLe(max_violation=args.target, epochs=40, seed=seed).fit(fed)
+                SteFFLe(max_violation=args.target, epochs=40, seed=seed, epsilon=None).fit(fed)
             pred = m.predict(X)
             rows.append((metrics.demographic_parity_difference(y, pred, sensitive_features=s),
                          float(np.mean(pred != y)), m.lam_))
