@@ -7,8 +7,8 @@ Validation data only, never test data:
 2. The train part goes to 3 homogeneous silos (a fixed random assignment), the paper's N = 3.
 3. Every configuration of the grid is fitted in two *regimes*: private, ε = 1 per silo
    (δ = 1/n_j², attribute mode, ``p_s="dp"``, the settings' default sampling), and non-private
-   (``epsilon=None``: nothing clipped or noised), for the regime's λ values and ``SEEDS`` seeds (a seed
-   sets the public batch order and, when private, ``noise_seed``, which makes the simulation
+   (``epsilon=None``: nothing clipped or noised), for the regime's λ values (``REGIMES``) and
+   ``SEEDS`` seeds (a seed sets the public batch order and, when private, ``noise_seed``, which makes the simulation
    reproducible; a deployment leaves it None). Stage 1 runs at ``BASE1`` (the clip norm only when
    private: nothing is clipped without privacy), every other setting at the estimator's default.
 4. A configuration's score on a data set is the mean over λ and seeds of
@@ -20,6 +20,8 @@ Validation data only, never test data:
    while ``batch_size="auto"`` may resolve to a different cap per regime: the selected
    (lr_theta, epochs) minimises the sum over the regimes of the score of the regime's best batch
    at that (lr_theta, epochs), and each regime's cap is that best batch (:func:`select_shared`).
+   A non-private configuration must train every data set (:func:`admissible`: its λ = 0
+   validation error within ``UNDERTRAINED_SE`` standard errors of the grid's best).
    Stage 2 searches the clip norm (private only), ``lr_w`` and ``w_radius`` around the stage-1
    winner, selected on the sum of both regimes' scores.
 6. Printed checks, per regime and data set at the selected configuration: validation error and
