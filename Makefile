@@ -29,7 +29,7 @@ install-test: $(VENV)/bin/activate
 
 ## Train SteFFLe on the bundled UCI Adult data: 3 silos, epsilon = 1, demographic parity.
 demo: install
-	@echo "[pfair] demo: SteFFLe on UCI Adult (45,222 records, sensitive attribute sex), 3 silos, epsilon = 1, 40 epochs (a few seconds)"
+	@echo "[pfair] demo: SteFFLe on UCI Adult (45,222 records, sensitive attribute sex), 3 silos, epsilon = 1, SteFFLe's default epochs and batch (a few seconds)"
 	$(VENV)/bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
 	@echo "[pfair] next: docs/start_here.md (your own CSV), or $(VENV)/bin/pfair train --help"
 

@@ -5,7 +5,7 @@ and equalized odds difference over seeds for each (ε, λ). The first two tables
 docs/results.md come from this script, at today's SteFFLe defaults:
 
     python examples/adult_tradeoff.py --seeds 3 --epsilons none 1 3
-    python examples/adult_tradeoff.py --seeds 3 --epsilons 1 3 --batch-size 1024 --lr-theta 0.5
+    python examples/adult_tradeoff.py --seeds 3 --epsilons 1 3 --batch-size 256
 
 Seed ``i`` drives the partition, the batches and (``noise_seed=i``, a simulation: the noise is
 known to whoever knows the seed) the noise, so a rerun prints the same table;
@@ -28,21 +28,27 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--lams", type=float, nargs="+", default=[0.0, 0.5, 1.0, 1.5, 2.0])
     ap.add_argument("--epsilons", type=str, nargs="+", default=["none", "1"])
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--lr-theta", type=float, default=0.25)
+    ap.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
+                    help="default: SteFFLe's batch_size='auto'")
+    ap.add_argument("--lr-theta", type=float, default=None, help="default: SteFFLe's")
     return ap.parse_args(argv)
 
 
 def estimator(args: argparse.Namespace, lam: float, epsilon: float | None, seed: int) -> pfair.SteFFLe:
     """The SteFFLe of one cell: the defaults except the batch size and η_θ the arguments set."""
+    step = {} if args.lr_theta is None else {"lr_theta": args.lr_theta}
     return pfair.SteFFLe(lam=lam, epsilon=epsilon, seed=seed, noise_seed=seed, batch_size=args.batch_size,
-                         lr_theta=args.lr_theta, track_history=False, progress=False)
+                         track_history=False, progress=False, **step)
 
 
 def config_line(args: argparse.Namespace) -> str:
     """The settings every private cell runs with, as docs/results.md quotes them."""
+    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE
+
     st = estimator(args, 1.0, 1.0, 0).settings()
-    return (f"{st.epochs} epochs, batch {st.batch_size}, η_θ = {st.lr_theta:g} (×{st.lr_decay:g} every "
+    batch = (f"batch {st.batch_size}" if st.batch_size != "auto" else
+             f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, else up to {AUTO_BATCH_NONPRIVATE})")
+    return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g} (×{st.lr_decay:g} every "
             f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, clip C_θ = {st.clip:g}, "
             f"sampling {st.sampling}, p_s {st.p_s_source}, δ = 1/n_j²")
 

@@ -9,6 +9,7 @@ import pfair
 from pfair import SteFFLe
 from pfair.exceptions import ConvergenceWarning
 from pfair.protocol.convergence import COLLAPSE_SHARE
+from pfair.settings import PRIVATE_CLIPS
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def test_nonprivate_fit_does_not_clip_by_default(german):
 
 def test_private_fit_uses_a_clip_and_refuses_none(german):
     st = SteFFLe(epsilon=1.0).settings()
-    assert (st.clip, st.clip_loss, st.clip_w) == (0.5, 1.0, 2.0)
+    assert (st.clip, st.clip_loss, st.clip_w) == tuple(PRIVATE_CLIPS[k] for k in ("clip", "clip_loss", "clip_w"))
     assert SteFFLe(epsilon=1.0, clip=2.0).settings().clip == 2.0
     with pytest.raises(ValueError, match="clip must be set when epsilon is set"):
         SteFFLe(epsilon=1.0, clip=None).settings()
@@ -119,7 +120,7 @@ def test_private_fit_uses_a_clip_and_refuses_none(german):
         warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
         model = fit(german, lam=2.0, epsilon=1.0, noise_seed=1, epochs=2, exact_diagnostics=True)
     assert model.privacy_report_["sigma_theta"].iloc[0] > 0
-    assert model.history_["clipped"].sum() > 0  # C_θ = 0.5 binds for some records
+    assert model.history_["clipped"].sum() > 0  # the default C_θ binds for some records
 
 
 def test_hybrid_modes_warn_too(german):

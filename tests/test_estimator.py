@@ -37,8 +37,10 @@ def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
     X, y, s, silos = unfair_data()
     plain = SteFFLe(lam=0.0, epsilon=None, **FAST).fit(X, y, sensitive_features=s, silos=silos)
     # 24 epochs: at 8 the fair model's violation still depends on the batch order (0.15-0.24 over
-    # seeds), at 16 still 0.14-0.21 with a tenth of every silo held out for validation.
-    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 24}).fit(X, y, sensitive_features=s, silos=silos)
+    # seeds), at 16 still 0.14-0.21 with a tenth of every silo held out for validation. lr_w=0.25, the
+    # step this was calibrated at (the batch order moves the ratio v1/v0 more than lr_w does).
+    fair = SteFFLe(lam=8.0, epsilon=None, **{**FAST, "epochs": 24, "lr_w": 0.25}).fit(X, y, sensitive_features=s,
+                                                                                      silos=silos)
     assert plain.score(X, y) > 0.85
     v0, v1 = dp_violation(plain, X, y, s), dp_violation(fair, X, y, s)
     assert v0 > 0.3

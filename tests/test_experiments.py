@@ -625,3 +625,31 @@ def test_a_schema_2_sweep_with_the_old_metric_names_is_read_and_resumed_under_fa
     assert more.ran == len(load_runs(tmp_path)) // 2 and more.skipped == len(back)
     assert file.read_text().splitlines()[0].split(",") == COLUMNS
     assert json.loads((tmp_path / "sweep.json").read_text())["schema"] == 3
+
+
+# ---------------------------------------------------------------------------------------- defaults
+def test_a_sweep_at_the_default_batch_runs_each_method_at_its_own_default(tmp_path):
+    """`pfair sweep` without --batch-size: SteFFLe and its named configurations resolve
+    batch_size="auto" as `pfair train` does (the cap depends on ε and λ), every other method takes
+    its own default batch; the batch_size column says what each cell used."""
+    from pfair.experiments.sweep import cell_batch
+
+    steffle, fermi, fedavg, single = (get_method(m) for m in ("steffle", "fermi", "fedavg", "single_shot"))
+    assert cell_batch(steffle, "auto", 10**6) == "auto" and cell_batch(fermi, "auto", 10**6) == "auto"
+    assert cell_batch(fedavg, "auto", 10**6) == 256 and cell_batch(fedavg, "auto", 100) == 100
+    assert cell_batch(single, "auto", 10**6) == "auto"  # no batch_size: never passed
+    assert cell_batch(steffle, 512, 300) == 300
+
+
+@pytest.mark.slow
+def test_a_default_sweep_records_the_batch_each_cell_resolved(tmp_path):
+    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE
+
+    # Credit Card's silos (about 8,000 records each) hold either cap.
+    result = run_sweep(tmp_path, methods="steffle,fedavg", datasets="credit_card", epsilons=[1], heterogeneities=[0],
+                       silos=[3], lams=[0, 1], seeds=1, epochs=1, jobs=1, progress=False)
+    used = result.runs.groupby(["method", "knob"], dropna=False)["batch_size"].first()
+    assert used[("steffle", 1.0)] == AUTO_BATCH_PRIVATE  # ε = 1, λ = 1: noisy rounds
+    assert used[("steffle", 0.0)] == AUTO_BATCH_NONPRIVATE  # λ = 0: nothing sent depends on s
+    assert used.xs("fedavg").iloc[0] == 256  # FedAvg's own default
+    assert json.loads((tmp_path / "sweep.json").read_text())["batch_size"] == "auto"

@@ -19,7 +19,7 @@ from pfair import SteFFLe
 from pfair.baselines import DPFERMI, FERMI, PFLD, CentralERM, FedAvg, NonPrivateSteFFLe, SingleShotSyntheticFL
 from pfair.estimators import NEEDS_SENSITIVE_FEATURES, UNSCALED_FEATURES, expected_failed_checks
 from pfair.exceptions import NotFittedError, PrivacyWarning
-from pfair.settings import SteFFLeSettings
+from pfair.settings import PRIVATE_CLIPS, SteFFLeSettings
 
 QUICK = dict(sampling="full_batch", epochs=20)
 
@@ -146,7 +146,7 @@ def test_settings_are_get_params_validated_once():
     assert fermi.settings() == SteFFLeSettings.from_estimator_params(
         {**fermi.get_params(), "epsilon": None, "mode": "standard", "p_s": "pooled"})
     # "auto" resolves with epsilon: the private clip norms, no clipping otherwise.
-    assert est.settings().clip == 0.5 and SteFFLe(epsilon=None).settings().clip is None
+    assert est.settings().clip == PRIVATE_CLIPS["clip"] and SteFFLe(epsilon=None).settings().clip is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_continuous_y_is_refused_at_fit(make):
 # ----------------------------------------------------------------- a huge lam
 def test_huge_lam_warns_naming_lam_and_the_fix():
     X, y, s, ids = data()
-    with pytest.warns(UserWarning, match=r"lam=1e\+09 with lr_theta=0.25.*diverge.*lower lam"):
+    lr = SteFFLe().lr_theta
+    with pytest.warns(UserWarning, match=rf"lam=1e\+09 with lr_theta={lr:g}.*diverge.*lower lam"):
         SteFFLe(lam=1e9, **QUICK).fit(X, y, sensitive_features=s)
     with pytest.warns(UserWarning, match="lam=400 with lr_theta=0.5"):
         SteFFLe(lam=400, lr_theta=0.5).settings()

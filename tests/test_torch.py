@@ -648,8 +648,9 @@ def test_torch_provider_simulation_equals_the_rust_fast_path(kw):
 
 def test_deep_steffle_on_the_linear_model_equals_steffle():
     fed = _protocol_data(seed=2)
+    # lr_w and clip set: DeepSteFFLe's defaults differ from SteFFLe's there (DEEP_DEFAULTS).
     kw = dict(epsilon=3.0, lam=1.0, epochs=2, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=0, noise_seed=7,
-              lr_theta=0.5)
+              lr_theta=0.5, lr_w=0.25, clip=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         lin = SteFFLe(**kw).fit(fed, ledgers="new")
@@ -669,7 +670,7 @@ def test_deep_steffle_history_on_string_labels_equals_steffle():
     X = rng.normal(size=(300, 3))
     y = np.array(["no", "yes"])[(X[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)]
     s = np.array(["a", "b", "c"])[rng.integers(0, 3, 300)]
-    kw = dict(lam=1.0, epochs=2, batch_size=50, seed=0, lr_theta=0.5, epsilon=None)
+    kw = dict(lam=1.0, epochs=2, batch_size=50, seed=0, lr_theta=0.5, lr_w=0.25, epsilon=None)
     lin = SteFFLe(**kw).fit(X, y, sensitive_features=s, eval_set=(X[:60], y[:60], s[:60]))
     deep = DeepSteFFLe(LinearSoftmax(3, 2), device="cpu", **kw).fit(X, y, sensitive_features=s,
                                                                     eval_set=(X[:60], y[:60], s[:60]))
@@ -781,7 +782,7 @@ def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_a
     fed = _protocol_data(seed=3)
     d, k, l = fed.n_features, fed.n_groups, fed.n_classes  # noqa: E741
     kw = dict(epsilon=3.0, max_violation=0.05, epochs=3, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=0, noise_seed=7,
-              lr_theta=0.5, lam_lr=20.0)
+              lr_theta=0.5, lam_lr=20.0, lr_w=0.25, clip=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         st_ = SteFFLe(**kw).settings()

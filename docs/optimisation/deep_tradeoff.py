@@ -1,7 +1,7 @@
 """The deep section of docs/results.md: ``DeepSteFFLe`` with an MLP on Adult, ε × λ.
 
 ``mlp(d, 2)`` (d-64-2, tanh) with ``DeepSteFFLe``'s defaults (lr_theta 1, batch 256, 5 epochs,
-clip 0.5, p_s released with DP in private fits), sensitive attribute sex, the training split in 3
+lr_w 0.25, clip 0.5, p_s released with DP in private fits), sensitive attribute sex, the training split in 3
 silos (record i in silo i mod 3), for ε ∈ {none, 1, 3, 9} and λ ∈ {0, 1, 2, 4}, seeds 0–2 (the
 seed drives the initialisation, the batches and the noise). Test error, demographic parity and
 equalized odds differences on the test split, and the largest ε a silo spent; mean ± standard

@@ -30,6 +30,10 @@ def _float_or_none(text: str) -> float | None:
     return None if text.lower() in ("none", "inf", "off") else float(text)
 
 
+def _batch_size(text: str) -> int | str:
+    return "auto" if text == "auto" else int(text)
+
+
 def add_data_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
     """The options that choose the data: a bundled data set or a user CSV (``--csv`` with
     ``--label``/``--sensitive``), and the silos it is split into."""
@@ -170,21 +174,30 @@ def add_train_parser(sub: Any) -> None:
                         f"(default {SteFFLeSettings.validation_share:g}; 0: validate on the training records)")
     p.add_argument("--lam-lr", type=float, default=None,
                    help="with --max-violation: the dual step size of lambda (default: SteFFLe's lam_lr)")
-    p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records (default 40)")
-    p.add_argument("--batch-size", type=lambda t: "auto" if t == "auto" else int(t), default="auto",
-                   help="records per silo per round; auto (default): min(4096, smallest silo), 256 with "
-                        "--protect record")
-    p.add_argument("--lr-theta", type=float, default=0.25,
-                   help="step size of the model parameters theta (default 0.25)")
-    p.add_argument("--lr-w", type=float, default=0.25,
-                   help="step size of the fairness adversary W, the ascent player (default 0.25)")
-    p.add_argument("--w-radius", type=_float_or_none, default=2.0,
+    # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
+    # pfair.experiments.defaults); the help texts read them from there.
+    from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, PRIVATE_CLIPS,
+                                SteFFLeSettings)
+
+    d = SteFFLeSettings()
+    p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over each silo's records (default {d.epochs})")
+    p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
+                   help=f"records per silo per round; auto (default): min({AUTO_BATCH_PRIVATE}, smallest silo) when "
+                        f"the rounds carry noise (--epsilon set and --lam > 0 or --max-violation), "
+                        f"min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon none, or --lam 0), "
+                        f"{AUTO_BATCH_RECORD} with --protect record")
+    p.add_argument("--lr-theta", type=float, default=d.lr_theta,
+                   help=f"step size of the model parameters theta (default {d.lr_theta:g}, times {d.lr_decay:g} "
+                        f"every {d.decay_every} epochs)")
+    p.add_argument("--lr-w", type=float, default=d.lr_w,
+                   help=f"step size of the fairness adversary W, the ascent player (default {d.lr_w:g})")
+    p.add_argument("--w-radius", type=_float_or_none, default=d.w_radius,
                    help="D: each W block is projected onto the Frobenius ball of radius D; 'none' = no "
-                        "projection (default 2)")
+                        f"projection (default {d.w_radius:g})")
     p.add_argument("--clip", type=lambda t: "auto" if t == "auto" else _float_or_none(t), default="auto",
                    help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
-                        "to; auto (default): 0.5 when private, no clipping otherwise; 'none' = no clipping "
-                        "(only with --epsilon none)")
+                        f"to; auto (default): {PRIVATE_CLIPS['clip']:g} when private, no clipping otherwise; "
+                        "'none' = no clipping (only with --epsilon none)")
     p.add_argument("--sampling", default="auto", choices=["auto", "shuffle", "without_replacement", "poisson", "full_batch"],
                    help="how a silo draws its batch each round: shuffle = every record once per epoch "
                         "(exact accounting); auto (default) = shuffle with --protect attribute, "
@@ -322,6 +335,9 @@ def train_command(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(fed, sensitive_silos=sensitive_silos)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fit raised (and caught) the settings' warnings already
+        batch = int(model.settings().for_sizes(fed.sizes).batch_size)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
@@ -336,6 +352,8 @@ def train_command(args: argparse.Namespace) -> int:
         "heterogeneity": args.heterogeneity,
         "lam": args.lam if args.max_violation is None else None,
         "epsilon": args.epsilon,
+        "epochs": args.epochs,
+        "batch_size": batch,
         "test_error": report["test_error"],
         "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
@@ -378,6 +396,10 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         print(f"warning: {w}", file=sys.stderr)
     print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} {where} {fed.sizes}, "
           f"h = {args.heterogeneity}")
+    if result.get("batch_size") is not None:
+        auto = " (batch_size auto)" if args.batch_size == "auto" else ""
+        print(f"training      {result['epochs']} epochs, batch {result['batch_size']} per silo and round{auto}, "
+              f"lr_theta {args.lr_theta:g}")
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
@@ -425,9 +447,15 @@ def add_experiment_parsers(sub: Any) -> None:
                         "central_erm")
     p.add_argument("--seeds", type=int, default=15, help="number of seeds (0..seeds-1); a seed drives partition, "
                                                         "batches and noise")
-    p.add_argument("--epochs", type=int, default=40, help="passes over each silo's records per fit (default 40)")
-    p.add_argument("--batch-size", type=int, default=256,
-                   help="records per silo per round (default 256; a cell whose smallest silo is smaller uses its size)")
+    from pfair.settings import SteFFLeSettings
+
+    d = SteFFLeSettings()
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help=f"passes over each silo's records per fit (default {d.epochs}, SteFFLe's)")
+    p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
+                   help="records per silo per round; auto (default): SteFFLe's rule for SteFFLe, FERMI, DP-FERMI "
+                        "and non-private SteFFLe (see pfair train --help), each other method's own default; a cell "
+                        "whose smallest silo is smaller uses its size")
     p.add_argument("--param", action="append", default=[], metavar="METHOD.NAME=VALUE",
                    help="override a method's hyper-parameter, e.g. single_shot.outer_steps=50 (repeatable)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")

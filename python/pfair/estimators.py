@@ -108,7 +108,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     Data", 2024, Alg. 1).
 
     The defaults (``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``epochs``) were
-    chosen on validation splits of the bundled data sets at ε = 1 by
+    chosen on validation splits of the bundled data sets, at ε = 1 and without privacy, by
     :mod:`pfair.experiments.defaults` (docs/optimisation.md).
 
     Parameters
@@ -121,10 +121,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         left (the budget lives in the silos' ledgers).
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
-        ``"auto"`` (default): ``min(4096, smallest silo)`` (``pfair.settings.AUTO_BATCH``; the silo
-        sizes are public); ``min(256, smallest silo)`` with ``protect="record"``, where a small
-        hidden batch amplifies privacy. With public batches (attribute mode) ε depends on the
-        epochs, not on m, while the noise on a batch mean falls as 1/m: large batches are cheap in
+        ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
+        depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
+        ``pfair.settings.AUTO_BATCH_PRIVATE`` when they do (``epsilon`` set and ``lam > 0`` or
+        ``max_violation``): with public batches (attribute mode) ε depends on the epochs, not on
+        m, while the noise on a batch mean falls as 1/m, so large batches are cheap in privacy;
+        ``AUTO_BATCH_NONPRIVATE`` when they do not (``epsilon=None``, or ``lam=0`` in attribute
+        mode, which sends nothing that depends on s), where a large batch only means fewer steps;
+        ``AUTO_BATCH_RECORD`` with ``protect="record"``, where a small hidden batch amplifies
         privacy (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
     w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
@@ -262,10 +266,10 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         lam: float = 1.0,
         epsilon: float | None = 1.0,
         delta: float | None = None,
-        epochs: int = 40,
+        epochs: int = 20,
         batch_size: int | str = "auto",
-        lr_theta: float = 0.25,
-        lr_w: float = 0.25,
+        lr_theta: float = 0.5,
+        lr_w: float = 0.5,
         w_radius: float | None = 2.0,
         clip: float | str | None = "auto",
         clip_loss: float | str | None = "auto",

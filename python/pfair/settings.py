@@ -23,13 +23,20 @@ from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "shuffle", "full_batch")
 W_STEPS = ("normalised", "paper")
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
-PRIVATE_CLIPS = {"clip": 0.5, "clip_loss": 1.0, "clip_w": 2.0}
+PRIVATE_CLIPS = {"clip": 0.25, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
-#: ``batch_size="auto"``: this many records per silo and round, or the whole silo if it is smaller
-#: (chosen on validation splits by :mod:`pfair.experiments.defaults`; docs/optimisation.md).
-AUTO_BATCH = 4096
-#: ``batch_size="auto"`` with ``protect="record"``, where a hidden batch amplifies privacy and a
-#: small one amplifies more (best of 256/1024/4096 on the Adult and Credit Card validation splits).
+#: ``batch_size="auto"`` caps: a silo's batch is the cap, or the whole silo if it is smaller. The
+#: caps were chosen on validation splits by :mod:`pfair.experiments.defaults` (docs/optimisation.md),
+#: separately for rounds that carry noise and rounds that do not, because the data say so: with
+#: noise (private, attribute mode) the noise on a batch mean falls as 1/m while ε depends on the
+#: epochs, not on m, so a larger batch wins until too few rounds are left; without noise a larger
+#: batch only means fewer steps.
+AUTO_BATCH_PRIVATE = 1024
+#: ``batch_size="auto"`` for rounds without noise: ``epsilon=None``, or a private fit that sends
+#: nothing depending on s (``lam=0`` in attribute mode, whose rounds are the non-private fit's).
+AUTO_BATCH_NONPRIVATE = 256
+#: ``batch_size="auto"`` with ``protect="record"`` (private), where a hidden batch amplifies privacy
+#: and a small one amplifies more (best of 256/1024/4096 on the Adult and Credit Card validation splits).
 AUTO_BATCH_RECORD = 256
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
@@ -171,10 +178,10 @@ class SteFFLeSettings:
     lam: float = 1.0
     epsilon: float | None = None
     delta: float | None = None
-    epochs: int = 40
+    epochs: int = 20
     batch_size: int | str = "auto"
-    lr_theta: float = 0.25
-    lr_w: float = 0.25
+    lr_theta: float = 0.5
+    lr_w: float = 0.5
     w_radius: float | None = 2.0
     clip: float | str | None = "auto"
     clip_loss: float | str | None = "auto"
@@ -245,14 +252,29 @@ class SteFFLeSettings:
         """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
         return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
 
+    @property
+    def noisy_rounds(self) -> bool:
+        """Whether the training rounds carry noise: a private fit that sends the s-dependent parts
+        (``sends_psi``) or protects whole records. A private fit at ``lam=0`` in attribute mode sends
+        exact s-free sums only: its rounds are the non-private fit's."""
+        return self.private and (self.sends_psi or self.protect == "record")
+
+    @property
+    def auto_batch(self) -> int:
+        """The cap ``batch_size="auto"`` takes: ``AUTO_BATCH_PRIVATE`` when the rounds carry noise
+        (``AUTO_BATCH_RECORD`` with ``protect="record"``), ``AUTO_BATCH_NONPRIVATE`` when they do
+        not. Every input (ε, λ, the fairness target, the mode) is a public setting."""
+        if not self.noisy_rounds:
+            return AUTO_BATCH_NONPRIVATE
+        return AUTO_BATCH_RECORD if self.protect == "record" else AUTO_BATCH_PRIVATE
+
     def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
-        ``min(AUTO_BATCH, smallest silo)`` (``AUTO_BATCH_RECORD`` with ``protect="record"``). Silo
-        sizes are public (they set δ and the rounds per epoch), so the batch size stays a public
-        setting. Other settings are returned as they are."""
+        ``min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per
+        epoch), so the batch size stays a public setting. Other settings are returned as they are."""
         if self.batch_size != "auto":
             return self
-        cap = AUTO_BATCH_RECORD if self.protect == "record" else AUTO_BATCH
+        cap = self.auto_batch
         smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
         return replace(self, batch_size=max(1, min(cap, smallest)))
 
@@ -324,7 +346,8 @@ class SteFFLeSettings:
         check_int(p["epochs"], "epochs")
         if not (isinstance(p["batch_size"], str) and p["batch_size"] == "auto"):
             if isinstance(p["batch_size"], str):
-                raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH}, smallest silo)), "
+                raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH_PRIVATE}, smallest "
+                                 f"silo) when private, min({AUTO_BATCH_NONPRIVATE}, smallest silo) without noise), "
                                  f"got {p['batch_size']!r}")
             check_int(p["batch_size"], "batch_size")
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)

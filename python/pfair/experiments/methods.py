@@ -118,7 +118,7 @@ class MethodSpec:
         """The value the knob gives to :attr:`knob` (NaN when the method has no knob)."""
         return math.nan if self.knob is None else self.knob_scale * float(knob)
 
-    def build(self, *, knob: float, fairness: str, epsilon: float, epochs: int, batch_size: int, seed: int,
+    def build(self, *, knob: float, fairness: str, epsilon: float, epochs: int, batch_size: int | str, seed: int,
               overrides: Mapping[str, Any] | None = None) -> Any:
         """An unfitted estimator for one cell of the grid.
 
@@ -128,7 +128,8 @@ class MethodSpec:
         kwargs: dict[str, Any] = {"seed": int(seed)}
         # A sweep is a simulation run by one analyst: its noise is keyed by the cell's seed
         # (``noise_seed``) so that cells are reproducible and resumable. ``runs.csv`` says so.
-        for name, value in (("epochs", int(epochs)), ("batch_size", int(batch_size)),
+        batch = batch_size if isinstance(batch_size, str) else int(batch_size)  # "auto": the estimator's rule
+        for name, value in (("epochs", int(epochs)), ("batch_size", batch),
                             ("track_history", False), ("progress", False), ("noise_seed", int(seed))):
             if name in accepted:
                 kwargs[name] = value

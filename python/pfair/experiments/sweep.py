@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import inspect
 import json
 import math
 import os
@@ -404,11 +405,12 @@ def parse_params(items: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _settings(epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]],
+def _settings(epochs: int, batch_size: int | str, params: Mapping[str, Mapping[str, Any]],
               val_fraction: float = VAL_FRACTION) -> dict[str, Any]:
     from pfair import __version__
 
-    return {"schema": SCHEMA, "epochs": int(epochs), "batch_size": int(batch_size),
+    batch = batch_size if batch_size == "auto" else int(batch_size)
+    return {"schema": SCHEMA, "epochs": int(epochs), "batch_size": batch,
             "params": {m: dict(sorted(p.items())) for m, p in sorted(params.items())},
             "val_fraction": float(val_fraction), "pfair_version": __version__}
 
@@ -527,7 +529,45 @@ def _metrics(y: np.ndarray, pred: np.ndarray, s: np.ndarray, prefix: str) -> dic
     return {f"{prefix}_{v}": float(report[k]) for k, v in names.items()}
 
 
-def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]] | None = None,
+def cell_batch(spec: Any, batch_size: int | str, smallest: int) -> int | str:
+    """The ``batch_size`` a cell passes to its method, whose smallest silo holds ``smallest``
+    records: a number, capped by that silo; ``"auto"`` stays ``"auto"`` for the methods built on
+    SteFFLe (SteFFLe's rule: :attr:`pfair.settings.SteFFLeSettings.auto_batch`, resolved at the fit
+    from the cell's ε, λ and silo sizes), and is each other method's own default batch, capped by
+    that silo."""
+    from pfair.estimators import SteFFLe
+
+    if batch_size != "auto":
+        return min(int(batch_size), int(smallest))
+    if issubclass(spec.estimator(), SteFFLe):
+        return "auto"
+    own = inspect.signature(spec.estimator().__init__).parameters.get("batch_size")
+    return min(int(own.default), int(smallest)) if own is not None else "auto"
+
+
+def training_sizes(spec: Any, sizes: Any) -> list[int]:
+    """The records each silo of ``sizes`` trains on under method ``spec``: SteFFLe and its
+    configurations hold out ``validation_share`` (:func:`pfair.validation.held_out_count`), the other
+    methods train on every record."""
+    from pfair.estimators import SteFFLe
+
+    if not issubclass(spec.estimator(), SteFFLe):
+        return [int(n) for n in sizes]
+    share = SteFFLeSettings.validation_share
+    return [int(n) - held_out_count(int(n), share) for n in sizes]
+
+
+def _used_batch(model: Any, spec: Any, batch: int | str, fed: Any) -> float:
+    """The batch a fitted cell used (its ``batch_size`` column); NaN for a method without one."""
+    if hasattr(model, "settings"):  # SteFFLe and its configurations: their rule, after any override
+        sizes = training_sizes(spec, list(fed.sizes) if spec.federated else [int(sum(fed.sizes))])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the fit already raised (and the row counted) its warnings
+            return float(model.settings().for_sizes(sizes).batch_size)
+    return math.nan if batch == "auto" else float(batch)
+
+
+def run_cell(cell: Cell, epochs: int, batch_size: int | str, params: Mapping[str, Mapping[str, Any]] | None = None,
              val_fraction: float = VAL_FRACTION) -> dict[str, Any]:
     """Fit one cell and return its ``runs.csv`` row (a dict over :data:`COLUMNS`).
 
@@ -547,7 +587,7 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update(asdict(cell))
     row.update(knob_name=spec.knob or "", hyper_parameter=spec.hyper_parameter(cell.knob), private=spec.private,
-               federated=spec.federated, epochs=int(epochs), batch_size=int(batch_size), warnings=0,
+               federated=spec.federated, epochs=int(epochs), warnings=0,
                warning_messages="", error="")
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -559,11 +599,10 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             silos = cell.silos if cell.silos != ANY_SILOS else 1
             h = 0.0 if math.isnan(cell.heterogeneity) else cell.heterogeneity
             fed = Federation.for_dataset(train, silos, heterogeneity=h, seed=cell.seed)
-            # A batch never exceeds what a silo trains on (its records less SteFFLe's held-out
-            # share): small user tables get their smallest silo's size.
-            share = SteFFLeSettings.validation_share
-            used_batch = min(int(batch_size), int(min(n - held_out_count(n, share) for n in fed.sizes)))
-            row["batch_size"] = used_batch
+            # A batch never exceeds what a silo trains on (for SteFFLe and its configurations: its
+            # records less the held-out share): small user tables get their smallest silo's size.
+            batch = cell_batch(spec, batch_size, min(training_sizes(spec, fed.sizes)))
+            row["batch_size"] = math.nan if batch == "auto" else batch  # "auto": resolved after the fit
             overrides = dict((params or {}).get(cell.method, {}))
             tuned = parse_config(cell.config)
             clash = sorted(set(overrides) & set(tuned))
@@ -572,8 +611,9 @@ def run_cell(cell: Cell, epochs: int, batch_size: int, params: Mapping[str, Mapp
             overrides.update(tuned)
             fairness = cell.fairness if cell.fairness != ANY_FAIRNESS else "demographic_parity"
             model = spec.build(knob=cell.knob, fairness=fairness, epsilon=cell.epsilon, epochs=epochs,
-                               batch_size=used_batch, seed=cell.seed, overrides=overrides)
+                               batch_size=batch, seed=cell.seed, overrides=overrides)
             model.fit(fed)
+            row["batch_size"] = _used_batch(model, spec, batch, fed)
             seeded = getattr(model, "noise_seed", None)
             row["noise"] = ("none" if not spec.private else
                             f"reproducible (noise_seed={seeded})" if seeded is not None else "secret")
@@ -798,8 +838,8 @@ def run_sweep(
     silos: Any = (3,),
     lams: Any = "0:2:11",
     seeds: Any = 15,
-    epochs: int = 40,
-    batch_size: int = 256,
+    epochs: int | None = None,
+    batch_size: int | str = "auto",
     params: Any = None,
     jobs: int | None = None,
     progress: bool = True,
@@ -819,7 +859,9 @@ def run_sweep(
         or numbers).
     epochs, batch_size : passed to every method that has them (not to ``single_shot``); a cell
         whose smallest silo has fewer records than ``batch_size`` uses that silo's size (the
-        ``batch_size`` column says what was used).
+        ``batch_size`` column says what was used). Defaults: SteFFLe's, the same as ``pfair
+        train``'s (``epochs=None`` is SteFFLe's default number of epochs; ``batch_size="auto"``,
+        :func:`cell_batch`).
     params : hyper-parameter overrides, ``{"steffle": {"lr_theta": 0.1}}`` or
         ``["steffle.lr_theta=0.1"]`` (:func:`parse_params`).
     jobs : worker processes (default ``os.cpu_count()``); 1 runs in this process.
@@ -837,9 +879,14 @@ def run_sweep(
     cells = expand_grid(methods=methods, datasets=datasets, fairness=fairness, epsilons=epsilons,
                         heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds,
                         method_knobs=method_knobs, tuning=tuning)
+    if epochs is None:
+        from pfair.settings import SteFFLeSettings
+
+        epochs = SteFFLeSettings().epochs
     epochs = _check_positive_int(epochs, "epochs")
     validation_indices(np.zeros(0), np.zeros(0), float(val_fraction), 0)  # checks the range
-    batch_size = _check_positive_int(batch_size, "batch_size")
+    if not (isinstance(batch_size, str) and batch_size == "auto"):
+        batch_size = _check_positive_int(batch_size, "batch_size (a whole number >= 1 or 'auto')")
     jobs = _check_positive_int((os.cpu_count() or 1) if jobs is None else jobs, "jobs")
     overrides = parse_params(params)
     out_dir = Path(out)
@@ -852,7 +899,7 @@ def run_sweep(
         return _run(cells, file, epochs, batch_size, overrides, jobs, progress, retry_failed, t0, float(val_fraction))
 
 
-def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides: Mapping[str, Mapping[str, Any]],
+def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int | str, overrides: Mapping[str, Mapping[str, Any]],
          jobs: int, progress: bool, retry_failed: bool, t0: float, val_fraction: float = VAL_FRACTION
          ) -> SweepResult:
     done: set[tuple[str, ...]] = set()
@@ -882,7 +929,7 @@ def _run(cells: list[Cell], file: Path, epochs: int, batch_size: int, overrides:
     return SweepResult(load_runs(file), file, len(todo), skipped, failed, time.perf_counter() - t0, first_error)
 
 
-def _execute(todo: Sequence[Cell], epochs: int, batch_size: int, params: Mapping[str, Mapping[str, Any]],
+def _execute(todo: Sequence[Cell], epochs: int, batch_size: int | str, params: Mapping[str, Mapping[str, Any]],
              jobs: int, dataset_names: Sequence[str], val_fraction: float = VAL_FRACTION
              ) -> Iterator[dict[str, Any]]:
     """Rows of the cells as they finish: in this process for ``jobs=1``, else in a process pool

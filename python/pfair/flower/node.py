@@ -115,7 +115,7 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     raw = run_config.get("settings")
     if raw is None:
         raise ValueError("the run config has no 'settings' entry (a JSON object of SteFFLe settings)")
-    from pfair.settings import AUTO_BATCH, CLIP_NAMES
+    from pfair.settings import CLIP_NAMES
 
     params = json.loads(raw) if isinstance(raw, str) else dict(raw)
     params["noise_seed"] = None
@@ -134,7 +134,7 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
         st = SteFFLeSettings.from_estimator_params({**defaults, **params})
     # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
-    return st.for_sizes([AUTO_BATCH])
+    return st.for_sizes([st.auto_batch])
 
 
 def _jsonable(value: Any) -> Any:

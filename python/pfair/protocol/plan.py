@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair.privacy.proportions import inv_sqrt_proportions, n_blocks  # noqa: F401  (re-exported)
-from pfair.settings import AUTO_BATCH, AUTO_BATCH_RECORD, SteFFLeSettings
+from pfair.settings import SteFFLeSettings
 
 
 def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> int:
@@ -69,7 +69,7 @@ def warn_if_one_silo_shrinks_the_batch(settings: SteFFLeSettings, sizes: Sequenc
     rounds = rounds_per_epoch(settings.sampling, sizes, resolved)
     rounds_without = rounds_per_epoch(settings.sampling, sizes, without)
     warnings.warn(
-        f"batch_size='auto' is min({AUTO_BATCH_RECORD if settings.protect == 'record' else AUTO_BATCH}, "
+        f"batch_size='auto' is min({settings.auto_batch}, "
         f"smallest silo) = {resolved} because silo {label(small)} has only {int(sizes[small])} record(s): every silo "
         f"draws batches of {resolved}, {rounds} rounds per epoch instead of {rounds_without} with the batch of "
         f"{without} the next smallest silo ({label(nxt)}, {int(sizes[nxt])} records) allows, and each step is much "

@@ -18,6 +18,7 @@ import copy
 import inspect
 import os
 import warnings
+from dataclasses import replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -42,11 +43,16 @@ from pfair.providers.torch import (
 )
 from pfair.settings import SteFFLeSettings
 
-#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's (SGD step 0.25,
-#: batch up to 4,096, 40 epochs) do not train a network in a few epochs (an MLP on Adult: test
+#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's of the time (SGD
+#: step 0.25, batch up to 4,096, 40 epochs) did not train a network in a few epochs (an MLP on Adult: test
 #: error 0.232 after 5 epochs, the constant predictor's 0.248). Chosen on a validation split of
-#: Adult's training data by ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
-DEEP_DEFAULTS = {"lr_theta": 1.0, "batch_size": 256, "epochs": 5}
+#: Adult's training data by ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults"), with
+#: ``lr_w=0.25`` and a private clip norm of 0.5 (:data:`DEEP_PRIVATE_CLIP`), which the network keeps:
+#: the linear model's protocol (pfair.experiments.defaults) did not train networks. With them the
+#: private rows of ``docs/optimisation/deep_tradeoff.py`` reproduce docs/results.md's table.
+DEEP_DEFAULTS = {"lr_theta": 1.0, "batch_size": 256, "epochs": 5, "lr_w": 0.25}
+#: What ``clip="auto"`` means in a private DeepSteFFLe fit (no clipping without privacy, as SteFFLe).
+DEEP_PRIVATE_CLIP = 0.5
 #: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``, but
 #: for :data:`DEEP_DEFAULTS`).
 STEFFLE_PARAMS = [p.replace(default=DEEP_DEFAULTS.get(p.name, p.default))
@@ -150,9 +156,10 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         Every parameter of :class:`pfair.SteFFLe` (``fairness``, ``lam``, ``epsilon``, ``delta``,
         ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
-        the same meaning and defaults, except ``lr_theta=1.0``, ``batch_size=256`` and
-        ``epochs=5`` (:data:`DEEP_DEFAULTS`: SGD on a network needs more, smaller steps than the
-        linear model); ``mode`` must be ``"standard"``.
+        the same meaning and defaults, except ``lr_theta=1.0``, ``batch_size=256``, ``epochs=5``,
+        ``lr_w=0.25`` (:data:`DEEP_DEFAULTS`: SGD on a network needs more, smaller steps than the
+        linear model) and ``clip="auto"`` = 0.5 when private (:data:`DEEP_PRIVATE_CLIP`); ``mode``
+        must be ``"standard"``.
 
     Attributes
     ----------
@@ -197,6 +204,14 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         return f"{type(self).__name__}({', '.join(shown)})"
 
     # ------------------------------------------------------------------ settings
+    def settings(self) -> SteFFLeSettings:
+        """SteFFLe's frozen settings, with ``clip="auto"`` meaning :data:`DEEP_PRIVATE_CLIP` in a
+        private fit (the clip norm the deep defaults were chosen with)."""
+        st = super().settings()
+        if isinstance(self.clip, str) and self.clip == "auto" and st.private:
+            st = replace(st, clip=DEEP_PRIVATE_CLIP)
+        return st
+
     def _check_settings(self, st: SteFFLeSettings) -> None:
         if st.mode != "standard":
             raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
