@@ -21,11 +21,12 @@ def run(capsys, *argv):
 @pytest.mark.slow
 def test_the_adult_target_holds_in_each_of_five_runs(capsys):
     """`pfair train --dataset adult --epsilon 1 --max-violation 0.04`, five times (seeds 0-4: the
-    batch order and the held-out share; the noise is secret): every run's test error ≤ 0.19 and
-    test demographic-parity difference ≤ 0.05."""
+    batch order, the held-out share and, so that CI reruns the same five runs, the noise): every
+    run's test error ≤ 0.19 and test demographic-parity difference ≤ 0.05. (With secret noise,
+    docs/optimisation/target_check.py measures the spread.)"""
     for seed in range(5):
         r = json.loads(run(capsys, "train", "--dataset", "adult", "--epsilon", "1", "--max-violation", "0.04",
-                           "--seed", str(seed), "--json"))
+                           "--seed", str(seed), "--noise-seed", str(seed), "--json"))
         assert r["test_error"] <= 0.19, (seed, r)
         assert r["demographic_parity_difference"] <= 0.05, (seed, r)
         assert r["violation_released"] is not None and r["violation_released"] <= 0.04

@@ -195,7 +195,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         :func:`~pfair.metrics.equal_opportunity_difference` of the positive class for
         ``"equal_opportunity"``, each with its defaults), and warns, returning the fairest model
         still clearly better than the constant predictor, when none meets t. λ starts at 0 and is
-        adapted at every checkpoint by projected dual ascent towards 0.75·t (capped at 100), and
+        adapted at every checkpoint by projected dual ascent towards 0.85·t (capped at 100), and
         halved whenever the model is not clearly better than the constant predictor on the held-out
         records, so it never pushes the model into inversion. v̂ is the violation of the model on
         all the silos' records: exact when non-private; in a private fit each silo releases its
@@ -295,7 +295,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         track_history: bool = True,
         warm_start: bool = False,
         max_violation: float | None = None,
-        max_violation_epsilon_share: float = 0.25,
+        max_violation_epsilon_share: float = 0.5,
         lam_lr: float = 10.0,
         validation_share: float = 0.1,
         checkpoints: int | str = "auto",

@@ -185,7 +185,7 @@ def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np
 
 
 #: The controller steers the violation to this fraction of the target (:attr:`LambdaController.aim`).
-AIM = 0.75
+AIM = 0.85
 
 
 @dataclass

@@ -93,7 +93,7 @@ def parse_public_proportions(value: Any) -> np.ndarray | dict:
 def check_max_violation(p: dict) -> None:
     """Validate the fairness-target settings (``max_violation`` and its companions) in place."""
     p.setdefault("max_violation", None)
-    p.setdefault("max_violation_epsilon_share", 0.25)
+    p.setdefault("max_violation_epsilon_share", 0.5)
     p.setdefault("lam_lr", 10.0)
     target = p["max_violation"]
     check_positive(p["lam_lr"], "lam_lr")
@@ -207,7 +207,7 @@ class SteFFLeSettings:
     track_history: bool = True
     warm_start: bool = False
     max_violation: float | None = None
-    max_violation_epsilon_share: float = 0.25
+    max_violation_epsilon_share: float = 0.5
     lam_lr: float = 10.0
     validation_share: float = 0.1
     checkpoints: int | str = "auto"

@@ -95,7 +95,7 @@ from pfair.validation import holdout
 #: Default caps of the shares of a run's ε a server may ask for (node config ``max-histogram-share``,
 #: ``max-violation-share``, ``max-validation-share``): a run may ask up to these.
 MAX_HISTOGRAM_SHARE = 0.25
-MAX_VIOLATION_SHARE = 0.25
+MAX_VIOLATION_SHARE = 0.5
 MAX_VALIDATION_EPSILON_SHARE = 0.25
 
 #: ε of one evaluation release (node config ``evaluate-epsilon``), composed in the silo's ledger.
