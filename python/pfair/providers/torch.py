@@ -113,10 +113,17 @@ SUM_BLOCK = 64
 def block_sum(factors: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``Σ_i f_i · rows_i`` in float64, summed in the rows' dtype over blocks of at most
     :data:`SUM_BLOCK` records and in float64 across blocks: the rounding a record's neighbours
-    can add to the sum it is in stays within :func:`norm_margin`'s bound."""
+    can add to the sum it is in stays within :func:`norm_margin`'s bound. The whole blocks are
+    one batched product (``bmm`` of ``c/k`` blocks of ``1 × k`` factors by ``k × numel`` rows),
+    the last partial block one product."""
+    n, k = factors.shape[0], SUM_BLOCK
+    whole = n // k * k
     total = None
-    for a in range(0, factors.shape[0], SUM_BLOCK):
-        part = (factors[a:a + SUM_BLOCK] @ rows[a:a + SUM_BLOCK]).to(torch.float64)
+    if whole:
+        blocks = torch.bmm(factors[:whole].view(-1, 1, k), rows[:whole].reshape(whole // k, k, -1))
+        total = blocks.to(torch.float64).sum(dim=(0, 1))
+    if whole < n:
+        part = (factors[whole:] @ rows[whole:]).to(torch.float64)
         total = part if total is None else total + part
     if total is None:
         return torch.zeros(rows.shape[1:], dtype=torch.float64, device=rows.device)
@@ -487,20 +494,19 @@ class TorchProvider:
         for start in range(0, n, self.chunk_size):
             sl = slice(start, start + self.chunk_size)
             grads = self._per_record(tensors, x[sl], v[sl].to(self.dtype))
-            sq = squared_norms(grads)  # c × r, float64
-            norms = sq.sqrt()
-            factor = torch.ones_like(norms)
-            for j, limit in enumerate(limits):
-                over = norms[:, j] > limit  # False for NaN, and for every record when C = inf
-                clipped = clipped + over.sum(dtype=f64)
-                factor[:, j] = torch.where(over, limit / torch.where(over, norms[:, j], 1.0), 1.0)
-            finite = torch.isfinite(norms)
-            if self._host_flag(finite.all()):
+            norms = squared_norms(grads).sqrt()  # c × r, float64
+            # f = min(1, limit / ‖G‖): 1 for a zero gradient (limit / 0 = inf) and for every record
+            # when C = inf; NaN or 0 for a non-finite norm, whose record is left out below.
+            factor = torch.stack([(limit / norms[:, j]).clamp_(max=1.0) for j, limit in enumerate(limits)], 1) \
+                if r > 1 else (limits[0] / norms).clamp_(max=1.0)
+            clipped = clipped + sum((norms[:, j] > limit).sum(dtype=f64) for j, limit in enumerate(limits))
+            if self._host_flag(torch.isfinite(norms.sum())):  # one reduction: is every norm finite?
                 fac = factor.to(self.dtype)
                 for t, g in enumerate(grads):
                     for j in range(r):
                         sums[j][t] += block_sum(fac[:, j], g[:, j])
             else:
+                finite = torch.isfinite(norms)
                 for j in range(r):
                     keep = finite[:, j].nonzero().squeeze(1)
                     fac = factor[keep, j].to(self.dtype)
