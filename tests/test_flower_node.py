@@ -365,3 +365,19 @@ def test_a_ledger_mismatch_does_not_tell_the_server_a_hash_of_the_data(node_conf
         SiloNode(other).report()
     text, digest = str(info.value), fingerprint.split(":")[-1]
     assert "other data" in text and digest[:8] not in text and str(SiloNode(other).silo_id) in text
+
+
+def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
+    # Settings a run config leaves out take DeepSteFFLe's defaults when it names a torch model
+    # (a batch of 256 and a step of 1.0, as for silos of unknown size), SteFFLe's otherwise.
+    model = json.dumps({"factory": "pfair.torch.models:mlp", "kwargs": {"n_features": 3, "n_classes": 2}})
+    deep = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": model})
+    linear = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": ""})
+    assert (deep.lr_theta, deep.batch_size, deep.epochs) == (1.0, 256, 5)
+    assert (linear.lr_theta, linear.batch_size, linear.epochs) == (0.25, 4096, 40)
+    # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.
+    small = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "batch_size": 64}), "model": model})
+    assert (small.batch_size, small.lr_theta) == (64, 0.25)
+    given = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "lr_theta": 0.1, "epochs": 2}),
+                                      "model": model})
+    assert (given.lr_theta, given.epochs) == (0.1, 2)

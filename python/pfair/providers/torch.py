@@ -289,7 +289,11 @@ class TorchProvider:
     module : torch.nn.Module mapping ``(n, *input_shape)`` inputs to ``(n, n_classes)`` logits. It is
         moved to ``device``; its parameters are not changed (θ is passed to each call). One module
         may be shared by the providers of all silos.
-    X, y, s : one silo's features (``n × d``, float), label and group indices.
+    X, y, s : one silo's features (``n × d``, float32 or float64, kept as they are; other types are
+        converted to float64), label and group indices.
+    rows : None, or the row indices of ``X`` that hold the silo's records, in order (``X`` is then
+        a matrix shared by several silos, e.g. a :class:`~pfair.federation.Federation`'s; its
+        rows are read in place, never copied).
     n_groups, n_classes : k and l of the federation's global encodings.
     denominator : the silo's fixed m (batch size; ``q·n`` for Poisson sampling; n for full batch).
     fairness, positive_class : the ψ-term's notion.
@@ -308,7 +312,7 @@ class TorchProvider:
                  denominator: float, fairness: str = "demographic_parity", positive_class: int = 1,
                  protect: str = "attribute", clip_theta: float = math.inf, clip_loss: float = math.inf,
                  clip_w: float = math.inf, send_psi: bool = True, input_shape: Sequence[int] | None = None,
-                 device: Any = "auto", chunk_size: int | None = None) -> None:
+                 device: Any = "auto", chunk_size: int | None = None, rows: Any = None) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         if fairness not in FAIRNESS:
@@ -324,11 +328,18 @@ class TorchProvider:
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                        or chunk_size < 1):
             raise ValueError(f"chunk_size must be an integer >= 1 or None (automatic), got {chunk_size!r}")
-        Xa = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+        Xa = np.asarray(X)
+        if Xa.dtype not in (np.float32, np.float64):
+            Xa = Xa.astype(np.float64)
+        Xa = np.ascontiguousarray(Xa)  # float32 stays float32: each batch is cast to the module's dtype
         if Xa.ndim != 2:
             raise ValueError(f"X must be 2-D (n_records, n_features), got shape {Xa.shape}; pass images "
                              "flattened, with input_shape=(C, H, W)")
-        n, d = Xa.shape
+        d = Xa.shape[1]
+        index = None if rows is None else np.asarray(rows, dtype=np.int64).ravel()
+        if index is not None and index.size and (int(index.min()) < 0 or int(index.max()) >= Xa.shape[0]):
+            raise ValueError(f"rows must be row indices of X (0..{Xa.shape[0] - 1})")
+        n = Xa.shape[0] if index is None else index.size
         y = np.asarray(y, dtype=np.int64).ravel()
         s = np.asarray(s, dtype=np.int64).ravel()
         if y.shape[0] != n or s.shape[0] != n:
@@ -374,9 +385,11 @@ class TorchProvider:
         self._margin = norm_margin(self.dtype, self._sizes)
         #: Host ↔ device copies made so far (:meth:`parts` documents how many a step makes).
         self.transfers = {"to_device": 0, "to_host": 0}
-        # The silo's data: a zero-copy CPU view; each batch is moved to the device. Labels and
-        # groups stay on the host, where the penalty's rows are chosen.
+        # The silo's data: a zero-copy CPU view (of its rows of a shared matrix with ``rows``),
+        # in the dtype it came in; each batch is gathered, moved to the device and cast there.
+        # Labels and groups stay on the host, where the penalty's rows are chosen.
         self._X = torch.from_numpy(Xa)
+        self._rows = None if index is None else torch.from_numpy(index)
         self._y_np, self._s_np = y, s
         self._probe()
 
@@ -389,7 +402,8 @@ class TorchProvider:
         from pfair.privacy.calibration import sample_rate_and_denominator
 
         _, denom = sample_rate_and_denominator(settings.sampling, len(silo), settings.batch_size)
-        return cls(module, silo.X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom,
+        X, rows = silo.features_in_place()
+        return cls(module, X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom, rows=rows,
                    fairness=settings.fairness, positive_class=settings.positive_class, protect=settings.protect,
                    send_psi=settings.sends_psi, **settings.clips(), **kwargs)
 
@@ -401,6 +415,8 @@ class TorchProvider:
         return functional_call(self.module, (self._params(flat), self._consts), (x,))
 
     def _inputs(self, rows: torch.Tensor) -> torch.Tensor:
+        if self._rows is not None:
+            rows = self._rows[rows]
         x = self._X.index_select(0, rows) if rows.numel() else self._X[:0]
         return self._to_device(x, self.dtype).reshape((-1, *self.input_shape))
 
