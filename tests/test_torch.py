@@ -39,7 +39,7 @@ from support import fit_interrupted, toy_federation  # noqa: E402
 torch.set_num_threads(1)
 
 #: The digits CNN's test accuracy at DeepSteFFLe's defaults (docs/deep.md, "Defaults"), every seed.
-DIGITS_CNN_ACCURACY = 0.93
+DIGITS_CNN_ACCURACY = 0.92
 NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
 PARTS = ["loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w"]
 
@@ -469,7 +469,7 @@ def test_the_defaults_train_the_digits_cnn_at_every_seed():
     # The same defaults on a data set 25 times smaller: 3 silos of 449 records get batches of 16
     # and steps of 0.0625 (at least 32 rounds per epoch, the step in proportion to the batch);
     # the old fixed step of 1.0 at batches of 256 left the CNN at accuracy 0.10, and 0.5 at
-    # batches of 64 collapsed some seeds. Measured (test split, seeds 0-3): see docs/deep.md.
+    # batches of 64 collapsed some seeds. Measured (test split, seeds 0-3): 0.947, 0.938, 0.938, 0.933.
     data = load_digits_fair()
     silos = np.arange(data.n_train) % 3
     accuracy = []
