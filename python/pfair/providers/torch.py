@@ -130,6 +130,11 @@ def block_sum(factors: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def _added(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
+    """``total + part``, or ``part`` for the first chunk (no zeros to add it to)."""
+    return part if total is None else total + part
+
+
 def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
     """The relative margin δ of the clip: records are clipped to ``C (1 − δ)`` so that the clipped
     vector *as rounded* has norm ≤ C. With u the unit roundoff of ``dtype`` (2⁻²⁴ for float32,
@@ -504,7 +509,7 @@ class TorchProvider:
         n, r = v.shape[0], v.shape[1]
         f64 = torch.float64
         tensors = tuple(t.view(shape) for t, shape in zip(flat.split(self._sizes), self._shapes))
-        sums = [[torch.zeros(size, dtype=f64, device=self.device) for size in self._sizes] for _ in range(r)]
+        sums: list[list[Any]] = [[None] * len(self._sizes) for _ in range(r)]  # float64 totals
         clipped = torch.zeros((), dtype=f64, device=self.device)
         limits = [c * (1.0 - self._margin) for c in clips]  # Python floats: no copy to the device
         for start in range(0, n, self.chunk_size):
@@ -520,15 +525,17 @@ class TorchProvider:
                 fac = factor.to(self.dtype)
                 for t, g in enumerate(grads):
                     for j in range(r):
-                        sums[j][t] += block_sum(fac[:, j], g[:, j])
+                        sums[j][t] = _added(sums[j][t], block_sum(fac[:, j], g[:, j]))
             else:
                 finite = torch.isfinite(norms)
                 for j in range(r):
                     keep = finite[:, j].nonzero().squeeze(1)
                     fac = factor[keep, j].to(self.dtype)
                     for t, g in enumerate(grads):
-                        sums[j][t] += block_sum(fac, g[:, j].index_select(0, keep))
+                        sums[j][t] = _added(sums[j][t], block_sum(fac, g[:, j].index_select(0, keep)))
             del grads
+        if n == 0:
+            return [torch.zeros(self.n_params, dtype=f64, device=self.device) for _ in range(r)], clipped
         return [torch.cat(parts) for parts in sums], clipped
 
     # ------------------------------------------------------------------ transfers
