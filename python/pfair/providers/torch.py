@@ -610,7 +610,8 @@ class TorchProvider:
         v_loss = F - onehot
 
         # The pull-backs v = F ⊙ (g − F·g) of the penalty rows.
-        Fp = F[idx]
+        every = n_pen == nb  # every record of the batch is in the penalty (idx = 0..nb-1)
+        Fp = F if every else F[idx]
         q = (W * W).sum(dim=1)  # B × l
         qp = q[bp]
         cf = 2.0 * invt[bp, sp]  # 2 p_b(s_i)^{-1/2}
@@ -625,11 +626,17 @@ class TorchProvider:
             return gr.to(f64)
 
         def full(vp: torch.Tensor) -> torch.Tensor:  # penalty rows → all rows of the batch
+            if every:
+                return vp
             out = torch.zeros(nb, l, dtype=f64, device=dev)
             return out.index_copy_(0, idx, vp)
 
         n_clipped = torch.zeros((), dtype=f64, device=dev)
-        psi_theta_sfree, psi_theta, psi_w_sfree, psi_w = zeros_t(), zeros_t(), zeros_w(), zeros_w()
+        # Parts left None are zero (not sent, or nothing in the penalty): filled in at the end.
+        psi_theta_sfree: torch.Tensor | None = None
+        psi_theta: torch.Tensor | None = None
+        psi_w_sfree: torch.Tensor | None = None
+        psi_w = zeros_w()
         if self.protect == "attribute":
             loss_grad = batched(v_loss) / m
             if self.send_psi and n_pen:
@@ -638,7 +645,7 @@ class TorchProvider:
                 if math.isinf(self.clip_theta):
                     psi_theta = batched(full(v_b)) / m
                 elif w.any():  # W = 0 (the first round): every b_i is 0
-                    (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x[idx], v_b.unsqueeze(1),
+                    (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x if every else x[idx], v_b.unsqueeze(1),
                                                               [self.clip_theta])
                     psi_theta = sb_sum / m
                 # c: 2 p^{-1/2} F_i into row s_i of block b_i; a_W: −2 W_b diag(Σ F_i).
@@ -674,7 +681,9 @@ class TorchProvider:
                     rec = scale_rows(factor, rec)
                 psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
                          .index_add_(0, bp, rec.reshape(n_pen, k * l)).reshape(-1) / m)
-        parts = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)
+        parts = (loss_grad, zeros_t() if psi_theta_sfree is None else psi_theta_sfree,
+                 zeros_t() if psi_theta is None else psi_theta,
+                 zeros_w() if psi_w_sfree is None else psi_w_sfree, psi_w)
         host = self._to_host(torch.cat([t.detach().to(f64) for t in parts]
                                        + [torch.stack([loss.detach(), psi.detach(), n_clipped])]))
         out = np.split(host, np.cumsum([P, P, P, wl, wl]))
