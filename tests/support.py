@@ -31,8 +31,8 @@ def toy_federation(**kw) -> Federation:
     return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
 
 
-def fit_interrupted(model, *args, at_epoch):
-    """``model.fit(*args)`` stopped by a KeyboardInterrupt (a user's Ctrl-C) when its ``at_epoch``-th
+def fit_interrupted(model, *args, at_epoch, **kwargs):
+    """``model.fit(*args, **kwargs)`` stopped by a KeyboardInterrupt (a user's Ctrl-C) when its ``at_epoch``-th
     epoch ends, the earlier epochs' own ``on_epoch`` callback run as usual; the fit must raise it.
     ``Simulation.run`` is patched only for this call."""
     from pfair.protocol import simulation
@@ -54,4 +54,4 @@ def fit_interrupted(model, *args, at_epoch):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(simulation.Simulation, "run", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            model.fit(*args)
+            model.fit(*args, **kwargs)

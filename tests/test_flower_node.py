@@ -396,3 +396,22 @@ def test_a_node_answers_its_checkpoints_from_its_held_out_share_and_charges_what
     again = node(node_config).checkpoint(st, "run-c", 1, theta)  # asked again: the same release, free
     np.testing.assert_array_equal(again.validation, rel.validation)
     assert len(node(node_config).ledger().events) == before + len(charged)
+
+
+def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
+    # Settings a run config leaves out take DeepSteFFLe's defaults when it names a torch model
+    # (a batch of 256 and a step of 1.0, as for silos of unknown size), SteFFLe's otherwise.
+    model = json.dumps({"factory": "pfair.torch.models:mlp", "kwargs": {"n_features": 3, "n_classes": 2}})
+    deep = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": model})
+    linear = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": ""})
+    assert (deep.lr_theta, deep.batch_size, deep.epochs) == (1.0, 256, 5)
+    from pfair.settings import AUTO_BATCH_PRIVATE, SteFFLeSettings
+
+    d = SteFFLeSettings()
+    assert (linear.lr_theta, linear.batch_size, linear.epochs) == (d.lr_theta, AUTO_BATCH_PRIVATE, d.epochs)
+    # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.
+    small = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "batch_size": 64}), "model": model})
+    assert (small.batch_size, small.lr_theta) == (64, 0.25)
+    given = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "lr_theta": 0.1, "epochs": 2}),
+                                      "model": model})
+    assert (given.lr_theta, given.epochs) == (0.1, 2)

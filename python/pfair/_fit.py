@@ -446,8 +446,10 @@ def warn_model_selection_cost(name: str, stacklevel: int = 3) -> None:
     )
 
 
-def refuse_fit_arguments(name: str, unsupported: dict[str, Any]) -> None:
-    """Refuse keyword arguments ``fit`` does not take, ``sample_weight`` with its reason."""
+def refuse_fit_arguments(name: str, unsupported: dict[str, Any],
+                         takes: str = "sensitive_features, silos, sensitive_silos, eval_set, ledgers and resume") -> None:
+    """Refuse keyword arguments ``fit`` does not take (``takes``: the ones it does), ``sample_weight``
+    with its reason."""
     if not unsupported:
         return
     if "sample_weight" in unsupported:
@@ -459,8 +461,7 @@ def refuse_fit_arguments(name: str, unsupported: dict[str, Any]) -> None:
             "the guarantee per row; a row repeated r times is protected only as a group of r rows), and pass the "
             "weights to the metrics, which take sample_weight= (pfair.metrics)")
     unknown = ", ".join(sorted(unsupported))
-    raise TypeError(f"{name}.fit got unexpected keyword argument(s) {unknown}; it takes sensitive_features, silos, "
-                    "sensitive_silos, eval_set, ledgers and resume")
+    raise TypeError(f"{name}.fit got unexpected keyword argument(s) {unknown}; it takes {takes}")
 
 
 def warn_non_private(name: str, stacklevel: int = 3) -> None:

@@ -417,8 +417,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         self._adopt(state, plans, st, fed.n_groups, fed.n_classes)
         return self
 
+    def _set_theta(self, theta: np.ndarray) -> None:
+        # The epoch's θ is that of the standardised features when fit standardised them: theta_ is
+        # kept in the original units, so a fit interrupted after this epoch predicts on X as given.
+        self.theta_ = self._fold_scaling(np.asarray(theta, dtype=np.float64))
+
     def _history_proba(self, X: Any) -> np.ndarray:
-        return _core.predict_proba(as_features(X), self.theta_, len(self.classes_))
+        # X is scaled as in training (the silos' records, eval_set standardised by _on_epoch).
+        return _core.predict_proba(as_features(X), self._fold_scaling(self.theta_, inverse=True), len(self.classes_))
 
 
 #: scikit-learn checks (``sklearn.utils.estimator_checks``) that call ``fit(X, y)`` and so cannot

@@ -63,6 +63,15 @@ class Silo:
         assert self._base is not None and self._rows is not None
         return self._base[self._rows].astype(np.float64, copy=False)
 
+    def features_in_place(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(matrix, rows)``: the silo's features without a copy, in their stored dtype (float64
+        or float32): its own array and None, or the federation's shared matrix and the silo's
+        row indices into it."""
+        if self._X is not None:
+            return self._X, None
+        assert self._base is not None and self._rows is not None
+        return self._base, self._rows
+
     def strided_X(self, sample: int) -> np.ndarray:
         """At most ``sample`` of the silo's feature rows, every ``ceil(n / sample)``-th one: a view,
         or a gather of those rows only (never a copy of the whole silo)."""

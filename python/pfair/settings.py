@@ -38,6 +38,23 @@ AUTO_BATCH_NONPRIVATE = 256
 #: ``batch_size="auto"`` with ``protect="record"`` (private), where a hidden batch amplifies privacy
 #: and a small one amplifies more (best of 256/1024/4096 on the Adult and Credit Card validation splits).
 AUTO_BATCH_RECORD = 256
+#: DeepSteFFLe's defaults where they differ from SteFFLe's (docs/deep.md, "Defaults"; chosen on
+#: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
+#: :func:`deep_batch_size` and :func:`deep_lr_theta`.
+DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25}
+#: What ``clip="auto"`` means in a private fit of a deep model (no clipping without privacy, as for
+#: SteFFLe): the clip norm the deep defaults were chosen with (with ``lr_w`` 0.25 above), not the
+#: linear model's :data:`PRIVATE_CLIPS` (its protocol did not train networks).
+DEEP_PRIVATE_CLIP = 0.5
+#: ``batch_size="auto"`` of a deep model: at most this many records per silo and round ...
+DEEP_AUTO_BATCH = 256
+#: ... and at least this many rounds per epoch of the smallest silo (a small data set gets
+#: smaller batches rather than a handful of steps), but no batch below :data:`DEEP_MIN_BATCH`.
+DEEP_ROUNDS_PER_EPOCH = 32
+DEEP_MIN_BATCH = 16
+#: ``lr_theta="auto"`` of a deep model: this step at a batch of :data:`DEEP_AUTO_BATCH` records,
+#: in proportion to the batch otherwise (the linear scaling rule).
+DEEP_LR_AT_AUTO_BATCH = 1.0
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
 #: ``checkpoints="auto"`` where a checkpoint's releases cost budget (a fairness target, or
@@ -55,6 +72,43 @@ def auto_sampling(protect: str, mode: str = "standard") -> str:
     cheapest account), ``"without_replacement"`` when whole records are (a hidden fixed-size batch
     amplifies privacy) and in the hybrid modes (which sample fixed-size batches)."""
     return "shuffle" if protect == "attribute" and mode == "standard" else "without_replacement"
+
+
+def deep_batch_size(sizes: Any = None) -> int:
+    """``batch_size="auto"`` of a deep model for silos of ``sizes`` records:
+    ``min(DEEP_AUTO_BATCH, max(DEEP_MIN_BATCH, n_min // DEEP_ROUNDS_PER_EPOCH), n_min)`` with n_min
+    the smallest silo — 256 on Adult, 16 for the 8×8 digits in 3 silos. Silo sizes are public
+    (they set δ and the rounds per epoch). ``sizes=None`` (a deployment, where no party knows
+    every silo's size when it calibrates): :data:`DEEP_AUTO_BATCH`."""
+    if sizes is None or len(sizes) == 0:
+        return DEEP_AUTO_BATCH
+    smallest = int(min(int(n) for n in sizes))
+    return max(1, min(DEEP_AUTO_BATCH, max(DEEP_MIN_BATCH, smallest // DEEP_ROUNDS_PER_EPOCH), smallest))
+
+
+def deep_lr_theta(batch_size: int) -> float:
+    """``lr_theta="auto"`` of a deep model: ``DEEP_LR_AT_AUTO_BATCH · batch / DEEP_AUTO_BATCH``, the
+    linear scaling rule of SGD (Goyal et al., "Accurate, Large Minibatch SGD: Training ImageNet in
+    1 Hour", 2017): the step per record stays the same, so a small batch takes small steps (the
+    digits CNN collapses at steps of 0.5 and more at batches of 32–64, and trains at 0.0625 at 16)."""
+    return DEEP_LR_AT_AUTO_BATCH * int(batch_size) / DEEP_AUTO_BATCH
+
+
+def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
+    """``params`` (estimator hyper-parameters or run-config settings) with a deep model's ``"auto"``
+    ``batch_size`` and ``lr_theta`` resolved for silos of ``sizes`` (None: a deployment), and a
+    private fit's ``clip="auto"`` as :data:`DEEP_PRIVATE_CLIP`."""
+    out = dict(params)
+    if isinstance(out.get("clip"), str) and out["clip"] == "auto" and out.get("epsilon") is not None:
+        out["clip"] = DEEP_PRIVATE_CLIP
+    if isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto":
+        out["batch_size"] = deep_batch_size(sizes)
+    if isinstance(out.get("lr_theta"), str) and out["lr_theta"] == "auto":
+        batch = out.get("batch_size")
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)):
+            raise ValueError(f"lr_theta='auto' scales the step with an integer batch_size, got batch_size={batch!r}")
+        out["lr_theta"] = deep_lr_theta(int(batch))
+    return out
 
 
 def default_delta(n_records: int) -> float:

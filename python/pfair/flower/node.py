@@ -111,11 +111,13 @@ LOCK_FILE = "node"  # the lock is node.lock: one message at a time touches the s
 
 def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     """SteFFLe settings from a run config's ``settings`` entry (a JSON object); ``noise_seed``
-    is ignored there: a node's noise is its own business."""
+    is ignored there: a node's noise is its own business. A setting the entry leaves out takes
+    SteFFLe's default, or DeepSteFFLe's when the run config names a deep ``model``
+    (:data:`pfair.settings.DEEP_DEFAULTS`; batch and step as for silos of unknown size: 256 and 1.0)."""
     raw = run_config.get("settings")
     if raw is None:
         raise ValueError("the run config has no 'settings' entry (a JSON object of SteFFLe settings)")
-    from pfair.settings import CLIP_NAMES
+    from pfair.settings import CLIP_NAMES, DEEP_DEFAULTS, resolve_deep_defaults
 
     params = json.loads(raw) if isinstance(raw, str) else dict(raw)
     params["noise_seed"] = None
@@ -123,6 +125,9 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     # calibration ("auto": the same default as SteFFLe's, the PLD for hidden batches, which a
     # deployed silo refuses, and otherwise the exact account).
     defaults = SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES} | {"calibration": "auto"}
+    deep = run_config.get("model") not in (None, "", "{}")
+    if deep:
+        defaults |= DEEP_DEFAULTS
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown SteFFLe settings in the run config: {unknown}")
@@ -132,7 +137,8 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
-        st = SteFFLeSettings.from_estimator_params({**defaults, **params})
+        params = {**defaults, **params}
+        st = SteFFLeSettings.from_estimator_params(resolve_deep_defaults(params) if deep else params)
     # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
     return st.for_sizes([st.auto_batch])
 

@@ -113,14 +113,26 @@ SUM_BLOCK = 64
 def block_sum(factors: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``Σ_i f_i · rows_i`` in float64, summed in the rows' dtype over blocks of at most
     :data:`SUM_BLOCK` records and in float64 across blocks: the rounding a record's neighbours
-    can add to the sum it is in stays within :func:`norm_margin`'s bound."""
+    can add to the sum it is in stays within :func:`norm_margin`'s bound. The whole blocks are
+    one batched product (``bmm`` of ``c/k`` blocks of ``1 × k`` factors by ``k × numel`` rows),
+    the last partial block one product."""
+    n, k = factors.shape[0], SUM_BLOCK
+    whole = n // k * k
     total = None
-    for a in range(0, factors.shape[0], SUM_BLOCK):
-        part = (factors[a:a + SUM_BLOCK] @ rows[a:a + SUM_BLOCK]).to(torch.float64)
+    if whole:
+        blocks = torch.bmm(factors[:whole].view(-1, 1, k), rows[:whole].reshape(whole // k, k, -1))
+        total = blocks.to(torch.float64).sum(dim=(0, 1))
+    if whole < n:
+        part = (factors[whole:] @ rows[whole:]).to(torch.float64)
         total = part if total is None else total + part
     if total is None:
         return torch.zeros(rows.shape[1:], dtype=torch.float64, device=rows.device)
     return total
+
+
+def _added(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
+    """``total + part``, or ``part`` for the first chunk (no zeros to add it to)."""
+    return part if total is None else total + part
 
 
 def norm_margin(dtype: torch.dtype, sizes: Sequence[int]) -> float:
@@ -282,7 +294,11 @@ class TorchProvider:
     module : torch.nn.Module mapping ``(n, *input_shape)`` inputs to ``(n, n_classes)`` logits. It is
         moved to ``device``; its parameters are not changed (θ is passed to each call). One module
         may be shared by the providers of all silos.
-    X, y, s : one silo's features (``n × d``, float), label and group indices.
+    X, y, s : one silo's features (``n × d``, float32 or float64, kept as they are; other types are
+        converted to float64), label and group indices.
+    rows : None, or the row indices of ``X`` that hold the silo's records, in order (``X`` is then
+        a matrix shared by several silos, e.g. a :class:`~pfair.federation.Federation`'s; its
+        rows are read in place, never copied).
     n_groups, n_classes : k and l of the federation's global encodings.
     denominator : the silo's fixed m (batch size; ``q·n`` for Poisson sampling; n for full batch).
     fairness, positive_class : the ψ-term's notion.
@@ -301,7 +317,7 @@ class TorchProvider:
                  denominator: float, fairness: str = "demographic_parity", positive_class: int = 1,
                  protect: str = "attribute", clip_theta: float = math.inf, clip_loss: float = math.inf,
                  clip_w: float = math.inf, send_psi: bool = True, input_shape: Sequence[int] | None = None,
-                 device: Any = "auto", chunk_size: int | None = None) -> None:
+                 device: Any = "auto", chunk_size: int | None = None, rows: Any = None) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         if fairness not in FAIRNESS:
@@ -317,11 +333,18 @@ class TorchProvider:
         if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                        or chunk_size < 1):
             raise ValueError(f"chunk_size must be an integer >= 1 or None (automatic), got {chunk_size!r}")
-        Xa = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+        Xa = np.asarray(X)
+        if Xa.dtype not in (np.float32, np.float64):
+            Xa = Xa.astype(np.float64)
+        Xa = np.ascontiguousarray(Xa)  # float32 stays float32: each batch is cast to the module's dtype
         if Xa.ndim != 2:
             raise ValueError(f"X must be 2-D (n_records, n_features), got shape {Xa.shape}; pass images "
                              "flattened, with input_shape=(C, H, W)")
-        n, d = Xa.shape
+        d = Xa.shape[1]
+        index = None if rows is None else np.asarray(rows, dtype=np.int64).ravel()
+        if index is not None and index.size and (int(index.min()) < 0 or int(index.max()) >= Xa.shape[0]):
+            raise ValueError(f"rows must be row indices of X (0..{Xa.shape[0] - 1})")
+        n = Xa.shape[0] if index is None else index.size
         y = np.asarray(y, dtype=np.int64).ravel()
         s = np.asarray(s, dtype=np.int64).ravel()
         if y.shape[0] != n or s.shape[0] != n:
@@ -367,9 +390,11 @@ class TorchProvider:
         self._margin = norm_margin(self.dtype, self._sizes)
         #: Host ↔ device copies made so far (:meth:`parts` documents how many a step makes).
         self.transfers = {"to_device": 0, "to_host": 0}
-        # The silo's data: a zero-copy CPU view; each batch is moved to the device. Labels and
-        # groups stay on the host, where the penalty's rows are chosen.
+        # The silo's data: a zero-copy CPU view (of its rows of a shared matrix with ``rows``),
+        # in the dtype it came in; each batch is gathered, moved to the device and cast there.
+        # Labels and groups stay on the host, where the penalty's rows are chosen.
         self._X = torch.from_numpy(Xa)
+        self._rows = None if index is None else torch.from_numpy(index)
         self._y_np, self._s_np = y, s
         self._probe()
 
@@ -382,7 +407,8 @@ class TorchProvider:
         from pfair.privacy.calibration import sample_rate_and_denominator
 
         _, denom = sample_rate_and_denominator(settings.sampling, len(silo), settings.batch_size)
-        return cls(module, silo.X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom,
+        X, rows = silo.features_in_place()
+        return cls(module, X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom, rows=rows,
                    fairness=settings.fairness, positive_class=settings.positive_class, protect=settings.protect,
                    send_psi=settings.sends_psi, **settings.clips(), **kwargs)
 
@@ -394,6 +420,8 @@ class TorchProvider:
         return functional_call(self.module, (self._params(flat), self._consts), (x,))
 
     def _inputs(self, rows: torch.Tensor) -> torch.Tensor:
+        if self._rows is not None:
+            rows = self._rows[rows]
         x = self._X.index_select(0, rows) if rows.numel() else self._X[:0]
         return self._to_device(x, self.dtype).reshape((-1, *self.input_shape))
 
@@ -481,32 +509,33 @@ class TorchProvider:
         n, r = v.shape[0], v.shape[1]
         f64 = torch.float64
         tensors = tuple(t.view(shape) for t, shape in zip(flat.split(self._sizes), self._shapes))
-        sums = [[torch.zeros(size, dtype=f64, device=self.device) for size in self._sizes] for _ in range(r)]
+        sums: list[list[Any]] = [[None] * len(self._sizes) for _ in range(r)]  # float64 totals
         clipped = torch.zeros((), dtype=f64, device=self.device)
         limits = [c * (1.0 - self._margin) for c in clips]  # Python floats: no copy to the device
         for start in range(0, n, self.chunk_size):
             sl = slice(start, start + self.chunk_size)
             grads = self._per_record(tensors, x[sl], v[sl].to(self.dtype))
-            sq = squared_norms(grads)  # c × r, float64
-            norms = sq.sqrt()
-            factor = torch.ones_like(norms)
-            for j, limit in enumerate(limits):
-                over = norms[:, j] > limit  # False for NaN, and for every record when C = inf
-                clipped = clipped + over.sum(dtype=f64)
-                factor[:, j] = torch.where(over, limit / torch.where(over, norms[:, j], 1.0), 1.0)
-            finite = torch.isfinite(norms)
-            if self._host_flag(finite.all()):
+            norms = squared_norms(grads).sqrt()  # c × r, float64
+            # f = min(1, limit / ‖G‖): 1 for a zero gradient (limit / 0 = inf) and for every record
+            # when C = inf; NaN or 0 for a non-finite norm, whose record is left out below.
+            factor = torch.stack([(limit / norms[:, j]).clamp_(max=1.0) for j, limit in enumerate(limits)], 1) \
+                if r > 1 else (limits[0] / norms).clamp_(max=1.0)
+            clipped = clipped + sum((norms[:, j] > limit).sum(dtype=f64) for j, limit in enumerate(limits))
+            if self._host_flag(torch.isfinite(norms.sum())):  # one reduction: is every norm finite?
                 fac = factor.to(self.dtype)
                 for t, g in enumerate(grads):
                     for j in range(r):
-                        sums[j][t] += block_sum(fac[:, j], g[:, j])
+                        sums[j][t] = _added(sums[j][t], block_sum(fac[:, j], g[:, j]))
             else:
+                finite = torch.isfinite(norms)
                 for j in range(r):
                     keep = finite[:, j].nonzero().squeeze(1)
                     fac = factor[keep, j].to(self.dtype)
                     for t, g in enumerate(grads):
-                        sums[j][t] += block_sum(fac, g[:, j].index_select(0, keep))
+                        sums[j][t] = _added(sums[j][t], block_sum(fac, g[:, j].index_select(0, keep)))
             del grads
+        if n == 0:
+            return [torch.zeros(self.n_params, dtype=f64, device=self.device) for _ in range(r)], clipped
         return [torch.cat(parts) for parts in sums], clipped
 
     # ------------------------------------------------------------------ transfers
@@ -581,7 +610,8 @@ class TorchProvider:
         v_loss = F - onehot
 
         # The pull-backs v = F ⊙ (g − F·g) of the penalty rows.
-        Fp = F[idx]
+        every = n_pen == nb  # every record of the batch is in the penalty (idx = 0..nb-1)
+        Fp = F if every else F[idx]
         q = (W * W).sum(dim=1)  # B × l
         qp = q[bp]
         cf = 2.0 * invt[bp, sp]  # 2 p_b(s_i)^{-1/2}
@@ -596,11 +626,17 @@ class TorchProvider:
             return gr.to(f64)
 
         def full(vp: torch.Tensor) -> torch.Tensor:  # penalty rows → all rows of the batch
+            if every:
+                return vp
             out = torch.zeros(nb, l, dtype=f64, device=dev)
             return out.index_copy_(0, idx, vp)
 
         n_clipped = torch.zeros((), dtype=f64, device=dev)
-        psi_theta_sfree, psi_theta, psi_w_sfree, psi_w = zeros_t(), zeros_t(), zeros_w(), zeros_w()
+        # Parts left None are zero (not sent, or nothing in the penalty): filled in at the end.
+        psi_theta_sfree: torch.Tensor | None = None
+        psi_theta: torch.Tensor | None = None
+        psi_w_sfree: torch.Tensor | None = None
+        psi_w = zeros_w()
         if self.protect == "attribute":
             loss_grad = batched(v_loss) / m
             if self.send_psi and n_pen:
@@ -609,7 +645,7 @@ class TorchProvider:
                 if math.isinf(self.clip_theta):
                     psi_theta = batched(full(v_b)) / m
                 elif w.any():  # W = 0 (the first round): every b_i is 0
-                    (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x[idx], v_b.unsqueeze(1),
+                    (sb_sum,), n_clipped = self._clipped_sums(leaf.detach(), x if every else x[idx], v_b.unsqueeze(1),
                                                               [self.clip_theta])
                     psi_theta = sb_sum / m
                 # c: 2 p^{-1/2} F_i into row s_i of block b_i; a_W: −2 W_b diag(Σ F_i).
@@ -645,7 +681,9 @@ class TorchProvider:
                     rec = scale_rows(factor, rec)
                 psi_w = (torch.zeros(B, k * l, dtype=f64, device=dev)
                          .index_add_(0, bp, rec.reshape(n_pen, k * l)).reshape(-1) / m)
-        parts = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)
+        parts = (loss_grad, zeros_t() if psi_theta_sfree is None else psi_theta_sfree,
+                 zeros_t() if psi_theta is None else psi_theta,
+                 zeros_w() if psi_w_sfree is None else psi_w_sfree, psi_w)
         host = self._to_host(torch.cat([t.detach().to(f64) for t in parts]
                                        + [torch.stack([loss.detach(), psi.detach(), n_clipped])]))
         out = np.split(host, np.cumsum([P, P, P, wl, wl]))

@@ -27,7 +27,14 @@ from torch import nn
 
 from sklearn.base import ClassifierMixin
 
-from pfair._fit import SteFFLeFit, missing_sensitive_message
+from pfair._fit import (
+    SteFFLeFit,
+    _listed,
+    feature_scale_refusal,
+    missing_sensitive_message,
+    refuse_fit_arguments,
+    unscaled_columns,
+)
 from pfair._validation import as_vector
 from pfair.estimators import SteFFLe
 from pfair.exceptions import ConvergenceWarning, NotFittedError
@@ -41,18 +48,15 @@ from pfair.providers.torch import (
     resolve_device,
     set_module_theta,
 )
-from pfair.settings import SteFFLeSettings
+from pfair.settings import DEEP_DEFAULTS, SteFFLeSettings, resolve_deep_defaults
 
-#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s: the linear model's of the time (SGD
-#: step 0.25, batch up to 4,096, 40 epochs) did not train a network in a few epochs (an MLP on Adult: test
-#: error 0.232 after 5 epochs, the constant predictor's 0.248). Chosen on a validation split of
-#: Adult's training data by ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults"), with
-#: ``lr_w=0.25`` and a private clip norm of 0.5 (:data:`DEEP_PRIVATE_CLIP`), which the network keeps:
-#: the linear model's protocol (pfair.experiments.defaults) did not train networks. With them the
-#: private rows of ``docs/optimisation/deep_tradeoff.py`` reproduce docs/results.md's table.
-DEEP_DEFAULTS = {"lr_theta": 1.0, "batch_size": 256, "epochs": 5, "lr_w": 0.25}
-#: What ``clip="auto"`` means in a private DeepSteFFLe fit (no clipping without privacy, as SteFFLe).
-DEEP_PRIVATE_CLIP = 0.5
+#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s (:data:`pfair.settings.DEEP_DEFAULTS`):
+#: the linear model's (SGD step 0.25, batch up to 4,096, 40 epochs) do not train a network in a few
+#: epochs (an MLP on Adult: test error 0.232 after 5 epochs, the constant predictor's 0.248).
+#: ``batch_size="auto"``: at most 256 records and at least 32 rounds per epoch of the smallest silo;
+#: ``lr_theta="auto"``: 1.0 at a batch of 256, in proportion to the batch otherwise. Chosen on
+#: validation splits of Adult (an MLP) and the 8×8 digits (a CNN) by
+#: ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
 #: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``, but
 #: for :data:`DEEP_DEFAULTS`).
 STEFFLE_PARAMS = [p.replace(default=DEEP_DEFAULTS.get(p.name, p.default))
@@ -156,10 +160,11 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         Every parameter of :class:`pfair.SteFFLe` (``fairness``, ``lam``, ``epsilon``, ``delta``,
         ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
-        the same meaning and defaults, except ``lr_theta=1.0``, ``batch_size=256``, ``epochs=5``,
-        ``lr_w=0.25`` (:data:`DEEP_DEFAULTS`: SGD on a network needs more, smaller steps than the
-        linear model) and ``clip="auto"`` = 0.5 when private (:data:`DEEP_PRIVATE_CLIP`); ``mode``
-        must be ``"standard"``.
+        the same meaning and defaults, except ``lr_theta="auto"``, ``batch_size="auto"``, ``epochs=5``,
+        ``lr_w=0.25`` and, when private, ``clip="auto"`` = 0.5 (:data:`pfair.settings.DEEP_DEFAULTS`: SGD
+        on a network needs more, smaller steps than the linear model): the batch is
+        ``min(256, max(16, n_min // 32))`` records for a smallest silo of n_min records, the step
+        ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``.
 
     Attributes
     ----------
@@ -204,12 +209,14 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         return f"{type(self).__name__}({', '.join(shown)})"
 
     # ------------------------------------------------------------------ settings
-    def settings(self) -> SteFFLeSettings:
-        """SteFFLe's frozen settings, with ``clip="auto"`` meaning :data:`DEEP_PRIVATE_CLIP` in a
-        private fit (the clip norm the deep defaults were chosen with)."""
-        st = super().settings()
-        if isinstance(self.clip, str) and self.clip == "auto" and st.private:
-            st = replace(st, clip=DEEP_PRIVATE_CLIP)
+    def settings(self, sizes: Any = None) -> SteFFLeSettings:
+        """The validated, frozen settings of a fit on silos of ``sizes`` records, with
+        ``batch_size="auto"`` and ``lr_theta="auto"`` resolved by the deep rule
+        (:func:`pfair.settings.resolve_deep_defaults`; ``sizes=None``: silos of unknown size, as in
+        a deployment: batch 256, step 1.0)."""
+        params = resolve_deep_defaults({**self._fixed_settings, **self.get_params(deep=False)}, sizes)
+        st = SteFFLeSettings.from_estimator_params(params)
+        self._check_settings(st)
         return st
 
     def _check_settings(self, st: SteFFLeSettings) -> None:
@@ -239,12 +246,25 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,
-            eval_set: tuple[Any, Any, Any] | None = None, ledgers: Any = None, resume: bool = False) -> "DeepSteFFLe":
+            eval_set: tuple[Any, Any, Any] | None = None, ledgers: Any = None, resume: bool = False,
+            **unsupported: Any) -> "DeepSteFFLe":
         """Train on a :class:`~pfair.Federation`, or on arrays split by ``silos`` (one silo id per
         record; None: one silo). ``X`` may be 2-D (records × features) or an array of images
         ``(n, *input_shape)``. ``eval_set=(X, y, sensitive_features)`` adds metrics on data you
-        hold to ``history_``. ``ledgers`` and ``resume`` as in :meth:`pfair.SteFFLe.fit`."""
-        st = self.settings()
+        hold to ``history_``. ``ledgers`` and ``resume`` as in :meth:`pfair.SteFFLe.fit`.
+
+        Arrays far from standardised (a column with |mean| or std above 10) are standardised with
+        the training data's mean and std when the fit may use them (``protect="attribute"`` or
+        ``epsilon=None``), and refused in a private ``protect="record"`` fit or in a Federation,
+        as :class:`pfair.SteFFLe` does. A network cannot be folded back to the original units, so
+        the scaling stays part of the fitted model: ``feature_scaling_ = (mean, std)``, set before
+        the first round (an interrupted fit keeps it), applied by ``predict``/``predict_proba``;
+        ``module_`` takes standardised inputs. A warm start or ``resume`` keeps the scaling the
+        module was trained with. ``sample_weight`` is refused with the reason
+        (:func:`pfair._fit.refuse_fit_arguments`)."""
+        refuse_fit_arguments(type(self).__name__, unsupported,
+                             takes="sensitive_features, silos, eval_set, ledgers and resume")
+        st = self.settings()  # "auto" batch and step as for silos of unknown size (resolved below)
         self._check_deep_params()
         shape = None if self.input_shape is None else tuple(int(v) for v in self.input_shape)
         if not isinstance(X, Federation):
@@ -257,7 +277,15 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                 X = arr.reshape(arr.shape[0], -1)
         if sensitive_features is None and not isinstance(X, Federation):
             raise ValueError(missing_sensitive_message(type(self).__name__))
+        warm = (st.warm_start or resume) and hasattr(self, "module_") and hasattr(self, "theta_")
+        # A warm start or a resumed fit continues a module trained on inputs scaled as before.
+        self._keep_scaling = (getattr(self, "feature_scaling_", None),) if warm else None
         fed = self._federation(X, y, sensitive_features, silos, st)
+        st = self.settings(fed.sizes)
+        if self._scaling is not None:
+            self.feature_scaling_ = self._scaling
+        elif hasattr(self, "feature_scaling_"):
+            del self.feature_scaling_
         self._check_privacy(st, fed, X)
         d, k, l = fed.n_features, fed.n_groups, fed.n_classes
         shape = shape or (d,)
@@ -269,7 +297,6 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         self.device_ = resolve_device(self.device)
 
         previous = self._resume_state(st, resume)
-        warm = (st.warm_start or resume) and hasattr(self, "module_") and hasattr(self, "theta_")
         if warm:
             module = self.module_
         else:
@@ -296,8 +323,41 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                                      provider_factory=factory)
         self._adopt(state, plans, st, k, l)
         set_module_theta(self.module_, self.theta_)
-        self._check_better_than_constant(fed)
+        if len(self.checkpoints_) == 0:  # else the checkpoint guard (pfair.validation) has decided
+            self._check_better_than_constant(fed)
         return self
+
+    _checks_feature_scale = True
+
+    def _standardise_if_unscaled(self, Xa: np.ndarray, names: list[str] | None, st: SteFFLeSettings) -> np.ndarray:
+        """``Xa`` standardised per column when a column is far from it, as
+        :meth:`pfair._fit.SteFFLeFit._standardise_if_unscaled` decides (allowed with
+        ``protect="attribute"`` or ``epsilon=None``, refused in a private ``protect="record"`` fit),
+        with the difference that the scaling is kept as the model's input transform
+        (``feature_scaling_``) instead of being folded into θ. A warm start or resume reuses the
+        previous fit's scaling (or none), the units its module was trained in."""
+        name = type(self).__name__
+        if self._keep_scaling is not None:
+            (kept,) = self._keep_scaling
+            self._scaling = kept
+            return Xa if kept is None else ((Xa - kept[0]) / kept[1]).astype(Xa.dtype, copy=False)
+        bad, mean, std = unscaled_columns([Xa])
+        if bad.size == 0:
+            return Xa
+        if st.private and st.protect == "record":
+            raise feature_scale_refusal(bad, mean, std, names, st, name, federation=False)
+        warnings.warn(
+            f"{name}.fit standardised the inputs (mean 0, std 1 per feature, with the training data's mean and std) "
+            f"because {_listed(bad, mean, std, names)} would make training diverge; predict and predict_proba apply "
+            f"the same scaling (feature_scaling_), and module_ takes standardised inputs. To choose the scaling "
+            f"yourself, standardise X before the fit. (With protect='attribute' or epsilon=None the features are not "
+            f"what the fit protects, so their statistics may be used.)", UserWarning, stacklevel=4)
+        self._scaling = (mean, np.where(std > 0, std, 1.0))
+        return ((Xa - mean) / self._scaling[1]).astype(Xa.dtype, copy=False)
+
+    def _fold_scaling(self, theta: np.ndarray, inverse: bool = False) -> np.ndarray:
+        """θ as it is: the input scaling is ``feature_scaling_``, not folded into the network."""
+        return np.asarray(theta, dtype=np.float64)
 
     def _check_better_than_constant(self, fed: Federation) -> None:
         """Warn (:class:`~pfair.exceptions.ConvergenceWarning`) when the trained module is no better on
@@ -310,16 +370,17 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         rows = np.arange(n)
         if n > CHECK_RECORDS:
             rows = np.sort(np.random.default_rng(0).choice(n, CHECK_RECORDS, replace=False))
-        X, y, _ = fed.pooled(rows)  # the sampled records only, not a copy of every silo
-        error = float(np.mean(np.argmax(self.predict_proba(X), axis=1) != y))
+        X, y, _ = fed.pooled(rows)  # the sampled records only, not a copy of every silo (scaled as trained)
+        error = float(np.mean(np.argmax(self._module_proba(self._inputs(X)), axis=1) != y))
         constant = trivial_error(y)
         if error >= constant:
             warnings.warn(
                 f"the trained module's training error {error:.3f} is no better than the constant predictor's "
-                f"{constant:.3f}: it did not train. The defaults ({DEEP_DEFAULTS}) were chosen for an MLP on tabular "
-                "data: a smaller lr_theta when the model collapsed to one class (the digits CNN needs about 0.5 and "
-                "100 rounds), more epochs or a larger lr_theta when it barely moved; also lower lam, check that the "
-                "inputs are scaled, or raise epsilon / clip when the noise swamps the updates",
+                f"{constant:.3f}: it did not train. The defaults ({DEEP_DEFAULTS}: a batch of at most 256 records and at "
+                "least 32 rounds per epoch, a step of batch/256) were chosen for an MLP on tabular data and a small "
+                "CNN on images: a smaller lr_theta when the model collapsed to one class, more epochs or a larger "
+                "lr_theta when it barely moved; also lower lam, or raise epsilon / clip when the noise swamps the "
+                "updates",
                 ConvergenceWarning, stacklevel=3)
 
     def _set_theta(self, theta: np.ndarray) -> None:
@@ -327,7 +388,9 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         set_module_theta(self.module_, self.theta_)
 
     def _history_proba(self, X: Any) -> np.ndarray:
-        return self.predict_proba(X)
+        # The engine's sets are scaled as the module was trained (the silos' records; eval_set
+        # standardised by _on_epoch).
+        return self._module_proba(self._inputs(X))
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
@@ -349,9 +412,18 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                          f"(n, *{tuple(shape)}) inputs")
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities ``softmax(module_(x))``, shape ``(n, l)``, float64."""
+        """Class probabilities ``softmax(module_(x))``, shape ``(n, l)``, float64; ``x`` is ``X``
+        scaled by ``feature_scaling_`` when the fit standardised its inputs."""
         self._check_fitted()
         arr = self._inputs(X)
+        scaling = getattr(self, "feature_scaling_", None)
+        if scaling is not None:
+            mean, std = scaling
+            arr = ((arr.reshape(arr.shape[0], -1) - mean) / std).reshape(arr.shape)
+        return self._module_proba(arr)
+
+    def _module_proba(self, arr: np.ndarray) -> np.ndarray:
+        """``softmax(module_(arr))`` of inputs ``arr`` already shaped (and scaled) for the module."""
         if not np.isfinite(arr).all():
             raise ValueError("X contains NaN or inf; impute or drop those rows")
         dtype = next(p.dtype for p in self.module_.parameters())

@@ -340,6 +340,15 @@ impl PySiloSet {
     }
 }
 
+/// The five parts of one message as NumPy arrays (`server_update`'s `messages`).
+type MessageArrays<'py> = (
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, f64>,
+);
+
 /// Server step of one round (`server::server_update`) from the silos' messages, each the five
 /// parts `(loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)`, with weights summing to
 /// 1. Returns the new `(theta, W)`.
@@ -352,7 +361,9 @@ pub(super) fn server_update<'py>(
     theta: PyReadonlyArray1<'py, f64>,
     w: PyReadonlyArray1<'py, f64>,
     block_len: usize,
-    messages: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)>,
+    // NumPy arrays, read as slices: extracting `Vec<f64>` goes through Python one float at a time
+    // (about 200 µs per round for a 3,000-parameter network's three θ-parts).
+    messages: Vec<MessageArrays<'py>>,
     weights: Vec<f64>,
     lam: f64,
     lr_theta: f64,
@@ -372,7 +383,8 @@ pub(super) fn server_update<'py>(
         return Err(value_error(format!("W has {} entries, not a multiple of block_len={block_len}", wv.len())));
     }
     let mut msgs = Vec::with_capacity(messages.len());
-    for (j, (g, at, ht, aw, hw)) in messages.into_iter().enumerate() {
+    for (j, arrays) in messages.iter().enumerate() {
+        let [g, at, ht, aw, hw] = [&arrays.0, &arrays.1, &arrays.2, &arrays.3, &arrays.4].map(|a| a.as_array().to_vec());
         if g.len() != th.len() || at.len() != th.len() || ht.len() != th.len() || aw.len() != wv.len() || hw.len() != wv.len() {
             return Err(value_error(format!("message {j}: the θ parts need length {} and the W parts {}", th.len(), wv.len())));
         }
