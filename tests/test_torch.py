@@ -603,8 +603,9 @@ def test_the_provider_reads_a_float32_federation_in_place():
 def test_a_fit_no_better_than_the_constant_predictor_warns():
     data = pfair.datasets.load_adult()
     X, y, s = data.X_train[:1500], data.y_train[:1500], data.s_train[:1500]
-    with pytest.warns(pfair.exceptions.ConvergenceWarning, match="no better than the constant predictor"):
-        # lr_theta = 0: the randomly initialised module is kept.
+    with pytest.warns(pfair.exceptions.NotBetterThanConstantWarning,
+                      match="no model of this fit is clearly better than the constant predictor"):
+        # lr_theta = 0: the randomly initialised module is kept; the checkpoint guard says so.
         DeepSteFFLe(mlp(data.n_features, 2), lr_theta=0.0, epochs=1, lam=0.0, init_seed=1, device="cpu",
                     track_history=False).fit(X, y, sensitive_features=s)
 
