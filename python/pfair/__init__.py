@@ -23,16 +23,16 @@ from pfair import _core
 
 __version__: str = _core.__version__
 
-__all__ = ["Federation", "SteFFLe", "datasets", "metrics", "partition", "privacy", "__version__"]
+__all__ = ["Federation", "SteFFLe", "datasets", "metrics", "model_selection", "partition", "privacy", "__version__"]
 
 # The names below load on first use (PEP 562): ``import pfair`` stays cheap for the processes
 # that need only part of it (a Flower ClientApp starts a fresh process for every message, and
 # scikit-learn and pandas alone take seconds to import there).
-_SUBMODULES = {"datasets", "metrics", "partition", "privacy"}
+_SUBMODULES = {"datasets", "metrics", "model_selection", "partition", "privacy"}
 _CLASSES = {"SteFFLe": "pfair.estimators", "Federation": "pfair.federation"}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pfair import datasets, metrics, partition, privacy
+    from pfair import datasets, metrics, model_selection, partition, privacy
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
 

@@ -133,6 +133,7 @@ class PrivateSearch(BaseEstimator):
         ``accounting`` ("composition"), ``epsilon_random_stopping`` (the best of a geometric number of
         runs of mean k of the most expensive candidate, released alone) and ``cheaper_account``.
     ledgers_ : the silos' ledgers.
+    candidate_events_ : per candidate, per silo, the ledger events its fit charged.
     """
 
     def __init__(self, estimator: Any, param_grid: Any, *, max_violation: float | None | str = "auto",
@@ -307,6 +308,8 @@ class PrivateSearch(BaseEstimator):
         results["accounting"] = "composition" if private else "none (non-private)"
         self.results_ = results
         self.ledgers_ = book
+        #: per candidate, per silo: the ledger events its fit charged
+        self.candidate_events_ = charged
         self.privacy_report_ = self._report(book, before, charged, k)
         self.classes_ = getattr(self.best_estimator_, "classes_", None)
         if why is not None:
