@@ -274,3 +274,26 @@ def test_a_search_on_spent_ledgers_gets_what_is_left_and_no_more():
 
 def test_pfair_exports_model_selection():
     assert pfair.model_selection.PrivateSearch is PrivateSearch
+
+
+# ------------------------------------------------------------------ pfair train --tune
+def test_pfair_train_tune_prints_the_choice_and_the_searchs_epsilon(capsys):
+    import json
+
+    from pfair.cli import main
+    from pfair.model_selection import DEFAULT_GRID
+
+    assert main(["train", "--dataset", "compas", "--epsilon", "1", "--epochs", "3", "--tune", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    tune = result["tune"]
+    n = len(DEFAULT_GRID["lr_theta"]) * len(DEFAULT_GRID["batch_size"])
+    assert tune["candidates"] == n == len(tune["results"]) and tune["accounting"] == "composition"
+    chosen = [r for r in tune["results"] if r["chosen"]]
+    assert len(chosen) == 1 and {k: chosen[0]["param_" + k] for k in DEFAULT_GRID} == tune["best_params"]
+    # the whole search within the budget, and the figure printed is the silos' ledgers after it
+    assert 0.985 <= tune["epsilon_search"] <= 1.0 and result["epsilon_spent"] == tune["epsilon_search"]
+    assert result["validation_error"] == chosen[0]["validation_error"]
+    assert main(["train", "--dataset", "compas", "--epsilon", "1", "--epochs", "2", "--tune", "--tune-grid",
+                 '{"lr_theta": [0.5, 1.0]}']) == 0
+    out = capsys.readouterr().out
+    assert "the best of 2 candidates" in out and "search        epsilon 0.9" in out and "composition" in out

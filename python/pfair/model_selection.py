@@ -36,7 +36,12 @@ from sklearn.model_selection import ParameterGrid
 from pfair.exceptions import ConvergenceWarning, NotFittedError, PrivacyWarning
 from pfair.validation import CheckpointFigures
 
-__all__ = ["PrivateSearch", "choose_candidate", "search_settings"]
+__all__ = ["DEFAULT_GRID", "PrivateSearch", "choose_candidate", "search_settings"]
+
+#: The grid of ``pfair train --tune``: the step size and the batch, the two levers that matter most
+#: at a fixed budget (docs/model_selection.md). Four candidates; λ stays the user's (an accuracy-only
+#: choice would always take the smallest), or is steered by ``max_violation``.
+DEFAULT_GRID: dict = {"lr_theta": [0.25, 1.0], "batch_size": [256, 1024]}
 
 #: The budget shares of a fit's own releases, priced alone against its ε (``pfair.protocol.plan.BudgetSplit``).
 SHARE_PARAMS = ("p_s_epsilon_share", "max_violation_epsilon_share", "validation_epsilon_share")
