@@ -297,3 +297,21 @@ def test_pfair_train_tune_prints_the_choice_and_the_searchs_epsilon(capsys):
                  '{"lr_theta": [0.5, 1.0]}']) == 0
     out = capsys.readouterr().out
     assert "the best of 2 candidates" in out and "search        epsilon 0.9" in out and "composition" in out
+
+
+def test_the_accounts_table_of_the_docs_is_the_scripts_output(capsys):
+    """docs/model_selection.md, "Composition or random stopping": the table is what its script prints."""
+    import importlib.util
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    spec = importlib.util.spec_from_file_location("model_selection_accounts", docs / "model_selection_accounts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main()
+    table = capsys.readouterr().out.strip()
+    assert table in (docs / "model_selection.md").read_text()
+    # composition wins at two candidates, random stopping (for the returned model alone) from four
+    rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
+    for eps0, k, comp, rs in ((r[0], int(r[1]), float(r[2]), float(r[3])) for r in rows):
+        assert (comp < rs) if k == 2 else (rs < comp), (eps0, k)
