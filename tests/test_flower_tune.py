@@ -46,3 +46,26 @@ def test_a_deployed_search_composes_its_runs_on_the_nodes_ledgers_and_chooses_fr
         zs = sorted({e.noise_multiplier for e in ledger.events if e.name == "steffle_rounds"})
         assert zs[-1] / zs[0] < 1.02  # the same noise for both candidates
     np.testing.assert_array_equal(out["best"]["theta"], out["runs"][out["best_index"]]["theta"])
+
+
+@pytest.mark.slow
+def test_pfair_deploy_local_tune_prints_the_choice_and_the_searchs_epsilon(tmp_path, capsys, monkeypatch):
+    import json
+
+    from pfair.cli import main
+    from pfair.flower.tune import DEPLOY_GRID
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["deploy", "local", "--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "1",
+                 "--batch-size", "300", "--round-timeout", "60", "--timeout", "300", "--workdir", "wd", "--tune",
+                 "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    tune = out["tune"]
+    assert code == 0 and tune["candidates"] == len(DEPLOY_GRID["lr_theta"]) == len(tune["results"])
+    assert tune["best_params"]["lr_theta"] in DEPLOY_GRID["lr_theta"] and tune["accounting"] == "composition"
+    assert out["rounds"] == 2 * 2  # two candidates of two rounds each
+    for j, row in enumerate(out["privacy"]):
+        ledger = PrivacyLedger.load(tmp_path / "wd" / "silos" / f"silo{j}" / "state" / "ledger.json")
+        assert len(ledger.runs) == 2 and row["epsilon_spent"] == pytest.approx(ledger.epsilon_spent(), rel=1e-12)
+        assert 0.985 * 2.0 <= ledger.epsilon_spent() <= 2.0
+    assert out["epsilon_spent"] == tune["epsilon_search"]

@@ -401,9 +401,10 @@ def print_tune(tune: dict) -> None:
     params = ", ".join(f"{k}={v}" for k, v in tune["best_params"].items())
     print(f"tuned         {params}: the best of {tune['candidates']} candidates by their released validation figures")
     if tune["epsilon_search"] is not None:
+        rs = tune.get("epsilon_random_stopping")
         print(f"search        epsilon {tune['epsilon_search']:.4f} for all {tune['candidates']} candidates together "
-              f"({tune['accounting']} on each silo's ledger; a random number of runs released alone would cost "
-              f"{tune['epsilon_random_stopping']:.4f})")
+              f"({tune['accounting']} on each silo's ledger"
+              + ("" if rs is None else f"; a random number of runs released alone would cost {rs:.4f}") + ")")
     for r in tune["results"]:
         params = ", ".join(f"{k[len('param_'):]}={r[k]}" for k in r if k.startswith("param_"))
         err = r["validation_error"]

@@ -17,7 +17,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["deploy_search"]
+__all__ = ["DEPLOY_GRID", "deploy_search"]
+
+#: The grid of ``pfair deploy local --tune``: the step size only (every candidate is a deployed run,
+#: and a round costs about a second on Flower, so the batch stays the user's).
+DEPLOY_GRID: dict = {"lr_theta": [0.25, 1.0]}
 
 
 def _ledgers_before(node_configs: Sequence[Mapping[str, Any]]) -> list:
