@@ -315,3 +315,20 @@ def test_the_accounts_table_of_the_docs_is_the_scripts_output(capsys):
     rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
     for eps0, k, comp, rs in ((r[0], int(r[1]), float(r[2]), float(r[3])) for r in rows):
         assert (comp < rs) if k == 2 else (rs < comp), (eps0, k)
+
+
+def test_a_record_mode_search_charges_its_validation_tables_within_the_budget():
+    """protect="record": the validation tables are DP releases, charged; each candidate's priced alone
+    at the same share of epsilon_1 (the same noise), and the ledgers end within the budget. The rounds
+    are priced by RDP of hidden batches, which the GDP split does not equalise exactly (measured here:
+    the second candidate's noise multiplier about 1.2 times the first's)."""
+    fed = toy_federation(n=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        s = PrivateSearch(pfair.SteFFLe(epsilon=2.0, epochs=3, protect="record", p_s=[0.5, 0.5], seed=1),
+                          {"lr_theta": [0.25, 1.0]}).fit(fed, ledgers="new")
+    zval = [{e.noise_multiplier for e in c[0] if e.name == "validation_table"} for c in s.candidate_events_]
+    assert len(zval[0]) == 1 and zval[0] == zval[1]
+    z = s.results_["noise_multiplier"]
+    assert 1.0 < z.iloc[1] / z.iloc[0] < 1.5
+    assert all(0.985 * 2.0 <= ledger.epsilon_spent() <= 2.0 for ledger in s.ledgers_)

@@ -127,7 +127,8 @@ class PrivateSearch(BaseEstimator):
     results_ : DataFrame, one row per candidate: its parameters (``param_<name>``), the cumulative
         ``epsilon_target`` it was fitted with, ``epsilon_spent`` (largest over the silos after it),
         the released figures of the model it returned (``selected_epoch``, ``validation_error``,
-        ``constant_error``, ``margin``, ``clearly_better``, ``violation_released``), ``lam``,
+        ``constant_error``, ``margin``, ``clearly_better``, ``violation_released``), the largest
+        ``noise_multiplier`` of its rounds over the silos (inf: it sent nothing depending on s), ``lam``,
         ``fit_seconds``, ``warning`` (its own fit's convergence warning), ``chosen``, ``accounting``.
     best_index_, best_params_, best_estimator_ : the chosen candidate (already fitted: it is not
         refitted, which would spend more).
@@ -299,7 +300,9 @@ class PrivateSearch(BaseEstimator):
                         if private else math.inf,
                         "selected_epoch": getattr(est, "selected_epoch_", None)})
             row.update(figure_columns(fig))
-            row.update({"lam": getattr(est, "lam_", None), "fit_seconds": seconds,
+            z = est.privacy_report_["noise_multiplier"] if "noise_multiplier" in est.privacy_report_ else []
+            row.update({"noise_multiplier": float(np.max(z)) if len(z) else math.nan,
+                        "lam": getattr(est, "lam_", None), "fit_seconds": seconds,
                         "warning": "; ".join(own) if own else None})
             rows.append(row)
         best, why = choose_candidate(figures, target)
