@@ -281,22 +281,35 @@ def test_pfair_train_tune_prints_the_choice_and_the_searchs_epsilon(capsys):
     import json
 
     from pfair.cli import main
-    from pfair.model_selection import DEFAULT_GRID
 
     assert main(["train", "--dataset", "compas", "--epsilon", "1", "--epochs", "3", "--tune", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     tune = result["tune"]
-    n = len(DEFAULT_GRID["lr_theta"]) * len(DEFAULT_GRID["batch_size"])
-    assert tune["candidates"] == n == len(tune["results"]) and tune["accounting"] == "composition"
+    # COMPAS's smallest training share is above 1,024 records and below 4,096: batches 1,024 and "auto"
+    grid = {"lr_theta": [0.25, 1.0], "batch_size": [1024, tune["results"][-1]["param_batch_size"]]}
+    assert 1024 < grid["batch_size"][1] < 4096
+    assert tune["candidates"] == 4 == len(tune["results"]) and tune["accounting"] == "composition"
     chosen = [r for r in tune["results"] if r["chosen"]]
-    assert len(chosen) == 1 and {k: chosen[0]["param_" + k] for k in DEFAULT_GRID} == tune["best_params"]
+    assert len(chosen) == 1 and {k: chosen[0]["param_" + k] for k in grid} == tune["best_params"]
     # the whole search within the budget, and the figure printed is the silos' ledgers after it
     assert 0.985 <= tune["epsilon_search"] <= 1.0 and result["epsilon_spent"] == tune["epsilon_search"]
     assert result["validation_error"] == chosen[0]["validation_error"]
-    assert main(["train", "--dataset", "compas", "--epsilon", "1", "--epochs", "2", "--tune", "--tune-grid",
-                 '{"lr_theta": [0.5, 1.0]}']) == 0
-    out = capsys.readouterr().out
+    assert main(["train", "--dataset", "german", "--epsilon", "1", "--epochs", "2", "--tune"]) == 0
+    out = capsys.readouterr().out  # German's silos hold fewer than 1,024 records: one batch, two candidates
     assert "the best of 2 candidates" in out and "search        epsilon 0.9" in out and "composition" in out
+    assert main(["train", "--dataset", "german", "--epsilon", "1", "--epochs", "2", "--tune", "--tune-grid",
+                 '{"lr_theta": [0.5, 1.0, 2.0]}']) == 0
+    assert "the best of 3 candidates" in capsys.readouterr().out
+
+
+def test_the_default_grid_fits_the_silos():
+    from pfair.model_selection import default_grid
+
+    est = pfair.SteFFLe()
+    assert default_grid(est, [11306] * 3) == {"lr_theta": [0.25, 1.0], "batch_size": [1024, 4096]}
+    assert default_grid(est, [2000, 5000]) == {"lr_theta": [0.25, 1.0], "batch_size": [1024, 1800]}
+    assert default_grid(est, [300, 400])["batch_size"] == [270]
+    assert default_grid(pfair.SteFFLe(protect="record"), [11306] * 3)["batch_size"] == [256, 1024]
 
 
 def test_the_accounts_table_of_the_docs_is_the_scripts_output(capsys):

@@ -201,7 +201,7 @@ def add_train_parser(sub: Any) -> None:
                    help="make the noise reproducible (simulations only: the guarantee does not hold against "
                         "anyone who knows it); default: secret noise from the operating system")
     p.add_argument("--tune", action="store_true",
-                   help="choose lr_theta and batch_size (pfair.model_selection.DEFAULT_GRID) from the silos' released "
+                   help="choose lr_theta (0.25, 1) and batch_size (1024, auto) from the silos' released "
                         "validation figures; every candidate spends from the same --epsilon (docs/model_selection.md)")
     p.add_argument("--tune-grid", type=json.loads, default=None, metavar="JSON",
                    help='with --tune: the grid instead of the default, e.g. \'{"lr_theta": [0.5, 1], "epochs": [20, 40]}\'')
@@ -370,13 +370,13 @@ def train_command(args: argparse.Namespace) -> int:
 
 def tuned_model(model: Any, fed: Any, args: argparse.Namespace) -> tuple[Any, Any]:
     """``pfair train --tune``: a :class:`~pfair.model_selection.PrivateSearch` of ``model`` over
-    ``--tune-grid`` (default :data:`pfair.model_selection.DEFAULT_GRID`) on ``fed``'s ledgers;
+    ``--tune-grid`` (default :func:`pfair.model_selection.default_grid`) on ``fed``'s ledgers;
     returns the search and the chosen (fitted) model."""
-    from pfair.model_selection import DEFAULT_GRID, PrivateSearch
+    from pfair.model_selection import PrivateSearch, default_grid
 
     if args.mode != "standard":
         raise SystemExit("pfair train --tune: mode must be standard")
-    grid = args.tune_grid if args.tune_grid is not None else DEFAULT_GRID
+    grid = args.tune_grid if args.tune_grid is not None else default_grid(model, fed.sizes)
     search = PrivateSearch(model, grid).fit(fed)
     return search, search.best_estimator_
 

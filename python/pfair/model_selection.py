@@ -36,12 +36,28 @@ from sklearn.model_selection import ParameterGrid
 from pfair.exceptions import ConvergenceWarning, NotFittedError, PrivacyWarning
 from pfair.validation import CheckpointFigures
 
-__all__ = ["DEFAULT_GRID", "PrivateSearch", "choose_candidate", "search_settings"]
+__all__ = ["DEFAULT_LR_THETA", "DEFAULT_BATCH", "PrivateSearch", "choose_candidate", "default_grid",
+           "search_settings"]
 
-#: The grid of ``pfair train --tune``: the step size and the batch, the two levers that matter most
-#: at a fixed budget (docs/model_selection.md). Four candidates; λ stays the user's (an accuracy-only
-#: choice would always take the smallest), or is steered by ``max_violation``.
-DEFAULT_GRID: dict = {"lr_theta": [0.25, 1.0], "batch_size": [256, 1024]}
+#: The step sizes of the default grid (``pfair train --tune``).
+DEFAULT_LR_THETA = [0.25, 1.0]
+#: The smaller batch of the default grid; the larger is ``batch_size="auto"`` resolved for the silos.
+DEFAULT_BATCH = 1024
+
+
+def default_grid(estimator: Any, sizes: Sequence[int]) -> dict:
+    """The grid of ``pfair train --tune`` for silos of ``sizes`` records: the step size and the
+    batch, the two levers that matter most at a fixed budget (docs/model_selection.md).
+    ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {min(1024, smallest training
+    share), what ``"auto"`` resolves to} (one value when they coincide): four candidates at most.
+    λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
+    ``max_violation``."""
+    from pfair.validation import held_out_count
+
+    st = clone(estimator).set_params(batch_size="auto").settings()
+    train = [int(n) - held_out_count(int(n), st.validation_share) for n in sizes]
+    auto = st.for_sizes(train).batch_size
+    return {"lr_theta": list(DEFAULT_LR_THETA), "batch_size": sorted({min(DEFAULT_BATCH, min(train)), int(auto)})}
 
 #: The budget shares of a fit's own releases, priced alone against its ε (``pfair.protocol.plan.BudgetSplit``).
 SHARE_PARAMS = ("p_s_epsilon_share", "max_violation_epsilon_share", "validation_epsilon_share")

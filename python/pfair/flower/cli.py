@@ -199,6 +199,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     rounds = res["timing"]["round_s"]
     if res.get("selection_warning"):
         notes.append(res["selection_warning"])
+    if search is not None and search["selection_warning"]:
+        notes.append(f"the search: {search['selection_warning']}")
     for e in res["events"]:
         if e["event"] in ("plan_refused", "all_refused", "diverged"):
             notes.append(f"{e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "time")))
