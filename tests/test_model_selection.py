@@ -345,3 +345,21 @@ def test_a_record_mode_search_charges_its_validation_tables_within_the_budget():
     z = s.results_["noise_multiplier"]
     assert 1.0 < z.iloc[1] / z.iloc[0] < 1.5
     assert all(0.985 * 2.0 <= ledger.epsilon_spent() <= 2.0 for ledger in s.ledgers_)
+
+
+@pytest.mark.slow
+def test_a_search_over_a_deep_model_composes_like_the_linear_one():
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    from pfair.torch import DeepSteFFLe
+
+    fed = toy_federation()
+    module = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    est = DeepSteFFLe(module, epsilon=1.0, epochs=2, batch_size=150, p_s=[0.5, 0.5], seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        s = PrivateSearch(est, {"lr_theta": [0.1, 0.5]}).fit(fed, ledgers="new")
+    assert isinstance(s.best_estimator_, DeepSteFFLe) and s.best_estimator_ is not est
+    assert s.results_["validation_error"].notna().all()
+    z = s.results_["noise_multiplier"]
+    assert z.iloc[1] / z.iloc[0] < 1.02
+    assert all(0.985 <= ledger.epsilon_spent() <= 1.0 for ledger in s.ledgers_)
