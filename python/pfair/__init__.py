@@ -23,18 +23,18 @@ from pfair import _core
 
 __version__: str = _core.__version__
 
-__all__ = ["Federation", "PrivateThresholdOptimizer", "SteFFLe", "datasets", "metrics", "partition", "postprocessing",
-           "privacy", "references", "__version__"]
+__all__ = ["Federation", "PrivateThresholdOptimizer", "SteFFLe", "datasets", "metrics", "model_selection", "partition",
+           "postprocessing", "privacy", "references", "__version__"]
 
 # The names below load on first use (PEP 562): ``import pfair`` stays cheap for the processes
 # that need only part of it (a Flower ClientApp starts a fresh process for every message, and
 # scikit-learn and pandas alone take seconds to import there).
-_SUBMODULES = {"datasets", "metrics", "partition", "postprocessing", "privacy", "references"}
+_SUBMODULES = {"datasets", "metrics", "model_selection", "partition", "postprocessing", "privacy", "references"}
 _CLASSES = {"SteFFLe": "pfair.estimators", "Federation": "pfair.federation",
             "PrivateThresholdOptimizer": "pfair.postprocessing"}
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pfair import datasets, metrics, partition, postprocessing, privacy, references
+    from pfair import datasets, metrics, model_selection, partition, postprocessing, privacy, references
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
     from pfair.postprocessing import PrivateThresholdOptimizer

@@ -350,6 +350,8 @@ class SteFFLeFit(_ParamsMixin):
         # λ of the last epoch: adapted (kept in the run state) or the fixed lam.
         self.lam_ = float(getattr(state, "lam", None) if getattr(state, "lam", None) is not None else st.lam_initial)
         self.checkpoints_ = checkpoints_frame(getattr(state, "checkpoints", []), st)
+        # The released figures themselves (with their noise sd), for pfair.model_selection.
+        self.checkpoint_figures_ = list(getattr(state, "checkpoints", []))
         selected = getattr(state, "selected", None)
         self.selected_epoch_ = None if selected is None else int(selected) + 1
         if selected is not None and st.max_violation is not None:

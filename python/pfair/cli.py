@@ -226,6 +226,11 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--noise-seed", type=int, default=None,
                    help="make the noise reproducible (simulations only: the guarantee does not hold against "
                         "anyone who knows it); default: secret noise from the operating system")
+    p.add_argument("--tune", action="store_true",
+                   help="choose lr_theta (0.25, 1) and batch_size (auto, 4096) from the silos' released "
+                        "validation figures; every candidate spends from the same --epsilon (docs/model_selection.md)")
+    p.add_argument("--tune-grid", type=json.loads, default=None, metavar="JSON",
+                   help='with --tune: the grid instead of the default, e.g. \'{"lr_theta": [0.5, 1], "epochs": [20, 40]}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text (no progress bar)")
     p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
     p.set_defaults(func=train_command)
@@ -332,17 +337,29 @@ def train_command(args: argparse.Namespace) -> int:
         validation_share=args.validation_share,
         **({} if args.lam_lr is None else {"lam_lr": args.lam_lr}),
     )
+    search = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(fed, sensitive_silos=sensitive_silos)
+        if args.tune:
+            search, model = tuned_model(model, fed, args)
+        else:
+            model.fit(fed, sensitive_silos=sensitive_silos)
+    from pfair.validation import held_out_count
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fit raised (and caught) the settings' warnings already
-        batch = int(model.settings().for_sizes(fed.sizes).batch_size)
+        st = model.settings()
+        # The batch the silos drew: "auto" resolved on the records they train on (less the held-out share).
+        batch = int(st.for_sizes([n - held_out_count(n, st.validation_share) for n in fed.sizes]).batch_size)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
     report_df = model.privacy_report_
-    eps_spent = model.epsilon_spent_ if args.epsilon is not None else None
+    if search is not None and search.ledgers_:
+        # the chosen candidate's report holds its ledgers as its fit left them; the search's are final
+        report_df = report_df.copy()
+        report_df["epsilon_spent"] = search.privacy_report_["epsilon_spent"].to_numpy()
+    eps_spent = (search or model).epsilon_spent_ if args.epsilon is not None else None
     delta = float(report_df["delta"].max()) if args.epsilon is not None else None
     result = {
         "dataset": ds.name,
@@ -368,6 +385,8 @@ def train_command(args: argparse.Namespace) -> int:
         "warnings": [str(w.message) for w in caught],
         "seconds": time.perf_counter() - t0,
     }
+    if search is not None:
+        result["tune"] = tune_summary(search)
     if args.out:
         rows = report_df.reset_index().replace({np.inf: None}).to_dict(orient="records")
         with open(args.out, "w") as fh:
@@ -376,10 +395,57 @@ def train_command(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     print_summary(result, args, ds, fed, report_df, where="silos")
+    if search is not None:
+        print_tune(result["tune"])
     if args.epsilon is not None:
         print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
     print(f"time          {result['seconds']:.1f} s")
     return 0
+
+
+def tuned_model(model: Any, fed: Any, args: argparse.Namespace) -> tuple[Any, Any]:
+    """``pfair train --tune``: a :class:`~pfair.model_selection.PrivateSearch` of ``model`` over
+    ``--tune-grid`` (default :func:`pfair.model_selection.default_grid`) on ``fed``'s ledgers;
+    returns the search and the chosen (fitted) model."""
+    from pfair.model_selection import PrivateSearch, default_grid
+
+    if args.mode != "standard":
+        raise SystemExit("pfair train --tune: mode must be standard")
+    grid = args.tune_grid if args.tune_grid is not None else default_grid(model, fed.sizes)
+    search = PrivateSearch(model, grid).fit(fed)
+    return search, search.best_estimator_
+
+
+def tune_summary(search: Any) -> dict:
+    """The JSON of a search ``pfair train --tune`` reports: the chosen parameters, the candidates'
+    released figures, and the search's privacy (the largest ε any silo's ledger holds after it)."""
+    rows = search.results_.replace({float("inf"): None})
+    keep = [c for c in rows.columns if c.startswith("param_")] + ["epsilon_target", "validation_error",
+                                                                 "constant_error", "violation_released", "chosen"]
+    rep = search.privacy_report_
+    return {"best_params": {k: (v.item() if hasattr(v, "item") else v) for k, v in search.best_params_.items()},
+            "candidates": int(len(rows)), "accounting": str(rep["accounting"].iloc[0]),
+            "epsilon_search": None if not search.ledgers_ else float(search.epsilon_spent_),
+            "epsilon_random_stopping": None if not search.ledgers_ else float(rep["epsilon_random_stopping"].max()),
+            "selection_warning": search.selection_warning_,
+            "results": rows[keep].astype(object).where(rows[keep].notna(), None).to_dict(orient="records")}
+
+
+def print_tune(tune: dict) -> None:
+    """The text lines of ``pfair train --tune``."""
+    params = ", ".join(f"{k}={v}" for k, v in tune["best_params"].items())
+    print(f"tuned         {params}: the best of {tune['candidates']} candidates by their released validation figures")
+    if tune["epsilon_search"] is not None:
+        rs = tune.get("epsilon_random_stopping")
+        print(f"search        epsilon {tune['epsilon_search']:.4f} for all {tune['candidates']} candidates together "
+              f"({tune['accounting']} on each silo's ledger"
+              + ("" if rs is None else f"; a random number of runs released alone would cost {rs:.4f}") + ")")
+    for r in tune["results"]:
+        params = ", ".join(f"{k[len('param_'):]}={r[k]}" for k in r if k.startswith("param_"))
+        err = r["validation_error"]
+        print(f"  {'*' if r['chosen'] else ' '} {params:<40} validation error "
+              + ("n/a" if err is None else f"{err:.4f}")
+              + ("" if r.get("violation_released") is None else f", violation {r['violation_released']:.4f}"))
 
 
 #: Columns of the per-silo privacy table ``pfair train`` and ``pfair deploy`` print.

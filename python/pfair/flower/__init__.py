@@ -7,6 +7,8 @@
   simulation, validating every reply.
 * :mod:`pfair.flower.deploy` — a loopback deployment on 127.0.0.1 (``pfair deploy local``) and the
   commands for separate machines (``docs/deploy.md``).
+* :mod:`pfair.flower.tune` — private model selection on a deployment (``deploy_search``): every
+  candidate a run on the same SuperNodes and ledgers (``docs/model_selection.md``).
 * :mod:`pfair.flower.fast_superlink`, :mod:`pfair.flower.fast_supernode`,
   :mod:`pfair.flower.fast_superexec` — Flower's own commands tuned for one machine (what the
   loopback deployment runs): shorter polls and retries, SuperExecs woken instead of polling, and

@@ -53,6 +53,9 @@ def add_deploy_parser(sub: Any) -> None:
     q.add_argument("--new-ledgers", action="store_true",
                    help="start the silos' ledgers in --workdir over (their budgets start again); without it a "
                         "workdir whose ledgers have spent budget trains on what is left, with a warning")
+    q.add_argument("--tune", action="store_true",
+                   help="choose lr_theta among 0.25 and 1.0 (pfair.flower.tune.DEPLOY_GRID): one run per candidate "
+                        "on the same SuperNodes, the budget --epsilon split between them (docs/model_selection.md)")
     q.add_argument("--json", action="store_true", help="print one JSON object instead of text (the keys of "
                                                        "`pfair train --json`, plus the deployment's own)")
     q.set_defaults(func=deploy_local_command)
@@ -82,6 +85,17 @@ def node_reset_command(args: argparse.Namespace) -> int:
     if not removed:
         print(f"nothing to remove in {args.state_dir}")
     return 0
+
+
+def deployed_tune_summary(search: dict) -> dict:
+    """The ``tune`` JSON of ``pfair deploy local --tune`` (the keys of ``pfair train --tune``'s)."""
+    spent = [e for e in search["epsilon_spent"] if e is not None]
+    keep = ("epsilon_target", "validation_error", "constant_error", "violation_released", "chosen")
+    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()
+             if k.startswith("param_") or k in keep} for r in search["results"]]
+    return {"best_params": search["best_params"], "candidates": len(rows), "accounting": search["accounting"],
+            "epsilon_search": max(spent) if spent else None, "epsilon_random_stopping": None,
+            "selection_warning": search["selection_warning"], "results": rows}
 
 
 def spent_ledgers(silos_dir: Any) -> dict[int, float]:
@@ -121,8 +135,9 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         ds, fed = load_federation(args)
         p_s: Any = args.p_s if args.p_s == "dp" else [float(v) for v in args.p_s.split(",")]
-        st = SteFFLe(fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta, epochs=args.epochs,
-                     batch_size=args.batch_size, p_s=p_s, seed=args.seed).settings()
+        estimator = SteFFLe(fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta,
+                            epochs=args.epochs, batch_size=args.batch_size, p_s=p_s, seed=args.seed)
+        st = estimator.settings()
     notes = [str(w.message) for w in caught]
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="pfair-deploy-")) if temporary else Path(args.workdir).resolve()
@@ -149,8 +164,16 @@ def deploy_local_command(args: argparse.Namespace) -> int:
                 print(f"warning: {note}", file=sys.stderr)
             notes_printed = len(notes)
             print(f"deploying {fed.n_silos} silos of {ds.name} on 127.0.0.1 (workdir {work}) ...", file=sys.stderr)
-        res = run_deployment(st, configs, n_groups=fed.n_groups, n_classes=fed.n_classes, workdir=work / "flower",
-                             round_timeout=args.round_timeout, timeout=args.timeout)
+        search = None
+        if getattr(args, "tune", False):
+            from pfair.flower.tune import DEPLOY_GRID, deploy_search
+
+            search = deploy_search(estimator, DEPLOY_GRID, configs, n_groups=fed.n_groups, n_classes=fed.n_classes,
+                                   workdir=work / "flower", round_timeout=args.round_timeout, timeout=args.timeout)
+            res = search["best"]
+        else:
+            res = run_deployment(st, configs, n_groups=fed.n_groups, n_classes=fed.n_classes, workdir=work / "flower",
+                                 round_timeout=args.round_timeout, timeout=args.timeout)
     finally:
         if temporary and not args.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -165,11 +188,16 @@ def deploy_local_command(args: argparse.Namespace) -> int:
                                                                     "calibration")},
                      "epsilon_spent": ledger.get("epsilon_spent"), "delta": ledger.get("delta"),
                      "p_s": st.p_s_source, "noise": "secret", "refused": r["refused"]})
+    if search is not None:  # the best run's reports are its ledgers as it left them; the search's are final
+        for row, spent in zip(rows, search["epsilon_spent"]):
+            row["epsilon_spent"] = spent
     report_df = pd.DataFrame(rows).set_index("silo")
     spent_now = [row["epsilon_spent"] for row in rows if row["epsilon_spent"] is not None]
     rounds = res["timing"]["round_s"]
     if res.get("selection_warning"):
         notes.append(res["selection_warning"])
+    if search is not None and search["selection_warning"]:
+        notes.append(f"the search: {search['selection_warning']}")
     for e in res["events"]:
         if e["event"] in ("plan_refused", "all_refused", "diverged"):
             notes.append(f"{e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "time")))
@@ -191,11 +219,18 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         "seconds_per_round": float(np.mean(rounds)) if rounds else None,
         "workdir": str(work) if not temporary or args.keep_workdir else None,
     }
+    if search is not None:
+        result["tune"] = deployed_tune_summary(search)
+        result["rounds"] = sum(r["rounds"] for r in search["runs"])
     if args.json:
         print(json.dumps(result, default=float))
         return 0
     result["warnings"] = notes[notes_printed:]  # the ones not printed before the run
     print_summary(result, args, ds, fed, report_df, where="Flower silos")
+    if search is not None:
+        from pfair.cli import print_tune
+
+        print_tune(result["tune"])
     print(f"time          {result['seconds']:.1f} s ({res['rounds']} rounds, {result['seconds_per_round']:.2f} s per "
           f"round, silos joined after {result['start_seconds']:.1f} s)")
     if result["workdir"]:

@@ -261,8 +261,8 @@ def _toml(value: Any) -> str:
 def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | None = None, fmt: str = "csv"
                      ) -> list[dict[str, Any]]:
     """One shard per silo (and, with ``test=(X, y, s)``, a share of the test set per silo) under
-    ``directory``; returns each silo's node config (its id, shard, state directory and the
-    federation's numbers of groups and classes; without its budget)."""
+    ``directory``; returns each silo's node config (its id, shard, state directory, its number of
+    records and the federation's numbers of groups and classes; without its budget)."""
     import numpy as np
 
     from pfair.datasets.shards import write_shard
@@ -277,8 +277,9 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
     for j, silo in enumerate(fed.silos):
         sdir = root / f"silo{j}"
         data = write_shard(sdir / f"train.{fmt}", silo.X, silo.y, silo.s, fed.feature_names)
+        # n-records: public (every silo's size is), read by a launcher (pfair.flower.tune) for its default delta
         cfg = {"silo-id": j, "data-path": str(data), "state-dir": str(sdir / "state"), "n-groups": int(fed.n_groups),
-               "n-classes": int(fed.n_classes)}
+               "n-classes": int(fed.n_classes), "n-records": len(silo)}
         if tests is not None:
             cfg["test-path"] = str(write_shard(sdir / f"test.{fmt}", *tests[j], fed.feature_names))
         configs.append(cfg)
@@ -318,25 +319,43 @@ def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, 
     ``PFAIR_CLIENTAPP_PRELOAD`` is set: a message's ClientApp then neither imports torch afresh
     nor the compiler stack that the first ``torch.func`` transform of a process loads (about 2 s
     of CPU, every message)."""
+    return run_deployments([settings], node_configs, n_groups=n_groups, n_classes=n_classes, workdir=workdir,
+                           round_timeout=round_timeout, wait_timeout=wait_timeout, timeout=timeout, evaluate=evaluate,
+                           clientapp=clientapp, env=env, model=model)[0]
+
+
+def run_deployments(settings: Sequence[Any], node_configs: Sequence[Mapping[str, Any]], *, n_groups: int,
+                    n_classes: int, workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
+                    wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True,
+                    clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None,
+                    model: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """:func:`run_deployment` of several runs, one after the other, on one loopback deployment:
+    the same SuperNodes, whose ledgers persist in their state directories, so each run spends on
+    top of the runs before it (a search: :func:`pfair.flower.tune.deploy_search`). ``timeout``
+    bounds each run. Returns each run's result (the first's file ``result.json``, then
+    ``result1.json``, …)."""
     env = dict(env or {})
     if model and "PFAIR_CLIENTAPP_PRELOAD" not in env and "PFAIR_CLIENTAPP_PRELOAD" not in os.environ:
         env["PFAIR_CLIENTAPP_PRELOAD"] = TORCH_PRELOAD
+    results = []
     with LoopbackDeployment(workdir, env=env) as dep:
         t0 = time.monotonic()
         t_link = dep.start_superlink()
         for j, cfg in enumerate(node_configs):
             dep.start_supernode(f"supernode{j}", cfg)
         app = write_app(dep.workdir / "app", clientapp=clientapp)
-        out = dep.workdir / "result.json"
-        run_config = run_config_for(settings, n_silos=len(node_configs), n_groups=n_groups, n_classes=n_classes,
-                                    out=out, round_timeout=round_timeout, wait_timeout=wait_timeout,
-                                    evaluate=evaluate, model=model)
-        done = dep.run_app(app, run_config, timeout=timeout)
-        if not out.exists():
-            raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"
-                               + dep.log("flwr-run")[-4000:])
-        result = json.loads(out.read_text())
-        result["timing"]["superlink_s"] = t_link
-        result["timing"]["total_s"] = time.monotonic() - t0
-        result["workdir"] = str(dep.workdir)
-        return result
+        for i, st in enumerate(settings):
+            out = dep.workdir / ("result.json" if i == 0 else f"result{i}.json")
+            run_config = run_config_for(st, n_silos=len(node_configs), n_groups=n_groups, n_classes=n_classes,
+                                        out=out, round_timeout=round_timeout, wait_timeout=wait_timeout,
+                                        evaluate=evaluate, model=model)
+            done = dep.run_app(app, run_config, timeout=timeout)
+            if not out.exists():
+                raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"
+                                   + dep.log("flwr-run")[-4000:])
+            result = json.loads(out.read_text())
+            result["timing"]["superlink_s"] = t_link
+            result["timing"]["total_s"] = time.monotonic() - t0
+            result["workdir"] = str(dep.workdir)
+            results.append(result)
+    return results
