@@ -447,9 +447,16 @@ class SiloNode:
         target its violation histogram; what costs budget is charged to the ledger first and
         noised with the node's own key, and kept in the ledger so that the same epoch asked again
         gets the same release at no cost. Epochs that are not the run's checkpoints are refused."""
+        theta = np.asarray(theta, dtype=np.float64).ravel()
+        if not np.all(np.isfinite(theta)):
+            raise ValueError(f"silo {self.silo_id}: the model sent for a checkpoint is not finite; nothing was read "
+                             "or charged")
+        # A θ the model cannot take is refused before the charge, by a data-independent check (one
+        # row of zeros, not the silo's records): otherwise each such message would burn a release.
+        self._predict_proba(np.zeros((1, self.X.shape[1])), theta)
         with self._locked():
             party = self._planned_party(settings, run_id)
-            return party.release_checkpoint(np.asarray(theta, dtype=np.float64), int(epoch))
+            return party.release_checkpoint(theta, int(epoch))
 
     def evaluate(self, settings: SteFFLeSettings, run_id: str, theta: np.ndarray) -> dict[str, float]:
         """Metrics of θ on the local test shard (empty without one), as a DP release.

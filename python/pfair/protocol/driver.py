@@ -66,6 +66,9 @@ class RunState:
     selected: int | None = None
     #: Why the returned model is not simply the last one (None when it is and nothing is wrong).
     selection_warning: str | None = None
+    #: The :class:`~pfair.validation.Selector` of the run (the models it keeps), so that a resumed
+    #: run chooses among the checkpoints before the interruption too (None: not started).
+    selector: Any = None
     #: Each silo's batch key (``_core.NoiseKey``), so that a resumed run draws the rest of an
     #: epoch from the same permutation. Not a field (not in ``asdict``, ``repr`` or ``==``), and
     #: secret keys never leave the process: a pickled or deep-copied state holds None here.
@@ -140,6 +143,9 @@ class Driver:
         """Train from ``state`` (θ, W, history) for the epochs ``start_epoch ..``; updates and
         returns ``state``. ``on_epoch(epoch, θ, W, info)`` returns the history row of an epoch."""
         st, server = self.plan.settings, self.server
+        if state.selector is None:
+            state.selector = self.selector
+        self.selector = state.selector  # a resumed run's models kept before the interruption
         theta, w = state.theta.copy(), state.w.copy()
         epochs: Any = range(start_epoch, st.epochs)
         if progress:

@@ -442,6 +442,9 @@ pub fn ledger_pld_noise_multiplier_after(
                 Some(o) => o.compose(&run, tail),
             };
             let e = epsilon_for_log_delta(delta.ln(), |e| all.delta(e).ln());
+            if e.is_nan() {
+                return f64::INFINITY; // never read a NaN as feasible (f64::max would drop it)
+            }
             e.max(1e-300).ln() - target
         })
     };
@@ -459,10 +462,19 @@ pub fn ledger_pld_noise_multiplier_after(
             return Ok(None);
         }
         if u1 < super::Z_MIN.ln() {
-            return Ok(Some(super::Z_MIN));
+            // Feasible down to the floor only if the floor itself is: evaluate it.
+            let um = super::Z_MIN.ln();
+            let fm = f(um);
+            if fm <= 0.0 {
+                return Ok(Some(super::Z_MIN));
+            }
+            (u1, f1) = (um, fm);
+            continue;
         }
         let slope = (f1 - f0) / (u1 - u0);
-        let step = if slope.is_finite() && slope < 0.0 { -f1 / slope } else { -f1.signum() * 4f64.ln() };
+        // f decreases in u: an infeasible point (f > 0, or +inf where the PLD's window cannot
+        // certify ε) needs more noise, a feasible one less.
+        let step = if slope.is_finite() && slope < 0.0 { -f1 / slope } else if f1 > 0.0 { 4f64.ln() } else { -4f64.ln() };
         let step = step.clamp(-4f64.ln(), 4f64.ln()) + if f1 > 0.0 { 0.005 } else { -0.005 };
         (u0, f0) = (u1, f1);
         u1 += step;
@@ -567,6 +579,23 @@ mod tests {
         }
         assert!(many.iter().any(|&b| b) && many.iter().any(|&b| !b));
         assert!(ledgers_admit(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pld_calibration_from_an_infeasible_start_goes_up_not_to_the_floor() {
+        // After a PLD-priced run RDP finds nothing left, so the search starts at z = 1, where a
+        // run of large batches has an infinite PLD ε: the bracket must grow z, and the floor
+        // Z_MIN may be returned only if it is feasible.
+        let (q, t, d) = (256.0 / 11305.0, 1800u64, 1.0 / 11305f64.powi(2));
+        let z1 = super::super::pld_noise_multiplier_for(0.8, d, q, t, Scheme::WithoutReplacement).unwrap();
+        let first = Held { scheme: Scheme::WithoutReplacement, q, z: z1, count: t };
+        let z = ledger_pld_noise_multiplier_after(&[first], d, 1.0, Scheme::WithoutReplacement, 0.5, 200)
+            .unwrap()
+            .unwrap();
+        let run = Held { scheme: Scheme::WithoutReplacement, q: 0.5, z, count: 200 };
+        assert!(ledger_pld_epsilon(&[first, run], d).unwrap() <= 1.0, "z = {z}");
+        let tighter = Held { z: z / 1.006, ..run };
+        assert!(ledger_pld_epsilon(&[first, tighter], d).unwrap() > 1.0, "z = {z} is not the smallest to 0.5%");
     }
 
     #[test]
