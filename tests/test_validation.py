@@ -162,13 +162,14 @@ def test_selector_keeps_a_few_models_not_one_per_checkpoint():
 @pytest.mark.slow
 def test_pfld_inverted_on_compas_is_said_out_loud():
     """PF-LD at ε = 1 and lam_max = 100 on COMPAS ends worse than the constant predictor (test
-    error 0.54 against 0.47); before the guard, nothing said so."""
+    error 0.56 against 0.47 with noise seed 2; 0.39-0.58 over seeds 0-5); before the guard, nothing
+    said so."""
     d = pfair.datasets.load("compas")
     silos = np.arange(len(d.y_train)) % 3
     with pytest.warns(ConvergenceWarning, match=r"PFLD: the fitted model is not clearly better than the constant "
                                                 r"predictor on the silos' records \(error 0\.\d+ against"):
-        m = PFLD(epsilon=1.0, lam_max=100.0).fit(d.X_train, d.y_train, sensitive_features=d.s_train,
-                                                                 silos=silos)
+        m = PFLD(epsilon=1.0, lam_max=100.0, noise_seed=2).fit(d.X_train, d.y_train,
+                                                               sensitive_features=d.s_train, silos=silos)
     assert np.mean(m.predict(d.X_test) != d.y_test) > pfair.metrics.trivial_error(d.y_test)
 
 

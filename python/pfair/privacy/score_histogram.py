@@ -57,7 +57,9 @@ def score_counts(bins: np.ndarray, s: np.ndarray, y: np.ndarray, *, n_bins: int,
 def score_histogram_noise_multiplier(ledger: PrivacyLedger, epsilon: float) -> float:
     """``z`` of one release: the smallest noise multiplier such that what ``ledger`` holds plus one
     full-batch Gaussian release at ``z`` composes to at most ``epsilon`` at the ledger's δ (raises
-    :class:`~pfair.exceptions.PrivacyBudgetExceeded` when nothing is left)."""
+    :class:`~pfair.exceptions.PrivacyBudgetExceeded` when nothing is left), by RDP or the exact
+    account. A ledger holding a run priced by its PLD (a record-mode fit's default) has, by RDP,
+    already spent more than its budget: such a release is refused with that reason and the fix."""
     from pfair.exceptions import PrivacyBudgetExceeded
     from pfair.privacy.calibration import noise_multiplier_after
 
@@ -66,7 +68,16 @@ def score_histogram_noise_multiplier(ledger: PrivacyLedger, epsilon: float) -> f
             f"silo {ledger.silo!r}: its ledger has spent epsilon={ledger.epsilon_spent():.4g} already, nothing is left "
             f"under epsilon={epsilon:g} for a score histogram. Ask for a larger epsilon (at most the ledger's budget "
             f"{ledger.epsilon:g}) or use silos whose records have not spent their budget")
-    return noise_multiplier_after(ledger, epsilon=float(epsilon), sample_rate=1.0, steps=1, sampling="full_batch")
+    try:
+        return noise_multiplier_after(ledger, epsilon=float(epsilon), sample_rate=1.0, steps=1, sampling="full_batch")
+    except PrivacyBudgetExceeded as exc:
+        if any(run.get("prepaid") for run in ledger.runs.values()):
+            raise PrivacyBudgetExceeded(
+                f"silo {ledger.silo!r}: its ledger holds a run priced by its PLD (a record-mode fit's default, "
+                "calibration='auto'), whose RDP bound is above what is left: a score histogram priced by RDP or "
+                "the exact account cannot be added. Fit the base model with calibration='rdp' when a later "
+                f"release must share the budget. ({exc})") from None
+        raise
 
 
 def release_score_histogram(counts: Any, *, ledger: PrivacyLedger, epsilon: float, key: Any, silo: int
