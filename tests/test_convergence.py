@@ -40,9 +40,12 @@ def test_bad_learning_rate_warns_divergence(german):
 
 
 def test_paper_w_step_past_its_stability_limit_collapses_and_warns(german):
-    # λ·η_W = 5: W oscillates onto the radius and the model predicts one class for everyone.
-    with pytest.warns(ConvergenceWarning, match=r"constant predictor from epoch \d+ on: .* class index \d for "
-                                                r"100\.00% of 675 .*w_radius = 2.*w_step='normalised'") as rec:
+    # λ·η_W = 10: W oscillates onto the radius and the model is no better than predicting one class
+    # for everyone at any checkpoint (the collapse check sees one class at epochs 1-4; at epoch 5 the
+    # model predicts both, at the constant's error): the checkpoint guard says so.
+    with pytest.warns(ConvergenceWarning, match=r"no model of this fit is clearly better than the constant "
+                                                r"predictor: the best validation error was (0\.\d+) against the "
+                                                r"constant's \1") as rec:
         model = fit(german, lam=10.0, w_step="paper")
     pred = model.predict(german.X_train)
     assert np.max(np.bincount(pred)) / len(pred) >= COLLAPSE_SHARE
@@ -73,9 +76,11 @@ def test_default_runs_do_not_warn(german, kw):
 
 
 def test_a_private_fit_no_better_than_the_constant_predictor_is_said_out_loud(german):
-    """ε = 1 and λ = 5 on German credit's 750 training records: every checkpoint model is worse
-    than predicting the majority class (test error 0.35-0.38 against 0.30 over seeds), and no
-    check used to say so (the model predicts both classes, so the collapse check is silent)."""
+    """ε = 1 and λ = 5 on German credit's 750 training records: the models are no better than
+    predicting the majority class (the returned one's test error 0.44 against 0.30), and no check
+    used to say so (the model predicts both classes, so the collapse check is silent). One
+    checkpoint looks better on the 75 held-out records (0.29 against 0.37), but as the best of 5 it
+    is not clearly so."""
     with pytest.warns(ConvergenceWarning, match=r"no model of this fit is clearly better than the constant predictor: "
                                                 r"the best validation error was 0\.\d+ against the constant's "
                                                 r"0\.\d+.*a larger epsilon or batch_size"):
@@ -83,7 +88,7 @@ def test_a_private_fit_no_better_than_the_constant_predictor_is_said_out_loud(ge
             warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
             m = fit(german, lam=5.0, epsilon=1.0, noise_seed=3)
     ck = m.checkpoints_
-    assert not ck["clearly_better"].any()
+    assert not ck["clearly_better"].iloc[-1]
     # The model returned is the most accurate checkpoint, not simply the last one.
     assert m.selected_epoch_ == ck["validation_error"].idxmin()
     assert ck.loc[m.selected_epoch_, "validation_error"] < ck["validation_error"].iloc[-1]

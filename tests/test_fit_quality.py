@@ -53,3 +53,21 @@ def test_pfair_train_says_which_model_it_returned_against_the_constant_predictor
     r = json.loads(run(capsys, "train", "--dataset", "adult", "--epsilon", "none", "--lam", "0", "--epochs", "3",
                        "--json"))
     assert r["selected_epoch"] == 3 and r["validation_error"] < r["constant_validation_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["credit_card", "compas"])
+def test_the_target_on_credit_card_holds_and_on_compas_is_said_out_of_reach(capsys, dataset):
+    """docs/privacy.md's figures for the other bundled tables, t = 0.04 at ε = 1 (seeds 0-2 with
+    their noise seeds): on Credit Card every run meets the target on the test split and beats the
+    constant predictor; on COMPAS the ψ penalty cannot reach 0.04 with a useful model, and every run
+    says so and returns a model still better than the constant predictor."""
+    for seed in range(3):
+        r = json.loads(run(capsys, "train", "--dataset", dataset, "--epsilon", "1", "--max-violation", "0.04",
+                           "--seed", str(seed), "--noise-seed", str(seed), "--json"))
+        assert r["test_error"] < r["trivial_error"] - 0.02, (seed, r)
+        said = any("max_violation=0.04 was not met" in w for w in r["warnings"])
+        if dataset == "credit_card":
+            assert r["demographic_parity_difference"] <= 0.05 and not said, (seed, r)
+        else:
+            assert said, (seed, r["warnings"])

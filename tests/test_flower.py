@@ -149,9 +149,9 @@ def test_a_deployed_deep_model_equals_deep_steffle(tmp_path):
                          timeout=300, model=model, evaluate=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
-        # lr_theta as the run config's (DeepSteFFLe's own default step is larger).
+        # lr_theta and lr_w as the run config's (it states SteFFLe's; DeepSteFFLe's own defaults differ).
         deep = DeepSteFFLe(mlp(3, 2, hidden=(8,)), init_seed=3, noise_seed=6, epsilon=2.0, lam=1.0, epochs=1,
-                           batch_size=150, clip=0.5, p_s=[0.5, 0.5], seed=1, lr_theta=st.lr_theta,
+                           batch_size=150, clip=0.5, p_s=[0.5, 0.5], seed=1, lr_theta=st.lr_theta, lr_w=st.lr_w,
                            device="cpu").fit(fed, ledgers="new")
     assert res["status"] == "completed" and res["rounds"] == 2 and len(res["theta"]) == deep.theta_.size == 50
     np.testing.assert_allclose(res["theta"], deep.theta_, rtol=0, atol=1e-6)

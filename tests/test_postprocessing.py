@@ -166,14 +166,20 @@ def test_record_mode_composes_with_a_private_base_model_on_the_same_ledgers():
     X, y, s, silos = toy_data(n=900, seed=0)
     fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     ledgers = [PrivacyLedger(epsilon=2.0, delta=1e-5, silo=j) for j in range(3)]
-    base = pfair.SteFFLe(lam=0.0, protect="record", epsilon=1.0, delta=1e-5, epochs=3).fit(fed, ledgers=ledgers)
+    # calibration="rdp": the score histogram is priced by RDP, which must see budget left after the
+    # base model (a PLD-priced base is above the budget by RDP: refused, docs/postprocessing.md).
+    base = pfair.SteFFLe(lam=0.0, protect="record", epsilon=1.0, delta=1e-5, epochs=3,
+                         calibration="rdp").fit(fed, ledgers=ledgers)
     after_base = [ledger.epsilon_spent() for ledger in ledgers]
     m = PrivateThresholdOptimizer(estimator=base, prefit=True, protect="record", epsilon=2.0, delta=1e-5, bins=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotBetterThanConstantWarning)
         m.fit(fed, ledgers=ledgers)
     for before, ledger in zip(after_base, ledgers):
-        assert 0.5 < before <= 1.0 and 1.98 <= ledger.epsilon_spent() <= 2.0
+        # The release is calibrated so that the RDP composition reaches the budget; the ledger's own
+        # figure (the tightest of its accountants, the PLD here) is lower still.
+        assert 0.5 < before <= 1.0 and 1.98 <= ledger.epsilons()["rdp"] <= 2.0
+        assert before < ledger.epsilon_spent() <= 2.0
     np.testing.assert_array_equal(m.bin_edges_, np.linspace(0, 1, 6)[1:-1])  # not the records' quantiles
 
 

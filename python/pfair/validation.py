@@ -27,8 +27,8 @@ releases. The model a fit returns is chosen from these figures alone (:class:`Se
   constant's by more than ``MARGIN_SDS`` standard deviations of the comparison (the sampling
   error of the held-out records plus, in record mode, the noise);
 * without a target the last model is returned when it is clearly better; otherwise the most
-  accurate checkpoint that is, with a warning; when none is, the most accurate checkpoint, with a
-  warning that names the cause and the fix;
+  accurate checkpoint, with a warning that says whether it is clearly better (by √(2 ln K) margins:
+  it was chosen as the best of K) or no model of the fit is, with the cause and the fix;
 * with ``max_violation=t`` the most accurate checkpoint that is clearly better than the constant and
   whose released violation is at most t with one standard deviation of its noise to spare
   (:meth:`CheckpointFigures.meets`); when none meets t, the fairest checkpoint that is still
@@ -218,8 +218,11 @@ class Selector:
         if self.target is None:
             if last[0].clearly_better:
                 return last, None
-            if "accurate_ok" in kept:
-                best = kept["accurate_ok"]
+            # The best of K checkpoints is chosen after seeing them: it must beat the constant by
+            # √(2 ln K) of its margins, the usual allowance for the largest of K noisy comparisons.
+            factor = math.sqrt(2.0 * math.log(max(len(self.figures), 2)))
+            best = kept.get("accurate_ok")
+            if best is not None and best[0].error <= best[0].constant_error - factor * best[0].margin:
                 return best, (f"the last model is not clearly better than the constant predictor (validation error "
                               f"{_fig(last[0])}); returned the model after epoch {best[0].epoch + 1} instead "
                               f"(validation error {best[0].error:.4f})")
