@@ -463,9 +463,10 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     print(f"data set      {ds.name}: {fed.n_records} training records in {fed.n_silos} {where} {fed.sizes}, "
           f"h = {args.heterogeneity}")
     if result.get("batch_size") is not None:
-        auto = " (batch_size auto)" if args.batch_size == "auto" else ""
-        print(f"training      {result['epochs']} epochs, batch {result['batch_size']} per silo and round{auto}, "
-              f"lr_theta {args.lr_theta:g}")
+        auto = " (batch_size auto)" if getattr(args, "batch_size", None) == "auto" else ""
+        lr = result.get("lr_theta", getattr(args, "lr_theta", None))
+        print(f"training      {result['epochs']} epochs, batch {result['batch_size']} per silo and round{auto}"
+              + (f", lr_theta {lr:g}" if lr is not None else ""))
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")

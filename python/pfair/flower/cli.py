@@ -210,6 +210,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         "max_violation": None, "final_lam": float(args.lam),
         **checkpoint_summary(res.get("checkpoints", []), res.get("selected_epoch"), st.epochs),
         "batch_size": res["settings"]["batch_size"],  # as the server's plan resolved it for the silos
+        "lr_theta": res["settings"]["lr_theta"],
         "epsilon_spent": max(spent_now) if spent_now else None,
         "delta": max((row["delta"] for row in rows if row["delta"] is not None), default=None),
         "noise_multiplier": [row["noise_multiplier"] for row in rows],
