@@ -226,3 +226,19 @@ def test_the_validation_table_release_holds_its_exact_curve_and_the_audit_catche
     assert epsilon_lower_bound(t_a, t_b, delta) <= exact
     t_a, t_b = _audit_statistics(z, 1.0 / math.sqrt(2), trials)
     assert epsilon_lower_bound(t_a, t_b, delta) > exact
+
+
+def test_every_histogram_release_has_a_noise_stream_of_its_own():
+    """The Python-side releases draw purpose "histogram" from one key per silo: the p_s histogram at
+    round 0, then one base per kind plus an epoch or an index. Bases 2⁴⁰ apart never meet (a run has
+    far fewer epochs or releases); two kinds on one base gave a server that knows neither noise the
+    exact counts from their difference (a deployed node with its own noise-seed)."""
+    from pfair.fairness_target import STREAM_BASE
+    from pfair.flower.node import EVALUATION_STREAM
+    from pfair.privacy.score_histogram import SCORE_STREAM
+    from pfair.validation import VALIDATION_STREAM
+
+    bases = [0, STREAM_BASE, EVALUATION_STREAM, SCORE_STREAM, VALIDATION_STREAM]
+    assert len(set(bases)) == len(bases)
+    gaps = np.diff(sorted(bases))
+    assert gaps.min() >= 1 << 40
