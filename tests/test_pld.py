@@ -163,9 +163,9 @@ def test_a_record_mode_fit_delivers_its_epsilon_by_dp_accounting():
     for ledger in m.ledgers_[:1]:  # silos of one size: one computation
         (run,) = [e for e in ledger.events if e.sampling == "without_replacement"]
         gaussian = [e for e in ledger.events if e.sampling == "full_batch"]
-        # The histogram of s and the 3 checkpoints' validation tables (record mode: charged).
+        # The histogram of s and the 2 checkpoints' validation tables (record mode: charged).
         assert sorted(e.name for e in gaussian)[-1] == "validation_table"
-        assert sum(e.steps for e in gaussian if e.name == "validation_table") == 3
+        assert sum(e.steps for e in gaussian if e.name == "validation_table") == 2
         assert run.steps == rep["steps"].iloc[0]  # the whole plan, charged once
         # Full-batch Gaussian releases compose into one Gaussian of μ² = Σ steps / z².
         z_gauss = sum(e.steps / e.noise_multiplier ** 2 for e in gaussian) ** -0.5

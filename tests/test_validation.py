@@ -242,3 +242,24 @@ def test_every_histogram_release_has_a_noise_stream_of_its_own():
     assert len(set(bases)) == len(bases)
     gaps = np.diff(sorted(bases))
     assert gaps.min() >= 1 << 40
+
+
+def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
+    """Record mode on a small table: noise of 60 counts per pooled cell on 300 held-out records
+    gives a margin above half the constant's error; no figure can show a model clearly better, so
+    the guard says it could not check (not that the model is bad) and returns the last model."""
+    noisy = [CheckpointFigures(epoch=e, error=err, constant_error=0.4, n=300, noise_sd=60.0, cells=4)
+             for e, err in ((0, 0.2), (1, 0.3))]
+    assert noisy[1].margin >= 0.5 * 0.4 and not noisy[0].clearly_better
+    sel = Selector()
+    for f in noisy:
+        sel.offer(f, np.full(2, float(f.epoch)), np.zeros(1))
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 1 and theta[0] == 1.0 and why.startswith("the released validation figures are too noisy")
+
+
+def test_record_mode_checks_its_model_with_two_releases_by_default():
+    st = SteFFLe(protect="record", epochs=20).settings()
+    assert st.checkpoint_epochs() == (9, 19) and st.validation_epsilon_share == 0.2
+    assert SteFFLe(protect="record", epochs=20, max_violation=0.05).settings().checkpoint_epochs()[-1] == 19
+    assert len(SteFFLe(protect="record", epochs=20, max_violation=0.05).settings().checkpoint_epochs()) == 8

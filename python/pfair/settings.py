@@ -60,6 +60,10 @@ P_S_SOURCES = ("dp", "pooled")
 #: ``checkpoints="auto"`` where a checkpoint's releases cost budget (a fairness target, or
 #: ``protect="record"``): this many checkpoints, evenly spaced, the last after the last epoch.
 AUTO_CHECKPOINTS = 8
+#: ``checkpoints="auto"`` of a record-mode fit without a fairness target: its noisy validation
+#: tables only guard the returned model, and fewer releases leave each one less noise (the middle
+#: and the last epoch).
+AUTO_CHECKPOINTS_GUARD = 2
 #: Largest ``validation_share`` accepted: the training share keeps at least half of every silo.
 MAX_VALIDATION_SHARE = 0.5
 #: Largest ``lam · lr_theta`` accepted without a warning (see :meth:`SteFFLeSettings.warn_about_step_sizes`).
@@ -181,7 +185,7 @@ def check_validation(p: dict) -> None:
     ``validation_epsilon_share``) in place."""
     p.setdefault("validation_share", 0.1)
     p.setdefault("checkpoints", "auto")
-    p.setdefault("validation_epsilon_share", 0.05)
+    p.setdefault("validation_epsilon_share", 0.2)
     share = p["validation_share"]
     check_positive(share, "validation_share", allow_zero=True)
     if not 0 <= share < MAX_VALIDATION_SHARE:
@@ -265,7 +269,7 @@ class SteFFLeSettings:
     lam_lr: float = 10.0
     validation_share: float = 0.1
     checkpoints: int | str = "auto"
-    validation_epsilon_share: float = 0.05
+    validation_epsilon_share: float = 0.2
 
     def __post_init__(self) -> None:
         # The one place "auto" clip norms and sampling are resolved (batch_size="auto" needs the
@@ -359,8 +363,9 @@ class SteFFLeSettings:
     def checkpoint_epochs(self) -> tuple[int, ...]:
         """The epochs (0-based) after which the silos release their validation figures
         (:mod:`pfair.validation`): every epoch when that is free
-        (:attr:`checkpoint_releases_free`), else ``AUTO_CHECKPOINTS`` of them (or ``checkpoints``
-        when it is an int) evenly spaced, ``⌈E·i/K⌉ − 1`` for ``i = 1..K``: the last epoch is
+        (:attr:`checkpoint_releases_free`), else ``AUTO_CHECKPOINTS`` of them with a fairness
+        target and ``AUTO_CHECKPOINTS_GUARD`` without (or ``checkpoints`` when it is an int), evenly
+        spaced, ``⌈E·i/K⌉ − 1`` for ``i = 1..K``: the last epoch is
         always one. Empty in the hybrid modes, which release no validation figures."""
         if self.mode != "standard":
             return ()
@@ -368,7 +373,7 @@ class SteFFLeSettings:
         if isinstance(self.checkpoints, str):
             if self.checkpoint_releases_free:
                 return tuple(range(E))
-            K = min(E, AUTO_CHECKPOINTS)
+            K = min(E, AUTO_CHECKPOINTS if self.max_violation is not None else AUTO_CHECKPOINTS_GUARD)
         else:
             K = min(E, int(self.checkpoints))
         return tuple(sorted({math.ceil(E * i / K) - 1 for i in range(1, K + 1)}))

@@ -59,6 +59,9 @@ VALIDATION_STREAM = 1 << 43
 MARGIN_SDS = 1.0
 #: The smallest margin, whatever the number of held-out records.
 MIN_MARGIN = 0.005
+#: Figures whose margin is at least this share of the constant predictor's error cannot tell a
+#: model from it (a perfect model would hardly clear it): the guard says that it could not check.
+UNTELLABLE = 0.5
 
 
 def held_out_count(n_records: int, share: float) -> int:
@@ -218,6 +221,11 @@ class Selector:
         if self.target is None:
             if last[0].clearly_better:
                 return last, None
+            if last[0].margin >= UNTELLABLE * last[0].constant_error:
+                return last, (f"the released validation figures are too noisy to tell the model from the constant "
+                              f"predictor (validation error {_fig(last[0])}): the check could not be made; returned "
+                              "the last model. Raise validation_epsilon_share, validation_share or epsilon for a "
+                              "usable check")
             # The best of K checkpoints is chosen after seeing them: it must beat the constant by
             # √(2 ln K) of its margins, the usual allowance for the largest of K noisy comparisons.
             factor = math.sqrt(2.0 * math.log(max(len(self.figures), 2)))
@@ -286,6 +294,9 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
     :class:`~pfair.exceptions.ConvergenceWarning` when a fairness target was not met)
     (:meth:`Selector.choose`), with the fixes to try."""
     st = settings
+    if message.startswith("the released validation figures are too noisy"):
+        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
+        return
     fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
              "from 0) if fairness pushed it to the constant"]
     if st.private:
