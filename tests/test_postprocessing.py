@@ -139,9 +139,11 @@ def test_a_silo_releases_only_what_its_budget_allows():
     spent = [ledger.epsilon_spent() for ledger in m.ledgers_]
     assert all(0.99 <= e <= 1.0 for e in spent)
     assert list(m.privacy_report_["epsilon_spent"]) == spent
-    # What is left below epsilon buys a release, under noise to match, and the rule is warned.
-    with pytest.warns(NotBetterThanConstantWarning):
-        again = PrivateThresholdOptimizer(epsilon=1.0).fit(fed)
+    # What is left below epsilon buys a release, under noise to match, and the rule is warned (a
+    # noise seed: under secret noise the swamped estimate can, rarely, look better by chance).
+    with pytest.warns(NotBetterThanConstantWarning), warnings.catch_warnings():
+        warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
+        again = PrivateThresholdOptimizer(epsilon=1.0, noise_seed=5).fit(fed)
     assert again.privacy_report_["sigma_counts"].min() > 10 * m.privacy_report_["sigma_counts"].max()
     spent = [ledger.epsilon_spent() for ledger in m.ledgers_]
     assert all(e <= 1.0 for e in spent)

@@ -350,7 +350,8 @@ def train_command(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")  # the fit raised (and caught) the settings' warnings already
         st = model.settings()
         # The batch the silos drew: "auto" resolved on the records they train on (less the held-out share).
-        batch = int(st.for_sizes([n - held_out_count(n, st.validation_share) for n in fed.sizes]).batch_size)
+        resolved = st.for_sizes([n - held_out_count(n, st.validation_share) for n in fed.sizes])
+        batch, lr_theta = int(resolved.batch_size), float(resolved.lr_theta)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
@@ -371,6 +372,7 @@ def train_command(args: argparse.Namespace) -> int:
         "epsilon": args.epsilon,
         "epochs": args.epochs,
         "batch_size": batch,
+        "lr_theta": lr_theta,
         "test_error": report["test_error"],
         "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
