@@ -123,9 +123,10 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
-        ``pfair.settings.AUTO_BATCH_PRIVATE`` when they do (``epsilon`` set and ``lam > 0`` or
-        ``max_violation``): with public batches (attribute mode) ε depends on the epochs, not on
-        m, while the noise on a batch mean falls as 1/m, so large batches are cheap in privacy;
+        ``pfair.settings.AUTO_BATCH_PRIVATE`` when they do (``epsilon`` set and ``lam > 0``): with
+        public batches (attribute mode) ε depends on the epochs, not on m, while the noise on a
+        batch mean falls as 1/m, so large batches are cheap in privacy; ``AUTO_BATCH_TARGET`` with
+        ``max_violation`` (which ends at a larger λ), ``lr_theta`` then scaled as the batch;
         ``AUTO_BATCH_NONPRIVATE`` when they do not (``epsilon=None``, or ``lam=0`` in attribute
         mode, which sends nothing that depends on s), where a large batch only means fewer steps;
         ``AUTO_BATCH_RECORD`` with ``protect="record"``, where a small hidden batch amplifies
