@@ -345,13 +345,13 @@ def train_command(args: argparse.Namespace) -> int:
             search, model = tuned_model(model, fed, args)
         else:
             model.fit(fed, sensitive_silos=sensitive_silos)
-    from pfair.validation import held_out_count
+    from pfair.validation import training_sizes
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fit raised (and caught) the settings' warnings already
         st = model.settings()
         # The batch the silos drew: "auto" resolved on the records they train on (less the held-out share).
-        resolved = st.for_sizes([n - held_out_count(n, st.validation_share) for n in fed.sizes])
+        resolved = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
         batch, lr_theta = int(resolved.batch_size), float(resolved.lr_theta)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)

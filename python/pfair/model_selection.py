@@ -54,10 +54,10 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict:
     candidates at most.
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
     ``max_violation``."""
-    from pfair.validation import held_out_count
+    from pfair.validation import training_sizes
 
     st = clone(estimator).set_params(batch_size="auto").settings()
-    train = [int(n) - held_out_count(int(n), st.validation_share) for n in sizes]
+    train = training_sizes(sizes, st.validation_share)
     auto = st.for_sizes(train).batch_size
     return {"lr_theta": list(DEFAULT_LR_THETA), "batch_size": sorted({min(DEFAULT_BATCH, min(train)), int(auto)})}
 
@@ -210,36 +210,14 @@ class PrivateSearch(BaseEstimator):
         return Federation.from_arrays(X, y, sensitive_features=sensitive_features, silos=silos)
 
     def _ledgers(self, fed: Any, ledgers: Any, epsilon: float) -> list:
-        """The silos' ledgers, made with the search's budget where new (a Federation's silo keeps
-        its ledger, so a later fit or search on it sees what this one spent)."""
-        import os
+        """The silos' ledgers (:func:`pfair.protocol.setup.resolve_ledgers`), made with the search's
+        budget where new (a Federation's silo keeps its ledger, so a later fit or search on it sees
+        what this one spent)."""
+        from dataclasses import replace
 
-        from pfair.privacy.ledger import PrivacyLedger
+        from pfair.protocol.setup import resolve_ledgers
 
-        st = self.estimator.settings()
-        deltas = [st.delta_for(n) for n in fed.sizes]
-        if isinstance(ledgers, str) and ledgers == "new":
-            return [PrivacyLedger(epsilon=epsilon, delta=deltas[j], silo=j) for j in range(fed.n_silos)]
-        if ledgers is None:
-            out = []
-            for j, silo in enumerate(fed.silos):
-                if silo.ledger is None:
-                    silo.ledger = PrivacyLedger(epsilon=epsilon, delta=deltas[j], silo=j)
-                out.append(silo.ledger)
-            return out
-        if isinstance(ledgers, (str, bytes)) or len(ledgers) != fed.n_silos:
-            raise ValueError(f"ledgers must be 'new', None or a list of {fed.n_silos} PrivacyLedger objects or JSON "
-                             "paths (one per silo)")
-        out = []
-        for j, item in enumerate(ledgers):
-            if isinstance(item, PrivacyLedger):
-                out.append(item)
-            elif isinstance(item, (str, os.PathLike)):
-                out.append(PrivacyLedger.load(item) if os.path.exists(item) else
-                           PrivacyLedger(epsilon=epsilon, delta=deltas[j], silo=j, path=item))
-            else:
-                raise TypeError(f"ledgers[{j}] must be a PrivacyLedger or a path, got {type(item).__name__}")
-        return out
+        return resolve_ledgers(replace(self.estimator.settings(), epsilon=float(epsilon)), fed, ledgers)
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Any, y: Any = None, *, sensitive_features: Any = None, silos: Any = None,
@@ -262,14 +240,10 @@ class PrivateSearch(BaseEstimator):
         k = len(grid)
         if private:
             total = float(defaults["epsilon"])
-            book = self._ledgers(fed, ledgers, total)
+            book = self._ledgers(fed, ledgers, total)  # refuses a total above a ledger's budget
             from pfair.privacy.tuning import search_targets
 
             before = [ledger.epsilon_spent() for ledger in book]
-            for j, ledger in enumerate(book):
-                if total > ledger.epsilon * (1 + 1e-12):
-                    raise ValueError(f"silo {j}: the search's epsilon={total:g} is more than its ledger's budget "
-                                     f"{ledger.epsilon:g}; a silo's budget is fixed when its ledger is made")
             spent = max(before)
             if spent >= total:
                 raise ValueError(f"the silos' ledgers have spent epsilon={spent:.4g} already, nothing is left of the "

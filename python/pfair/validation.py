@@ -70,6 +70,11 @@ def held_out_count(n_records: int, share: float) -> int:
     return int(math.floor(float(share) * int(n_records)))
 
 
+def training_sizes(sizes: Any, share: float) -> list[int]:
+    """The records each silo of ``sizes`` trains on: its size less :func:`held_out_count`."""
+    return [int(n) - held_out_count(int(n), share) for n in sizes]
+
+
 def holdout(n_records: int, share: float, *, seed: int, silo: int) -> tuple[np.ndarray, np.ndarray]:
     """Row indices ``(train, validation)`` of a silo of ``n_records``: ``⌊share · n⌋`` positions
     held out, drawn from the public ``seed`` and the silo's index (a function of public values only,

@@ -49,7 +49,7 @@ import pandas as pd
 from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, get_method, violation_column
 from pfair.exceptions import ConvergenceWarning
 from pfair.settings import SteFFLeSettings
-from pfair.validation import held_out_count
+from pfair.validation import training_sizes as silo_training_sizes
 
 __all__ = [
     "Cell", "SweepResult", "COLUMNS", "KEY_COLUMNS", "RUNS_FILE", "SETTINGS_FILE",
@@ -547,14 +547,13 @@ def cell_batch(spec: Any, batch_size: int | str, smallest: int) -> int | str:
 
 def training_sizes(spec: Any, sizes: Any) -> list[int]:
     """The records each silo of ``sizes`` trains on under method ``spec``: SteFFLe and its
-    configurations hold out ``validation_share`` (:func:`pfair.validation.held_out_count`), the other
+    configurations hold out ``validation_share`` (:func:`pfair.validation.training_sizes`), the other
     methods train on every record."""
     from pfair.estimators import SteFFLe
 
     if not issubclass(spec.estimator(), SteFFLe):
         return [int(n) for n in sizes]
-    share = SteFFLeSettings.validation_share
-    return [int(n) - held_out_count(int(n), share) for n in sizes]
+    return silo_training_sizes(sizes, SteFFLeSettings.validation_share)
 
 
 def _used_batch(model: Any, spec: Any, batch: int | str, fed: Any) -> float:

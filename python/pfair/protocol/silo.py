@@ -324,18 +324,21 @@ class SiloParty:
                 cache["train"] = np.asarray(self.predict(theta), dtype=np.int64)
             return cache["train"]
 
+        def held_pred() -> np.ndarray:
+            if "held" not in cache:
+                cache["held"] = np.asarray(self.validation[0](theta), dtype=np.int64)
+            return cache["held"]
+
         def table() -> np.ndarray:
             if self.validation is None:
                 return validation_table(self._y, train_pred(), self.n_classes)
-            predict_val, y_val, _ = self.validation
-            return validation_table(y_val, np.asarray(predict_val(theta), dtype=np.int64), self.n_classes)
+            return validation_table(self.validation[1], held_pred(), self.n_classes)
 
         def counts() -> np.ndarray:
             kw = dict(n_groups=self.n_groups, n_classes=self.n_classes, fairness=st.fairness, positive=st.positive_class)
             out = violation_counts(self._y, train_pred(), self._s, **kw)
             if self.validation is not None:
-                predict_val, y_val, s_val = self.validation
-                out = out + violation_counts(y_val, np.asarray(predict_val(theta), dtype=np.int64), s_val, **kw)
+                out = out + violation_counts(self.validation[1], held_pred(), self.validation[2], **kw)
             return out
 
         if self.validation_z is None:

@@ -94,9 +94,11 @@ pub fn ledger_rdp_epsilon(held: &[Held], delta: f64) -> Result<f64> {
     Ok(epsilon_from_rdp(o, &total, delta)?.0)
 }
 
-/// The law of μ² of `held` if every mechanism is Gaussian given public information, else `None`.
-pub fn ledger_mixture(held: &[Held]) -> Result<Option<Mixture>> {
+/// `held` split into the law of μ² of its mechanisms that are Gaussian given public information
+/// and its mechanisms that hide their batch (equal scheme, rate and noise merged into one).
+fn split_held(held: &[Held]) -> Result<(Mixture, Vec<Held>)> {
     let mut mix = Mixture::default();
+    let mut hidden: Vec<Held> = Vec::new();
     for h in held {
         check_held(h)?;
         if h.count == 0 {
@@ -104,17 +106,24 @@ pub fn ledger_mixture(held: &[Held]) -> Result<Option<Mixture>> {
         }
         match h.scheme {
             Scheme::FullBatch | Scheme::Shuffle => mix.fixed_mu2 += h.count as f64 / (h.z * h.z),
-            Scheme::PublicBatch => {
-                // Equal (q, z) merge exactly: Bin(a, q) + Bin(b, q) = Bin(a + b, q).
-                match mix.binomials.iter_mut().find(|b| b.q == h.q && b.z == h.z) {
-                    Some(b) => b.trials += h.count,
-                    None => mix.binomials.push(Binomial { trials: h.count, q: h.q, z: h.z }),
-                }
-            }
-            _ => return Ok(None),
+            // Equal (q, z) merge exactly: Bin(a, q) + Bin(b, q) = Bin(a + b, q).
+            Scheme::PublicBatch => match mix.binomials.iter_mut().find(|b| b.q == h.q && b.z == h.z) {
+                Some(b) => b.trials += h.count,
+                None => mix.binomials.push(Binomial { trials: h.count, q: h.q, z: h.z }),
+            },
+            _ => match hidden.iter_mut().find(|x| x.scheme == h.scheme && x.q == h.q && x.z == h.z) {
+                Some(x) => x.count += h.count,
+                None => hidden.push(*h),
+            },
         }
     }
-    Ok(Some(mix))
+    Ok((mix, hidden))
+}
+
+/// The law of μ² of `held` if every mechanism is Gaussian given public information, else `None`.
+pub fn ledger_mixture(held: &[Held]) -> Result<Option<Mixture>> {
+    let (mix, hidden) = split_held(held)?;
+    Ok(if hidden.is_empty() { Some(mix) } else { None })
 }
 
 /// ε of the exact account of `held` at `delta`, `+∞` when some mechanism hides its batch.
@@ -350,25 +359,7 @@ fn public_pld(mix: &Mixture, tail: f64) -> Result<Option<Arc<Pld>>> {
 /// (only then is the currency computed: otherwise the exact account is already tight).
 fn ledger_pld(held: &[Held], delta: f64) -> Result<Option<Pld>> {
     let tail = super::pld::tail_for(delta);
-    let mut mix = Mixture::default();
-    let mut hidden: Vec<Held> = Vec::new();
-    for h in held {
-        check_held(h)?;
-        if h.count == 0 {
-            continue;
-        }
-        match h.scheme {
-            Scheme::FullBatch | Scheme::Shuffle => mix.fixed_mu2 += h.count as f64 / (h.z * h.z),
-            Scheme::PublicBatch => match mix.binomials.iter_mut().find(|b| b.q == h.q && b.z == h.z) {
-                Some(b) => b.trials += h.count,
-                None => mix.binomials.push(Binomial { trials: h.count, q: h.q, z: h.z }),
-            },
-            _ => match hidden.iter_mut().find(|x| x.scheme == h.scheme && x.q == h.q && x.z == h.z) {
-                Some(x) => x.count += h.count,
-                None => hidden.push(*h),
-            },
-        }
-    }
+    let (mix, hidden) = split_held(held)?;
     if hidden.is_empty() {
         return Ok(None);
     }
