@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from types import SimpleNamespace
 import math
 
 import numpy as np
@@ -526,6 +528,25 @@ def test_every_method_gets_the_same_tuning_budget_and_the_grid_expands_as_docume
     assert fig2 == (10 + 2 * 8 - 1) * 12 * 15
     paths = {d for _, d, _ in planned}
     assert {str(p) for p in paths} >= {"/nonexistent/paper/steffle", "/nonexistent/fig2/fedavg"}
+
+
+def test_grid_runs_the_steffle_family_at_todays_defaults_and_the_others_at_their_pinned_settings(monkeypatch, tmp_path):
+    from pfair.experiments import grid, sweep
+    from pfair.settings import SteFFLeSettings
+
+    seen = {}
+
+    def fake_run_sweep(directory, **kw):
+        seen[Path(directory).name] = (kw["epochs"], kw["batch_size"], kw["tuning"])
+        return SimpleNamespace(ran=0, skipped=0, failed=0, seconds=0.0)
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    grid.run_grid(tmp_path, parts=["paper"], methods="steffle,dp_fermi,pfld,fedavg", seeds=1, progress=False)
+    for name in ("steffle", "dp_fermi"):  # None and "auto": what pfair train resolves
+        epochs, batch, tuning = seen[name]
+        assert (epochs, batch) == (None, "auto")
+        assert SteFFLeSettings.lr_theta in tuning[name]["lr_theta"]  # the default step is one of the two
+    assert seen["pfld"][:2] == seen["fedavg"][:2] == (grid.PINNED_EPOCHS, grid.PINNED_BATCH)
 
 
 def test_grid_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path):
