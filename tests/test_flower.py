@@ -125,6 +125,19 @@ def test_pfair_deploy_local_removes_its_temporary_workdir_and_takes_a_csv(tmp_pa
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and out["dataset"].startswith("loans") and out["silos"] == 2 and out["workdir"] is None
     assert not list(tmp_path.glob("pfair-deploy-*"))  # the temporary workdir is gone
+    # The text summary, with --keep-workdir: pfair train's lines, and the kept directory named.
+    data = ["--csv", str(tmp_path / "loans.csv"), "--label", "default", "--positive-label", "yes", "--sensitive", "sex",
+            "--silos", "2", "--epsilon", "2", "--epochs", "1", "--batch-size", "100"]
+    assert main(["deploy", "local", *data, "--round-timeout", "60", "--timeout", "300", "--keep-workdir"]) == 0
+    text = capsys.readouterr().out
+    kept = list(tmp_path.glob("pfair-deploy-*"))
+    assert len(kept) == 1 and (kept[0] / "flower" / "result.json").exists() and str(kept[0]) in text
+    assert main(["train", *data]) == 0
+    labels = {line.split()[0] for line in capsys.readouterr().out.splitlines()
+              if line.strip() and not line.startswith(" ") and line.split()[0].isalpha()}
+    assert labels >= {"test", "model", "privacy", "training"}
+    shown = {line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith(" ")}
+    assert labels - {"time"} <= shown, labels - shown
 
 
 @pytest.mark.slow

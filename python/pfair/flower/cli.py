@@ -26,8 +26,9 @@ def add_deploy_parser(sub: Any) -> None:
                     "(each with its own shard, test shard, state directory and ledger) and a SuperLink on\n"
                     "127.0.0.1, run SteFFLe, print the same summary as `pfair train`, and tear it all down.\n"
                     "Measured on 2 cores with Adult and 3 silos: the parties start in 3-5 s and a round\n"
-                    "costs 0.8-1.3 s (every message is a Flower exchange), so a run of R rounds takes\n"
-                    "about 5 + 1.2 R s; an epoch is ceil(mean silo size / batch size) rounds.",
+                    "costs 0.6-1.3 s (every message is a Flower exchange); with the data, set-up, the\n"
+                    "evaluation and the teardown a run of R rounds takes about 15 + 1.2 R s (R = 5: 17-22 s,\n"
+                    "R = 15: 34 s); an epoch is ceil(mean silo size / batch size) rounds.",
         epilog="examples:\n  pfair deploy local --dataset adult --epsilon 1 --epochs 1\n"
                "  pfair deploy local --csv loans.csv --label default --sensitive sex --epsilon 1 --workdir wd",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,7 +40,7 @@ def add_deploy_parser(sub: Any) -> None:
                    choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
                    help="fairness notion the penalty enforces (default demographic_parity)")
     q.add_argument("--epochs", type=int, default=1,
-                   help="epochs (default 1; each round costs 0.8-1.3 s on Flower, see above)")
+                   help="epochs (default 1; each round costs 0.6-1.3 s on Flower, see above)")
     q.add_argument("--batch-size", type=int, default=2048, help="batch size m (default 2048)")
     q.add_argument("--p-s", dest="p_s", default="dp", help="'dp' (default) or comma-separated public proportions")
     q.add_argument("--seed", type=int, default=0, help="seeds the partition and the (public) batch order")
