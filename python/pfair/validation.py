@@ -257,35 +257,70 @@ class Selector:
                       f"max_violation={self.target:g} unchecked")
 
 
-#: Records the silo-local check of a baseline reads at most (:func:`warn_if_no_better_than_constant`).
+#: Records the silo-local check of a baseline reads at most (:class:`LocalCheck`).
 LOCAL_CHECK_RECORDS = 20_000
 
 
+class LocalCheck:
+    """The baselines' guard (PF-LD, FedAvg, central ERM, which hold nothing out): after each epoch
+    the model's error on the silos' training records (at most :data:`LOCAL_CHECK_RECORDS`, a seeded
+    sample) against the constant predictor's, and at the end the model the fit returns, chosen as
+    SteFFLe's :class:`Selector` chooses without a target: the last if it is clearly better than the
+    constant predictor, else the most accurate epoch, warned
+    (:class:`~pfair.exceptions.NotBetterThanConstantWarning`).
+
+    A silo-local check in the process that holds the silos' data (a simulation). It reads x and y
+    only, which the baselines' attribute-level guarantees do not protect, and θ, which is already
+    released: nothing of it is released or charged. ``estimator``: the baseline being fitted (its
+    ``predict_proba`` at its current ``theta_``); ``shards``: the
+    :class:`~pfair.federation.Federation` it is fitted on."""
+
+    def __init__(self, estimator: Any, shards: Any) -> None:
+        n = int(sum(shards.sizes))
+        rows = None
+        if n > LOCAL_CHECK_RECORDS:
+            rows = np.sort(np.random.default_rng(0).choice(n, LOCAL_CHECK_RECORDS, replace=False))
+        self._X, self._y, _ = shards.pooled(rows) if n else (None, None, None)
+        self._estimator = estimator
+        self._n_classes = len(shards.classes_)
+        self._selector = Selector()
+
+    def offer(self, epoch: int) -> None:
+        """The figures of the estimator's current ``theta_``, after ``epoch`` (0-based)."""
+        if self._X is None:
+            return
+        pred = np.argmax(self._estimator.predict_proba(self._X), axis=1)
+        fig = pooled_figures([validation_table(self._y, pred, self._n_classes)], epoch=epoch)
+        if fig is not None:
+            self._selector.offer(fig, self._estimator.theta_, np.zeros(0))
+
+    def choose(self, stacklevel: int = 3) -> bool:
+        """Set the estimator's ``theta_`` to the model it returns (``selected_epoch_``: 1-based) and
+        warn when that is not simply the last model; returns whether it warned."""
+        model, why = self._selector.choose()
+        if model is None:
+            return False
+        self._estimator.theta_ = model[1]
+        self._estimator.selected_epoch_ = model[0].epoch + 1
+        if why is None:
+            return False
+        name = type(self._estimator).__name__
+        why = why.replace("the released validation figures", "the figures")
+        category = ConvergenceWarning if why.startswith("the figures are too noisy") else NotBetterThanConstantWarning
+        warnings.warn(f"{name}: {why} (a silo-local check on the silos' training records: nothing of it was "
+                      "released). Try more epochs or a larger step size if the model barely moved, a smaller "
+                      "fairness weight if fairness pushed it to the constant, a larger epsilon or batch if the "
+                      "noise swamps the updates", category, stacklevel=stacklevel)
+        return True
+
+
 def warn_if_no_better_than_constant(estimator: Any, shards: Any, stacklevel: int = 3) -> bool:
-    """The baselines' guard (PF-LD, FedAvg, central ERM, the single-shot method, which hold nothing
-    out): the fitted model's error on the silos' records (at most :data:`LOCAL_CHECK_RECORDS`, a
-    seeded sample) against the constant predictor's, warned about
-    (:class:`~pfair.exceptions.NotBetterThanConstantWarning`) when the model is not clearly better. A
-    silo-local check in the process that holds the silos' data (a simulation): nothing of it is
-    released or kept. ``estimator``: the fitted baseline (its ``predict_proba``); ``shards``: the
-    :class:`~pfair.federation.Federation` it was fitted on. Returns whether it warned."""
-    n = int(sum(shards.sizes))
-    if n == 0:
-        return False
-    rows = None
-    if n > LOCAL_CHECK_RECORDS:
-        rows = np.sort(np.random.default_rng(0).choice(n, LOCAL_CHECK_RECORDS, replace=False))
-    X, y, _ = shards.pooled(rows)
-    pred = np.argmax(estimator.predict_proba(X), axis=1)
-    fig = pooled_figures([validation_table(y, pred, len(shards.classes_))], epoch=0)
-    if fig is None or fig.clearly_better:
-        return False
-    warnings.warn(f"{type(estimator).__name__}: the fitted model is not clearly better than the constant predictor on the silos' records "
-                  f"(error {_fig(fig)}; a silo-local check: nothing of it was released). Try more epochs or a "
-                  "larger step size if it barely moved, a smaller fairness weight if fairness pushed it to the "
-                  "constant, a larger epsilon or batch if the noise swamps the updates",
-                  NotBetterThanConstantWarning, stacklevel=stacklevel)
-    return True
+    """The guard of a baseline whose model is not built epoch by epoch (the single-shot method
+    solves for it once at the end): :class:`LocalCheck` offered that one model. Returns whether it
+    warned."""
+    check = LocalCheck(estimator, shards)
+    check.offer(0)
+    return check.choose(stacklevel=stacklevel + 1)
 
 
 def _fig(f: CheckpointFigures) -> str:
@@ -312,5 +347,5 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
                   stacklevel=stacklevel)
 
 
-__all__ = ["CheckpointFigures", "MARGIN_SDS", "Selector", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",
+__all__ = ["CheckpointFigures", "LocalCheck", "MARGIN_SDS", "Selector", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",
            "validation_table"]

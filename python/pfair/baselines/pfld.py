@@ -79,7 +79,7 @@ from pfair.privacy import mechanisms
 from pfair.privacy.proportions import n_blocks
 from pfair.protocol.keys import noise_key, seeded_key
 from pfair.settings import default_delta
-from pfair.validation import warn_if_no_better_than_constant
+from pfair.validation import LocalCheck
 
 PFLD_FAIRNESS = ("demographic_parity", "equalized_odds", "accuracy_parity")
 
@@ -252,6 +252,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         grp_w = n / (m * n_ba)  # group weights per (block, group)
         history: list[dict[str, Any]] = []
         released = np.nan
+        check = LocalCheck(self, sh)
         for epoch in range(self.epochs):
             for step in range(steps):
                 idx = (np.arange(n) if m == n else
@@ -268,6 +269,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
                 sign = np.sign(v_tilde)
                 released = float(np.max(np.abs(v_tilde)))
             self.theta_ = theta
+            check.offer(epoch)
             if self.track_history:
                 row = {"epoch": epoch + 1, "max_multiplier": float(lam.max()), "mean_multiplier": float(lam.mean()),
                        "released_violation": released}
@@ -290,7 +292,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
         }]).set_index("silo")
-        warn_if_no_better_than_constant(self, sh)
+        check.choose()
         return self
 
     def _primal_step(self, theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray, sb: np.ndarray, bb: np.ndarray,

@@ -28,7 +28,7 @@ from pfair.estimators import LinearSoftmaxMixin
 from pfair.protocol.keys import seeded_key
 from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import SAMPLINGS
-from pfair.validation import warn_if_no_better_than_constant
+from pfair.validation import LocalCheck
 
 
 class _SGDBase(LinearSoftmaxMixin, _ParamsMixin):
@@ -133,6 +133,7 @@ class CentralERM(_SGDBase):
         w, inv = np.zeros(2 * l), np.ones(2)
         steps = self._steps_per_epoch(len(yp))
         history = []
+        check = LocalCheck(self, sh)
         for epoch in range(self.epochs):
             lr = self._lr(epoch)
             key = seeded_key(self.seed)  # batch order only: nothing here is noised
@@ -142,13 +143,14 @@ class CentralERM(_SGDBase):
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(f"SGD diverged at epoch {epoch}: lower lr (now {lr:g})")
             self.theta_ = theta
+            check.offer(epoch)
             if self.track_history:
                 history.append(self._history_row(epoch, lr, float(np.mean(out["loss"])), (Xp, yp, sp), sh))
         self.theta_ = np.asarray(theta)
         self.n_rounds_ = self.epochs * steps
         self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
         self.privacy_report_ = non_private_report("central_erm", 1)
-        warn_if_no_better_than_constant(self, sh)
+        check.choose()
         return self
 
 
@@ -208,6 +210,7 @@ class FedAvg(_SGDBase):
         key = seeded_key(self.seed)  # batch order only: FedAvg adds no noise
         pooled = sh.pooled()
         history = []
+        check = LocalCheck(self, sh)
         for epoch in range(self.epochs):
             lr = self._lr(epoch)
             losses = []
@@ -225,11 +228,12 @@ class FedAvg(_SGDBase):
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError(f"FedAvg diverged at epoch {epoch}: lower lr (now {lr:g}) or local_steps")
             self.theta_ = theta
+            check.offer(epoch)
             if self.track_history:
                 history.append(self._history_row(epoch, lr, float(np.mean(losses)), pooled, sh))
         self.theta_ = np.asarray(theta)
         self.n_rounds_ = self.epochs * rounds
         self.history_ = pd.DataFrame(history).set_index("epoch") if history else pd.DataFrame()
         self.privacy_report_ = non_private_report("fedavg", sh.n_silos)
-        warn_if_no_better_than_constant(self, sh)
+        check.choose()
         return self
