@@ -292,3 +292,26 @@ def test_the_hybrid_server_refuses_a_malformed_reply(bad):
     broken = dataclasses.replace(ns_msgs[0], loss_grad=np.zeros(3))
     server.update(theta, w, [broken, *ns_msgs[1:]], msgs, lr_theta=0.1, round=0)
     assert server.rejected[-1][1] == ("non-sensitive", 0) and "length" in server.rejected[-1][2]
+
+
+def test_sensitive_silos_ledgers_from_paths_persist_and_are_checked(tmp_path):
+    """The sensitive silos' ledgers come from the shared set-up (pfair.protocol.setup.ledgers_for):
+    a path that does not exist yet is created, and holds the run's spending for the next fit; a
+    list of the wrong length or a ledger with less budget than asked is refused before any round."""
+    from pfair.exceptions import LedgerMismatch
+    from pfair.privacy import PrivacyLedger
+
+    X, y, s, silos = data(600)
+    kw = dict(lam=1.0, epsilon=1.0, mode="central_sensitive", noise_seed=0, **FAST)
+    path = tmp_path / "sensitive0.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=[str(path)])
+    spent = m.ledgers_[0].epsilon_spent()
+    assert 0.5 < spent <= 1.0 and path.exists()
+    assert PrivacyLedger.load(str(path)).epsilon_spent() == pytest.approx(spent, rel=1e-12)
+    with pytest.raises(ValueError, match="one per sensitive silo"):
+        SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=["a.json", "b.json"])
+    small = PrivacyLedger(epsilon=0.5, delta=m.ledgers_[0].delta, silo="sensitive 0")
+    with pytest.raises(LedgerMismatch, match="more than its ledger's budget"):
+        SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=[small])

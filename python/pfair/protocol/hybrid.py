@@ -127,44 +127,6 @@ def check_hybrid_settings(st: Any) -> None:
                          "(the paper's closed form exists for the standard mode)")
 
 
-def plan_sensitive_noise(st: Any, c: int, *, n_records: int, sample_rate: float, steps: int,
-                         inv_sqrt_ps: np.ndarray, n_groups: int, ledger: Any, delta: float, clip: float) -> Any:
-    """Noise plan of sensitive silo ``c``: its noised sums have sensitivities ``Δ_θ = 2 C_θ`` and
-    ``Δ_W = 2 (1/ρ₁ + 1/ρ₂)^{1/2}`` (divisor 1), and its rounds are accounted as public batches
-    drawn with probability ``q_c`` (:func:`sensitive_sample_rates`; ``"full_batch"`` when q_c = 1),
-    calibrated to what its ledger has left."""
-    from pfair.exceptions import PrivacyBudgetExceeded
-    from pfair.privacy.accountant import noise_multiplier_for
-    from pfair.privacy.calibration import NoisePlan, noise_multiplier_after
-    from pfair.privacy.ledger import MechanismEvent
-
-    _, d_theta, d_w = _core.sensitivities(inv_sqrt_ps, n_groups=n_groups, denom=1.0, fairness=st.fairness,
-                                          positive=st.positive_class, clip_theta=clip)
-    scheme = "public_batch" if sample_rate < 1 else "full_batch"
-    q = float(sample_rate)
-    if not st.private:
-        z, stds, eps = 0.0, [0.0, 0.0], math.inf
-    elif not st.sends_psi:  # nothing that depends on s is sent
-        z, stds, eps = math.inf, [0.0, 0.0], ledger.epsilon_spent()
-    else:
-        if ledger.epsilon_spent() >= st.epsilon:
-            raise PrivacyBudgetExceeded(f"sensitive silo {c}: its ledger has no budget left")
-        if ledger.events:
-            z = noise_multiplier_after(ledger, epsilon=st.epsilon, sample_rate=q, steps=steps, sampling=scheme)
-        else:
-            z = noise_multiplier_for(epsilon=st.epsilon, delta=delta, sample_rate=q, steps=steps, sampling=scheme)
-        stds = _core.noise_stds([d_theta, d_w], z)
-        eps = ledger.epsilon_with([MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q,
-                                                  noise_multiplier=z, steps=steps)])
-    return NoisePlan(
-        silo=c, n_records=int(n_records), sampling="without_replacement", sample_rate=q, steps=int(steps),
-        denominator=1.0, sensitivity_loss=0.0, sensitivity_theta=d_theta, sensitivity_w=d_w, noise_multiplier=z,
-        sigma_loss=0.0, sigma_theta=stds[0], sigma_w=stds[1], target_epsilon=st.epsilon, delta=delta, epsilon=eps,
-        calibration="rdp", protect="attribute", sends_psi=st.sends_psi, accounting=scheme,
-    )
-
-
-
 @dataclass(frozen=True)
 class NonSensitiveMessage:
     """A non-sensitive silo's reply: s-free parts (means over its batch of ``batch_size`` records)."""
@@ -350,7 +312,7 @@ class HybridParties:
         )
         self.sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
-        self.ledgers = self._ledgers(ledgers, X, y, s, self.deltas)
+        self.ledgers = self._ledgers(ledgers, X, y, s)
         self.keys = [noise_key(st.noise_seed) for _ in range(layout.n_sensitive)]
         self.batch_key = hybrid_batch_key(st)
         self.clip = float(st.clip) if st.clip is not None else math.inf
@@ -360,25 +322,22 @@ class HybridParties:
         self.proportions: np.ndarray | None = None
         self.run_id = uuid.uuid4().hex
 
-    def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any, deltas: list) -> list:
-        from pfair.privacy.ledger import PrivacyLedger, data_fingerprint
-        from pfair.protocol.setup import resolve_ledgers
+    def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any) -> list:
+        """The sensitive silos' ledgers (:func:`pfair.protocol.setup.ledgers_for`): in
+        ``"divisions"`` mode by default the federation silos' own, otherwise fresh ones by default."""
+        from pfair.privacy.ledger import data_fingerprint
+        from pfair.protocol.setup import ledgers_for, resolve_ledgers
 
         st, n_s = self.settings, self.layout.n_sensitive
-        if not st.private:
-            return [None] * n_s
-        if ledgers is None and st.mode == "divisions":
+        if st.private and ledgers is None and st.mode == "divisions":
             return resolve_ledgers(st, self.fed, None)
-        if ledgers is None or (isinstance(ledgers, str) and ledgers == "new"):
-            out = [PrivacyLedger(epsilon=st.epsilon, delta=deltas[c], silo=f"sensitive {c}") for c in range(n_s)]
-        else:
-            if isinstance(ledgers, str) or len(ledgers) != n_s:
-                raise ValueError(f"ledgers must be 'new', None or a list of {n_s} ledgers (one per sensitive silo)")
-            out = [item if isinstance(item, PrivacyLedger) else PrivacyLedger.load(item) for item in ledgers]
-        for c, ledger in enumerate(out):
-            rows = np.flatnonzero(self.layout.owner == c)
-            ledger.bind(data_fingerprint(X[rows], y[rows], s[rows]))
-        return out
+
+        def fingerprints() -> list[str]:
+            rows = [np.flatnonzero(self.layout.owner == c) for c in range(n_s)]
+            return [data_fingerprint(X[r], y[r], s[r]) for r in rows]
+
+        return ledgers_for(st, ledgers, sizes=[max(int(n), 2) for n in self.sizes_c], fingerprints=fingerprints,
+                           labels=[f"sensitive {c}" for c in range(n_s)], what="sensitive silo")
 
     # ------------------------------------------------------------------ set-up
     def release_group_counts(self, c: int) -> np.ndarray:
@@ -395,8 +354,8 @@ class HybridParties:
 
     def start(self) -> RunState:
         """The p_s round and the sensitive silos' noise plans; the run's initial state."""
-        from pfair.privacy.calibration import warn_if_spent
-        from pfair.protocol.setup import initial_model, released_proportions
+        from pfair.privacy.calibration import plan_silo_noise, warn_if_spent
+        from pfair.protocol.setup import begin_run, initial_model, released_proportions
 
         st, fed = self.settings, self.fed
         for c, ledger in enumerate(self.ledgers):
@@ -407,15 +366,15 @@ class HybridParties:
             pooled=lambda: fed.group_proportions(st.fairness, st.positive_class))
         self.inv = inv_sqrt_proportions(self.proportions)
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
-        self.plans = [plan_sensitive_noise(st, c, n_records=int(self.sizes_c[c]), sample_rate=float(rates[c]),
-                                           steps=self.plan.total_rounds, inv_sqrt_ps=self.inv,
-                                           n_groups=self.plan.n_groups, ledger=self.ledgers[c],
-                                           delta=self.deltas[c], clip=self.clip)
-                      for c in range(self.layout.n_sensitive)]
+        self.plans = [plan_silo_noise(
+            silo=c, n_records=int(self.sizes_c[c]), batch_size=st.batch_size, sampling="without_replacement",
+            steps=self.plan.total_rounds, epsilon=st.epsilon, delta=self.deltas[c], proportions=self.proportions,
+            fairness=st.fairness, positive=st.positive_class, protect="attribute", clip_loss=math.inf,
+            clip_theta=self.clip, clip_w=math.inf, calibration="rdp", sends_psi=st.sends_psi, ledger=self.ledgers[c],
+            sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp")
+            for c in range(self.layout.n_sensitive)]
         for ledger, plan in zip(self.ledgers, self.plans):
-            if ledger is not None and 0 < plan.noise_multiplier < math.inf:
-                ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                 noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps)
+            begin_run(ledger, plan, self.run_id)
         theta, w = initial_model(self.plan, self.theta_len)
         return RunState([self.run_id], self.plans, self.proportions, 0, theta, w)
 

@@ -44,6 +44,7 @@ from pfair.privacy.proportions import (
 from pfair.protocol.keys import SiloKeys
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import budget_split, inv_sqrt_proportions
+from pfair.protocol.setup import begin_run
 from pfair.settings import SteFFLeSettings
 from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, VALIDATION_STREAM, validation_table
 
@@ -207,10 +208,7 @@ class SiloParty:
         self._checkpoint_noise()
         self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
         self.run_id = run_id or uuid.uuid4().hex
-        if self.charges:
-            self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
-                                  prepaid=plan.calibration == "pld")
+        begin_run(self.ledger, plan, self.run_id)
         return plan
 
     def _proportions(self, proportions: np.ndarray) -> np.ndarray:
