@@ -123,7 +123,8 @@ class Simulation:
                 validation = (predict_held, h.y, h.s) if predict_held is not None else None
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict,
-                                          validation=validation, n_silo_records=len(self.whole.silos[j])))
+                                          validation=validation, n_silo_records=len(self.whole.silos[j]),
+                                          budget=plan.budget))
         if st.max_violation is not None and any(p.predict is None for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
