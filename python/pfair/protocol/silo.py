@@ -265,6 +265,12 @@ class SiloParty:
         if self.charges:
             mechanisms.charge_rounds(self.ledger, self.run_id, first_round, count)
 
+    def round_charge(self) -> tuple[PrivacyLedger, str] | None:
+        """What this silo's rounds are charged to, ``(ledger, run id)``, or None when they cost
+        nothing: for a transport that charges many silos' epochs in one call
+        (:func:`pfair.privacy.mechanisms.charge_epoch`) before computing them."""
+        return (self.ledger, self.run_id) if self.charges else None
+
     # ------------------------------------------------------------------ a round
     def step(self, theta: np.ndarray, w: np.ndarray, round: int) -> SiloMessage:
         """The silo's reply to round ``round`` at the server's ``(θ, W)``.
