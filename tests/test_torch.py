@@ -1004,3 +1004,21 @@ def test_block_sums_of_neighbouring_chunks_differ_by_at_most_twice_the_clip():
     assert diff <= 2 * C
     # Each record's clipped vector alone is in the ball after rounding, too.
     assert torch.linalg.vector_norm((f[:1] @ G[:1]).double()).item() <= C
+
+
+def test_deep_parameters_are_steffles_with_the_deep_defaults():
+    """DeepSteFFLe lists its parameters explicitly (scikit-learn's get_params reads the signature):
+    its own, then every pfair.SteFFLe parameter in SteFFLe's order, with SteFFLe's default except
+    where pfair.settings.DEEP_DEFAULTS says otherwise. A parameter added to SteFFLe must be added here."""
+    import inspect
+
+    from pfair import SteFFLe
+    from pfair.settings import DEEP_DEFAULTS
+
+    own = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size", "n_threads"]
+    steffle = {n: p.default for n, p in inspect.signature(SteFFLe.__init__).parameters.items() if n != "self"}
+    deep = DeepSteFFLe(mlp(4, 2))
+    assert DeepSteFFLe._get_param_names() == sorted(own + list(steffle))
+    params = deep.get_params(deep=False)
+    assert {n: params[n] for n in steffle} == {n: DEEP_DEFAULTS.get(n, d) for n, d in steffle.items()}
+    assert DeepSteFFLe(mlp(4, 2), lam=0.3, batch_size=32).get_params()["lam"] == 0.3
