@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pfair import SteFFLe
+from pfair import SteFFLe, _core
 from pfair.exceptions import PrivacyWarning, ReplayRefused
 from pfair.protocol.messages import PARTS, SiloMessage
 from pfair.protocol.simulation import Simulation
@@ -118,3 +118,24 @@ def test_private_history_holds_released_values_only():
     with pytest.warns(PrivacyWarning, match="exact_diagnostics"):
         m = SteFFLe(exact_diagnostics=True, **kw).fit(X, y, sensitive_features=s, silos=silos)
     assert {"train_demographic_parity_difference", "batch_loss", "clipped"} <= set(m.history_.columns)
+
+
+def test_epoch_bindings_take_their_keywords_as_python_would():
+    """SiloSet.run_rounds and HybridSet.run_rounds read their keyword arguments into parameter
+    structs (rust/src/python/epoch_args.rs); a misspelt or missing keyword is still refused by name."""
+    silo_set = fed().silo_set()
+    cfg = _core.SiloConfig(sampling="without_replacement", batch_size=32)
+    key = _core.NoiseKey.seeded(1)
+    kw = dict(batch_keys=[key] * 3, noise_keys=[key] * 3, lam=1.0, lr_theta=0.5, lr_w=0.5, w_radius=2.0, start=0,
+              n_rounds=2)
+    args = (np.zeros(4), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3)
+    out = silo_set.run_rounds(*args, **kw)
+    assert out["snapshot"] is None and np.all(np.isfinite(out["theta"])) and np.any(out["theta"] != 0)
+    snap = silo_set.run_rounds(*args, **kw, snapshot_round=0)["snapshot"]
+    np.testing.assert_array_equal(snap[0], silo_set.run_rounds(*args, **{**kw, "n_rounds": 1})["theta"])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr_thetta'"):
+        silo_set.run_rounds(*args, **kw, lr_thetta=1.0)
+    with pytest.raises(TypeError, match="missing required keyword argument 'lam'"):
+        silo_set.run_rounds(*args, **{k: v for k, v in kw.items() if k != "lam"})
+    with pytest.raises(ValueError, match="lam must be finite and >= 0"):
+        silo_set.run_rounds(*args, **{**kw, "lam": -1.0})

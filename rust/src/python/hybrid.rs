@@ -5,12 +5,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{check_state, gradients_dict, point, silo_from, state_vecs, IndexArray};
+use super::epoch_args::{self, HybridRoundsArgs};
 use super::errors::value_error;
 use super::noise::PyNoiseKey;
 use crate::config::ConfigError;
 use crate::hybrid::{self, HybridLayout, HybridNoise, HybridRun};
 use crate::psi::{Dims, Fairness};
-use crate::server::ServerConfig;
 
 /// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
 type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
@@ -87,28 +87,22 @@ impl PyHybridSet {
     }
 
     /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
-    /// noised sums (None for a silo that sent nothing).
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, batch_key, round))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// noised sums (None for a silo that sent nothing). Keyword-only arguments (`epoch_args`):
+    /// `batch_size`, `clip_theta`, `sigma_theta`, `sigma_w`, `dummy_noise=False`, `noise_keys`,
+    /// `batch_key`, `round`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, **kwargs))]
     fn messages<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-        batch_key: PyNoiseKey,
-        round: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (args, round) = epoch_args::hybrid_round(kwargs)?;
         let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
+        let batch_key = args.batch_key.clone();
+        let noise = self.hybrid_noise(args)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
@@ -235,34 +229,24 @@ impl PyHybridSet {
     }
 
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, batch_key, start, n_rounds))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// Keyword-only arguments (`epoch_args`): `batch_size`, `clip_theta`, `sigma_theta`, `sigma_w`,
+    /// `dummy_noise=False`, `noise_keys`, `lam`, `lr_theta`, `lr_w`, `w_radius`, `batch_key`,
+    /// `start`, `n_rounds`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, **kwargs))]
     fn run_rounds<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-        lam: f64,
-        lr_theta: f64,
-        lr_w: f64,
-        w_radius: f64,
-        batch_key: PyNoiseKey,
-        start: u64,
-        n_rounds: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (rounds, args) = epoch_args::hybrid_rounds(kwargs)?;
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
+        let batch_key = args.batch_key.clone();
+        let noise = self.hybrid_noise(args)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
-        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
+        let server = rounds.server()?;
         let run = HybridRun {
             layout: &self.layout,
             dims: self.dims,
@@ -271,8 +255,8 @@ impl PyHybridSet {
             noise: &noise,
             server,
             batch_key: &batch_key.inner,
-            start,
-            n_rounds,
+            start: rounds.start,
+            n_rounds: rounds.n_rounds,
         };
         let (loss, psi) = py.allow_threads(|| hybrid::run_hybrid_rounds(&run, &mut th, &mut wv));
         let d = PyDict::new(py);
@@ -287,16 +271,9 @@ impl PyHybridSet {
 impl PyHybridSet {
     /// The round's noise settings, checked against the layout by `HybridNoise::new` (shared by
     /// `messages` and `run_rounds`).
-    fn noise(
-        &self,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-    ) -> Result<HybridNoise, ConfigError> {
-        let keys = noise_keys.into_iter().map(|k| k.inner).collect();
-        HybridNoise::new(&self.layout, batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys)
+    fn hybrid_noise(&self, args: HybridRoundsArgs) -> Result<HybridNoise, ConfigError> {
+        let keys = args.noise_keys.into_iter().map(|k| k.inner).collect();
+        HybridNoise::new(&self.layout, args.batch_size, args.clip_theta, args.sigma_theta, args.sigma_w, args.dummy_noise,
+                         keys)
     }
 }

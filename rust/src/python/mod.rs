@@ -1,13 +1,15 @@
 //! The binding layer: the extension module `pfair._core`. Each file wraps one part of the core
 //! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and their streams; `round`: silos,
 //! their keyed draws, rounds and the server's step; `hybrid`: hybrid centralization;
-//! `accounting`; `partition`), `convert` holds the conversions and checks they share, and
-//! `errors` the one mapping of errors to Python `ValueError`.
+//! `accounting`; `partition`), `convert` holds the conversions and checks they share,
+//! `epoch_args` the keyword arguments of the two epoch bindings, and `errors` the one mapping of
+//! errors to Python `ValueError`.
 
 use pyo3::prelude::*;
 
 mod accounting;
 mod convert;
+mod epoch_args;
 mod errors;
 mod hybrid;
 mod noise;

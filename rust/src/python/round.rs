@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use super::convert::{
     check_state, check_theta_len, gradients_dict, index_in, point, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices,
 };
+use super::epoch_args::{self, SiloRoundsArgs};
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
 use crate::features::SharedMatrix;
@@ -251,28 +252,20 @@ impl PySiloSet {
 
     /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, batch_keys, noise_keys, lam, lr_theta,
-                        lr_w, w_radius, start, n_rounds, snapshot_round=None))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// Keyword-only arguments (`epoch_args`): `batch_keys`, `noise_keys` (one per silo), `lam`,
+    /// `lr_theta`, `lr_w`, `w_radius`, `start`, `n_rounds`, `snapshot_round=None`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, **kwargs))]
     fn run_rounds<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         configs: Vec<PySiloConfig>,
         weights: Vec<f64>,
-        batch_keys: Vec<PyNoiseKey>,
-        noise_keys: Vec<PyNoiseKey>,
-        lam: f64,
-        lr_theta: f64,
-        lr_w: f64,
-        w_radius: f64,
-        start: u64,
-        n_rounds: u64,
-        snapshot_round: Option<u64>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (rounds, SiloRoundsArgs { batch_keys, noise_keys, snapshot_round }) = epoch_args::silo_rounds(kwargs)?;
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let n = self.silos.len();
@@ -291,7 +284,7 @@ impl PySiloSet {
         for (j, c) in configs.iter().enumerate() {
             check_batch(&c.inner, self.silos[j].len(), j)?;
         }
-        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
+        let server = rounds.server()?;
         let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
         let keys: Vec<SiloKeys> = batch_keys
             .iter()
@@ -299,7 +292,7 @@ impl PySiloSet {
             .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
             .collect();
         let req = RoundsRequest::new(&self.silos, self.dims, (self.fairness, &inv), &cfgs, &keys, &weights, server)
-            .rounds(start, n_rounds)
+            .rounds(rounds.start, rounds.n_rounds)
             .snapshot(snapshot_round);
         let out = py.allow_threads(|| schedule::run_rounds(&req, &mut th, &mut wv));
         let d = PyDict::new(py);
