@@ -14,14 +14,12 @@ from pfair.protocol.hybrid import HybridParties, layout_for, sensitive_sample_ra
 from pfair.protocol.simulation import Simulation
 from pfair.privacy import epsilon_for
 
+from support import toy_data
+
 
 def data(n=2400, seed=0):
-    rng = np.random.default_rng(seed)
-    s = (rng.random(n) < 0.35).astype(int)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+    """A minority group (s = 1 for 35% of the records) that shifts the first feature."""
+    return toy_data(n, seed, minority=0.35, weights=(1.0, 0.5), noise=0.3)
 
 
 FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3, p_s=[0.65, 0.35])
@@ -146,17 +144,9 @@ def test_hybrid_mode_errors():
         SteFFLe(mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=[0, 1, 0, 1, 0])
 
 
-@pytest.fixture(scope="module")
-def adult_federation():
-    import pfair
-
-    data_ = pfair.datasets.load_adult()
-    return data_, pfair.Federation.partition(data_, 3, heterogeneity=0.0, by="age", seed=0)
-
-
 @pytest.mark.parametrize("mode", ["divisions", "central_sensitive", "hybrid"])
-def test_modes_train_on_adult_as_well_as_the_standard_mode(adult_federation, mode):
-    data_, fed = adult_federation
+def test_modes_train_on_adult_as_well_as_the_standard_mode(adult, adult_federation, mode):
+    data_, fed = adult, adult_federation
     # Reproducible noise (a simulation): the comparison is not at the mercy of one noise draw.
     kw = dict(lam=1.0, epsilon=1.0, epochs=10, seed=0, noise_seed=0, track_history=False)
     std = SteFFLe(**kw).fit(fed, ledgers="new")
