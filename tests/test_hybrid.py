@@ -10,7 +10,7 @@ import pytest
 import pfair
 from pfair import SteFFLe, _core, metrics
 
-from pfair.protocol.hybrid import HybridParties, layout_for, sensitive_sample_rates
+from pfair.protocol.topologies import HybridParties, layout_for, sensitive_sample_rates
 from pfair.protocol.simulation import Simulation
 from pfair.privacy import epsilon_for
 
@@ -27,7 +27,7 @@ FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3, p_s=[0.65, 0.35])
 
 def test_divisions_mode_equals_standard_without_noise():
     X, y, s, silos = data()
-    # The hybrid modes hold nothing out: the standard fit trains on every record too.
+    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
     std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
     div = SteFFLe(lam=1.0, epsilon=None, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
@@ -37,7 +37,7 @@ def test_divisions_mode_equals_standard_without_noise():
 
 def test_central_and_hybrid_modes_equal_standard_without_noise():
     X, y, s, silos = data()
-    # The hybrid modes hold nothing out: the standard fit trains on every record too.
+    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
     std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
     central = SteFFLe(lam=1.0, epsilon=None, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
@@ -192,7 +192,7 @@ def test_ledger_rates_of_the_divisions_and_central_modes():
 @pytest.mark.parametrize("mode,dummy", [("divisions", False), ("central_sensitive", False), ("hybrid", True),
                                         ("hybrid", False)])
 def test_hybrid_parties_equal_the_fast_rounds(mode, dummy):
-    """Each hybrid mode run party by party (non-sensitive silos, sensitive silos with their own
+    """Each hybrid topology run party by party (non-sensitive silos, sensitive silos with their own
     keys and ledgers, the server) gives the fast in-process rounds' model bit for bit."""
     import warnings
 
@@ -249,7 +249,7 @@ def test_the_hybrid_server_refuses_a_malformed_reply(bad):
     the one without it (the hybrid server once averaged whatever it was sent)."""
     import dataclasses
 
-    from pfair.protocol.hybrid import SensitiveMessage
+    from pfair.protocol.topologies import SensitiveMessage
 
     X, y, s, silos = data(600)
     sens = (np.arange(len(y)) % 2).astype(int)
@@ -305,3 +305,10 @@ def test_sensitive_silos_ledgers_from_paths_persist_and_are_checked(tmp_path):
     small = PrivacyLedger(epsilon=0.5, delta=m.ledgers_[0].delta, silo="sensitive 0")
     with pytest.raises(LedgerMismatch, match="more than its ledger's budget"):
         SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=[small])
+
+
+def test_the_old_module_name_still_imports_with_a_warning():
+    """pfair.protocol.hybrid is now pfair.protocol.topologies ("hybrid" names the topologies only)."""
+    with pytest.warns(DeprecationWarning, match="pfair.protocol.topologies"):
+        from pfair.protocol.hybrid import HybridParties as old
+    assert old is HybridParties

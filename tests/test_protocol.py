@@ -105,7 +105,11 @@ def test_estimator_only_configures_and_every_fit_starts_fresh():
     assert [e.name for e in m.ledgers_[0].events][0] == "p_s_histogram"
     m.set_params(p_s=[0.5, 0.5]).fit(X, y, sensitive_features=s, silos=silos)
     assert all(e.name != "p_s_histogram" for led in m.ledgers_ for e in led.events)
-    assert (m.privacy_report_["p_s"] == "public").all()
+    assert (m.privacy_report_["p_s"] == "given").all()
+    # The value's old name still compares equal, with a warning (it now means only "known to all").
+    with pytest.warns(DeprecationWarning, match="'public' is now called 'given'"):
+        assert (m.privacy_report_["p_s"] == "public").all()
+    assert m.settings().p_s_source != "dp" and str(m.settings().p_s_source) == "given"
 
 
 def test_private_history_holds_released_values_only():

@@ -66,7 +66,7 @@ def test_a_fit_interrupted_on_unscaled_features_keeps_coef_in_the_original_units
     assert m.score(X, y) > 0.8
 
 
-def test_record_mode_and_a_federation_refuse_unscaled_features_with_the_fix():
+def test_record_protection_and_a_federation_refuse_unscaled_features_with_the_fix():
     X, y, s, ids = data()
     X[:, 0] += 500.0
     with pytest.raises(ValueError, match=r"column 0 \(mean .*make_pipeline\(StandardScaler\(\), SteFFLe.*"

@@ -179,7 +179,7 @@ def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
     assert party.release_checkpoint(theta, 2) is rel and len(party.ledger.events) == before + 1
 
 
-def test_record_mode_noises_the_validation_table_on_its_own_stream_and_charges_it():
+def test_record_protection_noises_the_validation_table_on_its_own_stream_and_charges_it():
     st = quiet_settings(protect="record")
     sim = Simulation(st, small_fed(), ledgers="new", fast=False)
     party = sim.parties[0]

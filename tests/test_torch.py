@@ -306,7 +306,7 @@ def _parts(net, X, y, s, theta, W, inv, batch, *, k, l, fairness, denom, **kw): 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp_problems(), st.integers(0, 3))
-def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
+def test_attribute_protection_change_never_exceeds_sensitivity(problem, new_group):
     k, l, fairness, n, m, seed, ts, ws, xs, (_, clip_theta, _), kind = problem  # noqa: E741
     rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
     s2 = s.copy()
@@ -353,7 +353,7 @@ def test_hostile_parameters_never_turn_s_into_a_non_finite_message(protect, host
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp_problems())
-def test_record_mode_change_never_exceeds_sensitivity(problem):
+def test_record_protection_change_never_exceeds_sensitivity(problem):
     k, l, fairness, n, m, seed, ts, ws, xs, (c_loss, c_theta, c_w), kind = problem  # noqa: E741
     rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
     X2, y2, s2 = X.copy(), y.copy(), s.copy()
@@ -668,7 +668,7 @@ def test_resnet18_groupnorm_is_per_record_and_has_resnet18_size():
 # (e) layers that mix records are refused
 
 
-def test_batchnorm_in_training_mode_is_refused_with_the_fix():
+def test_batchnorm_that_normalises_by_the_batch_is_refused_with_the_fix():
     X, y, s = np.zeros((10, 3)), np.arange(10) % 2, np.arange(10) % 2
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
     with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\).*GroupNorm"):

@@ -29,7 +29,7 @@ and sets ``λ_i ← min(λ_max, λ_i + η_λ |ṽ_i|)``, ``σ_i ← sign(ṽ_i)`
 
 Privacy (attribute DP, central: neighbours differ in one record's *reported* s; labels,
 features, which records report s, and the group counts n_{b,a} are public, as SteFFLe's
-``p_s="public"``). Record j of block b moving from group r to r′ changes the s-dependent part
+``p_s="pooled"``). Record j of block b moving from group r to r′ changes the s-dependent part
 −Σ λσQ of the primal message by at most
 
     Δ_p = U C_p λ_max / m · max_{b, r≠r′} (n/n_{b,r} + n/n_{b,r′})

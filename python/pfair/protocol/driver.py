@@ -23,7 +23,7 @@ A transport moves the messages of the rounds and nothing else:
   round by round, in process (any gradient provider);
 * :class:`~pfair.protocol.transports.RustBatched`: every silo's steps and the server update of an
   epoch in one Rust call (proven equal to the party loop, bit for bit);
-* the hybrid topologies' party loop and Rust path (:mod:`pfair.protocol.hybrid`);
+* the hybrid topologies' party loop and Rust path (:mod:`pfair.protocol.topologies`);
 * Flower (:class:`pfair.flower.server_app.FlowerTransport`): the same rounds as messages to
   ClientApps.
 """

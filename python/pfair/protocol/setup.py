@@ -108,13 +108,14 @@ def released_proportions(plan: RunPlan, *, groups: np.ndarray, classes: np.ndarr
                          histograms: Callable[[], list] | None = None,
                          pooled: Callable[[], np.ndarray] | None = None) -> np.ndarray:
     """Released ``p(s | block)`` (``blocks × k``): uniform and never used when nothing sent depends
-    on s (λ = 0); the user's public proportions; the silos' DP histograms (``histograms()`` releases
-    and returns them, each charged to its silo's ledger) combined; or the pooled exact proportions
+    on s (λ = 0); the proportions the user gave (``"given"``: public knowledge); the silos' DP
+    histograms (``histograms()`` releases and returns them, each charged to its silo's ledger)
+    combined; or the pooled exact proportions
     (``pooled()``; reproducing the paper only, not covered by the guarantee)."""
     st = plan.settings
     if not st.sends_psi:
         return plan.uniform_proportions()
-    if st.p_s_source == "public":
+    if st.p_s_source == "given":
         return public_proportions(st.p_s, fairness=st.fairness, groups=groups, classes=classes,
                                   positive=st.positive_class)
     if st.p_s_source == "dp":

@@ -13,7 +13,7 @@ settings and a :class:`~pfair.Federation`:
   parties (:class:`~pfair.protocol.transports.PartyLoop`), exactly as a deployment runs them; a test
   checks the two agree bit for bit;
 * the hybrid topologies (``mode="divisions"``, ``"central_sensitive"``, ``"hybrid"``): who holds s
-  is not who holds (x, y); the parties and their set-up are in :mod:`pfair.protocol.hybrid`, driven
+  is not who holds (x, y); the parties and their set-up are in :mod:`pfair.protocol.topologies`, driven
   by the same :class:`~pfair.protocol.driver.Driver`.
 
 Training history of a private fit holds only released values (θ and W after each epoch, the
@@ -78,7 +78,7 @@ class Simulation:
         self.state: RunState | None = None
         self.plans: list = []
         if settings.mode != "standard":
-            from pfair.protocol.hybrid import HybridParties
+            from pfair.protocol.topologies import HybridParties
 
             if provider_factory is not None:
                 raise ValueError(f"mode={settings.mode!r} runs the linear model only")

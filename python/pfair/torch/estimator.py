@@ -236,7 +236,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
     def _check_settings(self, st: SteFFLeSettings) -> None:
         if st.mode != "standard":
             raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
-                             "its records' s); use pfair.SteFFLe for the hybrid modes of a linear model")
+                             "its records' s); use pfair.SteFFLe for the hybrid topologies of a linear model")
 
     def _check_deep_params(self) -> None:
         if not isinstance(self.module, nn.Module):
