@@ -3,7 +3,7 @@
 * :func:`resolve_ledgers` (over :func:`ledgers_for`, which the hybrid topologies' sensitive silos
   use too): each silo's persistent ledger for a fit, bound to its data; :func:`begin_run`
   registers a run in it;
-* :func:`released_proportions`: the p_s round — public proportions, the silos' DP histograms
+* :func:`released_proportions`: the p_s round — given proportions, the silos' DP histograms
   combined, or the pooled exact ones (not covered by the guarantee);
 * :func:`build_server`: the :class:`~pfair.protocol.server.ServerParty` with the reply limits each
   silo's noise plan allows;
