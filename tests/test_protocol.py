@@ -124,9 +124,10 @@ def test_private_history_holds_released_values_only():
     assert {"train_demographic_parity_difference", "batch_loss", "clipped"} <= set(m.history_.columns)
 
 
-def test_epoch_bindings_take_their_keywords_as_python_would():
-    """SiloSet.run_rounds and HybridSet.run_rounds read their keyword arguments into parameter
-    structs (rust/src/python/epoch_args.rs); a misspelt or missing keyword is still refused by name."""
+def test_bindings_take_their_keywords_as_python_would():
+    """The per-round bindings (SiloSet.run_rounds and .step, noise_message, server_update, the
+    HybridSet's) read their keyword arguments into parameter structs (rust/src/python/kwargs.rs);
+    a misspelt or missing keyword is still refused by name."""
     silo_set = fed().silo_set()
     cfg = _core.SiloConfig(sampling="without_replacement", batch_size=32)
     key = _core.NoiseKey.seeded(1)
@@ -143,3 +144,16 @@ def test_epoch_bindings_take_their_keywords_as_python_would():
         silo_set.run_rounds(*args, **{k: v for k, v in kw.items() if k != "lam"})
     with pytest.raises(ValueError, match="lam must be finite and >= 0"):
         silo_set.run_rounds(*args, **{**kw, "lam": -1.0})
+    # The per-round bindings read theirs the same way.
+    state = (np.zeros(4), np.zeros(4), np.ones(2))
+    one = silo_set.step(0, *state, cfg, batch_key=key, noise_key=key, round=3)
+    again = silo_set.step(0, *state, cfg, noise_key=key, round=3, batch_key=key)  # any keyword order
+    np.testing.assert_array_equal(one["loss_grad"], again["loss_grad"])
+    assert np.any(one["loss_grad"] != 0)
+    with pytest.raises(TypeError, match="SiloSet.step\\(\\) missing required keyword argument 'round'"):
+        silo_set.step(0, *state, cfg, batch_key=key, noise_key=key)
+    parts = [np.zeros(4)] * 3 + [np.zeros(4)] * 2
+    with pytest.raises(TypeError, match="noise_message\\(\\) got an unexpected keyword argument 'seed'"):
+        _core.noise_message(*parts, cfg, key=key, silo=0, round=0, seed=1)
+    with pytest.raises(TypeError, match="server_update\\(\\) missing required keyword argument 'w_radius'"):
+        _core.server_update(np.zeros(4), np.zeros(4), 4, [tuple(parts)], [1.0], lam=1.0, lr_theta=0.5, lr_w=0.5)

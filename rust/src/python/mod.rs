@@ -2,16 +2,16 @@
 //! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and their streams; `round`: silos,
 //! their keyed draws, rounds and the server's step; `hybrid`: hybrid centralization;
 //! `accounting`; `partition`), `convert` holds the conversions and checks they share,
-//! `epoch_args` the keyword arguments of the two epoch bindings, and `errors` the one mapping of
-//! errors to Python `ValueError`.
+//! `kwargs` the keyword-only arguments that bindings read into parameter structs, and `errors`
+//! the one mapping of errors to Python `ValueError`.
 
 use pyo3::prelude::*;
 
 mod accounting;
 mod convert;
-mod epoch_args;
 mod errors;
 mod hybrid;
+mod kwargs;
 mod noise;
 mod partition;
 mod psi;
