@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test test-fast install install-test rust-test py-test bench clean
+.PHONY: demo test test-fast install install-test rust-test bench clean
 
 $(VENV)/bin/activate:
 	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -39,9 +39,17 @@ test: install-test
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 ## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
-## docs/dev/performance-notebook.md, "The test suite"); make test still runs every test.
-test-fast: install-test
+## docs/dev/performance-notebook.md, "The test suite"); make test still runs every test. It uses
+## the environment as it is (no pip install each call): run make install-test once first, and again
+## after changing Rust (python/pfair is installed in editable mode, so Python changes need nothing).
+## The Rust tests are not in it (a Rust change recompiles them for minutes): make rust-test.
+test-fast:
+	@$(PY) -c "import pfair, xdist" 2>/dev/null || { echo "[pfair] $(VENV) has no pfair with the test extras: run make install-test first"; exit 1; }
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+## The Rust unit tests alone.
+rust-test:
+	cargo test --quiet
 
 bench: install-test
 	cargo bench

@@ -11,16 +11,33 @@ import pytest
 from pfair import Federation
 
 
-def toy_data(n=900, seed=0, k=2, n_silos=3, round_robin=False, cuts=(0.5,)):
-    """X, y, s, silos of n records: three normal features, s drawn uniformly from k groups and
-    added to the first feature, y the number of ``cuts`` below ``X[:, 0] + 0.5 * noise`` (one cut:
-    a binary label), and the silo of each record drawn uniformly from ``n_silos`` after y, or
-    ``np.arange(n) % n_silos`` when ``round_robin``. Every draw comes from ``default_rng(seed)``."""
+def toy_data(n=900, seed=0, k=2, n_silos=3, round_robin=False, cuts=(0.5,), *, group_p=None, minority=None,
+             shift=(1.0, 0.0, 0.0), weights=(1.0,), noise=0.5):
+    """X, y, s, silos of n records, every draw from ``default_rng(seed)`` in this order:
+
+    * s: uniform over k groups; ``group_p``: drawn with these probabilities (``rng.choice``);
+      ``minority``: 1 with this probability, else 0 (``rng.random(n) < minority``);
+    * X: three standard normal features, feature j shifted by ``shift[j] · s``;
+    * y: the number of ``cuts`` below ``Σ_j weights[j] · X[:, j] + noise · N(0, 1)`` (one cut: a
+      binary label, 1 above it);
+    * the silo of each record uniform over ``n_silos``, or ``np.arange(n) % n_silos`` (no draw)
+      when ``round_robin``.
+    """
     rng = np.random.default_rng(seed)
-    s = rng.integers(0, k, size=n)
+    if minority is not None:
+        s = (rng.random(n) < minority).astype(int)
+    elif group_p is not None:
+        s = rng.choice(k, size=n, p=group_p)
+    else:
+        s = rng.integers(0, k, size=n)
     X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), cuts, right=True)
+    for j, a in enumerate(shift):
+        if a:
+            X[:, j] += a * s
+    score = weights[0] * X[:, 0]
+    for j, w in enumerate(weights[1:], start=1):
+        score = score + w * X[:, j]
+    y = np.digitize(score + noise * rng.normal(size=n), cuts, right=True)
     silos = np.arange(n) % n_silos if round_robin else rng.integers(0, n_silos, size=n)
     return X, y, s, silos
 

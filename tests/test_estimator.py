@@ -92,7 +92,7 @@ def test_privacy_report_per_silo_with_unequal_sizes(sampling, accounting):
         # The noise stds follow from the sensitivities: sigma_p = z * sqrt(2) * Delta_p.
         assert row["sigma_theta"] == pytest.approx(row["noise_multiplier"] * math.sqrt(2) * row["sensitivity_theta"])
         assert row["sigma_w"] == pytest.approx(row["noise_multiplier"] * math.sqrt(2) * row["sensitivity_w"])
-    assert (rep["p_s"] == "public").all()
+    assert (rep["p_s"] == "given").all()
     assert m.epsilon_spent_ <= 1.0
 
 
@@ -152,7 +152,7 @@ def test_paper_calibration_keeps_the_budget_at_the_target(epochs):
         assert m.epochs_done_ == epochs
 
 
-def test_record_mode_noises_the_loss_and_holds_the_budget():
+def test_record_protection_noises_the_loss_and_holds_the_budget():
     X, y, s, silos = unfair_data()
     m = SteFFLe(epsilon=2.0, protect="record", **FAST).fit(X, y, sensitive_features=s, silos=silos)
     rep = m.privacy_report_

@@ -105,13 +105,6 @@ def test_describe_reports_sizes_and_proportions():
     assert (d["tv(s)"] >= 0).all() and "s_tv" in d.attrs["heterogeneity"]
 
 
-@pytest.fixture(scope="module")
-def adult():
-    from pfair.datasets import load_adult
-
-    return load_adult()
-
-
 def test_partition_of_adult_is_exact_and_heterogeneity_grows_with_h(adult):
     scores = []
     for h in (0.0, 0.5, 1.0):

@@ -161,7 +161,7 @@ def test_a_party_refuses_a_plan_made_for_other_settings():
         party(base).adopt(plan, np.array([[0.1, 0.9]]))  # other proportions: other ψ sensitivities
 
 
-def test_a_record_mode_run_keeps_one_secret_batch_key_across_messages(node_config, tmp_path):
+def test_a_record_protection_run_keeps_one_secret_batch_key_across_messages(node_config, tmp_path):
     # Each message is a new process. The rounds of a shuffled epoch must still be slices of one
     # permutation (each record in one batch an epoch, as the ledger charges), under a key that is
     # the silo's own secret: drawn at the plan round and kept in its state, never sent. (Nothing

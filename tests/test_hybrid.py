@@ -10,18 +10,16 @@ import pytest
 import pfair
 from pfair import SteFFLe, _core, metrics
 
-from pfair.protocol.hybrid import HybridParties, layout_for, sensitive_sample_rates
+from pfair.protocol.topologies import HybridParties, layout_for, sensitive_sample_rates
 from pfair.protocol.simulation import Simulation
 from pfair.privacy import epsilon_for
 
+from support import toy_data
+
 
 def data(n=2400, seed=0):
-    rng = np.random.default_rng(seed)
-    s = (rng.random(n) < 0.35).astype(int)
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n) > 0.5).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+    """A minority group (s = 1 for 35% of the records) that shifts the first feature."""
+    return toy_data(n, seed, minority=0.35, weights=(1.0, 0.5), noise=0.3)
 
 
 FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3, p_s=[0.65, 0.35])
@@ -29,7 +27,7 @@ FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3, p_s=[0.65, 0.35])
 
 def test_divisions_mode_equals_standard_without_noise():
     X, y, s, silos = data()
-    # The hybrid modes hold nothing out: the standard fit trains on every record too.
+    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
     std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
     div = SteFFLe(lam=1.0, epsilon=None, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
@@ -39,7 +37,7 @@ def test_divisions_mode_equals_standard_without_noise():
 
 def test_central_and_hybrid_modes_equal_standard_without_noise():
     X, y, s, silos = data()
-    # The hybrid modes hold nothing out: the standard fit trains on every record too.
+    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
     std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
     central = SteFFLe(lam=1.0, epsilon=None, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
@@ -146,17 +144,9 @@ def test_hybrid_mode_errors():
         SteFFLe(mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=[0, 1, 0, 1, 0])
 
 
-@pytest.fixture(scope="module")
-def adult_federation():
-    import pfair
-
-    data_ = pfair.datasets.load_adult()
-    return data_, pfair.Federation.partition(data_, 3, heterogeneity=0.0, by="age", seed=0)
-
-
 @pytest.mark.parametrize("mode", ["divisions", "central_sensitive", "hybrid"])
-def test_modes_train_on_adult_as_well_as_the_standard_mode(adult_federation, mode):
-    data_, fed = adult_federation
+def test_modes_train_on_adult_as_well_as_the_standard_mode(adult, adult_federation, mode):
+    data_, fed = adult, adult_federation
     # Reproducible noise (a simulation): the comparison is not at the mercy of one noise draw.
     kw = dict(lam=1.0, epsilon=1.0, epochs=10, seed=0, noise_seed=0, track_history=False)
     std = SteFFLe(**kw).fit(fed, ledgers="new")
@@ -202,7 +192,7 @@ def test_ledger_rates_of_the_divisions_and_central_modes():
 @pytest.mark.parametrize("mode,dummy", [("divisions", False), ("central_sensitive", False), ("hybrid", True),
                                         ("hybrid", False)])
 def test_hybrid_parties_equal_the_fast_rounds(mode, dummy):
-    """Each hybrid mode run party by party (non-sensitive silos, sensitive silos with their own
+    """Each hybrid topology run party by party (non-sensitive silos, sensitive silos with their own
     keys and ledgers, the server) gives the fast in-process rounds' model bit for bit."""
     import warnings
 
@@ -259,7 +249,7 @@ def test_the_hybrid_server_refuses_a_malformed_reply(bad):
     the one without it (the hybrid server once averaged whatever it was sent)."""
     import dataclasses
 
-    from pfair.protocol.hybrid import SensitiveMessage
+    from pfair.protocol.topologies import SensitiveMessage
 
     X, y, s, silos = data(600)
     sens = (np.arange(len(y)) % 2).astype(int)
@@ -292,3 +282,33 @@ def test_the_hybrid_server_refuses_a_malformed_reply(bad):
     broken = dataclasses.replace(ns_msgs[0], loss_grad=np.zeros(3))
     server.update(theta, w, [broken, *ns_msgs[1:]], msgs, lr_theta=0.1, round=0)
     assert server.rejected[-1][1] == ("non-sensitive", 0) and "length" in server.rejected[-1][2]
+
+
+def test_sensitive_silos_ledgers_from_paths_persist_and_are_checked(tmp_path):
+    """The sensitive silos' ledgers come from the shared set-up (pfair.protocol.setup.ledgers_for):
+    a path that does not exist yet is created, and holds the run's spending for the next fit; a
+    list of the wrong length or a ledger with less budget than asked is refused before any round."""
+    from pfair.exceptions import LedgerMismatch
+    from pfair.privacy import PrivacyLedger
+
+    X, y, s, silos = data(600)
+    kw = dict(lam=1.0, epsilon=1.0, mode="central_sensitive", noise_seed=0, **FAST)
+    path = tmp_path / "sensitive0.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=[str(path)])
+    spent = m.ledgers_[0].epsilon_spent()
+    assert 0.5 < spent <= 1.0 and path.exists()
+    assert PrivacyLedger.load(str(path)).epsilon_spent() == pytest.approx(spent, rel=1e-12)
+    with pytest.raises(ValueError, match="one per sensitive silo"):
+        SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=["a.json", "b.json"])
+    small = PrivacyLedger(epsilon=0.5, delta=m.ledgers_[0].delta, silo="sensitive 0")
+    with pytest.raises(LedgerMismatch, match="more than its ledger's budget"):
+        SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers=[small])
+
+
+def test_the_old_module_name_still_imports_with_a_warning():
+    """pfair.protocol.hybrid is now pfair.protocol.topologies ("hybrid" names the topologies only)."""
+    with pytest.warns(DeprecationWarning, match="pfair.protocol.topologies"):
+        from pfair.protocol.hybrid import HybridParties as old
+    assert old is HybridParties

@@ -371,7 +371,7 @@ def test_a_ledger_bound_by_an_older_pfair_is_recognised_and_rebound():
     assert all(lg.epsilon_spent() > 0 for lg in ledgers)
 
 
-def test_a_resumed_record_mode_run_goes_on_with_its_epochs_permutations():
+def test_a_resumed_record_protection_run_goes_on_with_its_epochs_permutations():
     """Record mode, shuffled epochs, secret keys, silos of 100 and 60 records with batches of 20:
     the federation's epoch is 4 rounds, silo 0's is 5. Interrupted after one epoch, silo 0 is in
     the middle of its first epoch; the resumed run must draw the rest of it from the same

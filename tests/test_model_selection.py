@@ -330,7 +330,7 @@ def test_the_accounts_table_of_the_docs_is_the_scripts_output(capsys):
         assert (comp < rs) if k == 2 else (rs < comp), (eps0, k)
 
 
-def test_a_record_mode_search_charges_its_validation_tables_within_the_budget():
+def test_a_record_protection_search_charges_its_validation_tables_within_the_budget():
     """protect="record": the validation tables are DP releases, charged; each candidate's priced alone
     at the same share of epsilon_1 (the same noise), and the ledgers end within the budget. The rounds
     are priced by RDP of hidden batches, which the GDP split does not equalise exactly (measured here:

@@ -145,7 +145,7 @@ def test_default_record_calibration_meets_the_target_by_dp_accounting():
 
 
 @pytest.mark.slow
-def test_a_record_mode_fit_delivers_its_epsilon_by_dp_accounting():
+def test_a_record_protection_fit_delivers_its_epsilon_by_dp_accounting():
     """A default record-mode fit (PLD calibration, histogram of s, validation tables at the
     checkpoints): every silo's ledger holds these Gaussian releases and one prepaid run, and
     dp-accounting's composition of them is within the budget."""

@@ -164,7 +164,7 @@ def test_ledgers_given_as_json_paths_keep_the_release(tmp_path):
         assert [e.name for e in ledger.events] == ["score_histogram"] and ledger.epsilon_spent() == spent
 
 
-def test_record_mode_composes_with_a_private_base_model_on_the_same_ledgers():
+def test_record_protection_composes_with_a_private_base_model_on_the_same_ledgers():
     X, y, s, silos = toy_data(n=900, seed=0)
     fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     ledgers = [PrivacyLedger(epsilon=2.0, delta=1e-5, silo=j) for j in range(3)]
@@ -185,7 +185,7 @@ def test_record_mode_composes_with_a_private_base_model_on_the_same_ledgers():
     np.testing.assert_array_equal(m.bin_edges_, np.linspace(0, 1, 6)[1:-1])  # not the records' quantiles
 
 
-def test_record_mode_refuses_a_base_model_outside_the_ledgers():
+def test_record_protection_refuses_a_base_model_outside_the_ledgers():
     from sklearn.linear_model import LogisticRegression
 
     X, y, s, silos = toy_data(n=600, seed=0)

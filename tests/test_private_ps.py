@@ -19,14 +19,13 @@ from pfair.privacy.calibration import composed_epsilon
 from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, group_counts, public_proportions
 from pfair.protocol.simulation import Simulation
 
+from support import toy_data
+
 
 def data(n=3000, seed=0, k=3):
-    rng = np.random.default_rng(seed)
-    s = rng.choice(k, size=n, p=[0.5, 0.3, 0.2][:k] / np.sum([0.5, 0.3, 0.2][:k]))
-    X = rng.normal(size=(n, 3))
-    X[:, 0] += s
-    y = (X[:, 0] + rng.normal(size=n) > 1).astype(int)
-    return X, y, s, rng.integers(0, 3, size=n)
+    """Groups of unequal sizes (0.5 : 0.3 : 0.2, the first k of them)."""
+    p = np.array([0.5, 0.3, 0.2][:k])
+    return toy_data(n, seed, k, group_p=p / p.sum(), noise=1.0, cuts=(1.0,))
 
 
 FAST = dict(epochs=5, batch_size=64, seed=0)

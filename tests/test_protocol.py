@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pfair import SteFFLe
+from pfair import SteFFLe, _core
 from pfair.exceptions import PrivacyWarning, ReplayRefused
 from pfair.protocol.messages import PARTS, SiloMessage
 from pfair.protocol.simulation import Simulation
@@ -105,7 +105,11 @@ def test_estimator_only_configures_and_every_fit_starts_fresh():
     assert [e.name for e in m.ledgers_[0].events][0] == "p_s_histogram"
     m.set_params(p_s=[0.5, 0.5]).fit(X, y, sensitive_features=s, silos=silos)
     assert all(e.name != "p_s_histogram" for led in m.ledgers_ for e in led.events)
-    assert (m.privacy_report_["p_s"] == "public").all()
+    assert (m.privacy_report_["p_s"] == "given").all()
+    # The value's old name still compares equal, with a warning (it now means only "known to all").
+    with pytest.warns(DeprecationWarning, match="'public' is now called 'given'"):
+        assert (m.privacy_report_["p_s"] == "public").all()
+    assert m.settings().p_s_source != "dp" and str(m.settings().p_s_source) == "given"
 
 
 def test_private_history_holds_released_values_only():
@@ -118,3 +122,38 @@ def test_private_history_holds_released_values_only():
     with pytest.warns(PrivacyWarning, match="exact_diagnostics"):
         m = SteFFLe(exact_diagnostics=True, **kw).fit(X, y, sensitive_features=s, silos=silos)
     assert {"train_demographic_parity_difference", "batch_loss", "clipped"} <= set(m.history_.columns)
+
+
+def test_bindings_take_their_keywords_as_python_would():
+    """The per-round bindings (SiloSet.run_rounds and .step, noise_message, server_update, the
+    HybridSet's) read their keyword arguments into parameter structs (rust/src/python/kwargs.rs);
+    a misspelt or missing keyword is still refused by name."""
+    silo_set = fed().silo_set()
+    cfg = _core.SiloConfig(sampling="without_replacement", batch_size=32)
+    key = _core.NoiseKey.seeded(1)
+    kw = dict(batch_keys=[key] * 3, noise_keys=[key] * 3, lam=1.0, lr_theta=0.5, lr_w=0.5, w_radius=2.0, start=0,
+              n_rounds=2)
+    args = (np.zeros(4), np.zeros(4), np.ones(2), [cfg] * 3, [1 / 3] * 3)
+    out = silo_set.run_rounds(*args, **kw)
+    assert out["snapshot"] is None and np.all(np.isfinite(out["theta"])) and np.any(out["theta"] != 0)
+    snap = silo_set.run_rounds(*args, **kw, snapshot_round=0)["snapshot"]
+    np.testing.assert_array_equal(snap[0], silo_set.run_rounds(*args, **{**kw, "n_rounds": 1})["theta"])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'lr_thetta'"):
+        silo_set.run_rounds(*args, **kw, lr_thetta=1.0)
+    with pytest.raises(TypeError, match="missing required keyword argument 'lam'"):
+        silo_set.run_rounds(*args, **{k: v for k, v in kw.items() if k != "lam"})
+    with pytest.raises(ValueError, match="lam must be finite and >= 0"):
+        silo_set.run_rounds(*args, **{**kw, "lam": -1.0})
+    # The per-round bindings read theirs the same way.
+    state = (np.zeros(4), np.zeros(4), np.ones(2))
+    one = silo_set.step(0, *state, cfg, batch_key=key, noise_key=key, round=3)
+    again = silo_set.step(0, *state, cfg, noise_key=key, round=3, batch_key=key)  # any keyword order
+    np.testing.assert_array_equal(one["loss_grad"], again["loss_grad"])
+    assert np.any(one["loss_grad"] != 0)
+    with pytest.raises(TypeError, match="SiloSet.step\\(\\) missing required keyword argument 'round'"):
+        silo_set.step(0, *state, cfg, batch_key=key, noise_key=key)
+    parts = [np.zeros(4)] * 3 + [np.zeros(4)] * 2
+    with pytest.raises(TypeError, match="noise_message\\(\\) got an unexpected keyword argument 'seed'"):
+        _core.noise_message(*parts, cfg, key=key, silo=0, round=0, seed=1)
+    with pytest.raises(TypeError, match="server_update\\(\\) missing required keyword argument 'w_radius'"):
+        _core.server_update(np.zeros(4), np.zeros(4), 4, [tuple(parts)], [1.0], lam=1.0, lr_theta=0.5, lr_w=0.5)

@@ -14,15 +14,14 @@ from pfair import Federation, SteFFLe
 from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 from pfair.settings import AUTO_BATCH_NONPRIVATE
 
+from support import toy_data
+
 QUICK = dict(epochs=8, sampling="full_batch", progress=False)
 
 
 def data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, n)
-    X = rng.normal(size=(n, 3)) + 0.5 * s[:, None]
-    y = (X[:, 0] - X[:, 1] + 0.3 * rng.normal(size=n) > 0).astype(int)
-    return X, y, s, rng.integers(0, 3, n)
+    """s shifts every feature; y depends on the first two."""
+    return toy_data(n, seed, shift=(0.5, 0.5, 0.5), weights=(1.0, -1.0), noise=0.3, cuts=(0.0,))
 
 
 # ------------------------------------------------------------------ features far from standardised
@@ -67,7 +66,7 @@ def test_a_fit_interrupted_on_unscaled_features_keeps_coef_in_the_original_units
     assert m.score(X, y) > 0.8
 
 
-def test_record_mode_and_a_federation_refuse_unscaled_features_with_the_fix():
+def test_record_protection_and_a_federation_refuse_unscaled_features_with_the_fix():
     X, y, s, ids = data()
     X[:, 0] += 500.0
     with pytest.raises(ValueError, match=r"column 0 \(mean .*make_pipeline\(StandardScaler\(\), SteFFLe.*"

@@ -105,7 +105,7 @@ def test_noise_keys_cannot_be_pickled_or_printed():
     assert not _core.NoiseKey.seeded(3).is_secret
 
 
-def test_record_mode_batches_are_secret_too():
+def test_record_protection_batches_are_secret_too():
     """In record mode the batch is part of the privacy argument (amplification by subsampling):
     it must not follow from the seed."""
     from pfair.protocol.silo import SiloKeys
@@ -120,7 +120,7 @@ def test_record_mode_batches_are_secret_too():
 
 @pytest.mark.parametrize("sampling, public", [("shuffle", True), ("full_batch", True),
                                               ("without_replacement", False), ("poisson", False)])
-def test_attribute_mode_batches_follow_the_seed_only_where_every_record_counts_the_same(sampling, public):
+def test_attribute_protection_batches_follow_the_seed_only_where_every_record_counts_the_same(sampling, public):
     """Batches drawn without replacement or by Poisson sampling are accounted as random draws
     (each record in a round with probability q, averaged over the draws). From a seed known in
     advance they are fixed, and some record is in many more than the average: with n = 400,

@@ -67,7 +67,7 @@ def denominator(kind: str, n: int, m: int, rng: np.random.Generator) -> float:
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.integers(0, 4), st.sampled_from(["fixed", "full", "poisson"]))
-def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kind):
+def test_attribute_protection_change_never_exceeds_sensitivity(problem, new_group, kind):
     k, l, fairness, n, m, seed, ts, ws, xs, (_, clip_theta, _) = problem
     rng, X, y, s, theta, W, inv, batch, i = build(k, l, fairness, n, m, seed, ts, ws, xs)
     denom = denominator(kind, n, m, rng)
@@ -89,7 +89,7 @@ def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group, kin
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(), st.sampled_from(["fixed", "full", "poisson"]))
-def test_record_mode_change_never_exceeds_sensitivity(problem, kind):
+def test_record_protection_change_never_exceeds_sensitivity(problem, kind):
     k, l, fairness, n, m, seed, ts, ws, xs, (c_loss, c_theta, c_w) = problem
     rng, X, y, s, theta, W, inv, batch, i = build(k, l, fairness, n, m, seed, ts, ws, xs)
     denom = denominator(kind, n, m, rng)
@@ -148,7 +148,7 @@ def test_sensitivity_bounds_are_attained():
 
 
 @pytest.mark.parametrize("fairness", NOTIONS)
-def test_record_mode_bounds_are_attained(fairness):
+def test_record_protection_bounds_are_attained(fairness):
     # Each clipped per-record part can be turned to the opposite direction by replacing the record,
     # so Δ = 2C/m is attained. Loss and θ-part: a uniform model (θ = 0, the same F everywhere) and
     # x → −x with |x| large (the intercept becomes negligible). W-part: a confident model (F ≈ e_1

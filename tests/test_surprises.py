@@ -14,15 +14,14 @@ from pfair import Federation, SteFFLe
 from pfair.baselines import PFLD, CentralERM
 from pfair.exceptions import PrivacyWarning
 
+from support import toy_data
+
 QUICK = dict(sampling="full_batch", epochs=5)
 
 
 def data(n=200, seed=0):
-    rng = np.random.default_rng(seed)
-    s = rng.integers(0, 2, n)
-    X = rng.normal(size=(n, 3)) + 0.5 * s[:, None]
-    y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0.3).astype(int)
-    return X, y, s, rng.integers(0, 3, n)
+    """s shifts every feature."""
+    return toy_data(n, seed, shift=(0.5, 0.5, 0.5), noise=0.3, cuts=(0.3,))
 
 
 # ----------------------------------------------------------------- a continuous sensitive attribute

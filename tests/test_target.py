@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as hst
 
-from pfair import Federation, SteFFLe, datasets, metrics
+from pfair import SteFFLe, metrics
 from pfair.exceptions import PrivacyWarning
 from pfair.fairness_target import (
     STREAM_BASE,
@@ -36,11 +36,6 @@ def quiet_settings(**kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return SteFFLe(**{**base, **kw}).settings()
-
-
-@pytest.fixture(scope="module")
-def adult_fed():
-    return Federation.for_dataset(datasets.load("adult"), 3, heterogeneity=0, seed=0)
 
 
 # ---------------------------------------------------------------------------------------- settings
@@ -184,7 +179,7 @@ def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
     assert party.release_checkpoint(theta, 2) is rel and len(party.ledger.events) == before + 1
 
 
-def test_record_mode_noises_the_validation_table_on_its_own_stream_and_charges_it():
+def test_record_protection_noises_the_validation_table_on_its_own_stream_and_charges_it():
     st = quiet_settings(protect="record")
     sim = Simulation(st, small_fed(), ledgers="new", fast=False)
     party = sim.parties[0]
@@ -285,13 +280,13 @@ def test_party_by_party_loop_equals_the_fast_path_with_a_target(kw):
 
 # ---------------------------------------------------------------------------------------- real fits
 @pytest.mark.slow
-def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
-    X, y, s = adult_fed.pooled()
-    free = SteFFLe(lam=0.0, epsilon=None, epochs=40).fit(adult_fed)
+def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_federation):
+    X, y, s = adult_federation.pooled()
+    free = SteFFLe(lam=0.0, epsilon=None, epochs=40).fit(adult_federation)
     v_free = metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.15  # the constraint is active
 
-    m = SteFFLe(max_violation=TARGET, epsilon=None, epochs=40).fit(adult_fed)
+    m = SteFFLe(max_violation=TARGET, epsilon=None, epochs=40).fit(adult_federation)
     h = m.history_
     v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v <= TARGET + 1e-12, v  # the returned model meets the target on the silos' records
@@ -317,13 +312,13 @@ def test_non_private_target_is_met_on_adult_and_lambda_adapts(adult_fed):
     assert m.lam_ == h["lam"].loc[m.selected_epoch_]
 
 
-def test_private_target_is_met_approximately_and_every_release_is_accounted(adult_fed):
-    X, y, s = adult_fed.pooled()
+def test_private_target_is_met_approximately_and_every_release_is_accounted(adult_federation):
+    X, y, s = adult_federation.pooled()
     eps, epochs, share = 8.0, 40, 0.2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         m = SteFFLe(max_violation=TARGET, epsilon=eps, epochs=epochs, max_violation_epsilon_share=share,
-                    noise_seed=1).fit(adult_fed, ledgers="new")
+                    noise_seed=1).fit(adult_federation, ledgers="new")
     v = metrics.demographic_parity_difference(y, m.predict(X), sensitive_features=s)
     assert v < TARGET + 0.03, v
     assert float(np.mean(m.predict(X) != y)) < metrics.trivial_error(y) - 0.04

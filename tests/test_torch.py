@@ -306,7 +306,7 @@ def _parts(net, X, y, s, theta, W, inv, batch, *, k, l, fairness, denom, **kw): 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp_problems(), st.integers(0, 3))
-def test_attribute_mode_change_never_exceeds_sensitivity(problem, new_group):
+def test_attribute_protection_change_never_exceeds_sensitivity(problem, new_group):
     k, l, fairness, n, m, seed, ts, ws, xs, (_, clip_theta, _), kind = problem  # noqa: E741
     rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
     s2 = s.copy()
@@ -353,7 +353,7 @@ def test_hostile_parameters_never_turn_s_into_a_non_finite_message(protect, host
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp_problems())
-def test_record_mode_change_never_exceeds_sensitivity(problem):
+def test_record_protection_change_never_exceeds_sensitivity(problem):
     k, l, fairness, n, m, seed, ts, ws, xs, (c_loss, c_theta, c_w), kind = problem  # noqa: E741
     rng, net, X, y, s, theta, W, inv, batch, i, denom = _mlp_case(k, l, fairness, n, m, seed, ts, ws, xs, kind)
     X2, y2, s2 = X.copy(), y.copy(), s.copy()
@@ -668,7 +668,7 @@ def test_resnet18_groupnorm_is_per_record_and_has_resnet18_size():
 # (e) layers that mix records are refused
 
 
-def test_batchnorm_in_training_mode_is_refused_with_the_fix():
+def test_batchnorm_that_normalises_by_the_batch_is_refused_with_the_fix():
     X, y, s = np.zeros((10, 3)), np.arange(10) % 2, np.arange(10) % 2
     net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
     with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\).*GroupNorm"):
@@ -1004,3 +1004,21 @@ def test_block_sums_of_neighbouring_chunks_differ_by_at_most_twice_the_clip():
     assert diff <= 2 * C
     # Each record's clipped vector alone is in the ball after rounding, too.
     assert torch.linalg.vector_norm((f[:1] @ G[:1]).double()).item() <= C
+
+
+def test_deep_parameters_are_steffles_with_the_deep_defaults():
+    """DeepSteFFLe lists its parameters explicitly (scikit-learn's get_params reads the signature):
+    its own, then every pfair.SteFFLe parameter in SteFFLe's order, with SteFFLe's default except
+    where pfair.settings.DEEP_DEFAULTS says otherwise. A parameter added to SteFFLe must be added here."""
+    import inspect
+
+    from pfair import SteFFLe
+    from pfair.settings import DEEP_DEFAULTS
+
+    own = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size", "n_threads"]
+    steffle = {n: p.default for n, p in inspect.signature(SteFFLe.__init__).parameters.items() if n != "self"}
+    deep = DeepSteFFLe(mlp(4, 2))
+    assert DeepSteFFLe._get_param_names() == sorted(own + list(steffle))
+    params = deep.get_params(deep=False)
+    assert {n: params[n] for n in steffle} == {n: DEEP_DEFAULTS.get(n, d) for n, d in steffle.items()}
+    assert DeepSteFFLe(mlp(4, 2), lam=0.3, batch_size=32).get_params()["lam"] == 0.3

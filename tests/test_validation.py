@@ -79,7 +79,7 @@ def test_the_validation_bound_is_attained():
     assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2))
 
 
-def test_attribute_mode_tables_do_not_depend_on_s_and_cost_nothing():
+def test_attribute_protection_tables_do_not_depend_on_s_and_cost_nothing():
     """Two federations that differ only in the sensitive attribute give the same exact tables, and
     a fixed-λ fit in attribute mode charges nothing for them."""
     fed = toy_federation()
@@ -265,7 +265,7 @@ def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
     assert f.epoch == 1 and theta[0] == 1.0 and why.startswith("the released validation figures are too noisy")
 
 
-def test_record_mode_checks_its_model_with_two_releases_by_default():
+def test_record_protection_checks_its_model_with_two_releases_by_default():
     st = SteFFLe(protect="record", epochs=20).settings()
     assert st.checkpoint_epochs() == (9, 19) and st.validation_epsilon_share == 0.2
     assert SteFFLe(protect="record", epochs=20, max_violation=0.05).settings().checkpoint_epochs()[-1] == 19

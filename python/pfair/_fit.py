@@ -298,7 +298,7 @@ class SteFFLeFit(_ParamsMixin):
 
     def _warm_start_model(self, st: SteFFLeSettings, previous: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """``(θ, W)`` a new run starts from: the fitted ``theta_`` and ``W_`` with ``warm_start``
-        (not when resuming: the run state holds the model; not in the hybrid modes, which always
+        (not when resuming: the run state holds the model; not in the hybrid topologies, which always
         start from zero), else None (the engine's start)."""
         if (st.warm_start and st.mode == "standard" and previous is None and hasattr(self, "theta_")
                 and hasattr(self, "W_")):
@@ -380,7 +380,10 @@ class SteFFLeFit(_ParamsMixin):
             rows.append(row)
         from pfair.privacy.report import PrivacyReport
 
-        return PrivacyReport(pd.DataFrame(rows).set_index("silo"))
+        frame = pd.DataFrame(rows).set_index("silo")
+        # Kept as objects, so that comparing with p_s's old name "public" still works (warned).
+        frame["p_s"] = pd.Series([row["p_s"] for row in rows], index=frame.index, dtype=object)
+        return PrivacyReport(frame)
 
     @property
     def epsilon_spent_(self) -> float:

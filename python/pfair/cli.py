@@ -216,13 +216,13 @@ def add_train_parser(sub: Any) -> None:
                         "'pooled' (exact pooled proportions: paper reproduction, not covered by the guarantee), "
                         "or public proportions as comma-separated numbers, e.g. 0.33,0.67")
     p.add_argument("--mode", default="standard", choices=["standard", "divisions", "central_sensitive", "hybrid"],
-                   help="who holds s (hybrid centralization, see pfair.protocol.hybrid)")
+                   help="who holds s (hybrid centralization, see pfair.protocol.topologies)")
     p.add_argument("--sensitive-silos", type=int, default=None,
                    help="--mode hybrid: number of sensitive silos (records assigned to them at random)")
     p.add_argument("--dummy-noise", action="store_true",
-                   help="hybrid modes: sensitive silos with no record in a round's batch send zero-mean noise")
+                   help="hybrid topologies: sensitive silos with no record in a round's batch send zero-mean noise")
     p.add_argument("--no-amplification", dest="amplification", action="store_false",
-                   help="hybrid modes: charge every round in full (q = 1) instead of the public-batch rate")
+                   help="hybrid topologies: charge every round in full (q = 1) instead of the public-batch rate")
     p.add_argument("--seed", type=int, default=0, help="seeds the partition and the (public) batch order")
     p.add_argument("--noise-seed", type=int, default=None,
                    help="make the noise reproducible (simulations only: the guarantee does not hold against "

@@ -168,9 +168,11 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     output : "last" or "random" (the paper's uniformly random iterate).
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
     positive_class : class index of the positive label (equal opportunity).
-    mode : "standard", "divisions", "central_sensitive" or "hybrid": who holds s (see
-        :mod:`pfair.protocol.hybrid`; the hybrid modes need ``protect="attribute"``).
-    amplification, dummy_noise : hybrid modes only: account with the chance that a record is not
+    mode : "standard", "divisions", "central_sensitive" or "hybrid": the topology, i.e. who holds s
+        (see :mod:`pfair.protocol.topologies`; the hybrid topologies need ``protect="attribute"``).
+        ``mode`` means the topology only: what is protected is ``protect=``, and how the noise is
+        calibrated ``calibration=`` (docs/architecture.md, "Glossary").
+    amplification, dummy_noise : hybrid topologies only: account with the chance that a record is not
         in a round's batch (the public-batch bound; the batch itself is never assumed secret), and
         let sensitive silos that hold no record of a round's batch send zero-mean noise.
     seed : int, seeds what is public anyway: the batch order in attribute mode with shuffled

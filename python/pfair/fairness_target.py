@@ -141,20 +141,6 @@ def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, re
                                 sampling="full_batch")
 
 
-def release_std(settings: Any, delta: float | None) -> float:
-    """Noise std ``z_v √2`` of one cell of a silo's violation release (0 in a non-private fit, or
-    when nothing is released); a function of the public settings (a
-    :class:`~pfair.settings.SteFFLeSettings`) and the silo's δ only."""
-    st = settings
-    releases = len(st.checkpoint_epochs())
-    if st.max_violation is None or not st.private or releases == 0:
-        return 0.0
-    from pfair.protocol.plan import budget_split
-
-    z = budget_split(st).violation_noise_multiplier(float(delta), releases)
-    return z * VIOLATION_SENSITIVITY
-
-
 def implausible(counts: np.ndarray, *, n_records: int, std: float, fairness: str, tail: float = 8.0) -> str | None:
     """Why a silo's violation release cannot come from ``n_records`` records plus noise of std
     ``std`` per cell (None if it can): every cell lies in ``[−std·tail, n + std·tail]`` and the

@@ -61,8 +61,43 @@ DEEP_MIN_BATCH = 16
 #: ``lr_theta="auto"`` of a deep model: this step at a batch of :data:`DEEP_AUTO_BATCH` records,
 #: in proportion to the batch otherwise (the linear scaling rule).
 DEEP_LR_AT_AUTO_BATCH = 1.0
+#: The topologies (``mode=``: who holds s); the protection is ``protect=``, never a "mode".
 MODES = ("standard", "divisions", "central_sensitive", "hybrid")
 P_S_SOURCES = ("dp", "pooled")
+
+
+class RenamedValue(str):
+    """A setting's value under its new name that still compares equal to its old name, with a
+    ``DeprecationWarning`` (for code written against the old name). It is a ``str`` everywhere
+    else: printed, written to JSON or CSV, hashed and pickled as the new name."""
+
+    old: str
+
+    def __new__(cls, value: str, *, old: str) -> "RenamedValue":
+        obj = super().__new__(cls, value)
+        obj.old = old
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and not str.__eq__(self, other) and str.__eq__(other, self.old):
+            warnings.warn(f"the value {self.old!r} is now called {str(self)!r}; compare with {str(self)!r}",
+                          DeprecationWarning, stacklevel=2)
+            return True
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+    def __reduce__(self) -> tuple:
+        return (str, (str(self),))
+
+
+#: The p_s source of proportions the user passes (``p_s=[...]``: public knowledge, e.g. a census).
+#: It was called ``"public"``, which now means only "known to everyone, the server included"
+#: (docs/architecture.md, "Glossary"); comparing with ``"public"`` still works, with a DeprecationWarning.
+P_S_GIVEN = RenamedValue("given", old="public")
 #: ``checkpoints="auto"`` where a checkpoint's releases cost budget (a fairness target, or
 #: ``protect="record"``): this many checkpoints, evenly spaced, the last after the last epoch.
 AUTO_CHECKPOINTS = 8
@@ -80,7 +115,7 @@ def auto_sampling(protect: str, mode: str = "standard") -> str:
     """What ``sampling="auto"`` means: ``"shuffle"`` when only the sensitive attribute is protected
     (the batch is public anyway, and shuffled epochs are accounted exactly as √epochs/z-GDP, the
     cheapest account), ``"without_replacement"`` when whole records are (a hidden fixed-size batch
-    amplifies privacy) and in the hybrid modes (which sample fixed-size batches)."""
+    amplifies privacy) and in the hybrid topologies (which sample fixed-size batches)."""
     return "shuffle" if protect == "attribute" and mode == "standard" else "without_replacement"
 
 
@@ -302,10 +337,10 @@ class SteFFLeSettings:
 
     @property
     def p_s_source(self) -> str:
-        """``"public"`` (user-supplied), ``"dp"`` or ``"pooled"``."""
+        """``"given"`` (proportions the user passed, :data:`P_S_GIVEN`), ``"dp"`` or ``"pooled"``."""
         if isinstance(self.p_s, str):
             return self.p_s
-        return "public"
+        return P_S_GIVEN
 
     def clips(self) -> dict[str, float]:
         """Clip norms as the kernels take them (``inf``: no clipping)."""
@@ -379,7 +414,7 @@ class SteFFLeSettings:
         (:attr:`checkpoint_releases_free`), else ``AUTO_CHECKPOINTS`` of them with a fairness
         target and ``AUTO_CHECKPOINTS_GUARD`` without (or ``checkpoints`` when it is an int), evenly
         spaced, ``⌈E·i/K⌉ − 1`` for ``i = 1..K``: the last epoch is
-        always one. Empty in the hybrid modes, which release no validation figures."""
+        always one. Empty in the hybrid topologies, which release no validation figures."""
         if self.mode != "standard":
             return ()
         E = int(self.epochs)
@@ -397,7 +432,7 @@ class SteFFLeSettings:
     def as_dict(self) -> dict:
         d = asdict(self)
         if not isinstance(self.p_s, (str, type(None))):
-            d["p_s"] = "public"
+            d["p_s"] = P_S_GIVEN
         return d
 
     # ------------------------------------------------------------------ construction

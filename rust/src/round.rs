@@ -375,7 +375,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn record_mode_noises_the_loss_gradient() {
+    fn record_protection_noises_the_loss_gradient() {
         let silo = toy_silo(64, 2);
         let theta = vec![0.0; 3];
         let w = vec![0.1; 4];

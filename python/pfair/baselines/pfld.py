@@ -29,7 +29,7 @@ and sets ``λ_i ← min(λ_max, λ_i + η_λ |ṽ_i|)``, ``σ_i ← sign(ṽ_i)`
 
 Privacy (attribute DP, central: neighbours differ in one record's *reported* s; labels,
 features, which records report s, and the group counts n_{b,a} are public, as SteFFLe's
-``p_s="public"``). Record j of block b moving from group r to r′ changes the s-dependent part
+``p_s="pooled"``). Record j of block b moving from group r to r′ changes the s-dependent part
 −Σ λσQ of the primal message by at most
 
     Δ_p = U C_p λ_max / m · max_{b, r≠r′} (n/n_{b,r} + n/n_{b,r′})
@@ -78,6 +78,7 @@ from pfair.estimators import LinearSoftmaxMixin
 from pfair.privacy import mechanisms
 from pfair.privacy.proportions import n_blocks
 from pfair.protocol.keys import noise_key, seeded_key
+from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import default_delta
 from pfair.validation import LocalCheck
 
@@ -202,8 +203,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
         if not has_s:
             del self.groups_
         m = n if self.sampling == "full_batch" else self.batch_size
-        if m > n:
-            raise ValueError(f"batch_size={m} is larger than the data ({n} records)")
+        check_batch_fits(self.sampling, m, [n], holder="the data")
         blocks = n_blocks(self.fairness, l)
         U = 1 if self.fairness == "accuracy_parity" else l - 1
         block = ya if blocks > 1 else np.zeros(n, dtype=np.int64)
@@ -216,7 +216,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             raise ValueError(f"sensitive group {sh.groups_[a]!r} has no (reported) records{where}; every group "
                              "must be present (merge or drop it)")
 
-        steps = 1 if self.sampling == "full_batch" else max(1, math.ceil(n / m))
+        steps = rounds_per_epoch(self.sampling, [n], m)
         private = self.epsilon is not None
         delta = self.delta if self.delta is not None else default_delta(n)
         q = m / n
@@ -263,8 +263,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
                 raise FloatingPointError(f"PF-LD diverged at epoch {epoch}: lower lr (now {self.lr:g}) or lam_max")
             if epoch < self.epochs - 1 and self.lam_max > 0:
                 v = self._violations(theta, Xa, ya, sa, block, n_b, n_ba, cd, l)
-                v_tilde = v + (sigma_d * mechanisms.gaussian(key, 1, epoch, v.size).reshape(v.shape)
-                               if sigma_d > 0 else 0.0)
+                v_tilde = mechanisms.add_noise(v, sigma_d, key, 1, epoch)
                 lam = np.minimum(self.lam_max, lam + self.lr_dual * np.abs(v_tilde))
                 sign = np.sign(v_tilde)
                 released = float(np.max(np.abs(v_tilde)))
@@ -316,8 +315,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             grp = np.zeros((m, J.shape[1]))
             grp[has] = ls[bb[has], sb[has]] * grp_w[bb[has], sb[has]][:, None] * fac[has]
             s_part = -(Xb.T @ np.einsum("ju,juv->jv", grp, J)).ravel()
-            if sigma_p > 0:
-                s_part = s_part + sigma_p * mechanisms.gaussian(key, 0, step, s_part.size)
+            s_part = mechanisms.add_noise(s_part, sigma_p, key, 0, step)
             return theta - self.lr * ((Xb.T @ coef).ravel() + s_part)
         return theta - self.lr * (Xb.T @ coef).ravel()
 

@@ -187,12 +187,16 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
 
 def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray, fairness: str,
                     positive: int, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
-                    sends_psi: bool) -> dict:
+                    sends_psi: bool, sample_rate: float | None = None, denominator: float | None = None) -> dict:
     """The fields of a :class:`NoisePlan` that follow from a silo's size, settings and the
     released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
     the replace-one sensitivity Δ of each noised part (0 for a part not noised). A plan is valid
-    for settings only if these fields are what they give (:meth:`SiloParty.adopt` checks them)."""
+    for settings only if these fields are what they give (:meth:`SiloParty.adopt` checks them).
+    ``sample_rate`` and ``denominator`` replace :func:`sample_rate_and_denominator`'s (a sensitive
+    silo of a hybrid topology sends sums, divisor 1, over batches drawn at its own rate)."""
     q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
+    q = q if sample_rate is None else float(sample_rate)
+    denom = denom if denominator is None else float(denominator)
     props = np.asarray(proportions, dtype=np.float64)
     d_loss, d_theta, d_w = _core.sensitivities(
         inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, fairness=fairness,
@@ -222,19 +226,32 @@ def plan_silo_noise(
     sends_psi: bool,
     ledger: Optional[PrivacyLedger] = None,
     accountant: str = "best",
+    sample_rate: float | None = None,
+    denominator: float | None = None,
+    first_fit_accountant: str | None = None,
 ) -> NoisePlan:
-    """Noise plan of one silo for ``steps`` rounds (see the module docstring).
+    """Noise plan of one silo for ``steps`` rounds (see the module docstring); the one noise
+    planner of every party that spends budget.
 
     ``proportions`` must be released values (public, or the DP histogram's). What ``ledger``
     has recorded already (earlier fits, the DP histogram of s) is composed with the rounds: the
     training noise is calibrated so that everything together meets (ε, δ) with ``δ`` the
     ledger's. A ledger with nothing left raises :class:`PrivacyBudgetExceeded` before any round.
+
+    A sensitive silo of a hybrid topology (``pfair.protocol.topologies``) passes its own
+    ``sample_rate`` q_c and ``denominator=1`` (it sends noised sums; its public batches drawn with
+    probability 1 are accounted as the full batch) and ``first_fit_accountant="rdp"``: with an
+    empty ledger its rounds are priced by RDP at ε itself, as the hybrid topologies always were
+    (``accountant`` then applies to later fits only).
     """
     terms = mechanism_terms(n_records=n_records, batch_size=batch_size, sampling=sampling, proportions=proportions,
                             fairness=fairness, positive=positive, protect=protect, clip_loss=clip_loss,
-                            clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi)
+                            clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi, sample_rate=sample_rate,
+                            denominator=denominator)
     q, denom = terms["sample_rate"], terms["denominator"]
     scheme = accounting_scheme(sampling, protect)
+    if sample_rate is not None and scheme == "public_batch" and q >= 1:
+        scheme = "full_batch"
     inv_sqrt_ps = inv_sqrt_proportions(proportions)
     kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
@@ -275,6 +292,7 @@ def plan_silo_noise(
             z = noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme,
                                        accountant=acct)
         else:
+            acct = acct if first_fit_accountant is None else accountant_for(scheme, first_fit_accountant)
             # The exact accountant would land on the target itself; aim inside the band RDP
             # calibration lands in ([99.5%, 100%]), so a resumed or later fit keeps a sliver.
             target = epsilon * (1 - 0.5 * _core.CALIBRATION_TOL) if acct == "best" else epsilon

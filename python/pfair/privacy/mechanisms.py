@@ -13,8 +13,9 @@ is computed), and then noised with a stream of the silo's own key:
   cell to another (the derivations are in :mod:`pfair.privacy.proportions` and
   :mod:`pfair.fairness_target`).
 
-:func:`gaussian` is the one draw of a keyed standard-normal vector that these (and the PF-LD
-baseline's noise) use.
+:func:`add_noise` (``v + σ · N(0, I)``) is the one place Python adds Gaussian noise to a vector:
+these releases and the PF-LD baseline's primal and dual noise use it, over :func:`gaussian`, the
+one draw of a keyed standard-normal vector.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ from pfair.privacy.ledger import MechanismEvent, PrivacyLedger, charge_rounds_to
 def gaussian(key: Any, silo: int, stream: int, size: int, *, purpose: str = "noise") -> np.ndarray:
     """``size`` standard-normal draws of the stream (key, silo, stream, purpose)."""
     return _core.gaussian_stream(key, int(silo), int(stream), int(size), purpose=purpose)
+
+
+def add_noise(values: np.ndarray, sigma: float, key: Any, silo: int, stream: int, *,
+              purpose: str = "noise") -> np.ndarray:
+    """``values + σ · N(0, I)`` with the draws of the stream (key, silo, stream, purpose), shaped
+    as ``values``; ``values`` unchanged when ``σ = 0`` (nothing is drawn)."""
+    if not sigma > 0:
+        return values
+    values = np.asarray(values, dtype=np.float64)
+    return values + sigma * gaussian(key, silo, stream, values.size, purpose=purpose).reshape(values.shape)
 
 
 def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: PrivacyLedger | None, event: MechanismEvent | None, key: Any,
@@ -49,8 +60,7 @@ def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: 
     if ledger is not None and event is not None:
         ledger.charge(event)  # refuses before anything is released
     counts = np.asarray(counts() if callable(counts) else counts, dtype=np.float64)
-    noise = gaussian(key, silo, stream, counts.size, purpose="histogram")
-    released = counts + noise_multiplier * sensitivity * noise.reshape(counts.shape)
+    released = add_noise(counts, noise_multiplier * sensitivity, key, silo, stream, purpose="histogram")
     if name is not None and ledger is not None:
         ledger.release(name, released)
     return released

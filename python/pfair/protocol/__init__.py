@@ -11,7 +11,7 @@
   (:mod:`pfair.protocol.plan`); :mod:`pfair.protocol.setup` — ledgers, the p_s round, the server;
   :mod:`pfair.protocol.keys` — where every key comes from.
 * :class:`Driver` — the one epoch loop, over a transport (:mod:`pfair.protocol.transports`: the
-  party loop and the Rust fast path; the hybrid topologies' in :mod:`pfair.protocol.hybrid`; Flower's
+  party loop and the Rust fast path; the hybrid topologies' in :mod:`pfair.protocol.topologies`; Flower's
   in :mod:`pfair.flower.server_app`).
 * :class:`Simulation` — a run's parties in process (the estimators' runner), standard or hybrid.
 """

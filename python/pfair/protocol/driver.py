@@ -23,7 +23,7 @@ A transport moves the messages of the rounds and nothing else:
   round by round, in process (any gradient provider);
 * :class:`~pfair.protocol.transports.RustBatched`: every silo's steps and the server update of an
   epoch in one Rust call (proven equal to the party loop, bit for bit);
-* the hybrid topologies' party loop and Rust path (:mod:`pfair.protocol.hybrid`);
+* the hybrid topologies' party loop and Rust path (:mod:`pfair.protocol.topologies`);
 * Flower (:class:`pfair.flower.server_app.FlowerTransport`): the same rounds as messages to
   ClientApps.
 """
@@ -38,9 +38,9 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from pfair.exceptions import PrivacyWarning
-from pfair.fairness_target import release_std
+from pfair.fairness_target import VIOLATION_SENSITIVITY
 from pfair.protocol.plan import RunPlan
-from pfair.validation import Selector, warn_selection
+from pfair.validation import VALIDATION_SENSITIVITY, Selector, warn_selection
 
 
 @dataclass
@@ -227,8 +227,8 @@ class Driver:
         if server.controller is not None:
             row["violation_released"] = math.nan
         releases = self.transport.checkpoint(theta, epoch, active, self.refused)
-        limits = {j: (self.held_out[j], checkpoint_std(st, p.delta, "validation"), p.n_records + self.held_out[j],
-                      checkpoint_std(st, p.delta, "violation"))
+        limits = {j: (self.held_out[j], checkpoint_std(self.plan, p.delta, "validation"), p.n_records + self.held_out[j],
+                      checkpoint_std(self.plan, p.delta, "violation"))
                   for j, p in self.noise_plans.items() if j in self.held_out}
         done = sorted(e for e in self.checkpoints if e < epoch)
         since = epoch - (done[-1] if done else -1)
@@ -246,17 +246,19 @@ class Driver:
         return row
 
 
-def checkpoint_std(settings: Any, delta: float | None, kind: str) -> float:
-    """Noise std of one cell of a silo's checkpoint release of ``kind`` (``"validation"`` or
-    ``"violation"``): 0 when it is exact or not made; a function of the public settings and the
-    silo's δ only."""
-    st = settings
-    if kind == "violation":
-        return release_std(st, delta)
-    if not st.private or st.protect != "record" or delta is None:
-        return 0.0
-    from pfair.protocol.plan import budget_split
-    from pfair.validation import VALIDATION_SENSITIVITY
-
+def checkpoint_std(plan: RunPlan, delta: float | None, kind: str) -> float:
+    """Noise std of one cell of a silo's checkpoint release of ``kind`` (``"validation"``: the
+    record-mode validation table, ``z_val · Δ``; ``"violation"``: a fairness target's violation
+    histogram, ``z_v · √2``): 0 when it is exact or not made; a function of the plan's public
+    settings and budget split and the silo's δ only."""
+    st = plan.settings
     K = len(st.checkpoint_epochs())
-    return budget_split(st).validation_noise_multiplier(float(delta), K) * VALIDATION_SENSITIVITY if K else 0.0
+    if not st.private or delta is None or K == 0:
+        return 0.0
+    if kind == "violation":
+        if st.max_violation is None:
+            return 0.0
+        return plan.budget.violation_noise_multiplier(float(delta), K) * VIOLATION_SENSITIVITY
+    if st.protect != "record":
+        return 0.0
+    return plan.budget.validation_noise_multiplier(float(delta), K) * VALIDATION_SENSITIVITY

@@ -36,12 +36,15 @@ def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> in
     return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
 
 
-def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int]) -> None:
-    """Refuse a batch larger than a silo (every batch scheme but the full batch draws m records)."""
+def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int], *, holder: str | None = None) -> None:
+    """Refuse a batch larger than a silo (every batch scheme but the full batch draws m records).
+    ``holder`` names the one holder of a central method's pooled data (e.g. ``"the data"``)."""
     if sampling == "full_batch":
         return
     for j, n_j in enumerate(sizes):
         if batch_size > n_j:
+            if holder is not None:
+                raise ValueError(f"batch_size={batch_size} is larger than {holder} ({int(n_j)} records)")
             raise ValueError(f"batch_size={batch_size} is larger than silo {j}, which has {int(n_j)} records; "
                              "use a smaller batch_size or fewer silos")
 

@@ -1,7 +1,9 @@
 """Set-up shared by every run, in process, on Flower and in the hybrid topologies.
 
-* :func:`resolve_ledgers`: each silo's persistent ledger for a fit, bound to its data;
-* :func:`released_proportions`: the p_s round — public proportions, the silos' DP histograms
+* :func:`resolve_ledgers` (over :func:`ledgers_for`, which the hybrid topologies' sensitive silos
+  use too): each silo's persistent ledger for a fit, bound to its data; :func:`begin_run`
+  registers a run in it;
+* :func:`released_proportions`: the p_s round — given proportions, the silos' DP histograms
   combined, or the pooled exact ones (not covered by the guarantee);
 * :func:`build_server`: the :class:`~pfair.protocol.server.ServerParty` with the reply limits each
   silo's noise plan allows;
@@ -28,24 +30,45 @@ def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
     """Each silo's ledger for a fit: the ones passed (objects or JSON paths), fresh ones
     (``"new"``, for simulations), or by default the ledger the federation's silo already holds
     (created on its first private fit), so budgets persist across fits on one Federation."""
-    n = fed.n_silos
+    return ledgers_for(settings, ledgers, sizes=fed.sizes, fingerprints=lambda: silo_fingerprints(fed.silos),
+                       labels=list(range(fed.n_silos)), held=fed.silos,
+                       legacy=[silo.legacy_fingerprint for silo in fed.silos])
+
+
+def ledgers_for(settings: SteFFLeSettings, ledgers: Any, *, sizes: Sequence[int],
+                fingerprints: Callable[[], Sequence[str]], labels: Sequence[Any], held: Sequence[Any] | None = None,
+                legacy: Sequence[Any] | None = None, what: str = "silo") -> list:
+    """The ledgers of the parties that spend budget (the silos of a standard run, the sensitive
+    silos of a hybrid topology), one per entry of ``sizes`` (each party's number of records, which
+    fixes its δ), each bound to its data (``fingerprints()``, computed only in a private fit) and
+    checked against the budget asked for.
+
+    ``ledgers``: ``"new"`` (fresh ledgers), a list of :class:`PrivacyLedger` objects or JSON paths
+    (one per party; a path that does not exist yet is created there), or None: the ledger each
+    object of ``held`` keeps in its ``ledger`` attribute (created on its first private fit), or
+    fresh ledgers when nothing holds them. ``labels`` name the parties in the ledgers and errors,
+    ``legacy`` computes each party's fingerprint as an older pfair made it (re-bound on a match)."""
+    n = len(sizes)
     if not settings.private:
         if ledgers not in (None, "new"):
             raise ValueError("ledgers= applies to private fits only (epsilon is None)")
         return [None] * n
-    deltas = [settings.delta_for(size) for size in fed.sizes]
-    if isinstance(ledgers, str) and ledgers == "new":
-        out = [PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j) for j in range(n)]
+
+    def fresh(j: int, path: Any = None) -> PrivacyLedger:
+        return PrivacyLedger(epsilon=settings.epsilon, delta=settings.delta_for(sizes[j]), silo=labels[j], path=path)
+
+    if (isinstance(ledgers, str) and ledgers == "new") or (ledgers is None and held is None):
+        out = [fresh(j) for j in range(n)]
     elif ledgers is None:
         out = []
-        for j, silo in enumerate(fed.silos):
-            if silo.ledger is None:
-                silo.ledger = PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j)
-            out.append(silo.ledger)
+        for j, holder in enumerate(held):
+            if holder.ledger is None:
+                holder.ledger = fresh(j)
+            out.append(holder.ledger)
     else:
         if isinstance(ledgers, (str, bytes)) or not isinstance(ledgers, Sequence) or len(ledgers) != n:
             raise ValueError(f"ledgers must be 'new', None or a list of {n} PrivacyLedger objects or JSON paths "
-                             "(one per silo)")
+                             f"(one per {what})")
         out = []
         for j, item in enumerate(ledgers):
             if isinstance(item, PrivacyLedger):
@@ -53,14 +76,23 @@ def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
                 continue
             if not isinstance(item, (str, os.PathLike)):
                 raise TypeError(f"ledgers[{j}] must be a PrivacyLedger or a path, got {type(item).__name__}")
-            if os.path.exists(item):
-                out.append(PrivacyLedger.load(item))
-            else:
-                out.append(PrivacyLedger(epsilon=settings.epsilon, delta=deltas[j], silo=j, path=item))
-    for j, (ledger, fingerprint) in enumerate(zip(out, silo_fingerprints(fed.silos))):
-        ledger.bind(fingerprint, legacy=fed.silos[j].legacy_fingerprint)
-        check_budget_fits(settings, ledger, j)
+            out.append(PrivacyLedger.load(item) if os.path.exists(item) else fresh(j, item))
+    for j, (ledger, fingerprint) in enumerate(zip(out, fingerprints())):
+        ledger.bind(fingerprint, legacy=legacy[j] if legacy is not None else None)
+        check_budget_fits(settings, ledger, labels[j])
     return out
+
+
+def begin_run(ledger: PrivacyLedger | None, plan: Any, run_id: str) -> bool:
+    """Register run ``run_id`` of a party's noise ``plan`` in its ledger, when its rounds cost
+    privacy (a ledger, and ``0 < z < ∞``): every later round is charged against this registration
+    (a PLD plan prepays the whole run here). Returns whether the rounds are charged."""
+    if ledger is None or plan is None or not 0 < plan.noise_multiplier < float("inf"):
+        return False
+    ledger.begin_run(run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
+                     noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
+                     prepaid=plan.calibration == "pld")
+    return True
 
 
 def check_budget_fits(settings: SteFFLeSettings, ledger: PrivacyLedger, silo: Any) -> None:
@@ -76,13 +108,14 @@ def released_proportions(plan: RunPlan, *, groups: np.ndarray, classes: np.ndarr
                          histograms: Callable[[], list] | None = None,
                          pooled: Callable[[], np.ndarray] | None = None) -> np.ndarray:
     """Released ``p(s | block)`` (``blocks × k``): uniform and never used when nothing sent depends
-    on s (λ = 0); the user's public proportions; the silos' DP histograms (``histograms()`` releases
-    and returns them, each charged to its silo's ledger) combined; or the pooled exact proportions
+    on s (λ = 0); the proportions the user gave (``"given"``: public knowledge); the silos' DP
+    histograms (``histograms()`` releases and returns them, each charged to its silo's ledger)
+    combined; or the pooled exact proportions
     (``pooled()``; reproducing the paper only, not covered by the guarantee)."""
     st = plan.settings
     if not st.sends_psi:
         return plan.uniform_proportions()
-    if st.p_s_source == "public":
+    if st.p_s_source == "given":
         return public_proportions(st.p_s, fairness=st.fairness, groups=groups, classes=classes,
                                   positive=st.positive_class)
     if st.p_s_source == "dp":

@@ -43,7 +43,8 @@ from pfair.privacy.proportions import (
 )
 from pfair.protocol.keys import SiloKeys
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
-from pfair.protocol.plan import budget_split, inv_sqrt_proportions
+from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
+from pfair.protocol.setup import begin_run
 from pfair.settings import SteFFLeSettings
 from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, VALIDATION_STREAM, validation_table
 
@@ -87,14 +88,18 @@ class SiloParty:
         when nothing is held out (the checkpoint figures then come from the training records)
     n_silo_records : records of the whole silo, training and held out (its δ and its ledger's);
         default the training records
+    budget : the run's :class:`~pfair.protocol.plan.BudgetSplit` (``RunPlan.budget``); default
+        the split the settings ask for (a deployed silo, which has no run plan, reads it once here)
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
                  ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None,
                  predict: Callable[[np.ndarray], np.ndarray] | None = None,
                  validation: tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray] | None = None,
-                 n_silo_records: int | None = None) -> None:
+                 n_silo_records: int | None = None, budget: BudgetSplit | None = None) -> None:
         self.silo_id = int(silo_id)
+        #: How the silo's ε is split between the p_s histogram, the checkpoint releases and the rounds.
+        self.budget = budget if budget is not None else budget_split(settings)
         #: ``predict(θ)`` → the predicted class index of each of the silo's training records (for
         #: the checkpoint releases; the provider's ``predict`` if not given).
         self.predict = predict if predict is not None else getattr(provider, "predict", None)
@@ -130,7 +135,7 @@ class SiloParty:
         st = self.settings
         if self.ledger is None:
             raise ValueError("p_s='dp' needs a private fit (epsilon) and a ledger")
-        z_h = budget_split(st).histogram_noise_multiplier(self.ledger.delta)
+        z_h = self.budget.histogram_noise_multiplier(self.ledger.delta)
         return mechanisms.release_histogram(
             lambda: group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
                                  fairness=st.fairness, positive=st.positive_class),
@@ -190,7 +195,7 @@ class SiloParty:
         self.violation_z = self.validation_z = None
         if not st.private or self.ledger is None or K == 0:
             return
-        split = budget_split(st)
+        split = self.budget
         if st.max_violation is not None:
             self.violation_z = split.violation_noise_multiplier(self.ledger.delta, K)
         if st.protect == "record":
@@ -207,10 +212,7 @@ class SiloParty:
         self._checkpoint_noise()
         self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
         self.run_id = run_id or uuid.uuid4().hex
-        if self.charges:
-            self.ledger.begin_run(self.run_id, sampling=plan.accounting, sample_rate=plan.sample_rate,
-                                  noise_multiplier=plan.noise_multiplier, planned_steps=plan.steps,
-                                  prepaid=plan.calibration == "pld")
+        begin_run(self.ledger, plan, self.run_id)
         return plan
 
     def _proportions(self, proportions: np.ndarray) -> np.ndarray:
@@ -262,6 +264,12 @@ class SiloParty:
         :class:`~pfair.privacy.PrivacyBudgetExceeded` or :class:`~pfair.exceptions.ReplayRefused`."""
         if self.charges:
             mechanisms.charge_rounds(self.ledger, self.run_id, first_round, count)
+
+    def round_charge(self) -> tuple[PrivacyLedger, str] | None:
+        """What this silo's rounds are charged to, ``(ledger, run id)``, or None when they cost
+        nothing: for a transport that charges many silos' epochs in one call
+        (:func:`pfair.privacy.mechanisms.charge_epoch`) before computing them."""
+        return (self.ledger, self.run_id) if self.charges else None
 
     # ------------------------------------------------------------------ a round
     def step(self, theta: np.ndarray, w: np.ndarray, round: int) -> SiloMessage:

@@ -13,7 +13,7 @@ settings and a :class:`~pfair.Federation`:
   parties (:class:`~pfair.protocol.transports.PartyLoop`), exactly as a deployment runs them; a test
   checks the two agree bit for bit;
 * the hybrid topologies (``mode="divisions"``, ``"central_sensitive"``, ``"hybrid"``): who holds s
-  is not who holds (x, y); the parties and their set-up are in :mod:`pfair.protocol.hybrid`, driven
+  is not who holds (x, y); the parties and their set-up are in :mod:`pfair.protocol.topologies`, driven
   by the same :class:`~pfair.protocol.driver.Driver`.
 
 Training history of a private fit holds only released values (θ and W after each epoch, the
@@ -78,7 +78,7 @@ class Simulation:
         self.state: RunState | None = None
         self.plans: list = []
         if settings.mode != "standard":
-            from pfair.protocol.hybrid import HybridParties
+            from pfair.protocol.topologies import HybridParties
 
             if provider_factory is not None:
                 raise ValueError(f"mode={settings.mode!r} runs the linear model only")
@@ -123,7 +123,8 @@ class Simulation:
                 validation = (predict_held, h.y, h.s) if predict_held is not None else None
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict,
-                                          validation=validation, n_silo_records=len(self.whole.silos[j])))
+                                          validation=validation, n_silo_records=len(self.whole.silos[j]),
+                                          budget=plan.budget))
         if st.max_violation is not None and any(p.predict is None for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "

@@ -79,10 +79,10 @@ class RustBatched(PartyLoop):
     def answering(self, epoch: int, refused: set) -> list[int]:
         """Every answering silo charges the epoch's rounds before they are computed."""
         active = super().answering(epoch, refused)
-        charging = [j for j in active if self.parties[j].charges]
-        results = mechanisms.charge_epoch([(self.parties[j].ledger, self.parties[j].run_id) for j in charging],
-                                          self.plan.epoch_start(epoch), self.plan.rounds_per_epoch)
-        for j, exc in zip(charging, results):
+        charging = [(j, charge) for j in active if (charge := self.parties[j].round_charge()) is not None]
+        results = mechanisms.charge_epoch([charge for _, charge in charging], self.plan.epoch_start(epoch),
+                                          self.plan.rounds_per_epoch)
+        for (j, _), exc in zip(charging, results):
             if exc is None:
                 continue
             if not isinstance(exc, PrivacyBudgetExceeded):

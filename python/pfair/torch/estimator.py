@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import os
 import warnings
@@ -36,7 +37,6 @@ from pfair._fit import (
     unscaled_columns,
 )
 from pfair._validation import as_vector
-from pfair.estimators import SteFFLe
 from pfair.exceptions import ConvergenceWarning, NotFittedError
 from pfair.federation import Federation
 from pfair.metrics import trivial_error
@@ -50,21 +50,16 @@ from pfair.providers.torch import (
 )
 from pfair.settings import DEEP_DEFAULTS, SteFFLeSettings, resolve_deep_defaults
 
-#: Where DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s (:data:`pfair.settings.DEEP_DEFAULTS`):
-#: the linear model's (SGD step 0.25, batch up to 4,096, 40 epochs) do not train a network in a few
-#: epochs (an MLP on Adult: test error 0.232 after 5 epochs, the constant predictor's 0.248).
-#: ``batch_size="auto"``: at most 256 records and at least 32 rounds per epoch of the smallest silo;
-#: ``lr_theta="auto"``: 1.0 at a batch of 256, in proportion to the batch otherwise. Chosen on
-#: validation splits of Adult (an MLP) and the 8×8 digits (a CNN) by
-#: ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
-#: The SteFFLe hyper-parameters DeepSteFFLe shares (names and defaults of ``pfair.SteFFLe``, but
-#: for :data:`DEEP_DEFAULTS`).
-STEFFLE_PARAMS = [p.replace(default=DEEP_DEFAULTS.get(p.name, p.default))
-                  for p in inspect.signature(SteFFLe.__init__).parameters.values() if p.name != "self"]
+# DeepSteFFLe's defaults differ from ``pfair.SteFFLe``'s where :data:`pfair.settings.DEEP_DEFAULTS` says:
+# the linear model's (SGD step 0.25, batch up to 4,096, 40 epochs) do not train a network in a few
+# epochs (an MLP on Adult: test error 0.232 after 5 epochs, the constant predictor's 0.248).
+# ``batch_size="auto"``: at most 256 records and at least 32 rounds per epoch of the smallest silo;
+# ``lr_theta="auto"``: 1.0 at a batch of 256, in proportion to the batch otherwise. Chosen on
+# validation splits of Adult (an MLP) and the 8×8 digits (a CNN) by
+# ``docs/optimisation/deep_defaults.py`` (docs/deep.md, "Defaults").
+
 #: Records of the training data read by the constant-predictor check at the end of a fit.
 CHECK_RECORDS = 10_000
-_STEFFLE_NAMES = [p.name for p in STEFFLE_PARAMS]
-_DEEP_NAMES = ["module", "input_shape", "device", "chunk_size", "init_seed", "predict_batch_size", "n_threads"]
 #: Below this many trainable parameters, ``n_threads=None`` gives torch one intra-op thread (below).
 MANY_PARAMS = 100_000
 
@@ -176,25 +171,35 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
 
     def __init__(self, module: nn.Module, *, input_shape: Any = None, device: Any = "auto",
                  chunk_size: int | None = None, init_seed: int | None = None, predict_batch_size: int = 1024,
-                 n_threads: int | None = None, **params: Any) -> None:
-        self.module = module
-        self.input_shape = input_shape
-        self.device = device
-        self.chunk_size = chunk_size
-        self.init_seed = init_seed
-        self.predict_batch_size = predict_batch_size
-        self.n_threads = n_threads
-        unknown = sorted(set(params) - set(_STEFFLE_NAMES))
+                 n_threads: int | None = None,
+                 # pfair.SteFFLe's parameters, in its order, with DEEP_DEFAULTS' defaults (scikit-learn's
+                 # get_params reads this signature; tests/test_torch.py checks it against SteFFLe's).
+                 fairness: str = "demographic_parity", lam: float = 1.0, epsilon: float | None = 1.0,
+                 delta: float | None = None, epochs: int = 5, batch_size: int | str = "auto",
+                 lr_theta: float | str = "auto", lr_w: float = 0.25, w_radius: float | None = 2.0,
+                 clip: float | str | None = "auto", clip_loss: float | str | None = "auto",
+                 clip_w: float | str | None = "auto", sampling: str = "auto", protect: str = "attribute",
+                 calibration: str = "auto", p_s: Any = None, p_s_epsilon_share: float = 0.1, lr_decay: float = 0.8,
+                 decay_every: int = 10, w_step: str = "normalised", output: str = "last",
+                 silo_weights: str = "uniform", positive_class: int = 1, mode: str = "standard",
+                 amplification: bool = True, dummy_noise: bool = False, seed: int = 0, noise_seed: int | None = None,
+                 exact_diagnostics: bool = False, progress: bool = False, track_history: bool = True,
+                 warm_start: bool = False, max_violation: float | None = None,
+                 max_violation_epsilon_share: float = 0.5, lam_lr: float = 10.0, validation_share: float = 0.1,
+                 checkpoints: int | str = "auto", validation_epsilon_share: float = 0.2,
+                 **unknown: Any) -> None:
         if unknown:
-            raise TypeError(f"DeepSteFFLe got unexpected argument(s) {unknown}; valid: {_DEEP_NAMES} and the "
-                            f"SteFFLe settings {_STEFFLE_NAMES}")
-        for p in STEFFLE_PARAMS:
-            setattr(self, p.name, params.get(p.name, p.default))
+            raise TypeError(f"DeepSteFFLe got unexpected argument(s) {sorted(unknown)}; valid: "
+                            f"{sorted(self._get_param_names())}")
+        # Every parameter is set as given (scikit-learn's rule): the arguments of this call.
+        for name, value in locals().items():
+            if name not in ("self", "unknown"):
+                setattr(self, name, value)
 
     def __repr__(self) -> str:
         shown = []
         for p in inspect.signature(type(self).__init__).parameters.values():
-            if p.name in ("self",):
+            if p.name == "self" or p.kind == p.VAR_KEYWORD:
                 continue
             v = getattr(self, p.name)
             if p.name == "module":
@@ -219,10 +224,19 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         self._check_settings(st)
         return st
 
+    def _for_sizes(self, st: SteFFLeSettings, sizes: Any) -> SteFFLeSettings:
+        """``st`` (validated by :meth:`settings` for silos of unknown size) with the deep rule's
+        ``"auto"`` batch and step for silos of ``sizes`` records (what :meth:`settings` gives with
+        ``sizes``), without validating every setting again; ``st`` itself when neither is ``"auto"``."""
+        auto = resolve_deep_defaults({"batch_size": self.batch_size, "lr_theta": self.lr_theta}, sizes)
+        if (auto["batch_size"], auto["lr_theta"]) == (st.batch_size, st.lr_theta):
+            return st
+        return dataclasses.replace(st, batch_size=auto["batch_size"], lr_theta=auto["lr_theta"])
+
     def _check_settings(self, st: SteFFLeSettings) -> None:
         if st.mode != "standard":
             raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
-                             "its records' s); use pfair.SteFFLe for the hybrid modes of a linear model")
+                             "its records' s); use pfair.SteFFLe for the hybrid topologies of a linear model")
 
     def _check_deep_params(self) -> None:
         if not isinstance(self.module, nn.Module):
@@ -264,7 +278,9 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         (:func:`pfair._fit.refuse_fit_arguments`)."""
         refuse_fit_arguments(type(self).__name__, unsupported,
                              takes="sensitive_features, silos, eval_set, ledgers and resume")
-        st = self.settings()  # "auto" batch and step as for silos of unknown size (resolved below)
+        # Validated once here; the deep rule's "auto" batch and step, which need the silo sizes,
+        # are filled in once the federation is known (_for_sizes).
+        st = self.settings()
         self._check_deep_params()
         shape = None if self.input_shape is None else tuple(int(v) for v in self.input_shape)
         if not isinstance(X, Federation):
@@ -281,7 +297,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         # A warm start or a resumed fit continues a module trained on inputs scaled as before.
         self._keep_scaling = (getattr(self, "feature_scaling_", None),) if warm else None
         fed = self._federation(X, y, sensitive_features, silos, st)
-        st = self.settings(fed.sizes)
+        st = self._for_sizes(st, fed.sizes)
         if self._scaling is not None:
             self.feature_scaling_ = self._scaling
         elif hasattr(self, "feature_scaling_"):
@@ -310,10 +326,9 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         blocks = n_blocks(st.fairness, l)
         w0 = np.asarray(self.W_, dtype=np.float64).ravel().copy() if (warm and hasattr(self, "W_")) \
             else np.zeros(blocks * k * l)
-        sized = st.for_sizes(fed.sizes)
 
         def factory(j: int, silo: Any, cfg: Any) -> TorchProvider:
-            return TorchProvider.for_silo(module, silo, sized, n_groups=k, n_classes=l, input_shape=shape,
+            return TorchProvider.for_silo(module, silo, st, n_groups=k, n_classes=l, input_shape=shape,
                                           device=self.device_, chunk_size=self.chunk_size)
 
         self.n_params_ = int(theta0.size)
@@ -448,10 +463,3 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             return super()._evaluate(split, X, y, s)
-
-
-# get_params / set_params / clone see every hyper-parameter, the deep ones and SteFFLe's.
-_own = [p for p in inspect.signature(DeepSteFFLe.__init__).parameters.values() if p.kind != p.VAR_KEYWORD]
-DeepSteFFLe.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    _own + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in STEFFLE_PARAMS]
-)

@@ -85,6 +85,20 @@ pub fn noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, scheme
     noise_multiplier_for_orders(epsilon, delta, q, steps, scheme, &default_orders())
 }
 
+/// The smallest noise multiplier (to a ratio of 1.005, rounded up) that the ledger's PLD
+/// currency certifies for (ε, δ) after `steps` steps on an empty ledger: the calibration of
+/// [`super::ledger_pld_noise_multiplier_after`] with nothing held (coarse grid, bracketed by
+/// the RDP answer; a few ms). It lives here, with the other calibrations, rather than in `pld.rs`,
+/// which the ledger builds on: that keeps the ledger → PLD dependency one way.
+pub fn pld_noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, scheme: Scheme) -> Result<f64> {
+    check_epsilon(epsilon)?;
+    check_delta(delta)?;
+    match super::ledger::ledger_pld_noise_multiplier_after(&[], delta, epsilon, scheme, q, steps)? {
+        Some(z) => Ok(z),
+        None => Err(AccountingError::Unreachable { epsilon, z_max: super::AFTER_Z_MAX, epsilon_at_z_max: f64::NAN }),
+    }
+}
+
 /// [`noise_multiplier_for`] with an explicit order list.
 pub fn noise_multiplier_for_orders(
     epsilon: f64,

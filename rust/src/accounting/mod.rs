@@ -40,10 +40,12 @@ use bounds::StepBound;
 pub use bounds::{
     rdp_gaussian, rdp_poisson, rdp_poisson_replace_one, rdp_public_batch, rdp_step, rdp_without_replacement,
 };
-pub use calibrate::{noise_multiplier_for, noise_multiplier_for_orders, CALIBRATION_TOL, Z_MAX, Z_MIN};
+pub use calibrate::{
+    noise_multiplier_for, noise_multiplier_for_orders, pld_noise_multiplier_for, CALIBRATION_TOL, Z_MAX, Z_MIN,
+};
 pub use convert::{delta_for, delta_from_rdp, epsilon_for, epsilon_from_rdp};
 pub use gaussian::{gaussian_delta, gaussian_epsilon, gaussian_mu, gdp_compose, log_gaussian_delta, log_ndtr};
-pub use pld::{is_pld_scheme, pld_delta_for, pld_epsilon_for, pld_noise_multiplier_for, Pld, PLD_GRID, PLD_LEDGER_GRID};
+pub use pld::{is_pld_scheme, pld_delta_for, pld_epsilon_for, Pld, PLD_GRID, PLD_LEDGER_GRID};
 pub use ledger::{
     ledger_admits, ledger_epsilon, ledger_exact_epsilon, ledger_mixture, ledger_noise_multiplier_after,
     ledger_pld_epsilon, ledger_pld_noise_multiplier_after, ledger_rdp_epsilon, ledgers_admit, Held, AFTER_Z_MAX,

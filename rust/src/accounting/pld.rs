@@ -512,19 +512,6 @@ pub fn pld_epsilon_for(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme) -
     Ok(epsilon_for_log_delta(delta.ln(), |e| plds.iter().map(|p| p.delta(e)).fold(0.0, f64::max).ln()))
 }
 
-/// The smallest noise multiplier (to a ratio of 1.005, rounded up) that the ledger's PLD
-/// currency certifies for (ε, δ) after `steps` steps on an empty ledger: the calibration of
-/// [`super::ledger_pld_noise_multiplier_after`] with nothing held (coarse grid, bracketed by
-/// the RDP answer; a few ms).
-pub fn pld_noise_multiplier_for(epsilon: f64, delta: f64, q: f64, steps: u64, scheme: Scheme) -> Result<f64> {
-    super::check_epsilon(epsilon)?;
-    check_delta(delta)?;
-    match super::ledger::ledger_pld_noise_multiplier_after(&[], delta, epsilon, scheme, q, steps)? {
-        Some(z) => Ok(z),
-        None => Err(AccountingError::Unreachable { epsilon, z_max: super::AFTER_Z_MAX, epsilon_at_z_max: f64::NAN }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

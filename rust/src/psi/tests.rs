@@ -335,7 +335,7 @@ fn hostile_parameters_never_turn_s_into_a_non_finite_message() {
 /// In record mode every part is clipped, and without active clipping it sums to the same
 /// total gradient as attribute mode.
 #[test]
-fn record_mode_totals_match_attribute_mode_when_unclipped() {
+fn record_protection_totals_match_attribute_protection_when_unclipped() {
     let fairness = Fairness::EqualizedOdds;
     let c = case(3, 2, 3, 12, fairness, 5);
     let all: Vec<usize> = (0..12).collect();

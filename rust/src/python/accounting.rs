@@ -323,7 +323,9 @@ pub(super) fn ledgers_admit(py: Python<'_>, entries: Vec<(Mechanisms, f64, f64)>
 /// when no z up to `AFTER_Z_MAX` does.
 #[pyfunction]
 #[pyo3(signature = (mechanisms, delta, epsilon, sampling, sample_rate, steps, accountant="best"))]
-// One parameter per argument of the Python signature above (it is the binding's API).
+// One parameter per argument of the Python signature above: positional arguments, or the
+// settings of a constructor or kernel entry point, which stay in the signature Python shows
+// (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn ledger_noise_multiplier_after(
     py: Python<'_>,

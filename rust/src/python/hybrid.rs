@@ -5,12 +5,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::convert::{check_state, gradients_dict, point, silo_from, state_vecs, IndexArray};
+use super::kwargs::{self, HybridRoundsArgs};
 use super::errors::value_error;
-use super::noise::PyNoiseKey;
 use crate::config::ConfigError;
 use crate::hybrid::{self, HybridLayout, HybridNoise, HybridRun};
 use crate::psi::{Dims, Fairness};
-use crate::server::ServerConfig;
 
 /// A sensitive silo's message: the noised `(theta, W)` sums, or None if it sent nothing.
 type SensitiveMessage<'py> = Option<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)>;
@@ -28,7 +27,9 @@ impl PyHybridSet {
     #[new]
     #[pyo3(signature = (x, y, s, members, owner, *, n_sensitive, n_groups, n_classes,
                         fairness="demographic_parity", positive=1))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
+    // One parameter per argument of the Python signature above: positional arguments, or the
+    // settings of a constructor or kernel entry point, which stay in the signature Python shows
+    // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
     #[allow(clippy::too_many_arguments)]
     fn new(
         x: PyReadonlyArray2<'_, f64>,
@@ -87,28 +88,22 @@ impl PyHybridSet {
     }
 
     /// One round of messages: the non-sensitive silos' s-free parts and the sensitive silos'
-    /// noised sums (None for a silo that sent nothing).
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, batch_key, round))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// noised sums (None for a silo that sent nothing). Keyword-only arguments (`kwargs`):
+    /// `batch_size`, `clip_theta`, `sigma_theta`, `sigma_w`, `dummy_noise=False`, `noise_keys`,
+    /// `batch_key`, `round`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, **kwargs))]
     fn messages<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-        batch_key: PyNoiseKey,
-        round: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (args, round) = kwargs::hybrid_round(kwargs)?;
         let (th, wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
+        let batch_key = args.batch_key.clone();
+        let noise = self.hybrid_noise(args)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let (layout, dims, fairness) = (&self.layout, self.dims, self.fairness);
         let msgs = py.allow_threads(|| {
@@ -132,21 +127,19 @@ impl PyHybridSet {
     /// Non-sensitive silo `j`'s side of a round: its batch (universal ids, from its secret
     /// `batch_key`), the batch grouped by sensitive owner (what it hands to each sensitive silo), and
     /// its s-free message (means over its batch).
-    #[pyo3(signature = (j, theta, w, inv_sqrt_ps, *, batch_size, clip_theta, batch_key, round))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// Keyword-only arguments (`kwargs::NonSensitiveArgs`): `batch_size`, `clip_theta`,
+    /// `batch_key`, `round`.
+    #[pyo3(signature = (j, theta, w, inv_sqrt_ps, **kwargs))]
     fn non_sensitive_step<'py>(
         &self,
-        py: Python<'py>,
         j: usize,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
-        batch_size: usize,
-        clip_theta: f64,
-        batch_key: PyNoiseKey,
-        round: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let kwargs::NonSensitiveArgs { batch_size, clip_theta, batch_key, round } = kwargs::non_sensitive(kwargs)?;
         let n_public = self.layout.members.len();
         if j >= n_public {
             return Err(value_error(format!("non-sensitive silo {j} out of range 0..{n_public}")));
@@ -180,24 +173,21 @@ impl PyHybridSet {
     /// records `groups[j]` in each non-sensitive silo's batch (every id must be one of its own),
     /// plus the round's noise from its `noise_key` when `sigma_theta`/`sigma_w` are given.
     /// Returns `(u, v, count)`.
-    #[pyo3(signature = (c, theta, w, inv_sqrt_ps, groups, *, clip_theta, sigma_theta=0.0, sigma_w=0.0,
-                        noise_key=None, round=0))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    /// Keyword-only arguments (`kwargs::SensitiveArgs`): `clip_theta`, `sigma_theta=0.0`,
+    /// `sigma_w=0.0`, `noise_key=None`, `round=0`.
+    #[pyo3(signature = (c, theta, w, inv_sqrt_ps, groups, **kwargs))]
+    #[allow(clippy::type_complexity)]
     fn sensitive_step<'py>(
         &self,
-        py: Python<'py>,
         c: usize,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         groups: Vec<PyReadonlyArray1<'py, i64>>,
-        clip_theta: f64,
-        sigma_theta: f64,
-        sigma_w: f64,
-        noise_key: Option<PyNoiseKey>,
-        round: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>, usize)> {
+        let py = theta.py();
+        let kwargs::SensitiveArgs { clip_theta, sigma_theta, sigma_w, noise_key, round } = kwargs::sensitive(kwargs)?;
         let n_s = self.layout.n_sensitive;
         if c >= n_s {
             return Err(value_error(format!("sensitive silo {c} out of range 0..{n_s}")));
@@ -235,34 +225,24 @@ impl PyHybridSet {
     }
 
     /// Runs `n_rounds` hybrid rounds; returns the new `(theta, W)` and per-round loss and ψ.
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, *, batch_size, clip_theta, sigma_theta, sigma_w,
-                        dummy_noise=false, noise_keys, lam, lr_theta, lr_w, w_radius, batch_key, start, n_rounds))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// Keyword-only arguments (`kwargs`): `batch_size`, `clip_theta`, `sigma_theta`, `sigma_w`,
+    /// `dummy_noise=False`, `noise_keys`, `lam`, `lr_theta`, `lr_w`, `w_radius`, `batch_key`,
+    /// `start`, `n_rounds`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, **kwargs))]
     fn run_rounds<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-        lam: f64,
-        lr_theta: f64,
-        lr_w: f64,
-        w_radius: f64,
-        batch_key: PyNoiseKey,
-        start: u64,
-        n_rounds: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (step, rounds, args) = kwargs::hybrid_rounds(kwargs)?;
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
-        let noise = self.noise(batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, noise_keys)?;
+        let batch_key = args.batch_key.clone();
+        let noise = self.hybrid_noise(args)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
-        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
+        let server = step.config()?;
         let run = HybridRun {
             layout: &self.layout,
             dims: self.dims,
@@ -271,8 +251,8 @@ impl PyHybridSet {
             noise: &noise,
             server,
             batch_key: &batch_key.inner,
-            start,
-            n_rounds,
+            start: rounds.start,
+            n_rounds: rounds.n_rounds,
         };
         let (loss, psi) = py.allow_threads(|| hybrid::run_hybrid_rounds(&run, &mut th, &mut wv));
         let d = PyDict::new(py);
@@ -287,16 +267,9 @@ impl PyHybridSet {
 impl PyHybridSet {
     /// The round's noise settings, checked against the layout by `HybridNoise::new` (shared by
     /// `messages` and `run_rounds`).
-    fn noise(
-        &self,
-        batch_size: usize,
-        clip_theta: f64,
-        sigma_theta: Vec<f64>,
-        sigma_w: Vec<f64>,
-        dummy_noise: bool,
-        noise_keys: Vec<PyNoiseKey>,
-    ) -> Result<HybridNoise, ConfigError> {
-        let keys = noise_keys.into_iter().map(|k| k.inner).collect();
-        HybridNoise::new(&self.layout, batch_size, clip_theta, sigma_theta, sigma_w, dummy_noise, keys)
+    fn hybrid_noise(&self, args: HybridRoundsArgs) -> Result<HybridNoise, ConfigError> {
+        let keys = args.noise_keys.into_iter().map(|k| k.inner).collect();
+        HybridNoise::new(&self.layout, args.batch_size, args.clip_theta, args.sigma_theta, args.sigma_w, args.dummy_noise,
+                         keys)
     }
 }

@@ -1,8 +1,9 @@
 //! The binding layer: the extension module `pfair._core`. Each file wraps one part of the core
 //! (`psi`: ψ kernels and sensitivities; `noise`: noise keys and their streams; `round`: silos,
 //! their keyed draws, rounds and the server's step; `hybrid`: hybrid centralization;
-//! `accounting`; `partition`), `convert` holds the conversions and checks they share, and
-//! `errors` the one mapping of errors to Python `ValueError`.
+//! `accounting`; `partition`), `convert` holds the conversions and checks they share,
+//! `kwargs` the keyword-only arguments that bindings read into parameter structs, and `errors`
+//! the one mapping of errors to Python `ValueError`.
 
 use pyo3::prelude::*;
 
@@ -10,6 +11,7 @@ mod accounting;
 mod convert;
 mod errors;
 mod hybrid;
+mod kwargs;
 mod noise;
 mod partition;
 mod psi;

@@ -95,7 +95,9 @@ pub(super) fn predict_counts<'py>(
 #[pyo3(signature = (x, y, s, theta, w, inv_sqrt_ps, *, n_groups, n_classes, batch, denom,
                     fairness="demographic_parity", positive=1, protect="attribute",
                     clip_loss=f64::INFINITY, clip_theta=f64::INFINITY, clip_w=f64::INFINITY))]
-// One parameter per argument of the Python signature above (it is the binding's API).
+// One parameter per argument of the Python signature above: positional arguments, or the
+// settings of a constructor or kernel entry point, which stay in the signature Python shows
+// (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn batch_gradients<'py>(
     py: Python<'py>,
@@ -141,7 +143,9 @@ pub(super) fn batch_gradients<'py>(
 #[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
                     protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY,
                     relation="replace_one"))]
-// One parameter per argument of the Python signature above (it is the binding's API).
+// One parameter per argument of the Python signature above: positional arguments, or the
+// settings of a constructor or kernel entry point, which stay in the signature Python shows
+// (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn sensitivities(
     inv_sqrt_ps: PyReadonlyArray1<'_, f64>,

@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use super::convert::{
     check_state, check_theta_len, gradients_dict, index_in, point, silo_from, silos_from_matrix, state_vecs, IndexArray, Indices,
 };
+use super::kwargs::{self, SiloRoundsArgs};
 use super::errors::{value_error, BindResult};
 use super::noise::PyNoiseKey;
 use crate::features::SharedMatrix;
@@ -17,7 +18,7 @@ use crate::psi::{BatchGradients, Dims, Fairness, Protect};
 use crate::round::{self, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
 use crate::schedule::{self, RoundsRequest};
-use crate::server::{self, ServerConfig};
+use crate::server;
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
 #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
@@ -33,7 +34,9 @@ impl PySiloConfig {
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
                         send_psi=true))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
+    // One parameter per argument of the Python signature above: positional arguments, or the
+    // settings of a constructor or kernel entry point, which stay in the signature Python shows
+    // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
     #[allow(clippy::too_many_arguments)]
     fn new(
         sampling: &str,
@@ -127,7 +130,9 @@ impl PySiloSet {
     /// alive.
     #[staticmethod]
     #[pyo3(signature = (x, y, s, rows, *, n_groups, n_classes, fairness="demographic_parity", positive=1))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
+    // One parameter per argument of the Python signature above: positional arguments, or the
+    // settings of a constructor or kernel entry point, which stay in the signature Python shows
+    // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
     #[allow(clippy::too_many_arguments)]
     fn from_matrix(
         py: Python<'_>,
@@ -172,22 +177,20 @@ impl PySiloSet {
     }
 
     /// One silo's noised message for `round` (batch from `batch_key`, noise from `noise_key`).
-    /// `loss`, `psi` and `n_clipped` in the result are silo-local diagnostics.
-    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, *, batch_key, noise_key, round))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// `loss`, `psi` and `n_clipped` in the result are silo-local diagnostics. Keyword-only
+    /// arguments (`kwargs::RoundKeys`): `batch_key`, `noise_key`, `round`.
+    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, config, **kwargs))]
     fn step<'py>(
         &self,
-        py: Python<'py>,
         silo: usize,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         config: &PySiloConfig,
-        batch_key: &PyNoiseKey,
-        noise_key: &PyNoiseKey,
-        round: u64,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let kwargs::RoundKeys { batch_key, noise_key, round } = kwargs::round_keys(kwargs)?;
         let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         check_batch(&config.inner, data.len(), silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
@@ -201,11 +204,8 @@ impl PySiloSet {
     /// The exact parts of silo `silo`'s records `batch` (no noise), divided by the config's fixed
     /// denominator, clipped as its protection mode requires: the linear model's gradient provider.
     #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, batch, config))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
     fn parts<'py>(
         &self,
-        py: Python<'py>,
         silo: usize,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
@@ -213,6 +213,7 @@ impl PySiloSet {
         batch: PyReadonlyArray1<'py, i64>,
         config: &PySiloConfig,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
         let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         let n = data.len();
         let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
@@ -251,28 +252,20 @@ impl PySiloSet {
 
     /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
-    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, *, batch_keys, noise_keys, lam, lr_theta,
-                        lr_w, w_radius, start, n_rounds, snapshot_round=None))]
-    // One parameter per argument of the Python signature above (it is the binding's API).
-    #[allow(clippy::too_many_arguments)]
+    /// Keyword-only arguments (`kwargs`): `batch_keys`, `noise_keys` (one per silo), `lam`,
+    /// `lr_theta`, `lr_w`, `w_radius`, `start`, `n_rounds`, `snapshot_round=None`.
+    #[pyo3(signature = (theta, w, inv_sqrt_ps, configs, weights, **kwargs))]
     fn run_rounds<'py>(
         &self,
-        py: Python<'py>,
         theta: PyReadonlyArray1<'py, f64>,
         w: PyReadonlyArray1<'py, f64>,
         inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
         configs: Vec<PySiloConfig>,
         weights: Vec<f64>,
-        batch_keys: Vec<PyNoiseKey>,
-        noise_keys: Vec<PyNoiseKey>,
-        lam: f64,
-        lr_theta: f64,
-        lr_w: f64,
-        w_radius: f64,
-        start: u64,
-        n_rounds: u64,
-        snapshot_round: Option<u64>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (step, rounds, SiloRoundsArgs { batch_keys, noise_keys, snapshot_round }) = kwargs::silo_rounds(kwargs)?;
         let (mut th, mut wv, inv) = state_vecs(&theta, &w, &inv_sqrt_ps)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         let n = self.silos.len();
@@ -291,7 +284,7 @@ impl PySiloSet {
         for (j, c) in configs.iter().enumerate() {
             check_batch(&c.inner, self.silos[j].len(), j)?;
         }
-        let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
+        let server = step.config()?;
         let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
         let keys: Vec<SiloKeys> = batch_keys
             .iter()
@@ -299,7 +292,7 @@ impl PySiloSet {
             .map(|(b, z)| SiloKeys { batch: b.inner.clone(), noise: z.inner.clone() })
             .collect();
         let req = RoundsRequest::new(&self.silos, self.dims, (self.fairness, &inv), &cfgs, &keys, &weights, server)
-            .rounds(start, n_rounds)
+            .rounds(rounds.start, rounds.n_rounds)
             .snapshot(snapshot_round);
         let out = py.allow_threads(|| schedule::run_rounds(&req, &mut th, &mut wv));
         let d = PyDict::new(py);
@@ -351,13 +344,12 @@ type MessageArrays<'py> = (
 
 /// Server step of one round (`server::server_update`) from the silos' messages, each the five
 /// parts `(loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w)`, with weights summing to
-/// 1. Returns the new `(theta, W)`.
+/// 1. Returns the new `(theta, W)`. Keyword-only arguments (`kwargs::ServerStep`): `lam`,
+/// `lr_theta`, `lr_w`, `w_radius`.
 #[pyfunction]
-#[pyo3(signature = (theta, w, block_len, messages, weights, *, lam, lr_theta, lr_w, w_radius))]
-// One parameter per argument of the Python signature above (it is the binding's API).
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[pyo3(signature = (theta, w, block_len, messages, weights, **kwargs))]
+#[allow(clippy::type_complexity)]
 pub(super) fn server_update<'py>(
-    py: Python<'py>,
     theta: PyReadonlyArray1<'py, f64>,
     w: PyReadonlyArray1<'py, f64>,
     block_len: usize,
@@ -365,14 +357,12 @@ pub(super) fn server_update<'py>(
     // (about 200 µs per round for a 3,000-parameter network's three θ-parts).
     messages: Vec<MessageArrays<'py>>,
     weights: Vec<f64>,
-    lam: f64,
-    lr_theta: f64,
-    lr_w: f64,
-    w_radius: f64,
+    kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<(Bound<'py, numpy::PyArray1<f64>>, Bound<'py, numpy::PyArray1<f64>>)> {
+    let py = theta.py();
+    let server = kwargs::server_step(kwargs)?.config()?;
     let mut th: Vec<f64> = theta.as_array().iter().copied().collect();
     let mut wv: Vec<f64> = w.as_array().iter().copied().collect();
-    let server = ServerConfig::new(lam, lr_theta, lr_w, w_radius)?;
     if messages.len() != weights.len() {
         return Err(value_error(format!("got {} messages but {} weights", messages.len(), weights.len())));
     }
@@ -433,22 +423,20 @@ type Parts<'py> = (
 /// The five exact parts of a batch with the round's noise added (`round::noise_message`): the
 /// loss gradient in record mode, then `h_θ`, then `h_W`, from `key`'s stream `(silo, round)`;
 /// the ψ parts are zeroed when the config does not send them. Returns new arrays.
+/// Keyword-only arguments (`kwargs::NoiseStream`): `key`, `silo`, `round`.
 #[pyfunction]
-#[pyo3(signature = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w, config, *, key, silo, round))]
-// One parameter per argument of the Python signature above (it is the binding's API).
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (loss_grad, psi_theta_sfree, psi_theta, psi_w_sfree, psi_w, config, **kwargs))]
 pub(super) fn noise_message<'py>(
-    py: Python<'py>,
     loss_grad: PyReadonlyArray1<'py, f64>,
     psi_theta_sfree: PyReadonlyArray1<'py, f64>,
     psi_theta: PyReadonlyArray1<'py, f64>,
     psi_w_sfree: PyReadonlyArray1<'py, f64>,
     psi_w: PyReadonlyArray1<'py, f64>,
     config: &PySiloConfig,
-    key: &PyNoiseKey,
-    silo: u64,
-    round: u64,
+    kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Parts<'py>> {
+    let py = loss_grad.py();
+    let kwargs::NoiseStream { key, silo, round } = kwargs::noise_stream(kwargs)?;
     let v = |a: &PyReadonlyArray1<'py, f64>| -> Vec<f64> { a.as_array().iter().copied().collect() };
     let mut msg = BatchGradients {
         loss_grad: v(&loss_grad),
