@@ -261,12 +261,9 @@ def test_the_runner_reads_markers_outputs_and_commands(tmp_path: Path) -> None:
 
 
 def _tradeoff_script() -> Any:
-    import importlib.util
+    from support import load_script
 
-    spec = importlib.util.spec_from_file_location("adult_tradeoff", ROOT / "examples" / "adult_tradeoff.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/adult_tradeoff.py")
 
 
 TRADEOFF_TABLES = [["--seeds", "3", "--epsilons", "none", "1", "3"],
