@@ -1,15 +1,19 @@
 """Run the code of docs/start_here.md and draw its figures.
 
-    python docs/start_here.py            # writes docs/figures/start_here_{silos,tradeoff}.png
+    python docs/start_here.py   # writes docs/figures/start_here_{silos,tradeoff}.png and start_here_tradeoff.csv
 
 The page's ```python blocks run in order, in one namespace, in a fresh temporary directory (as a
 reader would run them); the figures are drawn from the objects they leave behind (``uniform``,
-``fed`` and ``tradeoff``), so the page and its figures cannot disagree. tests/test_start_here.py
-runs the same blocks through :func:`python_blocks` / :func:`run_page`.
+``fed`` and ``tradeoff``), so the page and its figures cannot disagree. The trade-off figure's
+points are also written to ``start_here_tradeoff.csv`` (:data:`TRADEOFF_CSV`), and the PNG records
+that file's SHA-256 (:data:`DATA_KEY`), so that the figures the page's prose quotes can be checked
+against the run the figure shows (tests/test_docs.py). tests/test_start_here.py runs the same
+blocks through :func:`python_blocks` / :func:`run_page`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -18,6 +22,11 @@ from typing import Any, Callable, Optional
 
 PAGE = Path(__file__).with_name("start_here.md")
 FIGURES = Path(__file__).with_name("figures")
+#: The plotted points of the trade-off figure: epsilon ("1.0", "3.0", "none"), lam, test_error,
+#: demographic_parity_difference; one row per fit of the page's trade-off block.
+TRADEOFF_CSV = "start_here_tradeoff.csv"
+#: The PNG text key under which the trade-off figure records the SHA-256 of :data:`TRADEOFF_CSV`.
+DATA_KEY = "pfair-data-sha256"
 
 
 def python_blocks(page: Path = PAGE) -> list[str]:
@@ -75,10 +84,15 @@ def draw(ns: dict[str, Any], out: Path = FIGURES) -> list[Path]:
     paths.append(out / "start_here_silos.png")
     fig.savefig(paths[-1], dpi=110)
 
+    t = ns["tradeoff"]
+    paths.append(out / TRADEOFF_CSV)
+    t[["epsilon", "lam", "test_error", "demographic_parity_difference"]].to_csv(paths[-1], index=False,
+                                                                                float_format="%.6f")
+    digest = hashlib.sha256(paths[-1].read_bytes()).hexdigest()
+
     fig = Figure(figsize=(5.5, 3.8))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    t = ns["tradeoff"]
     for eps, style, label in (("1.0", "o-", "epsilon = 1 per silo"), ("3.0", "^-", "epsilon = 3 per silo"),
                               ("none", "s--", "non-private")):
         part = t[t["epsilon"].astype(str) == eps]
@@ -95,7 +109,7 @@ def draw(ns: dict[str, Any], out: Path = FIGURES) -> list[Path]:
     ax.legend(frameon=False, loc="upper left")
     fig.tight_layout()
     paths.append(out / "start_here_tradeoff.png")
-    fig.savefig(paths[-1], dpi=110)
+    fig.savefig(paths[-1], dpi=110, metadata={DATA_KEY: digest})
     return paths
 
 

@@ -9,7 +9,7 @@ docs/results.md come from this script, at today's SteFFLe defaults:
 
 Seed ``i`` drives the partition, the batches and (``noise_seed=i``, a simulation: the noise is
 known to whoever knows the seed) the noise, so a rerun prints the same table;
-tests/test_doc_blocks.py reruns one row of each table and compares it with the page.
+tests/test_doc_blocks.py reruns both tables and compares every row with the page.
 """
 
 from __future__ import annotations

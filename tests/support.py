@@ -1,14 +1,41 @@
-"""Shared by the test files: a small synthetic federation, and a fit interrupted mid-run.
+"""Shared by the test files: a small synthetic federation, a fit interrupted mid-run, and the
+repository's scripts (docs/*.py, examples/*.py) loaded as modules.
 
 Import with ``from support import ...`` (``conftest.py`` puts this folder on the path).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 import pytest
 
 from pfair import Federation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: str) -> ModuleType:
+    """The script at ``path`` (relative to the repository, e.g. ``"docs/pld_table.py"``) as a
+    module, loaded from its file (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def script_output(path: str, *argv: str) -> str:
+    """What the script at ``path`` prints when run (its ``main()``, given ``argv`` if any)."""
+    module = load_script(path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        module.main(list(argv)) if argv else module.main()
+    return out.getvalue()
 
 
 def toy_data(n=900, seed=0, k=2, n_silos=3, round_robin=False, cuts=(0.5,), *, group_p=None, minority=None,

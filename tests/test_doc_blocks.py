@@ -206,6 +206,16 @@ def execute(block: Block, run: PageRun) -> str:
     return out.getvalue()
 
 
+def ends_in_print(code: str) -> bool:
+    """Whether the last statement of ``code`` is a call of ``print``: a reader then expects output."""
+    import ast
+
+    body = ast.parse(code).body
+    last = body[-1] if body else None
+    return (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+            and isinstance(last.value.func, ast.Name) and last.value.func.id == "print")
+
+
 def _same_output(shown: str, printed: str) -> bool:
     norm = lambda text: [line.rstrip() for line in text.strip().splitlines()]  # noqa: E731
     return norm(shown) == norm(printed)
@@ -227,9 +237,19 @@ def test_doc_block_runs(block: Block, page_run) -> None:
     run.done[block.index] = False
     printed = execute(block, run)
     run.done[block.index] = True
-    if block.output is not None and block.kind == "python":
+    check_printed(block, printed)
+
+
+def check_printed(block: Block, printed: str) -> None:
+    """What a python block printed is the output the page shows after it, if any, and not empty
+    when the block ends in print()."""
+    if block.kind != "python":
+        return
+    if block.output is not None:
         assert _same_output(block.output, printed), (
             f"{block.id}: the page shows\n{block.output}\nbut the block prints\n{printed}")
+    if ends_in_print(block.code):
+        assert printed.strip(), f"{block.id}: the block ends in print() but prints nothing"
 
 
 def test_markers_carry_a_reason_and_skips_are_rare() -> None:
@@ -240,6 +260,22 @@ def test_markers_carry_a_reason_and_skips_are_rare() -> None:
         for n, line in enumerate(page.read_text().splitlines(), 1):
             if "doc-test" in line and line.lstrip().startswith("<!--"):
                 assert MARKER.match(line.strip()), f"{page.name}:{n}: malformed marker {line!r}"
+
+
+#: A skip reason naming the block that runs the same command: "the same command as PAGE's first block".
+SAME_AS = re.compile(r"the same command as (\S+?)'s first block")
+
+
+def test_a_block_skipped_as_a_duplicate_is_the_block_it_names() -> None:
+    """A block skipped because another page runs "the same command" (the README's Flower block,
+    docs/deploy.md's first) stays that command: a change to one fails until the other follows."""
+    duplicates = [(b, SAME_AS.search(b.reason)) for b in BLOCKS if b.marker == "skip"]
+    duplicates = [(b, m.group(1)) for b, m in duplicates if m]
+    assert any(b.page == "README.md" for b, _ in duplicates)
+    for block, page in duplicates:
+        first = next(b for b in BLOCKS if b.page == page)
+        assert first.marker != "skip", f"{block.id}: {first.id}, which it names, does not run"
+        assert shell_commands(block.code) == shell_commands(first.code), (block.id, first.id)
 
 
 def test_the_runner_reads_markers_outputs_and_commands(tmp_path: Path) -> None:
@@ -253,6 +289,12 @@ def test_the_runner_reads_markers_outputs_and_commands(tmp_path: Path) -> None:
     assert shell_commands(blocks[0].code) == ["flower-superlink --port 1"]
     assert blocks[1].output == "1" and blocks[1].marker is None
     assert blocks[2].marker == "slow" and blocks[3].marker == "slow"  # after a slow block: slow
+    assert ends_in_print(blocks[1].code) and not ends_in_print(blocks[2].code)
+    assert not ends_in_print("for i in range(2):\n    print(i)\n") and ends_in_print("x = 1\nprint(x, end='')\n")
+    check_printed(blocks[1], "1\n")
+    for printed in ("", "\n"):  # a block that ends in print() and prints nothing fails
+        with pytest.raises(AssertionError, match="prints nothing"):
+            check_printed(Block("page.md", 0, 1, "python", "x = ''\nprint(x)\n"), printed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,12 +303,9 @@ def test_the_runner_reads_markers_outputs_and_commands(tmp_path: Path) -> None:
 
 
 def _tradeoff_script() -> Any:
-    import importlib.util
+    from support import load_script
 
-    spec = importlib.util.spec_from_file_location("adult_tradeoff", ROOT / "examples" / "adult_tradeoff.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/adult_tradeoff.py")
 
 
 TRADEOFF_TABLES = [["--seeds", "3", "--epsilons", "none", "1", "3"],
@@ -285,17 +324,26 @@ def test_results_page_states_the_configuration_adult_tradeoff_runs(argv: list[st
     assert f"python examples/adult_tradeoff.py {' '.join(argv)}" in page
 
 
+def _table_after(page: str, command: str) -> list[str]:
+    """The rows (header and rule included) of the first Markdown table after ``command`` on ``page``."""
+    lines = page[page.index(command):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", TRADEOFF_TABLES, ids=["defaults", "batch256"])
-def test_a_row_of_each_results_table_is_what_adult_tradeoff_prints(argv: list[str]) -> None:
+def test_each_adult_results_table_is_what_adult_tradeoff_prints(argv: list[str]) -> None:
+    """Every row of the table docs/results.md shows under the command, rerun (75 seeded fits for
+    both tables). Seeded (noise_seed = seed): the same platform prints the same digits; the last
+    printed digit may differ."""
     script = _tradeoff_script()
-    page = (ROOT / "docs" / "results.md").read_text()
-    args = script.parse(argv)
-    args.epsilons, args.lams = ["1"], [1.0]
-    rows = script.table(args)[2:]
-    assert len(rows) == 1
-    # Seeded (noise_seed = seed): the same platform prints the same digits; allow the last digit.
-    shown = [line for line in page.splitlines() if line.startswith("| 1 | 1 |")]
-    printed = [float(v) for v in re.findall(r"\d+\.\d+", rows[0])]
-    assert any(np.allclose([float(v) for v in re.findall(r"\d+\.\d+", line)], printed, atol=2e-4) for line in shown), (
-        rows[0], shown)
+    shown = _table_after((ROOT / "docs" / "results.md").read_text(), f"python examples/adult_tradeoff.py {' '.join(argv)}")
+    printed = script.table(script.parse(argv))
+    assert shown[:2] == printed[:2] and len(shown) == len(printed), (shown, printed)
+    for page_row, row in zip(shown[2:], printed[2:]):
+        cells = lambda line: line.strip("|").split("|")  # noqa: E731
+        assert cells(page_row)[:2] == cells(row)[:2], (page_row, row)  # the same ε and λ, in the same order
+        numbers = lambda line: [float(v) for v in re.findall(r"\d+\.\d+", " ".join(cells(line)[2:]))]  # noqa: E731
+        assert np.allclose(numbers(page_row), numbers(row), atol=2e-4, rtol=0), (page_row, row)

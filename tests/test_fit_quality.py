@@ -79,17 +79,12 @@ def test_a_private_adult_target_is_within_0_01_of_non_private_fermi_at_the_same_
     the same seeds, λ from 2 to 8, which spans the violations such runs reach), read at each private
     run's own test violation (docs/optimisation/target_gap.py, whose functions this uses): every run's
     test error within 0.01 of the front."""
-    import importlib.util
-    from pathlib import Path
-
     import numpy as np
+    from support import load_script
 
     from pfair import Federation, SteFFLe, datasets
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "optimisation" / "target_gap.py"
-    spec = importlib.util.spec_from_file_location("target_gap", path)
-    gap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap)
+    gap = load_script("docs/optimisation/target_gap.py")
     data = datasets.load("adult")
     fed = Federation.for_dataset(data, 3, heterogeneity=0, seed=0)
     seeds = range(3)

@@ -312,18 +312,12 @@ def test_the_default_grid_fits_the_silos():
     assert default_grid(pfair.SteFFLe(protect="record"), [11306] * 3)["batch_size"] == [256, 4096]
 
 
-def test_the_accounts_table_of_the_docs_is_the_scripts_output(capsys):
+def test_the_accounts_table_of_the_docs_is_the_scripts_output():
     """docs/model_selection.md, "Composition or random stopping": the table is what its script prints."""
-    import importlib.util
-    from pathlib import Path
+    from support import ROOT, script_output
 
-    docs = Path(__file__).resolve().parent.parent / "docs"
-    spec = importlib.util.spec_from_file_location("model_selection_accounts", docs / "model_selection_accounts.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.main()
-    table = capsys.readouterr().out.strip()
-    assert table in (docs / "model_selection.md").read_text()
+    table = script_output("docs/model_selection_accounts.py").strip()
+    assert table in (ROOT / "docs" / "model_selection.md").read_text()
     # composition wins at two candidates, random stopping (for the returned model alone) from four
     rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
     for eps0, k, comp, rs in ((r[0], int(r[1]), float(r[2]), float(r[3])) for r in rows):

@@ -209,3 +209,47 @@ def test_grid_search_routes_sensitive_features_and_refits():
         X, y, steffle__sensitive_features=s, steffle__silos=ids) for lam in (0.0, 4.0)}
     gaps = {lam: demographic_parity_difference(y, p.predict(X), sensitive_features=s) for lam, p in fitted.items()}
     assert gaps[4.0] < gaps[0.0]
+
+
+def fairest_within_accuracy(cv_results, tolerance=0.05):
+    """A refit rule: of the candidates whose mean accuracy is within ``tolerance`` of the best, the
+    one with the smallest mean demographic-parity gap (the ``dp`` scorer reports it negated)."""
+    accuracy, gap = cv_results["mean_test_accuracy"], -cv_results["mean_test_dp"]
+    near = np.flatnonzero(accuracy >= accuracy.max() - tolerance)
+    return int(near[np.argmin(gap[near])])
+
+
+def test_grid_search_scores_accuracy_and_a_routed_fairness_gap_and_refits_by_a_rule():
+    """docs/sklearn.md's fairness-aware search: multi-metric scoring with pfair's DP gap as a
+    scorer that asks for sensitive_features, a callable refit; the gap of each fold is computed with
+    that fold's s, and the rule, not accuracy, picks the candidate."""
+    from sklearn.metrics import make_scorer
+    from sklearn.model_selection import StratifiedKFold
+
+    import pfair.metrics
+
+    X, y, s, ids = data()
+    lams = [0.0, 1.0, 4.0]
+    with sklearn.config_context(enable_metadata_routing=True):
+        dp = make_scorer(pfair.metrics.demographic_parity_difference, greater_is_better=False)
+        scoring = {"accuracy": "accuracy", "dp": dp.set_score_request(sensitive_features=True)}
+        est = SteFFLe(epsilon=None, **QUICK).set_fit_request(sensitive_features=True, silos=True)
+        grid = GridSearchCV(make_pipeline(StandardScaler(), est), {"steffle__lam": lams}, cv=3, scoring=scoring,
+                            refit=fairest_within_accuracy, error_score="raise")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the non-private notice
+            grid.fit(X, y, sensitive_features=s, silos=ids)
+    res = grid.cv_results_
+    folds = [res[f"split{k}_test_dp"] for k in range(3)]
+    assert (res["mean_test_dp"] <= 0).all() and all((f <= 0).all() for f in folds)
+    assert grid.best_index_ == fairest_within_accuracy(res)
+    assert grid.best_index_ != int(np.argmax(res["mean_test_accuracy"]))  # the gap rule decided, not accuracy
+    assert grid.best_params_ == {"steffle__lam": lams[grid.best_index_]} == {"steffle__lam": grid.best_estimator_[-1].lam}
+    # The scorer got each fold's own s: the chosen candidate's first fold, refitted by hand.
+    train, test = next(StratifiedKFold(3).split(X, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        by_hand = make_pipeline(StandardScaler(), SteFFLe(lam=lams[grid.best_index_], epsilon=None, **QUICK)).fit(
+            X[train], y[train], steffle__sensitive_features=s[train], steffle__silos=ids[train])
+    gap = pfair.metrics.demographic_parity_difference(y[test], by_hand.predict(X[test]), sensitive_features=s[test])
+    assert folds[0][grid.best_index_] == pytest.approx(-gap, abs=1e-12)

@@ -3,7 +3,6 @@ command-line block, and the figures it shows exist."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 import warnings
@@ -15,10 +14,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def _page_module():
-    spec = importlib.util.spec_from_file_location("start_here", DOCS / "start_here.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from support import load_script
+
+    return load_script("docs/start_here.py")
 
 
 def _short(code: str) -> str:
