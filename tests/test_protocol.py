@@ -125,8 +125,8 @@ def test_private_history_holds_released_values_only():
 
 
 def test_bindings_take_their_keywords_as_python_would():
-    """The per-round bindings (SiloSet.run_rounds and .step, noise_message, server_update, the
-    HybridSet's) read their keyword arguments into parameter structs (rust/src/python/kwargs.rs);
+    """The per-round bindings (SiloSet.run_rounds and .step, noise_message, server_update; the
+    HybridSet's share the same reader) read their keyword arguments into parameter structs (rust/src/python/kwargs.rs);
     a misspelt or missing keyword is still refused by name."""
     silo_set = fed().silo_set()
     cfg = _core.SiloConfig(sampling="without_replacement", batch_size=32)
@@ -152,6 +152,8 @@ def test_bindings_take_their_keywords_as_python_would():
     assert np.any(one["loss_grad"] != 0)
     with pytest.raises(TypeError, match="SiloSet.step\\(\\) missing required keyword argument 'round'"):
         silo_set.step(0, *state, cfg, batch_key=key, noise_key=key)
+    with pytest.raises(TypeError, match="SiloSet.step\\(\\) missing required keyword argument 'batch_key'"):
+        silo_set.step(0, *state, cfg)  # no keyword at all: the first required one is named
     parts = [np.zeros(4)] * 3 + [np.zeros(4)] * 2
     with pytest.raises(TypeError, match="noise_message\\(\\) got an unexpected keyword argument 'seed'"):
         _core.noise_message(*parts, cfg, key=key, silo=0, round=0, seed=1)

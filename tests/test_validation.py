@@ -169,8 +169,8 @@ def test_pfld_inverted_on_compas_is_said_out_loud_and_gives_way_to_its_best_epoc
     d = pfair.datasets.load("compas")
     silos = np.arange(len(d.y_train)) % 3
     with pytest.warns(ConvergenceWarning, match=r"PFLD: the last model is not clearly better than the constant "
-                                                r"predictor \(validation error 0\.\d+ against .*returned the model "
-                                                r"after epoch \d+ instead .*silo-local check"):
+                                                r"predictor \(error on the training records 0\.\d+ against .*returned "
+                                                r"the model after epoch \d+ instead .*silo-local check"):
         m = PFLD(epsilon=1.0, lam_max=100.0, noise_seed=2).fit(d.X_train, d.y_train,
                                                                sensitive_features=d.s_train, silos=silos)
     assert m.selected_epoch_ < m.epochs
@@ -270,3 +270,22 @@ def test_record_protection_checks_its_model_with_two_releases_by_default():
     assert st.checkpoint_epochs() == (9, 19) and st.validation_epsilon_share == 0.2
     assert SteFFLe(protect="record", epochs=20, max_violation=0.05).settings().checkpoint_epochs()[-1] == 19
     assert len(SteFFLe(protect="record", epochs=20, max_violation=0.05).settings().checkpoint_epochs()) == 8
+
+
+@pytest.mark.parametrize("z", [math.nan, -1.0, math.inf])
+def test_a_histogram_release_with_a_bad_noise_std_is_refused_before_its_charge(z):
+    """A NaN, negative or infinite σ must not fall through to the exact counts (it did once the
+    release went through add_noise: `not σ > 0` returned them) nor spend budget."""
+    from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
+    from pfair.privacy.mechanisms import add_noise, release_histogram
+    from pfair.protocol.keys import noise_key
+
+    ledger = PrivacyLedger(epsilon=1.0, delta=1e-6)
+    counts = np.array([[5.0, 1.0], [2.0, 7.0]])
+    with pytest.raises(ValueError, match="noise std sigma must be a finite number >= 0"):
+        release_histogram(counts, ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=5.0),
+                          key=noise_key(None), silo=0, stream=1, noise_multiplier=z, sensitivity=math.sqrt(2))
+    assert ledger.epsilon_spent() == 0.0
+    with pytest.raises(ValueError, match="noise std sigma"):
+        add_noise(counts, z, noise_key(None), 0, 1)
+    assert add_noise(counts, 0.0, noise_key(None), 0, 1) is counts  # σ = 0: nothing drawn

@@ -69,7 +69,11 @@ P_S_SOURCES = ("dp", "pooled")
 class RenamedValue(str):
     """A setting's value under its new name that still compares equal to its old name, with a
     ``DeprecationWarning`` (for code written against the old name). It is a ``str`` everywhere
-    else: printed, written to JSON or CSV, hashed and pickled as the new name."""
+    else: printed, written to JSON or CSV, hashed and pickled as the new name.
+
+    Only ``==`` and ``!=`` know the old name: a lookup by hash (``value in {"public"}``, a dict
+    keyed by ``"public"``, ``Series.map({"public": ...})``) and a copy that went through pickle
+    (joblib workers, a saved estimator) see the new name alone. Compare with the new name."""
 
     old: str
 

@@ -298,19 +298,24 @@ class LocalCheck:
         """Set the estimator's ``theta_`` to the model it returns (``selected_epoch_``: 1-based) and
         warn when that is not simply the last model; returns whether it warned."""
         model, why = self._selector.choose()
+        self._estimator.selected_epoch_ = None if model is None else model[0].epoch + 1
         if model is None:
             return False
         self._estimator.theta_ = model[1]
-        self._estimator.selected_epoch_ = model[0].epoch + 1
         if why is None:
             return False
         name = type(self._estimator).__name__
-        why = why.replace("the released validation figures", "the figures")
-        category = ConvergenceWarning if why.startswith("the figures are too noisy") else NotBetterThanConstantWarning
-        warnings.warn(f"{name}: {why} (a silo-local check on the silos' training records: nothing of it was "
-                      "released). Try more epochs or a larger step size if the model barely moved, a smaller "
-                      "fairness weight if fairness pushed it to the constant, a larger epsilon or batch if the "
-                      "noise swamps the updates", category, stacklevel=stacklevel)
+        if why.startswith("the released validation figures are too noisy"):
+            # Exact figures: not noise, but a constant predictor that is almost always right.
+            warnings.warn(f"{name}: the constant predictor's error on the silos' training records is "
+                          f"{model[0].constant_error:.4f}, too small to tell a model from it; returned the last model",
+                          ConvergenceWarning, stacklevel=stacklevel)
+            return True
+        why = why.replace("validation error", "error on the training records")
+        warnings.warn(f"{name}: {why} (a silo-local check: nothing of it was released). Try more epochs or a "
+                      "larger step size if the model barely moved, a smaller fairness weight if fairness pushed it "
+                      "to the constant, a larger epsilon or batch if the noise swamps the updates",
+                      NotBetterThanConstantWarning, stacklevel=stacklevel)
         return True
 
 

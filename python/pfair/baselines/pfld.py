@@ -290,9 +290,21 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             "composition": "exact joint (binomial mixture of Gaussians, primal + dual)",
             "noise": "secret" if self.noise_seed is None else f"reproducible (noise_seed={self.noise_seed})",
             "missing_s": int((~known).sum()),
+            "guarantee": self._guarantee(private),
         }]).set_index("silo")
         check.choose()
         return self
+
+    def _guarantee(self, private: bool) -> str:
+        """The report's ``guarantee``: what the (ε, δ) above holds under. The sensitivities are set
+        by the exact group counts n_{b,a}, which replacing one record's s changes, so the guarantee
+        takes them as public (as SteFFLe's ``p_s="pooled"``, which SteFFLe reports as not covered)."""
+        if not private:
+            return "none (not private)"
+        why = ["the group counts n_{b,a} are exact and taken as public (they set the noise)"]
+        if self.noise_seed is not None:
+            why.append(f"a known noise_seed={self.noise_seed}")
+        return "not covered: " + "; ".join(why)
 
     def _primal_step(self, theta: np.ndarray, Xb: np.ndarray, yb: np.ndarray, sb: np.ndarray, bb: np.ndarray,
                      lam: np.ndarray, sign: np.ndarray, pop_w: np.ndarray, grp_w: np.ndarray, cp: float,

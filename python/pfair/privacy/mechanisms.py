@@ -20,6 +20,8 @@ one draw of a keyed standard-normal vector.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -33,11 +35,21 @@ def gaussian(key: Any, silo: int, stream: int, size: int, *, purpose: str = "noi
     return _core.gaussian_stream(key, int(silo), int(stream), int(size), purpose=purpose)
 
 
+def _noise_std(sigma: float) -> float:
+    """σ as a float, refused unless finite and ≥ 0: a NaN or negative σ must never fall through to
+    an exact release."""
+    sigma = float(sigma)
+    if not (math.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"noise std sigma must be a finite number >= 0, got {sigma!r}: nothing was released")
+    return sigma
+
+
 def add_noise(values: np.ndarray, sigma: float, key: Any, silo: int, stream: int, *,
               purpose: str = "noise") -> np.ndarray:
     """``values + σ · N(0, I)`` with the draws of the stream (key, silo, stream, purpose), shaped
-    as ``values``; ``values`` unchanged when ``σ = 0`` (nothing is drawn)."""
-    if not sigma > 0:
+    as ``values``; ``values`` unchanged when ``σ = 0`` (nothing is drawn). A σ that is negative
+    or not finite (NaN, ∞) is refused: it must never fall through to an exact release."""
+    if _noise_std(sigma) == 0.0:
         return values
     values = np.asarray(values, dtype=np.float64)
     return values + sigma * gaussian(key, silo, stream, values.size, purpose=purpose).reshape(values.shape)
@@ -57,10 +69,11 @@ def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: 
         earlier = ledger.release(name)
         if earlier is not None:
             return np.asarray(earlier, dtype=np.float64)
+    sigma = _noise_std(noise_multiplier * sensitivity)  # a bad σ is refused before the charge
     if ledger is not None and event is not None:
         ledger.charge(event)  # refuses before anything is released
     counts = np.asarray(counts() if callable(counts) else counts, dtype=np.float64)
-    released = add_noise(counts, noise_multiplier * sensitivity, key, silo, stream, purpose="histogram")
+    released = add_noise(counts, sigma, key, silo, stream, purpose="histogram")
     if name is not None and ledger is not None:
         ledger.release(name, released)
     return released

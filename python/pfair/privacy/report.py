@@ -43,8 +43,8 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
                    "paper's closed form)",
     "protect": "what a neighbouring data set changes: one record's sensitive attribute, or a whole record",
     "sends_psi": "whether the silo sends the fairness term's parts at all (False when lam = 0)",
-    "p_s": "where the group proportions came from: public, dp (a private histogram, charged) or "
-           "pooled (exact data: outside the guarantee)",
+    "p_s": "where the group proportions came from: given (the user's, public), dp (a private histogram, "
+           "charged) or pooled (exact data: outside the guarantee)",
     "noise": "secret (drawn from the operating system) or reproducible (a known noise_seed)",
     "guarantee": "covered, or not covered and why (a known noise seed, pooled p_s), or none",
     "sigma_counts": "noise std added to each cell of the silo's score histogram (PrivateThresholdOptimizer)",

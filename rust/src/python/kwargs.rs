@@ -170,7 +170,13 @@ pub(super) fn keywords<'py>(
     required: &[&[&str]],
     optional: &[&str],
 ) -> PyResult<Bound<'py, PyAny>> {
-    let kwargs = kwargs.ok_or_else(|| PyTypeError::new_err(format!("{function}() missing its keyword arguments")))?;
+    let Some(kwargs) = kwargs else {
+        // No keyword at all: name the first required one, as a missing one among others is named.
+        return match required.iter().flat_map(|names| names.iter()).next() {
+            Some(name) => Err(PyTypeError::new_err(format!("{function}() missing required keyword argument '{name}'"))),
+            None => Err(PyTypeError::new_err(format!("{function}() takes keyword arguments; none were given"))),
+        };
+    };
     let mut known = 0;
     for name in required.iter().flat_map(|names| names.iter()) {
         if !kwargs.contains(*name)? {
