@@ -674,3 +674,19 @@ def test_a_default_sweep_records_the_batch_each_cell_resolved(tmp_path):
     assert used[("steffle", 0.0)] == AUTO_BATCH_NONPRIVATE  # λ = 0: nothing sent depends on s
     assert used.xs("fedavg").iloc[0] == 256  # FedAvg's own default
     assert json.loads((tmp_path / "sweep.json").read_text())["batch_size"] == "auto"
+
+
+def test_a_run_worse_than_constant_is_silent_only_without_a_warning_that_says_so():
+    """load_runs' derived columns: a run at or above the constant predictor's test error is a silent
+    failure unless one of pfair's warnings said the model was no better, or that the comparison
+    could not be made (the figures too noisy, a constant predictor almost always right)."""
+    from pfair.experiments.sweep import add_constant_columns
+
+    messages = ["", "SteFFLe: the last model is not clearly better than the constant predictor (validation error",
+                "the released validation figures are too noisy to tell the model from the constant predictor (x)",
+                "PFLD: the constant predictor's error on the silos' training records is 0.0040, too small to tell "
+                "a model from it; returned the last model", "an unrelated warning"]
+    df = pd.DataFrame({"test_error": [0.5] * 5, "trivial_error": [0.4] * 5, "warning_messages": messages})
+    out = add_constant_columns(df)
+    assert out["worse_than_constant"].all()
+    assert list(out["silent_failure"]) == [True, False, False, False, True]
