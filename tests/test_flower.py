@@ -662,3 +662,26 @@ def test_the_deep_warm_preload_covers_what_a_deep_silo_step_imports(tmp_path):
         "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('torch', 'sympy'))\n"
         "print('NEW', len(new), new[:12])\n"), timeout=300)
     assert "NEW 0 []" in out, out[-1500:]
+
+
+@pytest.mark.slow
+def test_pfair_deploy_local_protects_whole_records_as_pfair_train_does(tmp_path, capsys, monkeypatch):
+    """--protect record end to end on Flower: shuffled epochs (the random batches a deployed silo
+    answers), each silo's noise calibrated as the simulation calibrates the same run, and the
+    summary says what the guarantee covers."""
+    from pfair.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    common = ["--dataset", "german", "--silos", "2", "--epsilon", "2", "--epochs", "2", "--batch-size", "100",
+              "--protect", "record"]
+    assert main(["deploy", "local", *common, "--round-timeout", "60", "--timeout", "300", "--workdir", "wd",
+                 "--json"]) == 0
+    deployed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["train", *common, "--sampling", "shuffle", "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert deployed["protect"] == simulated["protect"] == "record"
+    assert all(row["accounting"] == "shuffle" and not row["refused"] for row in deployed["privacy"])
+    np.testing.assert_allclose(deployed["noise_multiplier"], simulated["noise_multiplier"], rtol=1e-9)
+    assert all(0 < row["epsilon_spent"] <= 2.0 for row in deployed["privacy"])
+    assert main(["train", *common, "--sampling", "shuffle"]) == 0
+    assert "w.r.t. whole records (protect=record)" in capsys.readouterr().out

@@ -367,7 +367,7 @@ def train_command(args: argparse.Namespace) -> int:
         "dataset": ds.name,
         "fairness": args.fairness,
         "silos": args.silos,
-        "mode": args.mode,
+        "mode": args.mode, "protect": args.protect,
         "heterogeneity": args.heterogeneity,
         "lam": args.lam if args.max_violation is None else None,
         "epsilon": args.epsilon,
@@ -489,7 +489,9 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         print("privacy       none (epsilon = none)")
         return
     who = "silo" if result.get("mode", "standard") == "standard" else "sensitive silo"
-    print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {ds.sensitive_name}; "
+    covers = ("whole records (protect=record)" if getattr(args, "protect", "attribute") == "record"
+              else ds.sensitive_name)
+    print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {covers}; "
           f"max epsilon spent {result['epsilon_spent']:.4f}; p_s {report_df['p_s'].iloc[0]}; "
           f"noise {report_df['noise'].iloc[0]}; calibration {report_df['calibration'].iloc[0]}")
     print(PrivacyReport(report_df[PRIVACY_COLUMNS]))

@@ -43,6 +43,10 @@ def add_deploy_parser(sub: Any) -> None:
                    help="epochs (default 1; each round costs 0.6-1.3 s on Flower, see above)")
     q.add_argument("--batch-size", type=int, default=2048, help="batch size m (default 2048)")
     q.add_argument("--p-s", dest="p_s", default="dp", help="'dp' (default) or comma-separated public proportions")
+    q.add_argument("--protect", default="attribute", choices=["attribute", "record"],
+                   help="what the guarantee covers: the sensitive attribute of a record (default) or the whole "
+                        "record; record runs shuffled epochs (the only random batches a deployed silo answers, "
+                        "since their account is valid however the server stops a run)")
     q.add_argument("--seed", type=int, default=0, help="seeds the partition and the (public) batch order")
     q.add_argument("--round-timeout", type=float, default=120.0, help="seconds the server waits for a round's replies")
     q.add_argument("--timeout", type=float, default=3600.0, help="seconds the whole run may take")
@@ -137,7 +141,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         ds, fed = load_federation(args)
         p_s: Any = args.p_s if args.p_s == "dp" else [float(v) for v in args.p_s.split(",")]
         estimator = SteFFLe(fairness=args.fairness, lam=args.lam, epsilon=args.epsilon, delta=args.delta,
-                            epochs=args.epochs, batch_size=args.batch_size, p_s=p_s, seed=args.seed)
+                            epochs=args.epochs, batch_size=args.batch_size, p_s=p_s, seed=args.seed,
+                            protect=args.protect, sampling="shuffle" if args.protect == "record" else "auto")
         st = estimator.settings()
     notes = [str(w.message) for w in caught]
     temporary = args.workdir is None
@@ -204,6 +209,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
             notes.append(f"{e['event']}: " + ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "time")))
     result = {
         "dataset": ds.name, "fairness": args.fairness, "silos": fed.n_silos, "mode": "standard",
+        "protect": args.protect,
         "heterogeneity": args.heterogeneity, "lam": args.lam, "epsilon": args.epsilon,
         "test_error": report["test_error"], "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
