@@ -171,8 +171,17 @@ impl Pld {
             jmin *= 2;
         }
         let n = (jmax - jmin + 1) as usize;
-        let y: Vec<f64> = (0..n).map(|i| ((jmin + i as i64) as f64 * h).exp()).collect();
         let d: Vec<f64> = (0..n).map(|i| profile((jmin + i as i64) as f64 * h)).collect();
+        Pld::of_grid_profile(h, jmin, &d)
+    }
+
+    /// The connect-the-dots PLD whose profile takes the values `d[i] = δ((offset + i)·h)` at the
+    /// grid points, is linear in `e^ε` between them, starts from `(0, 1)` and is flat (the mass at
+    /// `+∞`, `d[n−1]`) above the top one: a point's mass is the change of chord slope there times
+    /// `e^ε`.
+    fn of_grid_profile(h: f64, offset: i64, d: &[f64]) -> Pld {
+        let n = d.len();
+        let y: Vec<f64> = (0..n).map(|i| ((offset + i as i64) as f64 * h).exp()).collect();
         // Chord slopes: s_0 from (0, 1), s_j between grid points, s_{n} = 0 (flat above).
         let mut s = Vec::with_capacity(n + 1);
         s.push((d[0] - 1.0) / y[0]);
@@ -181,7 +190,7 @@ impl Pld {
         }
         s.push(0.0);
         let pmf: Vec<f64> = (0..n).map(|i| ((s[i + 1] - s[i]) * y[i]).max(0.0)).collect();
-        let mut out = Pld { h, offset: jmin, pmf, inf: d[n - 1] };
+        let mut out = Pld { h, offset, pmf, inf: d[n - 1] };
         out.truncate(0.0);
         out
     }
@@ -314,17 +323,7 @@ impl Pld {
             delta = next.min(1.0);
             d[j] = delta;
         }
-        let y: Vec<f64> = (0..n).map(|i| ((lo + i as i64) as f64 * h).exp()).collect();
-        let mut sl = Vec::with_capacity(n + 1);
-        sl.push((d[0] - 1.0) / y[0]);
-        for i in 1..n {
-            sl.push((d[i] - d[i - 1]) / (y[i] - y[i - 1]));
-        }
-        sl.push(0.0);
-        let pmf: Vec<f64> = (0..n).map(|i| ((sl[i + 1] - sl[i]) * y[i]).max(0.0)).collect();
-        let mut out = Pld { h, offset: lo, pmf, inf: d[n - 1] };
-        out.truncate(0.0);
-        out
+        Pld::of_grid_profile(h, lo, &d)
     }
 
     /// `t`-fold self-composition ending on the grid `k·h`: squarings on this PLD's grid until a
