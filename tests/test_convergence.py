@@ -28,15 +28,25 @@ def convergence_warnings(record):
 
 
 def test_huge_lambda_warns_divergence_with_the_numbers(german):
+    # The constant θ step (pfair before theta_step="scaled") moves by λ·η_θ per unit of ψ-gradient.
     with pytest.warns(ConvergenceWarning, match=r"diverged at epoch 1: ‖θ‖ = [0-9.e+]+") as rec:
-        model = fit(german, lam=1e9)
+        model = fit(german, lam=1e9, theta_step="constant")
     assert np.linalg.norm(model.theta_) > 1e3
     assert any("lam = 1e+09" in m for m in convergence_warnings(rec))
 
 
+def test_the_scaled_theta_step_does_not_diverge_at_a_huge_lambda(german):
+    # η_θ / (1 + λ): the ψ-part of a θ step is at most η_θ·‖∇ψ‖ whatever λ, so θ stays bounded
+    # where the constant step above sends it past 10³ in one epoch.
+    model = fit(german, lam=1e9, epochs=3)
+    assert np.all(np.isfinite(model.theta_))
+    assert np.linalg.norm(model.theta_) < 50
+    assert model.history_["lr_theta"].iloc[0] == pytest.approx(0.5 / (1 + 1e9))
+
+
 def test_bad_learning_rate_warns_divergence(german):
     with pytest.warns(ConvergenceWarning, match="diverged"):
-        fit(german, lr_theta=1e3)
+        fit(german, lr_theta=1e4)
 
 
 def test_paper_w_step_past_its_stability_limit_collapses_and_warns(german):
@@ -53,13 +63,14 @@ def test_paper_w_step_past_its_stability_limit_collapses_and_warns(german):
 
 
 def test_normalised_w_step_does_not_collapse_where_the_paper_step_does(german):
+    # The W step alone: the θ step constant in λ, as when this was measured (docs/optimisation.md §1).
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        model = fit(german, lam=10.0)
+        model = fit(german, lam=10.0, theta_step="constant")
     pred = model.predict(german.X_test)
     assert 0.02 < np.mean(pred == 1) < 0.98
     # Same λ, same data: the paper's W step ends at the radius, the normalised one inside it.
-    paper = SteFFLe(lam=10.0, epsilon=None, epochs=5, batch_size=64, w_step="paper")
+    paper = SteFFLe(lam=10.0, epsilon=None, epochs=5, batch_size=64, w_step="paper", theta_step="constant")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         paper.fit(german.X_train, german.y_train, sensitive_features=german.s_train)
@@ -131,7 +142,7 @@ def test_private_fit_uses_a_clip_and_refuses_none(german):
 def test_hybrid_modes_warn_too(german):
     n = german.X_train.shape[0]
     with pytest.warns(ConvergenceWarning, match="diverged at epoch 1"):
-        SteFFLe(mode="divisions", lam=1e9, epochs=2, batch_size=64, p_s="pooled").fit(
+        SteFFLe(mode="divisions", lam=1e9, epochs=2, batch_size=64, p_s="pooled", theta_step="constant").fit(
             german.X_train, german.y_train, sensitive_features=german.s_train, silos=np.arange(n) % 3,
             sensitive_silos=np.arange(n) % 2)
 

@@ -202,15 +202,18 @@ def test_free_candidates_take_no_share_of_the_budget():
 
 def test_a_search_with_a_fairness_target_picks_the_most_accurate_candidate_that_meets_it():
     """Non-private (exact violations, no noise): the choice is the most accurate candidate whose
-    returned model meets t and is clearly better than the constant predictor."""
-    fed = toy_federation(n=1500)
+    returned model meets t and is clearly better than the constant predictor. The label reads an
+    s-free feature too (weights on X0, X0 shifted by s, and X1), so a fair linear model exists: with
+    the label on X0 alone, fairness in the soft predictions F only shrinks θ and leaves the argmax
+    as unfair (docs/optimisation.md, "Two time scales")."""
+    fed = toy_federation(n=1500, weights=(1.0, 1.0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         s = PrivateSearch(pfair.SteFFLe(epsilon=None, epochs=10, batch_size=250, p_s=[0.5, 0.5], seed=1),
-                          {"lr_theta": [0.1, 1.0], "lam_lr": [5.0, 50.0]}, max_violation=0.25).fit(fed)
-    assert s.target_ == 0.25 and s.selection_warning_ is None and s.best_estimator_.max_violation == 0.25
+                          {"lr_theta": [0.1, 1.0], "lam_lr": [5.0, 50.0]}, max_violation=0.1).fit(fed)
+    assert s.target_ == 0.1 and s.selection_warning_ is None and s.best_estimator_.max_violation == 0.1
     r = s.results_
-    meets = r[(r["violation_released"] <= 0.25) & r["clearly_better"]]
+    meets = r[(r["violation_released"] <= 0.1) & r["clearly_better"]]
     assert 1 <= len(meets) < len(r) and s.best_index_ == meets["validation_error"].idxmin()
     # the target mattered: the most accurate candidate overall does not meet it
     assert r["validation_error"].idxmin() not in meets.index

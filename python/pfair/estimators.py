@@ -137,6 +137,12 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         training collapses to a constant predictor (on Adult at λ ≈ 2.6 with η_W = 0.5).
         ``"normalised"`` steps W by ``η_W ∇_W ψ̄`` whatever λ (stable for η_W < 1). Server-side
         post-processing: privacy is the same either way. See docs/optimisation.md.
+    theta_step : "scaled" (default) or "constant". ``"scaled"`` takes θ steps of
+        ``η_θ / (1 + λ/λ_c)`` (λ_c = ``pfair.settings.THETA_STEP_LAMBDA``): the smoothness of
+        ``L + λ ψ̄`` in θ grows with λ while W's step is normalised, and gradient descent-ascent
+        converges only while θ moves slowly against W (Lin, Jin and Jordan, 2020); with a constant
+        step the iterates cycle from epoch to epoch once λ matters. ``"constant"``: η_θ whatever λ
+        (pfair before 0.2). Server-side: privacy is the same either way. See docs/optimisation.md.
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
     clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 0.5 when
         ``epsilon`` is set, no clipping in a non-private fit; None: no clipping (refused when
@@ -287,6 +293,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         lr_decay: float = 0.8,
         decay_every: int = 10,
         w_step: str = "normalised",
+        theta_step: str = "scaled",
         output: str = "last",
         silo_weights: str = "uniform",
         positive_class: int = 1,
@@ -326,6 +333,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         self.lr_decay = lr_decay
         self.decay_every = decay_every
         self.w_step = w_step
+        self.theta_step = theta_step
         self.output = output
         self.silo_weights = silo_weights
         self.positive_class = positive_class

@@ -22,6 +22,14 @@ from pfair.exceptions import PrivacyWarning
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "shuffle", "full_batch")
 W_STEPS = ("normalised", "paper")
+#: θ-step rules (``theta_step=``): ``"scaled"`` divides η_θ by ``1 + λ/THETA_STEP_LAMBDA``,
+#: ``"constant"`` keeps it whatever λ (:meth:`SteFFLeSettings.lr_at`).
+THETA_STEPS = ("scaled", "constant")
+#: λ_c of ``theta_step="scaled"``: the fairness weight at which the ψ-term's curvature in θ is taken
+#: to match the loss's, so that η_θ(λ) = η_θ / (1 + λ/λ_c) keeps θ's step within 1/smoothness of
+#: ``L + λ ψ̄`` and θ slower than W's tracking of its best response at every λ (docs/optimisation.md,
+#: "Two time scales").
+THETA_STEP_LAMBDA = 1.0
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
 PRIVATE_CLIPS = {"clip": 0.25, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
@@ -297,6 +305,7 @@ class SteFFLeSettings:
     lr_decay: float = 0.8
     decay_every: int = 10
     w_step: str = "normalised"
+    theta_step: str = "scaled"
     output: str = "last"
     silo_weights: str = "uniform"
     positive_class: int = 1
@@ -351,9 +360,22 @@ class SteFFLeSettings:
         inf = math.inf
         return dict(clip_loss=self.clip_loss or inf, clip_theta=self.clip or inf, clip_w=self.clip_w or inf)
 
-    def lr_at(self, epoch: int) -> float:
-        """``η_θ`` of an epoch: ``lr_theta · lr_decay^⌊epoch / decay_every⌋``."""
-        return self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
+    def lr_at(self, epoch: int, lam: float | None = None) -> float:
+        """``η_θ`` of an epoch at fairness weight ``lam`` (default ``self.lam``; a fairness target
+        passes the λ it adapted): ``lr_theta · lr_decay^⌊epoch / decay_every⌋``, divided by
+        ``1 + λ/λ_c`` with ``theta_step="scaled"`` (λ_c = :data:`THETA_STEP_LAMBDA`).
+
+        Why: θ descends on ``L + λ ψ̄``, whose smoothness grows as ``ℓ_L + λ ℓ_ψ``, while the server's
+        W step is already ``η_W/λ`` (:meth:`server_lr_w`). Gradient descent-ascent on a
+        nonconvex–strongly-concave problem converges when η_θ is of order 1/(κ² ℓ) and η_W of order
+        1/ℓ (Lin, Jin and Jordan, ICML 2020); with κ about constant in λ, η_θ must fall as
+        1/(1 + λ ℓ_ψ/ℓ_L). A constant η_θ cycles from epoch to epoch once λ matters. The rule moves
+        every stationary point nowhere (it scales the whole θ gradient) and is the server's choice
+        on released messages: privacy is unchanged."""
+        lr = self.lr_theta * self.lr_decay ** (epoch // self.decay_every)
+        if self.theta_step == "scaled":
+            lr /= 1.0 + float(self.lam if lam is None else lam) / THETA_STEP_LAMBDA
+        return lr
 
     @property
     def noisy_rounds(self) -> bool:
@@ -464,6 +486,7 @@ class SteFFLeSettings:
         check_positive(p["lr_theta"], "lr_theta", allow_zero=True)
         check_positive(p["lr_w"], "lr_w", allow_zero=True)
         check_choice(p["w_step"], "w_step", W_STEPS)
+        check_choice(p["theta_step"], "theta_step", THETA_STEPS)
         check_positive(p["w_radius"], "w_radius", allow_none=True)
         private = p["epsilon"] is not None
         for name in CLIP_NAMES:

@@ -158,7 +158,7 @@ class Driver:
                 warnings.warn(f"every silo has refused; training stopped after {epoch} of {st.epochs} epochs",
                               PrivacyWarning, stacklevel=3)
                 break
-            lr = st.lr_at(epoch)
+            lr = st.lr_at(epoch, None if server is None else server.lam)
             before = theta
             out = self.transport.rounds(theta, w, epoch, lr=lr, active=active, refused=self.refused)
             theta, w = out.theta, out.w

@@ -133,7 +133,7 @@ class ServerParty:
                            if settings.max_violation is not None else None)
 
     def lr_theta(self, round: int) -> float:
-        return self.settings.lr_at(round // self.rounds_per_epoch)
+        return self.settings.lr_at(round // self.rounds_per_epoch, self.lam)
 
     def accept(self, messages: Sequence[tuple[Any, Any]], round: int) -> list[tuple[int, SiloMessage]]:
         """The valid ``(silo, message)`` pairs of a round; the others are logged and recorded in

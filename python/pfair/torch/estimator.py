@@ -180,7 +180,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                  clip: float | str | None = "auto", clip_loss: float | str | None = "auto",
                  clip_w: float | str | None = "auto", sampling: str = "auto", protect: str = "attribute",
                  calibration: str = "auto", p_s: Any = None, p_s_epsilon_share: float = 0.1, lr_decay: float = 0.8,
-                 decay_every: int = 10, w_step: str = "normalised", output: str = "last",
+                 decay_every: int = 10, w_step: str = "normalised", theta_step: str = "scaled", output: str = "last",
                  silo_weights: str = "uniform", positive_class: int = 1, mode: str = "standard",
                  amplification: bool = True, dummy_noise: bool = False, seed: int = 0, noise_seed: int | None = None,
                  exact_diagnostics: bool = False, progress: bool = False, track_history: bool = True,
