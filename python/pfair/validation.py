@@ -321,10 +321,12 @@ class Selector:
                           f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
         if "fairest_ok" in kept:
             best = kept["fairest_ok"]
+            noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the released ', 'its ')} at the "
+                                                       f"{GUARD_ALPHA:.0%} level")
             return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "
                           f"the constant predictor{reached}; returned the fairest such model (after epoch "
                           f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
-                          f"{_fig(best[0])})")
+                          f"{_fig(best[0])}){noisy}")
         best = kept["accurate"]
         return best, (f"no model of this fit is clearly better than the constant predictor: every checkpoint is shown "
                       f"no better at the {GUARD_ALPHA:.0%} level and the best validation error was {_fig(best[0])}; "
