@@ -259,9 +259,10 @@ WITHIN_NOISE = "the released validation figures are too noisy to tell the model 
 class Selector:
     """Follows the checkpoints of a run and chooses the model the fit returns (module docstring).
 
-    It keeps at most five models (not one per checkpoint): the last, the most accurate, the most
+    It keeps at most seven models (not one per checkpoint): the last, the most accurate, the most
     accurate clearly better than the constant, and with a target the most accurate meeting it and
-    the fairest, both among the checkpoints not shown worse than the constant."""
+    the fairest, each among the checkpoints clearly better and among those within noise of the
+    constant (preferred in that order)."""
 
     target: float | None = None
     figures: list = field(default_factory=list)
@@ -276,9 +277,11 @@ class Selector:
         if fig.clearly_better:
             self._keep("accurate_ok", model, lambda f: f.error)
         if self.target is not None and fig.violation is not None and not fig.shown_not_better:
-            self._keep("fairest_ok", model, lambda f: f.violation)
+            # "_ok": clearly better than the constant; "_noisy": within noise of it (preferred less)
+            kind = "ok" if fig.clearly_better else "noisy"
+            self._keep(f"fairest_{kind}", model, lambda f: f.violation)
             if fig.meets(self.target):
-                self._keep("meets", model, lambda f: f.error)
+                self._keep(f"meets_{kind}", model, lambda f: f.error)
 
     def _keep(self, name: str, model: tuple, key: Any) -> None:
         kept = self._kept.get(name)
@@ -308,19 +311,21 @@ class Selector:
                               f"after epoch {best[0].epoch + 1} instead (validation error {best[0].error:.4f}, better "
                               f"at level {GUARD_ALPHA / k:.2g} = {GUARD_ALPHA:.0%} / {k}, the best of {k} checkpoints)")
             best = kept["accurate"]
-            return best, (f"no model of this fit is clearly better than the constant predictor: the last one is shown "
-                          f"no better at the {GUARD_ALPHA:.0%} level and the best validation error was {_fig(best[0])}; "
-                          f"returned that model (after epoch {best[0].epoch + 1})")
+            return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
+                          f"error was {_fig(best[0])}, and the last model is shown no better at the "
+                          f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")
         lams = [f.lam for f in self.figures if f.lam is not None]
         reached = f"; λ reached at most {max(lams):.3g}" if lams else ""
-        if "meets" in kept:
-            best = kept["meets"]
-            if best[0].clearly_better:
-                return best, None
-            return best, (f"{WITHIN_NOISE}: the most accurate checkpoint meeting max_violation={self.target:g} "
-                          f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
-        if "fairest_ok" in kept:
-            best = kept["fairest_ok"]
+        # Clearly better first (meeting the target, else the fairest), then within noise of the constant.
+        if "meets_ok" in kept:
+            return kept["meets_ok"], None
+        for key in ("fairest_ok", "meets_noisy", "fairest_noisy"):
+            if key not in kept:
+                continue
+            best = kept[key]
+            if key == "meets_noisy":
+                return best, (f"{WITHIN_NOISE}: the most accurate checkpoint meeting max_violation={self.target:g} "
+                              f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
             noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the released ', 'its ')} at the "
                                                        f"{GUARD_ALPHA:.0%} level")
             return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "
@@ -328,8 +333,8 @@ class Selector:
                           f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
                           f"{_fig(best[0])}){noisy}")
         best = kept["accurate"]
-        return best, (f"no model of this fit is clearly better than the constant predictor: every checkpoint is shown "
-                      f"no better at the {GUARD_ALPHA:.0%} level and the best validation error was {_fig(best[0])}; "
+        return best, (f"no model of this fit is clearly better than the constant predictor: the best validation error "
+                      f"was {_fig(best[0])}, and every checkpoint is shown no better at the {GUARD_ALPHA:.0%} level; "
                       f"returned that model (after epoch {best[0].epoch + 1}), max_violation={self.target:g} "
                       f"unchecked{reached}")
 
