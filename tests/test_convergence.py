@@ -88,21 +88,21 @@ def test_default_runs_do_not_warn(german, kw):
 
 def test_a_private_fit_no_better_than_the_constant_predictor_is_said_out_loud(german):
     """ε = 1 and λ = 5 on German credit's 750 training records: the models are no better than
-    predicting the majority class (the returned one's test error 0.44 against 0.30), and no check
-    used to say so (the model predicts both classes, so the collapse check is silent). One
-    checkpoint looks better on the 75 held-out records (0.29 against 0.37), but as the best of 5 it
-    is not clearly so."""
-    with pytest.warns(ConvergenceWarning, match=r"no model of this fit is clearly better than the constant predictor: "
-                                                r"the best validation error was 0\.\d+ against the constant's "
-                                                r"0\.\d+.*a larger epsilon or batch_size"):
+    predicting the majority class (the last one's test error 0.44 against 0.30), and no check used
+    to say so (the model predicts both classes, so the collapse check is silent). On the 75
+    held-out records the last model's error is 0.44 against the constant's 0.37: above it, but
+    within the 5 % test's margin of 0.117 (75 records cannot show it worse), so the fit says the
+    figures cannot tell it from the constant, with the held-out size and the fix."""
+    with pytest.warns(ConvergenceWarning, match=r"too noisy to tell the model from the constant predictor: validation "
+                                                r"error 0\.\d+ against the constant's 0\.\d+, difference \+0\.\d+, "
+                                                r"margin 0\.\d+ .* on 75 held-out records.*a larger validation_share"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pfair.exceptions.PrivacyWarning)
             m = fit(german, lam=5.0, epsilon=1.0, noise_seed=3)
     ck = m.checkpoints_
-    assert not ck["clearly_better"].iloc[-1]
-    # The model returned is the most accurate checkpoint, not simply the last one.
-    assert m.selected_epoch_ == ck["validation_error"].idxmin()
-    assert ck.loc[m.selected_epoch_, "validation_error"] < ck["validation_error"].iloc[-1]
+    last = ck.iloc[-1]
+    assert not last["clearly_better"] and last["validation_error"] > last["constant_error"]
+    assert last["validation_error"] - last["constant_error"] < last["margin"]  # within noise: not shown worse
 
 
 def test_server_lr_w_is_the_normalised_step():

@@ -103,16 +103,50 @@ def fig(epoch, error, constant=0.3, n=10_000, violation=None, sd=0.0, lam=None):
                              violation_sd=sd, lam=lam)
 
 
-def test_clearly_better_is_one_standard_deviation_of_the_comparison():
-    f = fig(0, 0.296, constant=0.3, n=10_000)
-    assert f.margin == pytest.approx(max(0.005, math.sqrt(0.3 * 0.7 / 10_000)))
-    assert not f.clearly_better and fig(0, 0.296, n=10_000, constant=0.3 + 0.006).clearly_better
-    small = fig(0, 0.27, constant=0.37, n=75)  # German credit's held-out share: 0.056
-    assert small.margin == pytest.approx(math.sqrt(0.37 * 0.63 / 75)) and small.clearly_better
-    noisy = CheckpointFigures(epoch=0, error=0.2, constant_error=0.3, n=1000, noise_sd=30.0, cells=4)
-    assert noisy.margin == pytest.approx(math.sqrt(0.21 / 1000 + 3 * (30 / 1000) ** 2))
-    pooled = pooled_figures([np.array([[50.0, 10.0], [20.0, 20.0]]), np.array([[-3.0, 0.0], [0.0, 3.0]])], epoch=4)
-    assert pooled.n == 100 and pooled.error == pytest.approx(0.3) and pooled.constant_error == pytest.approx(0.43)
+def test_the_guard_reads_the_paired_difference_and_its_exact_variance_from_the_table():
+    """Model and constant are compared on the same records: the sd is that of the paired mean of
+    d_i ∈ {−1, 0, 1} (p₊ = 0.10, p₋ = 0.15 here), not the unpaired √(c(1 − c)/n)."""
+    V = np.array([[60.0, 10.0], [15.0, 15.0]])  # constant: class 0 (error 0.30); model error 0.25
+    f = pooled_figures([V], epoch=0)
+    assert (f.worse_share, f.better_share) == (pytest.approx(0.10), pytest.approx(0.15))
+    assert f.difference == pytest.approx(-0.05)
+    assert f.difference_sd == pytest.approx(math.sqrt((0.25 - 0.05 ** 2) / 100))
+    assert f.margin == pytest.approx(1.6449 * f.difference_sd, rel=1e-4) and f.verdict == "within noise"
+    # The same table 20 times larger: better at 5 %.
+    assert pooled_figures([20 * V], epoch=0).verdict == "better"
+    # The sd is the records' own: the empirical sd of D over redraws of 100 records from V's cells.
+    rng = np.random.default_rng(0)
+    draws = rng.multinomial(100, (V / 100).ravel(), size=20_000).reshape(-1, 2, 2)
+    d = (draws[:, 0, 1] - draws[:, 1, 1]) / 100
+    assert np.std(d) == pytest.approx(f.difference_sd, rel=0.02)
+    # In record mode the 2(l − 1) noisy cells D reads add their variance.
+    noisy = pooled_figures([V], epoch=0, noise_sd=3.0)
+    assert noisy.difference_sd == pytest.approx(math.sqrt(f.difference_sd ** 2 + 2 * (3.0 / 100) ** 2))
+    with_three = pooled_figures([np.diag([50.0, 20.0, 10.0]) + 5.0], epoch=0, noise_sd=2.0)
+    assert with_three.cells == 9 and with_three.difference_sd > pooled_figures(
+        [np.diag([50.0, 20.0, 10.0]) + 5.0], epoch=0).difference_sd
+
+
+def test_a_model_identical_to_the_constant_is_always_shown_not_better():
+    f = pooled_figures([np.array([[70.0, 0.0], [30.0, 0.0]])], epoch=0)
+    assert f.difference == 0 and f.difference_sd == 0 and f.verdict == "not better"
+    (chosen, _, _), why = (lambda s: (offer(s, [f]), s.choose())[1])(Selector())
+    assert chosen is f and why.startswith("no model of this fit is clearly better than the constant predictor")
+
+
+@pytest.mark.parametrize("n", [75, 178, 2000])
+def test_the_guard_errs_at_its_stated_level_both_ways(n):
+    """Over redraws of n held-out records: a model exactly as good as the constant predictor is
+    called clearly better at most 5 % of the time (a silent miss), and one truly better by 0.03 is
+    shown not better at most 5 % of the time (a false alarm)."""
+    rng = np.random.default_rng(n)
+    # cells (y, ŷ) = (c*, c*), (c*, other), (other, c*), (other, other); constant error 0.3
+    equal = np.array([0.6, 0.1, 0.2, 0.1])  # p₊ = p₋ = 0.1
+    better = np.array([0.62, 0.08, 0.19, 0.11])  # p₊ = 0.08, p₋ = 0.11: D = −0.03
+    for probs, verdict in ((equal, "better"), (better, "not better")):
+        tables = rng.multinomial(n, probs, size=4000).reshape(-1, 2, 2).astype(float)
+        hits = [pooled_figures([t], epoch=0).verdict == verdict for t in tables if t[0].sum() > t[1].sum()]
+        assert np.mean(hits) <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / len(hits))
 
 
 def offer(sel, figs):
@@ -263,6 +297,7 @@ def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
         sel.offer(f, np.full(2, float(f.epoch)), np.zeros(1))
     (f, theta, _), why = sel.choose()
     assert f.epoch == 1 and theta[0] == 1.0 and why.startswith("the released validation figures are too noisy")
+    assert "on 300 held-out records" in why and f"margin {noisy[1].margin:.4f}" in why
 
 
 def test_record_protection_checks_its_model_with_two_releases_by_default():

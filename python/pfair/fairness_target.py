@@ -11,9 +11,10 @@ adapts λ by projected dual ascent once per epoch:
 where ``v̂_e`` is the violation of the model after epoch e on the silos' records. λ is adapted
 at the checkpoints (:meth:`pfair.settings.SteFFLeSettings.checkpoint_epochs`; ``η_λ`` times the
 epochs since the last one), rises while the target is violated and falls back while it is met with
-room to spare; it is halved instead when the model's error on the silos' held-out records is not
-below the constant predictor's (:mod:`pfair.validation`), so that the controller never pushes λ
-into the region where the model inverts. The model a fit returns is the most accurate
+room to spare; it is halved instead when the silos' held-out records show the model no better
+than the constant predictor (:attr:`pfair.validation.CheckpointFigures.shown_not_better`, a test at
+the guard's level) and λ > 0, so that the controller never pushes λ into the region where the
+model inverts. The model a fit returns is the most accurate
 checkpoint whose released violation meets the target (:class:`pfair.validation.Selector`).
 
 Where v̂ comes from
@@ -196,12 +197,15 @@ class LambdaController:
 
     def update(self, violation: float, *, epochs: int = 1, inverting: bool = False) -> float:
         """One dual step after ``epochs`` epochs at the current λ: ``λ + √epochs·η_λ·(v̂ − aim)``,
-        projected on ``[0, λ_max]``; with ``inverting`` (the model is no better than the constant
-        predictor) λ is halved instead, whatever v̂."""
+        projected on ``[0, λ_max]``; with ``inverting`` (the model is shown no better than the
+        constant predictor) and λ > 0, λ is halved instead, whatever v̂. At λ = 0 the fairness term
+        cannot be what made the model no better (it was not in the objective), and halving 0 would
+        keep λ at 0 for as long as the model is no better, whatever the violation: the dual step is
+        taken."""
         if not math.isfinite(violation):
             raise ValueError(f"the released violation is {violation}; λ cannot be adapted from it")
         self.path.append((self.lam, float(violation)))
-        if inverting:
+        if inverting and self.lam > 0:
             self.lam = 0.5 * self.lam
         else:
             step = self.lr * math.sqrt(max(1, int(epochs))) * (violation - self.aim)

@@ -23,16 +23,26 @@ error ``Σ_{y≠ŷ} V[y, ŷ] / Σ V``, the **constant predictor's** error ``1 �
 (its largest class) and, with a target, the released violation. All of it is post-processing of
 releases. The model a fit returns is chosen from these figures alone (:class:`Selector`):
 
-* a model is **clearly better than the constant predictor** when its validation error is below the
-  constant's by more than ``MARGIN_SDS`` standard deviations of the comparison (the sampling
-  error of the held-out records plus, in record mode, the noise);
-* without a target the last model is returned when it is clearly better; otherwise the most
-  accurate checkpoint, with a warning that says whether it is clearly better (by √(2 ln K) margins:
-  it was chosen as the best of K) or no model of the fit is, with the cause and the fix;
-* with ``max_violation=t`` the most accurate checkpoint that is clearly better than the constant and
-  whose released violation is at most t with one standard deviation of its noise to spare
-  (:meth:`CheckpointFigures.meets`); when none meets t, the fairest checkpoint that is still
-  clearly better than the constant, with a warning.
+* the **guard** compares the model with the constant predictor on the same held-out records, by
+  the paired difference ``D = error − constant error`` (a mean of ``d_i = 1{ŷ_i ≠ y_i} − 1{c* ≠ y_i}
+  ∈ {−1, 0, 1}``) and its standard deviation, exact from the pooled table (plus, in record mode,
+  the noise on the cells D reads): :attr:`CheckpointFigures.difference_sd`. At level
+  ``GUARD_ALPHA`` (one-sided, 5 %), with ``margin = z_α · sd``, a model is **clearly better** when
+  ``D < −margin``, **shown not better** when ``D ≥ margin`` (a model identical to the constant, D = 0
+  with sd 0, is always caught), and **within noise** otherwise;
+* without a target the last model is returned when it is clearly better, silently; when it is
+  within noise, the last model with a milder warning (``ConvergenceWarning``: the figures are too
+  noisy to tell it from the constant, with the margin, the held-out records and the fix); when it
+  is shown not better, the most accurate checkpoint that is clearly better at level α/K (it was
+  chosen as the best of K: Bonferroni), else the most accurate checkpoint, with a
+  ``NotBetterThanConstantWarning``. A model truly better than the constant is therefore warned as
+  not better with probability at most α, and a model truly no better is returned without a word
+  with probability at most α (both over the draw of the held-out records; docs/optimisation.md,
+  section 6, measures them);
+* with ``max_violation=t`` the most accurate checkpoint not shown worse than the constant whose
+  released violation is at most t with one standard deviation of its noise to spare
+  (:meth:`CheckpointFigures.meets`), said when it is only within noise of the constant; when none
+  meets t, the fairest checkpoint not shown worse, with a warning.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -54,14 +65,15 @@ VALIDATION_EVENT = "validation_table"
 #: (p_s uses round 0, the violation releases ``1 << 40 + epoch``, a deployed evaluation ``1 << 41 + i``,
 #: the score histograms ``1 << 42 + i``).
 VALIDATION_STREAM = 1 << 43
-#: A model is clearly better than the constant predictor when its validation error is lower by
-#: more than this many standard deviations of the comparison.
-MARGIN_SDS = 1.0
-#: The smallest margin, whatever the number of held-out records.
-MIN_MARGIN = 0.005
-#: Figures whose margin is at least this share of the constant predictor's error cannot tell a
-#: model from it (a perfect model would hardly clear it): the guard says that it could not check.
-UNTELLABLE = 0.5
+#: Level of the guard's one-sided tests (:class:`CheckpointFigures`): a model better than the
+#: constant predictor is shown not better, and one no better is shown better, with probability at
+#: most this (over the draw of the held-out records; normal approximation of the paired mean).
+GUARD_ALPHA = 0.05
+
+
+def z_of(alpha: float) -> float:
+    """The one-sided normal quantile ``z_α = Φ⁻¹(1 − α)`` (1.645 at α = 0.05)."""
+    return NormalDist().inv_cdf(1.0 - float(alpha))
 
 
 def held_out_count(n_records: int, share: float) -> int:
@@ -139,21 +151,68 @@ class CheckpointFigures:
     lam: float | None = None
     #: Cells of the pooled table (l × l).
     cells: int = 4
+    #: ``p₊``: share of the held-out records the model gets wrong where the constant predictor is
+    #: right (``Σ_{ŷ≠c*} V[c*, ŷ] / n``); None: unknown (then bounded, see :attr:`difference_sd`).
+    worse_share: float | None = None
+    #: ``p₋``: share the model gets right where the constant predictor is wrong
+    #: (``Σ_{y≠c*} V[y, y] / n``).
+    better_share: float | None = None
+
+    @property
+    def difference(self) -> float:
+        """``D = error − constant_error``: the mean over the held-out records of
+        ``d_i = 1{ŷ_i ≠ y_i} − 1{c* ≠ y_i}`` (``p₊ − p₋``); negative when the model is better.
+        From the shares when known: a model identical to the constant is then exactly 0, not a
+        rounding error below it."""
+        if self.worse_share is not None and self.better_share is not None:
+            return self.worse_share - self.better_share
+        return self.error - self.constant_error
+
+    @property
+    def difference_sd(self) -> float:
+        """Standard deviation of :attr:`difference`. The two errors are read on the same records,
+        so the sampling part is that of a paired mean, ``Var d / n`` with
+        ``Var d = p₊ + p₋ − (p₊ − p₋)²`` (exact from the table; without the shares, the bound
+        ``p₊ + p₋ ≤ error + constant error``). In record mode D's numerator
+        ``Σ_{ŷ≠c*} V[c*, ŷ] − Σ_{y≠c*} V[y, y]`` reads ``2(l − 1)`` noisy cells: ``+ 2(l − 1) σ² / n²``."""
+        n = max(self.n, 1.0)
+        d = self.difference
+        if self.worse_share is None or self.better_share is None:
+            spread = self.error + self.constant_error
+        else:
+            spread = self.worse_share + self.better_share
+        var_d = max(spread - d * d, 0.0)
+        l = max(int(round(math.sqrt(self.cells))), 2)  # noqa: E741
+        return math.sqrt(var_d / n + 2 * (l - 1) * (self.noise_sd / n) ** 2)
+
+    def margin_at(self, alpha: float) -> float:
+        """``z_α · sd(D)``: how far from 0 the difference must be to decide at level ``alpha``."""
+        return z_of(alpha) * self.difference_sd
 
     @property
     def margin(self) -> float:
-        """How much lower than the constant's the error must be to count as clearly better:
-        ``MARGIN_SDS`` sd of the comparison, the held-out records' sampling error
-        ``√(c(1−c)/n)`` and the noise on the error's cells, at least ``MIN_MARGIN``."""
-        c, n = self.constant_error, max(self.n, 1.0)
-        cells = max(self.cells - 1, 1)
-        sd = math.sqrt(max(c * (1 - c), 0.0) / n + cells * (self.noise_sd / n) ** 2)
-        return max(MIN_MARGIN, MARGIN_SDS * sd)
+        """:meth:`margin_at` the guard's level ``GUARD_ALPHA``."""
+        return self.margin_at(GUARD_ALPHA)
+
+    def better_at(self, alpha: float) -> bool:
+        """Whether the model is better than the constant predictor at level ``alpha``: ``D < −z_α sd``."""
+        return self.difference < -self.margin_at(alpha)
 
     @property
     def clearly_better(self) -> bool:
-        """Whether the model beats the constant predictor by more than :attr:`margin`."""
-        return self.error <= self.constant_error - self.margin
+        """Better than the constant predictor at level ``GUARD_ALPHA`` (``D < −margin``)."""
+        return self.better_at(GUARD_ALPHA)
+
+    @property
+    def shown_not_better(self) -> bool:
+        """Shown no better than the constant predictor at level ``GUARD_ALPHA``: ``D ≥ margin``. A
+        model identical to the constant (``D = 0``, sd 0) is always shown not better."""
+        return self.difference >= self.margin
+
+    @property
+    def verdict(self) -> str:
+        """``"better"``, ``"not better"`` or ``"within noise"`` (module docstring)."""
+        return "better" if self.clearly_better else "not better" if self.shown_not_better else "within noise"
 
     def meets(self, target: float) -> bool:
         """Whether the released violation meets ``target`` with one standard deviation of its noise
@@ -180,19 +239,30 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
     if n <= 0:
         return None
     error = float((n - np.trace(V)) / n)
-    constant = float(1.0 - V.sum(axis=1).max() / n)
+    rows = V.sum(axis=1)
+    c = int(np.argmax(rows))
+    constant = float(1.0 - rows[c] / n)
+    worse = float((rows[c] - V[c, c]) / n)  # y = c*, ŷ ≠ c*: only the model wrong
+    better = float((np.trace(V) - V[c, c]) / n)  # y ≠ c*, ŷ = y: only the constant wrong
     sd = float(noise_sd) * math.sqrt(len(tables))
     return CheckpointFigures(epoch=int(epoch), error=error, constant_error=constant, n=n, noise_sd=sd,
-                             violation=violation, violation_sd=float(violation_sd), lam=lam, cells=int(V.size))
+                             violation=violation, violation_sd=float(violation_sd), lam=lam, cells=int(V.size),
+                             worse_share=worse, better_share=better)
+
+
+#: How every warning that the figures could not tell a model from the constant predictor begins
+#: (a ``ConvergenceWarning``, milder than :class:`~pfair.exceptions.NotBetterThanConstantWarning`).
+WITHIN_NOISE = "the released validation figures are too noisy to tell the model from the constant predictor"
 
 
 @dataclass
 class Selector:
     """Follows the checkpoints of a run and chooses the model the fit returns (module docstring).
 
-    It keeps at most four models (not one per checkpoint): the last, the most accurate, the most
+    It keeps at most seven models (not one per checkpoint): the last, the most accurate, the most
     accurate clearly better than the constant, and with a target the most accurate meeting it and
-    the fairest clearly better than the constant."""
+    the fairest, each among the checkpoints clearly better and among those within noise of the
+    constant (preferred in that order)."""
 
     target: float | None = None
     figures: list = field(default_factory=list)
@@ -206,10 +276,12 @@ class Selector:
         self._keep("accurate", model, lambda f: f.error)
         if fig.clearly_better:
             self._keep("accurate_ok", model, lambda f: f.error)
-            if self.target is not None and fig.violation is not None:
-                self._keep("fairest_ok", model, lambda f: f.violation)
-                if fig.meets(self.target):
-                    self._keep("meets", model, lambda f: f.error)
+        if self.target is not None and fig.violation is not None and not fig.shown_not_better:
+            # "_ok": clearly better than the constant; "_noisy": within noise of it (preferred less)
+            kind = "ok" if fig.clearly_better else "noisy"
+            self._keep(f"fairest_{kind}", model, lambda f: f.violation)
+            if fig.meets(self.target):
+                self._keep(f"meets_{kind}", model, lambda f: f.error)
 
     def _keep(self, name: str, model: tuple, key: Any) -> None:
         kept = self._kept.get(name)
@@ -218,7 +290,8 @@ class Selector:
 
     def choose(self) -> tuple[tuple | None, str | None]:
         """``((figures, θ, W), warning)``: the model to return and why it is not simply the last
-        one's (None when it is the last and nothing is wrong). ``(None, None)`` without checkpoints."""
+        one's, or what could not be checked (None when it is the last and clearly better than the
+        constant). ``(None, None)`` without checkpoints."""
         kept = self._kept
         if "last" not in kept:
             return None, None
@@ -226,35 +299,44 @@ class Selector:
         if self.target is None:
             if last[0].clearly_better:
                 return last, None
-            if last[0].margin >= UNTELLABLE * last[0].constant_error:
-                return last, (f"the released validation figures are too noisy to tell the model from the constant "
-                              f"predictor (validation error {_fig(last[0])}): the check could not be made; returned "
-                              "the last model. Raise validation_epsilon_share, validation_share or epsilon for a "
-                              "usable check")
-            # The best of K checkpoints is chosen after seeing them: it must beat the constant by
-            # √(2 ln K) of its margins, the usual allowance for the largest of K noisy comparisons.
-            factor = math.sqrt(2.0 * math.log(max(len(self.figures), 2)))
+            if not last[0].shown_not_better:
+                return last, f"{WITHIN_NOISE}: validation error {_fig(last[0])}; returned the last model"
+            # The best of K checkpoints is chosen after seeing them: it must be better at level α/K
+            # (Bonferroni) for the choice to keep the guard's level.
+            k = max(len(self.figures), 1)
             best = kept.get("accurate_ok")
-            if best is not None and best[0].error <= best[0].constant_error - factor * best[0].margin:
+            if best is not None and best[0].better_at(GUARD_ALPHA / k):
                 return best, (f"the last model is not clearly better than the constant predictor (validation error "
-                              f"{_fig(last[0])}); returned the model after epoch {best[0].epoch + 1} instead "
-                              f"(validation error {best[0].error:.4f})")
+                              f"{_fig(last[0])}: shown no better at the {GUARD_ALPHA:.0%} level); returned the model "
+                              f"after epoch {best[0].epoch + 1} instead (validation error {best[0].error:.4f}, better "
+                              f"at level {GUARD_ALPHA / k:.2g} = {GUARD_ALPHA:.0%} / {k}, the best of {k} checkpoints)")
             best = kept["accurate"]
             return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
-                          f"error was {_fig(best[0])}; returned that model (after epoch {best[0].epoch + 1})")
-        if "meets" in kept:
-            best = kept["meets"]
-            return best, None
-        if "fairest_ok" in kept:
-            best = kept["fairest_ok"]
-            return best, (f"max_violation={self.target:g} was not met by any checkpoint that is clearly better than "
-                          f"the constant predictor; returned the fairest such model (after epoch "
+                          f"error was {_fig(best[0])}, and the last model is shown no better at the "
+                          f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")
+        lams = [f.lam for f in self.figures if f.lam is not None]
+        reached = f"; λ reached at most {max(lams):.3g}" if lams else ""
+        # Clearly better first (meeting the target, else the fairest), then within noise of the constant.
+        if "meets_ok" in kept:
+            return kept["meets_ok"], None
+        for key in ("fairest_ok", "meets_noisy", "fairest_noisy"):
+            if key not in kept:
+                continue
+            best = kept[key]
+            if key == "meets_noisy":
+                return best, (f"{WITHIN_NOISE}: the most accurate checkpoint meeting max_violation={self.target:g} "
+                              f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
+            noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the released ', 'its ')} at the "
+                                                       f"{GUARD_ALPHA:.0%} level")
+            return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "
+                          f"the constant predictor{reached}; returned the fairest such model (after epoch "
                           f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
-                          f"{best[0].error:.4f}, constant predictor {best[0].constant_error:.4f})")
+                          f"{_fig(best[0])}){noisy}")
         best = kept["accurate"]
-        return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
-                      f"error was {_fig(best[0])}; returned that model (after epoch {best[0].epoch + 1}), "
-                      f"max_violation={self.target:g} unchecked")
+        return best, (f"no model of this fit is clearly better than the constant predictor: the best validation error "
+                      f"was {_fig(best[0])}, and every checkpoint is shown no better at the {GUARD_ALPHA:.0%} level; "
+                      f"returned that model (after epoch {best[0].epoch + 1}), max_violation={self.target:g} "
+                      f"unchecked{reached}")
 
 
 #: Records the silo-local check of a baseline reads at most (:class:`LocalCheck`).
@@ -305,13 +387,15 @@ class LocalCheck:
         if why is None:
             return False
         name = type(self._estimator).__name__
-        if why.startswith("the released validation figures are too noisy"):
-            # Exact figures: not noise, but a constant predictor that is almost always right.
-            warnings.warn(f"{name}: the constant predictor's error on the silos' training records is "
-                          f"{model[0].constant_error:.4f}, too small to tell a model from it; returned the last model",
-                          ConvergenceWarning, stacklevel=stacklevel)
+        why = why.replace("validation error", "error on the training records").replace("held-out records",
+                                                                                        "training records")
+        if why.startswith(WITHIN_NOISE):
+            # Exact figures: the silos' records are too few, or the model too close to the constant.
+            why = why.replace(WITHIN_NOISE, "the silos' training records cannot tell the model from the constant "
+                                            "predictor", 1)
+            warnings.warn(f"{name}: {why} (a silo-local check: nothing of it was released)", ConvergenceWarning,
+                          stacklevel=stacklevel)
             return True
-        why = why.replace("validation error", "error on the training records")
         warnings.warn(f"{name}: {why} (a silo-local check: nothing of it was released). Try more epochs or a "
                       "larger step size if the model barely moved, a smaller fairness weight if fairness pushed it "
                       "to the constant, a larger epsilon or batch if the noise swamps the updates",
@@ -329,7 +413,9 @@ def warn_if_no_better_than_constant(estimator: Any, shards: Any, stacklevel: int
 
 
 def _fig(f: CheckpointFigures) -> str:
-    return f"{f.error:.4f} against the constant's {f.constant_error:.4f}, margin {f.margin:.4f}"
+    """The figures of a comparison with the constant predictor, as the warnings print them."""
+    return (f"{f.error:.4f} against the constant's {f.constant_error:.4f}, difference {f.difference:+.4f}, margin "
+            f"{f.margin:.4f} = {z_of(GUARD_ALPHA):.3f} sd of the paired difference on {f.n:.0f} held-out records")
 
 
 def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
@@ -339,8 +425,12 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
     :class:`~pfair.exceptions.ConvergenceWarning` when a fairness target was not met)
     (:meth:`Selector.choose`), with the fixes to try."""
     st = settings
-    if message.startswith("the released validation figures are too noisy"):
-        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
+    if message.startswith(WITHIN_NOISE):
+        fix = f"a larger validation_share (now {st.validation_share:g})"
+        if st.private and st.protect == "record":
+            fix += ", validation_epsilon_share or epsilon (the noise on the validation tables)"
+        warnings.warn(f"{message}. Nothing shows it worse than the constant; {fix} would tell them apart (the "
+                      "figures of every checkpoint are in checkpoints_)", ConvergenceWarning, stacklevel=stacklevel)
         return
     fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
              "from 0) if fairness pushed it to the constant"]
@@ -352,5 +442,5 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
                   stacklevel=stacklevel)
 
 
-__all__ = ["CheckpointFigures", "LocalCheck", "MARGIN_SDS", "Selector", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",
+__all__ = ["CheckpointFigures", "GUARD_ALPHA", "LocalCheck", "Selector", "WITHIN_NOISE", "VALIDATION_SENSITIVITY", "holdout", "pooled_figures",
            "validation_table"]

@@ -177,8 +177,8 @@ class ServerParty:
         """Consume the silos' :class:`CheckpointRelease` of ``epoch`` (post-processing): check them,
         pool the valid ones' validation tables (and violation histograms, with a target) into
         :class:`~pfair.validation.CheckpointFigures`, and with a target take the dual step on λ
-        (``epochs_since`` epochs at the current λ; halved when the model's validation error is not
-        below the constant predictor's). Returns None (λ unchanged) when no release was valid.
+        (``epochs_since`` epochs at the current λ; halved when the figures show the model no better
+        than the constant predictor, :attr:`~pfair.validation.CheckpointFigures.shown_not_better`). Returns None (λ unchanged) when no release was valid.
 
         ``limits`` maps a silo to ``(n_validation, validation_std, n_records, violation_std)``: the
         records its table and its histogram count and the noise std of one of their cells (0: exact,
@@ -215,9 +215,10 @@ class ServerParty:
         if fig is None:
             return None
         if target:
-            # Halved where the model is no better than the constant predictor (its point estimate:
-            # "clearly better" would read a tiny or noisy held-out share as inversion every time).
-            self.lam = self.controller.update(v, epochs=epochs_since, inverting=fig.error >= fig.constant_error)
+            # Halved where the figures show the model no better than the constant predictor at the
+            # guard's level (not its point estimate: on a small held-out share that is above the
+            # constant's by chance at every other checkpoint, and λ was halved back each time).
+            self.lam = self.controller.update(v, epochs=epochs_since, inverting=fig.shown_not_better)
         return fig
 
     @staticmethod
