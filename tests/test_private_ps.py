@@ -77,9 +77,11 @@ def test_released_counts_are_noised_with_sensitivity_sqrt2_from_the_silos_secret
     event = sim.ledgers[0].events[0]
     sigma = event.noise_multiplier * HISTOGRAM_SENSITIVITY
     assert np.all(np.abs(rel[0] - counts) < 8 * sigma)
-    # The histogram stream is not the training noise stream of round 0.
+    # The histogram's release stream is not the training noise stream of round 0.
+    from pfair.protocol.keys import group_counts_release
+
     key = _core.NoiseKey.seeded(4)
-    assert not np.array_equal(_core.gaussian_stream(key, 0, 0, 6, purpose="histogram"),
+    assert not np.array_equal(_core.gaussian_release(key, group_counts_release(0, "p_s").encode(), 6),
                               _core.gaussian_stream(key, 0, 0, 6))
 
 

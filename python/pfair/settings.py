@@ -48,6 +48,11 @@ AUTO_BATCH_TARGET = 2048
 #: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
 #: :func:`deep_batch_size` and :func:`deep_lr_theta`.
 DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25}
+#: Most epochs a run may have. Far beyond any useful fit (the tuned defaults use 5 to 40); a run's
+#: epoch numbers name its checkpoint releases (:class:`pfair.protocol.keys.ReleaseId`), and a
+#: deployed silo plans only runs whose length its settings imply, so a server cannot ask a silo to
+#: plan a run of 2⁴⁰ epochs it never means to train.
+MAX_EPOCHS = 100_000
 #: What ``clip="auto"`` means in a private fit of a deep model (no clipping without privacy, as for
 #: SteFFLe): the clip norm the deep defaults were chosen with (with ``lr_w`` 0.25 above), not the
 #: linear model's :data:`PRIVATE_CLIPS` (its protocol did not train networks).
@@ -455,6 +460,10 @@ class SteFFLeSettings:
             if not 0 < p["delta"] < 1:
                 raise ValueError(f"delta must be in (0, 1), got {p['delta']}; a common choice is 1/n²")
         check_int(p["epochs"], "epochs")
+        if p["epochs"] > MAX_EPOCHS:
+            raise ValueError(f"epochs must be at most {MAX_EPOCHS:,}, got {p['epochs']:,}; no fit needs more (the tuned "
+                             "defaults use 5 to 40), and a run's length is bounded so that a silo never plans "
+                             "a run it will not train. Use fewer epochs")
         if not (isinstance(p["batch_size"], str) and p["batch_size"] == "auto"):
             if isinstance(p["batch_size"], str):
                 raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH_PRIVATE}, smallest "

@@ -50,10 +50,6 @@ from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning
 VALIDATION_SENSITIVITY = math.sqrt(2.0)
 #: Name of the ledger event of one validation-table release (record mode).
 VALIDATION_EVENT = "validation_table"
-#: Noise streams of the validation tables: purpose "histogram", round ``VALIDATION_STREAM + epoch``
-#: (p_s uses round 0, the violation releases ``1 << 40 + epoch``, a deployed evaluation ``1 << 41 + i``,
-#: the score histograms ``1 << 42 + i``).
-VALIDATION_STREAM = 1 << 43
 #: A model is clearly better than the constant predictor when its validation error is lower by
 #: more than this many standard deviations of the comparison.
 MARGIN_SDS = 1.0

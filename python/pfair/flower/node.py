@@ -86,7 +86,7 @@ from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
 from pfair.protocol.messages import CheckpointRelease, SiloMessage
-from pfair.protocol.keys import SiloKeys, new_secret, noise_key, restore_key
+from pfair.protocol.keys import SiloKeys, evaluation_release, new_secret, noise_key, release_run, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
@@ -403,6 +403,7 @@ class SiloNode:
                 "would draw the same noise under other noise scales, and two replies of one round would give "
                 "the exact gradient. Give the node another noise-seed (or none) for a new run")
         party = self._party(settings, ledger=ledger)
+        check_total_rounds(party.settings, int(total_rounds), silo=self.silo_id)
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
         record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
                   "terms": terms, "total_rounds": int(total_rounds)}
@@ -501,7 +502,7 @@ class SiloNode:
                 lambda: confusion_by_group(y, np.argmax(self._predict_proba(X, theta), axis=1), s,
                                            n_groups=self.n_groups, n_classes=self.n_classes),
                 ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name="evaluation"),
-                key=noise_key(self.noise_seed), silo=self.silo_id, stream=EVALUATION_STREAM + len(done),
+                key=noise_key(self.noise_seed), release=evaluation_release(self.silo_id, release_run(ledger, run_id), len(done)),
                 noise_multiplier=z, sensitivity=HISTOGRAM_SENSITIVITY, name=f"{EVALUATION_PREFIX}{run_id}:{len(done)}")
         out = metrics_from_table(table)
         if st.protect == "attribute":  # x and y are not protected: the error and loss need no s
@@ -621,9 +622,19 @@ def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | Non
     return removed
 
 
-#: Noise streams of the evaluation releases: purpose "histogram", round ``EVALUATION_STREAM + i``
-#: (the p_s histogram uses round 0, the violation releases ``STREAM_BASE + epoch``).
-EVALUATION_STREAM = 1 << 41
+def check_total_rounds(settings: SteFFLeSettings, total_rounds: int, *, silo: int) -> None:
+    """Refuse a plan of ``total_rounds`` rounds that the run's settings do not imply: a run is
+    ``epochs`` epochs of R ≥ 1 rounds each (``T = epochs · R``, :mod:`pfair.protocol.plan`; R = 1
+    with the full batch), and ``epochs`` is at most :data:`pfair.settings.MAX_EPOCHS` (checked
+    with the settings). R itself is the federation's ``⌈mean silo size / m⌉``, which one silo does
+    not know; more rounds only mean more noise per round, as the plan is calibrated to T."""
+    E = int(settings.epochs)
+    full = settings.sampling == "full_batch"
+    if total_rounds < E or total_rounds % E or (full and total_rounds != E):
+        want = f"exactly epochs = {E}" if full else f"a multiple of epochs = {E} (epochs · rounds per epoch)"
+        raise SettingsMismatch(f"silo {silo}: the plan asks for total-rounds = {total_rounds}, which these settings do "
+                               f"not imply: a run of {E} epochs with sampling={settings.sampling!r} has {want}. "
+                               "Nothing was planned or charged; send the run's own total-rounds")
 
 
 def evaluation_noise_multiplier(epsilon: float, delta: float) -> float:
