@@ -64,9 +64,12 @@ server could plan a run with λ = 0 (nothing to noise, nothing charged) and then
 raise a clip norm or change the batch scheme under the planned noise, or pick the batch seed of
 each round so that one record is in every batch while the ledger charges one release an epoch.
 With a ``noise-seed``, the node answers one run only: a second run would draw the same noise
-under other σ's, and two replies of the same round with known σ's give the exact gradient. For
-the same reason it releases one DP histogram only (every histogram's noise is the same stream:
-three histograms of other fairness notions solve for the noise and the exact counts).
+under other σ's, and two replies of the same round with known σ's give the exact gradient. It
+releases one DP histogram of s only, as a second line of defence: every release now draws a stream
+of its own (:class:`pfair.protocol.keys.ReleaseId`), but under the stream derivation before, three
+histograms of other fairness notions solved for the noise and the exact counts. A run is planned
+only for the rounds its settings imply (:func:`check_total_rounds`; ``epochs`` is bounded by
+:data:`pfair.settings.MAX_EPOCHS`).
 """
 
 from __future__ import annotations
