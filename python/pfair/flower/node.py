@@ -199,6 +199,16 @@ class SiloNode:
         self.state_dir = Path(str(need("state-dir")))
         self.silo_id = int(need("silo-id"))
         self.budget = float(need("epsilon"))
+        from pfair.settings import MEANINGFUL_EPSILON
+
+        if self.budget > MEANINGFUL_EPSILON:
+            import warnings
+
+            from pfair.exceptions import PrivacyWarning
+
+            warnings.warn(f"silo {node_config.get('silo-id')}: node config epsilon={self.budget:g} is above "
+                          f"{MEANINGFUL_EPSILON:g}, where a guarantee stops meaning much (one record may make an "
+                          "outcome e^epsilon times more likely); set a smaller epsilon", PrivacyWarning, stacklevel=2)
         self.delta = float(node_config["delta"]) if "delta" in node_config else None
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
         self.anchor = Path(str(node_config["ledger-anchor"])) if node_config.get("ledger-anchor") else None
@@ -236,14 +246,16 @@ class SiloNode:
                                  "ledger was deleted, and a new one would answer that run's rounds again. Restore "
                                  "the latest ledger, or start the silo over on purpose with `pfair node reset "
                                  "--state-dir DIR --i-understand`")
+        from pfair.settings import check_delta, default_delta
+
         if path.exists():
             ledger = PrivacyLedger.load(path, anchor=self.anchor)
         else:
-            from pfair.settings import default_delta
-
             delta = self.delta if self.delta is not None else default_delta(self.n_records)
+            check_delta(delta, self.n_records, party=f"silo {self.silo_id} (node config delta)")
             ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path, anchor=self.anchor)
             ledger.save(path)  # refused (LedgerRollback) if the journals say a ledger was deleted here
+        check_delta(ledger.delta, self.n_records, party=f"silo {self.silo_id} (its ledger's delta)")
         return ledger.bind(data_fingerprint(self.X, self.y, self.s),
                            legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
 
