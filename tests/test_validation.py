@@ -210,7 +210,7 @@ def _audit_statistics(z: float, scale: float, trials: int) -> tuple[np.ndarray, 
     def stat(table: np.ndarray) -> np.ndarray:
         out = np.empty(trials)
         for i in range(trials):
-            rel = release_histogram(table, ledger=None, event=None, key=noise_key(None), silo=0,
+            rel = release_histogram(table, ledger=None, event=None, key=noise_key(None),
                                     release=validation_release(0, "audit", 0), noise_multiplier=z * scale,
                                     sensitivity=VALIDATION_SENSITIVITY)
             out[i] = (rel - a).ravel() @ unit / sigma
