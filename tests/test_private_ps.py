@@ -77,9 +77,11 @@ def test_released_counts_are_noised_with_sensitivity_sqrt2_from_the_silos_secret
     event = sim.ledgers[0].events[0]
     sigma = event.noise_multiplier * HISTOGRAM_SENSITIVITY
     assert np.all(np.abs(rel[0] - counts) < 8 * sigma)
-    # The histogram stream is not the training noise stream of round 0.
+    # The histogram's release stream is not the training noise stream of round 0.
+    from pfair.protocol.keys import group_counts_release
+
     key = _core.NoiseKey.seeded(4)
-    assert not np.array_equal(_core.gaussian_stream(key, 0, 0, 6, purpose="histogram"),
+    assert not np.array_equal(_core.gaussian_release(key, group_counts_release(0, "p_s").encode(), 6),
                               _core.gaussian_stream(key, 0, 0, 6))
 
 
@@ -148,9 +150,15 @@ def test_neighbouring_data_get_identical_noise_scales_and_no_data_dependent_erro
 def test_public_proportions_are_validated():
     groups, classes = np.array(["a", "b"]), np.array([0, 1])
     kw = dict(groups=groups, classes=classes, positive=1)
-    np.testing.assert_allclose(public_proportions({"a": 1, "b": 3}, fairness="demographic_parity", **kw), [[0.25, 0.75]])
-    np.testing.assert_allclose(public_proportions([[1, 1], [1, 3]], fairness="equalized_odds", **kw),
-                               [[0.5, 0.5], [0.25, 0.75]])
+    np.testing.assert_allclose(public_proportions({"a": 0.25, "b": 0.75}, fairness="demographic_parity", **kw),
+                               [[0.25, 0.75]])
+    np.testing.assert_allclose(public_proportions([[0.5, 0.5], [0.25, 0.749]], fairness="equalized_odds", **kw),
+                               [[0.5, 0.5], [0.25 / 0.999, 0.749 / 0.999]])  # within 0.01 of 1: rescaled
+    # Counts are not proportions (they were rescaled silently once): refused, naming the row.
+    with pytest.raises(ValueError, match=r"p_s must be proportions summing to 1 .*summing to 4"):
+        public_proportions({"a": 1, "b": 3}, fairness="demographic_parity", **kw)
+    with pytest.raises(ValueError, match=r"p_s\[1\] must be proportions summing to 1"):
+        public_proportions([[0.5, 0.5], [1, 3]], fairness="equalized_odds", **kw)
     with pytest.raises(ValueError, match="no proportion for groups"):
         public_proportions({"a": 1}, fairness="demographic_parity", **kw)
     with pytest.raises(ValueError, match="one row of proportions per class|for each of the 2 classes"):

@@ -1,7 +1,8 @@
-"""Review reproduction (not for main): a deployed silo's record-mode validation table of checkpoint
-epoch e and its (e+1)-th score histogram are noised from the same stream (VALIDATION_STREAM ==
-SCORE_STREAM == 1 << 42, purpose "histogram", the node's one key). With a node noise-seed (which the
-server does not know), the server cancels the noise: an exact count of the silo's records."""
+"""Review reproduction: a deployed silo's record-mode validation table of checkpoint epoch e and its
+(e+1)-th score histogram were once noised from the same stream (both bases 1 << 42, purpose
+"histogram", the node's one key). With a node noise-seed (which the server does not know), the
+server cancelled the noise: an exact count of the silo's records. Release streams are now derived
+from each release's identifier (pfair.protocol.keys.ReleaseId)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 import pfair
 from pfair.flower.node import SiloNode, settings_from_run_config
-from pfair.privacy.score_histogram import SCORE_STREAM, score_bins, score_counts
-from pfair.validation import VALIDATION_STREAM, holdout, validation_table
+from pfair.privacy.score_histogram import score_bins, score_counts
+from pfair.protocol.keys import score_release, validation_release
+from pfair.validation import holdout, validation_table
 
 from support import toy_data
 
@@ -22,7 +24,7 @@ N = 400
 
 
 def test_validation_and_score_streams_are_distinct():
-    assert VALIDATION_STREAM != SCORE_STREAM  # fails on main: both are 1 << 42
+    assert validation_release(0, "run-a", 0).encode() != score_release(0, 0).encode()
 
 
 def test_server_cancels_the_noise_of_a_validation_table_with_a_score_histogram(tmp_path):

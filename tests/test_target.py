@@ -12,7 +12,6 @@ from hypothesis import given, settings as hsettings, strategies as hst
 from pfair import SteFFLe, metrics
 from pfair.exceptions import PrivacyWarning
 from pfair.fairness_target import (
-    STREAM_BASE,
     VIOLATION_EVENT,
     VIOLATION_SENSITIVITY,
     LambdaController,
@@ -22,7 +21,8 @@ from pfair.fairness_target import (
 )
 from pfair.privacy.calibration import composed_epsilon
 from pfair.protocol.messages import CheckpointRelease
-from pfair.validation import VALIDATION_STREAM, validation_table
+from pfair.protocol.keys import validation_release, violation_release
+from pfair.validation import validation_table
 from pfair.protocol.simulation import Simulation
 from pfair import _core
 
@@ -169,7 +169,7 @@ def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
     whole = small_fed().silos[1]
     pred = np.argmax(_core.predict_proba(np.ascontiguousarray(whole.X, dtype=np.float64), theta, 2), axis=1)
     exact = violation_counts(whole.y, pred, whole.s, n_groups=2, n_classes=2, fairness=st.fairness, positive=1)
-    noise = _core.gaussian_stream(_core.NoiseKey.seeded(4), 1, STREAM_BASE + 2, exact.size, purpose="histogram")
+    noise = _core.gaussian_release(_core.NoiseKey.seeded(4), violation_release(1, "ledger:0", 2).encode(), exact.size)
     np.testing.assert_allclose(rel.counts, exact + z * math.sqrt(2) * noise.reshape(exact.shape), rtol=0, atol=1e-9)
     _, held = __import__("pfair.validation", fromlist=["holdout"]).holdout(len(whole), st.validation_share,
                                                                           seed=st.seed, silo=1)
@@ -199,21 +199,21 @@ def test_record_protection_noises_the_validation_table_on_its_own_stream_and_cha
 
     _, held = holdout(len(whole), st.validation_share, seed=st.seed, silo=0)
     exact = validation_table(whole.y[held], pred[held], 2)
-    noise = _core.gaussian_stream(_core.NoiseKey.seeded(4), 0, VALIDATION_STREAM + 1, 4, purpose="histogram")
+    noise = _core.gaussian_release(_core.NoiseKey.seeded(4), validation_release(0, "ledger:0", 1).encode(), 4)
     np.testing.assert_allclose(rel.validation, exact + z_val * math.sqrt(2) * noise.reshape(2, 2), rtol=0, atol=1e-9)
 
 
 def test_a_silo_releases_only_after_the_run_s_checkpoints_and_charges_nothing_else():
-    # Checkpoint e's release draws stream base + e of the histogram purpose: an epoch of the
-    # server's choosing outside the run (-STREAM_BASE lands on the p_s histogram's stream) would
-    # repeat another release's noise, and the run planned its checkpoints only.
+    # The run planned its checkpoints' releases only: an epoch of the server's choosing outside
+    # them (negative, past the run, or one that a base-plus-epoch stream once lined up with
+    # another release's) is refused before anything is charged.
     st = quiet_settings(epochs=20)
     assert st.checkpoint_epochs() == (2, 4, 7, 9, 12, 14, 17, 19)
     sim = Simulation(st, small_fed(), ledgers="new", fast=False)
     party = sim.parties[0]
     party.plan_rounds(sim.group_proportions(), sim.total_rounds)
     before = len(party.ledger.events)
-    for epoch in (-STREAM_BASE, -1, 0, 3, 20, 2**40):
+    for epoch in (-(2**40), -1, 0, 3, 20, 2**40):
         with pytest.raises(ValueError, match=r"checkpoint epochs \[2, 4, 7, 9, 12, 14, 17, 19\] only"):
             party.release_checkpoint(np.zeros(4), epoch)
     assert len(party.ledger.events) == before

@@ -229,7 +229,7 @@ def _audit_statistics(z: float, scale: float, trials: int) -> tuple[np.ndarray, 
     projected on the difference of the two neighbours' tables, in units of the claimed std z·√2."""
     from pfair.privacy.mechanisms import release_histogram
     from pfair.protocol.keys import noise_key
-    from pfair.validation import VALIDATION_STREAM
+    from pfair.protocol.keys import validation_release
 
     y = np.array([0, 0, 1, 1, 1, 0, 1, 0])
     pred = np.array([0, 1, 1, 1, 0, 0, 1, 0])
@@ -244,8 +244,8 @@ def _audit_statistics(z: float, scale: float, trials: int) -> tuple[np.ndarray, 
     def stat(table: np.ndarray) -> np.ndarray:
         out = np.empty(trials)
         for i in range(trials):
-            rel = release_histogram(table, ledger=None, event=None, key=noise_key(None), silo=0,
-                                    stream=VALIDATION_STREAM, noise_multiplier=z * scale,
+            rel = release_histogram(table, ledger=None, event=None, key=noise_key(None),
+                                    release=validation_release(0, "audit", 0), noise_multiplier=z * scale,
                                     sensitivity=VALIDATION_SENSITIVITY)
             out[i] = (rel - a).ravel() @ unit / sigma
         return out
@@ -267,22 +267,6 @@ def test_the_validation_table_release_holds_its_exact_curve_and_the_audit_catche
     assert epsilon_lower_bound(t_a, t_b, delta) <= exact
     t_a, t_b = _audit_statistics(z, 1.0 / math.sqrt(2), trials)
     assert epsilon_lower_bound(t_a, t_b, delta) > exact
-
-
-def test_every_histogram_release_has_a_noise_stream_of_its_own():
-    """The Python-side releases draw purpose "histogram" from one key per silo: the p_s histogram at
-    round 0, then one base per kind plus an epoch or an index. Bases 2⁴⁰ apart never meet (a run has
-    far fewer epochs or releases); two kinds on one base gave a server that knows neither noise the
-    exact counts from their difference (a deployed node with its own noise-seed)."""
-    from pfair.fairness_target import STREAM_BASE
-    from pfair.flower.node import EVALUATION_STREAM
-    from pfair.privacy.score_histogram import SCORE_STREAM
-    from pfair.validation import VALIDATION_STREAM
-
-    bases = [0, STREAM_BASE, EVALUATION_STREAM, SCORE_STREAM, VALIDATION_STREAM]
-    assert len(set(bases)) == len(bases)
-    gaps = np.diff(sorted(bases))
-    assert gaps.min() >= 1 << 40
 
 
 def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
@@ -313,13 +297,14 @@ def test_a_histogram_release_with_a_bad_noise_std_is_refused_before_its_charge(z
     release went through add_noise: `not σ > 0` returned them) nor spend budget."""
     from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
     from pfair.privacy.mechanisms import add_noise, release_histogram
-    from pfair.protocol.keys import noise_key
+    from pfair.protocol.keys import noise_key, validation_release
 
     ledger = PrivacyLedger(epsilon=1.0, delta=1e-6)
     counts = np.array([[5.0, 1.0], [2.0, 7.0]])
     with pytest.raises(ValueError, match="noise std sigma must be a finite number >= 0"):
         release_histogram(counts, ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=5.0),
-                          key=noise_key(None), silo=0, stream=1, noise_multiplier=z, sensitivity=math.sqrt(2))
+                          key=noise_key(None), release=validation_release(0, "run", 1), noise_multiplier=z,
+                          sensitivity=math.sqrt(2))
     assert ledger.epsilon_spent() == 0.0
     with pytest.raises(ValueError, match="noise std sigma"):
         add_noise(counts, z, noise_key(None), 0, 1)

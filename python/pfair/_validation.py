@@ -454,3 +454,21 @@ def code_of(categories: np.ndarray, value: Hashable, name: str, among: str) -> i
             f"{name}={value!r} is not among the {among} {categories.tolist()}; pass {name}= one of those {kind}."
         )
     return int(hits[0])
+
+
+#: How far from 1 user-given proportions may sum (rounding of typed figures such as 0.33, 0.67).
+DISTRIBUTION_TOLERANCE = 0.01
+
+
+def check_distribution(values: Any, name: str) -> None:
+    """Refuse proportions that are not a distribution: finite, > 0 and summing to 1 within
+    :data:`DISTRIBUTION_TOLERANCE` (they are rescaled to sum to 1 afterwards). Proportions that
+    sum to 1.1 are a typo or counts, and rescaling them silently would hide it."""
+    import numpy as np
+
+    a = np.asarray(values, dtype=np.float64).ravel()
+    total = float(a.sum())
+    if np.all(np.isfinite(a)) and abs(total - 1.0) > DISTRIBUTION_TOLERANCE:
+        raise ValueError(f"{name} must be proportions summing to 1 (within {DISTRIBUTION_TOLERANCE:g}), got "
+                         f"{a.tolist()} summing to {total:.6g}; give p(s) over the groups (with equalized odds "
+                         "p(s | y) per class, each row summing to 1)")

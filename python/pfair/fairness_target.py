@@ -58,9 +58,6 @@ from pfair.privacy.accountant import noise_multiplier_for
 VIOLATION_SENSITIVITY = math.sqrt(2.0)
 #: Name of the ledger event of one violation release.
 VIOLATION_EVENT = "violation_histogram"
-#: Noise streams of the violation releases: purpose "histogram", round ``STREAM_BASE + epoch``
-#: (the p_s histogram uses round 0 of the same purpose; no two releases share a stream).
-STREAM_BASE = 1 << 40
 
 
 def violation_counts(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int,

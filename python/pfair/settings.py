@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pfair._validation import check_choice, check_int, check_positive
+from pfair._validation import check_choice, check_distribution, check_int, check_positive
 from pfair.exceptions import PrivacyWarning
 
 from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
@@ -56,6 +56,11 @@ AUTO_BATCH_TARGET = 2048
 #: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
 #: :func:`deep_batch_size` and :func:`deep_lr_theta`.
 DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25}
+#: Most epochs a run may have. Far beyond any useful fit (the tuned defaults use 5 to 40); a run's
+#: epoch numbers name its checkpoint releases (:class:`pfair.protocol.keys.ReleaseId`), and a
+#: deployed silo plans only runs whose length its settings imply, so a server cannot ask a silo to
+#: plan a run of 2⁴⁰ epochs it never means to train.
+MAX_EPOCHS = 100_000
 #: What ``clip="auto"`` means in a private fit of a deep model (no clipping without privacy, as for
 #: SteFFLe): the clip norm the deep defaults were chosen with (with ``lr_w`` 0.25 above), not the
 #: linear model's :data:`PRIVATE_CLIPS` (its protocol did not train networks).
@@ -180,6 +185,38 @@ def default_delta(n_records: int) -> float:
     return 1.0 / float(n) ** 2
 
 
+#: Above this ε a guarantee is warned about as not meaningful: e^10 ≈ 22,026 bounds how much more
+#: likely any outcome may become when one record (or its s) changes, which rules out almost no
+#: inference (docs/privacy.md, "Settings that guarantee nothing").
+MEANINGFUL_EPSILON = 10.0
+#: δ above this share of 1/n is warned about: the standard requirement is δ ≪ 1/n.
+DELTA_WARN_SHARE = 0.1
+
+
+def check_delta(delta: float, n_records: int, *, party: Any = "silo", warn: bool = True) -> bool:
+    """Refuse a δ that makes the guarantee vacuous, warn about one that nearly does.
+
+    Publishing one of a party's ``n`` records at random, in the clear, is (0, 1/n)-DP: a record
+    changes the output only when it is the one drawn, with probability 1/n (Dwork and Roth, "The
+    Algorithmic Foundations of Differential Privacy", 2014, §2.3). So δ ≥ 1/n allows exposing a
+    record outright and is refused; δ > :data:`DELTA_WARN_SHARE`/n is a
+    :class:`~pfair.exceptions.PrivacyWarning` (the default 1/n² is that large only below 10 records).
+    Returns whether δ is that large (``warn=False``: the caller warns once for many parties)."""
+    n, delta = int(n_records), float(delta)
+    if n >= 1 and delta >= 1.0 / n:
+        raise ValueError(f"{party}: delta={delta:g} is at least 1/n = 1/{n}, the n = {n} records it protects: an "
+                         "(epsilon, delta) guarantee with delta >= 1/n allows publishing a random record in the clear, "
+                         "so it protects nothing. Pass a delta well below 1/n (the default is 1/n²) or merge small "
+                         "silos")
+    near = n >= 1 and delta > DELTA_WARN_SHARE / n
+    if near and warn:
+        warnings.warn(f"{party}: delta={delta:g} is more than {DELTA_WARN_SHARE:g}/n for its n = {n} records; the "
+                      "standard requirement is delta much smaller than 1/n (a delta near 1/n allows exposing a record "
+                      "outright with that probability). Pass a smaller delta or merge small silos",
+                      PrivacyWarning, stacklevel=3)
+    return near
+
+
 def parse_public_proportions(value: Any) -> np.ndarray | dict:
     """Validate user-supplied public group proportions (the shape is checked against the data in
     :func:`pfair.privacy.proportions.public_proportions`). Returns a float array or a dict."""
@@ -198,6 +235,8 @@ def parse_public_proportions(value: Any) -> np.ndarray | dict:
         raise ValueError(f"p_s as proportions must be 1-D (k groups) or 2-D (classes × k), got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError("p_s proportions must be finite and > 0 (every group needs a positive share)")
+    for i, row in enumerate(np.atleast_2d(arr)):
+        check_distribution(row, "p_s" if arr.ndim == 1 else f"p_s[{i}]")
     return arr
 
 
@@ -477,6 +516,10 @@ class SteFFLeSettings:
             if not 0 < p["delta"] < 1:
                 raise ValueError(f"delta must be in (0, 1), got {p['delta']}; a common choice is 1/n²")
         check_int(p["epochs"], "epochs")
+        if p["epochs"] > MAX_EPOCHS:
+            raise ValueError(f"epochs must be at most {MAX_EPOCHS:,}, got {p['epochs']:,}; no fit needs more (the tuned "
+                             "defaults use 5 to 40), and a run's length is bounded so that a silo never plans "
+                             "a run it will not train. Use fewer epochs")
         if not (isinstance(p["batch_size"], str) and p["batch_size"] == "auto"):
             if isinstance(p["batch_size"], str):
                 raise ValueError(f"batch_size must be an integer >= 1 or 'auto' (min({AUTO_BATCH_PRIVATE}, smallest "
@@ -582,6 +625,14 @@ class SteFFLeSettings:
         """A :class:`PrivacyWarning` for every setting that weakens what a private fit claims."""
         if not self.private:
             return
+        if self.epsilon > MEANINGFUL_EPSILON:
+            warnings.warn(
+                f"epsilon={self.epsilon:g} is above {MEANINGFUL_EPSILON:g}, where a guarantee stops meaning much: "
+                f"one record (or its s) may make any outcome e^epsilon = {math.exp(min(self.epsilon, 700.0)):.3g} times "
+                "more likely. Ask for a smaller epsilon, or report the fit as not private",
+                PrivacyWarning,
+                stacklevel=4,
+            )
         if self.noise_seed is not None:
             warnings.warn(
                 f"noise_seed={self.noise_seed} makes the noise reproducible: anyone who knows it can remove the "

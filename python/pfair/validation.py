@@ -61,10 +61,6 @@ from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning
 VALIDATION_SENSITIVITY = math.sqrt(2.0)
 #: Name of the ledger event of one validation-table release (record mode).
 VALIDATION_EVENT = "validation_table"
-#: Noise streams of the validation tables: purpose "histogram", round ``VALIDATION_STREAM + epoch``
-#: (p_s uses round 0, the violation releases ``1 << 40 + epoch``, a deployed evaluation ``1 << 41 + i``,
-#: the score histograms ``1 << 42 + i``).
-VALIDATION_STREAM = 1 << 43
 #: Level of the guard's one-sided tests (:class:`CheckpointFigures`): a model better than the
 #: constant predictor is shown not better, and one no better is shown better, with probability at
 #: most this (over the draw of the held-out records; normal approximation of the paired mean).

@@ -20,6 +20,15 @@
 //! Either way the same key gives the same bits whatever the thread schedule, and different
 //! silos, rounds and purposes get independent streams. Batch sampling and noise use different
 //! purposes, so changing the batch size never changes which noise a round adds.
+//!
+//! **Release streams** ([`NoiseKey::release_stream_key`]): a release that is not a round's
+//! message (a DP histogram, a checkpoint table, an evaluation) is named by an identifier of any
+//! length (its kind, run, epoch or index and silo, encoded injectively by the caller: `pfair`'s
+//! `protocol/keys.py`). Its stream key is the ChaCha20 cascade (Bellare, Canetti, Krawczyk 1996)
+//! over that identifier, started from block 0 of nonce 0 under the silo's key — a block no round
+//! stream uses (theirs are `4·silo + purpose` with purpose 1, 2 or 3, never a multiple of 4). Two
+//! distinct identifiers get independent streams however large their numbers are: no arithmetic
+//! maps two of them onto one input of the PRF.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -93,6 +102,20 @@ impl NoiseKey {
     pub fn stream(&self, silo: u64, round: u64, purpose: Purpose) -> ChaCha20Rng {
         ChaCha20Rng::from_seed(self.stream_key(silo, round, purpose))
     }
+
+    /// The 256-bit ChaCha key of the release stream named `id` ([`release_key`] under this key,
+    /// a seed's expanded by [`seed_key`]).
+    pub fn release_stream_key(&self, id: &[u8]) -> [u8; 32] {
+        match self {
+            NoiseKey::Seeded(seed) => release_key(&seed_key(*seed), id),
+            NoiseKey::Secret(secret) => release_key(secret, id),
+        }
+    }
+
+    /// The generator of the release stream named `id`.
+    pub fn release_stream(&self, id: &[u8]) -> ChaCha20Rng {
+        ChaCha20Rng::from_seed(self.release_stream_key(id))
+    }
 }
 
 /// SplitMix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
@@ -115,6 +138,46 @@ fn prf_key(key: &[u8; 32], silo: u64, round: u64, purpose: Purpose) -> [u8; 32] 
     let mut out = [0u8; 32];
     prf.fill_bytes(&mut out);
     out
+}
+
+/// The first 32 bytes of ChaCha20 block `block` of nonce `nonce` under `key`: one evaluation of
+/// ChaCha20 as a PRF on 128-bit inputs.
+fn prf_block(key: &[u8; 32], nonce: u64, block: u64) -> [u8; 32] {
+    use rand::RngCore;
+    let mut prf = ChaCha20Rng::from_seed(*key);
+    prf.set_stream(nonce);
+    prf.set_word_pos((block as u128) * 16);
+    let mut out = [0u8; 32];
+    prf.fill_bytes(&mut out);
+    out
+}
+
+/// The key of the release domain under `key`: PRF(`key`; nonce 0, block 0). Round streams use
+/// blocks `4·silo + purpose` (mod 2⁶⁴) with purpose in {1, 2, 3}, never ≡ 0 mod 4, so this input
+/// is never a round stream's and the release domain is independent of every round stream.
+fn release_domain_key(key: &[u8; 32]) -> [u8; 32] {
+    prf_block(key, 0, 0)
+}
+
+/// The 256-bit key of the release stream named `id` under `key`: the cascade
+/// `k₀ = release_domain_key(key)`, `k_{i+1} = PRF(k_i; chunk_i)` over the 16-byte chunks of
+/// `len(id) as u64 (little-endian) ‖ id ‖ zeros to a multiple of 16`, each chunk read as
+/// (nonce, block) = two little-endian u64. The length comes first, so no encoded identifier is a
+/// prefix of another's, and the cascade of a PRF over prefix-free inputs is a PRF (Bellare,
+/// Canetti, Krawczyk, "Pseudorandom functions revisited: the cascade construction and its
+/// concrete security", 1996): distinct identifiers give independent keys.
+pub fn release_key(key: &[u8; 32], id: &[u8]) -> [u8; 32] {
+    let mut msg = Vec::with_capacity(id.len() + 24);
+    msg.extend_from_slice(&(id.len() as u64).to_le_bytes());
+    msg.extend_from_slice(id);
+    msg.resize(msg.len().div_ceil(16) * 16, 0);
+    let mut k = release_domain_key(key);
+    for chunk in msg.chunks_exact(16) {
+        let nonce = u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes"));
+        let block = u64::from_le_bytes(chunk[8..].try_into().expect("8 bytes"));
+        k = prf_block(&k, nonce, block);
+    }
+    k
 }
 
 /// The 256-bit key a public seed stands for: SplitMix64 outputs 0..4 of the generator started at
@@ -293,5 +356,69 @@ mod tests {
         add_gaussian(&mut stream(5, 1, 7, Purpose::Noise), &mut b, 1.0);
         let corr = a.iter().zip(&b).map(|(x, y)| x * y).sum::<f64>() / n as f64;
         assert!(corr.abs() < 0.015, "corr {corr}");
+    }
+
+    #[test]
+    fn release_key_is_the_cascade_from_the_release_domain() {
+        // Known answer: an independent evaluation of the cascade over a 10-byte identifier
+        // (length 10, then the bytes, padded to 32 bytes: two steps).
+        use rand::RngCore;
+        let block = |key: [u8; 32], nonce: u64, blk: u64| {
+            let mut r = ChaCha20Rng::from_seed(key);
+            r.set_stream(nonce);
+            let mut skip = vec![0u8; 64 * blk as usize];
+            r.fill_bytes(&mut skip);
+            let mut out = [0u8; 32];
+            r.fill_bytes(&mut out);
+            out
+        };
+        let secret = [9u8; 32];
+        let id = *b"abcdefghij";
+        let mut msg = [0u8; 32];
+        msg[..8].copy_from_slice(&10u64.to_le_bytes());
+        msg[8..18].copy_from_slice(&id);
+        let word = |i: usize| u64::from_le_bytes(msg[8 * i..8 * i + 8].try_into().unwrap());
+        // Block indices of this identifier are huge: compute them with set_word_pos instead.
+        let at = |key: [u8; 32], nonce: u64, blk: u64| {
+            let mut r = ChaCha20Rng::from_seed(key);
+            r.set_stream(nonce);
+            r.set_word_pos(blk as u128 * 16);
+            let mut out = [0u8; 32];
+            r.fill_bytes(&mut out);
+            out
+        };
+        assert_eq!(at(secret, 3, 2), block(secret, 3, 2));
+        let k0 = block(secret, 0, 0);
+        let k1 = at(k0, word(0), word(1));
+        let k2 = at(k1, word(2), word(3));
+        assert_eq!(NoiseKey::Secret(secret).release_stream_key(&id), k2);
+        assert_eq!(NoiseKey::Seeded(5).release_stream_key(&id), release_key(&seed_key(5), &id));
+    }
+
+    #[test]
+    fn release_streams_are_distinct_and_never_a_round_stream() {
+        // Identifiers that differ only in a large number, in length, or by trailing zeros (which
+        // the padding must not erase) all get their own key; none is a round stream's key.
+        let key = NoiseKey::Seeded(12345);
+        let mut ids: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0, 0], vec![0; 16], vec![0; 17]];
+        for e in [0u64, 1, 1 << 40, (1 << 40) + 1, 3 << 40, u64::MAX] {
+            ids.push(e.to_le_bytes().to_vec());
+            let mut v = b"violation".to_vec();
+            v.extend_from_slice(&e.to_le_bytes());
+            ids.push(v);
+        }
+        let mut keys = std::collections::HashSet::new();
+        for id in &ids {
+            assert!(keys.insert(key.release_stream_key(id)), "{id:?}");
+        }
+        for silo in 0..8 {
+            for round in [0, 1, 1 << 40, 3 << 40] {
+                for purpose in [Purpose::Batch, Purpose::Noise, Purpose::Other] {
+                    assert!(keys.insert(key.stream_key(silo, round, purpose)), "({silo}, {round}, {purpose:?})");
+                }
+            }
+        }
+        // Different keys, different release streams.
+        assert_ne!(NoiseKey::Seeded(1).release_stream_key(b"x"), NoiseKey::Seeded(2).release_stream_key(b"x"));
     }
 }

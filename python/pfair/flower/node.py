@@ -64,9 +64,12 @@ server could plan a run with λ = 0 (nothing to noise, nothing charged) and then
 raise a clip norm or change the batch scheme under the planned noise, or pick the batch seed of
 each round so that one record is in every batch while the ledger charges one release an epoch.
 With a ``noise-seed``, the node answers one run only: a second run would draw the same noise
-under other σ's, and two replies of the same round with known σ's give the exact gradient. For
-the same reason it releases one DP histogram only (every histogram's noise is the same stream:
-three histograms of other fairness notions solve for the noise and the exact counts).
+under other σ's, and two replies of the same round with known σ's give the exact gradient. It
+releases one DP histogram of s only, as a second line of defence: every release now draws a stream
+of its own (:class:`pfair.protocol.keys.ReleaseId`), but under the stream derivation before, three
+histograms of other fairness notions solved for the noise and the exact counts. A run is planned
+only for the rounds its settings imply (:func:`check_total_rounds`; ``epochs`` is bounded by
+:data:`pfair.settings.MAX_EPOCHS`).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
 from pfair.protocol.messages import CheckpointRelease, SiloMessage
-from pfair.protocol.keys import SiloKeys, new_secret, noise_key, restore_key
+from pfair.protocol.keys import SiloKeys, evaluation_release, new_secret, noise_key, release_run, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
@@ -196,6 +199,16 @@ class SiloNode:
         self.state_dir = Path(str(need("state-dir")))
         self.silo_id = int(need("silo-id"))
         self.budget = float(need("epsilon"))
+        from pfair.settings import MEANINGFUL_EPSILON
+
+        if self.budget > MEANINGFUL_EPSILON:
+            import warnings
+
+            from pfair.exceptions import PrivacyWarning
+
+            warnings.warn(f"silo {node_config.get('silo-id')}: node config epsilon={self.budget:g} is above "
+                          f"{MEANINGFUL_EPSILON:g}, where a guarantee stops meaning much (one record may make an "
+                          "outcome e^epsilon times more likely); set a smaller epsilon", PrivacyWarning, stacklevel=2)
         self.delta = float(node_config["delta"]) if "delta" in node_config else None
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
         self.anchor = Path(str(node_config["ledger-anchor"])) if node_config.get("ledger-anchor") else None
@@ -233,14 +246,16 @@ class SiloNode:
                                  "ledger was deleted, and a new one would answer that run's rounds again. Restore "
                                  "the latest ledger, or start the silo over on purpose with `pfair node reset "
                                  "--state-dir DIR --i-understand`")
+        from pfair.settings import check_delta, default_delta
+
         if path.exists():
             ledger = PrivacyLedger.load(path, anchor=self.anchor)
         else:
-            from pfair.settings import default_delta
-
             delta = self.delta if self.delta is not None else default_delta(self.n_records)
+            check_delta(delta, self.n_records, party=f"silo {self.silo_id} (node config delta)")
             ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path, anchor=self.anchor)
             ledger.save(path)  # refused (LedgerRollback) if the journals say a ledger was deleted here
+        check_delta(ledger.delta, self.n_records, party=f"silo {self.silo_id} (its ledger's delta)")
         return ledger.bind(data_fingerprint(self.X, self.y, self.s),
                            legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
 
@@ -403,6 +418,7 @@ class SiloNode:
                 "would draw the same noise under other noise scales, and two replies of one round would give "
                 "the exact gradient. Give the node another noise-seed (or none) for a new run")
         party = self._party(settings, ledger=ledger)
+        check_total_rounds(party.settings, int(total_rounds), silo=self.silo_id)
         plan = party.plan_rounds(np.asarray(proportions, dtype=np.float64), int(total_rounds), run_id=run_id)
         record = {"run_id": run_id, "plan": plan.as_dict(), "proportions": np.asarray(proportions).tolist(),
                   "terms": terms, "total_rounds": int(total_rounds)}
@@ -501,7 +517,7 @@ class SiloNode:
                 lambda: confusion_by_group(y, np.argmax(self._predict_proba(X, theta), axis=1), s,
                                            n_groups=self.n_groups, n_classes=self.n_classes),
                 ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name="evaluation"),
-                key=noise_key(self.noise_seed), silo=self.silo_id, stream=EVALUATION_STREAM + len(done),
+                key=noise_key(self.noise_seed), release=evaluation_release(self.silo_id, release_run(ledger, run_id), len(done)),
                 noise_multiplier=z, sensitivity=HISTOGRAM_SENSITIVITY, name=f"{EVALUATION_PREFIX}{run_id}:{len(done)}")
         out = metrics_from_table(table)
         if st.protect == "attribute":  # x and y are not protected: the error and loss need no s
@@ -621,9 +637,19 @@ def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | Non
     return removed
 
 
-#: Noise streams of the evaluation releases: purpose "histogram", round ``EVALUATION_STREAM + i``
-#: (the p_s histogram uses round 0, the violation releases ``STREAM_BASE + epoch``).
-EVALUATION_STREAM = 1 << 41
+def check_total_rounds(settings: SteFFLeSettings, total_rounds: int, *, silo: int) -> None:
+    """Refuse a plan of ``total_rounds`` rounds that the run's settings do not imply: a run is
+    ``epochs`` epochs of R ≥ 1 rounds each (``T = epochs · R``, :mod:`pfair.protocol.plan`; R = 1
+    with the full batch), and ``epochs`` is at most :data:`pfair.settings.MAX_EPOCHS` (checked
+    with the settings). R itself is the federation's ``⌈mean silo size / m⌉``, which one silo does
+    not know; more rounds only mean more noise per round, as the plan is calibrated to T."""
+    E = int(settings.epochs)
+    full = settings.sampling == "full_batch"
+    if total_rounds < E or total_rounds % E or (full and total_rounds != E):
+        want = f"exactly epochs = {E}" if full else f"a multiple of epochs = {E} (epochs · rounds per epoch)"
+        raise SettingsMismatch(f"silo {silo}: the plan asks for total-rounds = {total_rounds}, which these settings do "
+                               f"not imply: a run of {E} epochs with sampling={settings.sampling!r} has {want}. "
+                               "Nothing was planned or charged; send the run's own total-rounds")
 
 
 def evaluation_noise_multiplier(epsilon: float, delta: float) -> float:

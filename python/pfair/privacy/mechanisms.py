@@ -7,15 +7,18 @@ is computed), and then noised with a stream of the silo's own key:
 * **rounds** (:func:`charge_rounds`, :func:`charge_epoch`): the Gaussian noise of a round's parts is
   added in Rust (``rust/src/round.rs``: ``noise_message``; ``rust/src/hybrid.rs`` for the sensitive
   silos of the hybrid topologies), with the σ's of the silo's noise plan;
-* **histograms** (:func:`release_histogram`): the DP histogram of s behind ``p_s="dp"`` and the
-  violation releases of a fairness target. A count vector ``c`` is released as
-  ``c + z · Δ · N(0, I)`` with ``Δ = √2``: replacing one record moves at most one count from one
-  cell to another (the derivations are in :mod:`pfair.privacy.proportions` and
-  :mod:`pfair.fairness_target`).
+* **histograms** (:func:`release_histogram`): the DP histogram of s behind ``p_s="dp"``, the
+  checkpoint releases, a deployed silo's evaluations and the score histograms. A count vector ``c``
+  is released as ``c + z · Δ · N(0, I)`` with ``Δ = √2``: replacing one record moves at most one
+  count from one cell to another (the derivations are in :mod:`pfair.privacy.proportions` and
+  :mod:`pfair.fairness_target`). Its noise is the release stream of its
+  :class:`~pfair.protocol.keys.ReleaseId` (:func:`release_gaussian`), which no other release and no
+  round of the silo shares.
 
 :func:`add_noise` (``v + σ · N(0, I)``) is the one place Python adds Gaussian noise to a vector:
 these releases and the PF-LD baseline's primal and dual noise use it, over :func:`gaussian`, the
-one draw of a keyed standard-normal vector.
+one draw of a keyed standard-normal vector of the rounds' domain (the histograms draw
+:func:`release_gaussian`).
 """
 
 from __future__ import annotations
@@ -28,11 +31,19 @@ import numpy as np
 
 from pfair import _core
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger, charge_rounds_together
+from pfair.protocol.keys import ReleaseId
 
 
 def gaussian(key: Any, silo: int, stream: int, size: int, *, purpose: str = "noise") -> np.ndarray:
     """``size`` standard-normal draws of the stream (key, silo, stream, purpose)."""
     return _core.gaussian_stream(key, int(silo), int(stream), int(size), purpose=purpose)
+
+
+def release_gaussian(key: Any, release: ReleaseId, size: int) -> np.ndarray:
+    """``size`` standard-normal draws of the release stream of ``release`` under ``key``."""
+    if not isinstance(release, ReleaseId):
+        raise TypeError(f"release must be a pfair.protocol.keys.ReleaseId, got {type(release).__name__}")
+    return _core.gaussian_release(key, release.encode(), int(size))
 
 
 def _noise_std(sigma: float) -> float:
@@ -56,9 +67,10 @@ def add_noise(values: np.ndarray, sigma: float, key: Any, silo: int, stream: int
 
 
 def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: PrivacyLedger | None, event: MechanismEvent | None, key: Any,
-                      silo: int, stream: int, noise_multiplier: float, sensitivity: float,
+                      release: ReleaseId, noise_multiplier: float, sensitivity: float,
                       name: str | None = None) -> np.ndarray:
-    """Charge ``event`` to ``ledger`` (refusing first), then release ``counts + z·Δ·N(0, I)``.
+    """Charge ``event`` to ``ledger`` (refusing first), then release ``counts + z·Δ·N(0, I)``,
+    the draws from the release stream of ``release`` under ``key`` (:func:`release_gaussian`).
     ``counts`` may be a function computing them, called only once the charge went through.
 
     With ``name`` the release is kept in the ledger under that name, and a release already kept
@@ -70,10 +82,12 @@ def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: 
         if earlier is not None:
             return np.asarray(earlier, dtype=np.float64)
     sigma = _noise_std(noise_multiplier * sensitivity)  # a bad σ is refused before the charge
+    if not isinstance(release, ReleaseId):  # before the charge: a wrong call must not spend budget
+        raise TypeError(f"release must be a pfair.protocol.keys.ReleaseId, got {type(release).__name__}")
     if ledger is not None and event is not None:
         ledger.charge(event)  # refuses before anything is released
     counts = np.asarray(counts() if callable(counts) else counts, dtype=np.float64)
-    released = add_noise(counts, sigma, key, silo, stream, purpose="histogram")
+    released = counts if sigma == 0.0 else counts + sigma * release_gaussian(key, release, counts.size).reshape(counts.shape)
     if name is not None and ledger is not None:
         ledger.release(name, released)
     return released

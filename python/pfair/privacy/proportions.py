@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from pfair._validation import check_distribution
 from pfair.privacy.accountant import noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent
 
@@ -106,6 +107,7 @@ def public_proportions(p_s: Any, *, fairness: str, groups: np.ndarray, classes: 
             raise ValueError(f"p_s{where} has {a.size} proportions but there are {k} sensitive groups {groups.tolist()}")
         if not np.all(np.isfinite(a)) or np.any(a <= 0):
             raise ValueError(f"p_s{where} proportions must be finite and > 0, got {a.tolist()}")
+        check_distribution(a, f"p_s{where}")
         return a / a.sum()
 
     if isinstance(p_s, Mapping) and fairness == "equalized_odds" and all(c in p_s for c in classes.tolist()):

@@ -20,10 +20,6 @@ from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 SCORE_HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
 #: Name of the ledger event of one score-histogram release.
 SCORE_HISTOGRAM_EVENT = "score_histogram"
-#: Noise streams of the score histograms: purpose "histogram", round ``SCORE_STREAM + i`` for the
-#: silo's i-th such release (p_s uses round 0, the violation releases 2⁴⁰ + epoch, a deployed
-#: silo's evaluations 2⁴¹ + i): no two releases of a silo share a stream, even with a noise seed.
-SCORE_STREAM = 1 << 42
 #: Most score bins a release may have (a deployed silo refuses more).
 MAX_BINS = 1000
 
@@ -85,13 +81,15 @@ def release_score_histogram(counts: Any, *, ledger: PrivacyLedger, epsilon: floa
     """One silo's release: calibrate z (:func:`score_histogram_noise_multiplier`), charge the event
     to ``ledger`` (refused past the budget, before anything is computed), then return
     ``counts + z·√2·N(0, I)`` (``counts`` an array or a function computing it) and z. The noise is
-    the stream ``(key, silo, SCORE_STREAM + i)`` for the silo's i-th score release."""
+    the release stream of the silo's i-th score histogram (:func:`pfair.protocol.keys.score_release`),
+    which no other release of the silo shares."""
     from pfair.privacy import mechanisms
+    from pfair.protocol.keys import score_release
 
     z = score_histogram_noise_multiplier(ledger, epsilon)
     earlier = sum(1 for e in ledger.events if e.name == SCORE_HISTOGRAM_EVENT)
     noisy = mechanisms.release_histogram(
         counts, ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name=SCORE_HISTOGRAM_EVENT),
-        key=key, silo=int(silo), stream=SCORE_STREAM + earlier, noise_multiplier=z,
+        key=key, release=score_release(int(silo), earlier), noise_multiplier=z,
         sensitivity=SCORE_HISTOGRAM_SENSITIVITY)
     return noisy, z

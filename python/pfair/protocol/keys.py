@@ -17,13 +17,25 @@ other silo know every public setting, including any seed a user typed):
   silos are accounted as random batches, so a private run draws them from a secret key too.
 * **a deployed silo's batch key** (:func:`restore_key`): drawn once at the plan round and kept, so
   the rounds of one shuffled epoch, answered by separate processes, come from one permutation.
+
+**Which stream a release draws** (:class:`ReleaseId`). A round's message draws the stream
+``(silo, round, purpose)`` of the silo's noise key. Every other release of a silo (the DP
+histogram of s, a checkpoint's validation table and violation histogram, a deployed silo's
+evaluation, a score histogram) is named by a :class:`ReleaseId` — its kind, silo, run, subject and
+epoch or index — whose injective byte encoding (:meth:`ReleaseId.encode`) the Rust core turns into
+a stream key by a ChaCha20 cascade in a domain no round stream uses (``rust/src/noise.rs``,
+``release_key``; ``docs/privacy.md``, "Noise streams"). Two releases share noise only if they have
+the same identifier, which a ledger charges and keeps once: there is no arithmetic (a base plus an
+epoch) that a long run or a chosen epoch could make two kinds meet in.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+import numpy as np
 
 from pfair import _core
 from pfair.settings import SteFFLeSettings
@@ -83,3 +95,99 @@ class SiloKeys:
         """Fresh secret noise (or ``noise_seed``'s) and the batch key the protection mode allows."""
         noise = noise_key(settings.noise_seed)
         return cls(batch=batch_key(settings, noise), noise=noise)
+
+
+# ------------------------------------------------------------------------------------ release ids
+#: The kinds of release a silo noises outside its rounds (the first field of a :class:`ReleaseId`).
+GROUP_COUNTS = "group_counts"  # the DP histogram of s behind p_s="dp" (pfair.privacy.proportions)
+VALIDATION_TABLE = "validation_table"  # a checkpoint's validation table, record mode (pfair.validation)
+VIOLATION_HISTOGRAM = "violation_histogram"  # a checkpoint's violation histogram (pfair.fairness_target)
+EVALUATION = "evaluation"  # a deployed silo's evaluation table (pfair.flower.node)
+SCORE_HISTOGRAM = "score_histogram"  # a score histogram for post-processing (pfair.privacy.score_histogram)
+RELEASE_KINDS = (GROUP_COUNTS, VALIDATION_TABLE, VIOLATION_HISTOGRAM, EVALUATION, SCORE_HISTOGRAM)
+
+
+@dataclass(frozen=True)
+class ReleaseId:
+    """What identifies one release of a silo, and so its noise stream.
+
+    ``kind``: one of :data:`RELEASE_KINDS`; ``silo``: the silo's index; ``run``: the run it belongs
+    to, named by :func:`release_run` (``""`` for a release of the silo rather than of a run: the p_s histogram, kept across runs,
+    and a score histogram); ``subject``: what it is of when one kind holds several (the p_s
+    histogram's statistic, e.g. ``"p_s:equalized_odds:1"``); ``index``: the checkpoint epoch, or
+    the i-th release of its kind (evaluations of a run, score histograms of a silo).
+
+    :meth:`encode` is injective: ``DOMAIN`` and then every field as its UTF-8 bytes (integers in
+    decimal) preceded by their length as 8 little-endian bytes, so the fields can be read back
+    from the bytes. The Rust core derives the stream from these bytes under the silo's key
+    (``_core.gaussian_release``)."""
+
+    kind: str
+    silo: int
+    run: str = ""
+    subject: str = ""
+    index: int = 0
+
+    DOMAIN: ClassVar[bytes] = b"pfair/release/v1"
+
+    def __post_init__(self) -> None:
+        if self.kind not in RELEASE_KINDS:
+            raise ValueError(f"release kind {self.kind!r} is unknown; add it to RELEASE_KINDS in "
+                             f"pfair/protocol/keys.py (known: {', '.join(RELEASE_KINDS)})")
+        for name in ("silo", "index"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"a release's {name} must be an integer >= 0, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        for name in ("run", "subject"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"a release's {name} must be a str, got {type(getattr(self, name)).__name__}")
+
+    def encode(self) -> bytes:
+        """The injective byte encoding the release's stream is derived from."""
+        fields = (self.DOMAIN, self.kind.encode(), str(self.silo).encode(), self.run.encode(),
+                  self.subject.encode(), str(self.index).encode())
+        return b"".join(len(f).to_bytes(8, "little") + f for f in fields)
+
+
+def release_run(ledger: Any, run_id: str | None) -> str:
+    """How run ``run_id`` is named in its releases' identifiers: ``"ledger:k"`` when it is the k-th
+    run (from 0) that the silo's ``ledger`` registered, else ``"id:"`` and its id.
+
+    The position, not the id: an in-process run's id is a fresh random one, and a seeded fit
+    (``noise_seed``) must release the same noise again from a fresh ledger; two runs of one
+    ledger still have different positions, so they never share a release stream. The prefixes
+    keep the two forms apart (a server may name a run ``"ledger:0"``)."""
+    runs = list(getattr(ledger, "runs", None) or ())
+    if run_id is not None and run_id in runs:
+        return f"ledger:{runs.index(run_id)}"
+    return f"id:{run_id or ''}"
+
+
+#: The statistic of a hybrid topology's sensitive silo's p_s histogram (its counts of s).
+HYBRID_GROUP_COUNTS = "sensitive_counts_of_s"
+
+
+def group_counts_release(silo: int, statistic: str) -> ReleaseId:
+    """The p_s histogram of ``statistic`` (its ledger name), one per silo whatever the run."""
+    return ReleaseId(GROUP_COUNTS, silo, subject=statistic)
+
+
+def validation_release(silo: int, run: str, epoch: int) -> ReleaseId:
+    """The validation table of checkpoint ``epoch`` of ``run`` (its :func:`release_run` name)."""
+    return ReleaseId(VALIDATION_TABLE, silo, run=run, index=epoch)
+
+
+def violation_release(silo: int, run: str, epoch: int) -> ReleaseId:
+    """The violation histogram of checkpoint ``epoch`` of ``run`` (its :func:`release_run` name)."""
+    return ReleaseId(VIOLATION_HISTOGRAM, silo, run=run, index=epoch)
+
+
+def evaluation_release(silo: int, run: str, i: int) -> ReleaseId:
+    """A deployed silo's ``i``-th evaluation of ``run`` (its :func:`release_run` name)."""
+    return ReleaseId(EVALUATION, silo, run=run, index=i)
+
+
+def score_release(silo: int, i: int) -> ReleaseId:
+    """The silo's ``i``-th score histogram."""
+    return ReleaseId(SCORE_HISTOGRAM, silo, index=i)

@@ -54,6 +54,22 @@ def ledgers_for(settings: SteFFLeSettings, ledgers: Any, *, sizes: Sequence[int]
             raise ValueError("ledgers= applies to private fits only (epsilon is None)")
         return [None] * n
 
+    from pfair.settings import check_delta
+
+    near = [j for j in range(n)  # a vacuous δ is refused before any ledger is made or read
+            if check_delta(settings.delta_for(sizes[j]), sizes[j], party=f"{what} {labels[j]}", warn=False)]
+    if near:
+        import warnings
+
+        from pfair.exceptions import PrivacyWarning
+        from pfair.settings import DELTA_WARN_SHARE
+
+        shown = ", ".join(f"{labels[j]} (delta={settings.delta_for(sizes[j]):g}, n={sizes[j]})" for j in near[:5])
+        warnings.warn(f"{len(near)} {what}(s) have delta > {DELTA_WARN_SHARE:g}/n for their n records: {shown}"
+                      f"{', ...' if len(near) > 5 else ''}; the standard requirement is delta much smaller than 1/n "
+                      "(a delta near 1/n allows exposing a record outright with that probability). Pass a smaller "
+                      "delta or merge small silos", PrivacyWarning, stacklevel=4)
+
     def fresh(j: int, path: Any = None) -> PrivacyLedger:
         return PrivacyLedger(epsilon=settings.epsilon, delta=settings.delta_for(sizes[j]), silo=labels[j], path=path)
 

@@ -27,7 +27,6 @@ from pfair import _core
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMismatch
 from pfair.privacy.calibration import NoisePlan, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
 from pfair.fairness_target import (
-    STREAM_BASE,
     VIOLATION_EVENT,
     VIOLATION_SENSITIVITY,
     violation_counts,
@@ -41,12 +40,12 @@ from pfair.privacy.proportions import (
     n_blocks,
     release_name,
 )
-from pfair.protocol.keys import SiloKeys
+from pfair.protocol.keys import SiloKeys, group_counts_release, release_run, validation_release, violation_release
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
 from pfair.protocol.setup import begin_run
 from pfair.settings import SteFFLeSettings
-from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, VALIDATION_STREAM, validation_table
+from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, validation_table
 
 
 def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
@@ -139,7 +138,8 @@ class SiloParty:
         return mechanisms.release_histogram(
             lambda: group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
                                  fairness=st.fairness, positive=st.positive_class),
-            ledger=self.ledger, event=histogram_event(z_h), key=self.keys.noise, silo=self.silo_id, stream=0,
+            ledger=self.ledger, event=histogram_event(z_h), key=self.keys.noise,
+            release=group_counts_release(self.silo_id, release_name(st.fairness, st.positive_class)),
             noise_multiplier=z_h, sensitivity=HISTOGRAM_SENSITIVITY,
             name=release_name(st.fairness, st.positive_class))
 
@@ -313,8 +313,7 @@ class SiloParty:
         st = self.settings
         checkpoints = st.checkpoint_epochs()
         if int(epoch) not in checkpoints:
-            # Each checkpoint's release has its own noise stream (base + epoch), and the ledger
-            # planned these epochs only.
+            # The ledger planned these epochs' releases only.
             raise ValueError(f"silo {self.silo_id}: this run releases its validation figures after the checkpoint "
                              f"epochs {[e for e in checkpoints]} only, not after epoch {int(epoch)}")
         if self._last_checkpoint is not None and self._last_checkpoint.epoch == epoch:
@@ -354,7 +353,7 @@ class SiloParty:
         else:
             val = mechanisms.release_histogram(
                 table, ledger=self.ledger, event=checkpoint_event(self.validation_z, VALIDATION_EVENT),
-                key=self.keys.noise, silo=self.silo_id, stream=VALIDATION_STREAM + int(epoch),
+                key=self.keys.noise, release=validation_release(self.silo_id, release_run(self.ledger, self.run_id), int(epoch)),
                 noise_multiplier=self.validation_z, sensitivity=VALIDATION_SENSITIVITY,
                 name=f"{VALIDATION_EVENT}:{self.run_id}:{int(epoch)}")
         viol = None
@@ -364,7 +363,7 @@ class SiloParty:
             else:
                 viol = mechanisms.release_histogram(
                     counts, ledger=self.ledger, event=checkpoint_event(self.violation_z, VIOLATION_EVENT), key=self.keys.noise,
-                    silo=self.silo_id, stream=STREAM_BASE + int(epoch), noise_multiplier=self.violation_z,
+                    release=violation_release(self.silo_id, release_run(self.ledger, self.run_id), int(epoch)), noise_multiplier=self.violation_z,
                     sensitivity=VIOLATION_SENSITIVITY, name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
         self._last_checkpoint = CheckpointRelease(self.silo_id, int(epoch), val, viol)
         return self._last_checkpoint

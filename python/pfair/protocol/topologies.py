@@ -62,7 +62,7 @@ import numpy as np
 from pfair import _core
 from pfair.privacy import mechanisms
 from pfair.protocol.driver import Driver, EpochOutcome, RunState
-from pfair.protocol.keys import hybrid_batch_key, noise_key
+from pfair.protocol.keys import HYBRID_GROUP_COUNTS, group_counts_release, hybrid_batch_key, noise_key
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
 from pfair.protocol.server import TAIL, check_header, check_part
 
@@ -349,7 +349,7 @@ class HybridParties:
         z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
             lambda: np.bincount(self._s[self.layout.owner == c], minlength=k).reshape(1, k).astype(float),
-            ledger=ledger, event=histogram_event(z_h), key=self.keys[c], silo=c, stream=0, noise_multiplier=z_h,
+            ledger=ledger, event=histogram_event(z_h), key=self.keys[c], release=group_counts_release(c, HYBRID_GROUP_COUNTS), noise_multiplier=z_h,
             sensitivity=HISTOGRAM_SENSITIVITY)
 
     def start(self) -> RunState:

@@ -32,6 +32,7 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // noise keys and keyed draws
     m.add_class::<noise::PyNoiseKey>()?;
     m.add_function(wrap_pyfunction!(noise::gaussian_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(noise::gaussian_release, m)?)?;
     // federation and rounds
     m.add_class::<round::PySiloConfig>()?;
     m.add_class::<round::PySiloSet>()?;

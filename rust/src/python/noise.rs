@@ -1,4 +1,5 @@
-//! Noise keys and keyed Gaussian streams (`crate::noise`): `NoiseKey`, `gaussian_stream`.
+//! Noise keys and keyed Gaussian streams (`crate::noise`): `NoiseKey`, `gaussian_stream`,
+//! `gaussian_release`.
 
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyTypeError;
@@ -86,4 +87,19 @@ pub(super) fn gaussian_stream<'py>(
     let mut v = vec![0.0; n];
     add_gaussian(&mut key.inner.stream(silo, round, purpose), &mut v, 1.0);
     Ok(v.into_pyarray(py))
+}
+
+/// Draws `n` standard-normal numbers from the release stream named `release_id` under `key`
+/// (`crate::noise::release_key`): the bytes are the release's identifier as
+/// `pfair.protocol.keys.ReleaseId.encode` writes it.
+#[pyfunction]
+pub(super) fn gaussian_release<'py>(
+    py: Python<'py>,
+    key: &PyNoiseKey,
+    release_id: &[u8],
+    n: usize,
+) -> Bound<'py, PyArray1<f64>> {
+    let mut v = vec![0.0; n];
+    add_gaussian(&mut key.inner.release_stream(release_id), &mut v, 1.0);
+    v.into_pyarray(py)
 }
