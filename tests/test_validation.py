@@ -173,6 +173,56 @@ def test_a_last_model_no_better_than_constant_gives_way_to_the_best_checkpoint_w
     assert f.epoch == 1 and why.startswith("no model of this fit is clearly better")
 
 
+def test_a_fixed_lambda_that_drives_the_model_onto_the_constant_returns_that_model_warned():
+    """At λ > 0 the constant predictor is the fairest model there is: a last model at it (identical,
+    or within the margin) is what λ asks for, not a failure to fall back from to an earlier, less
+    fair checkpoint. An inverted last model (clearly worse) still gives way to the best one."""
+    identical = pooled_figures([np.array([[70.0, 0.0], [30.0, 0.0]])], epoch=2)
+    early = pooled_figures([np.array([[65.0, 5.0], [5.0, 25.0]])], epoch=0)  # error 0.10
+    for lam, expected in ((8.0, 2), (0.0, 0)):
+        sel = Selector(lam=lam)
+        offer(sel, [early, identical])
+        (f, _, _), why = sel.choose()
+        assert f.epoch == expected and why is not None
+    sel = Selector(lam=8.0)
+    offer(sel, [early, identical])
+    assert "lam=8 drives the model to predicting one class" in sel.choose()[1]
+    sel = Selector(lam=8.0)
+    offer(sel, [early, fig(1, 0.36, n=2000)])  # inverted: 0.06 worse than the constant
+    (f, _, _), why = sel.choose()
+    assert f.epoch == 0 and "not clearly better" in why
+
+
+def test_cycles_of_the_validation_error_halve_the_theta_step_and_steady_trends_do_not():
+    from pfair.protocol.driver import damp_cycles
+
+    a, b, c = fig(0, 0.20, n=3000), fig(1, 0.40, n=3000), fig(2, 0.15, n=3000)
+    scale, trend = damp_cycles(a, b, 1.0, 0)  # a rise: a trend, no halving yet
+    assert (scale, trend) == (1.0, 1)
+    assert damp_cycles(b, c, scale, trend) == (0.5, -1)  # and back down: a swing
+    # a steady rise (fairness taking hold) and changes within the records' noise change nothing
+    assert damp_cycles(fig(1, 0.25, n=3000), fig(2, 0.30, n=3000), 1.0, 1) == (1.0, 1)
+    assert damp_cycles(fig(1, 0.25, n=100), fig(2, 0.20, n=100), 1.0, 1) == (1.0, 1)
+
+
+def test_the_scaled_theta_step_stops_the_cycle_of_a_table_whose_features_carry_s():
+    """make_synthetic at dependence 2, λ = 8, non-private: the constant θ step cycles (the last five
+    epochs' validation errors span more than 0.3), the default one settles within 0.02 and returns
+    its last epoch (docs/optimisation.md, "Two time scales")."""
+    data = pfair.datasets.make_synthetic(20000, 20, silos=3, dependence=2, seed=0)
+    fed = pfair.Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
+    spans = {}
+    for rule in ("constant", "scaled"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = SteFFLe(lam=8.0, epsilon=None, p_s="pooled", theta_step=rule).fit(fed)
+        v = m.history_["validation_error"].to_numpy()
+        spans[rule] = float(np.ptp(v[-5:]))
+    assert spans["constant"] > 0.3 and spans["scaled"] <= 0.02
+    assert m.selected_epoch_ == m.epochs
+    assert m.history_["lr_theta"].iloc[0] == pytest.approx(0.5 / 9)
+
+
 def test_a_target_returns_the_most_accurate_model_that_meets_it_with_its_noise_to_spare():
     sel = Selector(target=0.05)
     offer(sel, [fig(0, 0.15, violation=0.20), fig(1, 0.17, violation=0.045, sd=0.01),

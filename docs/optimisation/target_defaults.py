@@ -10,6 +10,9 @@ never the test split), ε = 1 per silo, t = 0.04, demographic parity, seeds 0-2,
 with the target's excess charged), mean over seeds and then over data sets.
 
     python docs/optimisation/target_defaults.py
+
+Re-run with the scaled θ step (``theta_step="scaled"``: η_θ / (1 + λ), so a target's growing λ
+slows θ) over steps up to 4: printout in ``docs/optimisation/target_defaults_log.txt``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ from pfair import SteFFLe, metrics
 from pfair.experiments.defaults import split
 
 TARGET = 0.04
-CONFIGS = [dict(batch_size=1024, lr_theta=0.5), dict(batch_size=2048, lr_theta=0.5),
-           dict(batch_size=4096, lr_theta=0.5), dict(batch_size=2048, lr_theta=1.0),
-           dict(batch_size=4096, lr_theta=1.0)]
+CONFIGS = [dict(batch_size=b, lr_theta=lr) for b in (1024, 2048, 4096) for lr in (0.5, 1.0, 2.0, 4.0)]
 
 
 def main() -> None:

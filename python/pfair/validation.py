@@ -65,6 +65,10 @@ VALIDATION_EVENT = "validation_table"
 #: constant predictor is shown not better, and one no better is shown better, with probability at
 #: most this (over the draw of the held-out records; normal approximation of the paired mean).
 GUARD_ALPHA = 0.05
+#: A fit with a fixed fairness weight λ > 0 whose last model is within this much validation error of
+#: the constant predictor (or within the guard's margin) is *at* the constant: the penalty drove it
+#: there, and the fit returns it (warned) instead of an earlier, less fair checkpoint.
+AT_CONSTANT = 0.005
 
 
 def z_of(alpha: float) -> float:
@@ -261,6 +265,8 @@ class Selector:
     constant (preferred in that order)."""
 
     target: float | None = None
+    #: The fixed fairness weight of the fit (0: none, or adapted to a target).
+    lam: float = 0.0
     figures: list = field(default_factory=list)
     _kept: dict = field(default_factory=dict, repr=False)
 
@@ -297,6 +303,13 @@ class Selector:
                 return last, None
             if not last[0].shown_not_better:
                 return last, f"{WITHIN_NOISE}: validation error {_fig(last[0])}; returned the last model"
+            if self.lam > 0 and last[0].difference <= max(last[0].margin, AT_CONSTANT):
+                # The fairness weight pushed the model onto the constant predictor, which is perfectly
+                # fair: an earlier checkpoint would be more accurate only by being less fair than λ asks.
+                return last, (f"the last model is no better than the constant predictor (validation error "
+                              f"{_fig(last[0])}): lam={self.lam:g} drives the model to predicting one class for "
+                              f"everyone; returned it (as fair as that, and as useless). Lower lam, or set "
+                              f"max_violation= for the most accurate model within a violation")
             # The best of K checkpoints is chosen after seeing them: it must be better at level α/K
             # (Bonferroni) for the choice to keep the guard's level.
             k = max(len(self.figures), 1)
@@ -427,6 +440,9 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
             fix += ", validation_epsilon_share or epsilon (the noise on the validation tables)"
         warnings.warn(f"{message}. Nothing shows it worse than the constant; {fix} would tell them apart (the "
                       "figures of every checkpoint are in checkpoints_)", ConvergenceWarning, stacklevel=stacklevel)
+        return
+    if "drives the model to predicting one class" in message:
+        warnings.warn(message, NotBetterThanConstantWarning, stacklevel=stacklevel)
         return
     fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
              "from 0) if fairness pushed it to the constant"]

@@ -66,6 +66,10 @@ class RunState:
     selected: int | None = None
     #: Why the returned model is not simply the last one (None when it is and nothing is wrong).
     selection_warning: str | None = None
+    #: Factor on η_θ left by :func:`damp_cycles` (1: no cycle seen), and the sign of the last
+    #: significant change of the released validation error (0: none yet).
+    lr_scale: float = 1.0
+    trend: int = 0
     #: The :class:`~pfair.validation.Selector` of the run (the models it keeps), so that a resumed
     #: run chooses among the checkpoints before the interruption too (None: not started).
     selector: Any = None
@@ -136,7 +140,7 @@ class Driver:
         self._warned_lam_max = False
         st = plan.settings
         self.checkpoints = set(st.checkpoint_epochs()) if self.held_out is not None and server is not None else set()
-        self.selector = Selector(target=st.max_violation)
+        self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam))
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
             progress: bool = False) -> RunState:
@@ -158,7 +162,9 @@ class Driver:
                 warnings.warn(f"every silo has refused; training stopped after {epoch} of {st.epochs} epochs",
                               PrivacyWarning, stacklevel=3)
                 break
-            lr = st.lr_at(epoch, None if server is None else server.lam)
+            if server is not None:
+                server.lr_scale = state.lr_scale
+            lr = st.lr_at(epoch, None if server is None else server.lam) * state.lr_scale
             before = theta
             out = self.transport.rounds(theta, w, epoch, lr=lr, active=active, refused=self.refused)
             theta, w = out.theta, out.w
@@ -238,12 +244,45 @@ class Driver:
         state.checkpoints.append(fig)
         self.selector.offer(fig, theta, w)
         row.update(fig.as_row())
+        if st.theta_step == "scaled" and server.controller is None and len(state.checkpoints) >= 2:
+            state.lr_scale, state.trend = damp_cycles(state.checkpoints[-2], fig, state.lr_scale, state.trend)
         if server.controller is not None and server.lam >= server.controller.lam_max and not self._warned_lam_max:
             self._warned_lam_max = True
             warnings.warn(f"max_violation={st.max_violation:g}: λ reached its cap {server.controller.lam_max:g} "
                           f"after epoch {epoch + 1} with the released violation still {fig.violation:.3g}; the target "
                           "may be out of reach of the ψ penalty with these settings", UserWarning, stacklevel=4)
         return row
+
+
+#: The θ step is halved at a reversal of the released validation error whose two changes each
+#: exceed this many standard deviations of a difference of two error rates (and :data:`CYCLE_MIN`).
+CYCLE_SDS = 1.645
+#: The smallest change of the validation error taken as a swing, whatever the held-out size.
+CYCLE_MIN = 0.01
+
+
+def damp_cycles(before: Any, after: Any, scale: float, trend: int) -> tuple[float, int]:
+    """The θ-step factor and trend after a checkpoint: halve the factor when the released
+    validation error reverses direction by a significant amount (a cycle of the min-max iterates).
+
+    The change ``Δ = e_after − e_before`` counts when ``|Δ| > max(CYCLE_MIN, z·sd)`` with
+    ``sd = √(e_b(1−e_b)/n_b + e_a(1−e_a)/n_a + noise)`` (two error rates of the held-out records;
+    the unpaired bound, larger than the paired sd). A significant rise after a significant fall, or
+    a fall after a rise, is a swing: θ overshoots the saddle point, so its step is halved. A steady
+    rise (fairness taking hold) or fall (learning) changes nothing. Everything read is released
+    (post-processing); θ's fixed points do not move (the whole step is scaled)."""
+    def var(f: Any) -> float:
+        n = max(float(f.n), 1.0)
+        l = max(int(round(math.sqrt(f.cells))), 2)  # noqa: E741
+        return f.error * (1 - f.error) / n + 2 * (l - 1) * (f.noise_sd / n) ** 2
+
+    delta = float(after.error - before.error)
+    if abs(delta) <= max(CYCLE_MIN, CYCLE_SDS * math.sqrt(var(before) + var(after))):
+        return scale, trend
+    sign = 1 if delta > 0 else -1
+    if trend != 0 and sign != trend:
+        scale *= 0.5
+    return scale, sign
 
 
 def checkpoint_std(plan: RunPlan, delta: float | None, kind: str) -> float:

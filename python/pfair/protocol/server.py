@@ -132,8 +132,11 @@ class ServerParty:
         self.controller = (LambdaController(target=float(settings.max_violation), lr=float(settings.lam_lr))
                            if settings.max_violation is not None else None)
 
+    #: Factor on η_θ from the damping of cycles (:func:`pfair.protocol.driver.damp_cycles`).
+    lr_scale: float = 1.0
+
     def lr_theta(self, round: int) -> float:
-        return self.settings.lr_at(round // self.rounds_per_epoch, self.lam)
+        return self.settings.lr_at(round // self.rounds_per_epoch, self.lam) * self.lr_scale
 
     def accept(self, messages: Sequence[tuple[Any, Any]], round: int) -> list[tuple[int, SiloMessage]]:
         """The valid ``(silo, message)`` pairs of a round; the others are logged and recorded in
