@@ -17,6 +17,7 @@ import pfair
 from pfair import metrics
 from pfair.exceptions import ConvergenceWarning
 from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
+                            TARGET_STEP_FACTOR,
                             SteFFLeSettings)
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -73,13 +74,16 @@ def test_auto_batch_is_capped_by_the_smallest_silo_and_depends_on_whether_the_ro
         assert not st.noisy_rounds, params
         assert st.for_sizes([10**6]).batch_size == free, params
     # A fairness target raises λ from 0, so its rounds carry noise, at a larger λ than the protocol
-    # scored: its own cap (docs/optimisation/target_defaults.py), with the step scaled as the batch.
+    # scored, and the scaled θ step divides its step by 1 + λ: its own cap and step
+    # (docs/optimisation/target_defaults.py).
     target = pfair.SteFFLe(max_violation=0.05, lam=1.0).settings()
-    assert target.for_sizes([10**6]).batch_size == AUTO_BATCH_TARGET > private
-    assert target.for_sizes([10**6]).lr_theta == pytest.approx(target.lr_theta * AUTO_BATCH_TARGET / private)
-    assert target.for_sizes([1500]).lr_theta == pytest.approx(target.lr_theta * 1500 / private)
-    assert target.for_sizes([800]).lr_theta == target.lr_theta  # at most the private cap: the step as given
+    assert target.for_sizes([10**6]).batch_size == AUTO_BATCH_TARGET
+    assert target.for_sizes([10**6]).lr_theta == pytest.approx(target.lr_theta * TARGET_STEP_FACTOR)
+    assert target.for_sizes([800]).batch_size == 800 and target.for_sizes([800]).lr_theta == target.lr_theta * 4
+    # A batch the user chose keeps the step as given; a non-private target takes the plain defaults.
     assert pfair.SteFFLe(max_violation=0.05, batch_size=512).settings().for_sizes([10**6]).lr_theta == target.lr_theta
+    free_target = pfair.SteFFLe(max_violation=0.05, epsilon=None).settings().for_sizes([10**6])
+    assert (free_target.batch_size, free_target.lr_theta) == (free, target.lr_theta)
     # Record mode noises every round.
     assert pfair.SteFFLe(protect="record").settings().for_sizes([10**6]).batch_size == record
     assert pfair.SteFFLe(protect="record", lam=0.0).settings().for_sizes([10**6]).batch_size == record

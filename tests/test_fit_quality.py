@@ -76,7 +76,7 @@ def test_the_target_on_credit_card_holds_and_on_compas_is_said_out_of_reach(caps
 @pytest.mark.slow
 def test_a_private_adult_target_is_within_0_01_of_non_private_fermi_at_the_same_violation():
     """SteFFLe at ε = 1 with max_violation=0.04 on Adult against non-private FERMI's front (mean over
-    the same seeds, λ from 2 to 8, which spans the violations such runs reach), read at each private
+    the same seeds, λ from 2 to 100, which spans the violations such runs reach), read at each private
     run's own test violation (docs/optimisation/target_gap.py, whose functions this uses): every run's
     test error within 0.01 of the front."""
     import numpy as np
@@ -89,7 +89,7 @@ def test_a_private_adult_target_is_within_0_01_of_non_private_fermi_at_the_same_
     fed = Federation.for_dataset(data, 3, heterogeneity=0, seed=0)
     seeds = range(3)
     points = [tuple(np.mean([gap.figures(SteFFLe(epsilon=None, lam=lam, seed=s).fit(fed), data) for s in seeds],
-                            axis=0)) for lam in (2.0, 3.0, 4.0, 5.0, 6.0, 8.0)]
+                            axis=0)) for lam in (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 40.0, 100.0)]
     v_front, e_front = gap.front(points)
     for s in seeds:
         m = SteFFLe(epsilon=1.0, max_violation=0.04, seed=s, noise_seed=s).fit(fed, ledgers="new")

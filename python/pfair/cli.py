@@ -177,14 +177,14 @@ def add_train_parser(sub: Any) -> None:
     # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
     # pfair.experiments.defaults); the help texts read them from there.
     from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
-                                PRIVATE_CLIPS, SteFFLeSettings)
+                                PRIVATE_CLIPS, TARGET_STEP_FACTOR, SteFFLeSettings)
 
     d = SteFFLeSettings()
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over each silo's records (default {d.epochs})")
     p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
                    help=f"records per silo per round; auto (default): min({AUTO_BATCH_PRIVATE}, smallest silo) when "
                         f"the rounds carry noise (--epsilon set and --lam > 0), min({AUTO_BATCH_TARGET}, smallest silo) "
-                        f"with --max-violation (--lr-theta scaled as the batch), "
+                        f"with --max-violation (and --lr-theta times {TARGET_STEP_FACTOR:g}), "
                         f"min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon none, or --lam 0), "
                         f"{AUTO_BATCH_RECORD} with --protect record")
     p.add_argument("--lr-theta", type=float, default=d.lr_theta,

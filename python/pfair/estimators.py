@@ -126,7 +126,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``pfair.settings.AUTO_BATCH_PRIVATE`` when they do (``epsilon`` set and ``lam > 0``): with
         public batches (attribute mode) ε depends on the epochs, not on m, while the noise on a
         batch mean falls as 1/m, so large batches are cheap in privacy; ``AUTO_BATCH_TARGET`` with
-        ``max_violation`` (which ends at a larger λ), ``lr_theta`` then scaled as the batch;
+        ``max_violation`` (which ends at a larger λ), ``lr_theta`` then times ``TARGET_STEP_FACTOR``;
         ``AUTO_BATCH_NONPRIVATE`` when they do not (``epsilon=None``, or ``lam=0`` in attribute
         mode, which sends nothing that depends on s), where a large batch only means fewer steps;
         ``AUTO_BATCH_RECORD`` with ``protect="record"``, where a small hidden batch amplifies
