@@ -18,6 +18,22 @@ class PrivacyBudgetExceeded(RuntimeError):
     """Raised when a silo would send a message past its (ε, δ) budget; nothing was sent or recorded."""
 
 
+class BudgetTooSmall(PrivacyBudgetExceeded):
+    """Raised when what a silo's ledger has left buys so much noise that the run cannot give a model
+    better than the constant predictor (its noise-to-signal ratio is above
+    :data:`pfair.privacy.calibration.MAX_NOISE_TO_SIGNAL`; docs/privacy.md, "A silo with too little
+    left says no"). Raised before anything is released or charged. The attributes give the numbers:
+    ``silo``, ``ratio``, ``noise_multiplier`` (what is left buys), ``needed`` (the largest z that
+    would pass), ``spent`` and ``budget``."""
+
+    def __init__(self, message: str, *, silo: object = None, ratio: float = float("nan"),
+                 noise_multiplier: float = float("nan"), needed: float = float("nan"), spent: float = float("nan"),
+                 budget: float = float("nan")) -> None:
+        super().__init__(message)
+        self.silo, self.ratio, self.noise_multiplier, self.needed = silo, ratio, noise_multiplier, needed
+        self.spent, self.budget = spent, budget
+
+
 class ReplayRefused(RuntimeError):
     """Raised when a silo is asked again for a round it already answered (a second answer would be
     a fresh release of the same round, which the ledger has not planned for)."""

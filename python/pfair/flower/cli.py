@@ -183,6 +183,19 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     finally:
         if temporary and not args.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
+    if res.get("status") == "refused":
+        # Every silo refused every round: nothing was trained. Say which silos and why; exit 3.
+        lines = [f"silo {j}: {reason}" for j, reason in res["refusals"].items()]
+        never = [row["silo"] for row in res["silos"] if not row["refused"]]
+        if never:
+            lines.append(f"silos {never} answered no round")
+        if args.json:
+            print(json.dumps({"status": "refused", "refusals": res["refusals"], "warnings": notes,
+                              "workdir": str(work) if not temporary or args.keep_workdir else None}, default=float))
+        else:
+            print("error: no silo answered a round, so no model was trained:\n  " + "\n  ".join(lines),
+                  file=sys.stderr)
+        return 3
     theta = np.asarray(res["theta"])
     pred = np.argmax(_core.predict_proba(ds.X_test, theta, fed.n_classes), axis=1)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)

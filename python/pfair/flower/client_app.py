@@ -51,8 +51,10 @@ def _settings(cfg: ConfigRecord):
 def hello(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     out = node.hello(_settings(cfg))
-    content = RecordDict({"meta": codec.config(silo=node.silo_id, n_records=out["n_records"],
-                                               n_features=out["n_features"])})
+    meta = dict(silo=node.silo_id, n_records=out["n_records"], n_features=out["n_features"])
+    if "refused" in out:  # what is left of its budget cannot give a useful model: it takes no part
+        meta["refused"] = out["refused"]
+    content = RecordDict({"meta": codec.config(**meta)})
     if "histogram" in out:
         content["arrays"] = codec.arrays(histogram=out["histogram"])
     return Message(content, reply_to=msg)

@@ -128,6 +128,10 @@ class SteFFLeStrategy(Strategy):
         self.sizes: dict[int, int] = {}
         self.plans: dict[int, dict] = {}
         self.refused: set[int] = set()
+        #: Why each silo that refused did (its error reply's reason), by silo.
+        self.refusals: dict[int, str] = {}
+        #: Rounds in which the server used at least one silo's reply.
+        self.rounds_answered = 0
         self.events: list[dict] = []
         self.round_seconds: list[float] = []
         self.server: ServerParty | None = None
@@ -225,6 +229,9 @@ class SteFFLeStrategy(Strategy):
             self.silo_of[node] = silo
             self.sizes[silo] = int(meta["n_records"])
             answers[node] = reply.content
+            if "refused" in meta and str(meta["refused"]):
+                # The silo has too little budget left for a useful model: it released nothing.
+                self._refuse(silo, str(meta["refused"]), "hello_refused")
         return answers
 
     def _wait_for_silos(self, grid: Grid) -> dict[int, RecordDict]:
@@ -250,6 +257,8 @@ class SteFFLeStrategy(Strategy):
             by_silo = {}
             want = (plan.blocks, self.n_groups)
             for node, content in answers.items():
+                if self.silo_of[node] in self.refused:
+                    continue
                 hist = codec.read_arrays(content["arrays"])["histogram"] if "arrays" in content else None
                 if hist is None or hist.shape != want or not np.all(np.isfinite(hist)):
                     raise ValueError(f"silo {self.silo_of[node]} sent no valid DP histogram (shape "
@@ -266,8 +275,7 @@ class SteFFLeStrategy(Strategy):
         for node, reply in self._exchange(grid, msgs, self.round_timeout):
             silo = self.silo_of.get(node)
             if reply is None or reply.has_error():
-                self.refused.add(silo)
-                self._note("plan_refused", silo=silo, reason=_reason(reply))
+                self._refuse(silo, _reason(reply), "plan_refused")
                 continue
             self.plans[silo] = json.loads(str(reply.content["meta"]["plan"]))
 
@@ -286,6 +294,7 @@ class SteFFLeStrategy(Strategy):
                 reason = _reason(reply)
                 if reply is not None and "PrivacyBudgetExceeded" in reason:
                     self.refused.add(silo)
+                    self.refusals.setdefault(silo, reason)
                 self._note("checkpoint_refused", epoch=epoch, silo=silo, reason=reason)
                 continue
             try:
@@ -293,6 +302,24 @@ class SteFFLeStrategy(Strategy):
             except ValueError as exc:
                 self._note("malformed_reply", epoch=epoch, silo=silo, reason=str(exc))
         return pairs
+
+    def _refuse(self, silo: int, reason: str, kind: str) -> None:
+        """Record that ``silo`` refused the run (``kind``: at which step) and why; it is not asked again."""
+        self.refused.add(silo)
+        self.refusals.setdefault(silo, reason)
+        self._note(kind, silo=silo, reason=reason)
+
+    def _refused_result(self, grid: Grid, t0: float) -> dict[str, Any]:
+        """The result of a run in which no silo answered a round: status ``"refused"``, each
+        silo's reason, their ledgers (nothing trained; ``pfair deploy`` exits non-zero)."""
+        reports = self._ledger_reports(grid)
+        return {"status": "refused", "run_id": self.run_id, "rounds": 0, "settings": self.settings.as_dict()
+                | {"p_s": _p_s_json(self.settings)},
+                "refusals": {str(j): r for j, r in sorted(self.refusals.items())},
+                "silos": [{"silo": j, "n_records": self.sizes.get(j), "plan": self.plans.get(j),
+                           "refused": j in self.refused, "reason": self.refusals.get(j), "ledger": reports.get(j)}
+                          for j in range(self.n_silos)],
+                "events": self.events, "timing": {"silos_joined_s": time.monotonic() - t0, "round_s": []}}
 
     def _ledger_reports(self, grid: Grid) -> dict[int, dict]:
         """``query.report`` to every silo: each silo's ledger summary (budget, ε spent, runs), by silo."""
@@ -336,8 +363,9 @@ class SteFFLeStrategy(Strategy):
                 continue
             if reply.has_error():
                 reason = _reason(reply)
-                if "PrivacyBudgetExceeded" in reason:
+                if "PrivacyBudgetExceeded" in reason or "BudgetTooSmall" in reason:
                     self.refused.add(silo)
+                    self.refusals.setdefault(silo, reason)
                 self._note("error_reply", round=rnd, silo=silo, reason=reason)
                 pairs.append((silo, None))
                 continue
@@ -348,12 +376,14 @@ class SteFFLeStrategy(Strategy):
                 pairs.append((silo, None))
         self._note_rejections()
         self.theta, self.w, used = self.server.update(self.theta, self.w, pairs, rnd)
+        self.rounds_answered += bool(len(used))
         self._note_rejections(skip_no_reply=True)
         return codec.model_arrays(self.theta, self.w), MetricRecord({"silos_used": float(len(used))})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                            ) -> Iterable[Message]:
-        return [self._message(node, "evaluate", arrays=arrays, **codec.model_config(self.theta)) for node in self.silo_of]
+        return [self._message(node, "evaluate", arrays=arrays, **codec.model_config(self.theta))
+                for node, silo in self.silo_of.items() if silo in self.plans]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-size-weighted mean of the silos' local metrics (each silo's a DP release unless its
@@ -401,8 +431,12 @@ class SteFFLeStrategy(Strategy):
         plan = RunPlan.build(st, [self.sizes[j] - held[j] for j in range(self.n_silos)], n_groups=self.n_groups,
                              n_classes=self.n_classes)
         st, R, T = plan.settings, plan.rounds_per_epoch, plan.total_rounds
+        if len(self.refused) >= self.n_silos:
+            return self._refused_result(grid, t0)
         proportions = self._proportions(plan, answers)
         self._plan(grid, proportions, T)
+        if len(self.refused) >= self.n_silos:
+            return self._refused_result(grid, t0)
         self.theta, self.w = initial_model(plan, 0, theta0=self._theta0(d))
         noise_plans = {j: NoisePlan(**p) for j, p in self.plans.items()}
         self.server = build_server(plan, noise_plans, proportions, theta_len=self.theta.size)
@@ -426,6 +460,8 @@ class SteFFLeStrategy(Strategy):
                         keep_exact=False, plans=noise_plans,
                         held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)])
         state = driver.run(state, on_epoch=on_epoch)
+        if self.rounds_answered == 0:  # every silo refused every round: nothing was trained
+            return self._refused_result(grid, t0)
         snapshot = state.snapshot
         theta, w = snapshot if snapshot is not None else (self.theta, self.w)
         evaluation = None

@@ -29,8 +29,15 @@ from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 from pfair.privacy.proportions import inv_sqrt_proportions
 
-__all__ = ["PrivacyWarning", "NoisePlan", "accountant_for", "accounting_scheme", "plan_silo_noise",
-           "pld_noise_multiplier_after", "sample_rate_and_denominator"]
+__all__ = ["MAX_NOISE_TO_SIGNAL", "PrivacyWarning", "NoisePlan", "accountant_for", "accounting_scheme",
+           "noise_to_signal", "plan_silo_noise", "pld_noise_multiplier_after", "sample_rate_and_denominator"]
+
+#: A silo refuses a run whose :func:`noise_to_signal` ratio is above this (:class:`~pfair.exceptions.
+#: BudgetTooSmall`): measured on the bundled tables (``python docs/spent_silo.py``, its output in
+#: ``docs/spent_silo.txt``; docs/privacy.md, "A silo with too little left says no"), every fit at a
+#: ratio above it was no better than the constant predictor, and every default fit (ε = 1) is far
+#: below it.
+MAX_NOISE_TO_SIGNAL = 1.5
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,72 @@ def composed_epsilon(events: list[MechanismEvent], delta: float) -> float:
         counts[key] = counts.get(key, 0) + e.count()
     items = [(s, q, z, t) for (s, q, z), t in counts.items()]
     return float(min(_core.ledger_epsilons(items, delta))) if items else 0.0
+
+
+def noise_to_signal(*, noise_multiplier: float, parts: int, denominator: float, steps: int, lam: float,
+                    protect: str, clip_loss: float, clip_theta: float, dims: int = 1) -> float:
+    """The noise-to-signal ratio of a silo's θ direction over a run (dimensionless; larger is noisier).
+
+    A round moves θ along the loss gradient (norm at most ``C_loss``) plus λ times the ψ_θ mean
+    (norm at most ``C_θ``); the silo's noise on that move has std ``σ = (ℓ σ_loss² + λ² σ_θ²)^{1/2}``
+    per coordinate, with ``σ_p = z √P Δ_p``, ``Δ_p = 2 C_p / m`` (docs/privacy.md, "One Gaussian
+    mechanism per round") and ℓ = 1 when the loss gradient is noised (``protect="record"``), else 0.
+    Summed over the T rounds, the noise along any fixed direction has std ``σ √T`` while the signal
+    is at most ``T (C_loss + λ C_θ)``; the ratio of the two is
+
+        r = z √P (2/m) (ℓ C_loss² + λ² C_θ²)^{1/2} / ((C_loss + λ C_θ) √T).
+
+    ``dims``: the linear model predicts from the logits ``x·θ``, which read every one of θ's D
+    coordinates, so its noise counts D times in the logits' variance: the ratio is multiplied by
+    √D (``dims = D = (d + 1)(l − 1)``). For any other model (``dims = 1``) r counts one direction
+    only, a lower bound on how noisy the run is (the noise in the other coordinates and in W is
+    left out), so a deep silo refuses only far past where a linear one does.
+
+    It needs no data: z, P, m and T are the noise plan's, λ and the clip norms the settings'. 0 when
+    nothing sent is noised (``z = ∞`` or no noised part)."""
+    if not (0 < noise_multiplier < math.inf) or parts == 0 or steps <= 0:
+        return 0.0
+    lam = float(lam)
+    loss = clip_loss if protect == "record" else 0.0
+    signal = clip_loss + lam * clip_theta
+    if not math.isfinite(signal) or signal <= 0:
+        return 0.0
+    noise = math.sqrt(loss ** 2 + (lam * clip_theta) ** 2)
+    return float(noise_multiplier * math.sqrt(parts) * (2.0 / denominator) * noise * math.sqrt(max(1, int(dims)))
+                 / (signal * math.sqrt(steps)))
+
+
+def check_noise_to_signal(plan: "NoisePlan", *, lam: float | None, clip_loss: float, clip_theta: float,
+                          ledger: Optional[PrivacyLedger], epsilon: float, dims: int = 1) -> None:
+    """Refuse (:class:`~pfair.exceptions.BudgetTooSmall`) a noise plan whose
+    :func:`noise_to_signal` ratio is above :data:`MAX_NOISE_TO_SIGNAL`: what the silo's ledger has
+    left cannot buy a model better than the constant predictor. Called before anything is charged.
+    ``lam=None`` skips the check (callers whose θ step is not SteFFLe's)."""
+    if lam is None:
+        return
+    parts = (plan.protect == "record") + 2 * bool(plan.sends_psi)
+    r = noise_to_signal(noise_multiplier=plan.noise_multiplier, parts=parts, denominator=plan.denominator,
+                        steps=plan.steps, lam=lam, protect=plan.protect, clip_loss=clip_loss, clip_theta=clip_theta,
+                        dims=dims)
+    if r <= MAX_NOISE_TO_SIGNAL:
+        return
+    from pfair.exceptions import BudgetTooSmall
+
+    spent = ledger.epsilon_spent() if ledger is not None else 0.0
+    budget = ledger.epsilon if ledger is not None else epsilon
+    # The z at which the run would pass, and what a fresh ledger would give for the same run.
+    z_max = plan.noise_multiplier * MAX_NOISE_TO_SIGNAL / r
+    raise BudgetTooSmall(
+        f"silo {plan.silo}: its ledger has spent epsilon={spent:.6g} of its budget {budget:g}, and what is left "
+        f"(epsilon={max(0.0, epsilon - spent):.3g} for this run) buys noise multiplier z={plan.noise_multiplier:.4g} "
+        f"for its {plan.steps} rounds: noise-to-signal ratio {r:.3g} of the run's θ updates, above "
+        f"{MAX_NOISE_TO_SIGNAL:g} (the fit would need z <= {z_max:.4g}). Above that ratio the measured fits on the bundled tables did not beat the "
+        "constant predictor (docs/privacy.md, 'A silo with too little left says no'), so the silo refuses before "
+        "anything is released or charged. Start a new ledger only if these records may carry a new budget "
+        "(fit(..., ledgers='new') or a new Federation in a simulation; pfair node reset --state-dir DIR "
+        "--i-understand or deploy --new-ledgers on a deployed silo), or train this run with fewer epochs, a larger "
+        "batch or a smaller lam", silo=plan.silo, ratio=r, noise_multiplier=plan.noise_multiplier, needed=z_max,
+        spent=spent, budget=budget)
 
 
 def noise_multiplier_after(ledger: PrivacyLedger, *, epsilon: float, sample_rate: float, steps: int,
@@ -229,6 +302,8 @@ def plan_silo_noise(
     sample_rate: float | None = None,
     denominator: float | None = None,
     first_fit_accountant: str | None = None,
+    lam: float | None = None,
+    dims: int = 1,
 ) -> NoisePlan:
     """Noise plan of one silo for ``steps`` rounds (see the module docstring); the one noise
     planner of every party that spends budget.
@@ -243,6 +318,10 @@ def plan_silo_noise(
     probability 1 are accounted as the full batch) and ``first_fit_accountant="rdp"``: with an
     empty ledger its rounds are priced by RDP at ε itself, as the hybrid topologies always were
     (``accountant`` then applies to later fits only).
+
+    ``lam``: the run's λ (SteFFLe's θ step); given, a plan whose :func:`noise_to_signal` ratio is
+    above :data:`MAX_NOISE_TO_SIGNAL` raises :class:`~pfair.exceptions.BudgetTooSmall` (nothing is
+    charged here; callers charge after planning); ``dims`` is :func:`noise_to_signal`'s.
     """
     terms = mechanism_terms(n_records=n_records, batch_size=batch_size, sampling=sampling, proportions=proportions,
                             fairness=fairness, positive=positive, protect=protect, clip_loss=clip_loss,
@@ -308,7 +387,7 @@ def plan_silo_noise(
     event = MechanismEvent(name="steffle_rounds", sampling=scheme, sample_rate=q, noise_multiplier=z, steps=steps)
     spent = ledger.epsilon_with([event])
     sig = dict(zip(names, stds))
-    return NoisePlan(
+    plan = NoisePlan(
         **base,
         noise_multiplier=z,
         sigma_loss=sig.get("loss", 0.0),
@@ -316,6 +395,9 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
+    check_noise_to_signal(plan, lam=lam, clip_loss=clip_loss, clip_theta=clip_theta, ledger=ledger, epsilon=epsilon,
+                          dims=dims)
+    return plan
 
 
 def warn_if_spent(silo: object, ledger: Optional[PrivacyLedger]) -> None:

@@ -89,14 +89,19 @@ class SiloParty:
         default the training records
     budget : the run's :class:`~pfair.protocol.plan.BudgetSplit` (``RunPlan.budget``); default
         the split the settings ask for (a deployed silo, which has no run plan, reads it once here)
+    n_features : the records' number of features (the refusal rule's θ length for the linear model)
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
                  ledger: PrivacyLedger | None, n_groups: int, n_classes: int, keys: SiloKeys | None = None,
                  predict: Callable[[np.ndarray], np.ndarray] | None = None,
                  validation: tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray] | None = None,
-                 n_silo_records: int | None = None, budget: BudgetSplit | None = None) -> None:
+                 n_silo_records: int | None = None, budget: BudgetSplit | None = None,
+                 n_features: int | None = None) -> None:
         self.silo_id = int(silo_id)
+        #: The records' number of features d (the linear model's θ has (d + 1)(l − 1) entries), for
+        #: the refusal rule (:attr:`refusal_dims`); None: unknown, the rule counts one direction.
+        self.n_features = None if n_features is None else int(n_features)
         #: How the silo's ε is split between the p_s histogram, the checkpoint releases and the rounds.
         self.budget = budget if budget is not None else budget_split(settings)
         #: ``predict(θ)`` → the predicted class index of each of the silo's training records (for
@@ -144,34 +149,87 @@ class SiloParty:
             name=release_name(st.fairness, st.positive_class))
 
     # ------------------------------------------------------------------ planning
-    def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None) -> NoisePlan:
-        """Calibrate this silo's noise for ``total_rounds`` rounds from the released
-        ``proportions`` and what its ledger has spent, and register the run in the ledger.
-        Pass the ``run_id`` of an earlier, interrupted run to resume it."""
+    @property
+    def refusal_lam(self) -> float:
+        """The λ the refusal rule prices the rounds at: the run's, or 1 under a fairness target
+        (whose λ adapts from 0 and is not known when the silo plans)."""
         st = self.settings
-        proportions = self._proportions(proportions)
-        ledger = self.ledger if st.private else None
-        if ledger is not None:
-            ledger = self._ledger_with_checkpoint_releases()
-        plan = plan_silo_noise(
+        return float(st.lam) if st.max_violation is None else max(1.0, float(st.lam))
+
+    def _noise_plan(self, proportions: np.ndarray, total_rounds: int, ledger: PrivacyLedger | None) -> NoisePlan:
+        st = self.settings
+        return plan_silo_noise(
             silo=self.silo_id, n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
             steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_silo_records) if st.private else None,
             proportions=proportions, fairness=st.fairness, positive=st.positive_class, protect=st.protect,
             calibration=st.calibration, sends_psi=st.sends_psi, ledger=ledger,
-            **st.clips(),
+            lam=self.refusal_lam if st.private else None, dims=self.refusal_dims, **st.clips(),
         )
+
+    @property
+    def refusal_dims(self) -> int:
+        """``dims`` of :func:`~pfair.privacy.calibration.noise_to_signal`: θ's length for the linear
+        model (its logits read every coordinate), 1 for any other provider."""
+        from pfair.providers.linear import LinearProvider
+
+        if isinstance(self.provider, LinearProvider) and self.n_features is not None:
+            return (int(self.n_features) + 1) * (self.n_classes - 1)
+        return 1
+
+    def plan_rounds(self, proportions: np.ndarray, total_rounds: int, run_id: str | None = None,
+                    reserve: tuple = ()) -> NoisePlan:
+        """Calibrate this silo's noise for ``total_rounds`` rounds from the released
+        ``proportions`` and what its ledger has spent, and register the run in the ledger.
+        Pass the ``run_id`` of an earlier, interrupted run to resume it. ``reserve``: ledger events
+        of later releases of the run to pay for in advance (a deployed silo's evaluation), so that
+        the rounds are calibrated to what is left after them. Raises
+        :class:`~pfair.exceptions.BudgetTooSmall` (nothing registered) when what is left cannot
+        give a model better than the constant predictor."""
+        st = self.settings
+        proportions = self._proportions(proportions)
+        ledger = self.ledger if st.private else None
+        if ledger is not None:
+            ledger = self._ledger_with_checkpoint_releases(reserve)
+        plan = self._noise_plan(proportions, total_rounds, ledger)
         return self.adopt(plan, proportions, run_id)
 
-    def _ledger_with_checkpoint_releases(self) -> PrivacyLedger:
+    def preflight(self, total_rounds: int, reserve: tuple = ()) -> NoisePlan | None:
+        """The noise plan this silo would make for the run, before anything of the run is released:
+        on a scratch copy of its ledger holding the run's p_s histogram (when the run needs one the
+        ledger has not released yet), its checkpoint releases and ``reserve``. Raises
+        :class:`~pfair.exceptions.BudgetTooSmall` (or :class:`~pfair.exceptions.PrivacyBudgetExceeded`)
+        when the silo would refuse the run; nothing is charged or registered. The rule does not
+        depend on the proportions (uniform ones stand in for the released ones)."""
+        st = self.settings
+        if not st.private or self.ledger is None:
+            return None
+        extra = tuple(reserve)
+        if st.p_s_source == "dp" and st.sends_psi and release_name(st.fairness, st.positive_class) not in self.ledger.releases:
+            extra += (histogram_event(self.budget.histogram_noise_multiplier(self.ledger.delta)),)
+        ledger = self._ledger_with_checkpoint_releases(extra)
+        props = np.full((n_blocks(st.fairness, self.n_classes), self.n_groups), 1.0 / self.n_groups)
+        return self._noise_plan(props, int(total_rounds), ledger)
+
+    def _ledger_with_checkpoint_releases(self, reserve: tuple = ()) -> PrivacyLedger:
         """The ledger, or a scratch copy of it with the run's checkpoint releases that cost budget
         charged in advance (the violation histograms of a target, the validation tables of record
-        mode), so that the training noise is calibrated to the composition of everything: what the
-        ledger holds, these releases and the rounds. Sets :attr:`violation_z` and :attr:`validation_z`."""
+        mode) and the events of ``reserve``, so that the training noise is calibrated to the
+        composition of everything: what the ledger holds, these releases and the rounds. Sets
+        :attr:`violation_z` and :attr:`validation_z`."""
         self._checkpoint_noise()
         K = len(self.settings.checkpoint_epochs())
-        if K == 0 or (self.violation_z is None and self.validation_z is None):
+        if not reserve and (K == 0 or (self.violation_z is None and self.validation_z is None)):
             return self.ledger
         scratch = PrivacyLedger.from_dict(self.ledger.to_dict())
+        for event in reserve:
+            try:
+                scratch.charge(event)
+            except PrivacyBudgetExceeded as exc:
+                raise PrivacyBudgetExceeded(
+                    f"silo {self.silo_id}: what its ledger has left cannot pay for this run's {event.name} release(s) "
+                    f"before its rounds; nothing was released. ({exc})") from None
+        if K == 0:
+            return scratch
         for z, name in ((self.violation_z, VIOLATION_EVENT), (self.validation_z, VALIDATION_EVENT)):
             if z is None:
                 continue

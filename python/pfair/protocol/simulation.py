@@ -124,7 +124,7 @@ class Simulation:
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict,
                                           validation=validation, n_silo_records=len(self.whole.silos[j]),
-                                          budget=plan.budget))
+                                          budget=plan.budget, n_features=fed.n_features))
         if st.max_violation is not None and any(p.predict is None for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
@@ -177,6 +177,10 @@ class Simulation:
         """A new run: the p_s round, every silo's noise plan, θ₀ and W₀."""
         for party in self.parties:
             warn_if_spent(party.silo_id, party.ledger)
+        # Every silo decides whether it takes part before anything of the run is released: a silo
+        # whose ledger has too little left refuses here (BudgetTooSmall), before its p_s histogram.
+        for party in self.parties:
+            party.preflight(self.total_rounds)
         proportions = self.group_proportions()
         plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
         theta, w = initial_model(self.plan, self.theta_len, init)
