@@ -32,17 +32,30 @@ never by the server):
     which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
     see :mod:`pfair.flower.models`);
 ``ledger-anchor``
-    optional, a file outside ``state-dir`` (another disk, or a directory not restored with the
-    state's backups) that keeps a second journal of the ledger's writes. The journal beside the
-    ledger already refuses a ledger restored from an older copy, replaced or deleted
-    (:class:`~pfair.exceptions.LedgerRollback`); the anchor does so even when the whole state
-    directory, journal included, was restored;
-``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``, ``max-validation-share``
-    the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_HISTOGRAM_SHARE`,
-    :data:`MAX_VIOLATION_SHARE`, :data:`MAX_VALIDATION_EPSILON_SHARE`): the most ε one run may ask
-    for, and the largest shares of it the run's p_s histogram, fairness-target releases and (record
-    mode) validation tables may take. A message asking for more is refused
-    before anything is read or charged: the shares are the silo's budget, not the server's to set.
+    a file outside ``state-dir`` (another disk, or a directory not restored with the state's
+    backups) that keeps a second journal of the ledger's writes; by default
+    :func:`default_anchor` (in ``$PFAIR_ANCHOR_DIR``, else the user's
+    ``$XDG_STATE_HOME/pfair/anchors``), ``none`` turns it off (warned, reported as not covered),
+    and one inside ``state-dir`` is refused. The journal beside the ledger refuses a ledger
+    restored from an older copy, replaced or deleted (:class:`~pfair.exceptions.LedgerRollback`);
+    the anchor does so even when the whole state directory, journal included, was restored or
+    emptied, and refuses a ledger written under it that it has no record of;
+``histogram-share``, ``histogram-fairness``
+    what the silo's DP histogram of s costs, and for which notions it is released: a share (default
+    :data:`HISTOGRAM_SHARE`) of ``min(epsilon, max-run-epsilon)``, for the comma-separated notions
+    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>`` (default
+    :data:`HISTOGRAM_FAIRNESS`), each released once. The run config's ``epsilon`` and
+    ``p_s_epsilon_share`` do not price it, and a hello for another notion is refused before anything
+    is read or charged (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
+``allow-score-histogram``
+    ``true`` to answer ``query.score_histogram`` (private post-processing); off by default;
+``max-run-epsilon``, ``max-violation-share``, ``max-validation-share``
+    the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_VIOLATION_SHARE`,
+    :data:`MAX_VALIDATION_EPSILON_SHARE`): the most ε one run may ask for, and the largest shares of
+    it the run's fairness-target releases and (record mode) validation tables may take. A message
+    asking for more is refused before anything is read or charged: the shares are the silo's
+    budget, not the server's to set. A run's checkpoint releases and evaluations are answered only
+    after it answered a round, so before its first round a server can spend the hello bound only.
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
 ``noise_seed`` from its own config only, and it answers runs with shuffled epochs or full batches

@@ -40,7 +40,9 @@ and to an ``anchor`` journal elsewhere if given, e.g. outside a directory that i
 ledger file older than its journals' last entry (restored from a backup), replaced by another
 file of the same revision, or gone while its journal is not (deleted) raises
 :class:`~pfair.exceptions.LedgerRollback` when loaded or written: otherwise a restored file would
-answer its rounds again and spend its budget again.  A ledger object replaces a
+answer its rounds again and spend its budget again. A file written under an anchor says so
+(``"anchored": true``), and an anchor with no record of it is refused too: the anchor was lost, or
+the file was copied or restored where its anchor never saw it.  A ledger object replaces a
 ledger file only if it is the revision the object last read or wrote there (by resolved path),
 checked and replaced under an exclusive lock of ``<file>.lock``; otherwise it raises
 :class:`~pfair.exceptions.LedgerConflict` and writes nothing.
