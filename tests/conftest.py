@@ -29,3 +29,11 @@ def adult_federation(adult):
     from pfair import Federation
 
     return Federation.for_dataset(adult, 3, heterogeneity=0, seed=0)
+
+
+@pytest.fixture(autouse=True)
+def _ledger_anchors(tmp_path_factory, monkeypatch):
+    """Every test's deployed silos keep their default ledger anchors (``pfair.flower.node.default_anchor``)
+    in a directory of their own, not in the user's ``~/.local/state``: what one test's silos
+    journalled never meets another's, and the Flower processes a test starts inherit it."""
+    monkeypatch.setenv("PFAIR_ANCHOR_DIR", str(tmp_path_factory.mktemp("anchors")))

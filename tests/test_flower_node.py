@@ -301,7 +301,8 @@ def test_a_noise_seed_releases_one_histogram(node_config):
     # Every histogram of one seed has the same noise: a demographic parity histogram and the two
     # equal opportunity ones, at epsilons the server picks, solve for the noise and the exact
     # counts, without knowing the seed.
-    seeded = node_config | {"noise-seed": 7, "epsilon": 8.0}
+    every = {"histogram-fairness": "demographic_parity,equal_opportunity:0,equal_opportunity:1"}
+    seeded = node_config | {"noise-seed": 7, "epsilon": 8.0} | every
     dp = run_settings(epsilon=2.0, p_s="dp")
     first = node(seeded).hello(dp)["histogram"]
     np.testing.assert_array_equal(node(seeded).hello(dp)["histogram"], first)  # the same release, again
@@ -309,7 +310,7 @@ def test_a_noise_seed_releases_one_histogram(node_config):
         with pytest.raises(SettingsMismatch, match="released a histogram already"):
             node(seeded).hello(run_settings(epsilon=1.0, p_s="dp", fairness="equal_opportunity",
                                             positive_class=positive))
-    fresh = node_config | {"epsilon": 8.0}
+    fresh = node_config | {"epsilon": 8.0} | every
     node(fresh).hello(dp)
     node(fresh).hello(run_settings(epsilon=1.0, p_s="dp", fairness="equal_opportunity", positive_class=0))
 
@@ -381,6 +382,7 @@ def test_a_node_answers_its_checkpoints_from_its_held_out_share_and_charges_what
     held = held_out_count(N, st.validation_share)
     rounds = 2 * -(-(N - held) // 50)
     node(node_config).plan(st, PROPS, rounds, "run-c")
+    node(node_config).train(st, "run-c", 0, np.zeros(4), np.zeros(4))  # checkpoints follow a run's rounds
     ledger = node(node_config).ledger()
     before = len(ledger.events)
     theta = np.array([0.3, -0.2, 0.1, 0.0])

@@ -41,7 +41,7 @@ def _silos(tmp_path, n=900, n_silos=3, **cfg):
 
     configs = write_federation(fed, tmp_path / "data")
     for c in configs:
-        c.update({"epsilon": 2.0, "delta": 1e-5, **cfg})
+        c.update({"epsilon": 2.0, "delta": 1e-5, "allow-score-histogram": True, **cfg})
     return fed, configs
 
 

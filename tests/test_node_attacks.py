@@ -158,8 +158,6 @@ def test_shuffled_epochs_stopped_at_will_cost_no_more_than_the_budget(tmp_path):
 
 # ---------------------------------------------------------------------------------------- N4
 @pytest.mark.parametrize("asked, cap", [
-    ({"p_s": "dp", "p_s_epsilon_share": 0.99}, {}),                                   # one hello spends it all
-    ({"p_s": "dp", "p_s_epsilon_share": 0.3}, {"max-histogram-share": 0.2}),
     ({"max_violation": 0.05, "max_violation_epsilon_share": 0.7, "epochs": 3}, {}),
     ({"epsilon": 1.0}, {"max-run-epsilon": 0.5}),
 ])
@@ -177,11 +175,90 @@ def test_the_silo_owns_its_budget_shares(tmp_path, asked, cap):
     assert node(cfg).ledger().releases == {}
 
 
-def test_shares_within_the_caps_are_answered(tmp_path):
-    cfg = config(tmp_path, epsilon=2.0)
-    out = node(cfg).hello(settings(epsilon=2.0, p_s="dp", p_s_epsilon_share=0.2))
-    assert out["histogram"].shape == (1, 2)
-    assert 0 < node(cfg).ledger().epsilon_spent() <= 0.2 * 2.0 * (1 + 1e-6)
+NOTIONS = [("demographic_parity", 1), ("equalized_odds", 1), ("equal_opportunity", 0), ("equal_opportunity", 1)]
+
+
+def _hostile_hellos(cfg):
+    """The hostile server before any training: hellos of every fairness notion (and positive class),
+    each asking for almost all, large, default and small shares of runs of huge, equal and small ε.
+    Returns the refusals' messages."""
+    refused = []
+    for fairness, positive in NOTIONS:
+        for share in (0.99, 0.25, 0.1, 0.05):  # the largest first: a histogram is released once per notion
+            for eps in (7.9, 2.0, 0.5):
+                try:
+                    node(cfg).hello(settings(epsilon=eps, p_s="dp", p_s_epsilon_share=share, fairness=fairness,
+                                             positive_class=positive))
+                except pfair.exceptions.SettingsMismatch as exc:
+                    refused.append(str(exc))
+    return refused
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    """ε of a Gaussian mechanism of μ at δ: the root of δ(ε) = δ (Balle and Wang 2018)."""
+    return brentq(lambda e: float(gaussian_delta(e, np.array([mu]))[0]) - delta, 1e-9, 200.0, xtol=1e-13)
+
+
+def test_a_hostile_server_spends_only_the_silos_own_histogram_before_training(tmp_path):
+    """N4: the server used to choose the histogram's share (up to a cap of 0.25) and its notion. On
+    eafc1b0 these hellos spent 0.25 · 2.0 = 0.5 with the first notion and 1.06 (53% of the budget)
+    with the four, before any round. Now the silo's node config alone prices it (histogram-share
+    0.1 of min(epsilon, max-run-epsilon), for demographic parity only): 0.2, whatever the server
+    asks; and no checkpoint, evaluation or score histogram is answered before the run trained."""
+    from pfair.privacy.proportions import histogram_noise_multiplier
+
+    cfg = config(tmp_path, epsilon=2.0, **{"test-path": str(shard(tmp_path / "test.csv", n=60, seed=5))})
+    refused = _hostile_hellos(cfg)
+    spent = node(cfg).ledger().epsilon_spent()
+    assert spent <= 0.1 * 2.0 * (1 + 1e-9), spent
+    # Every notion but demographic parity is refused, at every share and ε, for that reason only.
+    assert len(refused) == 3 * 4 * 3 and all("histogram-fairness" in r for r in refused)
+    # Attained: one histogram, the Gaussian of z_h priced at 0.2 alone.
+    delta = node(cfg).ledger().delta
+    z_h = histogram_noise_multiplier(epsilon=2.0, share=0.1, delta=delta)
+    assert spent == pytest.approx(_gaussian_epsilon(math.sqrt(2.0) / (z_h * math.sqrt(2.0)), delta), rel=1e-6)
+    assert node(cfg).hello_bound() == pytest.approx(spent, rel=1e-9)
+    # The other releases a server might ask before training: refused, uncharged.
+    st = settings(epsilon=2.0, p_s="dp", max_violation=0.05, epochs=2)
+    node(cfg).plan(st, PROPS, 20, "run-h")
+    for ask, what in ((lambda: node(cfg).checkpoint(st, "run-h", 0, THETA), "answered no round"),
+                      (lambda: node(cfg).evaluate(st, "run-h", THETA), "answered no round"),
+                      (lambda: node(cfg).score_histogram(THETA, np.array([0.5]), 2.0), "allow-score-histogram")):
+        with pytest.raises(pfair.exceptions.SettingsMismatch, match=what):
+            ask()
+    assert node(cfg).ledger().epsilon_spent() == spent
+
+
+def test_the_hello_bound_of_a_silo_that_releases_for_every_notion(tmp_path):
+    """A silo whose operator lists all four releases pays at most four histograms of its own share,
+    composed (μ = 2/z_h): attained by the hostile server, and below what the server bought on
+    eafc1b0 with its own share of 0.25 (53% of the budget)."""
+    from pfair.privacy.proportions import histogram_noise_multiplier
+
+    every = "demographic_parity,equalized_odds,equal_opportunity:0,equal_opportunity:1"
+    cfg = config(tmp_path, epsilon=2.0, **{"histogram-fairness": every})
+    assert _hostile_hellos(cfg) == []
+    spent = node(cfg).ledger().epsilon_spent()
+    delta = node(cfg).ledger().delta
+    z_h = histogram_noise_multiplier(epsilon=2.0, share=0.1, delta=delta)
+    bound = _gaussian_epsilon(2.0 / z_h, delta)  # four Gaussians of μ = 1/z_h: μ² adds
+    assert spent == pytest.approx(bound, rel=1e-6) and node(cfg).hello_bound() == pytest.approx(bound, rel=1e-9)
+    assert 0.2 < spent < 0.35 * 2.0
+    # The old price of the same attack (share 0.25 of 2.0, four notions), for the record.
+    z_old = histogram_noise_multiplier(epsilon=2.0, share=0.25, delta=delta)
+    assert _gaussian_epsilon(2.0 / z_old, delta) == pytest.approx(0.53 * 2.0, abs=0.01)
+
+
+def test_the_histogram_policy_is_read_from_the_node_config(tmp_path):
+    with pytest.raises(ValueError, match="max-histogram-share is gone.*histogram-share"):
+        node(config(tmp_path, **{"max-histogram-share": 0.2}))
+    with pytest.raises(ValueError, match="histogram-share=1.5 must be in"):
+        node(config(tmp_path, **{"histogram-share": 1.5}))
+    with pytest.raises(ValueError, match="histogram-fairness has 'equal_opportunity'.*positive class"):
+        node(config(tmp_path, **{"histogram-fairness": "equal_opportunity"}))
+    cfg = config(tmp_path, epsilon=2.0, **{"histogram-share": 0.05, "max-run-epsilon": 1.0})
+    node(cfg).hello(settings(epsilon=2.0, p_s="dp", p_s_epsilon_share=0.25))
+    assert node(cfg).ledger().epsilon_spent() == pytest.approx(0.05 * 1.0, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------- N3
@@ -241,6 +318,81 @@ def test_an_anchor_outside_the_state_dir_catches_a_restored_state_dir(tmp_path):
         node(cfg).train(st, "run-r", 0, THETA, W)
 
 
+def test_a_restored_state_dir_does_not_answer_a_round_twice_by_default(tmp_path):
+    """N3: restoring a backup of the whole state directory (ledger, journal and plan) under the
+    default node config. On eafc1b0, which anchored nothing unless the node config set
+    ledger-anchor, round 0 was answered a second time, with fresh noise and no charge."""
+    import shutil
+
+    from pfair.exceptions import LedgerRollback
+
+    cfg = config(tmp_path)  # no ledger-anchor: the default one
+    assert "ledger-anchor" not in cfg
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    shutil.copytree(tmp_path / "state", tmp_path / "backup")
+    first = node(cfg).train(st, "run-r", 0, THETA, W)
+    spent = node(cfg).ledger().epsilon_spent()
+    assert first.round == 0 and spent > 0
+    shutil.rmtree(tmp_path / "state")
+    shutil.copytree(tmp_path / "backup", tmp_path / "state")
+    with pytest.raises(LedgerRollback, match="anchor"):
+        node(cfg).train(st, "run-r", 0, THETA, W)
+    with pytest.raises(LedgerRollback, match="anchor"):
+        node(cfg).hello(st)
+
+
+def test_an_emptied_state_dir_does_not_start_the_budget_over_by_default(tmp_path):
+    """N3: emptying the state directory. On eafc1b0 the node made a new ledger: spent 0 again, and
+    the budget answered anew."""
+    import shutil
+
+    from pfair.exceptions import LedgerRollback
+
+    cfg = config(tmp_path)
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    assert node(cfg).ledger().epsilon_spent() > 0
+    shutil.rmtree(tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    for ask in (lambda: node(cfg).hello(st), lambda: node(cfg).plan(st, PROPS, 10, "run-s"), lambda: node(cfg).report()):
+        with pytest.raises(LedgerRollback, match="gone"):
+            ask()
+    assert not (tmp_path / "state" / "ledger.json").exists()  # no new ledger was made
+
+
+def test_a_state_dir_copied_where_its_anchor_never_saw_it_is_refused(tmp_path):
+    """A ledger written under an anchor says so; an anchor with no record of it (lost, or the state
+    directory restored at another path) is refused rather than taken for a new one."""
+    import shutil
+
+    from pfair.exceptions import LedgerRollback
+
+    cfg = config(tmp_path)
+    st = settings(sampling="shuffle", batch_size=40)
+    node(cfg).plan(st, PROPS, 10, "run-r")
+    shutil.copytree(tmp_path / "state", tmp_path / "backup")
+    node(cfg).train(st, "run-r", 0, THETA, W)
+    moved = cfg | {"state-dir": str(tmp_path / "backup")}
+    with pytest.raises(LedgerRollback, match="has no record of it"):
+        node(moved).train(st, "run-r", 0, THETA, W)
+
+
+def test_the_anchor_must_live_outside_the_state_dir_and_none_is_warned(tmp_path):
+    from pfair.exceptions import PrivacyWarning
+    from pfair.flower.node import default_anchor
+
+    inside = config(tmp_path, **{"ledger-anchor": str(tmp_path / "state" / "sub" / "anchor")})
+    with pytest.raises(ValueError, match="ledger-anchor=.*inside its state-dir"):
+        node(inside)
+    anchor = default_anchor(tmp_path / "state")
+    assert (tmp_path / "state") not in anchor.parents
+    with pytest.warns(PrivacyWarning, match="ledger-anchor=none"):
+        bare = node(config(tmp_path, **{"ledger-anchor": "none"}))
+    assert bare.anchor is None and "ledger-anchor = none" in bare.report()["not_covered"][0]
+
+
 def test_pfair_node_reset_starts_over_only_when_asked(tmp_path, capsys):
     from pfair.cli import main
 
@@ -288,8 +440,9 @@ def _evaluating_node(tmp_path, **cfg_kw):
     y = (X[:, 1] > 0).astype(int)
     test = pfair.datasets.write_shard(tmp_path / "test.csv", X, y, s)
     cfg = config(tmp_path, **{"test-path": str(test), "epsilon": 2.0, **cfg_kw})
-    st = settings(epsilon=2.0)
+    st = settings(epsilon=2.0, sampling="shuffle", batch_size=40)
     node(cfg).plan(st, PROPS, 10, "run-e")
+    node(cfg).train(st, "run-e", 0, THETA, W)  # a run is evaluated after it trained
     return cfg, st, X, s
 
 
@@ -365,8 +518,9 @@ def test_an_evaluation_is_answered_under_the_runs_planned_protection_only(tmp_pa
     """A record-protected run evaluated under settings that say protect='attribute' would return the
     exact error and loss of the test shard (x and y are protected there): refused, uncharged."""
     cfg, _, X, s = _evaluating_node(tmp_path)
-    st_record = settings(epsilon=2.0, protect="record", sampling="shuffle")
+    st_record = settings(epsilon=2.0, protect="record", sampling="shuffle", batch_size=40)
     node(cfg).plan(st_record, PROPS, 10, "run-r")
+    node(cfg).train(st_record, "run-r", 0, THETA, W)
     spent = node(cfg).ledger().epsilon_spent()
     with pytest.raises(pfair.exceptions.SettingsMismatch, match="planned under other settings"):
         node(cfg).evaluate(settings(epsilon=2.0, protect="attribute", sampling="shuffle"), "run-r", THETA)
@@ -397,11 +551,11 @@ def test_metrics_from_a_noisy_table_leave_out_the_gaps_it_leaves_undefined():
 
 
 def test_a_hello_asking_for_a_huge_run_does_not_buy_a_larger_histogram(tmp_path):
-    """The histogram's ε is its share of at most what the silo lets one run spend, whatever ε the
-    run config names (a hello with epsilon=7.9 and share 0.25 spent 1.975 of a 2.0 budget)."""
+    """The histogram's ε is the silo's share of at most what it lets one run spend, whatever ε and
+    share the run config names (a hello with epsilon=7.9 and share 0.25 once spent 1.975 of 2.0)."""
     cfg = config(tmp_path, epsilon=2.0)
     node(cfg).hello(settings(epsilon=7.9, p_s="dp", p_s_epsilon_share=0.25))
-    assert node(cfg).ledger().epsilon_spent() <= 0.25 * 2.0 * (1 + 1e-6)
+    assert node(cfg).ledger().epsilon_spent() <= 0.1 * 2.0 * (1 + 1e-6)
 
 
 def test_a_journal_line_cut_by_a_crash_does_not_swallow_the_next_entry(tmp_path):

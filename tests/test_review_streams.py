@@ -31,7 +31,8 @@ def test_server_cancels_the_noise_of_a_validation_table_with_a_score_histogram(t
     X, y, s, _ = toy_data(n=N)
     shard = pfair.datasets.write_shard(tmp_path / "silo0.csv", X, y, s)
     cfg = {"data-path": str(shard), "state-dir": str(tmp_path / "state"), "silo-id": 0, "epsilon": 2.0,
-           "n-groups": 2, "n-classes": 2, "noise-seed": 12345}  # the node's own seed, unknown to the server
+           "n-groups": 2, "n-classes": 2, "noise-seed": 12345,  # the node's own seed, unknown to the server
+           "allow-score-histogram": True}
     node = lambda: SiloNode(cfg, n_groups=2, n_classes=2)  # noqa: E731
     base = dict(epsilon=1.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], seed=1, protect="record")
     st = settings_from_run_config({"settings": json.dumps(base)})
@@ -39,6 +40,7 @@ def test_server_cancels_the_noise_of_a_validation_table_with_a_score_histogram(t
     train, held = holdout(N, st.validation_share, seed=st.seed, silo=0)
     rounds = 2 * -(-len(train) // 50)
     node().plan(st, np.array([[0.5, 0.5]]), rounds, "run-a")
+    node().train(st, "run-a", 0, np.zeros(4), np.zeros(4))  # a run's checkpoints follow its rounds
     # Validation at epoch 0 under a constant predictor (every held-out record predicted class 0):
     # cells V[0, 1] and V[1, 1] are exactly 0, so their released values are pure noise.
     theta_v = np.array([0.0, 0.0, 0.0, -50.0])
@@ -48,7 +50,7 @@ def test_server_cancels_the_noise_of_a_validation_table_with_a_score_histogram(t
     z_val = n0._planned_party(st, "run-a").validation_z
     # The server's only other query: one score histogram (the node allows one with its noise-seed).
     theta_s, edges = np.array([1.0, 0.0, 0.0, 0.0]), np.array([0.5])
-    out = node().score_histogram(theta_s, edges, epsilon=0.5)
+    out = node().score_histogram(theta_s, edges, epsilon=1.5)  # above what its round and table spent
     H, z_h = out["histogram"], out["noise_multiplier"]
     # Server side, from public values and the two releases only: flat cell 1 of H is
     # (bin 0, group 0, y = 1); flat cell 1 of V is V[0, 1] = 0 + z_val·√2·N_1.

@@ -78,7 +78,7 @@ def add_node_parser(sub: Any) -> None:
 
 
 def node_reset_command(args: argparse.Namespace) -> int:
-    from pfair.flower.node import reset_state
+    from pfair.flower.node import default_anchor, histogram_release, reset_state
 
     try:
         removed = reset_state(args.state_dir, anchor=args.anchor, i_understand=args.i_understand)
@@ -133,7 +133,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
 
     require_flwr()
     from pfair.flower.deploy import run_deployment, write_federation
-    from pfair.flower.node import reset_state
+    from pfair.flower.node import default_anchor, histogram_release, reset_state
 
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -147,12 +147,14 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     notes = [str(w.message) for w in caught]
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="pfair-deploy-")) if temporary else Path(args.workdir).resolve()
+    configs: list = []
     try:
         silos_dir = work / "silos"
         spent = spent_ledgers(silos_dir) if silos_dir.exists() else {}
         if spent and args.new_ledgers:
             for j in spent:
-                reset_state(silos_dir / f"silo{j}" / "state", i_understand=True)
+                state = silos_dir / f"silo{j}" / "state"
+                reset_state(state, anchor=default_anchor(state), i_understand=True)
             notes.append(f"--new-ledgers: the ledgers of silos {sorted(spent)} in {work} started over (their "
                          "budgets start again)")
         elif spent:
@@ -163,6 +165,10 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         configs = write_federation(fed, silos_dir, test=(ds.X_test, ds.y_test, ds.s_test), fmt="parquet")
         for c in configs:
             c["epsilon"] = args.epsilon
+            # Outside the workdir: a copy of the workdir restored later (or emptied) must not
+            # answer rounds again, nor start the budgets over (docs/deploy.md, "Backups").
+            c["ledger-anchor"] = str(default_anchor(c["state-dir"]))
+            c["histogram-fairness"] = histogram_release(st.fairness, st.positive_class)
             if args.delta is not None:
                 c["delta"] = args.delta
         if not args.json:
@@ -183,6 +189,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     finally:
         if temporary and not args.keep_workdir:
             shutil.rmtree(work, ignore_errors=True)
+            for c in configs:  # the anchors of ledgers that are gone with the workdir
+                Path(c["ledger-anchor"]).unlink(missing_ok=True)
     if res.get("status") == "refused":
         # Every silo refused every round: nothing was trained. Say which silos and why; exit 3.
         lines = [f"silo {j}: {reason}" for j, reason in res["refusals"].items()]

@@ -32,17 +32,30 @@ never by the server):
     which model factories the silo may build for deep runs (default ``pfair.torch.models:*``;
     see :mod:`pfair.flower.models`);
 ``ledger-anchor``
-    optional, a file outside ``state-dir`` (another disk, or a directory not restored with the
-    state's backups) that keeps a second journal of the ledger's writes. The journal beside the
-    ledger already refuses a ledger restored from an older copy, replaced or deleted
-    (:class:`~pfair.exceptions.LedgerRollback`); the anchor does so even when the whole state
-    directory, journal included, was restored;
-``max-run-epsilon``, ``max-histogram-share``, ``max-violation-share``, ``max-validation-share``
-    the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_HISTOGRAM_SHARE`,
-    :data:`MAX_VIOLATION_SHARE`, :data:`MAX_VALIDATION_EPSILON_SHARE`): the most ε one run may ask
-    for, and the largest shares of it the run's p_s histogram, fairness-target releases and (record
-    mode) validation tables may take. A message asking for more is refused
-    before anything is read or charged: the shares are the silo's budget, not the server's to set.
+    a file outside ``state-dir`` (another disk, or a directory not restored with the state's
+    backups) that keeps a second journal of the ledger's writes; by default
+    :func:`default_anchor` (in ``$PFAIR_ANCHOR_DIR``, else the user's
+    ``$XDG_STATE_HOME/pfair/anchors``), ``none`` turns it off (warned, reported as not covered),
+    and one inside ``state-dir`` is refused. The journal beside the ledger refuses a ledger
+    restored from an older copy, replaced or deleted (:class:`~pfair.exceptions.LedgerRollback`);
+    the anchor does so even when the whole state directory, journal included, was restored or
+    emptied, and refuses a ledger written under it that it has no record of;
+``histogram-share``, ``histogram-fairness``
+    what the silo's DP histogram of s costs, and for which notions it is released: a share (default
+    :data:`HISTOGRAM_SHARE`) of ``min(epsilon, max-run-epsilon)``, for the comma-separated notions
+    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>`` (default
+    :data:`HISTOGRAM_FAIRNESS`), each released once. The run config's ``epsilon`` and
+    ``p_s_epsilon_share`` do not price it, and a hello for another notion is refused before anything
+    is read or charged (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
+``allow-score-histogram``
+    ``true`` to answer ``query.score_histogram`` (private post-processing); off by default;
+``max-run-epsilon``, ``max-violation-share``, ``max-validation-share``
+    the silo's own caps (defaults: its whole ``epsilon``, :data:`MAX_VIOLATION_SHARE`,
+    :data:`MAX_VALIDATION_EPSILON_SHARE`): the most ε one run may ask for, and the largest shares of
+    it the run's fairness-target releases and (record mode) validation tables may take. A message
+    asking for more is refused before anything is read or charged: the shares are the silo's
+    budget, not the server's to set. A run's checkpoint releases and evaluations are answered only
+    after it answered a round, so before its first round a server can spend the hello bound only.
 
 The **run config** (public, from the server) carries the SteFFLe settings; the node takes
 ``noise_seed`` from its own config only, and it answers runs with shuffled epochs or full batches
@@ -96,9 +109,13 @@ from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
 from pfair.validation import holdout
 
-#: Default caps of the shares of a run's ε a server may ask for (node config ``max-histogram-share``,
-#: ``max-violation-share``, ``max-validation-share``): a run may ask up to these.
-MAX_HISTOGRAM_SHARE = 0.25
+#: Default share of ``min(epsilon, max-run-epsilon)`` the silo's DP histogram of s costs (node config
+#: ``histogram-share``; SteFFLe's own default ``p_s_epsilon_share``). The silo's, not the run config's.
+HISTOGRAM_SHARE = 0.1
+#: Default fairness notions a silo releases its histogram of s for (node config ``histogram-fairness``).
+HISTOGRAM_FAIRNESS = "demographic_parity"
+#: Default caps of the shares of a run's ε a server may ask for (node config ``max-violation-share``,
+#: ``max-validation-share``): a run may ask up to these.
 MAX_VIOLATION_SHARE = 0.5
 MAX_VALIDATION_EPSILON_SHARE = 0.25
 
@@ -212,8 +229,10 @@ class SiloNode:
                           "outcome e^epsilon times more likely); set a smaller epsilon", PrivacyWarning, stacklevel=2)
         self.delta = float(node_config["delta"]) if "delta" in node_config else None
         self.test_path = Path(str(node_config["test-path"])) if node_config.get("test-path") else None
-        self.anchor = Path(str(node_config["ledger-anchor"])) if node_config.get("ledger-anchor") else None
+        self.anchor = ledger_anchor(node_config.get("ledger-anchor"), self.state_dir, silo=node_config.get("silo-id"))
         self.exact_evaluate = str(node_config.get("allow-exact-evaluate", "false")).lower() in ("1", "true", "yes")
+        self.allow_score_histogram = str(node_config.get("allow-score-histogram", "false")).lower() in ("1", "true",
+                                                                                                      "yes")
         self.evaluate_epsilon = float(node_config.get("evaluate-epsilon", EVALUATE_EPSILON))
         self.evaluations_per_run = int(node_config.get("evaluations-per-run", 1))
         self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
@@ -223,7 +242,17 @@ class SiloNode:
 
         self.allow_models = str(node_config.get("allow-models", DEFAULT_ALLOWED))
         self.max_run_epsilon = float(node_config.get("max-run-epsilon", self.budget))
-        self.max_histogram_share = float(node_config.get("max-histogram-share", MAX_HISTOGRAM_SHARE))
+        if "max-histogram-share" in node_config:
+            raise ValueError(f"silo {node_config.get('silo-id')}: node config max-histogram-share is gone: the silo sets "
+                             "its histogram's share itself, histogram-share (default "
+                             f"{HISTOGRAM_SHARE:g}), and the run config's p_s_epsilon_share is not read. Replace the "
+                             "key with histogram-share")
+        self.histogram_share = float(node_config.get("histogram-share", HISTOGRAM_SHARE))
+        if not (np.isfinite(self.histogram_share) and 0 < self.histogram_share < 1):
+            raise ValueError(f"silo {node_config.get('silo-id')}: node config histogram-share={self.histogram_share!r} "
+                             "must be in (0, 1): the share of min(epsilon, max-run-epsilon) its histogram of s costs")
+        self.histogram_releases = histogram_releases(node_config.get("histogram-fairness", HISTOGRAM_FAIRNESS),
+                                                     n_classes=int(n_classes), silo=node_config.get("silo-id"))
         self.max_violation_share = float(node_config.get("max-violation-share", MAX_VIOLATION_SHARE))
         self.max_validation_share = float(node_config.get("max-validation-share", MAX_VALIDATION_EPSILON_SHARE))
         from pfair.datasets.shards import read_shard
@@ -281,13 +310,10 @@ class SiloNode:
     def _check_caps(self, settings: SteFFLeSettings, run_epsilon: bool = True) -> None:
         """Refuse a run asking for more ε, or larger shares of it, than this silo's own caps (the
         run's ε from the plan round on: the hello only sizes the silo and releases its histogram,
-        whose share is checked there)."""
+        whose ε is the silo's own, :meth:`hello`)."""
         over = []
         if run_epsilon and settings.epsilon > self.max_run_epsilon * (1 + 1e-12):
             over.append(f"epsilon={settings.epsilon:g} per run (the silo's cap: max-run-epsilon={self.max_run_epsilon:g})")
-        if settings.p_s_source == "dp" and settings.p_s_epsilon_share > self.max_histogram_share:
-            over.append(f"p_s_epsilon_share={settings.p_s_epsilon_share:g} (cap: max-histogram-share="
-                        f"{self.max_histogram_share:g})")
         if settings.max_violation is not None and settings.max_violation_epsilon_share > self.max_violation_share:
             over.append(f"max_violation_epsilon_share={settings.max_violation_epsilon_share:g} (cap: "
                         f"max-violation-share={self.max_violation_share:g})")
@@ -358,37 +384,67 @@ class SiloNode:
     def hello(self, settings: SteFFLeSettings) -> dict[str, Any]:
         """The p_s round: the silo's size, and its DP histogram of s when the run uses ``p_s="dp"``
         (charged to the ledger once; a later run reuses it, and the ledger refuses it past the
-        silo's budget). Whether the run's ε fits this silo's budget is decided at the plan round."""
+        silo's budget). Whether the run's ε fits this silo's budget is decided at the plan round.
+
+        What the histogram costs is the silo's alone: ``histogram-share · min(epsilon,
+        max-run-epsilon)`` of its node config (the run config's ε and ``p_s_epsilon_share`` are not
+        read), for the notions of its ``histogram-fairness`` only (another is refused before anything
+        is read or charged), and once per notion: every later hello of that notion, in any run, gets
+        the same release again at no cost. So no sequence of hellos spends more than
+        :meth:`hello_bound` (docs/privacy.md, "A deployed silo")."""
         import dataclasses
 
         with self._locked():
             ledger = self.ledger()
-            if settings.epsilon is not None:  # (None is refused by _settings)
-                # The histogram costs its share of at most what this silo lets one run spend: a
-                # server asking for a run of ε beyond the budget must not buy a larger histogram.
-                settings = dataclasses.replace(settings, epsilon=min(settings.epsilon, ledger.epsilon,
-                                                                     self.max_run_epsilon))
-            party = self._party(settings, check_budget=False, ledger=ledger)
             out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
-            if settings.p_s_source == "dp" and settings.sends_psi:
-                name = release_name(settings.fairness, settings.positive_class)
-                others = sorted(k for k in ledger.releases if k.startswith(HISTOGRAM_PREFIX) and k != name)
-                if self.noise_seed is not None and others:
-                    raise SettingsMismatch(
-                        f"silo {self.silo_id}: its noise-seed released a histogram already ({', '.join(others)}); "
-                        "every histogram of one seed carries the same noise, so a second one of other counts "
-                        "would give the noise and the exact counts away. Give the node another noise-seed (or "
-                        "none)")
-                if name not in ledger.releases:
-                    # Whether the silo takes part is decided before it releases anything: with its
-                    # own size for the federation's mean (the server's T is not known yet).
-                    refusal = self._refusal(party, rounds_per_epoch(party.settings.sampling, [party.n_records],
-                                                                    party.settings.batch_size))
-                    if refusal is not None:
-                        out["refused"] = refusal
-                        return out
-                out["histogram"] = party.release_group_counts()
+            if settings.epsilon is None or settings.p_s_source != "dp" or not settings.sends_psi:
+                self._party(settings, check_budget=False, ledger=ledger)  # the settings' checks (ε None refused)
+                return out
+            name = release_name(settings.fairness, settings.positive_class)
+            if name not in self.histogram_releases:
+                raise SettingsMismatch(
+                    f"silo {self.silo_id}: the run asks for a histogram of s for {name[len(HISTOGRAM_PREFIX):]!r}; this "
+                    f"silo releases one for {sorted(r[len(HISTOGRAM_PREFIX):] for r in self.histogram_releases)} only "
+                    "(node config histogram-fairness). Nothing was read or charged; add the notion to "
+                    "histogram-fairness if this silo takes part in such runs, or run with public proportions p_s")
+            # The silo's own price, whatever the run config names (ε, share): a server cannot buy a
+            # larger histogram, nor one for a notion the silo did not agree to.
+            settings = dataclasses.replace(settings, epsilon=min(ledger.epsilon, self.max_run_epsilon),
+                                           p_s_epsilon_share=self.histogram_share)
+            party = self._party(settings, check_budget=False, ledger=ledger)
+            others = sorted(k for k in ledger.releases if k.startswith(HISTOGRAM_PREFIX) and k != name)
+            if self.noise_seed is not None and others:
+                raise SettingsMismatch(
+                    f"silo {self.silo_id}: its noise-seed released a histogram already ({', '.join(others)}); "
+                    "every histogram of one seed carries the same noise, so a second one of other counts "
+                    "would give the noise and the exact counts away. Give the node another noise-seed (or "
+                    "none)")
+            if name not in ledger.releases:
+                # Whether the silo takes part is decided before it releases anything: with its
+                # own size for the federation's mean (the server's T is not known yet).
+                refusal = self._refusal(party, rounds_per_epoch(party.settings.sampling, [party.n_records],
+                                                                party.settings.batch_size))
+                if refusal is not None:
+                    out["refused"] = refusal
+                    return out
+            out["histogram"] = party.release_group_counts()
             return out
+
+
+    def hello_bound(self) -> float:
+        """The most ε any sequence of hellos can make this silo's ledger spend (its node config
+        alone): one histogram per notion of ``histogram-fairness`` (k of them), each a full-batch
+        Gaussian release of noise multiplier z_h that costs ``histogram-share · min(epsilon,
+        max-run-epsilon)`` alone; k of them compose to a Gaussian mechanism of μ = √k / z_h, whose
+        ε at the ledger's δ is what the ledger charges (its exact currency)."""
+        from pfair.privacy.proportions import histogram_event, histogram_noise_multiplier
+
+        with self._locked():
+            ledger = self.ledger()
+        z_h = histogram_noise_multiplier(epsilon=min(ledger.epsilon, self.max_run_epsilon), share=self.histogram_share,
+                                         delta=ledger.delta)
+        fresh = PrivacyLedger(epsilon=ledger.epsilon, delta=ledger.delta)
+        return fresh.epsilon_with([histogram_event(z_h)] * len(self.histogram_releases))
 
     def _evaluation_reserve(self, settings: SteFFLeSettings, ledger: PrivacyLedger) -> tuple:
         """The evaluation releases a run of this silo may have (its test shard, ``evaluations-per-run``
@@ -503,7 +559,17 @@ class SiloNode:
         self._predict_proba(np.zeros((1, self.X.shape[1])), theta)
         with self._locked():
             party = self._planned_party(settings, run_id)
+            self._check_trained(party.ledger, run_id, "a checkpoint release")
             return party.release_checkpoint(theta, int(epoch))
+
+    def _check_trained(self, ledger: PrivacyLedger | None, run_id: str, what: str) -> None:
+        """Refuse ``what`` (a release of a planned run) before the run answered a round: otherwise
+        a server could plan run after run and buy each one's checkpoint releases and evaluations
+        without training at all, spending the silo's budget before its first round."""
+        if ledger is not None and ledger.next_round(run_id) == 0:
+            raise SettingsMismatch(f"silo {self.silo_id}: {what} of run {run_id!r}, which has answered no round yet; "
+                                   "a silo releases a run's checkpoint figures and evaluations after it trained in "
+                                   "that run only. Nothing was read or charged")
 
     def evaluate(self, settings: SteFFLeSettings, run_id: str, theta: np.ndarray) -> dict[str, float]:
         """Metrics of θ on the local test shard (empty without one), as a DP release.
@@ -538,6 +604,7 @@ class SiloNode:
             # Under the run's planned terms only: the protection (whether x and y are released
             # exactly) and the model are the plan's, not what this message says.
             self._check_terms(saved, self._terms(settings, ledger), run_id)
+            self._check_trained(ledger, run_id, "an evaluation")
             done = sorted(k for k in ledger.releases if k.startswith(f"{EVALUATION_PREFIX}{run_id}:"))
             if len(done) >= self.evaluations_per_run:
                 raise PrivacyBudgetExceeded(
@@ -581,6 +648,11 @@ class SiloNode:
             raise SettingsMismatch(f"silo {self.silo_id}: a score histogram is for binary labels; this federation has "
                                    f"{self.n_classes} classes")
         eps = float(epsilon)
+        if not self.allow_score_histogram:
+            raise SettingsMismatch(f"silo {self.silo_id}: a score histogram is a release a server could ask before any "
+                                   "training, up to max-run-epsilon; this silo answers none (node config "
+                                   "allow-score-histogram = false, the default). Set allow-score-histogram = true on a "
+                                   "silo that takes part in private post-processing. Nothing was read or charged")
         with self._locked():
             ledger = self.ledger()
             cap = min(ledger.epsilon, self.max_run_epsilon)
@@ -642,13 +714,97 @@ class SiloNode:
         out["exact_evaluate"] = self.exact_evaluate
         out["not_covered"] = (["exact evaluation of the test shard (allow-exact-evaluate)"]
                               if self.exact_evaluate and self.test_path is not None else [])
+        if self.anchor is None:
+            out["not_covered"].append("a restored or emptied state directory (ledger-anchor = none)")
         return out
+
+
+#: Environment variable naming the directory of the default ledger anchors (see :func:`default_anchor`).
+ANCHOR_DIR_ENV = "PFAIR_ANCHOR_DIR"
+#: Node config value of ``ledger-anchor`` that turns the anchor off (warned; reported as not covered).
+NO_ANCHOR = "none"
+
+
+def default_anchor_dir() -> Path:
+    """Where a node keeps its ledger's anchor unless its node config names one: ``$PFAIR_ANCHOR_DIR``,
+    else ``$XDG_STATE_HOME/pfair/anchors``, else ``~/.local/state/pfair/anchors``: the node's user's
+    own state, outside any silo's ``state-dir``."""
+    if os.environ.get(ANCHOR_DIR_ENV):
+        return Path(os.environ[ANCHOR_DIR_ENV])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "pfair" / "anchors"
+
+
+def default_anchor(state_dir: os.PathLike | str) -> Path:
+    """The default anchor journal of the ledger in ``state_dir``: a file of :func:`default_anchor_dir`
+    named by the SHA-256 of the ledger's absolute path (one file per ledger, so that a journal's tail
+    always holds its ledger's last entry)."""
+    import hashlib
+
+    ledger = os.path.join(os.path.realpath(os.fspath(state_dir)), LEDGER_FILE)
+    return default_anchor_dir() / f"{hashlib.sha256(ledger.encode()).hexdigest()[:32]}.journal"
+
+
+def ledger_anchor(value: Any, state_dir: os.PathLike | str, *, silo: Any = None) -> Path | None:
+    """The anchor of a node's ledger from its node config's ``ledger-anchor`` (``value``): the file it
+    names, :func:`default_anchor` when unset, or None for ``"none"`` (warned: a restored or emptied
+    state directory then answers rounds again). An anchor inside ``state_dir`` is refused: a backup of
+    the state directory would restore it with the ledger."""
+    import warnings
+
+    from pfair.exceptions import PrivacyWarning
+
+    if value is not None and str(value).strip().lower() == NO_ANCHOR:
+        warnings.warn(f"silo {silo}: node config ledger-anchor=none: nothing outside the state directory records "
+                      "its ledger's writes, so restoring a backup of the whole state directory answers rounds again "
+                      "and emptying it starts the budget over. Remove the key (the default anchor is "
+                      f"{default_anchor(state_dir)}) or name a file on storage that is not backed up with the state",
+                      PrivacyWarning, stacklevel=3)
+        return None
+    anchor = Path(str(value)) if value not in (None, "") else default_anchor(state_dir)
+    state = Path(os.path.realpath(os.fspath(state_dir)))
+    where = Path(os.path.realpath(os.fspath(anchor)))
+    if where == state or state in where.parents:
+        raise ValueError(f"silo {silo}: node config ledger-anchor={str(anchor)!r} is inside its state-dir {str(state)!r}; "
+                         "a backup of the state directory would restore the anchor with the ledger, and the anchor "
+                         "would catch nothing. Name a file outside it (another disk, or a directory that is not "
+                         "backed up with the state), or leave the key out for the default anchor")
+    return anchor
+
+
+def histogram_releases(value: Any, *, n_classes: int, silo: Any = None) -> frozenset:
+    """The release names (:func:`pfair.privacy.proportions.release_name`) of the histograms of s a
+    silo releases, from its node config's ``histogram-fairness``: comma-separated
+    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>``."""
+    out = set()
+    for item in (v.strip() for v in str(value).split(",")):
+        if not item:
+            continue
+        notion, _, positive = item.partition(":")
+        if notion in ("demographic_parity", "equalized_odds") and not positive:
+            out.add(release_name(notion, 0))
+        elif notion == "equal_opportunity" and positive.isdigit() and int(positive) < int(n_classes):
+            out.add(release_name(notion, int(positive)))
+        else:
+            raise ValueError(f"silo {silo}: node config histogram-fairness has {item!r}; name the notions this silo "
+                             "releases a histogram of s for, comma-separated: demographic_parity, equalized_odds, "
+                             f"equal_opportunity:<positive class in 0..{int(n_classes) - 1}>")
+    if not out:
+        raise ValueError(f"silo {silo}: node config histogram-fairness is empty; name at least one notion (default "
+                         f"{HISTOGRAM_FAIRNESS}), or leave the key out")
+    return frozenset(out)
+
+
+def histogram_release(fairness: str, positive_class: int) -> str:
+    """The ``histogram-fairness`` entry of a run's fairness notion (and, for equal opportunity, its
+    positive class): what a launcher puts in its silos' node configs."""
+    return f"{fairness}:{int(positive_class)}" if fairness == "equal_opportunity" else fairness
 
 
 def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | None = None,
                 i_understand: bool = False) -> list[str]:
-    """Start a silo over: remove its ledger, the ledger's journal (and ``anchor``, if given) and its
-    run's plan from ``state_dir``; returns what was removed. Its budget starts again from nothing
+    """Start a silo over: remove its ledger, the ledger's journal, its anchor (``anchor``, or the
+    :func:`default_anchor` of ``state_dir`` if not given) and its run's plan; returns what was removed. Its budget starts again from nothing
     spent, so the guarantee of the runs it answered before no longer bounds what it releases next:
     refused unless ``i_understand``. Meant for a silo whose data changed, or whose operator accepts
     that cost; a ledger restored from a backup is refused (:class:`~pfair.exceptions.LedgerRollback`)
@@ -659,6 +815,7 @@ def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | Non
                          "again, and the runs it answered before are no longer counted against it. Pass "
                          "--i-understand (i_understand=True) to do it")
     ledger = state / LEDGER_FILE
+    anchor = default_anchor(state) if anchor is None else anchor
     targets = [ledger, *journals(ledger.resolve() if ledger.exists() else ledger, anchor), state / PLAN_FILE]
     removed = []
     for path in targets:

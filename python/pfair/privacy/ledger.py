@@ -40,7 +40,9 @@ and to an ``anchor`` journal elsewhere if given, e.g. outside a directory that i
 ledger file older than its journals' last entry (restored from a backup), replaced by another
 file of the same revision, or gone while its journal is not (deleted) raises
 :class:`~pfair.exceptions.LedgerRollback` when loaded or written: otherwise a restored file would
-answer its rounds again and spend its budget again.  A ledger object replaces a
+answer its rounds again and spend its budget again. A file written under an anchor says so
+(``"anchored": true``), and an anchor with no record of it is refused too: the anchor was lost, or
+the file was copied or restored where its anchor never saw it.  A ledger object replaces a
 ledger file only if it is the revision the object last read or wrote there (by resolved path),
 checked and replaced under an exclusive lock of ``<file>.lock``; otherwise it raises
 :class:`~pfair.exceptions.LedgerConflict` and writes nothing.
@@ -236,6 +238,9 @@ class PrivacyLedger:
         self.path = _resolved(path) if path is not None else None
         #: A second journal of this ledger's writes, kept elsewhere (see the module docstring).
         self.anchor = Path(anchor) if anchor is not None else None
+        #: Whether this ledger was ever written under an anchor (kept in the file: once anchored,
+        #: an anchor with no record of it is refused, see :func:`check_journals`).
+        self.anchored = anchor is not None
         self.events: List[MechanismEvent] = []
         self.runs: Dict[str, Dict[str, Any]] = {}
         self.releases: Dict[str, Any] = {}
@@ -498,6 +503,7 @@ class PrivacyLedger:
             "events": [{k: v for k, v in asdict(e).items() if v is not None} for e in self.events],
             "runs": {k: dict(v) for k, v in self.runs.items()},
             "releases": {k: np.asarray(v).tolist() for k, v in self.releases.items()},
+            "anchored": bool(self.anchored or self.anchor is not None),
             "epsilon_by_accountant": self.epsilons(),
             "accountant": "min of RDP (public batch / WBK 2019 / MTZ 2019, Balle et al. 2020 conversion), the exact "
                           "Gaussian mixture (Balle-Wang 2018, Dong-Roth-Su 2019) when every event is Gaussian given "
@@ -529,6 +535,7 @@ class PrivacyLedger:
         ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
         ledger.path = _resolved(path) if path is not None else None
         ledger.revision = int(data.get("revision", 0))
+        ledger.anchored = bool(data.get("anchored", False))
         if ledger.path is not None and ledger.path.exists():
             ledger._seen[str(ledger.path)] = ledger.revision
         return ledger
@@ -545,7 +552,7 @@ class PrivacyLedger:
         target.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(target):
             found, links = _revision_on_disk(target)
-            check_journals(target, found, None, self.anchor)
+            check_journals(target, found, None, self.anchor, anchored=self.anchored and found is not None)
             seen = self._seen.get(str(target))
             if found is not None and found != seen:
                 if seen is None:
@@ -595,7 +602,8 @@ class PrivacyLedger:
                                  "restore the latest copy of it") from None
         if not isinstance(data, dict):
             raise LedgerConflict(f"the file {Path(path).name!r} is not a ledger")
-        check_journals(_resolved(path), int(data.get("revision", 0)), hashlib.sha256(raw).hexdigest(), anchor)
+        check_journals(_resolved(path), int(data.get("revision", 0)), hashlib.sha256(raw).hexdigest(), anchor,
+                       anchored=bool(data.get("anchored", False)))
         ledger = cls.from_dict(data, path=path)
         ledger.anchor = Path(anchor) if anchor is not None else None
         return ledger
@@ -716,17 +724,28 @@ def _journal_append(journal: Path, target: Path, revision: int, sha256: str) -> 
 
 
 def check_journals(target: Path, revision: Optional[int], sha256: Optional[str],
-                   anchor: Optional[os.PathLike | str] = None) -> None:
+                   anchor: Optional[os.PathLike | str] = None, *, anchored: bool = False) -> None:
     """Refuse a ledger file (``revision`` and the SHA-256 of its bytes; ``revision=None``: no file)
-    that its journals say is older than the last one written, another file, or deleted."""
+    that its journals say is older than the last one written, another file, or deleted; and, with
+    ``anchored`` (the file says it was written under an anchor), a file that the ``anchor`` has no
+    record of: the anchor was lost, or the state directory was restored or copied somewhere its
+    anchor never saw it, where an empty anchor would accept any copy."""
     for journal in journals(target, anchor):
         last = _journal_last(journal, target)
-        if last is None:
-            continue
-        where = f"its journal {journal.name!r}" if journal.parent == target.parent else f"its anchor {str(journal)!r}"
+        is_anchor = journal.parent != target.parent or journal.name != target.name + JOURNAL_SUFFIX
         fix = ("Restore the latest ledger file; or, to start this silo's budget over on purpose (only if its data "
                "changed, or you accept spending its budget again), run `pfair node reset --state-dir DIR "
-               "--i-understand`" + (f" --anchor {journal}" if journal.parent != target.parent else ""))
+               "--i-understand`" + (f" --anchor {journal}" if is_anchor else ""))
+        if last is None:
+            if is_anchor and anchored and revision is not None:
+                raise LedgerRollback(
+                    f"the ledger file {target.name!r} (revision {revision}) was written under an anchor, but its "
+                    f"anchor {str(journal)!r} has no record of it: the anchor was lost or moved, or this state "
+                    "directory was restored or copied to a place its anchor never saw, and any copy of it would then "
+                    "answer its rounds again. Put the anchor file back (node config ledger-anchor), or keep the state "
+                    "directory at the path it was anchored at. " + fix)
+            continue
+        where = f"its anchor {str(journal)!r}" if is_anchor else f"its journal {journal.name!r}"
         if revision is None:
             raise LedgerRollback(f"the ledger file {target.name!r} is gone, but {where} records revision "
                                  f"{last['revision']}: it was deleted, and a new ledger would spend the budget again. "
