@@ -181,7 +181,7 @@ class TablePreprocessor(TransformerMixin, BaseEstimator):
         offset = d_num
         rows = np.arange(len(frame))
         for c, cats in zip(categorical, self.categories_):
-            codes = pd.Categorical(frame[c], categories=cats).codes.astype(np.int64)
+            codes = pd.Index(cats).get_indexer(frame[c]).astype(np.int64)  # -1: not a known category
             unknown = codes < 0
             if unknown.any() and self.handle_unknown == "error":
                 values = pd.unique(frame[c][unknown])
