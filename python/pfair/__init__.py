@@ -12,6 +12,7 @@ Quick start::
     fed = pfair.Federation.partition(data, n_silos=3, heterogeneity=0.0, by="age", seed=0)
     model = pfair.SteFFLe(fairness="demographic_parity", lam=1.0, epsilon=1.0).fit(fed)
     model.predict(data.X_test); model.privacy_report_
+    pfair.save_model(model, "model.pfair", dataset=data)   # pfair.load_model("model.pfair").predict(rows)
 """
 
 from __future__ import annotations
@@ -23,20 +24,22 @@ from pfair import _core
 
 __version__: str = _core.__version__
 
-__all__ = ["Federation", "PrivateThresholdOptimizer", "SteFFLe", "datasets", "metrics", "model_selection", "partition",
-           "postprocessing", "privacy", "references", "__version__"]
+__all__ = ["Federation", "PrivateThresholdOptimizer", "SteFFLe", "datasets", "load_model", "metrics", "model_selection",
+           "partition", "postprocessing", "privacy", "references", "save_model", "__version__"]
 
 # The names below load on first use (PEP 562): ``import pfair`` stays cheap for the processes
 # that need only part of it (a Flower ClientApp starts a fresh process for every message, and
 # scikit-learn and pandas alone take seconds to import there).
 _SUBMODULES = {"datasets", "metrics", "model_selection", "partition", "postprocessing", "privacy", "references"}
 _CLASSES = {"SteFFLe": "pfair.estimators", "Federation": "pfair.federation",
-            "PrivateThresholdOptimizer": "pfair.postprocessing"}
+            "PrivateThresholdOptimizer": "pfair.postprocessing", "save_model": "pfair.model_file",
+            "load_model": "pfair.model_file"}
 
 if TYPE_CHECKING:  # pragma: no cover
     from pfair import datasets, metrics, model_selection, partition, postprocessing, privacy, references
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
+    from pfair.model_file import load_model, save_model
     from pfair.postprocessing import PrivateThresholdOptimizer
 
 

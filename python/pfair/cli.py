@@ -1,4 +1,4 @@
-"""Command line: ``pfair train``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``,
+"""Command line: ``pfair train``, ``pfair predict``, ``pfair privacy``, ``pfair privacy-report``, ``pfair datasets``,
 ``pfair sweep``, ``pfair summary``, ``pfair plot``, ``pfair deploy local``.
 
 ``pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 [--json]`` trains
@@ -9,6 +9,10 @@ privacy spent; ``--max-violation T`` replaces ``--lam`` by a fairness target;
 [--partition-by COL] [--dropna]`` does the same on your own table (:func:`pfair.datasets.load_csv`;
 rows with a missing value are dropped with a warning up to 5% of the table, refused beyond unless
 ``--dropna``).
+
+``pfair train ... --save-model model.pfair`` writes the model with its preprocessing, settings and
+privacy report (:func:`pfair.save_model`); ``pfair predict --model model.pfair --csv new.csv --out
+preds.csv [--proba]`` applies it to new rows.
 
 ``pfair sweep --dataset adult --methods steffle,pfld,fedavg --epsilon 1 3 9 --heterogeneity 0 0.75
 --silos 3 --lam 0:2:11 --seeds 15 --out results/`` runs a grid of fits in parallel into
@@ -234,7 +238,111 @@ def add_train_parser(sub: Any) -> None:
                    help='with --tune: the grid instead of the default, e.g. \'{"lr_theta": [0.5, 1], "epochs": [20, 40]}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text (no progress bar)")
     p.add_argument("--out", default=None, help="also write the result, with the per-silo privacy report, to this JSON file")
+    add_save_model_argument(p)
     p.set_defaults(func=train_command)
+
+
+def add_save_model_argument(p: argparse.ArgumentParser) -> None:
+    """``--save-model PATH`` of ``pfair train`` and ``pfair deploy local``."""
+    p.add_argument("--save-model", default=None, metavar="PATH",
+                   help="write the trained model with its preprocessing (the encodings and scaling of the features), "
+                        "settings and privacy report to PATH (a zip of JSON and arrays, safe to load; "
+                        "pfair predict --model PATH --csv new.csv applies it)")
+
+
+def save_run_model(model: Any, path: str, ds: Any, result: dict, report_df: Any, command: str) -> str:
+    """Write the model of a run (``--save-model``) with :func:`pfair.save_model`; returns the path."""
+    from pfair.model_file import save_model
+
+    keys = ("dataset", "fairness", "silos", "heterogeneity", "epsilon", "test_error", "trivial_error",
+            "demographic_parity_difference", "equalized_odds_difference")
+    save_model(model, path, dataset=ds, privacy_report=report_df,
+               metadata={"command": command, **{k: result.get(k) for k in keys}})
+    return str(path)
+
+
+def add_predict_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "predict", help="apply a saved model (pfair train --save-model) to the rows of a CSV",
+        description="Read a model file written by `pfair train --save-model` (or pfair.save_model), make the\n"
+                    "features of every row of --csv with the model's own preprocessing (the columns, encodings\n"
+                    "and scaling it was trained with; other columns are ignored) and write one prediction per row,\n"
+                    "in the original label values, in the order of the file.",
+        epilog="example:\n  pfair predict --model model.pfair --csv new.csv --out preds.csv --proba",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, metavar="PATH", help="the model file")
+    p.add_argument("--csv", required=True, metavar="PATH", help="the rows to predict (a CSV with the feature columns)")
+    p.add_argument("--out", default=None, metavar="PATH",
+                   help="write the predictions to this CSV (default: print them)")
+    p.add_argument("--proba", action="store_true",
+                   help="also write each label's probability, one column proba_<label> per label")
+    p.add_argument("--with", dest="with_columns", nargs="+", default=None, metavar="COL",
+                   help="copy these columns of --csv to the output, e.g. an id")
+    p.add_argument("--unknown-category", default=None, choices=["error", "ignore"],
+                   help="a category the model was not trained on: error (the default, naming the column and values) "
+                        "or ignore (an all-zero block: the column adds nothing to that row's score)")
+    p.add_argument("--dropna", action="store_true",
+                   help="rows with a missing value in a feature column get an empty prediction (with a warning "
+                        "saying how many) instead of stopping the command; pfair does not impute")
+    p.add_argument("--allow-models", default="pfair.torch.models:*", metavar="PATTERNS",
+                   help="DeepSteFFLe files: the module factories (module:function patterns, comma-separated) this "
+                        "command may import and run to rebuild the network (default: pfair's own, "
+                        "pfair.torch.models:*)")
+    p.set_defaults(func=predict_command)
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    """``pfair predict``: :func:`pfair.load_model`, then its ``predict`` (and ``predict_proba``)."""
+    import os
+
+    import pandas as pd
+
+    from pfair.model_file import load_model
+
+    saved = load_model(args.model, allow_models=args.allow_models)
+    if not os.path.exists(args.csv):
+        raise ValueError(f"--csv {args.csv!r}: no such file")
+    frame = pd.read_csv(args.csv)
+    if saved.preprocessor is None:
+        raise ValueError(f"--model {args.model!r} holds no preprocessing (saved without dataset= or preprocessor=), "
+                         "so the columns of a CSV cannot be made into its features; load it in Python with "
+                         "pfair.load_model and pass the feature matrix")
+    if args.unknown_category is not None:
+        saved.preprocessor.set_params(handle_unknown=args.unknown_category)
+    missing = [c for c in (args.with_columns or []) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"--with: column(s) {missing!r} not in {args.csv!r}")
+    out = frame[list(args.with_columns or [])].copy()
+    features = list(saved.preprocessor.feature_names_in_)
+    missing_columns = [c for c in features if c not in frame.columns]
+    if missing_columns:
+        raise ValueError(f"--csv {args.csv!r} has no column(s) {missing_columns!r}; the model's features are made from "
+                         f"{features!r} (other columns are ignored)")
+    complete = ~frame[features].isna().any(axis=1).to_numpy()
+    if not complete.all():
+        if not args.dropna:
+            counts = frame[features].isna().sum()
+            raise ValueError(f"--csv {args.csv!r}: {int((~complete).sum()):,} of {len(frame):,} rows have a missing "
+                             "value in a feature column (" + ", ".join(f"{c!r} {int(k):,}" for c, k in counts.items()
+                                                                      if k) +
+                             "); pfair does not impute: pass --dropna to give those rows an empty prediction, or fill "
+                             "them first")
+        print(f"warning: {int((~complete).sum()):,} of {len(frame):,} rows have a missing value in a feature column "
+              "and get an empty prediction (--dropna)", file=sys.stderr)
+    rows = frame[complete]
+    out["prediction"] = pd.Series(saved.predict(rows), index=rows.index, dtype=object)
+    if args.proba:
+        proba = saved.predict_proba(rows)
+        for column in proba.columns:
+            out[f"proba_{column}"] = proba[column]
+    if args.out is None:
+        out.to_csv(sys.stdout, index=False)
+        return 0
+    out.to_csv(args.out, index=False)
+    counts = out["prediction"].dropna().value_counts().sort_index()
+    print(f"wrote {int(complete.sum()):,} predictions to {args.out} ("
+          + ", ".join(f"{label}: {int(k):,}" for label, k in counts.items()) + ")")
+    return 0
 
 
 def add_privacy_report_parser(sub: Any) -> None:
@@ -390,6 +498,8 @@ def train_command(args: argparse.Namespace) -> int:
     }
     if search is not None:
         result["tune"] = tune_summary(search)
+    if args.save_model:
+        result["model_file"] = save_run_model(model, args.save_model, ds, result, report_df, "pfair train")
     if args.out:
         rows = report_df.reset_index().replace({np.inf: None}).to_dict(orient="records")
         with open(args.out, "w") as fh:
@@ -402,6 +512,8 @@ def train_command(args: argparse.Namespace) -> int:
         print_tune(result["tune"])
     if args.epsilon is not None:
         print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
+    if args.save_model:
+        print(f"model         saved to {args.save_model} (pfair predict --model {args.save_model} --csv new.csv)")
     print(f"time          {result['seconds']:.1f} s")
     return 0
 
@@ -643,6 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_privacy_parser(sub)
     add_privacy_report_parser(sub)
+    add_predict_parser(sub)
     add_experiment_parsers(sub)
     from pfair.flower.cli import add_deploy_parser, add_node_parser
 

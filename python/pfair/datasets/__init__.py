@@ -19,6 +19,7 @@ from typing import Callable, Dict
 import pandas as pd
 
 from ._base import Dataset
+from ._preprocess import TablePreprocessor
 from ._csv import MAX_DROPPED_SHARE, csv_spec, load_csv, load_csv_spec, parse_csv_spec
 from ._synthetic import make_synthetic
 from .adult import adult_frame, load_adult
@@ -93,6 +94,7 @@ def load_frame(name: str) -> pd.DataFrame:
 
 __all__ = [
     "Dataset",
+    "TablePreprocessor",
     "MAX_DROPPED_SHARE",
     "list_datasets",
     "load",

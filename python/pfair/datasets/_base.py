@@ -20,6 +20,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from ._preprocess import TablePreprocessor, category_order
+
 __all__ = ["Dataset", "split_indices", "encode_features", "encode_categories", "build_dataset"]
 
 
@@ -39,6 +41,12 @@ class Dataset:
     DataFrame, rows dropped for missing values never appearing; for a bundled loader, positions in
     its cleaned table.  ``X_train[i]`` is row ``train_index[i]``, so
     ``frame.iloc[ds.train_index]`` lines your own columns up with the training records.
+
+    ``preprocessor`` is the fitted :class:`~pfair.datasets.TablePreprocessor` that made ``X_*``
+    from the table's feature columns (``preprocessor.transform(frame.iloc[ds.test_index])`` is
+    ``X_test``), to apply to new rows and to save with a model (:func:`pfair.save_model`); None for
+    a data set loaded with ``include_sensitive=True`` (its sensitive block is made from s, not from
+    a column) or built by hand.
 
     ``partition_by``, when set, is the column of ``attrs_*`` that
     :meth:`pfair.Federation.partition` and :meth:`~pfair.Federation.for_dataset` split by when
@@ -61,6 +69,7 @@ class Dataset:
     train_index: Optional[np.ndarray] = field(default=None, repr=False)
     test_index: Optional[np.ndarray] = field(default=None, repr=False)
     partition_by: Optional[str] = field(default=None, repr=False)
+    preprocessor: Optional["TablePreprocessor"] = field(default=None, repr=False)
 
     @property
     def n_features(self) -> int:
@@ -307,9 +316,19 @@ def build_dataset(
                 f"(test_size={test_size}, seed={seed}); merge rare groups or change the split"
             )
 
-    X_train, X_test, feature_names = encode_features(
-        frame, numeric, categorical, train_idx, test_idx
-    )
+    preprocessor = None
+    if include_sensitive:
+        X_train, X_test, feature_names = encode_features(frame, numeric, categorical, train_idx, test_idx)
+    else:
+        # The same encoding as encode_features, kept as a transformer for new rows: categories of
+        # the whole table, statistics of the training rows.
+        preprocessor = TablePreprocessor(
+            numeric=list(numeric), categorical=list(categorical),
+            categories=[category_order(frame[c]) for c in categorical],
+        ).fit(frame.iloc[train_idx])
+        X_train = preprocessor.transform(frame.iloc[train_idx])
+        X_test = preprocessor.transform(frame.iloc[test_idx])
+        feature_names = list(preprocessor.get_feature_names_out())
     if include_sensitive:
         prefix = f"__{sensitive_name}="
         feature_names = [
@@ -341,4 +360,5 @@ def build_dataset(
         attrs_test=attrs_test,
         train_index=rows[train_idx],
         test_index=rows[test_idx],
+        preprocessor=preprocessor,
     )

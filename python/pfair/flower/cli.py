@@ -63,6 +63,9 @@ def add_deploy_parser(sub: Any) -> None:
                         "on the same SuperNodes, the budget --epsilon split between them (docs/model_selection.md)")
     q.add_argument("--json", action="store_true", help="print one JSON object instead of text (the keys of "
                                                        "`pfair train --json`, plus the deployment's own)")
+    from pfair.cli import add_save_model_argument
+
+    add_save_model_argument(q)
     q.set_defaults(func=deploy_local_command)
 
 
@@ -252,6 +255,16 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     if search is not None:
         result["tune"] = deployed_tune_summary(search)
         result["rounds"] = sum(r["rounds"] for r in search["runs"])
+    if args.save_model:
+        from pfair.cli import save_run_model
+        from pfair.model_file import linear_model
+
+        # The analyst's model: the deployment's final θ, with the settings the server ran (a search's
+        # chosen candidate's) and the privacy report of the silos' ledgers.
+        tuned = {k: res["settings"][k] for k in ("lr_theta", "batch_size") if k in res.get("settings", {})}
+        model = linear_model(estimator.set_params(**tuned), theta, classes=fed.classes_, groups=fed.groups_,
+                             n_features=ds.n_features, selected_epoch=res.get("selected_epoch"))
+        result["model_file"] = save_run_model(model, args.save_model, ds, result, report_df, "pfair deploy local")
     if args.json:
         print(json.dumps(result, default=float))
         return 0
@@ -265,4 +278,6 @@ def deploy_local_command(args: argparse.Namespace) -> int:
           f"round, silos joined after {result['start_seconds']:.1f} s)")
     if result["workdir"]:
         print(f"workdir       {work} (shards, silo states and ledgers, logs, result.json)")
+    if args.save_model:
+        print(f"model         saved to {args.save_model} (pfair predict --model {args.save_model} --csv new.csv)")
     return 0
