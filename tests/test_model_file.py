@@ -256,7 +256,7 @@ def test_a_deep_steffle_round_trips_bit_for_bit_through_its_named_factory(table,
     kwargs = {"n_features": ds.n_features, "n_classes": 2, "hidden": [8]}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        deep = DeepSteFFLe(mlp(**kwargs), epochs=2, init_seed=0, epsilon=2.0).fit(fed)
+        deep = DeepSteFFLe(mlp(**kwargs), epochs=2, init_seed=0, epsilon=2.0).fit(fed, ledgers="new")
     with pytest.raises(ValueError, match="needs module_factory='package.module:function'"):
         save_model(deep, tmp_path / "deep.pfair", dataset=ds)
     with pytest.raises(ValueError, match="not the architecture it was trained with"):

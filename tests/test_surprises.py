@@ -80,8 +80,14 @@ def test_one_record_silo_with_default_delta_is_refused_before_training():
     ids = np.where(np.arange(len(y)) == 7, "tiny", "big")
     with pytest.raises(ValueError, match=r"silo 'tiny' has 1 record.*delta = 1/n².*Merge silo 'tiny'.*delta="):
         SteFFLe(epsilon=1.0, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
-    # The fix the message names works: an explicit delta.
-    m = SteFFLe(epsilon=1.0, delta=1e-5, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    # With an explicit delta the one-record silo gets past that check, and refuses next: its one
+    # record's gradient under the noise its budget buys is no signal (pfair.exceptions.BudgetTooSmall)
+    from pfair.exceptions import BudgetTooSmall
+
+    with pytest.raises(BudgetTooSmall, match=r"silo 1: .*noise-to-signal ratio"):
+        SteFFLe(epsilon=1.0, delta=1e-5, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    # A budget large enough for it trains, at the explicit delta.
+    m = SteFFLe(epsilon=8.0, delta=1e-5, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
     assert (m.privacy_report_["delta"] == 1e-5).all()
     # Non-private fits never need delta.
     SteFFLe(epsilon=None, **QUICK).fit(X, y, sensitive_features=s, silos=ids)

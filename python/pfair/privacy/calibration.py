@@ -188,7 +188,8 @@ def check_noise_to_signal(plan: "NoisePlan", *, lam: float | None, clip_loss: fl
     # The z at which the run would pass, and what a fresh ledger would give for the same run.
     z_max = plan.noise_multiplier * MAX_NOISE_TO_SIGNAL / r
     raise BudgetTooSmall(
-        f"silo {plan.silo}: its ledger has spent epsilon={spent:.6g} of its budget {budget:g}, and what is left "
+        f"silo {plan.silo}: its ledger has spent epsilon={spent:.6g} of its budget {budget:g} (counting this run's "
+        f"releases before its rounds: a p_s histogram, checkpoints, evaluations), and what is left "
         f"(epsilon={max(0.0, epsilon - spent):.3g} for this run) buys noise multiplier z={plan.noise_multiplier:.4g} "
         f"for its {plan.steps} rounds: noise-to-signal ratio {r:.3g} of the run's θ updates, above "
         f"{MAX_NOISE_TO_SIGNAL:g} (the fit would need z <= {z_max:.4g}). Above that ratio the measured fits on the bundled tables did not beat the "
