@@ -256,6 +256,35 @@ def test_audit_catches_sigma_too_small_by_sqrt2(rounds):
     assert exact_claim < lower <= exact_actual, (exact_claim, lower, exact_actual)
 
 
+def gaussian_mu_bounds(t_d: np.ndarray, t_n: np.ndarray, sds: float = 5.0) -> tuple[float, float]:
+    """A confidence interval of μ, the distance between the two neighbours' outputs in units of
+    the noise actually added (the Gaussian DP parameter of the round given record 0; Dong, Roth and
+    Su, "Gaussian Differential Privacy", 2022), from the NP statistics: the mechanism is Gaussian by
+    construction, so the statistic is N(0, τ²) under D and N(d, τ²) under D′ and
+    μ̂ = (mean t_n − mean t_d) / τ̂. ``sds`` standard errors either side (delta method: se(μ̂)² ≈
+    (2/n)(1 + μ²/4) for n statistics a side). This parametric audit (as in Nasr, Hayes, Steinke,
+    Balle, Tramèr, Jagielski, Carlini and Terzis, "Tight Auditing of Differentially Private Machine
+    Learning", 2023) resolves noise scales 10 % apart where the Clopper–Pearson bound above cannot."""
+    n = min(len(t_d), len(t_n))
+    tau = math.sqrt(0.5 * (np.var(t_d, ddof=1) + np.var(t_n, ddof=1)))
+    mu = float((np.mean(t_n) - np.mean(t_d)) / tau)
+    se = math.sqrt(2.0 / n * (1.0 + mu * mu / 4.0))
+    return mu - sds * se, mu + sds * se
+
+
+def test_a_gaussian_audit_catches_sigma_too_small_by_a_tenth(rounds, audit_at_z):
+    """The claimed noise puts the neighbours μ ≤ 1/z apart (the pair is 95–100 % of the worst case,
+    so μ ∈ [0.95, 1]/z); noise 10 % too small puts them 1/(0.9 z) ≈ 1.11/z apart. The interval of μ̂
+    contains the claim at the claimed σ's and lies above 1/z at σ × 0.9: an ε claim computed for z
+    is then not delivered (the Gaussian mechanism's ε grows with μ at every δ)."""
+    low, high = gaussian_mu_bounds(*audit_at_z)
+    assert low <= 1.0 / Z and high >= 0.95 / Z, (low, high)
+    s_theta, s_w = _claimed_sigmas(Z)
+    low, high = gaussian_mu_bounds(*rounds.attack(0.9 * s_theta, 0.9 * s_w, s_theta, s_w))
+    assert low > 1.0 / Z, (low, high)
+    assert high >= 0.95 / (0.9 * Z), (low, high)  # and it is the 10 % it should be, not more
+
+
 def test_audit_of_the_sigmas_fit_uses(rounds):
     # A real private fit on the audit's silo: one epoch of 10 rounds at ε = 8 gives a per-round
     # z below 1, so one round is attackable.
