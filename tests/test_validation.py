@@ -220,7 +220,7 @@ def test_the_scaled_theta_step_stops_the_cycle_of_a_table_whose_features_carry_s
         spans[rule] = float(np.ptp(v[-5:]))
     assert spans["constant"] > 0.3 and spans["scaled"] <= 0.02
     assert m.selected_epoch_ == m.epochs
-    assert m.history_["lr_theta"].iloc[0] == pytest.approx(0.5 / 9)
+    assert m.history_["lr_theta"].iloc[0] == pytest.approx(0.5 / 8)
 
 
 def test_a_target_returns_the_most_accurate_model_that_meets_it_with_its_noise_to_spare():

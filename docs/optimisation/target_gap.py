@@ -20,7 +20,7 @@ import numpy as np
 
 from pfair import Federation, SteFFLe, datasets, metrics
 
-LAMS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0]
+LAMS = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 20.0, 40.0, 100.0)
 
 
 def figures(model: SteFFLe, data: datasets.Dataset) -> tuple[float, float]:

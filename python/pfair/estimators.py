@@ -138,7 +138,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``"normalised"`` steps W by ``η_W ∇_W ψ̄`` whatever λ (stable for η_W < 1). Server-side
         post-processing: privacy is the same either way. See docs/optimisation.md.
     theta_step : "scaled" (default) or "constant". ``"scaled"`` takes θ steps of
-        ``η_θ / (1 + λ/λ_c)`` (λ_c = ``pfair.settings.THETA_STEP_LAMBDA``): the smoothness of
+        ``η_θ / max(1, λ/λ_c)`` (λ_c = ``pfair.settings.THETA_STEP_LAMBDA`` = 1, so λ ≤ 1 keeps η_θ): the smoothness of
         ``L + λ ψ̄`` in θ grows with λ while W's step is normalised, and gradient descent-ascent
         converges only while θ moves slowly against W (Lin, Jin and Jordan, 2020); with a constant
         step the iterates cycle from epoch to epoch once λ matters. ``"constant"``: η_θ whatever λ

@@ -1,0 +1,314 @@
+"""Acceptance of SteFFLe's training dynamics: more λ, fairer model, every time.
+
+For every table, fairness notion (demographic parity, equalized odds), regime (non-private,
+ε = 1) and λ ∈ {0, 1, 3, 8, 20, 40, 100}, three seeds, a default SteFFLe fit (3 silos, the
+package's defaults: nothing here is tuned per table). Each run records the test error and
+violation of the returned model and of the last epoch's, the spread of the last five epochs'
+validation errors, which checkpoint the fit returned and its warnings. Beside them, fairlearn's
+ExponentiatedGradient over logistic regression (non-private, pooled, a grid of bounds) gives the
+reference front, and each seed's λ = 0 model its mixing line (``pfair.references.mixing_line``).
+
+The criteria (docs/optimisation.md, "Acceptance"):
+
+1. *monotone*: the mean test violation over seeds never rises by more than 0.02 as λ grows (any
+   two λ, not only neighbours);
+2. *spread*: the per-seed range of the test violation is at most 0.05 at every λ;
+3. *settled*: the last five epochs' validation errors lie within 0.02 in ≥ 95% of fits;
+4. *last*: the fit returns its last epoch in ≥ 90% of the fits whose last model's test error is at
+   least 0.01 below the constant predictor's;
+5. *front*: where fairlearn's front lies ≥ 0.01 below the non-private mixing line, the non-private
+   SteFFLe front (the lower hull of the mean points over λ) is within 0.01 test error of it at the
+   same violation;
+6. *private*: at ε = 1, where the non-private SteFFLe point of a λ lies ≥ 0.02 below its mixing
+   line, the private fits at that λ lie below their own λ = 0 mixing line in ≥ 5 of 6 (3 seeds ×
+   2 notions).
+
+    python docs/optimisation/convergence.py                         # every table, ~20 min on 2 cores
+    python docs/optimisation/convergence.py --tables compas german --seeds 0   # a quick look
+    python docs/optimisation/convergence.py --tables-only --write docs/optimisation.md
+
+Runs go to ``convergence_runs.csv`` (appended table by table, so an interrupted run resumes),
+fairlearn's front to ``eg_fronts.csv`` (it does not depend on pfair's code: computed once),
+both beside this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import pfair
+from pfair import metrics
+from pfair.references import FAIRNESS_METRICS, mixing_line
+
+HERE = Path(__file__).resolve().parent
+RUNS = HERE / "convergence_runs.csv"
+EG = HERE / "eg_fronts.csv"
+TABLES = ["adult", "compas", "credit_card", "bank", "german", "law_school", "synthetic1", "synthetic2", "synthetic3"]
+NOTIONS = ["demographic_parity", "equalized_odds"]
+LAMS = [0.0, 1.0, 3.0, 8.0, 20.0, 40.0, 100.0]
+EPSILONS = [None, 1.0]
+SEEDS = [0, 1, 2]
+EG_BOUNDS = [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
+
+
+def load(name: str) -> Any:
+    """A bundled table, or ``synthetic<D>``: ``make_synthetic(60000, 40, silos=3, dependence=D)``."""
+    if name.startswith("synthetic"):
+        return pfair.datasets.make_synthetic(60000, 40, silos=3, dependence=float(name[len("synthetic"):]), seed=0)
+    return pfair.datasets.load(name)
+
+
+def federation(data: Any, seed: int) -> Any:
+    if data.name == "synthetic":
+        return pfair.Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
+    return pfair.Federation.for_dataset(data, 3, heterogeneity=0.0, seed=seed)
+
+
+def violation(fairness: str, y: np.ndarray, pred: np.ndarray, s: np.ndarray) -> float:
+    return float(getattr(metrics, FAIRNESS_METRICS[fairness])(y, pred, sensitive_features=s))
+
+
+def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: int) -> dict:
+    """One default fit and what the criteria read of it."""
+    params: dict[str, Any] = dict(fairness=fairness, lam=lam, epsilon=epsilon, seed=seed)
+    if epsilon is None:
+        params["p_s"] = "pooled"
+    else:
+        params["noise_seed"] = seed  # a simulation: reproducible noise
+    model = pfair.SteFFLe(**params)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(federation(data, seed), eval_set=(data.X_test, data.y_test, data.s_test))
+    seconds = time.perf_counter() - t0
+    h = model.history_
+    val = h["validation_error"].dropna().to_numpy() if "validation_error" in h else np.zeros(0)
+    pred = model.predict(data.X_test)
+    last = h.iloc[-1]
+    vname = f"test_{FAIRNESS_METRICS[fairness]}"
+    last_violation = float(last[vname]) if vname in h else math.nan
+    if math.isnan(last_violation):  # the history carries DP and EO only
+        last_violation = math.nan
+    kinds = sorted({type(w.message).__name__ for w in caught
+                    if issubclass(w.category, (pfair.exceptions.NotBetterThanConstantWarning,
+                                               pfair.exceptions.ConvergenceWarning))})
+    return dict(
+        error=float(np.mean(pred != data.y_test)), violation=violation(fairness, data.y_test, pred, data.s_test),
+        last_error=float(last["test_error"]), last_violation=last_violation,
+        constant_error=float(metrics.trivial_error(data.y_test)),
+        spread5=float(np.ptp(val[-5:])) if val.size else math.nan,
+        selected=int(model.selected_epoch_ or len(h)) if getattr(model, "selected_epoch_", None) else len(h),
+        epochs=len(h), warned=";".join(kinds), seconds=seconds,
+        pred=pred,
+    )
+
+
+def run_table(name: str, seeds: list[int], notions: list[str], lams: list[float], epsilons: list[float | None]) -> pd.DataFrame:
+    data = load(name)
+    rows = []
+    for fairness in notions:
+        for epsilon in epsilons:
+            for seed in seeds:
+                line = None
+                for lam in lams:
+                    r = fit_one(data, fairness, lam, epsilon, seed)
+                    pred = r.pop("pred")
+                    if lam == 0:
+                        line = mixing_line(data.y_test, pred, sensitive_features=data.s_test, fairness=fairness)
+                    r["below_line"] = (line.margin(r["error"], r["violation"]) if line is not None else math.nan)
+                    rows.append(dict(table=name, fairness=fairness, epsilon=epsilon if epsilon else "none", seed=seed,
+                                     lam=lam, **r))
+                    print(f"{name:<12} {fairness[:2]} eps={epsilon} seed={seed} lam={lam:<5g} err={r['error']:.4f} "
+                          f"v={r['violation']:.4f} spread5={r['spread5']:.3f} sel={r['selected']}/{r['epochs']} "
+                          f"below_line={r['below_line']:+.4f} {r['warned']} ({r['seconds']:.1f} s)", flush=True)
+    return pd.DataFrame(rows)
+
+
+def eg_front(name: str, notions: list[str]) -> pd.DataFrame:
+    from pfair.experiments.reference import ExponentiatedGradientLR
+
+    data = load(name)
+    rows = []
+    for fairness in notions:
+        for bound in EG_BOUNDS:
+            t0 = time.perf_counter()
+            eg = ExponentiatedGradientLR(fairness=fairness, difference_bound=bound).fit(
+                data.X_train, data.y_train, sensitive_features=data.s_train)
+            pred = eg.predict(data.X_test)
+            rows.append(dict(table=name, fairness=fairness, bound=bound, error=float(np.mean(pred != data.y_test)),
+                             violation=violation(fairness, data.y_test, pred, data.s_test),
+                             seconds=time.perf_counter() - t0))
+            print(f"EG {name} {fairness} bound={bound} err={rows[-1]['error']:.4f} v={rows[-1]['violation']:.4f} "
+                  f"({rows[-1]['seconds']:.0f} s)", flush=True)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------- criteria
+def hull_error_at(points: pd.DataFrame, v: float, constant: float) -> float:
+    """The least error of the lower-left hull of (error, violation) points and the constant
+    predictor's ``(constant, 0)`` at violation ≤ v, two points mixed at random where v falls
+    between them (as ExponentiatedGradient's randomised classifier, or the mixing line, does)."""
+    pts = sorted(zip(points["violation"], points["error"])) + [(0.0, float(constant))]
+    best = math.inf
+    for (v1, e1) in pts:
+        if v1 <= v:
+            best = min(best, e1)
+    for (v1, e1) in pts:
+        for (v2, e2) in pts:
+            if v1 < v < v2:
+                best = min(best, e1 + (e2 - e1) * (v - v1) / (v2 - v1))
+    return best
+
+
+def criteria(runs: pd.DataFrame, eg: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The tables the docs quote (see the module docstring)."""
+    out: dict[str, Any] = {}
+    g = runs.groupby(["table", "fairness", "epsilon", "lam"])
+    means = g.agg(error=("error", "mean"), violation=("violation", "mean"),
+                  spread=("violation", lambda v: float(np.ptp(v)))).reset_index()
+    rows = []
+    for (table, fairness, eps), m in means.groupby(["table", "fairness", "epsilon"]):
+        m = m.sort_values("lam")
+        v = m["violation"].to_numpy()
+        rise = max((v[j] - v[i] for i in range(len(v)) for j in range(i + 1, len(v))), default=0.0)
+        sub = runs[(runs.table == table) & (runs.fairness == fairness) & (runs.epsilon == eps)]
+        good_last = sub[sub["last_error"] <= sub["constant_error"] - 0.01]
+        rows.append(dict(table=table, fairness=fairness, epsilon=eps, max_rise=rise,
+                         max_seed_spread=float(m["spread"].max()),
+                         settled=float(np.mean(sub["spread5"] <= 0.02)),
+                         last_returned=float(np.mean(good_last["selected"] == good_last["epochs"])) if len(good_last) else math.nan,
+                         n_fits=len(sub)))
+    out["per_setting"] = pd.DataFrame(rows)
+    # 5. the non-private front against fairlearn's
+    front_rows = []
+    np_means = means[means.epsilon == "none"]
+    for (table, fairness), e in eg.groupby(["table", "fairness"]):
+        m = np_means[(np_means.table == table) & (np_means.fairness == fairness)]
+        if m.empty:
+            continue
+        zero = runs[(runs.table == table) & (runs.fairness == fairness) & (runs.epsilon == "none") & (runs.lam == 0)]
+        e0, v0, c = zero["error"].mean(), zero["violation"].mean(), zero["constant_error"].mean()
+        for _, p in e.iterrows():
+            line_err = min(c, e0 + (c - e0) * max(0.0, 1 - p["violation"] / v0)) if v0 > 0 else c
+            if line_err - p["error"] < 0.01:
+                continue  # fairlearn's point is not clearly below the mixing line here
+            ours = hull_error_at(m, p["violation"], c)
+            front_rows.append(dict(table=table, fairness=fairness, bound=p["bound"], violation=p["violation"],
+                                   eg_error=p["error"], steffle_error=ours, gap=ours - p["error"],
+                                   line_error=line_err))
+    out["front"] = pd.DataFrame(front_rows)
+    # 6. private fits against their mixing line, where the non-private point is well below its line
+    priv_rows = []
+    for (table, lam), sub in runs[(runs.lam > 0)].groupby(["table", "lam"]):
+        np_sub = sub[sub.epsilon == "none"]
+        p_sub = sub[sub.epsilon != "none"]
+        if np_sub.empty or p_sub.empty:
+            continue
+        np_below = float(np_sub.groupby("fairness")["below_line"].mean().max())
+        if np_below < 0.02:
+            continue
+        priv_rows.append(dict(table=table, lam=lam, np_below=np_below,
+                              private_below=int((p_sub["below_line"] > 0).sum()), private_fits=len(p_sub)))
+    out["private"] = pd.DataFrame(priv_rows)
+    out["means"] = means
+    return out
+
+
+def markdown(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(floats.format(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def summary(tables: dict[str, pd.DataFrame]) -> str:
+    ps = tables["per_setting"]
+    fr, pr = tables["front"], tables["private"]
+    n = int(ps["n_fits"].sum())
+    settled = float((ps["settled"] * ps["n_fits"]).sum() / n)
+    lines = [f"{n} fits. Settled (last five validation errors within 0.02): {settled:.1%} of fits.",
+             f"Mean violation rising by more than 0.02 with λ: {int((ps['max_rise'] > 0.02).sum())} of {len(ps)} "
+             f"settings; per-seed spread above 0.05 at some λ: {int((ps['max_seed_spread'] > 0.05).sum())} of {len(ps)}.",
+             f"Last epoch returned (fits whose last model beats the constant by 0.01): "
+             f"{np.nanmin(ps['last_returned']):.0%} at worst, {np.nanmean(ps['last_returned']):.0%} on average."]
+    if not fr.empty:
+        lines.append(f"Against fairlearn's front (where it is ≥ 0.01 below the mixing line): {int((fr['gap'] <= 0.01).sum())} "
+                     f"of {len(fr)} points within 0.01.")
+    if not pr.empty:
+        lines.append(f"ε = 1 below the mixing line in ≥ 5 of 6 fits: {int((pr['private_below'] >= 5).sum())} of {len(pr)} "
+                     "(table, λ) where the non-private point is ≥ 0.02 below its line.")
+    return "\n".join(lines)
+
+
+def write_tables(doc: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Replace the generated blocks of ``doc`` (``<!-- generated:convergence-NAME -->``)."""
+    text = doc.read_text()
+    blocks = {
+        "summary": summary(tables),
+        "settings": markdown(tables["per_setting"].rename(columns={"max_rise": "max rise of mean violation",
+                                                                   "max_seed_spread": "max per-seed spread",
+                                                                   "settled": "settled share",
+                                                                   "last_returned": "last returned"})),
+        "front": markdown(tables["front"]) if not tables["front"].empty else "(no point qualifies)",
+        "private": markdown(tables["private"]) if not tables["private"].empty else "(no setting qualifies)",
+    }
+    for name, body in blocks.items():
+        start, end = f"<!-- generated:convergence-{name} -->", f"<!-- /generated:convergence-{name} -->"
+        if start not in text:
+            continue
+        a, b = text.index(start) + len(start), text.index(end)
+        text = text[:a] + "\n<!-- generated by python docs/optimisation/convergence.py -->\n" + body + "\n" + text[b:]
+    doc.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", nargs="+", default=TABLES)
+    ap.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
+    ap.add_argument("--lams", type=float, nargs="+", default=LAMS)
+    ap.add_argument("--notions", nargs="+", default=NOTIONS)
+    ap.add_argument("--private-only", action="store_true")
+    ap.add_argument("--tables-only", action="store_true", help="read the CSVs and print (or --write) the tables")
+    ap.add_argument("--no-eg", action="store_true", help="skip fairlearn's front")
+    ap.add_argument("--eg-only", action="store_true", help="fairlearn's front only (no SteFFLe fit)")
+    ap.add_argument("--write", default=None, help="a page whose generated blocks to replace")
+    ap.add_argument("--runs", default=str(RUNS), help="the runs' CSV (default beside this script)")
+    ap.add_argument("--eg", default=str(EG), help="fairlearn's fronts' CSV (default beside this script)")
+    args = ap.parse_args()
+    runs_path, eg_path = Path(args.runs), Path(args.eg)
+    if not args.tables_only:
+        for name in args.tables:
+            done = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["table"])
+            if name not in set(done["table"]) and not args.eg_only:
+                df = run_table(name, args.seeds, args.notions, args.lams, [1.0] if args.private_only else EPSILONS)
+                df.to_csv(runs_path, mode="a", header=not runs_path.exists(), index=False)
+            eg_done = pd.read_csv(eg_path) if eg_path.exists() else pd.DataFrame(columns=["table"])
+            if not args.no_eg and name not in set(eg_done["table"]):
+                eg_front(name, args.notions).to_csv(eg_path, mode="a", header=not eg_path.exists(), index=False)
+    if args.eg_only:
+        return
+    runs = pd.read_csv(runs_path)
+    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
+    eg = pd.read_csv(eg_path) if eg_path.exists() else pd.DataFrame(columns=["table", "fairness"])
+    tables = criteria(runs, eg)
+    print(summary(tables))
+    with pd.option_context("display.width", 200, "display.max_rows", 200):
+        for k in ("per_setting", "front", "private"):
+            print(f"\n{k}\n{tables[k]}")
+    if args.write:
+        write_tables(Path(args.write), tables)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PFAIR_PROGRESS", "0")
+    main()
