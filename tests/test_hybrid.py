@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pfair
+from pfair.federation import Federation  # noqa: F401
 from pfair import SteFFLe, _core, metrics
 
 from pfair.protocol.topologies import HybridParties, layout_for, sensitive_sample_rates
@@ -312,3 +313,22 @@ def test_the_old_module_name_still_imports_with_a_warning():
     with pytest.warns(DeprecationWarning, match="pfair.protocol.topologies"):
         from pfair.protocol.hybrid import HybridParties as old
     assert old is HybridParties
+
+
+def test_a_sensitive_silos_histogram_of_s_is_kept_once_on_its_ledger():
+    """Two private fits of a hybrid topology on the same ledgers, with one noise seed and different
+    ε: the second gets the first's release again at no cost. A second draw of the same stream at
+    another σ would let anyone who sees both cancel the noise ((σ_b m_a − σ_a m_b)/(σ_b − σ_a) is
+    the exact counts), without knowing the seed."""
+    X, y, s, silos = toy_data(900, 0, minority=0.35, weights=(1.0, 0.5), noise=0.3)
+    fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+    released, ledgers = [], None
+    for eps in (3.0, 2.0):
+        st = SteFFLe(epsilon=eps, mode="central_sensitive", noise_seed=7, p_s="dp", epochs=1, batch_size=64,
+                     seed=3).settings()
+        sim = Simulation(st, fed, ledgers="new" if ledgers is None else ledgers)
+        ledgers = sim.ledgers if ledgers is None else ledgers
+        sim.hybrid.ledgers = ledgers
+        released.append(sim.hybrid.release_group_counts(0))
+    np.testing.assert_array_equal(released[0], released[1])
+    assert [e.name for e in ledgers[0].events] == ["p_s_histogram"]

@@ -470,3 +470,29 @@ def test_a_ledger_file_is_replaced_only_by_an_object_that_read_its_latest_revisi
     os.link(path, tmp_path / "hard.json")
     with pytest.raises(LedgerConflict, match="hard links"):
         PrivacyLedger.load(path).charge(event)
+
+
+def test_an_anchor_shared_by_busy_ledgers_still_refuses_an_emptied_one(tmp_path, monkeypatch):
+    """An anchor may hold several ledgers' entries: when the others wrote more than the tail a
+    journal is read from since this ledger's last entry, its record must still be found, so that a
+    ledger file deleted (a state directory emptied) is refused rather than started over at 0."""
+    from pfair.exceptions import LedgerRollback
+    from pfair.privacy import ledger as ledger_module
+    from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
+
+    monkeypatch.setattr(ledger_module, "JOURNAL_TAIL", 2048)  # 64 KiB in use; a small tail, the same logic
+    JOURNAL_TAIL = ledger_module.JOURNAL_TAIL
+
+    anchor = tmp_path / "anchors" / "shared.journal"
+    a_path, b_path = tmp_path / "a" / "ledger.json", tmp_path / "b" / "ledger.json"
+    a = PrivacyLedger(epsilon=1.0, delta=1e-6, path=a_path, anchor=anchor)
+    a.save(a_path)
+    a.charge(MechanismEvent.gaussian_histogram(noise_multiplier=5.0))
+    b = PrivacyLedger(epsilon=100.0, delta=1e-6, path=b_path, anchor=anchor)
+    b.save(b_path)
+    while anchor.stat().st_size < 2 * JOURNAL_TAIL:
+        b.charge(MechanismEvent.gaussian_histogram(noise_multiplier=1000.0))
+    for f in a_path.parent.iterdir():  # the operator empties silo a's state directory
+        f.unlink()
+    with pytest.raises(LedgerRollback, match="is gone"):
+        PrivacyLedger(epsilon=1.0, delta=1e-6, path=a_path, anchor=anchor).save(a_path)

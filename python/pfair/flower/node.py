@@ -611,11 +611,14 @@ class SiloNode:
                     f"silo {self.silo_id}: run {run_id!r} had its {self.evaluations_per_run} evaluation(s) "
                     "(node config evaluations-per-run); each is a release of the test shard's s")
             z = evaluation_noise_multiplier(self.evaluate_epsilon, ledger.delta)
+            # The stream's index counts the evaluation charges, not the kept releases: a process that
+            # died between its charge and its release must not leave the next one the same stream.
+            charged = sum(1 for e in ledger.events if e.name == "evaluation")
             table = mechanisms.release_histogram(
                 lambda: confusion_by_group(y, np.argmax(self._predict_proba(X, theta), axis=1), s,
                                            n_groups=self.n_groups, n_classes=self.n_classes),
                 ledger=ledger, event=MechanismEvent.gaussian_histogram(noise_multiplier=z, name="evaluation"),
-                key=noise_key(self.noise_seed), release=evaluation_release(self.silo_id, release_run(ledger, run_id), len(done)),
+                key=noise_key(self.noise_seed), release=evaluation_release(self.silo_id, release_run(ledger, run_id), charged),
                 noise_multiplier=z, sensitivity=HISTOGRAM_SENSITIVITY, name=f"{EVALUATION_PREFIX}{run_id}:{len(done)}")
         out = metrics_from_table(table)
         if st.protect == "attribute":  # x and y are not protected: the error and loss need no s

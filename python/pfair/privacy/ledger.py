@@ -686,10 +686,20 @@ def _journal_last(journal: Path, target: Path) -> Optional[dict]:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - JOURNAL_TAIL))
-            lines = f.read().decode(errors="replace").splitlines()
+            entry = _last_about(f.read(), target)
+            if entry is None and size > JOURNAL_TAIL:
+                # An anchor shared by several ledgers: the others may have written past the tail
+                # since this ledger's last entry, and "none about it" must not be read as "new".
+                f.seek(0)
+                entry = _last_about(f.read(), target)
     except FileNotFoundError:
         return None
-    for line in reversed(lines):
+    return entry
+
+
+def _last_about(data: bytes, target: Path) -> Optional[dict]:
+    """The last complete journal entry about ``target`` in ``data`` (None: none)."""
+    for line in reversed(data.decode(errors="replace").splitlines()):
         try:
             entry = json.loads(line)
         except ValueError:

@@ -342,15 +342,17 @@ class HybridParties:
     # ------------------------------------------------------------------ set-up
     def release_group_counts(self, c: int) -> np.ndarray:
         """``p_s="dp"``: sensitive silo c's DP histogram of its records' s (sensitivity √2, a share
-        of its ε, charged to its ledger first)."""
-        from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
+        of its ε, charged to its ledger first), kept in the ledger: a later fit on the same ledger
+        gets the same release again at no cost, never a second draw of the same stream at another σ
+        (which, with a known noise seed, would give the exact counts away)."""
+        from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
 
         ledger, k = self.ledgers[c], self.plan.n_groups
         z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
             lambda: np.bincount(self._s[self.layout.owner == c], minlength=k).reshape(1, k).astype(float),
             ledger=ledger, event=histogram_event(z_h), key=self.keys[c], release=group_counts_release(c, HYBRID_GROUP_COUNTS), noise_multiplier=z_h,
-            sensitivity=HISTOGRAM_SENSITIVITY)
+            sensitivity=HISTOGRAM_SENSITIVITY, name=HISTOGRAM_PREFIX + HYBRID_GROUP_COUNTS)
 
     def start(self) -> RunState:
         """The p_s round and the sensitive silos' noise plans; the run's initial state."""
