@@ -77,9 +77,13 @@ def violation(fairness: str, y: np.ndarray, pred: np.ndarray, s: np.ndarray) -> 
     return float(getattr(metrics, FAIRNESS_METRICS[fairness])(y, pred, sensitive_features=s))
 
 
+#: Settings every fit takes beyond the defaults (``--theta-step constant``: the step before section 7).
+EXTRA: dict[str, Any] = {}
+
+
 def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: int) -> dict:
     """One default fit and what the criteria read of it."""
-    params: dict[str, Any] = dict(fairness=fairness, lam=lam, epsilon=epsilon, seed=seed)
+    params: dict[str, Any] = dict(fairness=fairness, lam=lam, epsilon=epsilon, seed=seed, **EXTRA)
     if epsilon is None:
         params["p_s"] = "pooled"
     else:
@@ -234,27 +238,34 @@ def markdown(df: pd.DataFrame, floats: str = "{:.3f}") -> str:
 def summary(tables: dict[str, pd.DataFrame]) -> str:
     ps = tables["per_setting"]
     fr, pr = tables["front"], tables["private"]
-    n = int(ps["n_fits"].sum())
-    settled = float((ps["settled"] * ps["n_fits"]).sum() / n)
-    lines = [f"{n} fits. Settled (last five validation errors within 0.02): {settled:.1%} of fits.",
-             f"Mean violation rising by more than 0.02 with λ: {int((ps['max_rise'] > 0.02).sum())} of {len(ps)} "
-             f"settings; per-seed spread above 0.05 at some λ: {int((ps['max_seed_spread'] > 0.05).sum())} of {len(ps)}.",
-             f"Last epoch returned (fits whose last model beats the constant by 0.01): "
-             f"{np.nanmin(ps['last_returned']):.0%} at worst, {np.nanmean(ps['last_returned']):.0%} on average."]
+    lines = []
+    for eps, label in (("none", "Non-private"), ("1", "ε = 1")):
+        sub = ps[ps["epsilon"].astype(str) == eps]
+        if sub.empty:
+            continue
+        n = int(sub["n_fits"].sum())
+        settled = float((sub["settled"] * sub["n_fits"]).sum() / n)
+        lines.append(f"{label}: {n} fits; settled (last five validation errors within 0.02) {settled:.1%}; mean "
+                     f"violation rising by more than 0.02 with λ in {int((sub['max_rise'] > 0.02).sum())} of {len(sub)} "
+                     f"settings; per-seed spread above 0.05 at some λ in {int((sub['max_seed_spread'] > 0.05).sum())} "
+                     f"of {len(sub)}; last epoch returned in {np.nanmin(sub['last_returned']):.0%} at worst of the fits "
+                     "whose last model beats the constant by 0.01.")
     if not fr.empty:
         lines.append(f"Against fairlearn's front (where it is ≥ 0.01 below the mixing line): {int((fr['gap'] <= 0.01).sum())} "
                      f"of {len(fr)} points within 0.01.")
     if not pr.empty:
         lines.append(f"ε = 1 below the mixing line in ≥ 5 of 6 fits: {int((pr['private_below'] >= 5).sum())} of {len(pr)} "
                      "(table, λ) where the non-private point is ≥ 0.02 below its line.")
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
-def write_tables(doc: Path, tables: dict[str, pd.DataFrame]) -> None:
-    """Replace the generated blocks of ``doc`` (``<!-- generated:convergence-NAME -->``)."""
+def write_tables(doc: Path, tables: dict[str, pd.DataFrame], before: dict[str, pd.DataFrame] | None = None) -> None:
+    """Replace the generated blocks of ``doc`` (``<!-- generated:convergence-NAME -->``); with
+    ``before`` (the same criteria on the runs of ``--theta-step constant``) its summary too."""
     text = doc.read_text()
     blocks = {
         "summary": summary(tables),
+        "before": summary(before) if before is not None else "(not run)",
         "settings": markdown(tables["per_setting"].rename(columns={"max_rise": "max rise of mean violation",
                                                                    "max_seed_spread": "max per-seed spread",
                                                                    "settled": "settled share",
@@ -281,11 +292,15 @@ def main() -> None:
     ap.add_argument("--tables-only", action="store_true", help="read the CSVs and print (or --write) the tables")
     ap.add_argument("--no-eg", action="store_true", help="skip fairlearn's front")
     ap.add_argument("--eg-only", action="store_true", help="fairlearn's front only (no SteFFLe fit)")
+    ap.add_argument("--theta-step", default=None, help="theta_step of every fit (default: the package's)")
+    ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
     ap.add_argument("--write", default=None, help="a page whose generated blocks to replace")
     ap.add_argument("--runs", default=str(RUNS), help="the runs' CSV (default beside this script)")
     ap.add_argument("--eg", default=str(EG), help="fairlearn's fronts' CSV (default beside this script)")
     args = ap.parse_args()
     runs_path, eg_path = Path(args.runs), Path(args.eg)
+    if args.theta_step is not None:
+        EXTRA["theta_step"] = args.theta_step
     if not args.tables_only:
         for name in args.tables:
             done = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["table"])
@@ -306,7 +321,12 @@ def main() -> None:
         for k in ("per_setting", "front", "private"):
             print(f"\n{k}\n{tables[k]}")
     if args.write:
-        write_tables(Path(args.write), tables)
+        before = None
+        if args.before:
+            old = pd.read_csv(args.before)
+            old["epsilon"] = old["epsilon"].astype(str).replace({"1.0": "1"})
+            before = criteria(old, eg)
+        write_tables(Path(args.write), tables, before)
 
 
 if __name__ == "__main__":
