@@ -48,7 +48,8 @@ def config_line(args: argparse.Namespace) -> str:
     st = estimator(args, 1.0, 1.0, 0).settings()
     batch = (f"batch {st.batch_size}" if st.batch_size != "auto" else
              f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, else up to {AUTO_BATCH_NONPRIVATE})")
-    return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g} (×{st.lr_decay:g} every "
+    step = " / max(1, λ)" if st.theta_step == "scaled" else ""
+    return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g}{step} (×{st.lr_decay:g} every "
             f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, clip C_θ = {st.clip:g}, "
             f"sampling {st.sampling}, p_s {st.p_s_source}, δ = 1/n_j²")
 
