@@ -866,6 +866,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"pfair {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # One line, not a traceback (pfair deploy local and pfair sweep say more themselves).
+        kept = {"train": "nothing was written (--out and --save-model are written at the end) and nothing was "
+                         "spent outside this process (a fit's ledgers live in it)",
+                "predict": "no output file was completed"}.get(args.command, "nothing was completed")
+        print(f"\npfair {args.command}: interrupted; {kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
