@@ -347,7 +347,9 @@ def last_error(text: str) -> str | None:
 
 def one_line(reason: str) -> str:
     """A party's error reason (an error reply's text, possibly a whole traceback) as one line."""
-    text = str(reason)
+    import re
+
+    text = re.sub(r"^code -?\d+: ", "", str(reason).strip())  # an error reply's Flower code
     found = last_error(text)
     if found:
         return found
