@@ -642,7 +642,9 @@ def fairness_report(
     eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")
     try:
         eopp = _eopp_gap(e, w, pos_label, "between_groups")
-    except ValueError:
+    except ValueError as exc:
+        if "is undefined" not in str(exc):  # a pos_label not among the labels is the caller's error
+            raise
         eopp = float("nan")
     return {
         "test_error": _error(e.y_true, e.y_pred),
