@@ -32,6 +32,14 @@ def adult_federation(adult):
 
 
 @pytest.fixture(autouse=True)
+def _warnings_shown_afresh():
+    """pfair shows a warning of one kind once per process (pfair._warn): each test starts afresh."""
+    from pfair._warn import forget
+
+    forget()
+
+
+@pytest.fixture(autouse=True)
 def _ledger_anchors(tmp_path_factory, monkeypatch):
     """Every test's deployed silos keep their default ledger anchors (``pfair.flower.node.default_anchor``)
     in a directory of their own, not in the user's ``~/.local/state``: what one test's silos

@@ -685,3 +685,69 @@ def test_pfair_deploy_local_protects_whole_records_as_pfair_train_does(tmp_path,
     assert all(0 < row["epsilon_spent"] <= 2.0 for row in deployed["privacy"])
     assert main(["train", *common, "--sampling", "shuffle"]) == 0
     assert "w.r.t. whole records (protect=record)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_pfair_deploy_local_plans_like_pfair_train_on_a_small_csv(tmp_path, capsys, monkeypatch):
+    """Issue 37, items 2-4: a 600-row table (silos of 225 records, 203 for training) deploys with
+    pfair train's defaults: epsilon 1 and batch_size auto = 203 (it failed with the fixed 2048); a
+    progress line per round; the summary has train's lines, the plain privacy sentence with delta's
+    value, and the held-out share named. A run in which a silo answered no round exits 4, naming it."""
+    from pfair.cli import main
+
+    from test_deploy_plan import data_args, loans
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PFAIR_PROGRESS", "1")
+    csv = loans(tmp_path / "loans.csv")
+    args = ["deploy", "local", *data_args(csv), "--epochs", "2", "--round-timeout", "60", "--timeout", "300",
+            "--workdir", "wd"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
+    assert "deploying 2 silos of loans on 127.0.0.1 (2 rounds: 2 epochs of 1;" in err
+    assert "2/2" in err and "2 of 2 silos answered" in err  # the progress line
+    assert "training      2 epochs, batch 203 per silo and round (batch_size auto)" in out
+    assert "each silo's records' sex protected at epsilon = 1, delta = 2e-05" in out
+    assert "it holds out [22, 22] to validate the checkpoint models" in out
+    assert main(["train", *data_args(csv), "--epochs", "2"]) == 0
+    train_out = capsys.readouterr().out
+    labels = {ln.split()[0] for ln in train_out.splitlines() if ln.strip() and not ln.startswith(" ")} - {"time"}
+    assert labels <= {ln.split()[0] for ln in out.splitlines() if ln.strip() and not ln.startswith(" ")}
+    run = json.loads((tmp_path / "wd" / "run.json").read_text())
+    assert run["batch_size"] == 203 and run["epochs"] == 2 and run["status"] == "completed"
+    assert [row["rounds_answered"] for row in run["privacy"]] == [2, 2]
+    assert main(["privacy-report", str(tmp_path / "wd" / "run.json"), "--explain"]) == 0
+    assert "noise_multiplier" in capsys.readouterr().out
+    # The same run, as if silo 1 had refused every round: the model is reported, and the exit code is 4.
+    import pfair.flower.deploy as deploy
+
+    result = json.loads((tmp_path / "wd" / "flower" / "result.json").read_text())
+    result["silos"][1]["rounds_answered"] = 0
+    result["events"].append({"event": "error_reply", "round": 0, "silo": 1,
+                             "reason": "code 0: Traceback ...\nSettingsMismatch: silo 1: another run's plan"})
+    monkeypatch.setattr(deploy, "run_deployment", lambda *a, **k: result)
+    assert main(args + ["--json", "--new-ledgers"]) == 4
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["status"] == "partial"
+    assert out["refusals"] == ["silo 1: answered none of the 2 rounds (SettingsMismatch: silo 1: another run's plan)"]
+
+
+@pytest.mark.slow
+def test_a_deployment_that_times_out_says_so_in_one_line_with_logs_that_exist(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    from pfair.cli import main
+
+    from test_deploy_plan import data_args, loans
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    csv = loans(tmp_path / "loans.csv")
+    code = main(["deploy", "local", *data_args(csv), "--epochs", "2", "--timeout", "1"])
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("pfair deploy local: error:"))
+    assert code == 1 and "Traceback" not in err
+    assert "the run did not finish within 1 s (--timeout)" in line
+    logs = Path(err.split("logs: ")[1].split(";")[0])
+    assert logs.is_dir() and (logs / "superlink.log").exists()  # kept, though the temporary workdir is gone
+    assert not list(tmp_path.glob("pfair-deploy-[!l]*"))

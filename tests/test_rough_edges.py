@@ -156,3 +156,121 @@ def test_a_refit_on_a_spent_federation_says_how_much_is_left_and_how_to_start_ov
         m = SteFFLe(epochs=3).fit(fed, ledgers="new")
     assert not any("already spent" in str(w.message) for w in caught)
     assert m.epsilon_spent_ > 0.99
+
+
+def test_a_private_fit_in_a_grid_search_warns_once_not_once_per_fold():
+    """GridSearchCV over 2 candidates x 5 folds fits 11 times; the privacy warning about the cost of
+    refitting is shown once (it was shown 11 times, 480 characters each); a filter asking for
+    every occurrence still gets every one."""
+    import warnings
+
+    import numpy as np
+    import sklearn
+    from sklearn.model_selection import GridSearchCV
+
+    from pfair import SteFFLe
+    from pfair.exceptions import PrivacyWarning
+
+    rng = np.random.default_rng(0)
+    n = 300
+    X = rng.normal(size=(n, 3))
+    s = rng.integers(0, 2, n)
+    y = (X[:, 0] + 0.5 * s + rng.normal(0, 0.5, n) > 0).astype(int)
+    ids = rng.integers(0, 3, n)
+
+    def search(action):
+        with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            warnings.simplefilter(action)
+            est = SteFFLe(epochs=2, epsilon=4.0).set_fit_request(sensitive_features=True, silos=True)
+            GridSearchCV(est, {"lam": [0.5, 1.0]}, cv=5).fit(X, y, sensitive_features=s, silos=ids)
+        return [w for w in caught if issubclass(w.category, PrivacyWarning) and "cross-validation" in str(w.message)]
+
+    shown = search("default")
+    assert len(shown) == 1 and "shown once per process" in str(shown[0].message)
+    assert search("default") == []  # the same process: not again
+    assert len(search("always")) == 11
+
+
+def test_fairness_report_of_a_tiny_test_split_leaves_equal_opportunity_undefined():
+    """A 20-row table leaves 5 test records; when one group has no positive record the bundle's
+    equal_opportunity_difference is NaN (nobody asked for it) instead of failing the whole report;
+    the metric alone still says why, and a pos_label not among the labels still fails."""
+    import math
+
+    import numpy as np
+
+    from pfair import metrics
+
+    y, s, p = np.array([0, 0, 1, 1, 0]), np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 0, 0])
+    report = metrics.fairness_report(y, p, sensitive_features=s)
+    assert math.isnan(report["equal_opportunity_difference"]) and report["test_error"] == 0.4
+    assert report["demographic_parity_difference"] == pytest.approx(0.5 - 1 / 3)
+    with pytest.raises(ValueError, match="groups without such records: \\[0\\]"):
+        metrics.equal_opportunity_difference(y, p, sensitive_features=s)
+    with pytest.raises(ValueError, match="pos_label=2 is not among"):
+        metrics.fairness_report(y, p, sensitive_features=s, pos_label=2)
+
+
+def test_csv_messages_name_the_file_and_the_columns(tmp_path, capsys):
+    import numpy as np
+    import pandas as pd
+
+    from pfair.cli import main
+
+    (tmp_path / "header.csv").write_text("a,b,sex,y\n")
+    assert main(["train", "--csv", str(tmp_path / "header.csv"), "--label", "y", "--sensitive", "sex"]) == 2
+    assert "header: the table has its header but no rows (columns ['y', 'sex', 'a', 'b'])" in capsys.readouterr().err
+    rng = np.random.default_rng(0)
+    t = pd.DataFrame({"a": rng.normal(size=50), "b": rng.normal(size=50), "sex": rng.choice(["m", "f"], 50)})
+    t["y"] = (t.a > 0).astype(int)
+    t.loc[3, "b"] = np.inf
+    t.to_csv(tmp_path / "inf.csv", index=False)
+    assert main(["train", "--csv", str(tmp_path / "inf.csv"), "--label", "y", "--sensitive", "sex"]) == 2
+    assert "column(s) 'b' (1 row(s), the first on line 5 of the file) hold +inf or -inf" in capsys.readouterr().err
+    (tmp_path / "run.json").write_text("silo,epsilon\n0,1\n")
+    assert main(["privacy-report", str(tmp_path / "run.json")]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+
+
+def test_summary_notes_small_groups_held_out_share_and_uneven_noise():
+    import numpy as np
+    import pandas as pd
+
+    from pfair.cli import privacy_notes, small_group_notes
+
+    y = np.array([0] * 40 + [1] * 40 + [0] * 10 + [1] * 5)
+    s = np.array([0] * 80 + [1] * 15)
+    (note,) = small_group_notes(y, s, ["a", "b"], ["no", "yes"])
+    assert note.startswith("1 of 2 sensitive groups") and "'b' 15 (10 with label no, 5 with label yes)" in note
+    assert small_group_notes(y[:80], s[:80]) == []
+    report = pd.DataFrame({"n_records": [6, 9, 9], "noise_multiplier": [10.04, 8.287, 8.287],
+                           "sample_rate": [1.0, 0.6667, 0.6667]}, index=pd.Index([0, 1, 2], name="silo"))
+    held, noise = privacy_notes(report, [7, 10, 10])
+    assert "holds out [1, 1, 1]" in held
+    assert noise.startswith("silo 0 has 21% more noise than the others (noise_multiplier 10.04 against 8.287)")
+    assert "batch is 100% of its training records (6)" in noise
+    assert privacy_notes(report.assign(noise_multiplier=8.0), [6, 9, 9]) == []
+
+
+def test_a_csv_plot_title_names_the_file_and_columns():
+    from pfair.experiments.plots import dataset_title
+
+    spec = "csv:/a/very/long/path/to/the/data/loans.csv?label=default&sensitive=sex&positive_label=yes"
+    assert dataset_title(spec) == "loans.csv (label default, sensitive sex)"
+    assert dataset_title("adult") == "adult" and len(dataset_title("x" * 100)) == 60
+
+
+def test_ctrl_c_in_train_is_one_line(capsys, monkeypatch):
+    import pfair.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["train"].set_defaults(func=interrupted)
+    assert cli.main(["train"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("pfair train: interrupted; nothing was written (--out and --save-model are written at the end) and "
+                   "nothing was spent outside this process (a fit's ledgers live in it)")

@@ -439,14 +439,17 @@ def _inside_model_selection(depth: int = 40) -> bool:
 
 
 def warn_model_selection_cost(name: str, stacklevel: int = 3) -> None:
-    """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation."""
-    warnings.warn(
+    """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation, once per
+    process (:func:`pfair._warn.warn_once`: not once per fold and candidate)."""
+    from pfair._warn import warn_once
+
+    warn_once(
         f"a private {name} is being fitted inside scikit-learn cross-validation or a hyper-parameter search: each "
         "fold and candidate builds new silos with new ledgers, so a record's real privacy cost is the sum of the "
         "epsilon of every fit that used it, not the epsilon of one fit. Tune on public data, divide the budget "
         "(epsilon / number of fits), or fit on one Federation so its ledgers refuse what is over budget "
-        "(docs/sklearn.md)",
-        PrivacyWarning,
+        "(docs/sklearn.md; shown once per process)",
+        PrivacyWarning, kind=("model_selection_cost", name),
         stacklevel=stacklevel,
     )
 

@@ -349,6 +349,8 @@ def add_privacy_report_parser(sub: Any) -> None:
     p = sub.add_parser("privacy-report", help="print the per-silo privacy report of a run saved with `pfair train --out`")
     p.add_argument("run", help="JSON file written by `pfair train --out`")
     p.add_argument("--json", action="store_true", help="print the report as a JSON list of rows")
+    p.add_argument("--explain", action="store_true",
+                   help="one row per column: its values and what it means (PrivacyReport.explain())")
     p.set_defaults(func=privacy_report_command)
 
 
@@ -376,7 +378,13 @@ def privacy_report_command(args: argparse.Namespace) -> int:
             run = json.load(fh)
     except FileNotFoundError:
         raise ValueError(f"run file {args.run!r} does not exist; write one with `pfair train ... --out FILE`") from None
-    if "privacy_report" not in run:
+    except IsADirectoryError:
+        raise ValueError(f"run file {args.run!r} is a directory; name the JSON file `pfair train --out FILE` wrote "
+                         "(pfair deploy local: WORKDIR/run.json)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"run file {args.run!r} is not JSON ({exc}); privacy-report reads the file `pfair train ... "
+                         "--out FILE` writes (pfair deploy local: WORKDIR/run.json)") from None
+    if not isinstance(run, dict) or "privacy_report" not in run:
         raise ValueError(f"{args.run!r} has no privacy_report; it was not written by `pfair train --out`")
     if args.json:
         print(json.dumps(run["privacy_report"]))
@@ -386,7 +394,11 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     df = PrivacyReport(pd.DataFrame(run["privacy_report"]).set_index("silo"))
     print(f"{run['dataset']}: mode {run.get('mode', 'standard')}, epsilon target {run['epsilon']}, "
           f"p_s {df['p_s'].iloc[0]}")
+    if args.explain:
+        print(df.explain().to_string())
+        return 0
     print(df[[c for c in REPORT_COLUMNS if c in df.columns]])
+    print("(each column explained: pfair privacy-report FILE --explain; in Python: model.privacy_report_.explain())")
     return 0
 
 
@@ -511,7 +523,8 @@ def train_command(args: argparse.Namespace) -> int:
     if search is not None:
         print_tune(result["tune"])
     if args.epsilon is not None:
-        print("              (all columns: pfair train ... --out run.json; pfair privacy-report run.json)")
+        print("              (all columns, each explained: pfair train ... --out run.json; "
+              "pfair privacy-report run.json --explain)")
     if args.save_model:
         print(f"model         saved to {args.save_model} (pfair predict --model {args.save_model} --csv new.csv)")
     print(f"time          {result['seconds']:.1f} s")
@@ -585,6 +598,8 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
+    for line in small_group_notes(ds.y_test, ds.s_test, getattr(ds, "group_names", None), getattr(ds, "label_names", None)):
+        print(f"warning: {line}", file=sys.stderr)
     if result.get("validation_error") is not None:
         e, c = result["validation_error"], result["constant_validation_error"]
         print(f"model         after epoch {result['selected_epoch']} of {result['epochs']}: validation error {e:.4f} "
@@ -601,12 +616,79 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         print("privacy       none (epsilon = none)")
         return
     who = "silo" if result.get("mode", "standard") == "standard" else "sensitive silo"
-    covers = ("whole records (protect=record)" if getattr(args, "protect", "attribute") == "record"
-              else ds.sensitive_name)
-    print(f"privacy       per-{who} ({args.epsilon:g}, delta)-ISRL-DP w.r.t. {covers}; "
-          f"max epsilon spent {result['epsilon_spent']:.4f}; p_s {report_df['p_s'].iloc[0]}; "
-          f"noise {report_df['noise'].iloc[0]}; calibration {report_df['calibration'].iloc[0]}")
+    record = getattr(args, "protect", "attribute") == "record"
+    covers = "whole records (protect=record)" if record else ds.sensitive_name
+    deltas = sorted({f"{float(d):.2g}" for d in report_df["delta"] if d is not None and d == d}, key=float)
+    delta_text = ("n/a" if not deltas else f"= {deltas[0]}" if len(deltas) == 1 else
+                  f"<= {deltas[-1]} (each silo's own, 1/n^2 of its n records)")
+    what = "whole records" if record else f"records' {ds.sensitive_name}"
+    print(f"privacy       each {who}'s {what} protected at epsilon = {args.epsilon:g}, delta {delta_text}, over all "
+          f"the fits its ledger records (this run spent at most {result['epsilon_spent']:.4f})")
+    print(f"              per-{who} ISRL-DP w.r.t. {covers}; "
+          f"p_s {report_df['p_s'].iloc[0]}; noise {report_df['noise'].iloc[0]}; "
+          f"calibration {report_df['calibration'].iloc[0]}")
     print(PrivacyReport(report_df[PRIVACY_COLUMNS]))
+    for line in privacy_notes(report_df, fed.sizes):
+        print(f"note: {line}")
+
+
+#: Fewer test records than this in a group (or a group and label, for the equalized-odds rates)
+#: make its rate, and so the gap it enters, mostly noise: a rate from 30 records has a standard
+#: error up to 0.09.
+SMALL_GROUP = 30
+
+
+def small_group_notes(y: Any, s: Any, group_names: Any = None, label_names: Any = None,
+                      minimum: int = SMALL_GROUP) -> list[str]:
+    """A warning per sensitive group with fewer than ``minimum`` test records, or with fewer in a
+    label (the rates demographic_parity_difference and equalized_odds_difference compare), with
+    its counts (what fairlearn's ``MetricFrame(...).by_group`` would show next to each rate)."""
+    import numpy as np
+
+    y, s = np.asarray(y), np.asarray(s)
+    small = []
+    for g in np.unique(s):
+        in_g = s == g
+        name = group_names[int(g)] if group_names is not None and 0 <= int(g) < len(group_names) else g
+        per_label = {(label_names[int(c)] if label_names is not None and 0 <= int(c) < len(label_names) else c):
+                     int(np.sum(in_g & (y == c))) for c in np.unique(y)}
+        if int(in_g.sum()) < minimum or min(per_label.values()) < minimum // 2:
+            counts = ", ".join(f"{int(k)} with label {c}" for c, k in per_label.items())
+            small.append(f"{str(name)!r} {int(in_g.sum())} ({counts})")
+    if not small:
+        return []
+    return [f"{len(small)} of {len(np.unique(s))} sensitive groups have fewer than {minimum} test records, or fewer "
+            f"than {minimum // 2} in one label: " + "; ".join(small) + ". Their rates, and the fairness gaps above that compare them, "
+            f"mean little (a rate of {minimum} records is uncertain by about +-0.09): merge small groups or test on "
+            "more records"]
+
+
+def privacy_notes(report_df: Any, sizes: Any) -> list[str]:
+    """Plain notes under the privacy table: the held-out share when ``n_records`` differ from the
+    silo sizes, and why one silo's noise differs from the others'."""
+    import numpy as np
+
+    notes = []
+    n = [int(v) for v in report_df["n_records"]]
+    sizes = [int(v) for v in sizes]
+    if len(n) == len(sizes) and n != sizes:
+        held = [a - b for a, b in zip(sizes, n)]
+        notes.append(f"n_records is what each silo trains on: of its {sizes} records it holds out {held} to "
+                     "validate the checkpoint models (--validation-share)")
+    z = np.asarray([np.nan if v is None else float(v) for v in report_df["noise_multiplier"]], dtype=float)
+    if z.size > 1 and np.all(np.isfinite(z)) and z.min() > 0 and z.max() / z.min() > 1.05:
+        j = int(np.argmax(z))
+        others = np.delete(z, j)
+        why = "its budget left, or its delta, differs from the others'"
+        rates = [float(v) for v in report_df["sample_rate"]] if "sample_rate" in report_df else []
+        if rates and rates[j] > max(np.delete(np.asarray(rates), j)) + 1e-12:
+            why = (f"its batch is {rates[j]:.0%} of its training records ({n[j]}) against at most "
+                   f"{max(np.delete(np.asarray(rates), j)):.0%} for the others, so each of its records is in more "
+                   "rounds and each round must hide it with more noise (batch_size auto is the smallest silo's "
+                   "size; a smaller --batch-size evens it out)")
+        notes.append(f"silo {report_df.index[j]} has {z[j] / np.median(others) - 1:.0%} more noise than the others "
+                     f"(noise_multiplier {z[j]:.4g} against {np.median(others):.4g}): {why}")
+    return notes
 
 
 def add_experiment_parsers(sub: Any) -> None:
@@ -784,6 +866,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"pfair {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # One line, not a traceback (pfair deploy local and pfair sweep say more themselves).
+        kept = {"train": "nothing was written (--out and --save-model are written at the end) and nothing was "
+                         "spent outside this process (a fit's ledgers live in it)",
+                "predict": "no output file was completed"}.get(args.command, "nothing was completed")
+        print(f"\npfair {args.command}: interrupted; {kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

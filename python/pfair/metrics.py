@@ -630,14 +630,22 @@ def fairness_report(
     ``equal_opportunity_difference`` (for ``pos_label``) and ``accuracy_parity_violation``, each
     with the defaults of its function. The keys ``dp_violation``, ``eo_violation`` and
     ``eopp_violation`` repeat the three fairness numbers under their former names, kept for
-    compatibility. Raises like the individual metrics.
+    compatibility. Raises like the individual metrics, except that ``equal_opportunity_difference``
+    is NaN where it is undefined (fewer than two groups with records of ``pos_label``, as in a
+    small test split): a bundle must not fail on a metric the caller may not have asked for
+    (:func:`equal_opportunity_difference` alone raises, naming the groups).
     """
     e = _prepare(y_true, y_pred, sensitive_features)
     assert e.y_true is not None
     w = np.ones(e.y_pred.shape[0])
     dp = _dp_gap(e, w, None, "between_groups")
     eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")
-    eopp = _eopp_gap(e, w, pos_label, "between_groups")
+    try:
+        eopp = _eopp_gap(e, w, pos_label, "between_groups")
+    except ValueError as exc:
+        if "is undefined" not in str(exc):  # a pos_label not among the labels is the caller's error
+            raise
+        eopp = float("nan")
     return {
         "test_error": _error(e.y_true, e.y_pred),
         "trivial_error": _trivial_error(e.y_true),

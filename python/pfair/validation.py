@@ -306,10 +306,14 @@ class Selector:
             if self.lam > 0 and last[0].difference <= max(last[0].margin, AT_CONSTANT):
                 # The fairness weight pushed the model onto the constant predictor, which is perfectly
                 # fair: an earlier checkpoint would be more accurate only by being less fair than λ asks.
+                # A run too short to move θ from its start predicts one class too: say both causes.
                 return last, (f"the last model is no better than the constant predictor (validation error "
-                              f"{_fig(last[0])}): lam={self.lam:g} drives the model to predicting one class for "
-                              f"everyone; returned it (as fair as that, and as useless). Lower lam, or set "
-                              f"max_violation= for the most accurate model within a violation")
+                              f"{_fig(last[0])}; shown no better at the {GUARD_ALPHA:.0%} level, so wrongly warned "
+                              f"at most {GUARD_ALPHA:.0%} of the time): lam={self.lam:g} drives the model to "
+                              f"predicting one class for everyone, or the run was too short to move it from its "
+                              f"start (then lam=0 does the same); returned it (as fair as that, and as useless). "
+                              f"Lower lam, or set max_violation= for the most accurate model within a violation, or "
+                              f"train more epochs")
             # The best of K checkpoints is chosen after seeing them: it must be better at level α/K
             # (Bonferroni) for the choice to keep the guard's level.
             k = max(len(self.figures), 1)

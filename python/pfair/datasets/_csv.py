@@ -156,6 +156,21 @@ def load_csv(
 
     used = list(dict.fromkeys([label, sensitive] + features + keep_cols))
     frame = frame[used].reset_index(drop=True)
+    where = name or default_name
+    if len(frame) == 0:
+        raise ValueError(f"{where}: the table has its header but no rows (columns {list(frame.columns)!r})")
+    infinite = [c for c in num_cols if np.isinf(pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float)).any()]
+    if infinite:
+        from_file = not isinstance(path_or_dataframe, pd.DataFrame)
+
+        def first(c: str) -> str:
+            i = int(np.flatnonzero(np.isinf(frame[c].to_numpy(dtype=float)))[0])
+            return f"line {i + 2} of the file" if from_file else f"row {i}"  # line 1: the header
+
+        counts = ", ".join(f"{c!r} ({int(np.isinf(frame[c].to_numpy(dtype=float)).sum())} row(s), the first on "
+                           f"{first(c)})" for c in infinite)
+        raise ValueError(f"{where}: column(s) {counts} hold +inf or -inf, which no model can scale; replace them (by "
+                         "a cap, or empty cells to drop those rows) or --drop the column")
     complete = _rows_to_keep(frame, dropna, label=label, sensitive=sensitive, name=name or default_name)
     row_index = np.flatnonzero(complete)
     frame = frame[complete].reset_index(drop=True)

@@ -62,6 +62,22 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_STEM = 40
 
 
+def dataset_title(name: str, width: int = 60) -> str:
+    """A data set's name as a figure title shows it: a csv spec
+    (``csv:/data/long/path/loans.csv?label=default&sensitive=sex``) as the file's name and its label
+    and sensitive columns, ``loans.csv (label default, sensitive sex)``, which fits above a panel;
+    any other name as it is, shortened to ``width`` characters with an ellipsis."""
+    name = str(name)
+    if name.startswith("csv:"):
+        from urllib.parse import parse_qs
+
+        path, _, query = name[4:].partition("?")
+        params = {k: v[0] for k, v in parse_qs(query).items()}
+        cols = ", ".join(f"{k} {params[k]}" for k in ("label", "sensitive") if k in params)
+        name = os.path.basename(path.replace("\\", "/").rstrip("/")) + (f" ({cols})" if cols else "")
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def dataset_slug(name: str) -> str:
     """A data set's name as a part of a file name: letters, digits, ``_``, ``-`` and ``.`` only.
 
@@ -186,7 +202,7 @@ def _tradeoff_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], s
                 _finish(ax, fair, legend=False)
         _figure_legend(fig, axes)
         # Two lines, so that a one-panel figure does not clip the title.
-        fig.suptitle(f"{ds}: {fair.replace('_', ' ')} trade-off, test numbers (mean ± std over seeds)\n"
+        fig.suptitle(f"{dataset_title(ds)}: {fair.replace('_', ' ')} trade-off, test numbers (mean ± std over seeds)\n"
                      f"faint: every configuration; bold: the front chosen on the {select} split", fontsize=11)
         paths += _save(fig, out, f"tradeoff_{dataset_slug(ds)}_{fair}_N{n}", formats)
     return paths
@@ -226,14 +242,16 @@ def _sweep_figures(points: pd.DataFrame, out: Path, formats: Sequence[str], meth
                 continue
             fig, axes = _new_figure(1, 1, width=5.6, height=4.2)
             _coloured_curves(axes[0, 0], by_n, "heterogeneity", fair, trivial, "h", select, margin)
-            axes[0, 0].set_title(f"{ds}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h", fontsize=10)
+            axes[0, 0].set_title(f"{dataset_title(ds, 30)}: {method}, ε = {eps:g}, N = {n}, by heterogeneity h",
+                                 fontsize=10)
             paths += _save(fig, out, f"heterogeneity_{dataset_slug(ds)}_{fair}_{method}_eps{eps_text}_N{n}", formats)
         hs = [h for h, by_h in grp.groupby("heterogeneity", sort=True) if by_h["silos"].nunique() >= 2]
         if hs:
             fig, axes = _new_figure(1, len(hs), width=5.6, height=4.2)
             for ax, h in zip(axes[0], hs):
                 _coloured_curves(ax, grp[grp["heterogeneity"] == h], "silos", fair, trivial, "N", select, margin)
-                ax.set_title(f"{ds}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N", fontsize=10)
+                ax.set_title(f"{dataset_title(ds, 30)}: {method}, ε = {eps:g}, h = {h:g}, by number of silos N",
+                             fontsize=10)
             paths += _save(fig, out, f"silos_{dataset_slug(ds)}_{fair}_{method}_eps{eps_text}", formats)
     return paths
 

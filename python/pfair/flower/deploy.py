@@ -45,6 +45,7 @@ n-silos = 3
 n-groups = 2
 n-classes = 2
 out = ""
+progress = ""
 model = ""
 wait-timeout = 120.0
 round-timeout = 120.0
@@ -197,19 +198,28 @@ class LoopbackDeployment:
             pass
 
     def run_app(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any], *, timeout: float,
-                background: bool = False) -> subprocess.Popen | subprocess.CompletedProcess:
+                background: bool = False, poll: Any = None) -> subprocess.Popen | subprocess.CompletedProcess:
         """``flwr run APP loop --stream --run-config ...``; bounded by ``timeout`` (or started in
-        the background, for fault injection)."""
+        the background, for fault injection). ``poll``: called about twice a second while the run
+        lasts (a progress display)."""
         cfg = " ".join(f"{k}={_toml(v)}" for k, v in run_config.items())
         cmd = [str(self.bindir / "flwr"), "run", str(app_dir), "loop", "--stream", "--run-config", cfg]
         proc = self._spawn("flwr-run", cmd)
         if background:
             return proc
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill("flwr-run")
-            raise TimeoutError(f"the run did not finish within {timeout:g} s; logs in {self.logs}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    self.kill("flwr-run")
+                    raise TimeoutError(f"the run did not finish within {timeout:g} s (--timeout)") from None
+                if poll is not None:
+                    poll()
+        if poll is not None:
+            poll()
         return subprocess.CompletedProcess(cmd, proc.returncode)
 
     def log(self, name: str) -> str:
@@ -288,16 +298,17 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
 
 def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int, out: str | os.PathLike,
                    round_timeout: float = 120.0, wait_timeout: float = 120.0, evaluate: bool = True,
-                   model: Mapping[str, Any] | None = None) -> dict:
+                   model: Mapping[str, Any] | None = None, progress: str | os.PathLike = "") -> dict:
     """The run config of a SteFFLe run (public settings only; a node's noise is its own).
-    ``model``: a deep model's factory spec (:mod:`pfair.flower.models`); None: the linear model."""
+    ``model``: a deep model's factory spec (:mod:`pfair.flower.models`); None: the linear model.
+    ``progress``: a file the ServerApp rewrites after every round (round, total, silos used)."""
     import numpy as np
 
     p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
     return {"settings": json.dumps(settings.as_dict() | {"p_s": p_s, "noise_seed": None}), "n-silos": int(n_silos),
             "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
             "wait-timeout": float(wait_timeout), "round-timeout": float(round_timeout), "evaluate": bool(evaluate),
-            "model": json.dumps(dict(model)) if model else ""}
+            "model": json.dumps(dict(model)) if model else "", "progress": str(progress)}
 
 
 # What a deep model's ClientApp imports: pfair's torch provider, and torch's compiler stack, which
@@ -305,14 +316,59 @@ def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int
 TORCH_PRELOAD = "pfair.torch,torch._dynamo"
 
 
+class DeploymentFailed(RuntimeError):
+    """A deployed run that ended without a result: :attr:`cause` is the one line that says why
+    (the last exception a party logged), :attr:`logs` the folder of the parties' logs."""
+
+    def __init__(self, cause: str, logs: Path, returncode: int | None = None) -> None:
+        super().__init__(f"the Flower run failed: {cause} (the parties' logs: {logs})")
+        self.cause, self.logs, self.returncode = cause, Path(logs), returncode
+
+
+_TRACEBACK_NOISE = ("Traceback", "File ", "^", "During handling", "The above exception", "For more information",
+                    "An unhandled exception")
+
+
+def last_error(text: str) -> str | None:
+    """The last ``SomeError: message`` line of a log (a Python exception as a traceback ends), with
+    Flower's colour codes and log prefixes removed; None when there is none."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    found = None
+    for line in text.splitlines():
+        line = re.sub(r"^\s*(ERROR|WARNING|INFO)\s*:\s*", "", line).strip()
+        m = re.match(r"^((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exceeded|Small|Mismatch|Rollback|Refused|"
+                     r"Conflict|Interrupt)): (.+)$", line)
+        if m:
+            found = f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"
+    return found
+
+
+def one_line(reason: str) -> str:
+    """A party's error reason (an error reply's text, possibly a whole traceback) as one line."""
+    import re
+
+    text = re.sub(r"^code -?\d+: ", "", str(reason).strip())  # an error reply's Flower code
+    found = last_error(text)
+    if found:
+        return found
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(_TRACEBACK_NOISE)]
+    return lines[-1] if lines else text.strip()
+
+
 def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, n_groups: int, n_classes: int,
                    workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
                    wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True,
                    clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None,
-                   model: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   model: Mapping[str, Any] | None = None, on_round: Any = None) -> dict[str, Any]:
     """Start a loopback deployment with one SuperNode per node config, run SteFFLe with
     ``settings`` (a :class:`~pfair.settings.SteFFLeSettings`), tear everything down, and return the
     ServerApp's result (θ, W, the silos' plans and ε spent, events, timings).
+
+    ``on_round``: called with ``{"round", "total", "silos"}`` after every round the server took
+    (read about twice a second from a file the ServerApp rewrites). A run that writes no result
+    raises :class:`DeploymentFailed`, whose message is one line: the cause, and the logs' folder.
 
     With a torch ``model``, the SuperNodes' warm process (:mod:`pfair.flower.fast_superexec`)
     also imports :mod:`pfair.torch` and ``torch._dynamo`` (:data:`TORCH_PRELOAD`), unless
@@ -321,14 +377,14 @@ def run_deployment(settings: Any, node_configs: Sequence[Mapping[str, Any]], *, 
     of CPU, every message)."""
     return run_deployments([settings], node_configs, n_groups=n_groups, n_classes=n_classes, workdir=workdir,
                            round_timeout=round_timeout, wait_timeout=wait_timeout, timeout=timeout, evaluate=evaluate,
-                           clientapp=clientapp, env=env, model=model)[0]
+                           clientapp=clientapp, env=env, model=model, on_round=on_round)[0]
 
 
 def run_deployments(settings: Sequence[Any], node_configs: Sequence[Mapping[str, Any]], *, n_groups: int,
                     n_classes: int, workdir: str | os.PathLike | None = None, round_timeout: float = 120.0,
                     wait_timeout: float = 120.0, timeout: float = 3600.0, evaluate: bool = True,
                     clientapp: str = "pfair.flower.client_app:app", env: Mapping[str, str] | None = None,
-                    model: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                    model: Mapping[str, Any] | None = None, on_round: Any = None) -> list[dict[str, Any]]:
     """:func:`run_deployment` of several runs, one after the other, on one loopback deployment:
     the same SuperNodes, whose ledgers persist in their state directories, so each run spends on
     top of the runs before it (a search: :func:`pfair.flower.tune.deploy_search`). ``timeout``
@@ -346,13 +402,29 @@ def run_deployments(settings: Sequence[Any], node_configs: Sequence[Mapping[str,
         app = write_app(dep.workdir / "app", clientapp=clientapp)
         for i, st in enumerate(settings):
             out = dep.workdir / ("result.json" if i == 0 else f"result{i}.json")
+            progress = dep.workdir / ("progress.json" if i == 0 else f"progress{i}.json")
+            for stale in (out, progress):  # a file of an earlier run must not pass for this run's
+                stale.unlink(missing_ok=True)
             run_config = run_config_for(st, n_silos=len(node_configs), n_groups=n_groups, n_classes=n_classes,
                                         out=out, round_timeout=round_timeout, wait_timeout=wait_timeout,
-                                        evaluate=evaluate, model=model)
-            done = dep.run_app(app, run_config, timeout=timeout)
+                                        evaluate=evaluate, model=model, progress=progress)
+            poll = None
+            if on_round is not None:
+                seen = [None]
+
+                def poll(path: Path = progress, seen: list = seen) -> None:
+                    try:
+                        now = json.loads(path.read_text())
+                    except (OSError, ValueError):
+                        return
+                    if now != seen[0]:
+                        seen[0] = now
+                        on_round(now)
+            done = dep.run_app(app, run_config, timeout=timeout, poll=poll)
             if not out.exists():
-                raise RuntimeError(f"the Flower run failed (exit {done.returncode}); its log:\n"
-                                   + dep.log("flwr-run")[-4000:])
+                cause = last_error(dep.log("flwr-run")) or f"flwr run exited with code {done.returncode} and wrote " \
+                                                              "no result"
+                raise DeploymentFailed(cause, dep.logs, done.returncode)
             result = json.loads(out.read_text())
             result["timing"]["superlink_s"] = t_link
             result["timing"]["total_s"] = time.monotonic() - t0

@@ -108,7 +108,7 @@ class SteFFLeStrategy(Strategy):
 
     def __init__(self, settings: SteFFLeSettings, *, n_silos: int, n_groups: int, n_classes: int,
                  wait_timeout: float = 120.0, round_timeout: float = 120.0, poll: float = 0.2,
-                 evaluate: bool = True, model: dict | None = None) -> None:
+                 evaluate: bool = True, model: dict | None = None, progress: str = "") -> None:
         if not settings.private:
             raise ValueError("a deployment runs private fits only: set epsilon")
         if settings.mode != "standard":
@@ -132,6 +132,10 @@ class SteFFLeStrategy(Strategy):
         self.refusals: dict[int, str] = {}
         #: Rounds in which the server used at least one silo's reply.
         self.rounds_answered = 0
+        #: Rounds in which the server used each silo's reply, by silo.
+        self.answered_by: dict[int, int] = {}
+        #: A file rewritten after every round: ``{"round", "total", "silos"}`` (the launcher's progress line).
+        self.progress = str(progress or "")
         self.events: list[dict] = []
         self.round_seconds: list[float] = []
         self.server: ServerParty | None = None
@@ -309,6 +313,12 @@ class SteFFLeStrategy(Strategy):
         self.refusals.setdefault(silo, reason)
         self._note(kind, silo=silo, reason=reason)
 
+    def _report_progress(self, done: int, total: int, silos: int) -> None:
+        """Rewrite the progress file (nothing when the run config names none)."""
+        if self.progress:
+            write_result({"round": int(done), "total": int(total), "silos": int(silos), "of": self.n_silos},
+                         self.progress)
+
     def _refused_result(self, grid: Grid, t0: float) -> dict[str, Any]:
         """The result of a run in which no silo answered a round: status ``"refused"``, each
         silo's reason, their ledgers (nothing trained; ``pfair deploy`` exits non-zero)."""
@@ -317,7 +327,8 @@ class SteFFLeStrategy(Strategy):
                 | {"p_s": _p_s_json(self.settings)},
                 "refusals": {str(j): r for j, r in sorted(self.refusals.items())},
                 "silos": [{"silo": j, "n_records": self.sizes.get(j), "plan": self.plans.get(j),
-                           "refused": j in self.refused, "reason": self.refusals.get(j), "ledger": reports.get(j)}
+                           "refused": j in self.refused, "reason": self.refusals.get(j), "ledger": reports.get(j),
+                           "rounds_answered": self.answered_by.get(j, 0)}
                           for j in range(self.n_silos)],
                 "events": self.events, "timing": {"silos_joined_s": time.monotonic() - t0, "round_s": []}}
 
@@ -377,6 +388,8 @@ class SteFFLeStrategy(Strategy):
         self._note_rejections()
         self.theta, self.w, used = self.server.update(self.theta, self.w, pairs, rnd)
         self.rounds_answered += bool(len(used))
+        for j in used:
+            self.answered_by[int(j)] = self.answered_by.get(int(j), 0) + 1
         self._note_rejections(skip_no_reply=True)
         return codec.model_arrays(self.theta, self.w), MetricRecord({"silos_used": float(len(used))})
 
@@ -475,8 +488,10 @@ class SteFFLeStrategy(Strategy):
             "n_features": d, "n_groups": self.n_groups, "n_classes": self.n_classes, "rounds": T, "model": self.model,
             "rounds_per_epoch": R, "settings": st.as_dict() | {"p_s": _p_s_json(st)},
             "proportions": proportions.tolist(),
+            "refusals": {str(j): r for j, r in sorted(self.refusals.items())},
             "silos": [{"silo": j, "n_records": self.sizes.get(j), "plan": self.plans.get(j),
-                       "refused": j in self.refused, "ledger": reports.get(j)} for j in range(self.n_silos)],
+                       "refused": j in self.refused, "reason": self.refusals.get(j), "ledger": reports.get(j),
+                       "rounds_answered": self.answered_by.get(j, 0)} for j in range(self.n_silos)],
             "evaluation": dict(evaluation) if evaluation is not None else None,
             "events": self.events,
             "lam": self.lam_path,
@@ -522,6 +537,7 @@ class FlowerTransport:
             replies = strat._exchange(grid, msgs, strat.round_timeout)
             arrays, metrics = strat.aggregate_train(rnd + 1, replies)  # type: ignore[arg-type]
             used = max(used, int(metrics["silos_used"]))
+            strat._report_progress(rnd + 1, plan.total_rounds, int(metrics["silos_used"]))
             strat.round_seconds.append(time.monotonic() - t_round)
             if plan.pick == rnd:
                 snapshot = (strat.theta.copy(), strat.w.copy())
@@ -563,7 +579,7 @@ def main(grid: Grid, context: Context) -> None:
     strategy = SteFFLeStrategy(st, n_silos=int(rc["n-silos"]), n_groups=int(rc["n-groups"]),
                                n_classes=int(rc["n-classes"]), wait_timeout=float(rc["wait-timeout"]),
                                round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]),
-                               model=parse_model_spec(rc.get("model", "")))
+                               model=parse_model_spec(rc.get("model", "")), progress=str(rc.get("progress", "")))
     write_result(strategy.start(grid), str(rc["out"]))
 
 
