@@ -98,9 +98,14 @@ def evaluate(part: dict, lam: float, seed: int, epsilon: float | None, **params:
     import pfair
     from pfair import metrics
 
+    from pfair.settings import SteFFLeSettings
+    from pfair.validation import training_sizes
+
     sizes = np.bincount(part["silos"], minlength=N_SILOS)
     params = dict(params)
-    params["batch_size"] = int(min(params.get("batch_size", 256), sizes.min()))
+    # Capped at the smallest silo's training share (each silo holds out validation_share of it).
+    train = training_sizes(sizes, params.get("validation_share", SteFFLeSettings().validation_share))
+    params["batch_size"] = int(min(params.get("batch_size", 256), min(train)))
     if "clip" in params and epsilon is None:
         params["clip"] = None  # nothing is clipped without privacy (clip="auto")
     noise = {} if epsilon is None else {"noise_seed": 1000 + seed}
