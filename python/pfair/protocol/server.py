@@ -8,7 +8,9 @@ renormalises the weights of the silos that answered, and calls the Rust ``server
 
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],     W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
 
-with ``η_θ`` decayed by ``lr_decay`` every ``decay_every`` epochs and each W block projected on the
+with ``η_θ`` decayed by ``lr_decay`` every ``decay_every`` epochs, divided by ``max(1, λ)`` with
+``theta_step="scaled"`` and halved at each cycle the released validation error shows
+(:meth:`SteFFLeSettings.lr_at`, :func:`pfair.protocol.driver.damp_cycles`), and each W block projected on the
 Frobenius ball of radius D. The ``η_W`` passed is :meth:`SteFFLeSettings.server_lr_w`: ``lr_w / λ``
 by default (``w_step="normalised"``, so W moves by ``lr_w ∇_W ψ̄`` at every λ), ``lr_w`` with
 ``w_step="paper"``; a choice of the server on released messages, so privacy is unchanged. The simulation's fast path runs the same Rust function.
