@@ -940,7 +940,7 @@ def test_torch_provider_predict_equals_the_linear_model_and_max_violation_runs_a
     fed = _protocol_data(seed=3)
     d, k, l = fed.n_features, fed.n_groups, fed.n_classes  # noqa: E741
     kw = dict(epsilon=3.0, max_violation=0.05, epochs=3, batch_size=40, p_s=[0.3, 0.3, 0.4], seed=0, noise_seed=7,
-              lr_theta=0.5, lam_lr=20.0, lr_w=0.25, clip=0.5)
+              lr_theta=0.5, lam_lr=20.0, lr_w=0.25, clip=0.5, theta_step="scaled")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         st_ = SteFFLe(**kw).settings()

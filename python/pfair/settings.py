@@ -58,7 +58,10 @@ TARGET_STEP_FACTOR = 4.0
 #: DeepSteFFLe's defaults where they differ from SteFFLe's (docs/deep.md, "Defaults"; chosen on
 #: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
 #: :func:`deep_batch_size` and :func:`deep_lr_theta`.
-DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25}
+DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25, "theta_step": "constant"}
+#: (``theta_step="constant"``: the deep defaults and docs/deep.md's measurements were made with the θ
+#: step constant in λ, and the scaled step of the linear model, whose λ_c comes from logistic
+#: regression's curvature, has not been measured on networks: docs/optimisation.md, section 7.)
 #: Most epochs a run may have. Far beyond any useful fit (the tuned defaults use 5 to 40); a run's
 #: epoch numbers name its checkpoint releases (:class:`pfair.protocol.keys.ReleaseId`), and a
 #: deployed silo plans only runs whose length its settings imply, so a server cannot ask a silo to

@@ -156,7 +156,8 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
         the same meaning and defaults, except ``lr_theta="auto"``, ``batch_size="auto"``, ``epochs=5``,
-        ``lr_w=0.25`` and, when private, ``clip="auto"`` = 0.5 (:data:`pfair.settings.DEEP_DEFAULTS`: SGD
+        ``lr_w=0.25``, ``theta_step="constant"`` (the scaled θ step is measured on the linear model
+        only) and, when private, ``clip="auto"`` = 0.5 (:data:`pfair.settings.DEEP_DEFAULTS`: SGD
         on a network needs more, smaller steps than the linear model): the batch is
         ``min(256, max(16, n_min // 32))`` records for a smallest silo of n_min records, the step
         ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``.
@@ -180,7 +181,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                  clip: float | str | None = "auto", clip_loss: float | str | None = "auto",
                  clip_w: float | str | None = "auto", sampling: str = "auto", protect: str = "attribute",
                  calibration: str = "auto", p_s: Any = None, p_s_epsilon_share: float = 0.1, lr_decay: float = 0.8,
-                 decay_every: int = 10, w_step: str = "normalised", theta_step: str = "scaled", output: str = "last",
+                 decay_every: int = 10, w_step: str = "normalised", theta_step: str = "constant", output: str = "last",
                  silo_weights: str = "uniform", positive_class: int = 1, mode: str = "standard",
                  amplification: bool = True, dummy_noise: bool = False, seed: int = 0, noise_seed: int | None = None,
                  exact_diagnostics: bool = False, progress: bool = False, track_history: bool = True,
