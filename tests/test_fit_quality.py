@@ -94,5 +94,7 @@ def test_a_private_adult_target_is_within_0_01_of_non_private_fermi_at_the_same_
     for s in seeds:
         m = SteFFLe(epsilon=1.0, max_violation=0.04, seed=s, noise_seed=s).fit(fed, ledgers="new")
         v, e = gap.figures(m, data)
-        assert v_front[0] <= v <= 0.05, (s, v)  # on the front's span, and the target held
+        # The target held; below the front's span (fairer than λ = 100 makes a non-private fit) the
+        # front's error is read at its fairest point, which only makes the check stricter.
+        assert v <= 0.05, (s, v)
         assert e - gap.at(v_front, e_front, v) <= 0.01, (s, v, e, gap.at(v_front, e_front, v))
