@@ -3,8 +3,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+# make wheel's tools (maturin, and zig from PyPI's ziglang to link against an old glibc).
+BUILD_VENV ?= .venv-build
+# make test's environment: the built wheel installed as a user installs it (no source tree, no
+# Rust toolchain on PATH). Made anew whenever pyproject.toml (the wheel's dependencies) changes.
+WHEEL_VENV ?= .venv-wheel
+# Other CPythons make test runs the fast tests on, with the same wheel, when the machine has them
+# (python3.X on PATH, or a pyenv version): the abi3 floor and the newest.
+EXTRA_PYTHONS ?= 3.9 3.13
+DIST   ?= dist
+# The one wheel: abi3 (CPython >= 3.9) and manylinux2014 (glibc >= 2.17, checked by maturin's own
+# auditwheel pass, which fails the build on a symbol newer than the policy).
+WHEEL_GLOB := $(DIST)/pfair-*-cp39-abi3-manylinux*.whl
+# PATH without cargo, rustc or rustup: what a user who never installed Rust has.
+NO_RUST_PATH = $$(printf '%s' "$$PATH" | tr ':' '\n' | grep -v -e '/\.cargo/' -e '/\.rustup/' -e 'rustup' | paste -sd: -)
 
-.PHONY: demo test test-fast install install-test rust-test bench clean
+.PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons
 
 $(VENV)/bin/activate:
 	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -33,10 +47,65 @@ demo: install
 	$(VENV)/bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
 	@echo "[pfair] next: docs/start_here.md (your own CSV), or $(VENV)/bin/pfair train --help"
 
-## Every test: the Rust unit tests and the Python test suite.
-test: install-test
-	cargo test --quiet
-	$(PY) -m pytest -q -n 2 --dist loadfile
+## The wheel for users (dist/): one abi3 manylinux wheel for every CPython >= 3.9, and the sdist
+## beside it. maturin builds the wheel from the unpacked sdist, so the sdist is checked to build
+## from scratch on every make wheel.
+$(BUILD_VENV)/bin/maturin:
+	@echo "[pfair] creating $(BUILD_VENV) with maturin and ziglang (the linker for an old glibc floor)"
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BUILD_VENV)/bin/python -m pip install --quiet 'maturin>=1.5,<2' 'ziglang>=0.13' 'auditwheel>=6'
+
+wheel: $(BUILD_VENV)/bin/maturin
+	@command -v cargo >/dev/null 2>&1 || { echo "[pfair] make wheel needs a Rust toolchain (https://rustup.rs); users of the wheel do not"; exit 1; }
+	@echo "[pfair] building the sdist and, from it, the abi3 manylinux wheel (release build of rust/, about 2-5 minutes on 2 cores the first time)"
+	rm -f $(DIST)/pfair-*.whl $(DIST)/pfair-*.tar.gz
+	@start=$$(date +%s); PATH="$(CURDIR)/$(BUILD_VENV)/bin:$$PATH" CARGO_TARGET_DIR="$${CARGO_TARGET_DIR:-$(CURDIR)/target}" $(BUILD_VENV)/bin/maturin build --quiet --release \
+		--sdist --zig --compatibility manylinux2014 --out $(DIST) && echo "[pfair] built in $$(( $$(date +%s) - start )) s:" && ls $(DIST)
+	$(BUILD_VENV)/bin/auditwheel show $(WHEEL_GLOB)
+
+## Every test: the Rust unit tests, then the Python test suite against the wheel as a user installs it.
+test: rust-test wheel test-wheel test-wheel-extra-pythons
+
+# The wheel into $(WHEEL_VENV) with the test, torch and flower extras, with no Rust toolchain on
+# PATH; pytest runs from outside the source tree, so `import pfair` is the installed package (the
+# first step checks it), and so does `pfair train`.
+$(WHEEL_VENV)/.made: pyproject.toml
+	rm -rf $(WHEEL_VENV)
+	@echo "[pfair] creating $(WHEEL_VENV): the wheel with its test, torch (~5 GB the first time) and flower extras, from PyPI"
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	touch $@
+
+test-wheel: $(WHEEL_VENV)/.made
+	@set -e; export PATH="$(NO_RUST_PATH)"; \
+	if command -v cargo >/dev/null 2>&1 || command -v rustc >/dev/null 2>&1; then echo "[pfair] a Rust toolchain is still on PATH"; exit 1; fi; \
+	whl=$$(ls $(WHEEL_GLOB)); echo "[pfair] installing $$whl into $(WHEEL_VENV) (no cargo or rustc on PATH)"; \
+	$(WHEEL_VENV)/bin/python -m pip uninstall --quiet --yes pfair 2>/dev/null || true; \
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --only-binary pfair "$$whl[test,torch,flower]"; \
+	$(WHEEL_VENV)/bin/python -m pip check; \
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --no-deps 'opacus>=1.4'; \
+	cd $(WHEEL_VENV) && bin/python -c "import pfair, pfair._core as c; assert 'site-packages' in pfair.__file__ and 'abi3' in c.__file__, (pfair.__file__, c.__file__); print('[pfair] testing', pfair.__file__, c.__file__.rsplit('/', 1)[-1])"; \
+	bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --rootdir "$(CURDIR)" -c "$(CURDIR)/pyproject.toml" "$(CURDIR)/tests"; \
+	bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
+
+# The fast tests (not marked slow) on the other CPythons this machine has, from the same wheel, with
+# the test and plot extras (torch and flower have their own Python floors; their tests skip).
+test-wheel-extra-pythons:
+	@set -e; export PATH="$(NO_RUST_PATH)"; whl=$$(ls $(WHEEL_GLOB)); \
+	for v in $(EXTRA_PYTHONS); do \
+		py=$$(command -v python$$v 2>/dev/null || true); \
+		{ [ -n "$$py" ] && "$$py" -c '' 2>/dev/null; } || py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
+		if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then echo "[pfair] no CPython $$v on this machine: not tested"; continue; fi; \
+		venv=$(WHEEL_VENV)-$$v; \
+		if [ ! -f $$venv/.made ] || [ pyproject.toml -nt $$venv/.made ]; then rm -rf $$venv; "$$py" -m venv $$venv; $$venv/bin/python -m pip install --quiet --upgrade pip; touch $$venv/.made; fi; \
+		echo "[pfair] CPython $$v ($$py): installing $$whl[test,plot] and running the fast tests"; \
+		$$venv/bin/python -m pip uninstall --quiet --yes pfair 2>/dev/null || true; \
+		$$venv/bin/python -m pip install --quiet --only-binary pfair "$$whl[test,plot]"; \
+		$$venv/bin/python -m pip install --quiet --no-deps 'opacus>=1.4'; \
+		(cd $$venv && bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -m "not slow" --rootdir "$(CURDIR)" -c "$(CURDIR)/pyproject.toml" "$(CURDIR)/tests" && \
+			bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 --epochs 2); \
+	done
 
 ## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
 ## docs/dev/performance-notebook.md, "The test suite"); make test still runs every test. It uses
@@ -56,4 +125,4 @@ bench: install-test
 	$(PY) -m pytest benches/python --benchmark-enable -q
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) $(BUILD_VENV) $(WHEEL_VENV) $(WHEEL_VENV)-* target $(DIST)
