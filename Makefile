@@ -15,8 +15,6 @@ DIST   ?= dist
 # The one wheel: abi3 (CPython >= 3.9) and manylinux2014 (glibc >= 2.17, checked by maturin's own
 # auditwheel pass, which fails the build on a symbol newer than the policy).
 WHEEL_GLOB := $(DIST)/pfair-*-cp39-abi3-manylinux*.whl
-# PATH without cargo, rustc or rustup: what a user who never installed Rust has.
-NO_RUST_PATH = $$(printf '%s' "$$PATH" | tr ':' '\n' | grep -v -e '/\.cargo/' -e '/\.rustup/' -e 'rustup' | paste -sd: -)
 
 .PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons
 
@@ -36,6 +34,9 @@ install: $(VENV)/bin/activate
 install-test: $(VENV)/bin/activate
 	@echo "[pfair] installing pfair with the test, torch and flower extras: builds the Rust extension (~5 min"
 	@echo "[pfair] the first time, silent) and downloads torch (~5 GB); expect 10-20 minutes on a fresh machine"
+	# An extension left in python/pfair by an editable build from before abi3
+	# (_core.cpython-311-*.so) would be imported before the new _core.abi3.so: remove it first.
+	rm -f python/pfair/_core.*.so
 	$(PIP) install --quiet -e '.[test,torch,flower]'
 	# opacus is used only for its pure-NumPy RDP analysis (tests/test_accounting.py loads that file);
 	# --no-deps keeps its multi-GB torch dependency out of the test environment.
@@ -69,42 +70,19 @@ test: rust-test wheel test-wheel test-wheel-extra-pythons
 
 # The wheel into $(WHEEL_VENV) with the test, torch and flower extras, with no Rust toolchain on
 # PATH; pytest runs from outside the source tree, so `import pfair` is the installed package (the
-# first step checks it), and so does `pfair train`.
-$(WHEEL_VENV)/.made: pyproject.toml
-	rm -rf $(WHEEL_VENV)
-	@echo "[pfair] creating $(WHEEL_VENV): the wheel with its test, torch (~5 GB the first time) and flower extras, from PyPI"
-	$(PYTHON) -m venv $(WHEEL_VENV)
-	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
-	touch $@
+# script checks it), then `pfair train` (tools/test_wheel.sh).
+test-wheel:
+	tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV) test,torch,flower
 
-test-wheel: $(WHEEL_VENV)/.made
-	@set -e; export PATH="$(NO_RUST_PATH)"; \
-	if command -v cargo >/dev/null 2>&1 || command -v rustc >/dev/null 2>&1; then echo "[pfair] a Rust toolchain is still on PATH"; exit 1; fi; \
-	whl=$$(ls $(WHEEL_GLOB)); echo "[pfair] installing $$whl into $(WHEEL_VENV) (no cargo or rustc on PATH)"; \
-	$(WHEEL_VENV)/bin/python -m pip uninstall --quiet --yes pfair 2>/dev/null || true; \
-	$(WHEEL_VENV)/bin/python -m pip install --quiet --only-binary pfair "$$whl[test,torch,flower]"; \
-	$(WHEEL_VENV)/bin/python -m pip check; \
-	$(WHEEL_VENV)/bin/python -m pip install --quiet --no-deps 'opacus>=1.4'; \
-	cd $(WHEEL_VENV) && bin/python -c "import pfair, pfair._core as c; assert 'site-packages' in pfair.__file__ and 'abi3' in c.__file__, (pfair.__file__, c.__file__); print('[pfair] testing', pfair.__file__, c.__file__.rsplit('/', 1)[-1])"; \
-	bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --rootdir "$(CURDIR)" -c "$(CURDIR)/pyproject.toml" "$(CURDIR)/tests"; \
-	bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
-
-# The fast tests (not marked slow) on the other CPythons this machine has, from the same wheel, with
-# the test and plot extras (torch and flower have their own Python floors; their tests skip).
+# The fast tests (not marked slow) on the other CPythons this machine has (python3.X on PATH, or a
+# pyenv version), from the same wheel, with the test and plot extras (torch and flower have their
+# own Python floors; their tests skip).
 test-wheel-extra-pythons:
-	@set -e; export PATH="$(NO_RUST_PATH)"; whl=$$(ls $(WHEEL_GLOB)); \
-	for v in $(EXTRA_PYTHONS); do \
+	@for v in $(EXTRA_PYTHONS); do \
 		py=$$(command -v python$$v 2>/dev/null || true); \
 		{ [ -n "$$py" ] && "$$py" -c '' 2>/dev/null; } || py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
 		if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then echo "[pfair] no CPython $$v on this machine: not tested"; continue; fi; \
-		venv=$(WHEEL_VENV)-$$v; \
-		if [ ! -f $$venv/.made ] || [ pyproject.toml -nt $$venv/.made ]; then rm -rf $$venv; "$$py" -m venv $$venv; $$venv/bin/python -m pip install --quiet --upgrade pip; touch $$venv/.made; fi; \
-		echo "[pfair] CPython $$v ($$py): installing $$whl[test,plot] and running the fast tests"; \
-		$$venv/bin/python -m pip uninstall --quiet --yes pfair 2>/dev/null || true; \
-		$$venv/bin/python -m pip install --quiet --only-binary pfair "$$whl[test,plot]"; \
-		$$venv/bin/python -m pip install --quiet --no-deps 'opacus>=1.4'; \
-		(cd $$venv && bin/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider -m "not slow" --rootdir "$(CURDIR)" -c "$(CURDIR)/pyproject.toml" "$(CURDIR)/tests" && \
-			bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0 --epochs 2); \
+		tools/test_wheel.sh "$$py" $(WHEEL_VENV)-$$v test,plot -m "not slow" || exit 1; \
 	done
 
 ## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
