@@ -3,8 +3,20 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+# make wheel's tools (maturin, and zig from PyPI's ziglang to link against an old glibc).
+BUILD_VENV ?= .venv-build
+# make test's environment: the built wheel installed as a user installs it (no source tree, no
+# Rust toolchain on PATH). Made anew whenever pyproject.toml (the wheel's dependencies) changes.
+WHEEL_VENV ?= .venv-wheel
+# Other CPythons make test runs the fast tests on, with the same wheel, when the machine has them
+# (python3.X on PATH, or a pyenv version): the abi3 floor and the newest.
+EXTRA_PYTHONS ?= 3.9 3.13
+DIST   ?= dist
+# The one wheel: abi3 (CPython >= 3.9) and manylinux2014 (glibc >= 2.17, checked by maturin's own
+# auditwheel pass, which fails the build on a symbol newer than the policy).
+WHEEL_GLOB := $(DIST)/pfair-*-cp39-abi3-manylinux*.whl
 
-.PHONY: demo test test-fast install install-test rust-test bench clean
+.PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons test-as-user
 
 $(VENV)/bin/activate:
 	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -22,6 +34,9 @@ install: $(VENV)/bin/activate
 install-test: $(VENV)/bin/activate
 	@echo "[pfair] installing pfair with the test, torch and flower extras: builds the Rust extension (~5 min"
 	@echo "[pfair] the first time, silent) and downloads torch (~5 GB); expect 10-20 minutes on a fresh machine"
+	# An extension left in python/pfair by an editable build from before abi3
+	# (_core.cpython-311-*.so) would be imported before the new _core.abi3.so: remove it first.
+	rm -f python/pfair/_core.*.so
 	$(PIP) install --quiet -e '.[test,torch,flower]'
 	# opacus is used only for its pure-NumPy RDP analysis (tests/test_accounting.py loads that file);
 	# --no-deps keeps its multi-GB torch dependency out of the test environment.
@@ -33,10 +48,48 @@ demo: install
 	$(VENV)/bin/pfair train --dataset adult --silos 3 --heterogeneity 0 --epsilon 1 --lam 1.0
 	@echo "[pfair] next: docs/start_here.md (your own CSV), or $(VENV)/bin/pfair train --help"
 
-## Every test: the Rust unit tests and the Python test suite.
+## The wheel for users (dist/): one abi3 manylinux wheel for every CPython >= 3.9, and the sdist
+## beside it. maturin builds the wheel from the unpacked sdist, so the sdist is checked to build
+## from scratch on every make wheel.
+$(BUILD_VENV)/bin/maturin:
+	@echo "[pfair] creating $(BUILD_VENV) with maturin and ziglang (the linker for an old glibc floor)"
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BUILD_VENV)/bin/python -m pip install --quiet 'maturin>=1.5,<2' 'ziglang>=0.13' 'auditwheel>=6'
+
+wheel: $(BUILD_VENV)/bin/maturin
+	@command -v cargo >/dev/null 2>&1 || { echo "[pfair] make wheel needs a Rust toolchain (https://rustup.rs); users of the wheel do not"; exit 1; }
+	@echo "[pfair] building the sdist and, from it, the abi3 manylinux wheel (release build of rust/, about 2-5 minutes on 2 cores the first time)"
+	rm -f $(DIST)/pfair-*.whl $(DIST)/pfair-*.tar.gz
+	@start=$$(date +%s); PATH="$(CURDIR)/$(BUILD_VENV)/bin:$$PATH" CARGO_TARGET_DIR="$${CARGO_TARGET_DIR:-$(CURDIR)/target}" $(BUILD_VENV)/bin/maturin build --quiet --release \
+		--sdist --zig --compatibility manylinux2014 --out $(DIST) && echo "[pfair] built in $$(( $$(date +%s) - start )) s:" && ls $(DIST)
+	$(BUILD_VENV)/bin/auditwheel show $(WHEEL_GLOB)
+
+## Every test: the Rust unit tests and the Python test suite (in .venv, with the torch and flower extras).
 test: install-test
 	cargo test --quiet
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+## The tests against the wheel as a user installs it (not yet part of make test: about 25 more minutes
+## on a loaded 2-core machine, for a new environment with torch and the other CPythons).
+test-as-user: rust-test wheel test-wheel test-wheel-extra-pythons
+
+# The wheel into $(WHEEL_VENV) with the test, torch and flower extras, with no Rust toolchain on
+# PATH; pytest runs from outside the source tree, so `import pfair` is the installed package (the
+# script checks it), then `pfair train` (tools/test_wheel.sh).
+test-wheel:
+	tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV) test,torch,flower
+
+# The fast tests (not marked slow) on the other CPythons this machine has (python3.X on PATH, or a
+# pyenv version), from the same wheel, with the test and plot extras (torch and flower have their
+# own Python floors; their tests skip).
+test-wheel-extra-pythons:
+	@for v in $(EXTRA_PYTHONS); do \
+		py=$$(command -v python$$v 2>/dev/null || true); \
+		{ [ -n "$$py" ] && "$$py" -c '' 2>/dev/null; } || py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
+		if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then echo "[pfair] no CPython $$v on this machine: not tested"; continue; fi; \
+		tools/test_wheel.sh "$$py" $(WHEEL_VENV)-$$v test,plot -m "not slow" || exit 1; \
+	done
 
 ## A developer's inner loop: the Python tests not marked slow (under 2 minutes on 2 cores, see
 ## docs/dev/performance-notebook.md, "The test suite"); make test still runs every test. It uses
@@ -56,4 +109,4 @@ bench: install-test
 	$(PY) -m pytest benches/python --benchmark-enable -q
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) $(BUILD_VENV) $(WHEEL_VENV) $(WHEEL_VENV)-* target $(DIST)

@@ -598,9 +598,12 @@ def test_paper_grid_script_dry_run_runs_nothing(tmp_path):
     import sys
     from pathlib import Path
 
+    import pfair
+
     root = Path(__file__).resolve().parents[1]
+    # The pfair these tests import (the installed wheel under make test, python/ in editable mode).
     env = {**os.environ, "PYTHON": sys.executable,
-           "PYTHONPATH": str(root / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": str(Path(pfair.__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = tmp_path / "results"
     done = subprocess.run(["bash", str(root / "examples" / "paper_grid.sh"), str(out), "--dry-run", "--methods",
                            "steffle,fedavg", "--parts", "paper"], capture_output=True, text=True, env=env,

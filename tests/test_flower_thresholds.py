@@ -11,7 +11,9 @@ import warnings
 
 import numpy as np
 import pytest
-from flwr.app import Context, RecordDict
+
+pytest.importorskip("flwr", reason="the flower extra is not installed (pip install 'pfair[flower]')")
+from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity
 
 import pfair

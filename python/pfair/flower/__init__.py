@@ -1,4 +1,4 @@
-"""Silos as real parties on Flower (``pip install pfair[flower]``; flwr 1.41, Python ≥ 3.11).
+"""Silos as real parties on Flower (``pip install pfair[flower]``; flwr 1.41 or 1.42, Python ≥ 3.11).
 
 * :mod:`pfair.flower.client_app` — a Flower ClientApp that is one silo
   (:class:`pfair.flower.node.SiloNode`): its own shard, its own entropy, its own persistent ledger.
@@ -34,4 +34,4 @@ def require_flwr() -> None:
     try:
         import flwr  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("pfair.flower needs Flower: pip install 'pfair[flower]' (flwr 1.41, Python >= 3.11)") from exc
+        raise ImportError("pfair.flower needs Flower: pip install 'pfair[flower]' (flwr 1.41 or 1.42, Python >= 3.11)") from exc
