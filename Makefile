@@ -65,13 +65,19 @@ wheel: $(BUILD_VENV)/bin/maturin
 		--sdist --zig --compatibility manylinux2014 --out $(DIST) && echo "[pfair] built in $$(( $$(date +%s) - start )) s:" && ls $(DIST)
 	$(BUILD_VENV)/bin/auditwheel show $(WHEEL_GLOB)
 
-## Every test: the Rust unit tests and the Python test suite (in .venv, with the torch and flower extras).
+## Every test: the Rust unit tests and the Python test suite (in .venv, with the torch and flower
+## extras), then the wheel (make wheel) installed as a user installs it, with the test and plot extras
+## and no Rust on PATH, and the tests not marked slow and `pfair train` run against it (about 6 more
+## minutes on 2 cores; the torch and flower tests skip there and ran in .venv).
 test: install-test
 	cargo test --quiet
 	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(MAKE) wheel
+	tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-fast test,plot -m "not slow"
 
-## The tests against the wheel as a user installs it (not yet part of make test: about 25 more minutes
-## on a loaded 2-core machine, for a new environment with torch and the other CPythons).
+## Every test against the wheel as a user installs it, with every extra, and the fast tests on the
+## other CPythons the machine has (not part of make test: about 25 more minutes on a loaded 2-core
+## machine, for a new environment with torch and the other CPythons).
 test-as-user: rust-test wheel test-wheel test-wheel-extra-pythons
 
 # The wheel into $(WHEEL_VENV) with the test, torch and flower extras, with no Rust toolchain on
