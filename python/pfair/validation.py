@@ -38,7 +38,9 @@ releases. The model a fit returns is chosen from these figures alone (:class:`Se
   ``NotBetterThanConstantWarning``. A model truly better than the constant is therefore warned as
   not better with probability at most α, and a model truly no better is returned without a word
   with probability at most α (both over the draw of the held-out records; docs/optimisation.md,
-  section 6, measures them);
+  section 6, measures them). At a fixed λ > 0 a last model *at* the constant (D within the margin or
+  :data:`AT_CONSTANT`) is returned, warned: the penalty drove it to the fairest model there is, and
+  an earlier checkpoint would be more accurate only by being less fair than λ asks;
 * with ``max_violation=t`` the most accurate checkpoint not shown worse than the constant whose
   released violation is at most t with one standard deviation of its noise to spare
   (:meth:`CheckpointFigures.meets`), said when it is only within noise of the constant; when none
