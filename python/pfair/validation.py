@@ -184,8 +184,21 @@ class CheckpointFigures:
         else:
             spread = self.worse_share + self.better_share
         var_d = max(spread - d * d, 0.0)
+        return math.sqrt(var_d / n + self._noise_variance)
+
+    @property
+    def _noise_variance(self) -> float:
+        """Variance the noise adds to a difference of ``2(l − 1)`` cells over n: ``2(l − 1) σ² / n²``
+        (0 when exact)."""
+        n = max(self.n, 1.0)
         l = max(int(round(math.sqrt(self.cells))), 2)  # noqa: E741
-        return math.sqrt(var_d / n + 2 * (l - 1) * (self.noise_sd / n) ** 2)
+        return 2 * (l - 1) * (self.noise_sd / n) ** 2
+
+    @property
+    def error_variance(self) -> float:
+        """Variance of :attr:`error` alone: the held-out records' ``e(1 − e)/n`` plus the noise on
+        the ``2(l − 1)`` cells a change of the error reads (record mode)."""
+        return self.error * (1 - self.error) / max(self.n, 1.0) + self._noise_variance
 
     def margin_at(self, alpha: float) -> float:
         """``z_α · sd(D)``: how far from 0 the difference must be to decide at level ``alpha``."""

@@ -164,7 +164,7 @@ class Driver:
                 break
             if server is not None:
                 server.lr_scale = state.lr_scale
-            lr = st.lr_at(epoch, None if server is None else server.lam) * state.lr_scale
+            lr = st.lr_at(epoch) if server is None else server.lr_of_epoch(epoch)
             before = theta
             out = self.transport.rounds(theta, w, epoch, lr=lr, active=active, refused=self.refused)
             theta, w = out.theta, out.w
@@ -271,13 +271,8 @@ def damp_cycles(before: Any, after: Any, scale: float, trend: int) -> tuple[floa
     a fall after a rise, is a swing: θ overshoots the saddle point, so its step is halved. A steady
     rise (fairness taking hold) or fall (learning) changes nothing. Everything read is released
     (post-processing); θ's fixed points do not move (the whole step is scaled)."""
-    def var(f: Any) -> float:
-        n = max(float(f.n), 1.0)
-        l = max(int(round(math.sqrt(f.cells))), 2)  # noqa: E741
-        return f.error * (1 - f.error) / n + 2 * (l - 1) * (f.noise_sd / n) ** 2
-
     delta = float(after.error - before.error)
-    if abs(delta) <= max(CYCLE_MIN, CYCLE_SDS * math.sqrt(var(before) + var(after))):
+    if abs(delta) <= max(CYCLE_MIN, CYCLE_SDS * math.sqrt(before.error_variance + after.error_variance)):
         return scale, trend
     sign = 1 if delta > 0 else -1
     if trend != 0 and sign != trend:

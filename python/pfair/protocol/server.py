@@ -137,8 +137,12 @@ class ServerParty:
     #: Factor on η_θ from the damping of cycles (:func:`pfair.protocol.driver.damp_cycles`).
     lr_scale: float = 1.0
 
+    def lr_of_epoch(self, epoch: int) -> float:
+        """η_θ of ``epoch``: :meth:`SteFFLeSettings.lr_at` at the current λ, times :attr:`lr_scale`."""
+        return self.settings.lr_at(epoch, self.lam) * self.lr_scale
+
     def lr_theta(self, round: int) -> float:
-        return self.settings.lr_at(round // self.rounds_per_epoch, self.lam) * self.lr_scale
+        return self.lr_of_epoch(round // self.rounds_per_epoch)
 
     def accept(self, messages: Sequence[tuple[Any, Any]], round: int) -> list[tuple[int, SiloMessage]]:
         """The valid ``(silo, message)`` pairs of a round; the others are logged and recorded in
