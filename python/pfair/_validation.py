@@ -12,10 +12,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable
 from numbers import Integral, Real
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from pfair.notions import FairnessNotion
 
 #: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
 MAX_GROUPS = 20
@@ -346,6 +349,18 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, choices))}")
     return value
+
+
+def resolve_fairness(fairness: Any, positive_class: int = 1) -> "FairnessNotion":
+    """The fairness notion of a public name (``fairness="equalized_odds"``), with the positive
+    class index its blocks may read: the one place a name becomes a
+    :class:`pfair.notions.FairnessNotion`. A notion object is returned as it is."""
+    from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
+
+    if isinstance(fairness, FairnessNotion):
+        return fairness
+    check_choice(fairness, "fairness", FAIRNESS_NOTIONS)
+    return NOTIONS[fairness](positive=positive_class)
 
 
 # --------------------------------------------------------------------------------------------
