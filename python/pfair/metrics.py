@@ -688,13 +688,12 @@ def fairness_report(
 
     Returns a dict with keys ``test_error`` (:func:`misclassification_error`), ``trivial_error``,
     ``demographic_parity_difference``, ``equalized_odds_difference`` (per-class form),
-    ``equal_opportunity_difference`` and ``false_positive_rate_difference`` (for ``pos_label``) and
-    ``accuracy_parity_violation``, each
+    ``equal_opportunity_difference`` (for ``pos_label``) and ``accuracy_parity_violation``, each
     with the defaults of its function. The keys ``dp_violation``, ``eo_violation`` and
     ``eopp_violation`` repeat the three fairness numbers under their former names, kept for
     compatibility. Raises like the individual metrics, except that ``equal_opportunity_difference``
-    and ``false_positive_rate_difference`` are NaN where they are undefined (fewer than two groups
-    with records of ``pos_label``, or of another class, as in a small test split): a bundle must not fail on a metric the caller may not have asked for
+    is NaN where it is undefined (fewer than two groups with records of ``pos_label``, as in a
+    small test split): a bundle must not fail on a metric the caller may not have asked for
     (:func:`equal_opportunity_difference` alone raises, naming the groups).
     """
     e = _prepare(y_true, y_pred, sensitive_features)
@@ -708,19 +707,12 @@ def fairness_report(
         if "is undefined" not in str(exc):  # a pos_label not among the labels is the caller's error
             raise
         eopp = float("nan")
-    try:
-        fpr = _fpr_gap(e, w, pos_label, "between_groups")
-    except ValueError as exc:
-        if "is undefined" not in str(exc):
-            raise
-        fpr = float("nan")
     return {
         "test_error": _error(e.y_true, e.y_pred),
         "trivial_error": _trivial_error(e.y_true),
         "demographic_parity_difference": dp,
         "equalized_odds_difference": eo,
         "equal_opportunity_difference": eopp,
-        "false_positive_rate_difference": fpr,
         "accuracy_parity_violation": _accuracy_gap(e),
         "dp_violation": dp,
         "eo_violation": eo,
