@@ -4,6 +4,7 @@ their metrics equal to fairlearn's, and false-positive-rate parity end to end.""
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 
 import numpy as np
@@ -158,3 +159,24 @@ def test_the_command_line_offers_every_notion_and_reports_its_metric(capsys):
     assert result["fairness"] == "false_positive_rate_parity"
     assert 0.0 <= result["false_positive_rate_difference"] <= 1.0
     assert result["epsilon_spent"] <= 2.0
+
+
+def test_a_private_fairness_target_and_a_hybrid_topology_take_the_new_notion(caplog):
+    """The checkpoint releases of a target (the negatives' (s, ŷ) histogram, which may count fewer
+    than a silo's records: the server's plausibility check must accept it) and the hybrid
+    topologies (whose sensitive silos lack y, so p_s must be given) with false-positive-rate parity."""
+    X, y, s, silos = unfair_negatives(seed=1)
+    caplog.set_level(logging.WARNING)
+    m = SteFFLe(fairness="false_positive_rate_parity", max_violation=0.1, epsilon=3.0, epochs=4, batch_size=64,
+                seed=0, noise_seed=2).fit(X, y, sensitive_features=s, silos=silos)
+    released = m.checkpoints_["violation_released"]
+    assert len(released) == 4 and released.notna().all() and (released >= 0).all()
+    assert not [r for r in caplog.records if "rejected" in r.getMessage()]  # every silo's release accepted
+    for ledger in m.ledgers_:
+        assert [e.name for e in ledger.events].count("violation_histogram") == 4
+    with pytest.raises(ValueError, match="needs p\\(s \\| y\\), but a sensitive silo does not hold y"):
+        SteFFLe(fairness="false_positive_rate_parity", mode="central_sensitive", epsilon=2.0).fit(
+            X, y, sensitive_features=s, silos=silos)
+    hybrid = SteFFLe(fairness="false_positive_rate_parity", mode="central_sensitive", epsilon=2.0, p_s=[0.5, 0.5],
+                     epochs=2, batch_size=64, noise_seed=1).fit(X, y, sensitive_features=s, silos=silos)
+    assert hybrid.W_.shape == (2, 2) and hybrid.score(X, y) > np.mean(y == 0)
