@@ -152,21 +152,22 @@ def test_neighbouring_data_get_identical_noise_scales_and_no_data_dependent_erro
 def test_public_proportions_are_validated():
     groups, classes = np.array(["a", "b"]), np.array([0, 1])
     kw = dict(groups=groups, classes=classes)
-    np.testing.assert_allclose(public_proportions({"a": 0.25, "b": 0.75}, notion=resolve_fairness("demographic_parity"), **kw),
+    dp, eo = resolve_fairness("demographic_parity"), resolve_fairness("equalized_odds")
+    np.testing.assert_allclose(public_proportions({"a": 0.25, "b": 0.75}, notion=dp, **kw),
                                [[0.25, 0.75]])
-    np.testing.assert_allclose(public_proportions([[0.5, 0.5], [0.25, 0.749]], notion=resolve_fairness("equalized_odds"), **kw),
+    np.testing.assert_allclose(public_proportions([[0.5, 0.5], [0.25, 0.749]], notion=eo, **kw),
                                [[0.5, 0.5], [0.25 / 0.999, 0.749 / 0.999]])  # within 0.01 of 1: rescaled
     # Counts are not proportions (they were rescaled silently once): refused, naming the row.
     with pytest.raises(ValueError, match=r"p_s must be proportions summing to 1 .*summing to 4"):
-        public_proportions({"a": 1, "b": 3}, notion=resolve_fairness("demographic_parity"), **kw)
+        public_proportions({"a": 1, "b": 3}, notion=dp, **kw)
     with pytest.raises(ValueError, match=r"p_s\[1\] must be proportions summing to 1"):
-        public_proportions([[0.5, 0.5], [1, 3]], notion=resolve_fairness("equalized_odds"), **kw)
+        public_proportions([[0.5, 0.5], [1, 3]], notion=eo, **kw)
     with pytest.raises(ValueError, match="no proportion for groups"):
-        public_proportions({"a": 1}, notion=resolve_fairness("demographic_parity"), **kw)
+        public_proportions({"a": 1}, notion=dp, **kw)
     with pytest.raises(ValueError, match="one row of proportions per class|for each of the 2 classes"):
-        public_proportions([0.5, 0.5], notion=resolve_fairness("equalized_odds"), **kw)
+        public_proportions([0.5, 0.5], notion=eo, **kw)
     with pytest.raises(ValueError, match="3 proportions but there are 2"):
-        public_proportions([0.2, 0.3, 0.5], notion=resolve_fairness("demographic_parity"), **kw)
+        public_proportions([0.2, 0.3, 0.5], notion=dp, **kw)
     with pytest.raises(ValueError, match="finite and > 0"):
         SteFFLe(p_s=[0.0, 1.0]).settings()
 

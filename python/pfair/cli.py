@@ -628,7 +628,8 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         how = "noisy releases" if args.epsilon is not None else "exact, non-private"
         v = result["violation_released"]
         measured = f"{v:.4f} at that model ({how})" if v is not None else "not measured"
-        print(f"target        {NOTIONS[args.fairness].metric_name} <= {result['max_violation']:g} on the silos' records: "
+        metric = NOTIONS[args.fairness].metric_name
+        print(f"target        {metric} <= {result['max_violation']:g} on the silos' records: "
               f"{measured}; lambda there {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")

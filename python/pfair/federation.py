@@ -436,14 +436,14 @@ class Federation:
             return None
         return base
 
-    def silo_set(self, notion: FairnessNotion | str = "demographic_parity", positive: int = 1) -> Any:
-        """The silos' data handed to the Rust core (:class:`pfair._core.SiloSet`) for fairness
-        notion ``notion`` (an object of :mod:`pfair.notions` or its public name, with the positive
-        class index ``positive``). When the silos are rows of one matrix (:meth:`shared_matrix`), Rust
+    def silo_set(self, fairness: FairnessNotion | str = "demographic_parity", positive: int = 1) -> Any:
+        """The silos' data handed to the Rust core (:class:`pfair._core.SiloSet`) for the fairness
+        notion ``fairness`` (an object of :mod:`pfair.notions` or its public name, with the
+        positive class index ``positive``). When the silos are rows of one matrix (:meth:`shared_matrix`), Rust
         reads it in place: no copy."""
         from pfair import _core
 
-        notion = resolve_fairness(notion, positive)
+        notion = resolve_fairness(fairness, positive)
         k, l = self.n_groups, self.n_classes  # noqa: E741
         base = self.shared_matrix()
         if base is None:
@@ -471,17 +471,17 @@ class Federation:
         return (X, y, s_) if rows is None else (X, y[rows], s_[rows])
 
     # ------------------------------------------------------------------ group statistics
-    def group_counts(self, notion: FairnessNotion | str, positive: int = 1) -> np.ndarray:
-        """Counts of group ``r`` in each ψ block of ``notion`` (an object of :mod:`pfair.notions`
-        or its public name, with the positive class index ``positive``) (``blocks × k``), summed
-        over silos (:meth:`pfair.notions.FairnessNotion.group_counts`)."""
-        notion = resolve_fairness(notion, positive)
+    def group_counts(self, fairness: FairnessNotion | str, positive: int = 1) -> np.ndarray:
+        """Counts of group ``r`` in each ψ block (``blocks × k``) of the notion ``fairness`` (an
+        object of :mod:`pfair.notions` or its public name, with the positive class index
+        ``positive``), summed over silos (:meth:`pfair.notions.FairnessNotion.group_counts`)."""
+        notion = resolve_fairness(fairness, positive)
         k, l = self.n_groups, self.n_classes
         return sum(notion.group_counts(s.y, s.s, n_groups=k, n_classes=l) for s in self.silos)
 
-    def group_proportions(self, notion: FairnessNotion | str, positive: int = 1) -> np.ndarray:
+    def group_proportions(self, fairness: FairnessNotion | str, positive: int = 1) -> np.ndarray:
         """``p(s = r | block)`` (``blocks × k``); raises if a group has no records in a block."""
-        notion = resolve_fairness(notion, positive)
+        notion = resolve_fairness(fairness, positive)
         counts = self.group_counts(notion)
         check_group_counts(counts, notion, self.groups_, self.classes_)
         return counts / counts.sum(axis=1, keepdims=True)

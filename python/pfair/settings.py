@@ -393,7 +393,11 @@ class SteFFLeSettings:
     @property
     def notion(self) -> FairnessNotion:
         """The fairness notion (:mod:`pfair.notions`) of ``fairness`` and ``positive_class``."""
-        return self._notion
+        notion = self.__dict__.get("_notion")
+        if notion is None:  # settings unpickled from before the notion objects: resolved now
+            notion = resolve_fairness(self.fairness, self.positive_class)
+            object.__setattr__(self, "_notion", notion)
+        return notion
 
     @property
     def sends_psi(self) -> bool:

@@ -44,9 +44,10 @@ never by the server):
     what the silo's DP histogram of s costs, and for which notions it is released: a share (default
     :data:`HISTOGRAM_SHARE`) of ``min(epsilon, max-run-epsilon)``, for the comma-separated notions
     ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>``,
-    ``false_positive_rate_parity:<positive class>`` (default :data:`HISTOGRAM_FAIRNESS`), each released once. The run config's ``epsilon`` and
-    ``p_s_epsilon_share`` do not price it, and a hello for another notion is refused before anything
-    is read or charged (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
+    ``false_positive_rate_parity:<positive class>`` (default :data:`HISTOGRAM_FAIRNESS`), each
+    released once. The run config's ``epsilon`` and ``p_s_epsilon_share`` do not price it, and a
+    hello for another notion is refused before anything is read or charged
+    (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
 ``allow-score-histogram``
     ``true`` to answer ``query.score_histogram`` (private post-processing); off by default;
 ``max-run-epsilon``, ``max-violation-share``, ``max-validation-share``

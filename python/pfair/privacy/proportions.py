@@ -2,10 +2,10 @@
 
 The ψ-term needs ``p(s = r | block)`` (the blocks of the fairness notion,
 :meth:`pfair.notions.FairnessNotion.blocks_of`: one for demographic parity, equal opportunity and
-false-positive-rate parity, one per class for equalized odds). Everything derived from them — the noise scale of the W part
-(its sensitivity is ``(2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``) and every check that a group is present — must
-use values that are public or already released, or a neighbouring data set (one record's s
-changed) could change a noise scale or raise a different error. Three sources:
+false-positive-rate parity, one per class for equalized odds). Everything derived from them — the
+noise scale of the W part (its sensitivity is ``(2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``) and every check that a
+group is present — must use values that are public or already released, or a neighbouring data
+set (one record's s changed) could change a noise scale or raise a different error. Three sources:
 
 ``p_s=[...]`` (public)
     Proportions the user supplies (e.g. from a census). Costs nothing; the guarantee covers
