@@ -12,13 +12,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable
 from numbers import Integral, Real
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from pfair.notions import FairnessNotion
+from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
 
 #: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
 MAX_GROUPS = 20
@@ -351,12 +350,10 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     return value
 
 
-def resolve_fairness(fairness: Any, positive_class: int = 1) -> "FairnessNotion":
+def resolve_fairness(fairness: Any, positive_class: int = 1) -> FairnessNotion:
     """The fairness notion of a public name (``fairness="equalized_odds"``), with the positive
     class index its blocks may read: the one place a name becomes a
     :class:`pfair.notions.FairnessNotion`. A notion object is returned as it is."""
-    from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
-
     if isinstance(fairness, FairnessNotion):
         return fairness
     check_choice(fairness, "fairness", FAIRNESS_NOTIONS)

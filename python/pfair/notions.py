@@ -170,7 +170,7 @@ class FairnessNotion:
     def metric(self, y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = 1) -> float:
         """The public metric of :mod:`pfair.metrics` named :attr:`metric_name`, with its defaults
         (``pos_label``: the positive class's label value, for notions that read it)."""
-        from pfair import metrics
+        from pfair import metrics  # metrics → _validation → notions: imported when first measured
 
         fn = getattr(metrics, self.metric_name)
         if self.uses_positive:
