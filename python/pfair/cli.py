@@ -142,6 +142,7 @@ def load_federation(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def add_train_parser(sub: Any) -> None:
+    from pfair.notions import FAIRNESS_NOTIONS, NOTIONS
     from pfair.settings import SteFFLeSettings
 
     p = sub.add_parser(
@@ -159,14 +160,13 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2 for a silo of n_j records)")
     p.add_argument("--lam", type=float, default=1.0,
                    help="fairness weight lambda >= 0: 0 = plain (private) logistic regression, larger = fairer (default 1)")
-    p.add_argument("--fairness", default="demographic_parity",
-                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
-                   help="fairness notion the penalty enforces (default demographic_parity)")
+    p.add_argument("--fairness", default=SteFFLeSettings.fairness, choices=list(FAIRNESS_NOTIONS),
+                   help=f"fairness notion the penalty enforces (default {SteFFLeSettings.fairness})")
     p.add_argument("--max-violation", type=float, default=None, metavar="T",
                    help="fairness target in (0, 1) instead of --lam: pfair adapts lambda at checkpoints and returns "
-                        "the most accurate checkpoint model whose --fairness metric (demographic_parity_difference, "
-                        "equalized_odds_difference or equal_opportunity_difference) on the silos' records is at most "
-                        "T; in a private fit it is measured from noisy per-silo releases that use "
+                        "the most accurate checkpoint model whose --fairness metric ("
+                        + ", ".join(c.metric_name for c in NOTIONS.values()) + ", in that order) on the silos' "
+                        "records is at most T; in a private fit it is measured from noisy per-silo releases that use "
                         "--max-violation-epsilon-share of each silo's epsilon (leave --lam at its default)")
     p.add_argument("--max-violation-epsilon-share", type=float, default=SteFFLeSettings.max_violation_epsilon_share,
                    metavar="SHARE",
@@ -402,10 +402,6 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The metric (``pfair.metrics``) that ``--max-violation`` bounds, per ``--fairness``.
-_TARGET_METRIC = {"demographic_parity": "demographic_parity_difference",
-                  "equalized_odds": "equalized_odds_difference",
-                  "equal_opportunity": "equal_opportunity_difference"}
 
 
 def checkpoint_summary(checkpoints: Any, selected_epoch: int | None, epochs: int) -> dict:
@@ -430,10 +426,23 @@ def checkpoint_summary(checkpoints: Any, selected_epoch: int | None, epochs: int
     return out
 
 
+def _metric_or_nan(notion: Any, y: Any, pred: Any, s: Any) -> float:
+    """The notion's public metric on a test split, NaN where it is undefined (fewer than two
+    groups in its block, as :func:`pfair.metrics.fairness_report` leaves equal opportunity)."""
+    try:
+        return float(notion.metric(y, pred, sensitive_features=s))
+    except ValueError as exc:
+        if "is undefined" not in str(exc):
+            raise
+        return float("nan")
+
+
 def train_command(args: argparse.Namespace) -> int:
     from pfair import metrics
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
+    from pfair._validation import resolve_fairness
+    from pfair.notions import NOTIONS
 
     import numpy as np
 
@@ -476,6 +485,9 @@ def train_command(args: argparse.Namespace) -> int:
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
+    own_metric = NOTIONS[args.fairness].metric_name  # the --fairness notion's own metric, in the result too
+    if own_metric not in report:
+        report[own_metric] = _metric_or_nan(resolve_fairness(args.fairness), ds.y_test, pred, ds.s_test)
     report_df = model.privacy_report_
     if search is not None and search.ledgers_:
         # the chosen candidate's report holds its ledgers as its fit left them; the search's are final
@@ -498,6 +510,7 @@ def train_command(args: argparse.Namespace) -> int:
         "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
         "equalized_odds_difference": report["equalized_odds_difference"],
+        own_metric: report[own_metric],
         "max_violation": args.max_violation,
         "final_lam": float(model.lam_),
         **checkpoint_summary(getattr(model, "checkpoints_", None), getattr(model, "selected_epoch_", None),
@@ -584,6 +597,7 @@ PRIVACY_COLUMNS = ["n_records", "accounting", "sample_rate", "steps", "noise_mul
 def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, report_df: Any, *, where: str) -> None:
     """The text summary of a run (``pfair train``, ``pfair deploy``): warnings, data, test error
     against the constant predictor, fairness gaps, the fairness target, and each silo's privacy."""
+    from pfair.notions import NOTIONS
     from pfair.privacy.report import PrivacyReport
 
     for w in result["warnings"]:
@@ -598,6 +612,10 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
+    own = NOTIONS[args.fairness].metric_name if hasattr(args, "fairness") else None
+    if own is not None and own not in ("demographic_parity_difference", "equalized_odds_difference") \
+            and result.get(own) is not None:
+        print(f"{own:<31}{result[own]:.4f}")
     for line in small_group_notes(ds.y_test, ds.s_test, getattr(ds, "group_names", None), getattr(ds, "label_names", None)):
         print(f"warning: {line}", file=sys.stderr)
     if result.get("validation_error") is not None:
@@ -610,7 +628,8 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         how = "noisy releases" if args.epsilon is not None else "exact, non-private"
         v = result["violation_released"]
         measured = f"{v:.4f} at that model ({how})" if v is not None else "not measured"
-        print(f"target        {_TARGET_METRIC[args.fairness]} <= {result['max_violation']:g} on the silos' records: "
+        metric = NOTIONS[args.fairness].metric_name
+        print(f"target        {metric} <= {result['max_violation']:g} on the silos' records: "
               f"{measured}; lambda there {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")

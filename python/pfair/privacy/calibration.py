@@ -24,6 +24,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
+from pfair.notions import FairnessNotion
 from pfair.privacy.accountant import PLD_SCHEMES, noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
@@ -259,8 +260,8 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
                                 accountant=accountant)
 
 
-def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray, fairness: str,
-                    positive: int, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
+def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray,
+                    notion: FairnessNotion, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
                     sends_psi: bool, sample_rate: float | None = None, denominator: float | None = None) -> dict:
     """The fields of a :class:`NoisePlan` that follow from a silo's size, settings and the
     released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
@@ -273,8 +274,8 @@ def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportio
     denom = denom if denominator is None else float(denominator)
     props = np.asarray(proportions, dtype=np.float64)
     d_loss, d_theta, d_w = _core.sensitivities(
-        inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, fairness=fairness,
-        positive=positive, protect=protect, clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+        inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, **notion.core_args(), protect=protect,
+        clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     return dict(sampling=sampling, sample_rate=q, denominator=denom, protect=protect, sends_psi=sends_psi,
                 sensitivity_loss=d_loss if protect == "record" else 0.0,
                 sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0)
@@ -290,8 +291,7 @@ def plan_silo_noise(
     epsilon: float | None,
     delta: float | None,
     proportions: np.ndarray,
-    fairness: str,
-    positive: int,
+    notion: FairnessNotion,
     protect: str,
     clip_loss: float,
     clip_theta: float,
@@ -325,7 +325,7 @@ def plan_silo_noise(
     charged here; callers charge after planning); ``dims`` is :func:`noise_to_signal`'s.
     """
     terms = mechanism_terms(n_records=n_records, batch_size=batch_size, sampling=sampling, proportions=proportions,
-                            fairness=fairness, positive=positive, protect=protect, clip_loss=clip_loss,
+                            notion=notion, protect=protect, clip_loss=clip_loss,
                             clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi, sample_rate=sample_rate,
                             denominator=denominator)
     q, denom = terms["sample_rate"], terms["denominator"]
@@ -333,7 +333,7 @@ def plan_silo_noise(
     if sample_rate is not None and scheme == "public_batch" and q >= 1:
         scheme = "full_batch"
     inv_sqrt_ps = inv_sqrt_proportions(proportions)
-    kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
+    kw = dict(n_groups=proportions.shape[1], denom=denom, **notion.core_args(), protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).
     relation = "add_remove" if scheme == "poisson_replace_one" else "replace_one"

@@ -102,7 +102,7 @@ class Simulation:
         self.plan = plan
         # The linear model's kernel holds the silos' data in Rust; another provider holds its own.
         # Silos that are rows of one matrix are read in place (no copy of the features).
-        self.silo_set = (fed.silo_set(fairness=st.fairness, positive=st.positive_class)
+        self.silo_set = (fed.silo_set(st.notion)
                          if provider_factory is None else None)
         #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise.
         self.theta_len = plan.linear_theta_len(fed.n_features)
@@ -155,7 +155,7 @@ class Simulation:
         return released_proportions(
             self.plan, groups=fed.groups_, classes=fed.classes_,
             histograms=lambda: [p.release_group_counts() for p in self.parties],
-            pooled=lambda: fed.group_proportions(st.fairness, st.positive_class))
+            pooled=lambda: fed.group_proportions(st.notion))
 
     def _restore_batch_keys(self, state: RunState) -> None:
         """A resumed run's parties draw their batches from the interrupted run's batch keys.

@@ -115,7 +115,7 @@ def check_hybrid_settings(st: Any) -> None:
         raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
     if st.sampling != "without_replacement":
         raise ValueError(f"mode={mode!r} samples fixed-size batches; use sampling='without_replacement'")
-    if st.p_s_source == "dp" and st.fairness != "demographic_parity":
+    if st.p_s_source == "dp" and st.notion.needs_labels:
         raise ValueError(f"mode={mode!r} with fairness={st.fairness!r} needs p(s | y), but a sensitive silo does "
                          "not hold y: pass public proportions (p_s=[[...], ...]) or p_s='pooled' (the paper's "
                          "assumption, not covered by the guarantee)")
@@ -308,7 +308,7 @@ class HybridParties:
         self.plan, self.settings, self.fed, self.layout = plan, st, fed, layout
         self.hset = _core.HybridSet(
             X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
-            fairness=st.fairness, positive=st.positive_class,
+            **st.notion.core_args(),
         )
         self.sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
@@ -365,13 +365,13 @@ class HybridParties:
         self.proportions = released_proportions(
             self.plan, groups=fed.groups_, classes=fed.classes_,
             histograms=lambda: [self.release_group_counts(c) for c in range(self.layout.n_sensitive)],
-            pooled=lambda: fed.group_proportions(st.fairness, st.positive_class))
+            pooled=lambda: fed.group_proportions(st.notion))
         self.inv = inv_sqrt_proportions(self.proportions)
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
         self.plans = [plan_silo_noise(
             silo=c, n_records=int(self.sizes_c[c]), batch_size=st.batch_size, sampling="without_replacement",
             steps=self.plan.total_rounds, epsilon=st.epsilon, delta=self.deltas[c], proportions=self.proportions,
-            fairness=st.fairness, positive=st.positive_class, protect="attribute", clip_loss=math.inf,
+            notion=st.notion, protect="attribute", clip_loss=math.inf,
             clip_theta=self.clip, clip_w=math.inf, calibration="rdp", sends_psi=st.sends_psi, ledger=self.ledgers[c],
             sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp")
             for c in range(self.layout.n_sensitive)]
