@@ -16,8 +16,10 @@ reproducing a simulation). Message types:
 ``query.score_histogram`` for private post-processing: the silo's noisy (score bin, s, y) table of
                  a model's scores (θ and the bin edges from the server), charged to its ledger
 
-A refusal (budget spent, a round asked twice, a run asking more ε than the silo's budget) is an
-exception, which Flower returns to the server as an error reply.
+A refusal for want of budget (:class:`~pfair.exceptions.PrivacyBudgetExceeded`, its subclass
+:class:`~pfair.exceptions.BudgetTooSmall`) is a typed reply (:func:`pfair.flower.codec.refusal`);
+any other exception (a round asked twice, a run under other terms than planned, a malformed
+message) is returned by Flower to the server as an error reply.
 """
 
 from __future__ import annotations
@@ -28,10 +30,25 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from pfair.exceptions import PrivacyBudgetExceeded
 from pfair.flower import codec
 from pfair.flower.node import SiloNode, settings_from_run_config
 
 app = ClientApp()
+
+
+def _refusing(handler):
+    """Answer a refusal for want of budget as a typed reply (:func:`pfair.flower.codec.refusal`)."""
+    import functools
+
+    @functools.wraps(handler)
+    def wrapped(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except PrivacyBudgetExceeded as exc:
+            return Message(codec.refusal(int(context.node_config.get("silo-id", -1)), exc), reply_to=msg)
+
+    return wrapped
 
 
 def _node(msg: Message, context: Context) -> tuple[SiloNode, ConfigRecord]:
@@ -53,7 +70,7 @@ def hello(msg: Message, context: Context) -> Message:
     out = node.hello(_settings(cfg))
     meta = dict(silo=node.silo_id, n_records=out["n_records"], n_features=out["n_features"])
     if "refused" in out:  # what is left of its budget cannot give a useful model: it takes no part
-        meta["refused"] = out["refused"]
+        meta[codec.REFUSED] = out["refused"]
     content = RecordDict({"meta": codec.config(**meta)})
     if "histogram" in out:
         content["arrays"] = codec.arrays(histogram=out["histogram"])
@@ -61,6 +78,7 @@ def hello(msg: Message, context: Context) -> Message:
 
 
 @app.query("plan")
+@_refusing
 def plan(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     proportions = codec.read_arrays(msg.content["arrays"])["proportions"]
@@ -69,6 +87,7 @@ def plan(msg: Message, context: Context) -> Message:
 
 
 @app.train()
+@_refusing
 def train(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     theta, w = codec.read_model(msg.content)
@@ -77,6 +96,7 @@ def train(msg: Message, context: Context) -> Message:
 
 
 @app.query("checkpoint")
+@_refusing
 def checkpoint(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     theta = codec.read_arrays(msg.content["arrays"])["theta"]
@@ -85,6 +105,7 @@ def checkpoint(msg: Message, context: Context) -> Message:
 
 
 @app.evaluate()
+@_refusing
 def evaluate(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     theta, _ = codec.read_model(msg.content)
@@ -100,6 +121,7 @@ def report(msg: Message, context: Context) -> Message:
 
 
 @app.query("score_histogram")
+@_refusing
 def score_histogram(msg: Message, context: Context) -> Message:
     node, cfg = _node(msg, context)
     sent = codec.read_arrays(msg.content["arrays"])
