@@ -135,6 +135,14 @@ def _warm_process(read_fd: int, command: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the SuperExec handles Ctrl-C; EOF ends us
     preload(command)
+    if command == CLIENTAPP_COMMAND:
+        # The silo's data in memory between messages: one host per node, forked before any app.
+        from pfair.flower import silo_host
+
+        try:
+            silo_host.start()
+        except OSError as exc:  # the ClientApps then answer themselves, as without a host
+            print(f"pfair.flower.fast_superexec: no silo host: {exc}", file=sys.stderr, flush=True)
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         for line in iter(pipe.readline, b""):
             try:

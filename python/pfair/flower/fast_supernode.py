@@ -29,6 +29,8 @@ import sys
 
 # How long the SuperNode waits between two looks at its own state (a ClientApp's reply).
 LOCAL_WAIT = 0.02
+# Its idle poll of the SuperLink within 5 s of its last message (a run's next round is near).
+BUSY_POLL = 0.05
 
 
 def main() -> int:
@@ -39,7 +41,8 @@ def main() -> int:
 
     fx.short_pull_backoff()
     # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
-    patches.node_idle_poll(float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2")), LOCAL_WAIT)
+    patches.node_idle_poll(float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2")), LOCAL_WAIT,
+                           busy_poll=float(os.environ.get("PFAIR_SUPERNODE_BUSY_POLL", str(BUSY_POLL))))
 
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         # Everything the SuperExec, its warm process and a ClientApp import, imported once here;

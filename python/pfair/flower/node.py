@@ -262,6 +262,11 @@ class SiloNode:
         self.X, self.y, self.s, self.feature_names = read_shard(self.data_path, n_groups=n_groups, n_classes=n_classes)
         self.n_records = int(self.y.shape[0])
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Derived from the shard alone, kept while this node is (a silo host keeps it between
+        # messages, pfair.flower.silo_host): its fingerprint, its training splits, its test shard.
+        self._fingerprint: Any = None
+        self._splits: dict[tuple, tuple] = {}
+        self._test: tuple | None = None
 
     # ------------------------------------------------------------------ state on disk
     def _locked(self) -> Any:
@@ -288,8 +293,9 @@ class SiloNode:
             ledger = PrivacyLedger(epsilon=self.budget, delta=delta, silo=self.silo_id, path=path, anchor=self.anchor)
             ledger.save(path)  # refused (LedgerRollback) if the journals say a ledger was deleted here
         check_delta(ledger.delta, self.n_records, party=f"silo {self.silo_id} (its ledger's delta)")
-        return ledger.bind(data_fingerprint(self.X, self.y, self.s),
-                           legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
+        if self._fingerprint is None:
+            self._fingerprint = data_fingerprint(self.X, self.y, self.s)
+        return ledger.bind(self._fingerprint, legacy=lambda: legacy_fingerprint(self.X, self.y, self.s))
 
     def _settings(self, settings: SteFFLeSettings, ledger: PrivacyLedger, check_budget: bool = True) -> SteFFLeSettings:
         import dataclasses
@@ -350,12 +356,10 @@ class SiloNode:
         st = self._settings(settings, ledger, check_budget)
         # The run's held-out share (pfair.validation.holdout: positions from the public seed only);
         # the party trains on the rest. Its δ and its ledger stay those of all its records.
-        train, held = holdout(self.n_records, st.validation_share, seed=st.seed, silo=self.silo_id)
-        X, y, s = self.X[train], self.y[train], self.s[train]
+        train, held, X, y, s = self._split(st.validation_share, st.seed)
         if self.model is None:
-            silo_set = _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes,
-                                     **st.notion.core_args())
-            provider: Any = LinearProvider(silo_set, 0, silo_config(st, len(y), None))
+            provider: Any = LinearProvider(self._silo_set(st.validation_share, st.seed, st.notion.core_args()), 0,
+                                           silo_config(st, len(y), None))
         else:
             from pfair.federation import Silo
             from pfair.flower.models import build_module
@@ -375,6 +379,34 @@ class SiloNode:
                          n_groups=self.n_groups, n_classes=self.n_classes, keys=keys,
                          predict=lambda theta: self._predict(X, theta), validation=validation,
                          n_silo_records=self.n_records, n_features=int(self.X.shape[1]))
+
+    def _split(self, share: float, seed: Any) -> tuple:
+        """The run's held-out split (:func:`pfair.validation.holdout`: positions from the public seed
+        only): ``(train, held, X, y, s)`` of the training records."""
+        key = (float(share), seed)
+        if key not in self._splits:
+            train, held = holdout(self.n_records, share, seed=seed, silo=self.silo_id)
+            self._splits[key] = (train, held, self.X[train], self.y[train], self.s[train])
+        return self._splits[key]
+
+    def _silo_set(self, share: float, seed: Any, notion: Mapping[str, Any]) -> Any:
+        """The Rust data set of a training split for a fairness notion (its ``core_args()``), built
+        once per node."""
+        key = ("silo_set", float(share), seed, tuple(sorted(notion.items())))
+        if key not in self._splits:
+            _, _, X, y, s = self._split(share, seed)
+            self._splits[key] = _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes,
+                                              **notion)
+        return self._splits[key]
+
+    def _test_shard(self) -> tuple:
+        """The local test shard ``(X, y, s)`` (read once per node)."""
+        if self._test is None:
+            from pfair.datasets.shards import read_shard
+
+            X, y, s, _ = read_shard(self.test_path, n_groups=self.n_groups, n_classes=self.n_classes)
+            self._test = (X, y, s)
+        return self._test
 
     def _predict(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
         """Predicted class of each row of ``X`` (the silo's records) under θ."""
@@ -588,9 +620,7 @@ class SiloNode:
         exact. ``allow-exact-evaluate`` in the node config answers exact metrics instead."""
         if self.test_path is None:
             return {}
-        from pfair.datasets.shards import read_shard
-
-        X, y, s, _ = read_shard(self.test_path, n_groups=self.n_groups, n_classes=self.n_classes)
+        X, y, s = self._test_shard()
         theta = np.asarray(theta, dtype=np.float64)
         if self.exact_evaluate:
             log.warning("silo %s: exact evaluation (allow-exact-evaluate): the server can read every test record's "

@@ -82,6 +82,9 @@ def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
 
 
 # ---------------------------------------------------------------------- ServerApp
+#: First and longest wait between two pulls of a reply's objects inside an exchange (s): a reply is
+#: announced before its objects are uploaded, and on loopback they follow within milliseconds.
+PULL_BACKOFF = (0.02, 0.2)
 #: The monotonic deadline of the server's exchange in progress (None: Flower's own limits apply).
 PULL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pfair_pull_deadline", default=None)
 
@@ -96,7 +99,7 @@ def bound_object_pulls() -> bool:
     call waits until the SuperLink's upload session expires (about 3 minutes here), past any
     round timeout, and the replies of the other silos wait with it. Inside the transport's
     exchange (:meth:`pfair.flower.server_app.SiloLink.exchange`) the pulls get the time left in
-    the round instead (backing off from 0.1 s to at most 0.5 s); such a reply then ends as
+    the round instead (backing off from 0.02 s to at most 0.2 s, :data:`PULL_BACKOFF`); such a reply then ends as
     Flower's "message unavailable" error reply, which the round logs and drops like a missing one."""
     if not patchable():
         return False
@@ -113,7 +116,8 @@ def bound_object_pulls() -> bool:
     def pull_objects(*args: Any, **kwargs: Any) -> Any:
         deadline = PULL_DEADLINE.get()
         if deadline is not None:
-            kwargs.update(max_time=max(0.0, deadline - time.monotonic()), initial_backoff=0.1, backoff_cap=0.5)
+            kwargs.update(max_time=max(0.0, deadline - time.monotonic()), initial_backoff=PULL_BACKOFF[0],
+                          backoff_cap=PULL_BACKOFF[1])
         return real(*args, **kwargs)
 
     pull_objects._pfair_bounded = True  # type: ignore[attr-defined]
@@ -198,16 +202,27 @@ def link_superexec_popen(popen: Callable[..., Any]) -> bool:
 
 
 # ---------------------------------------------------------------------- SuperNode
-def node_idle_poll(poll: float, local_wait: float) -> bool:
+#: Monotonic time of the last message this SuperNode stored (set by :func:`wake_after_pull`).
+_LAST_MESSAGE = [float("-inf")]
+
+
+def node_idle_poll(poll: float, local_wait: float, busy_poll: float | None = None, busy_for: float = 5.0) -> bool:
     """A SuperNode waits at most ``poll`` s between two pulls from the SuperLink when no message is
-    waiting (Flower: 3 s), and ``local_wait`` s instead of 0.5 s between two looks at its own state
-    (a ClientApp's reply, which reads no network)."""
+    waiting (Flower: 3 s), or ``busy_poll`` s within ``busy_for`` s of the last message it stored
+    (a run's next round comes right after the server took the replies of this one), and
+    ``local_wait`` s instead of 0.5 s between two looks at its own state (a ClientApp's reply,
+    which reads no network)."""
     if not patchable():
         return False
     from flwr.supernode import start_client_internal
 
+    busy = poll if busy_poll is None else min(float(busy_poll), poll)
+
     def sleep(seconds: float) -> None:
-        time.sleep(min(float(seconds), poll if seconds >= 1 else local_wait))
+        if seconds < 1:
+            time.sleep(min(float(seconds), local_wait))
+        else:
+            time.sleep(busy if time.monotonic() - _LAST_MESSAGE[0] < busy_for else poll)
 
     start_client_internal.time = module_with(time, sleep=sleep)  # type: ignore[attr-defined]
     return True
@@ -237,6 +252,7 @@ def wake_after_pull(notify: Callable[[], None]) -> bool:
     def pull_and_wake(*args: Any, **kwargs: Any) -> Any:
         run_id = pull(*args, **kwargs)
         if run_id is not None:
+            _LAST_MESSAGE[0] = time.monotonic()
             notify()
         return run_id
 

@@ -287,7 +287,7 @@ class SteFFLeStrategy(Strategy):
     messages and take the server step from the replies; :meth:`run` runs the whole protocol."""
 
     def __init__(self, settings: SteFFLeSettings, *, n_silos: int, n_groups: int, n_classes: int,
-                 wait_timeout: float = 120.0, round_timeout: float = 120.0, poll: float = 0.2,
+                 wait_timeout: float = 120.0, round_timeout: float = 120.0, poll: float = 0.02,
                  evaluate: bool = True, model: dict | None = None, progress: str = "") -> None:
         if not settings.private:
             raise ValueError("a deployment runs private fits only: set epsilon")
@@ -652,8 +652,28 @@ def main(grid: Grid, context: Context) -> None:
     strategy = SteFFLeStrategy(st, n_silos=int(rc["n-silos"]), n_groups=int(rc["n-groups"]),
                                n_classes=int(rc["n-classes"]), wait_timeout=float(rc["wait-timeout"]),
                                round_timeout=float(rc["round-timeout"]), evaluate=bool(rc["evaluate"]),
+                               poll=server_poll(),
                                model=parse_model_spec(rc.get("model", "")), progress=str(rc.get("progress", "")))
     write_result(strategy.run(grid), str(rc["out"]))
+
+
+#: Environment variable of the server's poll interval (s) while it waits for replies.
+SERVER_POLL_ENV = "PFAIR_SERVER_POLL"
+
+
+def server_poll() -> float:
+    """The server's poll interval: ``$PFAIR_SERVER_POLL`` or 0.02 s (one HTTP request to the
+    SuperLink each, only while a round's replies are awaited)."""
+    import os
+
+    raw = os.environ.get(SERVER_POLL_ENV, "0.02")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 10:
+        raise ValueError(f"{SERVER_POLL_ENV}={raw!r}: set the server's poll interval in seconds, e.g. 0.02 (0 < poll <= 10)")
+    return value
 
 
 def write_result(result: dict, out: str) -> None:
