@@ -25,8 +25,11 @@ parses its arguments (the node config among them) or opens any data, key or conn
 the warm process hold only imported code (the warm process never runs an app itself; both carry
 the SuperNode's command line, as ``ps`` shows), each fork pulls its message over Flower's
 Runtime API exactly as a fresh process would, and a silo's secret keys come from the operating
-system's entropy (``getrandom``), which a fork does not copy. A deployment on separate machines
-uses ``flower-supernode`` itself (``docs/deploy.md``).
+system's entropy (``getrandom``), which a fork does not copy. The one process that does keep the
+silo's data between messages is the silo host the warm process forks before any app
+(:mod:`pfair.flower.silo_host`): it holds the shard as read, never a key, the ledger or the plan,
+and answers only through a socket in a directory of the node's user. A deployment on separate
+machines uses ``flower-supernode`` itself (``docs/deploy.md``).
 
 ``PFAIR_CLIENTAPP_PRELOAD``: comma-separated modules the warm process imports (default: Flower's
 ClientApp runtime and :mod:`pfair.flower.client_app`; add ``torch`` for deep models).

@@ -8,7 +8,8 @@ and it forks a run's ServerApp process from a warm process instead of starting i
 (:mod:`pfair.flower.fast_superexec`). The SuperLink, its SuperExec and the ServerApp then import
 Flower once instead of three times, and the SuperLink wakes its SuperExec through a pipe when it
 creates a run instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns this
-off. A deployment on separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
+off. The changes of Flower's internals are functions of :mod:`pfair.flower.patches`. A deployment
+on separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
 """
 
 from __future__ import annotations

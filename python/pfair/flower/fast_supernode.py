@@ -6,10 +6,11 @@ The changes, none of which touches the protocol:
 * Flower 1.41's SuperNode sleeps 3 s between two pulls when no message is waiting
   (``flwr.supernode.start_client_internal``), so on one machine every round waits up to 3 s for
   a node to notice it. This entry point caps that sleep at ``PFAIR_SUPERNODE_POLL`` seconds
-  (default 0.2), and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
+  (default 0.2; ``PFAIR_SUPERNODE_BUSY_POLL``, default 0.05, within 5 s of its last message),
+  and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
   state, not the network) at 0.02 s.
 * Object pulls retry after 0.05 s instead of 1 s
-  (:func:`pfair.flower.fast_superexec.short_pull_backoff`).
+  (:func:`pfair.flower.patches.short_pull_backoff`).
 * The SuperExec it starts is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this
   process after it has imported Flower's SuperExec, the ClientApp runtime and pfair, and it forks
   each message's ClientApp process from a warm process instead of starting it afresh
@@ -18,7 +19,8 @@ The changes, none of which touches the protocol:
   are stored, instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns
   this off.
 
-Then it runs Flower's own command unchanged: same arguments, same node. A deployment on separate
+Then it runs Flower's own command unchanged: same arguments, same node. Each change of Flower's
+internals is a function of :mod:`pfair.flower.patches` (one version check for all). A deployment on separate
 machines uses ``flower-supernode`` itself (``docs/deploy.md``).
 """
 
