@@ -48,7 +48,7 @@ import time
 from typing import Any, Callable
 
 from pfair.flower import patches
-from pfair.flower.patches import module_with, short_pull_backoff  # noqa: F401 - re-exported for the fast_* commands
+from pfair.flower.patches import module_with, short_pull_backoff  # noqa: F401 - re-exported
 
 # An app command Flower's SuperExec launches -> (module, function) of Flower's own entry point.
 APP_COMMANDS = {
