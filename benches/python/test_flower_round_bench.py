@@ -3,12 +3,14 @@
 Three silos of 300 records as separate SuperNodes on 127.0.0.1, one SuperLink, the ServerApp:
 the seconds of each training round (push θ and W, every silo's ClientApp answers, the server's
 step) as the ServerApp measures them, and the seconds until every silo joined (the SuperNodes'
-start and the hello round) reported beside them. Two configurations alternate, each run twice:
+start and the hello round) reported beside them. Three configurations alternate, each run twice:
 
 * ``tuned`` — what ``pfair deploy local`` runs: SuperNodes that poll the SuperLink every 0.05 s
   within 5 s of their last message (0.2 s otherwise), a server that polls every 0.02 s, reply
   objects pulled after 0.02 s;
-* ``before`` — the same processes at the pace before (nodes 0.2 s, server 0.2 s).
+* ``no host`` — the same without the silo host (each ClientApp reads its shard and builds its
+  Rust data set, :mod:`pfair.flower.silo_host`);
+* ``before`` — the same processes at the pace before (nodes 0.2 s, server 0.2 s, no silo host).
 
 The load average before and after is printed: the machine is shared, and a round is mostly
 waiting and process work. Run with ``pytest benches/python/test_flower_round_bench.py -s``;
@@ -35,7 +37,8 @@ from flower_support import data, settings  # noqa: E402
 
 CONFIGS = {
     "tuned": {},
-    "before": {"PFAIR_SUPERNODE_BUSY_POLL": "0.2", "PFAIR_SERVER_POLL": "0.2"},
+    "no host": {"PFAIR_SILO_HOST": "0"},
+    "before": {"PFAIR_SUPERNODE_BUSY_POLL": "0.2", "PFAIR_SERVER_POLL": "0.2", "PFAIR_SILO_HOST": "0"},
 }
 
 
@@ -70,4 +73,4 @@ def test_a_loopback_round_tuned_against_before():
         print(f"  {name:<7} round median {med[name]:.3f} s  p10 {np.percentile(rounds, 10):.3f} s  p90 "
               f"{np.percentile(rounds, 90):.3f} s  min {rounds.min():.3f} s   silos joined after "
               f"{', '.join(f'{j:.1f}' for j in joined)} s")
-    print(f"  median tuned/before {med['tuned'] / med['before']:.2f}")
+    print(f"  median tuned/before {med['tuned'] / med['before']:.2f}  tuned/no host {med['tuned'] / med['no host']:.2f}")
