@@ -416,6 +416,41 @@ def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
     assert "WAKE True True True" in out
 
 
+def test_every_flower_patch_stands_behind_the_one_version_check(monkeypatch):
+    """pfair.flower.patches: under a Flower release the patches were not read against, none is
+    applied (each returns False and Flower's own functions stay), and the installed release is one
+    of PATCHED_RELEASES, which the flower extra's range matches."""
+    import tomllib
+    from pathlib import Path
+
+    from flwr.superlink.grid import http_grid
+    from flwr.supercore.superexec import run_superexec
+    from flwr.supernode import start_client_internal
+
+    from pfair.flower import patches
+
+    assert patches.flower_release() in patches.PATCHED_RELEASES
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["flower"]
+    low, high = min(patches.PATCHED_RELEASES), max(patches.PATCHED_RELEASES)
+    assert any(f"flwr>={low[0]}.{low[1]}.0,<{high[0]}.{high[1] + 1}" in d for d in extra), extra
+    monkeypatch.setattr(patches, "flower_release", lambda: (1, 99))
+    patches.patchable.cache_clear()
+    try:
+        before = (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
+                  start_client_internal._pull_and_store_message)
+        applied = [patches.bound_object_pulls(), patches.node_idle_poll(0.2, 0.02),
+                   patches.superexec_wait(lambda s: None), patches.wake_after_pull(lambda: None),
+                   patches.short_pull_backoff(), patches.node_superexec_popen(None),
+                   patches.link_superexec_popen(None), patches.route_app_launches(None),
+                   patches.wake_on_new_runs(lambda: None)]
+        assert applied == [False] * 9
+        assert before == (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
+                          start_client_internal._pull_and_store_message)
+    finally:
+        patches.patchable.cache_clear()
+
+
 def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
     """pfair.flower.fast_supernode / fast_superlink / fast_superexec replace module globals and
     methods of Flower 1.41; after a Flower upgrade that moves them, the deployments would still
