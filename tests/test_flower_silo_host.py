@@ -104,3 +104,26 @@ def test_the_host_answers_over_its_socket_and_a_clientapp_answers_itself_without
         silo_host.ask(str(tmp_path / "no-such-socket"), ("x",))
     monkeypatch.setenv(silo_host.HOST_ENV, "0")
     assert silo_host.start() is None
+
+
+def test_a_killed_hosts_socket_directory_is_removed_by_the_next_host(tmp_path):
+    """A host killed with SIGKILL leaves its socket directory; the next host's start removes the
+    directories no host listens on, and leaves a live one alone."""
+    import socket
+
+    dead = tmp_path / (silo_host.PREFIX + "dead")
+    dead.mkdir()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(dead / "socket"))
+    s.close()  # bound, never listening again: what a killed host leaves
+    live = tmp_path / (silo_host.PREFIX + "live")
+    live.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(live / "socket"))
+    listener.listen(1)
+    try:
+        assert silo_host.remove_stale(str(tmp_path)) == []  # too young: a host may be starting there
+        assert silo_host.remove_stale(str(tmp_path), min_age=0) == [str(dead)]
+        assert not dead.exists() and live.exists()
+    finally:
+        listener.close()

@@ -44,6 +44,38 @@ HOST_ENV = "PFAIR_SILO_HOST"
 #: SiloNodes kept (one per node config in practice; a few for tests that run nodes side by side).
 MAX_NODES = 4
 _HEADER = struct.Struct("!Q")
+#: Prefix of a host's socket directory in the temporary directory.
+PREFIX = "pfair-silo-host-"
+
+
+def remove_stale(base: str | None = None, min_age: float = 60.0) -> list[str]:
+    """Remove the socket directories of this user's hosts that are gone (a host killed with
+    SIGKILL, as a teardown's last resort does, cannot remove its own); returns what was removed.
+    Only directories older than ``min_age`` s: a host starting beside this one (every SuperNode of
+    a loopback deployment starts at once) has made its directory but may not listen yet."""
+    import glob
+    import shutil
+    import time
+
+    removed = []
+    for directory in glob.glob(os.path.join(base or tempfile.gettempdir(), PREFIX + "*")):
+        try:
+            st = os.stat(directory)
+            if st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age:
+                continue
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(os.path.join(directory, "socket"))
+                continue  # a live host
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+            finally:
+                probe.close()
+            shutil.rmtree(directory)
+            removed.append(directory)
+        except OSError:
+            continue
+    return removed
 
 
 def file_identity(path: Any) -> tuple | None:
@@ -143,7 +175,8 @@ def start(handle: Callable[[Any], Any] | None = None) -> str | None:
     ``$PFAIR_SILO_HOST`` is ``0``). The host ends when this process does."""
     if os.environ.get(HOST_ENV, "") == "0":
         return None
-    directory = tempfile.mkdtemp(prefix="pfair-silo-host-")  # mode 0700: the node's user only
+    remove_stale()
+    directory = tempfile.mkdtemp(prefix=PREFIX)  # mode 0700: the node's user only
     path = os.path.join(directory, "socket")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
