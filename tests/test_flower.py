@@ -258,22 +258,22 @@ def test_reply_object_pulls_end_at_the_round_deadline():
     from flwr.superlink.grid import http_grid
     from flwr.supercore.inflatable.inflatable_utils import ObjectPullError, ObjectUnavailableError
 
-    from pfair.flower import server_app
+    from pfair.flower import patches
 
-    assert server_app.bound_object_pulls() and server_app.bound_object_pulls()  # idempotent
+    assert patches.bound_object_pulls() and patches.bound_object_pulls()  # idempotent
     calls = []
 
     def never(object_id):
         calls.append(time.monotonic())
         raise ObjectUnavailableError(object_id)
 
-    token = server_app._PULL_DEADLINE.set(time.monotonic() + 1.0)
+    token = patches.PULL_DEADLINE.set(time.monotonic() + 1.0)
     t0 = time.monotonic()
     try:
         with pytest.raises(ObjectPullError):
             http_grid.pull_objects(object_ids=["a"], pull_object_fn=never)
     finally:
-        server_app._PULL_DEADLINE.reset(token)
+        patches.PULL_DEADLINE.reset(token)
     assert 0.9 < time.monotonic() - t0 < 3.0 and len(calls) >= 3  # retried, every ≤ 0.5 s, until the deadline
     # Outside an exchange Flower's own limits apply (one retry after a ~1 s backoff here).
     t0 = time.monotonic()
@@ -416,6 +416,41 @@ def test_a_zygote_becomes_the_superexec_with_flowers_arguments(tmp_path):
     assert "WAKE True True True" in out
 
 
+def test_every_flower_patch_stands_behind_the_one_version_check(monkeypatch):
+    """pfair.flower.patches: under a Flower release the patches were not read against, none is
+    applied (each returns False and Flower's own functions stay), and the installed release is one
+    of PATCHED_RELEASES, which the flower extra's range matches."""
+    import tomllib
+    from pathlib import Path
+
+    from flwr.superlink.grid import http_grid
+    from flwr.supercore.superexec import run_superexec
+    from flwr.supernode import start_client_internal
+
+    from pfair.flower import patches
+
+    assert patches.flower_release() in patches.PATCHED_RELEASES
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["flower"]
+    low, high = min(patches.PATCHED_RELEASES), max(patches.PATCHED_RELEASES)
+    assert any(f"flwr>={low[0]}.{low[1]}.0,<{high[0]}.{high[1] + 1}" in d for d in extra), extra
+    monkeypatch.setattr(patches, "flower_release", lambda: (1, 99))
+    patches.patchable.cache_clear()
+    try:
+        before = (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
+                  start_client_internal._pull_and_store_message)
+        applied = [patches.bound_object_pulls(), patches.node_idle_poll(0.2, 0.02),
+                   patches.superexec_wait(lambda s: None), patches.wake_after_pull(lambda: None),
+                   patches.short_pull_backoff(), patches.node_superexec_popen(None),
+                   patches.link_superexec_popen(None), patches.route_app_launches(None),
+                   patches.wake_on_new_runs(lambda: None)]
+        assert applied == [False] * 9
+        assert before == (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
+                          start_client_internal._pull_and_store_message)
+    finally:
+        patches.patchable.cache_clear()
+
+
 def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
     """pfair.flower.fast_supernode / fast_superlink / fast_superexec replace module globals and
     methods of Flower 1.41; after a Flower upgrade that moves them, the deployments would still
@@ -486,21 +521,20 @@ def test_loopback_superexecs_are_zygotes_of_their_node_and_link(tmp_path):
 
 
 
-def _strategy(**kw):
-    from pfair.flower.server_app import SteFFLeStrategy
+def _link(grid, **kw):
+    from pfair.flower.server_app import SiloLink
 
-    return SteFFLeStrategy(settings(), n_silos=3, n_groups=2, n_classes=2, **kw)
+    return SiloLink(grid, n_silos=3, common={}, **{"round_timeout": 120.0, "poll": 0.2, **kw})
 
 
 def test_a_reply_stuck_mid_upload_does_not_cost_the_live_silos_theirs():
-    """SteFFLeStrategy._exchange: a pull that waits out the round for a reply whose objects never
+    """SiloLink.exchange: a pull that waits out the round for a reply whose objects never
     come (its silo died mid-upload) is followed by one last pull at the deadline, which takes the
     replies that arrived meanwhile and waits for no object (the pull's time limit is now)."""
     from types import SimpleNamespace
 
-    from pfair.flower import server_app
+    from pfair.flower import patches
 
-    strategy = _strategy(round_timeout=0.5, poll=0.01)
     calls = []
 
     class Grid:
@@ -508,17 +542,17 @@ def test_a_reply_stuck_mid_upload_does_not_cost_the_live_silos_theirs():
             return [f"m{i}" for i, _ in enumerate(messages)]
 
         def pull_messages(self, ids):
-            calls.append((sorted(ids), server_app._PULL_DEADLINE.get() - time.monotonic()))
+            calls.append((sorted(ids), patches.PULL_DEADLINE.get() - time.monotonic()))
             if len(calls) == 1:
                 time.sleep(0.6)  # stuck on m1's objects until past the round's deadline
                 return []
             return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m0"))]
 
     msgs = [SimpleNamespace(metadata=SimpleNamespace(dst_node_id=n)) for n in (10, 11)]
-    out = strategy._exchange(Grid(), msgs, timeout=0.5)
+    out = _link(Grid(), round_timeout=0.5, poll=0.01).exchange(msgs, timeout=0.5)
     assert [(node, reply is not None) for node, reply in out] == [(10, True), (11, False)]
     assert len(calls) == 2 and calls[1][0] == ["m0", "m1"] and calls[1][1] <= 0.0
-    assert server_app._PULL_DEADLINE.get() is None  # reset after the exchange
+    assert patches.PULL_DEADLINE.get() is None  # reset after the exchange
 
 
 def test_dead_and_silent_nodes_are_not_greeted_every_round():
@@ -529,11 +563,15 @@ def test_dead_and_silent_nodes_are_not_greeted_every_round():
 
     from pfair.flower import codec
 
-    strategy = _strategy()
-    strategy.silo_of = {1: 0, 2: 1, 3: 2}
+    class Grid:
+        def get_node_ids(self):
+            return [1, 2, 3, 4, 99]
+
+    link = _link(Grid())
+    link.silo_of = {1: 0, 2: 1, 3: 2}
     greeted = []
 
-    def exchange(grid, msgs, timeout):
+    def exchange(msgs, timeout=None):
         out = []
         for m in msgs:
             node = m.metadata.dst_node_id
@@ -545,24 +583,17 @@ def test_dead_and_silent_nodes_are_not_greeted_every_round():
             out.append((node, answer))
         return out
 
-    # (Flower's Message needs a running app's identity; the strategy only reads these fields.)
-    strategy._message = lambda node, kind, **kw: SimpleNamespace(metadata=SimpleNamespace(dst_node_id=node))
-    strategy._exchange = exchange
+    # (Flower's Message needs a running app's identity; the link only reads these fields.)
+    link.message = lambda node, kind, **kw: SimpleNamespace(metadata=SimpleNamespace(dst_node_id=node))
+    link.exchange = exchange
 
-    class Grid:
-        def get_node_ids(self):
-            return [1, 2, 3, 4, 99]
-
-    grid = Grid()
     for rnd in range(21):
-        new = strategy._new_nodes(grid, rnd)
-        if new:
-            strategy._hello(grid, new, rnd)
-    assert strategy.silo_of == {1: 0, 2: 1, 4: 2} and strategy.left == {3}
+        link.greet_new_nodes(rnd)
+    assert link.silo_of == {1: 0, 2: 1, 4: 2} and link.left == {3}
     assert [n for n in greeted if n != 99] == [4]  # 3, still listed but left, is never greeted
-    rounds_99 = [e["time"] for e in strategy.events if e["event"] == "hello_failed" and e["node"] == 99]
+    rounds_99 = [e["time"] for e in link.events if e["event"] == "hello_failed" and e["node"] == 99]
     assert len(rounds_99) == 5  # rounds 0, 2, 5, 10 and 19
-    assert [b for n, b in sorted(strategy.hello_backoff.items()) if n == 99] == [(36, 16)]
+    assert [b for n, b in sorted(link.hello_backoff.items()) if n == 99] == [(36, 16)]
 
 
 def test_a_silo_reply_travels_as_one_array_and_a_malformed_one_is_refused():

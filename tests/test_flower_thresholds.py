@@ -18,7 +18,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 import pfair
 from pfair.exceptions import PrivacyWarning
-from pfair.flower import client_app
+from pfair.flower import client_app, codec
 from pfair.flower.node import SiloNode
 from pfair.flower.thresholds import read_score_histogram, score_histogram_message, thresholds_from_histograms
 from pfair.postprocessing import PrivateThresholdOptimizer
@@ -111,8 +111,11 @@ def test_a_silo_refuses_what_its_budget_and_caps_do_not_allow(tmp_path, identity
     first = _ask(cfg, theta, epsilon=1.5)
     spent = _spent(cfg)
     assert 1.49 <= spent <= 1.5
-    with pytest.raises(PrivacyBudgetExceeded, match="nothing is left"):
-        _ask(cfg, theta, epsilon=1.0)
+    # A refusal for want of budget is a typed reply (its kind and reason), not an error text.
+    refusal = _ask(cfg, theta, epsilon=1.0)
+    assert not refusal.has_error() and "arrays" not in refusal.content
+    assert refusal.content["meta"][codec.REFUSAL_KIND] == PrivacyBudgetExceeded.__name__
+    assert "nothing is left" in codec.read_refusal(refusal.content)
     assert _spent(cfg) == spent
     # What the calibration left below 1.5 buys one more release, under noise to match.
     sliver = _ask(cfg, theta, epsilon=1.5)

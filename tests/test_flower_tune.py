@@ -69,3 +69,30 @@ def test_pfair_deploy_local_tune_prints_the_choice_and_the_searchs_epsilon(tmp_p
         assert len(ledger.runs) == 2 and row["epsilon_spent"] == pytest.approx(ledger.epsilon_spent(), rel=1e-12)
         assert 0.985 * 2.0 <= ledger.epsilon_spent() <= 2.0
     assert out["epsilon_spent"] == tune["epsilon_search"]
+
+
+def _result(status, spent):
+    silos = [{"silo": j, "ledger": {"epsilon_spent": spent}, "refused": status == "refused"} for j in range(2)]
+    out = {"status": status, "silos": silos, "rounds": 0 if status == "refused" else 2}
+    if status == "completed":
+        out.update({"theta": [0.0] * 4, "checkpoints": [], "selected_epoch": None})
+    return out
+
+
+def test_a_search_never_chooses_a_run_the_silos_refused(tmp_path, monkeypatch):
+    """deploy_search: a candidate whose run every silo refused (status "refused": nothing trained or
+    released) is not chosen, even when no candidate released figures (validation_share=0), and the
+    warning names it; when every run was refused, the first refusal is the result and says so."""
+    from pfair.flower import deploy
+
+    cfgs = [{"state-dir": str(tmp_path / f"s{j}"), "epsilon": 2.0} for j in range(2)]
+    est = pfair.SteFFLe(epsilon=2.0, epochs=1, batch_size=150, p_s=[0.5, 0.5], seed=1, validation_share=0.0)
+    for statuses, best, chosen in ((["refused", "completed"], 1, [False, True]),
+                                   (["refused", "refused"], 0, [False, False])):
+        monkeypatch.setattr(deploy, "run_deployments",
+                            lambda settings, *a, statuses=statuses, **k: [_result(st, 0.5) for st in statuses])
+        out = deploy_search(est, {"lr_theta": [0.25, 1.0]}, cfgs, n_groups=2, n_classes=2, max_violation=None)
+        assert out["best_index"] == best and [r["chosen"] for r in out["results"]] == chosen
+        assert [r["status"] for r in out["results"]] == statuses
+        assert "refused" in out["selection_warning"]
+        assert out["best"]["status"] == statuses[best]

@@ -308,7 +308,7 @@ def test_an_anchor_outside_the_state_dir_catches_a_restored_state_dir(tmp_path):
 
     from pfair.exceptions import LedgerRollback
 
-    cfg = config(tmp_path, **{"ledger-anchor": str(tmp_path / "elsewhere" / "silo0.anchor")})
+    cfg = config(tmp_path, **{"ledger-anchor": str(tmp_path / "elsewhere" / "silo0.policy.anchor")})
     st = settings(sampling="shuffle", batch_size=40)
     node(cfg).plan(st, PROPS, 10, "run-r")
     shutil.copytree(tmp_path / "state", tmp_path / "backup")
@@ -391,7 +391,7 @@ def test_the_anchor_must_live_outside_the_state_dir_and_none_is_warned(tmp_path)
     assert (tmp_path / "state") not in anchor.parents
     with pytest.warns(PrivacyWarning, match="ledger-anchor=none"):
         bare = node(config(tmp_path, **{"ledger-anchor": "none"}))
-    assert bare.anchor is None and "ledger-anchor = none" in bare.report()["not_covered"][0]
+    assert bare.policy.anchor is None and "ledger-anchor = none" in bare.report()["not_covered"][0]
 
 
 def test_pfair_node_reset_starts_over_only_when_asked(tmp_path, capsys):

@@ -13,6 +13,10 @@
   :mod:`pfair.flower.fast_superexec` — Flower's own commands tuned for one machine (what the
   loopback deployment runs): shorter polls and retries, SuperExecs woken instead of polling, and
   app processes forked from processes that imported Flower and pfair once.
+* :mod:`pfair.flower.silo_host` — one process per SuperNode that keeps the silo's data in memory
+  between messages (its ClientApps hand it the silo's part of each message).
+* :mod:`pfair.flower.patches` — every change pfair makes to Flower's internals, behind one
+  version check (:data:`~pfair.flower.patches.PATCHED_RELEASES`).
 
 Flower never tries the network from pfair: every component pfair starts gets
 ``FLWR_TELEMETRY_ENABLED=0`` and ``FLWR_DISABLE_UPDATE_CHECK=1``.

@@ -182,7 +182,7 @@ def preflight(st: Any, fed: Any, configs: list, *, n_groups: int, n_classes: int
     for cfg in configs:
         try:
             node = SiloNode(cfg, n_groups=n_groups, n_classes=n_classes)
-            with node._locked():
+            with node.policy.locked():
                 ledger = node.ledger()
                 reason = node._refusal(node._party(node_st, ledger=ledger), plan.rounds_per_epoch)
         except Exception as exc:  # what the node would answer the plan round with

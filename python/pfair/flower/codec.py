@@ -53,6 +53,35 @@ def read_model(content: RecordDict) -> tuple[np.ndarray, np.ndarray]:
     return model[:n], model[n:]
 
 
+def split_model(record: ArrayRecord, theta_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """θ and W of a :func:`model_arrays` record whose θ has ``theta_length`` values."""
+    model = read_arrays(record)[MODEL]
+    return model[:int(theta_length)], model[int(theta_length):]
+
+
+#: The reply field of a refusal: the silo's reason (a typed field, never an error text to match).
+REFUSED = "refused"
+#: Which refusal: the exception class that decided it (``PrivacyBudgetExceeded``, ``BudgetTooSmall``).
+REFUSAL_KIND = "refusal-kind"
+
+
+def refusal(silo: int, exc: BaseException) -> RecordDict:
+    """A silo's refusal (its budget is spent, or what is left cannot give a useful model) as a
+    reply: ``meta`` holds the silo id, the reason and the kind. The server does not ask it again.
+    Nothing about the silo's data is in it: the decision reads only its ledger and public settings."""
+    return RecordDict({"meta": ConfigRecord({"silo": int(silo), REFUSED: f"{type(exc).__name__}: {exc}",
+                                             REFUSAL_KIND: type(exc).__name__})})
+
+
+def read_refusal(content: RecordDict) -> str | None:
+    """The reason of a refusal reply (:func:`refusal`, or a hello's ``refused``), else None."""
+    if "meta" not in content:
+        return None
+    meta = content["meta"]
+    reason = meta[REFUSED] if REFUSED in meta else None
+    return str(reason) if reason else None
+
+
 def silo_message_content(msg: SiloMessage) -> RecordDict:
     """A silo's reply: exactly the five parts, the silo id and the round.
 

@@ -25,8 +25,11 @@ parses its arguments (the node config among them) or opens any data, key or conn
 the warm process hold only imported code (the warm process never runs an app itself; both carry
 the SuperNode's command line, as ``ps`` shows), each fork pulls its message over Flower's
 Runtime API exactly as a fresh process would, and a silo's secret keys come from the operating
-system's entropy (``getrandom``), which a fork does not copy. A deployment on separate machines
-uses ``flower-supernode`` itself (``docs/deploy.md``).
+system's entropy (``getrandom``), which a fork does not copy. The one process that does keep the
+silo's data between messages is the silo host the warm process forks before any app
+(:mod:`pfair.flower.silo_host`): it holds the shard as read, never a key, the ledger or the plan,
+and answers only through a socket in a directory of the node's user. A deployment on separate
+machines uses ``flower-supernode`` itself (``docs/deploy.md``).
 
 ``PFAIR_CLIENTAPP_PRELOAD``: comma-separated modules the warm process imports (default: Flower's
 ClientApp runtime and :mod:`pfair.flower.client_app`; add ``torch`` for deep models).
@@ -42,8 +45,10 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from typing import Any, Callable
+
+from pfair.flower import patches
+from pfair.flower.patches import module_with, short_pull_backoff  # noqa: F401 - re-exported
 
 # An app command Flower's SuperExec launches -> (module, function) of Flower's own entry point.
 APP_COMMANDS = {
@@ -61,56 +66,6 @@ APP_MODULES = {
 # opens the Runtime API client, and a silo's Parquet shard reader. Optional: a fork imports a
 # missing one itself (or does not need it).
 WARM_EXTRAS = ("httpcore", "h11", "pyarrow.parquet", "pyarrow.dataset", "pfair.datasets.shards", "encodings.cp437")
-
-
-def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
-    """A copy of ``module``'s namespace with ``attrs`` replaced: assigned to a Flower module's
-    global (e.g. its ``time`` or ``subprocess``), it changes what that one module calls and
-    nothing else in the process."""
-    shim = types.ModuleType(module.__name__)
-    shim.__dict__.update(module.__dict__)
-    shim.__dict__.update(attrs)
-    return shim
-
-
-_FLOWER_PULL_DEFAULTS: dict[str, tuple[float, int | None]] = {}
-
-
-def short_pull_backoff() -> bool:
-    """Make this process's object pulls retry after 0.05 s (doubling up to 0.5 s) instead of
-    Flower's 1 s (up to 10 s), with 20 times as many tries, so that a pull whose object never comes
-    still gives up after about the same time (500 tries up to 10 s apart: about 83 minutes);
-    returns whether Flower's ``pull_objects`` was found.
-
-    A Flower 1.41 message is announced before its objects are uploaded, and the party that pulls
-    it may ask for an object in between: it then backs off for 1 s. On loopback that race is lost
-    in about half of the messages (the SuperNode pulling the server's message from the SuperLink,
-    the ClientApp pulling it from the SuperNode), and each loss adds a second to a round that
-    otherwise takes a few hundred milliseconds. ``PFAIR_PULL_BACKOFF`` sets the first wait."""
-    try:
-        from flwr.supercore.inflatable import inflatable_utils
-    except ImportError:  # pragma: no cover - another Flower layout
-        return False
-    raw = os.environ.get("PFAIR_PULL_BACKOFF", "0.05")
-    try:
-        first = float(raw)
-    except ValueError:
-        first = float("nan")
-    if not 0 < first < 60:
-        raise ValueError(f"PFAIR_PULL_BACKOFF={raw!r}: set it to the first wait in seconds, e.g. 0.05 (0 < wait < 60)")
-    found = False
-    for fn in vars(inflatable_utils).values():  # pull_objects and the helpers that pass theirs on
-        defaults = getattr(fn, "__kwdefaults__", None)
-        if getattr(fn, "__module__", None) == inflatable_utils.__name__ and defaults \
-                and "initial_backoff" in defaults and "backoff_cap" in defaults:
-            # Flower's own values, kept the first time, so that a second call scales from them too.
-            flower_cap, flower_tries = _FLOWER_PULL_DEFAULTS.setdefault(
-                fn.__qualname__, (float(defaults["backoff_cap"]), defaults.get("max_tries_per_object")))
-            defaults.update(initial_backoff=first, backoff_cap=10 * first)
-            if flower_tries is not None:
-                defaults["max_tries_per_object"] = int(flower_tries) * max(1, round(flower_cap / (10 * first)))
-            found = True
-    return found
 
 
 def preload_modules(command: str = CLIENTAPP_COMMAND) -> list[str]:
@@ -183,6 +138,14 @@ def _warm_process(read_fd: int, command: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the SuperExec handles Ctrl-C; EOF ends us
     preload(command)
+    if command == CLIENTAPP_COMMAND:
+        # The silo's data in memory between messages: one host per node, forked before any app.
+        from pfair.flower import silo_host
+
+        try:
+            silo_host.start()
+        except OSError as exc:  # the ClientApps then answer themselves, as without a host
+            print(f"pfair.flower.fast_superexec: no silo host: {exc}", file=sys.stderr, flush=True)
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:
         for line in iter(pipe.readline, b""):
             try:
@@ -243,8 +206,6 @@ class _Launched:
 def install(launcher: WarmLauncher) -> None:
     """Route the SuperExec's launches of ``launcher.command`` to ``launcher``; any other command,
     or a launch when the warm process is gone, is started by ``subprocess.Popen`` as before."""
-    from flwr.supercore.superexec.executor import subprocess_executor
-
     real = subprocess.Popen
 
     def popen(args: Any, *a: Any, **kw: Any) -> Any:
@@ -255,7 +216,7 @@ def install(launcher: WarmLauncher) -> None:
                 return _Launched(argv)
         return real(args, *a, **kw)
 
-    subprocess_executor.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+    patches.route_app_launches(popen)
 
 
 def run_superexec(command: str = CLIENTAPP_COMMAND, wake_fd: int | None = None) -> int:
@@ -266,10 +227,7 @@ def run_superexec(command: str = CLIENTAPP_COMMAND, wake_fd: int | None = None) 
     arrived (:func:`notify`). The SuperExec then waits for that byte between two polls for
     tasks, up to Flower's default 1 s, instead of polling every 0.1 s: a message is launched as
     soon as it is stored, and an idle node stops asking."""
-    if wake_fd is not None:
-        from flwr.supercore.superexec import run_superexec as loop
-
-        loop.time = module_with(time, sleep=waiter(wake_fd))  # type: ignore[attr-defined]
+    if wake_fd is not None and patches.superexec_wait(waiter(wake_fd)):
         os.environ["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = "1.0"
     launcher = WarmLauncher(command, close_in_child=() if wake_fd is None else (wake_fd,))
     install(launcher)

@@ -6,10 +6,11 @@ The changes, none of which touches the protocol:
 * Flower 1.41's SuperNode sleeps 3 s between two pulls when no message is waiting
   (``flwr.supernode.start_client_internal``), so on one machine every round waits up to 3 s for
   a node to notice it. This entry point caps that sleep at ``PFAIR_SUPERNODE_POLL`` seconds
-  (default 0.2), and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
+  (default 0.2; ``PFAIR_SUPERNODE_BUSY_POLL``, default 0.05, within 5 s of its last message),
+  and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
   state, not the network) at 0.02 s.
 * Object pulls retry after 0.05 s instead of 1 s
-  (:func:`pfair.flower.fast_superexec.short_pull_backoff`).
+  (:func:`pfair.flower.patches.short_pull_backoff`).
 * The SuperExec it starts is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this
   process after it has imported Flower's SuperExec, the ClientApp runtime and pfair, and it forks
   each message's ClientApp process from a warm process instead of starting it afresh
@@ -18,38 +19,34 @@ The changes, none of which touches the protocol:
   are stored, instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns
   this off.
 
-Then it runs Flower's own command unchanged: same arguments, same node. A deployment on separate
+Then it runs Flower's own command unchanged: same arguments, same node. Each change of Flower's
+internals is a function of :mod:`pfair.flower.patches` (one version check for all). A deployment on separate
 machines uses ``flower-supernode`` itself (``docs/deploy.md``).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
-from typing import Any
 
 # How long the SuperNode waits between two looks at its own state (a ClientApp's reply).
 LOCAL_WAIT = 0.02
+# Its idle poll of the SuperLink within 5 s of its last message (a run's next round is near).
+BUSY_POLL = 0.05
 
 
 def main() -> int:
-    from flwr.supernode import start_client_internal
     from flwr.supernode.cli import flower_supernode
 
     from pfair.flower import fast_superexec as fx
+    from pfair.flower import patches
 
     fx.short_pull_backoff()
-    poll = float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2"))
+    # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
+    patches.node_idle_poll(float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2")), LOCAL_WAIT,
+                           busy_poll=float(os.environ.get("PFAIR_SUPERNODE_BUSY_POLL", str(BUSY_POLL))))
 
-    def sleep(seconds: float) -> None:
-        # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
-        time.sleep(min(float(seconds), poll if seconds >= 1 else LOCAL_WAIT))
-
-    start_client_internal.time = fx.module_with(time, sleep=sleep)  # type: ignore[attr-defined]
-
-    if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0":
+    if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         # Everything the SuperExec, its warm process and a ClientApp import, imported once here;
         # the zygote is forked before the SuperNode parses its arguments (the node config among
         # them) or starts a thread.
@@ -57,17 +54,9 @@ def main() -> int:
 
         fx.preload(fx.CLIENTAPP_COMMAND)
         popen, wake_w = fx.waking_superexec_popen(fx.CLIENTAPP_COMMAND)
-        start_client_internal.subprocess = fx.module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
-        if wake_w is not None:
-            pull = start_client_internal._pull_and_store_message
-
-            def pull_and_wake(*args: Any, **kwargs: Any) -> Any:
-                run_id = pull(*args, **kwargs)
-                if run_id is not None:  # a message and its objects are stored: a task to launch
-                    fx.notify(wake_w)
-                return run_id
-
-            start_client_internal._pull_and_store_message = pull_and_wake  # type: ignore[attr-defined]
+        patches.node_superexec_popen(popen)
+        if wake_w is not None:  # a message and its objects are stored: a task to launch
+            patches.wake_after_pull(lambda: fx.notify(wake_w))
 
     sys.argv[0] = "flower-supernode"
     return flower_supernode() or 0

@@ -26,7 +26,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from pfair.flower import codec
-from pfair.flower.server_app import SteFFLeStrategy, _reason, write_result
+from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -92,16 +92,19 @@ class ThresholdStrategy(SteFFLeStrategy):
         self.edges = check_edges(edges, "edges")
         self.epsilon, self.constraints, self.max_violation = float(epsilon), constraints, float(max_violation)
 
-    def start(self, grid: Grid, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
-        self._wait_for_silos(grid)
+    def run(self, grid: Grid) -> dict[str, Any]:
+        self.link = link = SiloLink(grid, n_silos=self.n_silos, common=self.common(), round_timeout=self.round_timeout,
+                                    poll=self.poll, progress=self.progress)
+        link.wait_for_silos(self.wait_timeout)
         msgs = [score_histogram_message(n, theta=self.base_theta, edges=self.edges, epsilon=self.epsilon,
                                         n_groups=self.n_groups, n_classes=self.n_classes, model=self.model)
-                for n in self.silo_of]
+                for n in link.silo_of]
         tables, released = {}, {}
-        for node, reply in self._exchange(grid, msgs, self.round_timeout):
-            silo = self.silo_of.get(node)
-            if reply is None or reply.has_error():
-                self._note("score_histogram_refused", silo=silo, reason=_reason(reply))
+        for node, reply in link.exchange(msgs):
+            silo = link.silo_of.get(node)
+            refusal = None if reply is None or reply.has_error() else codec.read_refusal(reply.content)
+            if reply is None or reply.has_error() or refusal is not None:
+                self._note("score_histogram_refused", silo=silo, reason=refusal or reason_of(reply))
                 continue
             try:
                 hist, meta = read_score_histogram(reply.content, n_bins=self.edges.size + 1, n_groups=self.n_groups)
@@ -111,7 +114,7 @@ class ThresholdStrategy(SteFFLeStrategy):
             tables[silo], released[silo] = hist, meta
         rule, pooled = thresholds_from_histograms([tables[j] for j in sorted(tables)], constraints=self.constraints,
                                                   max_violation=self.max_violation)
-        reports = self._ledger_reports(grid)
+        reports = link.ledger_reports()
         return {
             "status": "completed", "theta": self.base_theta.tolist(), "edges": self.edges.tolist(),
             "q": rule.q.tolist(), "constraints": self.constraints, "max_violation": self.max_violation,
@@ -141,4 +144,4 @@ def main(grid: Grid, context: Context) -> None:
                                  n_groups=int(rc["n-groups"]), n_classes=int(rc["n-classes"]),
                                  wait_timeout=float(rc["wait-timeout"]), round_timeout=float(rc["round-timeout"]),
                                  evaluate=False)
-    write_result(strategy.start(grid), str(rc["out"]))
+    write_result(strategy.run(grid), str(rc["out"]))

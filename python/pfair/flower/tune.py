@@ -52,9 +52,12 @@ def deploy_search(estimator: Any, param_grid: Any, node_configs: Sequence[Mappin
     ends at most at the estimator's ε whatever the split.
 
     Returns ``{"best_index", "best_params", "best" (the chosen run's result), "runs" (every run's
-    result), "results" (one row per candidate: parameters, epsilon_target, the figures of its
-    returned model, chosen), "selection_warning", "epsilon_spent" (each silo's ledger after the
-    search, as the nodes reported it), "accounting": "composition"}``."""
+    result), "results" (one row per candidate: parameters, epsilon_target, status, the figures of
+    its returned model, chosen), "selection_warning", "epsilon_spent" (each silo's ledger after the
+    search, as the nodes reported it), "accounting": "composition"}``. A run every silo refused
+    (``status == "refused"``: budget spent or too small; nothing trained or released) is never
+    chosen, and the warning names it; when every run was refused, ``best`` is the first run's
+    refusal (``pfair deploy local --tune`` then reports the silos' reasons and exits 3)."""
     from sklearn.base import clone
     from sklearn.model_selection import ParameterGrid
 
@@ -93,18 +96,28 @@ def deploy_search(estimator: Any, param_grid: Any, node_configs: Sequence[Mappin
     figures = []
     rows = []
     for i, (params, res) in enumerate(zip(grid, runs)):
+        refused = res.get("status") == "refused"  # every silo refused: nothing trained, nothing released
         figs = [CheckpointFigures(**f) for f in res.get("checkpoints") or []]
         epoch = res.get("selected_epoch")
         fig = next((f for f in figs if epoch is not None and f.epoch + 1 == epoch), None)
-        figures.append(fig)
+        figures.append(None if refused else fig)
         row = {f"param_{k}": v for k, v in params.items()}
-        row.update({"epsilon_target": targets[i], "selected_epoch": epoch, **figure_columns(fig),
-                    "epsilon_spent": max(float(s["ledger"]["epsilon_spent"]) for s in res["silos"]
-                                         if s.get("ledger"))})
+        spent = [float(s["ledger"]["epsilon_spent"]) for s in res.get("silos", []) if s.get("ledger")]
+        row.update({"epsilon_target": targets[i], "status": res.get("status"), "selected_epoch": epoch,
+                    **figure_columns(None if refused else fig), "epsilon_spent": max(spent) if spent else None})
         rows.append(row)
-    best, why = choose_candidate(figures, target)
+    done = [i for i, res in enumerate(runs) if res.get("status") != "refused"]
+    if done:
+        best, why = choose_candidate([figures[i] for i in done], target)
+        best = done[best]
+        if len(done) < len(runs):
+            note = (f"the silos refused the runs of candidate(s) {[i for i in range(len(runs)) if i not in done]} "
+                    "(budget spent or too small), which were left out")
+            why = note if why is None else f"{why}; {note}"
+    else:  # nothing was trained: the first run's refusal is the search's result (its reasons, its ledgers)
+        best, why = 0, "the silos refused every candidate's run (budget spent or too small): nothing was trained"
     for i, row in enumerate(rows):
-        row["chosen"] = i == best
+        row["chosen"] = i == best and bool(done)
     last = runs[-1]["silos"]
     return {"best_index": best, "best_params": dict(grid[best]), "best": runs[best], "runs": runs, "results": rows,
             "selection_warning": why, "target": target, "accounting": "composition",

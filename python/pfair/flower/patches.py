@@ -1,0 +1,284 @@
+"""Every change pfair makes to Flower's internals, in one place and behind one version check.
+
+pfair's protocol uses Flower's public API only (``Grid``, ``Message``, records, the ClientApp and
+ServerApp decorators, the ``Strategy`` hooks). What this module changes is *timing* on one machine
+(the loopback deployment of the tests and ``pfair deploy local``) and one *bound* on the server
+side; none of it changes a message, a release or a charge:
+
+====================================  ====================================================  ==========
+patch                                 what it replaces (Flower module global or default)    process
+====================================  ====================================================  ==========
+:func:`bound_object_pulls`            ``flwr.superlink.grid.http_grid.pull_objects``        ServerApp
+:func:`short_pull_backoff`            defaults of ``flwr.supercore.inflatable.inflatable_   every
+                                      utils.pull_objects`` and the helpers passing theirs
+:func:`wake_on_new_runs`              ``InMemoryLinkState.create_run``,                     SuperLink
+                                      ``SqlLinkState.create_run``
+:func:`link_superexec_popen`          ``flwr.superlink.cli.flower_superlink.subprocess``    SuperLink
+:func:`node_idle_poll`                ``flwr.supernode.start_client_internal.time``         SuperNode
+:func:`node_superexec_popen`          ``flwr.supernode.start_client_internal.subprocess``   SuperNode
+:func:`wake_after_pull`               ``start_client_internal._pull_and_store_message``     SuperNode
+:func:`route_app_launches`            ``flwr.supercore.superexec.executor.                  SuperExec
+                                      subprocess_executor.subprocess``
+:func:`superexec_wait`                ``flwr.supercore.superexec.run_superexec.time``       SuperExec
+====================================  ====================================================  ==========
+
+Each was read against the Flower releases in :data:`PATCHED_RELEASES` (``tests/test_flower.py``
+checks that every replaced name is still where it is replaced); :func:`patchable` is the one
+version check. Under any other Flower release no patch is applied (each function returns False,
+with one warning): the deployment then runs at Flower's own pace (a SuperNode polls every 3 s, a
+reply's objects are pulled for up to Flower's own limit), which is slower but not different.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import os
+import time
+import types
+from typing import Any, Callable
+
+log = logging.getLogger("pfair.flower")
+
+#: The Flower releases (major, minor) whose internals the patches below were read against; the
+#: ``flower`` extra of pyproject.toml accepts exactly these (``flwr>=1.41.0,<1.43``).
+PATCHED_RELEASES = ((1, 41), (1, 42))
+
+
+def flower_release() -> tuple[int, int] | None:
+    """The installed Flower's (major, minor), or None when Flower is not installed or its version
+    does not parse."""
+    try:
+        from importlib.metadata import version
+
+        parts = version("flwr").split(".")
+        return int(parts[0]), int(parts[1])
+    except Exception:  # noqa: BLE001 - not installed, or a version string we cannot read
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def patchable() -> bool:
+    """Whether the installed Flower is one of :data:`PATCHED_RELEASES` (warned once otherwise)."""
+    release = flower_release()
+    ok = release in PATCHED_RELEASES
+    if not ok:
+        log.warning("Flower %s is not one of the releases pfair's loopback tuning was written for (%s): running "
+                    "Flower's own polling and retries (slower, same protocol)",
+                    "?" if release is None else ".".join(map(str, release)),
+                    ", ".join(f"{a}.{b}" for a, b in PATCHED_RELEASES))
+    return ok
+
+
+def module_with(module: types.ModuleType, **attrs: Any) -> types.ModuleType:
+    """A copy of ``module``'s namespace with ``attrs`` replaced: assigned to a Flower module's
+    global (e.g. its ``time`` or ``subprocess``), it changes what that one module calls and
+    nothing else in the process."""
+    shim = types.ModuleType(module.__name__)
+    shim.__dict__.update(module.__dict__)
+    shim.__dict__.update(attrs)
+    return shim
+
+
+# ---------------------------------------------------------------------- ServerApp
+#: First and longest wait between two pulls of a reply's objects inside an exchange (s): a reply is
+#: announced before its objects are uploaded, and on loopback they follow within milliseconds.
+PULL_BACKOFF = (0.02, 0.2)
+#: The monotonic deadline of the server's exchange in progress (None: Flower's own limits apply).
+PULL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("pfair_pull_deadline", default=None)
+
+
+def bound_object_pulls() -> bool:
+    """Bound the object pulls of Flower's ``HttpGrid.pull_messages`` by :data:`PULL_DEADLINE`;
+    returns whether Flower's grid could be bound (else its defaults stay).
+
+    Flower pulls the objects of every announced reply with retries for up to two hours
+    (``flwr.supercore.constant.PULL_MAX_TIME``), backing off up to 10 s. When a silo's process
+    dies after announcing its reply but before its objects arrive, the whole ``pull_messages``
+    call waits until the SuperLink's upload session expires (about 3 minutes here), past any
+    round timeout, and the replies of the other silos wait with it. Inside the transport's
+    exchange (:meth:`pfair.flower.server_app.SiloLink.exchange`) the pulls get the time left in
+    the round instead (backing off from 0.02 s to at most 0.2 s, :data:`PULL_BACKOFF`); such a reply then ends as
+    Flower's "message unavailable" error reply, which the round logs and drops like a missing one."""
+    if not patchable():
+        return False
+    try:
+        from flwr.superlink.grid import http_grid
+    except ImportError:  # pragma: no cover - another Flower layout
+        return False
+    real = getattr(http_grid, "pull_objects", None)
+    if real is None:  # pragma: no cover - another Flower layout
+        return False
+    if getattr(real, "_pfair_bounded", False):
+        return True
+
+    def pull_objects(*args: Any, **kwargs: Any) -> Any:
+        deadline = PULL_DEADLINE.get()
+        if deadline is not None:
+            kwargs.update(max_time=max(0.0, deadline - time.monotonic()), initial_backoff=PULL_BACKOFF[0],
+                          backoff_cap=PULL_BACKOFF[1])
+        return real(*args, **kwargs)
+
+    pull_objects._pfair_bounded = True  # type: ignore[attr-defined]
+    http_grid.pull_objects = pull_objects
+    return True
+
+
+# ---------------------------------------------------------------------- every process
+_FLOWER_PULL_DEFAULTS: dict[str, tuple[float, int | None]] = {}
+
+
+def short_pull_backoff() -> bool:
+    """Make this process's object pulls retry after 0.05 s (doubling up to 0.5 s) instead of
+    Flower's 1 s (up to 10 s), with 20 times as many tries, so that a pull whose object never comes
+    still gives up after about the same time (500 tries up to 10 s apart: about 83 minutes);
+    returns whether Flower's ``pull_objects`` was found.
+
+    A Flower message is announced before its objects are uploaded, and the party that pulls it may
+    ask for an object in between: it then backs off for 1 s. On loopback that race is lost in about
+    half of the messages (the SuperNode pulling the server's message from the SuperLink, the
+    ClientApp pulling it from the SuperNode), and each loss adds a second to a round that otherwise
+    takes a few hundred milliseconds. ``PFAIR_PULL_BACKOFF`` sets the first wait (checked first,
+    under any Flower release)."""
+    raw = os.environ.get("PFAIR_PULL_BACKOFF", "0.05")
+    try:
+        first = float(raw)
+    except ValueError:
+        first = float("nan")
+    if not 0 < first < 60:
+        raise ValueError(f"PFAIR_PULL_BACKOFF={raw!r}: set it to the first wait in seconds, e.g. 0.05 (0 < wait < 60)")
+    if not patchable():
+        return False
+    try:
+        from flwr.supercore.inflatable import inflatable_utils
+    except ImportError:  # pragma: no cover - another Flower layout
+        return False
+    found = False
+    for fn in vars(inflatable_utils).values():  # pull_objects and the helpers that pass theirs on
+        defaults = getattr(fn, "__kwdefaults__", None)
+        if getattr(fn, "__module__", None) == inflatable_utils.__name__ and defaults \
+                and "initial_backoff" in defaults and "backoff_cap" in defaults:
+            # Flower's own values, kept the first time, so that a second call scales from them too.
+            flower_cap, flower_tries = _FLOWER_PULL_DEFAULTS.setdefault(
+                fn.__qualname__, (float(defaults["backoff_cap"]), defaults.get("max_tries_per_object")))
+            defaults.update(initial_backoff=first, backoff_cap=10 * first)
+            if flower_tries is not None:
+                defaults["max_tries_per_object"] = int(flower_tries) * max(1, round(flower_cap / (10 * first)))
+            found = True
+    return found
+
+
+# ---------------------------------------------------------------------- SuperLink
+def wake_on_new_runs(notify: Callable[[], None]) -> bool:
+    """Call ``notify()`` whenever this SuperLink has created a run (its SuperExec then launches
+    the ServerApp at once instead of asking for tasks every 0.1 s)."""
+    if not patchable():
+        return False
+    from flwr.server.superlink.linkstate import in_memory_linkstate, sql_linkstate
+
+    for cls in (in_memory_linkstate.InMemoryLinkState, sql_linkstate.SqlLinkState):
+        real = cls.create_run
+
+        def create_run(self: Any, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            run_id = _real(self, *args, **kwargs)
+            notify()
+            return run_id
+
+        cls.create_run = create_run  # type: ignore[method-assign]
+    return True
+
+
+def link_superexec_popen(popen: Callable[..., Any]) -> bool:
+    """The SuperLink starts its SuperExec with ``popen`` instead of ``subprocess.Popen``."""
+    if not patchable():
+        return False
+    import importlib
+    import subprocess
+
+    module = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the package shadows it
+    module.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+    return True
+
+
+# ---------------------------------------------------------------------- SuperNode
+#: Monotonic time of the last message this SuperNode stored (set by :func:`wake_after_pull`).
+_LAST_MESSAGE = [float("-inf")]
+
+
+def node_idle_poll(poll: float, local_wait: float, busy_poll: float | None = None, busy_for: float = 5.0) -> bool:
+    """A SuperNode waits at most ``poll`` s between two pulls from the SuperLink when no message is
+    waiting (Flower: 3 s), or ``busy_poll`` s within ``busy_for`` s of the last message it stored
+    (a run's next round comes right after the server took the replies of this one), and
+    ``local_wait`` s instead of 0.5 s between two looks at its own state (a ClientApp's reply,
+    which reads no network)."""
+    if not patchable():
+        return False
+    from flwr.supernode import start_client_internal
+
+    busy = poll if busy_poll is None else min(float(busy_poll), poll)
+
+    def sleep(seconds: float) -> None:
+        if seconds < 1:
+            time.sleep(min(float(seconds), local_wait))
+        else:
+            time.sleep(busy if time.monotonic() - _LAST_MESSAGE[0] < busy_for else poll)
+
+    start_client_internal.time = module_with(time, sleep=sleep)  # type: ignore[attr-defined]
+    return True
+
+
+def node_superexec_popen(popen: Callable[..., Any]) -> bool:
+    """The SuperNode starts its SuperExec with ``popen`` instead of ``subprocess.Popen``."""
+    if not patchable():
+        return False
+    import subprocess
+
+    from flwr.supernode import start_client_internal
+
+    start_client_internal.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+    return True
+
+
+def wake_after_pull(notify: Callable[[], None]) -> bool:
+    """Call ``notify()`` as soon as the SuperNode has stored a message and its objects (a task for
+    its SuperExec to launch)."""
+    if not patchable():
+        return False
+    from flwr.supernode import start_client_internal
+
+    pull = start_client_internal._pull_and_store_message
+
+    def pull_and_wake(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            _LAST_MESSAGE[0] = time.monotonic()
+            notify()
+        return run_id
+
+    start_client_internal._pull_and_store_message = pull_and_wake  # type: ignore[attr-defined]
+    return True
+
+
+# ---------------------------------------------------------------------- SuperExec
+def route_app_launches(popen: Callable[..., Any]) -> bool:
+    """The SuperExec launches its app processes with ``popen`` instead of ``subprocess.Popen``."""
+    if not patchable():
+        return False
+    import subprocess
+
+    from flwr.supercore.superexec.executor import subprocess_executor
+
+    subprocess_executor.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
+    return True
+
+
+def superexec_wait(wait: Callable[[float], None]) -> bool:
+    """The SuperExec's wait between two polls for tasks is ``wait`` (which returns early when
+    woken) instead of ``time.sleep``."""
+    if not patchable():
+        return False
+    from flwr.supercore.superexec import run_superexec as loop
+
+    loop.time = module_with(time, sleep=wait)  # type: ignore[attr-defined]
+    return True
