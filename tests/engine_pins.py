@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
 
     commit = subprocess.run(["git", "-C", str(Path(pfair.__file__).resolve().parent), "rev-parse", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    pins = {"made_with": {"commit": commit, "pfair": str(Path(pfair.__file__).resolve().parent)},
+    pins = {"made_with": {"commit": commit},
             "runs": {name: run(name) for name in RUNS}}
     if "--write" in argv:
         PINS.parent.mkdir(exist_ok=True)
