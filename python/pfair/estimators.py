@@ -4,7 +4,7 @@ Data" (2024).
 
 SteFFLe solves ``min_θ max_W  L(θ) + λ · mean_i ψ_i(θ, W)`` (the FERMI objective) by noisy
 federated stochastic gradient descent-ascent. In round t every silo j draws a batch, computes its
-loss gradient g_j and the ψ-gradient parts (``rust/src/psi.rs``), clips and noises the parts that
+loss gradient g_j and the ψ-gradient parts (``rust/src/psi/``), clips and noises the parts that
 depend on the sensitive attribute, and sends them; the server sets
 
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],    W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
