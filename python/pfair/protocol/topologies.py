@@ -389,17 +389,19 @@ class HybridParties:
     def plan_rounds(self, proportions: np.ndarray, total_rounds: int) -> dict:
         """The sensitive silos' noise plans from the released ``proportions``, each calibrated
         against its own ledger (public-batch accounting at its rate ``q_c``), the run registered."""
-        from pfair.privacy.calibration import plan_silo_noise
+        from pfair.privacy.calibration import NoiseRequest, plan_silo_noise
 
         st = self.settings
         self._use_proportions(proportions)
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
+        # Sums over public batches drawn at its own rate q_c (divisor 1), the s-dependent parts only,
+        # priced by RDP on a first fit (check_hybrid_settings has refused every other choice).
         self.plans = [plan_silo_noise(
-            silo=c, n_records=int(self.sizes_c[c]), batch_size=st.batch_size, sampling="without_replacement",
-            steps=int(total_rounds), epsilon=st.epsilon, delta=self.deltas[c], proportions=self.proportions,
-            fairness=st.fairness, positive=st.positive_class, protect="attribute", clip_loss=math.inf,
-            clip_theta=self.clip, clip_w=math.inf, calibration="rdp", sends_psi=st.sends_psi, ledger=self.ledgers[c],
-            sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp")
+            NoiseRequest.of_settings(st, silo=c, n_records=int(self.sizes_c[c]), steps=int(total_rounds),
+                                     delta=self.deltas[c], sampling="without_replacement", protect="attribute",
+                                     clip_loss=math.inf, clip_theta=self.clip, clip_w=math.inf, calibration="rdp",
+                                     sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp"),
+            self.proportions, ledger=self.ledgers[c])
             for c in range(self.layout.n_sensitive)]
         self._register()
         return dict(enumerate(self.plans))
