@@ -477,7 +477,7 @@ def test_an_anchor_shared_by_busy_ledgers_still_refuses_an_emptied_one(tmp_path,
     journal is read from since this ledger's last entry, its record must still be found, so that a
     ledger file deleted (a state directory emptied) is refused rather than started over at 0."""
     from pfair.exceptions import LedgerRollback
-    from pfair.privacy import ledger as ledger_module
+    from pfair.privacy import ledger_file as ledger_module
     from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 
     monkeypatch.setattr(ledger_module, "JOURNAL_TAIL", 2048)  # 64 KiB in use; a small tail, the same logic

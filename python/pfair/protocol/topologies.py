@@ -340,7 +340,7 @@ class HybridParties:
     def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any) -> list:
         """The sensitive silos' ledgers (:func:`pfair.protocol.setup.ledgers_for`): in
         ``"divisions"`` mode by default the federation silos' own, otherwise fresh ones by default."""
-        from pfair.privacy.ledger import data_fingerprint
+        from pfair.privacy.fingerprint import data_fingerprint
         from pfair.protocol.setup import ledgers_for, resolve_ledgers
 
         st, n_s = self.settings, self.layout.n_sensitive
