@@ -496,3 +496,20 @@ def test_an_anchor_shared_by_busy_ledgers_still_refuses_an_emptied_one(tmp_path,
         f.unlink()
     with pytest.raises(LedgerRollback, match="is gone"):
         PrivacyLedger(epsilon=1.0, delta=1e-6, path=a_path, anchor=anchor).save(a_path)
+
+
+# ---------------------------------------------------------------------- a resumed fit selects what the uninterrupted fit selects
+
+
+@pytest.mark.parametrize("noise_seed", [2, 5])
+def test_a_resumed_fit_selects_the_checkpoint_the_uninterrupted_fit_selects(noise_seed):
+    kw = dict(FAST, epochs=5, noise_seed=noise_seed, protect="record")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
+        f = fed()
+        m = SteFFLe(epsilon=1.0, **kw)
+        fit_interrupted(m, f, at_epoch=3)
+        m.fit(f, resume=True)
+    assert m.selected_epoch_ == whole.selected_epoch_
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
