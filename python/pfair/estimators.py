@@ -386,7 +386,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         :class:`~pfair.privacy.PrivacyLedger` or JSON path per silo (a path that does not exist yet
         becomes a new ledger written there), or ``"new"`` for fresh ledgers (simulations only).
         ``resume=True`` continues this estimator's interrupted fit (same data, settings and
-        ledgers) where the ledgers say it stopped; no round is charged twice.
+        ledgers; by default the ledgers the interrupted fit charged) where the ledgers say it
+        stopped, in every topology; no round is charged twice, and ledgers that did not record the
+        interrupted run are refused.
 
         ``sensitive_features`` is required when ``lam > 0`` (a clear ``ValueError`` otherwise).
         With ``lam=0`` it may be omitted: nothing sent depends on s, so the fit is plain federated
