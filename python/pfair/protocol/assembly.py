@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from pfair.federation import silo_fingerprints
 from pfair.privacy.calibration import warn_if_over_budget
 from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.driver import Driver, RunState, Transport
@@ -130,8 +131,6 @@ def monitor_for(settings: SteFFLeSettings, n_classes: int, **kw: Any) -> Converg
 def check_same_run(state: RunState, settings: SteFFLeSettings, silos: Sequence[Any]) -> None:
     """Refuse to resume ``state`` on other data (each of ``silos`` must hold the data of its
     fingerprint) or under other settings."""
-    from pfair.federation import silo_fingerprints
-
     silo_fingerprints(silos)  # the fingerprints not known yet, computed in parallel
     if len(state.fingerprints) != len(silos) or not all(
             silo.holds_data_of(fp) for silo, fp in zip(silos, state.fingerprints)):

@@ -63,11 +63,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
+from pfair.federation import silo_fingerprints
 from pfair.privacy import mechanisms
+from pfair.privacy.calibration import NoiseRequest, plan_silo_noise, warn_if_spent
+from pfair.privacy.fingerprint import data_fingerprint
+from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
+from pfair.protocol.assembly import check_ledgers_hold_run, check_same_run
 from pfair.protocol.driver import EpochOutcome, RunState
 from pfair.protocol.keys import HYBRID_GROUP_COUNTS, group_counts_release, hybrid_batch_key, noise_key
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
 from pfair.protocol.server import TAIL, check_header, check_part
+from pfair.protocol.setup import begin_run, ledgers_for, resolve_ledgers
 
 log = logging.getLogger("pfair.server")
 
@@ -340,9 +346,6 @@ class HybridParties:
     def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any) -> list:
         """The sensitive silos' ledgers (:func:`pfair.protocol.setup.ledgers_for`): in
         ``"divisions"`` mode by default the federation silos' own, otherwise fresh ones by default."""
-        from pfair.privacy.fingerprint import data_fingerprint
-        from pfair.protocol.setup import ledgers_for, resolve_ledgers
-
         st, n_s = self.settings, self.layout.n_sensitive
         if st.private and ledgers is None and st.mode == "divisions":
             return resolve_ledgers(st, self.fed, None)
@@ -360,8 +363,6 @@ class HybridParties:
         of its ε, charged to its ledger first), kept in the ledger: a later fit on the same ledger
         gets the same release again at no cost, never a second draw of the same stream at another σ
         (which, with a known noise seed, would give the exact counts away)."""
-        from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
-
         ledger, k = self.ledgers[c], self.plan.n_groups
         z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
@@ -377,8 +378,6 @@ class HybridParties:
 
     def preflight(self, total_rounds: int) -> None:
         """Warn about what earlier fits spent of each sensitive silo's ledger."""
-        from pfair.privacy.calibration import warn_if_spent
-
         for c, ledger in enumerate(self.ledgers):
             warn_if_spent(f"sensitive {c}", ledger)
 
@@ -389,8 +388,6 @@ class HybridParties:
     def plan_rounds(self, proportions: np.ndarray, total_rounds: int) -> dict:
         """The sensitive silos' noise plans from the released ``proportions``, each calibrated
         against its own ledger (public-batch accounting at its rate ``q_c``), the run registered."""
-        from pfair.privacy.calibration import NoiseRequest, plan_silo_noise
-
         st = self.settings
         self._use_proportions(proportions)
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
@@ -411,16 +408,12 @@ class HybridParties:
         self.inv = inv_sqrt_proportions(self.proportions)
 
     def _register(self) -> None:
-        from pfair.protocol.setup import begin_run
-
         for ledger, plan in zip(self.ledgers, self.plans):
             begin_run(ledger, plan, self.run_id)
 
     def adopt(self, state: RunState) -> None:
         """Go on with an interrupted run of these silos: the same data and settings, its
         proportions, noise plans and run id (registered again, so its rounds go on being charged)."""
-        from pfair.protocol.assembly import check_ledgers_hold_run, check_same_run
-
         check_same_run(state, self.settings, self.fed.silos)
         if len(state.plans) != self.layout.n_sensitive or len(state.run_ids) != 1:
             raise ValueError("resume: the interrupted run has other sensitive silos than this one")
@@ -433,8 +426,6 @@ class HybridParties:
         return [self.run_id]
 
     def fingerprints(self) -> list:
-        from pfair.federation import silo_fingerprints
-
         return silo_fingerprints(self.fed.silos)
 
     def next_rounds(self) -> list:
