@@ -513,3 +513,22 @@ def test_a_resumed_fit_selects_the_checkpoint_the_uninterrupted_fit_selects(nois
         m.fit(f, resume=True)
     assert m.selected_epoch_ == whole.selected_epoch_
     np.testing.assert_array_equal(m.theta_, whole.theta_)
+
+
+def test_a_fit_on_arrays_resumes_on_the_ledgers_that_charged_it():
+    """fit(X, y, ..., resume=True) builds a new Federation, which brought fresh ledgers: the
+    resumed run was charged for its own rounds only and reported less than it spent. It now goes on
+    on the interrupted fit's ledgers (the same ε as the uninterrupted fit), and ledgers that hold
+    no record of the interrupted run are refused."""
+    X, y, s, silos = data(600, 0)
+    kw = dict(FAST, epochs=5, noise_seed=4, epsilon=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos)
+        m = SteFFLe(**kw)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, at_epoch=3)
+        with pytest.raises(ValueError, match="holds no record of the interrupted run"):
+            m.fit(X, y, sensitive_features=s, silos=silos, resume=True, ledgers="new")
+        m.fit(X, y, sensitive_features=s, silos=silos, resume=True)
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])

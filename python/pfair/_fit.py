@@ -324,8 +324,11 @@ class SteFFLeFit(_ParamsMixin):
             state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
         finally:
             # An interrupted fit can be resumed from its last completed epoch.
-            self._run_state = sim.state if sim.state is not None else previous
-            self._run_ledgers = sim.ledgers if st.private else None
+            if sim.state is not None:
+                self._run_state = sim.state
+                self._run_ledgers = sim.ledgers if st.private else None
+            else:  # refused before the run started: the interrupted one is still the one to resume
+                self._run_state = previous
         self._held_out = sim.held_out if st.validation_share > 0 else None
         if st.mode != "standard":  # the sensitive silos' ledgers (None entries in a non-private fit)
             self.ledgers_ = sim.ledgers

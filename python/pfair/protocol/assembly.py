@@ -146,7 +146,7 @@ def check_ledgers_hold_run(ledgers: Sequence[Any], plans: Sequence[Any], run_ids
     for j, (ledger, plan, run_id) in enumerate(zip(ledgers, plans, run_ids)):
         charged = ledger is not None and plan is not None and 0 < plan.noise_multiplier < math.inf
         if charged and run_id not in ledger.runs:
-            raise ValueError(f"resume: the ledger of {ledger.silo!r} holds no record of the interrupted run, whose "
+            raise ValueError(f"resume: the ledger of silo {ledger.silo!r} holds no record of the interrupted run, whose "
                              "rounds were charged to another ledger; resume on the same ledgers (the interrupted "
                              "fit's, or their paths)")
 
