@@ -26,6 +26,8 @@ def block_of(y: np.ndarray, fairness: str, positive: int = 1) -> np.ndarray:
         return np.zeros_like(y)
     if fairness == "equalized_odds":
         return y.copy()
+    if fairness == "false_positive_rate_parity":
+        return np.where(y != positive, 0, -1)
     return np.where(y == positive, 0, -1)
 
 

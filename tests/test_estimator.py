@@ -53,7 +53,8 @@ def test_nonprivate_steffle_learns_and_penalty_reduces_dp_violation():
             "batch_psi"} <= set(plain.history_.columns)
 
 
-@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity",
+                                      "false_positive_rate_parity"])
 @pytest.mark.parametrize("k,l", [(2, 2), (3, 3)])
 def test_every_notion_runs_privately_for_general_k_and_l(fairness, k, l):
     X, y, s, silos = unfair_data(k=k, l=l)

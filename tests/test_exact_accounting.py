@@ -296,10 +296,11 @@ def test_pld_without_replacement_lies_between_a_realised_pair_and_rdp():
 @pytest.mark.parametrize("sampling,scheme", [("without_replacement", "public_batch"), ("shuffle", "shuffle"),
                                              ("full_batch", "full_batch")])
 def test_silo_plans_use_the_exact_accountant_and_rdp_stays_an_option(sampling, scheme):
+    from pfair.notions import DemographicParity
     from pfair.privacy.calibration import NoiseRequest, accounting_scheme, plan_silo_noise, sample_rate_and_denominator
 
     kw = dict(silo=0, n_records=N, batch_size=256, sampling=sampling, steps=40 * B, epsilon=1.0, delta=DELTA,
-              fairness="demographic_parity", positive=1, protect="attribute",
+              notion=DemographicParity(), protect="attribute",
               clip_loss=1.0, clip_theta=1.0, clip_w=1.0, calibration="rdp", sends_psi=True)
     props = np.array([[1 / 3, 2 / 3]])
     assert accounting_scheme(sampling, "attribute") == scheme

@@ -141,7 +141,7 @@ def test_a_declared_group_with_no_records_is_refused_for_every_notion():
     X, y, s, ids = arrays()
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids, groups=sorted(set(s)) + ["absent"])
     assert fed.n_groups == len(set(s)) + 1
-    for fairness in ("demographic_parity", "equalized_odds", "equal_opportunity"):
+    for fairness in ("demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"):
         with pytest.raises(ValueError, match="group 'absent' has no records"):
             SteFFLe(fairness=fairness, epsilon=None, epochs=1, batch_size=8).fit(fed)
 

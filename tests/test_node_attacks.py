@@ -175,7 +175,8 @@ def test_the_silo_owns_its_budget_shares(tmp_path, asked, cap):
     assert node(cfg).ledger().releases == {}
 
 
-NOTIONS = [("demographic_parity", 1), ("equalized_odds", 1), ("equal_opportunity", 0), ("equal_opportunity", 1)]
+NOTIONS = [("demographic_parity", 1), ("equalized_odds", 1), ("equal_opportunity", 0), ("equal_opportunity", 1),
+           ("false_positive_rate_parity", 0), ("false_positive_rate_parity", 1)]
 
 
 def _hostile_hellos(cfg):
@@ -212,7 +213,7 @@ def test_a_hostile_server_spends_only_the_silos_own_histogram_before_training(tm
     spent = node(cfg).ledger().epsilon_spent()
     assert spent <= 0.1 * 2.0 * (1 + 1e-9), spent
     # Every notion but demographic parity is refused, at every share and ε, for that reason only.
-    assert len(refused) == 3 * 4 * 3 and all("histogram-fairness" in r for r in refused)
+    assert len(refused) == (len(NOTIONS) - 1) * 4 * 3 and all("histogram-fairness" in r for r in refused)
     # Attained: one histogram, the Gaussian of z_h priced at 0.2 alone.
     delta = node(cfg).ledger().delta
     z_h = histogram_noise_multiplier(epsilon=2.0, share=0.1, delta=delta)
@@ -230,18 +231,18 @@ def test_a_hostile_server_spends_only_the_silos_own_histogram_before_training(tm
 
 
 def test_the_hello_bound_of_a_silo_that_releases_for_every_notion(tmp_path):
-    """A silo whose operator lists all four releases pays at most four histograms of its own share,
-    composed (μ = 2/z_h): attained by the hostile server, and below what the server bought on
+    """A silo whose operator lists every release pays at most one histogram of its own share per
+    entry, composed (μ = √entries/z_h): attained by the hostile server, and below what the server bought on
     eafc1b0 with its own share of 0.25 (53% of the budget)."""
     from pfair.privacy.proportions import histogram_noise_multiplier
 
-    every = "demographic_parity,equalized_odds,equal_opportunity:0,equal_opportunity:1"
+    every = ",".join(f"{f}:{p}" if f in ("equal_opportunity", "false_positive_rate_parity") else f for f, p in NOTIONS)
     cfg = config(tmp_path, epsilon=2.0, **{"histogram-fairness": every})
     assert _hostile_hellos(cfg) == []
     spent = node(cfg).ledger().epsilon_spent()
     delta = node(cfg).ledger().delta
     z_h = histogram_noise_multiplier(epsilon=2.0, share=0.1, delta=delta)
-    bound = _gaussian_epsilon(2.0 / z_h, delta)  # four Gaussians of μ = 1/z_h: μ² adds
+    bound = _gaussian_epsilon(math.sqrt(len(NOTIONS)) / z_h, delta)  # Gaussians of μ = 1/z_h: μ² adds
     assert spent == pytest.approx(bound, rel=1e-6) and node(cfg).hello_bound() == pytest.approx(bound, rel=1e-9)
     assert 0.2 < spent < 0.35 * 2.0
     # The old price of the same attack (share 0.25 of 2.0, four notions), for the record.

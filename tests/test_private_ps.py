@@ -16,7 +16,8 @@ from pfair import SteFFLe, _core
 from pfair.exceptions import PrivacyWarning
 from pfair.federation import Federation
 from pfair.privacy.calibration import composed_epsilon
-from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, group_counts, public_proportions
+from pfair._validation import resolve_fairness
+from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, public_proportions
 from pfair.protocol.simulation import Simulation
 
 from support import toy_data
@@ -31,7 +32,7 @@ def data(n=3000, seed=0, k=3):
 FAST = dict(epochs=5, batch_size=64, seed=0)
 
 
-@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "false_positive_rate_parity"])
 def test_histogram_and_training_compose_within_budget(fairness):
     X, y, s, silos = data()
     m = SteFFLe(epsilon=1.0, fairness=fairness, **FAST).fit(X, y, sensitive_features=s, silos=silos)
@@ -61,12 +62,13 @@ def test_released_counts_are_noised_with_sensitivity_sqrt2_from_the_silos_secret
     X, y, s, silos = data()
     fed = Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
     silo = fed.silos[0]
-    counts = group_counts(silo.y, silo.s, n_groups=3, n_classes=2, fairness="equalized_odds", positive=1)
+    eo = resolve_fairness("equalized_odds")
+    counts = eo.group_counts(silo.y, silo.s, n_groups=3, n_classes=2)
     assert counts.shape == (2, 3) and counts.sum() == fed.sizes[0]
     # One record's s change moves one unit between two cells of its block: L2 change √2.
     s2 = silo.s.copy()
     s2[0] = (s2[0] + 1) % 3
-    moved = group_counts(silo.y, s2, n_groups=3, n_classes=2, fairness="equalized_odds", positive=1)
+    moved = eo.group_counts(silo.y, s2, n_groups=3, n_classes=2)
     assert np.linalg.norm(moved - counts) == pytest.approx(HISTOGRAM_SENSITIVITY)
     # Two fits release different histograms (secret keys); the noise has the calibrated scale.
     rel = []
@@ -114,7 +116,7 @@ def test_estimated_proportions_are_close_to_the_truth():
 
 
 @pytest.mark.parametrize("p_s", [[0.5, 0.3, 0.2], "dp"])
-@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "false_positive_rate_parity"])
 def test_neighbouring_data_get_identical_noise_scales_and_no_data_dependent_error(p_s, fairness):
     """Change one record's s (to a group that then has no record with that label): the planned
     noise scales are identical, and neither neighbour raises. With p_s="dp" the scales are a
@@ -149,22 +151,23 @@ def test_neighbouring_data_get_identical_noise_scales_and_no_data_dependent_erro
 
 def test_public_proportions_are_validated():
     groups, classes = np.array(["a", "b"]), np.array([0, 1])
-    kw = dict(groups=groups, classes=classes, positive=1)
-    np.testing.assert_allclose(public_proportions({"a": 0.25, "b": 0.75}, fairness="demographic_parity", **kw),
+    kw = dict(groups=groups, classes=classes)
+    dp, eo = resolve_fairness("demographic_parity"), resolve_fairness("equalized_odds")
+    np.testing.assert_allclose(public_proportions({"a": 0.25, "b": 0.75}, notion=dp, **kw),
                                [[0.25, 0.75]])
-    np.testing.assert_allclose(public_proportions([[0.5, 0.5], [0.25, 0.749]], fairness="equalized_odds", **kw),
+    np.testing.assert_allclose(public_proportions([[0.5, 0.5], [0.25, 0.749]], notion=eo, **kw),
                                [[0.5, 0.5], [0.25 / 0.999, 0.749 / 0.999]])  # within 0.01 of 1: rescaled
     # Counts are not proportions (they were rescaled silently once): refused, naming the row.
     with pytest.raises(ValueError, match=r"p_s must be proportions summing to 1 .*summing to 4"):
-        public_proportions({"a": 1, "b": 3}, fairness="demographic_parity", **kw)
+        public_proportions({"a": 1, "b": 3}, notion=dp, **kw)
     with pytest.raises(ValueError, match=r"p_s\[1\] must be proportions summing to 1"):
-        public_proportions([[0.5, 0.5], [1, 3]], fairness="equalized_odds", **kw)
+        public_proportions([[0.5, 0.5], [1, 3]], notion=eo, **kw)
     with pytest.raises(ValueError, match="no proportion for groups"):
-        public_proportions({"a": 1}, fairness="demographic_parity", **kw)
+        public_proportions({"a": 1}, notion=dp, **kw)
     with pytest.raises(ValueError, match="one row of proportions per class|for each of the 2 classes"):
-        public_proportions([0.5, 0.5], fairness="equalized_odds", **kw)
+        public_proportions([0.5, 0.5], notion=eo, **kw)
     with pytest.raises(ValueError, match="3 proportions but there are 2"):
-        public_proportions([0.2, 0.3, 0.5], fairness="demographic_parity", **kw)
+        public_proportions([0.2, 0.3, 0.5], notion=dp, **kw)
     with pytest.raises(ValueError, match="finite and > 0"):
         SteFFLe(p_s=[0.0, 1.0]).settings()
 

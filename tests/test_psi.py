@@ -8,7 +8,7 @@ import pytest
 from pfair import _core
 from reference import chi2_penalty, objective, softmax_probs
 
-NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
+NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"]
 
 
 def random_problem(rng, *, n, d, k, l, fairness):

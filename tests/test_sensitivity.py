@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pfair import _core
 
-NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
+NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"]
 SLACK = 1 + 1e-9
 
 
@@ -120,7 +120,7 @@ def _best_ratios(fairness: str, trials: int = 300) -> tuple[float, float]:
         props = rng.dirichlet(np.ones(k), size=blocks) * 0.9 + 0.1 / k
         inv = (props**-0.5).ravel()
         X = rng.normal(size=(m, d)) * 50
-        y = np.full(m, 1)
+        y = np.full(m, 0 if fairness == "false_positive_rate_parity" else 1)  # records in the penalty
         # Confident models (F close to one-hot) attain Δ_W; moderate ones with large x attain Δ_θ.
         theta = rng.normal(size=(d + 1) * (l - 1)) * (50 if rng.random() < 0.5 else 0.01)
         W = rng.normal(size=blocks * k * l) * 50
@@ -158,7 +158,7 @@ def test_record_protection_bounds_are_attained(fairness):
     blocks = l if fairness == "equalized_odds" else 1
     props = np.tile([0.2, 0.3, 0.5], (blocks, 1))
     inv = (props**-0.5).ravel()
-    y = np.ones(m, dtype=np.int64)
+    y = np.full(m, 0 if fairness == "false_positive_rate_parity" else 1, dtype=np.int64)  # in the penalty
     s = np.zeros(m, dtype=np.int64)
     batch = np.arange(m)
     kw = dict(k=k, l=l, fairness=fairness, protect="record", clip_loss=clip, clip_theta=clip, clip_w=clip)

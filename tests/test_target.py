@@ -15,10 +15,9 @@ from pfair.fairness_target import (
     VIOLATION_EVENT,
     VIOLATION_SENSITIVITY,
     LambdaController,
-    violation_counts,
-    violation_from_counts,
     violation_noise_multiplier,
 )
+from pfair._validation import resolve_fairness
 from pfair.privacy.calibration import composed_epsilon
 from pfair.protocol.messages import CheckpointRelease
 from pfair.protocol.keys import validation_release, violation_release
@@ -80,35 +79,43 @@ def test_a_checkpoint_release_survives_the_flower_codec():
 
 
 # ---------------------------------------------------------------------------------------- the statistic
-@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity",
+                                      "false_positive_rate_parity"])
 @pytest.mark.parametrize("k,l", [(2, 2), (3, 2), (3, 4)])
 def test_violation_of_the_histogram_is_the_metric(fairness, k, l):
     rng = np.random.default_rng(k * 10 + l)
     n = 2000
     y, pred, s = rng.integers(0, l, n), rng.integers(0, l, n), rng.integers(0, k, n)
     pred = np.where(rng.random(n) < 0.3, s % l, pred)  # a real gap
-    counts = violation_counts(y, pred, s, n_groups=k, n_classes=l, fairness=fairness, positive=1)
-    got = violation_from_counts(counts, fairness=fairness, positive=1)
+    notion = resolve_fairness(fairness, 1)
+    counts = notion.violation_counts(y, pred, s, n_groups=k, n_classes=l)
+    got = notion.violation_from_counts(counts)
     if fairness == "demographic_parity":
         want = metrics.demographic_parity_difference(y, pred, sensitive_features=s)
     elif fairness == "equalized_odds":
         want = metrics.equalized_odds_difference(y, pred, sensitive_features=s)
-    else:
+    elif fairness == "equal_opportunity":
         want = metrics.equal_opportunity_difference(y, pred, sensitive_features=s, pos_label=1)
+    else:
+        want = metrics.false_positive_rate_difference(y, pred, sensitive_features=s, pos_label=1)
     assert got == pytest.approx(want, abs=1e-12)
+    assert notion.metric(y, pred, sensitive_features=s, pos_label=1) == want
     assert got > 0.05
-    assert counts.sum() == (n if fairness != "equal_opportunity" else np.sum(y == 1))
+    in_blocks = {"equal_opportunity": np.sum(y == 1), "false_positive_rate_parity": np.sum(y != 1)}
+    assert counts.sum() == in_blocks.get(fairness, n)
 
 
 def test_noisy_cells_are_clamped_and_empty_groups_left_out():
     c = np.array([[[-5.0, 10.0], [10.0, 10.0], [-3.0, -1.0]]])  # group 2 has no (clamped) records
-    assert violation_from_counts(c, fairness="demographic_parity", positive=1) == pytest.approx(0.5)
-    assert violation_from_counts(np.zeros((1, 2, 2)), fairness="demographic_parity", positive=1) == 0.0
+    dp = resolve_fairness("demographic_parity")
+    assert dp.violation_from_counts(c) == pytest.approx(0.5)
+    assert dp.violation_from_counts(np.zeros((1, 2, 2))) == 0.0
 
 
 @hsettings(max_examples=300, deadline=None)
 @given(n=hst.integers(1, 40), k=hst.integers(2, 4), l=hst.integers(2, 4),
-       fairness=hst.sampled_from(["demographic_parity", "equalized_odds", "equal_opportunity"]),
+       fairness=hst.sampled_from(["demographic_parity", "equalized_odds", "equal_opportunity",
+                                  "false_positive_rate_parity"]),
        seed=hst.integers(0, 2**32 - 1), record=hst.booleans())
 def test_neighbouring_histograms_differ_by_at_most_sqrt2(n, k, l, fairness, seed, record):
     """Replace-one of one record's s (attribute) or of the whole record (record mode: y, s and
@@ -120,16 +127,18 @@ def test_neighbouring_histograms_differ_by_at_most_sqrt2(n, k, l, fairness, seed
     s2[i] = rng.integers(0, k)
     if record:
         y2[i], pred2[i] = rng.integers(0, l), rng.integers(0, l)
-    kw = dict(n_groups=k, n_classes=l, fairness=fairness, positive=1)
-    diff = violation_counts(y, pred, s, **kw) - violation_counts(y2, pred2, s2, **kw)
+    kw = dict(n_groups=k, n_classes=l)
+    notion = resolve_fairness(fairness, 1)
+    diff = notion.violation_counts(y, pred, s, **kw) - notion.violation_counts(y2, pred2, s2, **kw)
     assert np.linalg.norm(diff) <= VIOLATION_SENSITIVITY + 1e-12
     assert np.abs(diff).sum() <= 2
 
 
 def test_the_bound_is_attained():
-    kw = dict(n_groups=2, n_classes=2, fairness="demographic_parity", positive=1)
-    a = violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([0, 1]), **kw)
-    b = violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), **kw)
+    kw = dict(n_groups=2, n_classes=2)
+    dp = resolve_fairness("demographic_parity")
+    a = dp.violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([0, 1]), **kw)
+    b = dp.violation_counts(np.array([0, 1]), np.array([1, 0]), np.array([1, 1]), **kw)
     assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2))
 
 
@@ -168,7 +177,7 @@ def test_a_silo_releases_counts_plus_its_own_gaussian_noise_charged_first():
     # The histogram counts every record of the silo, training and held out; the table the held-out ones.
     whole = small_fed().silos[1]
     pred = np.argmax(_core.predict_proba(np.ascontiguousarray(whole.X, dtype=np.float64), theta, 2), axis=1)
-    exact = violation_counts(whole.y, pred, whole.s, n_groups=2, n_classes=2, fairness=st.fairness, positive=1)
+    exact = st.notion.violation_counts(whole.y, pred, whole.s, n_groups=2, n_classes=2)
     noise = _core.gaussian_release(_core.NoiseKey.seeded(4), violation_release(1, "ledger:0", 2).encode(), exact.size)
     np.testing.assert_allclose(rel.counts, exact + z * math.sqrt(2) * noise.reshape(exact.shape), rtol=0, atol=1e-9)
     _, held = __import__("pfair.validation", fromlist=["holdout"]).holdout(len(whole), st.validation_share,

@@ -40,7 +40,7 @@ torch.set_num_threads(1)
 
 #: The digits CNN's test accuracy at DeepSteFFLe's defaults (docs/deep.md, "Defaults"), every seed.
 DIGITS_CNN_ACCURACY = 0.92
-NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
+NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"]
 PARTS = ["loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w"]
 
 

@@ -31,7 +31,7 @@ from pfair.torch.models import mlp  # noqa: E402
 
 from test_torch import random_problem  # noqa: E402
 
-NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity"]
+NOTIONS = ["demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"]
 PARTS = ["loss_grad", "psi_theta_sfree", "psi_theta", "psi_w_sfree", "psi_w"]
 
 

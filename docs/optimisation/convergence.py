@@ -79,6 +79,9 @@ def violation(fairness: str, y: np.ndarray, pred: np.ndarray, s: np.ndarray) -> 
 
 #: Settings every fit takes beyond the defaults (``--theta-step constant``: the step before section 7).
 EXTRA: dict[str, Any] = {}
+#: ``--w-power a``: private fits take ``lr_w = 0.5 / max(1, λ)^a`` (W's step falling with λ in noisy
+#: rounds, measured and not adopted: docs/optimisation.md, "W's step under noise"). None: the default.
+W_POWER: float | None = None
 
 
 def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: int) -> dict:
@@ -88,6 +91,8 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         params["p_s"] = "pooled"
     else:
         params["noise_seed"] = seed  # a simulation: reproducible noise
+        if W_POWER is not None:
+            params["lr_w"] = 0.5 / max(1.0, lam) ** W_POWER
     model = pfair.SteFFLe(**params)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -293,6 +298,7 @@ def main() -> None:
     ap.add_argument("--no-eg", action="store_true", help="skip fairlearn's front")
     ap.add_argument("--eg-only", action="store_true", help="fairlearn's front only (no SteFFLe fit)")
     ap.add_argument("--theta-step", default=None, help="theta_step of every fit (default: the package's)")
+    ap.add_argument("--w-power", type=float, default=None, help="private fits' lr_w = 0.5 / max(1, λ)^a")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
     ap.add_argument("--write", default=None, help="a page whose generated blocks to replace")
     ap.add_argument("--runs", default=str(RUNS), help="the runs' CSV (default beside this script)")
@@ -301,6 +307,9 @@ def main() -> None:
     runs_path, eg_path = Path(args.runs), Path(args.eg)
     if args.theta_step is not None:
         EXTRA["theta_step"] = args.theta_step
+    if args.w_power is not None:
+        global W_POWER
+        W_POWER = args.w_power
     if not args.tables_only:
         for name in args.tables:
             done = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["table"])

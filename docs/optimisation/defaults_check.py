@@ -69,13 +69,16 @@ def main() -> None:
 def adult_grid(out: str | None) -> None:
     """Non-private Adult, λ = 0: test error at the defaults and at every stage-1 grid point."""
     from pfair.experiments.defaults import STAGE1, grid
+    from pfair.settings import SteFFLeSettings
+    from pfair.validation import training_sizes
 
     data = pfair.datasets.load("adult")
     silos = np.random.default_rng(0).integers(0, 3, size=data.X_train.shape[0])
     rows = []
-    smallest = int(np.bincount(silos).min())
+    # Each silo holds out validation_share of its records: the batch fits in the rest.
+    smallest = int(min(training_sizes(np.bincount(silos), SteFFLeSettings().validation_share)))
     for cfg in [{}] + grid(STAGE1):
-        if cfg:  # as the protocol does: a batch larger than a silo is capped to the smallest silo
+        if cfg:  # as the protocol does: a batch larger than a silo's training share is capped to it
             cfg = {**cfg, "batch_size": min(cfg["batch_size"], smallest)}
         for seed in SEEDS:
             model = pfair.SteFFLe(lam=0.0, epsilon=None, seed=seed, track_history=False, **cfg)

@@ -24,7 +24,6 @@ from sklearn.utils.validation import validate_data
 from pfair._validation import as_features, as_labels, as_vector, check_default_delta, label_indices
 from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 from pfair.federation import Federation
-from pfair.privacy.proportions import n_blocks
 from pfair.settings import SteFFLeSettings
 
 #: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
@@ -342,7 +341,7 @@ class SteFFLeFit(_ParamsMixin):
         """The fitted attributes from a finished (or interrupted) run's state: θ (the snapshot for
         ``output="random"``), W as ``k × l`` (or ``classes × k × l``), history and the report."""
         theta, w = state.snapshot if state.snapshot is not None else (state.theta, state.w)
-        blocks = n_blocks(st.fairness, l)
+        blocks = st.notion.n_blocks(l)
         self.theta_ = self._fold_scaling(np.asarray(theta, dtype=np.float64))
         if getattr(self, "_scaling", None) is not None:
             self.feature_scaling_ = self._scaling

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
+
 #: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
 MAX_GROUPS = 20
 
@@ -346,6 +348,16 @@ def check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {', '.join(map(repr, choices))}")
     return value
+
+
+def resolve_fairness(fairness: Any, positive_class: int = 1) -> FairnessNotion:
+    """The fairness notion of a public name (``fairness="equalized_odds"``), with the positive
+    class index its blocks may read: the one place a name becomes a
+    :class:`pfair.notions.FairnessNotion`. A notion object is returned as it is."""
+    if isinstance(fairness, FairnessNotion):
+        return fairness
+    check_choice(fairness, "fairness", FAIRNESS_NOTIONS)
+    return NOTIONS[fairness](positive=positive_class)
 
 
 # --------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from pfair.cli_common import (  # noqa: F401
 
 
 def add_train_parser(sub: Any) -> None:
+    from pfair.notions import FAIRNESS_NOTIONS, NOTIONS
     from pfair.settings import SteFFLeSettings
 
     p = sub.add_parser(
@@ -69,14 +70,13 @@ def add_train_parser(sub: Any) -> None:
     p.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2 for a silo of n_j records)")
     p.add_argument("--lam", type=float, default=1.0,
                    help="fairness weight lambda >= 0: 0 = plain (private) logistic regression, larger = fairer (default 1)")
-    p.add_argument("--fairness", default="demographic_parity",
-                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
-                   help="fairness notion the penalty enforces (default demographic_parity)")
+    p.add_argument("--fairness", default=SteFFLeSettings.fairness, choices=list(FAIRNESS_NOTIONS),
+                   help=f"fairness notion the penalty enforces (default {SteFFLeSettings.fairness})")
     p.add_argument("--max-violation", type=float, default=None, metavar="T",
                    help="fairness target in (0, 1) instead of --lam: pfair adapts lambda at checkpoints and returns "
-                        "the most accurate checkpoint model whose --fairness metric (demographic_parity_difference, "
-                        "equalized_odds_difference or equal_opportunity_difference) on the silos' records is at most "
-                        "T; in a private fit it is measured from noisy per-silo releases that use "
+                        "the most accurate checkpoint model whose --fairness metric ("
+                        + ", ".join(c.metric_name for c in NOTIONS.values()) + ", in that order) on the silos' "
+                        "records is at most T; in a private fit it is measured from noisy per-silo releases that use "
                         "--max-violation-epsilon-share of each silo's epsilon (leave --lam at its default)")
     p.add_argument("--max-violation-epsilon-share", type=float, default=SteFFLeSettings.max_violation_epsilon_share,
                    metavar="SHARE",
@@ -293,10 +293,23 @@ def privacy_report_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metric_or_nan(notion: Any, y: Any, pred: Any, s: Any) -> float:
+    """The notion's public metric on a test split, NaN where it is undefined (fewer than two
+    groups in its block, as :func:`pfair.metrics.fairness_report` leaves equal opportunity)."""
+    try:
+        return float(notion.metric(y, pred, sensitive_features=s))
+    except ValueError as exc:
+        if "is undefined" not in str(exc):
+            raise
+        return float("nan")
+
+
 def train_command(args: argparse.Namespace) -> int:
     from pfair import metrics
     from pfair.estimators import SteFFLe
     from pfair.federation import Federation
+    from pfair._validation import resolve_fairness
+    from pfair.notions import NOTIONS
 
     import numpy as np
 
@@ -339,6 +352,9 @@ def train_command(args: argparse.Namespace) -> int:
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
+    own_metric = NOTIONS[args.fairness].metric_name  # the --fairness notion's own metric, in the result too
+    if own_metric not in report:
+        report[own_metric] = _metric_or_nan(resolve_fairness(args.fairness), ds.y_test, pred, ds.s_test)
     report_df = model.privacy_report_
     if search is not None and search.ledgers_:
         # the chosen candidate's report holds its ledgers as its fit left them; the search's are final
@@ -361,6 +377,7 @@ def train_command(args: argparse.Namespace) -> int:
         "trivial_error": report["trivial_error"],
         "demographic_parity_difference": report["demographic_parity_difference"],
         "equalized_odds_difference": report["equalized_odds_difference"],
+        own_metric: report[own_metric],
         "max_violation": args.max_violation,
         "final_lam": float(model.lam_),
         **checkpoint_summary(getattr(model, "checkpoints_", None), getattr(model, "selected_epoch_", None),

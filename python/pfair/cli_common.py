@@ -145,9 +145,6 @@ def save_run_model(model: Any, path: str, ds: Any, result: dict, report_df: Any,
 
 
 #: The metric (``pfair.metrics``) that ``--max-violation`` bounds, per ``--fairness``.
-_TARGET_METRIC = {"demographic_parity": "demographic_parity_difference",
-                  "equalized_odds": "equalized_odds_difference",
-                  "equal_opportunity": "equal_opportunity_difference"}
 
 
 def checkpoint_summary(checkpoints: Any, selected_epoch: int | None, epochs: int) -> dict:
@@ -197,6 +194,7 @@ PRIVACY_COLUMNS = ["n_records", "accounting", "sample_rate", "steps", "noise_mul
 def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, report_df: Any, *, where: str) -> None:
     """The text summary of a run (``pfair train``, ``pfair deploy``): warnings, data, test error
     against the constant predictor, fairness gaps, the fairness target, and each silo's privacy."""
+    from pfair.notions import NOTIONS
     from pfair.privacy.report import PrivacyReport
 
     for w in result["warnings"]:
@@ -211,6 +209,10 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
     print(f"equalized_odds_difference      {result['equalized_odds_difference']:.4f}")
+    own = NOTIONS[args.fairness].metric_name if hasattr(args, "fairness") else None
+    if own is not None and own not in ("demographic_parity_difference", "equalized_odds_difference") \
+            and result.get(own) is not None:
+        print(f"{own:<31}{result[own]:.4f}")
     for line in small_group_notes(ds.y_test, ds.s_test, getattr(ds, "group_names", None), getattr(ds, "label_names", None)):
         print(f"warning: {line}", file=sys.stderr)
     if result.get("validation_error") is not None:
@@ -223,7 +225,8 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         how = "noisy releases" if args.epsilon is not None else "exact, non-private"
         v = result["violation_released"]
         measured = f"{v:.4f} at that model ({how})" if v is not None else "not measured"
-        print(f"target        {_TARGET_METRIC[args.fairness]} <= {result['max_violation']:g} on the silos' records: "
+        metric = NOTIONS[args.fairness].metric_name
+        print(f"target        {metric} <= {result['max_violation']:g} on the silos' records: "
               f"{measured}; lambda there {result['final_lam']:.4g}")
     if args.epsilon is None:
         print("privacy       none (epsilon = none)")

@@ -113,7 +113,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
 
     Parameters
     ----------
-    fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
+    fairness : {"demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"}
+        The notion the ψ-term enforces (:mod:`pfair.notions`): independence of the prediction
+        and s, given y, given y = ``positive_class``, or given y ≠ ``positive_class``.
     lam : float, λ ≥ 0, weight of the fairness penalty (0: no penalty, and nothing sent depends on s).
     epsilon, delta : each silo's ISRL-DP budget over all its fits. Default ``epsilon=1.0``, the same
         as ``pfair train``. ``epsilon=None``: non-private (nothing clipped or noised), warned with a
@@ -173,7 +175,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         the training noise is calibrated to the composition of both.
     output : "last" or "random" (the paper's uniformly random iterate).
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
-    positive_class : class index of the positive label (equal opportunity).
+    positive_class : class index of the positive label (equal opportunity, false-positive-rate parity).
     mode : "standard", "divisions", "central_sensitive" or "hybrid": the topology, i.e. who holds s
         (see :mod:`pfair.protocol.topologies`; the hybrid topologies need ``protect="attribute"``).
         ``mode`` means the topology only: what is protected is ``protect=``, and how the noise is
@@ -202,7 +204,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         :func:`pfair.metrics.demographic_parity_difference` for ``"demographic_parity"``,
         :func:`~pfair.metrics.equalized_odds_difference` for ``"equalized_odds"``,
         :func:`~pfair.metrics.equal_opportunity_difference` of the positive class for
-        ``"equal_opportunity"``, each with its defaults), and warns, returning the fairest model
+        ``"equal_opportunity"``, :func:`~pfair.metrics.false_positive_rate_difference` of the
+        positive class for ``"false_positive_rate_parity"``, each with its defaults;
+        :attr:`pfair.notions.FairnessNotion.metric_name`), and warns, returning the fairest model
         still clearly better than the constant predictor, when none meets t. λ starts at 0 and is
         adapted at every checkpoint by projected dual ascent towards 0.85·t (capped at 100), and
         halved whenever the model is not clearly better than the constant predictor on the held-out

@@ -28,18 +28,22 @@ out) under the current θ,
 
     c_j[b, r, ŷ] = #{ i in silo j : block(i) = b, s_i = r, argmax F(x_i; θ) = ŷ } + N(0, (z_v √2)²)
 
-(``block`` as in the ψ-term: one block for demographic parity, the true class for equalized
-odds, the positive records only for equal opportunity). The server adds the silos' noisy counts,
-clamps them at 0 and computes the violation of the pooled table (post-processing, free).
+(``block`` as in the ψ-term, :meth:`pfair.notions.FairnessNotion.blocks_of`: one block for
+demographic parity, the true class for equalized odds, the positive records only for equal
+opportunity, the negative ones only for false-positive-rate parity; the counts are
+:meth:`~pfair.notions.FairnessNotion.violation_counts`). The server adds the silos' noisy counts,
+clamps them at 0 and computes the violation of the pooled table
+(:meth:`~pfair.notions.FairnessNotion.violation_from_counts`, post-processing, free).
 
 Sensitivity. θ is the released model (adaptive composition conditions on it), so each record
 contributes exactly one count, to the cell of its (block, s, ŷ). Replace-one of one record's s
 (``protect="attribute"``) moves that count from cell (b, r, ŷ) to (b, r', ŷ): the count vector
 changes by ``e_(b,r',ŷ) − e_(b,r,ŷ)``. Replace-one of a whole record (``protect="record"``) may
 change x (so ŷ), y (so b) and s at once, but still removes one count from the old record's cell
-and adds one to the new record's cell (for equal opportunity a record outside the positive block
-contributes no count, so only one of the two moves may happen). Either way the change has L2 norm
-at most √2 (0 when the cell is the same, 1 when one side is outside the equal-opportunity block).
+and adds one to the new record's cell (for equal opportunity and false-positive-rate parity a
+record outside the notion's block contributes no count, so only one of the two moves may happen).
+Either way the change has L2 norm at most √2 (0 when the cell is the same, 1 when one side is
+outside the block).
 One release per silo and epoch is therefore a Gaussian mechanism with sensitivity √2 and noise
 multiplier z_v, charged to the silo's ledger as one full-batch Gaussian event *before* it is
 computed; ``max_violation_epsilon_share`` of the silo's ε pays for the checkpoints' releases
@@ -63,78 +67,6 @@ VIOLATION_SENSITIVITY = math.sqrt(2.0)
 VIOLATION_EVENT = "violation_histogram"
 
 
-def violation_counts(y: np.ndarray, pred: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int,
-                     fairness: str, positive: int) -> np.ndarray:
-    """Exact ``blocks × k × l`` histogram of (block, s, ŷ) of one silo's records.
-
-    ``blocks`` is 1 for demographic parity (every record) and equal opportunity (records with
-    ``y = positive``), ``l`` for equalized odds (block = the true class)."""
-    k, l = int(n_groups), int(n_classes)
-    y, pred, s = (np.asarray(v, dtype=np.int64) for v in (y, pred, s))
-    if fairness == "demographic_parity":
-        flat = np.bincount(s * l + pred, minlength=k * l)
-        return flat.reshape(1, k, l).astype(np.float64)
-    if fairness == "equalized_odds":
-        flat = np.bincount((y * k + s) * l + pred, minlength=l * k * l)
-        return flat.reshape(l, k, l).astype(np.float64)
-    if fairness == "equal_opportunity":
-        keep = y == positive
-        flat = np.bincount(s[keep] * l + pred[keep], minlength=k * l)
-        return flat.reshape(1, k, l).astype(np.float64)
-    raise ValueError(f"unknown fairness notion {fairness!r}")
-
-
-def violation_from_counts(counts: np.ndarray, *, fairness: str, positive: int) -> float:
-    """The violation of a pooled (possibly noisy) ``blocks × k × l`` histogram, as
-    :mod:`pfair.metrics` defines it on exact data.
-
-    Negative cells are clamped to 0 (post-processing). Per block, the rates ``P(ŷ = c | s = r)``
-    of the groups whose (clamped) total is positive; the block's gap is ``max_c (max_r − min_r)``
-    (for equal opportunity only ``c = positive``); the violation is the largest gap over blocks
-    with at least two groups (0 if none has)."""
-    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
-    if c.ndim != 3:
-        raise ValueError(f"a violation histogram is blocks × groups × classes, got shape {c.shape}")
-    gaps = []
-    for block in c:
-        totals = block.sum(axis=1)
-        present = totals > 0
-        if np.count_nonzero(present) < 2:
-            continue
-        rates = block[present] / totals[present, None]
-        if fairness == "equal_opportunity":
-            rates = rates[:, [positive]]
-        gaps.append(float(np.max(rates.max(axis=0) - rates.min(axis=0))))
-    return max(gaps) if gaps else 0.0
-
-
-def violation_sd(counts: np.ndarray, *, std: float, fairness: str, positive: int) -> float:
-    """Standard deviation of :func:`violation_from_counts` due to noise of std ``std`` per cell of
-    the pooled histogram (0 when exact), to first order: a rate ``a_c / N`` of a group of ``N``
-    records moves by at most ``std / N`` per unit of noise on its cells (``∂r/∂a = (1 − r)/N``,
-    ``∂r/∂a' = −r/N`` for the other cells, and ``(1 − r)² + r² ≤ 1``), so the gap between the
-    groups of the largest and the smallest rate has ``sd ≤ std · √(1/N_max² + 1/N_min²)``; taken
-    for the block and class of the largest gap."""
-    if std <= 0:
-        return 0.0
-    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
-    best, sd = -1.0, 0.0
-    for block in c:
-        totals = block.sum(axis=1)
-        present = np.flatnonzero(totals > 0)
-        if present.size < 2:
-            continue
-        rates = block[present] / totals[present, None]
-        classes = [positive] if fairness == "equal_opportunity" else range(rates.shape[1])
-        for cls in classes:
-            hi, lo = int(np.argmax(rates[:, cls])), int(np.argmin(rates[:, cls]))
-            gap = rates[hi, cls] - rates[lo, cls]
-            if gap > best:
-                best = gap
-                sd = std * math.sqrt(1.0 / totals[present[hi]] ** 2 + 1.0 / totals[present[lo]] ** 2)
-    return float(sd)
-
-
 def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, releases: int) -> float:
     """``z_v`` such that ``releases`` violation histograms alone cost ``share · epsilon`` at
     ``delta`` (full-batch Gaussian releases, composed by the ledger's accountant)."""
@@ -142,17 +74,20 @@ def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, re
                                 sampling="full_batch")
 
 
-def implausible(counts: np.ndarray, *, n_records: int, std: float, fairness: str, tail: float = 8.0) -> str | None:
+def implausible(counts: np.ndarray, *, n_records: int, std: float, every_record: bool = True,
+                tail: float = 8.0) -> str | None:
     """Why a silo's violation release cannot come from ``n_records`` records plus noise of std
     ``std`` per cell (None if it can): every cell lies in ``[−std·tail, n + std·tail]`` and the
-    total, ``n`` (every record counted once; at most ``n`` for equal opportunity), within
-    ``std·√cells·tail``. A value outside fails with probability below e^{-tail²/2} per check."""
+    total, ``n`` (every record counted once; at most ``n`` when not ``every_record``, a notion
+    whose blocks leave records out: :attr:`pfair.notions.FairnessNotion.covers_every_record`),
+    within ``std·√cells·tail``. A value outside fails with probability below e^{-tail²/2} per
+    check."""
     c = np.asarray(counts, dtype=np.float64)
     n, slack = float(n_records), std * tail
     if c.min() < -slack or c.max() > n + slack:
         return f"a cell is outside [{-slack:.4g}, {n + slack:.4g}] (the silo has {int(n)} records)"
     total, spread = float(c.sum()), std * math.sqrt(c.size) * tail
-    low = -spread if fairness == "equal_opportunity" else n - spread
+    low = n - spread if every_record else -spread
     if not low <= total <= n + spread:
         return f"the counts add up to {total:.6g}, not what {int(n)} records allow"
     return None

@@ -13,9 +13,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from pfair._validation import as_features, as_labels, as_vector, encode, encode_sensitive, silo_ids, unique_inverse
+from pfair._validation import (as_features, as_labels, as_vector, encode, encode_sensitive, resolve_fairness, silo_ids,
+                               unique_inverse)
 
-FAIRNESS_NOTIONS = ("demographic_parity", "equalized_odds", "equal_opportunity")
+from pfair.notions import FAIRNESS_NOTIONS, FairnessNotion  # noqa: F401  (the vocabulary lives in pfair.notions)
 
 
 class Silo:
@@ -435,19 +436,22 @@ class Federation:
             return None
         return base
 
-    def silo_set(self, *, fairness: str = "demographic_parity", positive: int = 1) -> Any:
-        """The silos' data handed to the Rust core (:class:`pfair._core.SiloSet`). When the silos
-        are rows of one matrix (:meth:`shared_matrix`), Rust reads it in place: no copy."""
+    def silo_set(self, fairness: FairnessNotion | str = "demographic_parity", positive: int = 1) -> Any:
+        """The silos' data handed to the Rust core (:class:`pfair._core.SiloSet`) for the fairness
+        notion ``fairness`` (an object of :mod:`pfair.notions` or its public name, with the
+        positive class index ``positive``). When the silos are rows of one matrix (:meth:`shared_matrix`), Rust
+        reads it in place: no copy."""
         from pfair import _core
 
+        notion = resolve_fairness(fairness, positive)
         k, l = self.n_groups, self.n_classes  # noqa: E741
         base = self.shared_matrix()
         if base is None:
             return _core.SiloSet([(s.X, _indices(s.y), _indices(s.s)) for s in self.silos], n_groups=k, n_classes=l,
-                                 fairness=fairness, positive=positive)
+                                 **notion.core_args())
         ys, ss = [_indices(silo.y) for silo in self.silos], [_indices(silo.s) for silo in self.silos]
         return _core.SiloSet.from_matrix(base, ys, ss, [_indices(silo._rows) for silo in self.silos], n_groups=k,
-                                         n_classes=l, fairness=fairness, positive=positive)
+                                         n_classes=l, **notion.core_args())
 
     def pooled(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All silos' records stacked (for evaluation in simulations only); with ``rows``, only
@@ -467,27 +471,19 @@ class Federation:
         return (X, y, s_) if rows is None else (X, y[rows], s_[rows])
 
     # ------------------------------------------------------------------ group statistics
-    def group_counts(self, fairness: str, positive: int = 1) -> np.ndarray:
-        """Counts of group ``r`` in each ψ block (``blocks × k``), summed over silos.
-
-        Demographic parity: one block, all records. Equalized odds: one block per class ``y``.
-        Equal opportunity: one block, records of class ``positive``.
-        """
+    def group_counts(self, fairness: FairnessNotion | str, positive: int = 1) -> np.ndarray:
+        """Counts of group ``r`` in each ψ block (``blocks × k``) of the notion ``fairness`` (an
+        object of :mod:`pfair.notions` or its public name, with the positive class index
+        ``positive``), summed over silos (:meth:`pfair.notions.FairnessNotion.group_counts`)."""
+        notion = resolve_fairness(fairness, positive)
         k, l = self.n_groups, self.n_classes
-        if fairness == "demographic_parity":
-            counts = sum(np.bincount(s.s, minlength=k) for s in self.silos).reshape(1, k)
-        elif fairness == "equalized_odds":
-            counts = sum(np.bincount(s.y * k + s.s, minlength=l * k) for s in self.silos).reshape(l, k)
-        elif fairness == "equal_opportunity":
-            counts = sum(np.bincount(s.s[s.y == positive], minlength=k) for s in self.silos).reshape(1, k)
-        else:
-            raise ValueError(f"fairness={fairness!r} is not supported; choose one of {FAIRNESS_NOTIONS}")
-        return np.asarray(counts, dtype=np.float64)
+        return sum(notion.group_counts(s.y, s.s, n_groups=k, n_classes=l) for s in self.silos)
 
-    def group_proportions(self, fairness: str, positive: int = 1) -> np.ndarray:
+    def group_proportions(self, fairness: FairnessNotion | str, positive: int = 1) -> np.ndarray:
         """``p(s = r | block)`` (``blocks × k``); raises if a group has no records in a block."""
-        counts = self.group_counts(fairness, positive)
-        check_group_counts(counts, fairness, self.groups_, self.classes_, positive)
+        notion = resolve_fairness(fairness, positive)
+        counts = self.group_counts(notion)
+        check_group_counts(counts, notion, self.groups_, self.classes_)
         return counts / counts.sum(axis=1, keepdims=True)
 
     def describe(self) -> pd.DataFrame:
@@ -527,17 +523,12 @@ def _attribute(dataset: Any, by: str) -> np.ndarray:
     return col.to_numpy(dtype=float) if numeric else col.astype(object).to_numpy()
 
 
-def check_group_counts(counts: np.ndarray, fairness: str, groups: np.ndarray, classes: np.ndarray, positive: int) -> None:
+def check_group_counts(counts: np.ndarray, notion: FairnessNotion, groups: np.ndarray, classes: np.ndarray) -> None:
     """Every group must have records in every ψ block, or its ``p_s^{-1/2}`` is undefined."""
     for b, row in enumerate(counts):
         empty = np.flatnonzero(row <= 0)
         if empty.size:
-            where = {
-                "demographic_parity": "in the data",
-                "equalized_odds": f"among records with label {classes[b].item()!r}",
-                "equal_opportunity": f"among records with label {classes[positive].item()!r}",
-            }[fairness]
             raise ValueError(
-                f"sensitive group {groups[empty[0]].item()!r} has no records {where}; every group must be "
-                "present (drop the group from sensitive_features or merge it with another)"
+                f"sensitive group {groups[empty[0]].item()!r} has no records {notion.describe_block(b, classes)}; "
+                "every group must be present (drop the group from sensitive_features or merge it with another)"
             )

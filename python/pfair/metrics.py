@@ -29,6 +29,8 @@ prediction):
   one-vs-rest form of eq. (12) is available with ``conditioning="one_vs_rest"``. Both equal
   fairlearn's ``equalized_odds_difference`` (max of TPR and FPR gaps) for binary labels.
 * :func:`equal_opportunity_difference`: the gap in true-positive rate of ``pos_label`` across groups.
+* :func:`false_positive_rate_difference`: the gap in false-positive rate of ``pos_label`` across
+  groups (among the records of every other class).
 * :func:`accuracy_parity_violation` (Tran et al. 2021, §4.1): the gap in per-group accuracy.
 * :func:`statistical_parity_difference` (Wu et al. 2024, eq. (4)) and
   :func:`decision_boundary_covariance` (Wu et al. 2024, eq. (2), after Zafar et al. 2017).
@@ -268,6 +270,22 @@ def _eopp_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str) -> f
     return gap
 
 
+def _fpr_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str) -> float:
+    assert e.y_true is not None
+    p = _label_code(e.labels, pos_label, "pos_label")
+    negatives = e.y_true != p
+    gap = _set_gap(e, w, negatives, [p], method)
+    if gap is None:
+        present = np.bincount(e.s[negatives], weights=w[negatives], minlength=e.groups.size) > 0
+        raise ValueError(
+            f"false positive rate difference is undefined: y_true has records other than pos_label="
+            f"{pos_label!r} only in group(s) {_names(e.groups, present)} of sensitive_features "
+            f"(groups without such records: {_names(e.groups, ~present)}); a false-positive-rate "
+            "gap needs 2 groups with negatives. Pass a larger sample or another pos_label."
+        )
+    return gap
+
+
 def _accuracy_gap(e: _Encoded) -> float:
     assert e.y_true is not None
     correct = (e.y_true == e.y_pred).astype(np.int64)
@@ -441,6 +459,49 @@ def equal_opportunity_difference(
     _check_method(method)
     e = _prepare(y_true, y_pred, sensitive_features)
     return _eopp_gap(e, _weights(sample_weight, e.y_pred.shape[0]), pos_label, method)
+
+
+def false_positive_rate_difference(
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, method: str = "between_groups",
+    sample_weight: Any = None, pos_label: Hashable = 1,
+) -> float:
+    r"""False positive rate difference: the gap in false-positive rate of ``pos_label`` across
+    groups (fairlearn's name), the violation of false-positive-rate parity
+    (``fairness="false_positive_rate_parity"``).
+
+    .. math::
+
+        \max_{s_1, s_2} \left| P[\hat y = p \mid s = s_1, y \ne p]
+                              - P[\hat y = p \mid s = s_2, y \ne p] \right|,
+        \quad p = \text{pos\_label}
+
+    (``method="to_overall"``: the largest distance of a group's rate to the overall one). Groups
+    without any record of another class than ``pos_label`` have no false-positive rate and are
+    left out; if fewer than two groups have such records, ``ValueError`` names them. Equals
+    ``fairlearn.metrics.false_positive_rate_difference`` whenever every group has such records.
+    With more than two classes it is the one-vs-rest rate of ``pos_label`` among the records of
+    every other class.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n,)
+        True and predicted labels.
+    sensitive_features : array-like of shape (n,)
+        Group of each record; at least 2 distinct groups.
+    method : {"between_groups", "to_overall"}
+        As in fairlearn.
+    sample_weight : array-like of shape (n,), optional
+        Non-negative weights.
+    pos_label : hashable, default 1
+        The "positive" label; must occur in y_true or y_pred.
+
+    Returns
+    -------
+    float in [0, 1].
+    """
+    _check_method(method)
+    e = _prepare(y_true, y_pred, sensitive_features)
+    return _fpr_gap(e, _weights(sample_weight, e.y_pred.shape[0]), pos_label, method)
 
 
 def demographic_parity_violation(y_true: Any, y_pred: Any, *, sensitive_features: Any) -> float:
@@ -828,5 +889,6 @@ __all__ += [
     "equal_opportunity_ratio",
     "equalized_odds_difference",
     "equalized_odds_ratio",
+    "false_positive_rate_difference",
     "group_report",
 ]

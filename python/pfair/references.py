@@ -31,16 +31,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pfair._validation import as_records, check_choice, check_same_length, sorted_codes
+from pfair._validation import as_records, check_choice, check_same_length, resolve_fairness, sorted_codes
+from pfair.notions import NOTIONS
 
 __all__ = ["MixingLine", "mixing_line", "FAIRNESS_METRICS"]
 
 #: The violation each fairness notion is measured by (:mod:`pfair.metrics`, default arguments).
-FAIRNESS_METRICS = {
-    "demographic_parity": "demographic_parity_difference",
-    "equalized_odds": "equalized_odds_difference",
-    "equal_opportunity": "equal_opportunity_difference",
-}
+FAIRNESS_METRICS = {name: notion.metric_name for name, notion in NOTIONS.items()}
 
 
 @dataclass(frozen=True)
@@ -106,9 +103,9 @@ def mixing_line(y_true: Any, y_pred: Any, *, sensitive_features: Any, fairness: 
     sensitive_features : array-like of shape (n,)
         Group of each evaluation record (used to measure the model's violation only; the mix
         itself never reads it).
-    fairness : {"demographic_parity", "equalized_odds", "equal_opportunity"}
+    fairness : {"demographic_parity", "equalized_odds", "equal_opportunity", "false_positive_rate_parity"}
         The violation measured (:data:`FAIRNESS_METRICS`: the :mod:`pfair.metrics` function of
-        that name with its defaults; equal opportunity for ``pos_label``).
+        that name with its defaults; equal opportunity and false-positive-rate parity for ``pos_label``).
     constant : label, optional
         What the constant predictor predicts; default the most frequent label of ``y_true`` (ties:
         the smallest). Pass the training set's majority label to keep the evaluation labels out.
@@ -119,8 +116,6 @@ def mixing_line(y_true: Any, y_pred: Any, *, sensitive_features: Any, fairness: 
     -------
     MixingLine
     """
-    from pfair import metrics
-
     check_choice(fairness, "fairness", tuple(FAIRNESS_METRICS))
     yt, yp = as_records(y_true, "y_true"), as_records(y_pred, "y_pred")
     check_same_length(y_true=yt, y_pred=yp)
@@ -128,9 +123,6 @@ def mixing_line(y_true: Any, y_pred: Any, *, sensitive_features: Any, fairness: 
         labels, codes = sorted_codes(yt, "y_true")
         constant = labels[int(np.argmax(np.bincount(codes)))]
         constant = constant.item() if isinstance(constant, np.generic) else constant
-    kw: dict[str, Any] = {"sensitive_features": sensitive_features}
-    if fairness == "equal_opportunity":
-        kw["pos_label"] = pos_label
-    violation = getattr(metrics, FAIRNESS_METRICS[fairness])(yt, yp, **kw)
+    violation = resolve_fairness(fairness).metric(yt, yp, sensitive_features=sensitive_features, pos_label=pos_label)
     return MixingLine(error_model=float(np.mean(yt != yp)), violation_model=float(violation),
                       error_constant=float(np.mean(yt != constant)), constant=constant, fairness=fairness)

@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from pfair._validation import check_choice, check_distribution, check_int, check_positive
+from pfair._validation import check_choice, check_distribution, check_int, check_positive, resolve_fairness
 from pfair.exceptions import PrivacyWarning
 
-from pfair.federation import FAIRNESS_NOTIONS  # noqa: E402  (one vocabulary)
+from pfair.notions import FAIRNESS_NOTIONS, FairnessNotion  # noqa: E402  (one vocabulary)
 SAMPLINGS = ("without_replacement", "poisson", "shuffle", "full_batch")
 W_STEPS = ("normalised", "paper")
 #: θ-step rules (``theta_step=``): ``"scaled"`` divides η_θ by ``max(1, λ/THETA_STEP_LAMBDA)``,
@@ -381,11 +381,23 @@ class SteFFLeSettings:
             object.__setattr__(self, "sampling", auto_sampling(self.protect, self.mode))
         if self.calibration == "auto":
             object.__setattr__(self, "calibration", auto_calibration(self.protect, self.sampling, self.mode))
+        # The notion object every module below the estimators takes (not a field: the settings
+        # stay the public names, in asdict, repr and ==).
+        object.__setattr__(self, "_notion", resolve_fairness(self.fairness, self.positive_class))
 
     # ------------------------------------------------------------------ derived
     @property
     def private(self) -> bool:
         return self.epsilon is not None
+
+    @property
+    def notion(self) -> FairnessNotion:
+        """The fairness notion (:mod:`pfair.notions`) of ``fairness`` and ``positive_class``."""
+        notion = self.__dict__.get("_notion")
+        if notion is None:  # settings unpickled from before the notion objects: resolved now
+            notion = resolve_fairness(self.fairness, self.positive_class)
+            object.__setattr__(self, "_notion", notion)
+        return notion
 
     @property
     def sends_psi(self) -> bool:

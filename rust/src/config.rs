@@ -56,7 +56,8 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::UnknownFairness(name) => write!(
                 f,
-                "fairness={name:?} is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
+                "fairness={name:?} is unknown; use 'demographic_parity', 'equalized_odds', 'equal_opportunity' or \
+                 'false_positive_rate_parity'"
             ),
             ConfigError::HybridNoiseCount { n_sensitive } => write!(
                 f,

@@ -71,12 +71,11 @@ import pandas as pd
 
 from pfair import _core
 from pfair._fit import _ParamsMixin
-from pfair._validation import check_choice, check_int, check_positive
+from pfair._validation import check_choice, check_int, check_positive, resolve_fairness
 from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
 from pfair.estimators import LinearSoftmaxMixin
 from pfair.privacy import mechanisms
-from pfair.privacy.proportions import n_blocks
 from pfair.protocol.keys import PFLD_DUAL_STREAM, PFLD_PRIMAL_STREAM, noise_key, seeded_key
 from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import default_delta
@@ -204,7 +203,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             del self.groups_
         m = n if self.sampling == "full_batch" else self.batch_size
         check_batch_fits(self.sampling, m, [n], holder="the data")
-        blocks = n_blocks(self.fairness, l)
+        blocks = 1 if self.fairness == "accuracy_parity" else resolve_fairness(self.fairness).n_blocks(l)
         U = 1 if self.fairness == "accuracy_parity" else l - 1
         block = ya if blocks > 1 else np.zeros(n, dtype=np.int64)
         known = sa >= 0

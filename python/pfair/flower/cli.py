@@ -39,6 +39,7 @@ def add_deploy_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(q)
     from pfair.cli import _batch_size
+    from pfair.notions import FAIRNESS_NOTIONS
     from pfair.settings import SteFFLeSettings
 
     d = SteFFLeSettings()
@@ -46,9 +47,8 @@ def add_deploy_parser(sub: Any) -> None:
                    help="each silo's budget and the run's target epsilon (default 1, as pfair train)")
     q.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2)")
     q.add_argument("--lam", type=float, default=1.0, help="fairness weight lambda")
-    q.add_argument("--fairness", default="demographic_parity",
-                   choices=["demographic_parity", "equalized_odds", "equal_opportunity"],
-                   help="fairness notion the penalty enforces (default demographic_parity)")
+    q.add_argument("--fairness", default=d.fairness, choices=list(FAIRNESS_NOTIONS),
+                   help=f"fairness notion the penalty enforces (default {d.fairness})")
     q.add_argument("--epochs", type=int, default=d.epochs,
                    help=f"passes over each silo's records (default {d.epochs}, as pfair train; each round costs "
                         "0.6-1.3 s on Flower, see above)")
@@ -270,7 +270,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
             # Outside the workdir: a copy of the workdir restored later (or emptied) must not
             # answer rounds again, nor start the budgets over (docs/deploy.md, "Backups").
             c["ledger-anchor"] = str(default_anchor(c["state-dir"]))
-            c["histogram-fairness"] = histogram_release(st.fairness, st.positive_class)
+            c["histogram-fairness"] = histogram_release(st.notion)
             if args.delta is not None:
                 c["delta"] = args.delta
         # Everything checked before a process starts or a silo spends anything.

@@ -43,10 +43,11 @@ never by the server):
 ``histogram-share``, ``histogram-fairness``
     what the silo's DP histogram of s costs, and for which notions it is released: a share (default
     :data:`HISTOGRAM_SHARE`) of ``min(epsilon, max-run-epsilon)``, for the comma-separated notions
-    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>`` (default
-    :data:`HISTOGRAM_FAIRNESS`), each released once. The run config's ``epsilon`` and
-    ``p_s_epsilon_share`` do not price it, and a hello for another notion is refused before anything
-    is read or charged (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
+    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>``,
+    ``false_positive_rate_parity:<positive class>`` (default :data:`HISTOGRAM_FAIRNESS`), each
+    released once. The run config's ``epsilon`` and ``p_s_epsilon_share`` do not price it, and a
+    hello for another notion is refused before anything is read or charged
+    (:meth:`SiloNode.hello_bound`: the most any hellos can spend);
 ``allow-score-histogram``
     ``true`` to answer ``query.score_histogram`` (private post-processing); off by default;
 ``max-run-epsilon``, ``max-violation-share``, ``max-validation-share``
@@ -100,7 +101,8 @@ from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMism
 from pfair.privacy import mechanisms
 from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, data_fingerprint, file_lock, journals, legacy_fingerprint
-from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, release_name
+from pfair.notions import HISTOGRAM_PREFIX, NOTIONS, FairnessNotion
+from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY
 from pfair.protocol.messages import CheckpointRelease, SiloMessage
 from pfair.protocol.plan import rounds_per_epoch
 from pfair.protocol.keys import SiloKeys, evaluation_release, new_secret, noise_key, release_run, restore_key
@@ -352,7 +354,7 @@ class SiloNode:
         X, y, s = self.X[train], self.y[train], self.s[train]
         if self.model is None:
             silo_set = _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes,
-                                     fairness=st.fairness, positive=st.positive_class)
+                                     **st.notion.core_args())
             provider: Any = LinearProvider(silo_set, 0, silo_config(st, len(y), None))
         else:
             from pfair.federation import Silo
@@ -400,7 +402,7 @@ class SiloNode:
             if settings.epsilon is None or settings.p_s_source != "dp" or not settings.sends_psi:
                 self._party(settings, check_budget=False, ledger=ledger)  # the settings' checks (ε None refused)
                 return out
-            name = release_name(settings.fairness, settings.positive_class)
+            name = settings.notion.histogram_name
             if name not in self.histogram_releases:
                 raise SettingsMismatch(
                     f"silo {self.silo_id}: the run asks for a histogram of s for {name[len(HISTOGRAM_PREFIX):]!r}; this "
@@ -776,32 +778,35 @@ def ledger_anchor(value: Any, state_dir: os.PathLike | str, *, silo: Any = None)
 
 
 def histogram_releases(value: Any, *, n_classes: int, silo: Any = None) -> frozenset:
-    """The release names (:func:`pfair.privacy.proportions.release_name`) of the histograms of s a
-    silo releases, from its node config's ``histogram-fairness``: comma-separated
-    ``demographic_parity``, ``equalized_odds``, ``equal_opportunity:<positive class>``."""
+    """The release names (:attr:`pfair.notions.FairnessNotion.histogram_name`) of the histograms of
+    s a silo releases, from its node config's ``histogram-fairness``: comma-separated notion names
+    (:data:`pfair.notions.NOTIONS`), with ``:<positive class>`` for those whose blocks read it
+    (``equal_opportunity:1``)."""
     out = set()
     for item in (v.strip() for v in str(value).split(",")):
         if not item:
             continue
-        notion, _, positive = item.partition(":")
-        if notion in ("demographic_parity", "equalized_odds") and not positive:
-            out.add(release_name(notion, 0))
-        elif notion == "equal_opportunity" and positive.isdigit() and int(positive) < int(n_classes):
-            out.add(release_name(notion, int(positive)))
+        name, _, positive = item.partition(":")
+        cls = NOTIONS.get(name)
+        if cls is not None and not cls.uses_positive and not positive:
+            out.add(cls().histogram_name)
+        elif cls is not None and cls.uses_positive and positive.isdigit() and int(positive) < int(n_classes):
+            out.add(cls(positive=int(positive)).histogram_name)
         else:
+            spelled = ", ".join(f"{n}:<positive class in 0..{int(n_classes) - 1}>" if c.uses_positive else n
+                                for n, c in NOTIONS.items())
             raise ValueError(f"silo {silo}: node config histogram-fairness has {item!r}; name the notions this silo "
-                             "releases a histogram of s for, comma-separated: demographic_parity, equalized_odds, "
-                             f"equal_opportunity:<positive class in 0..{int(n_classes) - 1}>")
+                             f"releases a histogram of s for, comma-separated: {spelled}")
     if not out:
         raise ValueError(f"silo {silo}: node config histogram-fairness is empty; name at least one notion (default "
                          f"{HISTOGRAM_FAIRNESS}), or leave the key out")
     return frozenset(out)
 
 
-def histogram_release(fairness: str, positive_class: int) -> str:
-    """The ``histogram-fairness`` entry of a run's fairness notion (and, for equal opportunity, its
-    positive class): what a launcher puts in its silos' node configs."""
-    return f"{fairness}:{int(positive_class)}" if fairness == "equal_opportunity" else fairness
+def histogram_release(notion: FairnessNotion) -> str:
+    """The ``histogram-fairness`` entry of a run's fairness notion (and, where its blocks read it,
+    its positive class): what a launcher puts in its silos' node configs."""
+    return f"{notion.name}:{int(notion.positive)}" if notion.uses_positive else notion.name
 
 
 def reset_state(state_dir: os.PathLike | str, *, anchor: os.PathLike | str | None = None,

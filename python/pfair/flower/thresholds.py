@@ -59,7 +59,7 @@ def read_score_histogram(content: RecordDict, *, n_bins: int, n_groups: int) -> 
     z, n = float(meta.get("noise_multiplier", math.nan)), int(meta.get("n_records", -1))
     if not (math.isfinite(z) and z >= 0 and n >= 0):
         raise ValueError("the reply does not state its noise multiplier and number of records")
-    why = implausible(hist, n_records=n, std=z * SCORE_HISTOGRAM_SENSITIVITY, fairness="demographic_parity")
+    why = implausible(hist, n_records=n, std=z * SCORE_HISTOGRAM_SENSITIVITY)
     if why is not None:
         raise ValueError(f"implausible score histogram: {why}")
     return hist, meta

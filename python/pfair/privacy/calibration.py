@@ -24,6 +24,7 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
+from pfair.notions import FairnessNotion
 from pfair.privacy.accountant import PLD_SCHEMES, noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
@@ -259,8 +260,8 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
                                 accountant=accountant)
 
 
-def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray, fairness: str,
-                    positive: int, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
+def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray,
+                    notion: FairnessNotion, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
                     sends_psi: bool, sample_rate: float | None = None, denominator: float | None = None) -> dict:
     """The fields of a :class:`NoisePlan` that follow from a silo's size, settings and the
     released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
@@ -273,8 +274,8 @@ def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportio
     denom = denom if denominator is None else float(denominator)
     props = np.asarray(proportions, dtype=np.float64)
     d_loss, d_theta, d_w = _core.sensitivities(
-        inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, fairness=fairness,
-        positive=positive, protect=protect, clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+        inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, **notion.core_args(), protect=protect,
+        clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     return dict(sampling=sampling, sample_rate=q, denominator=denom, protect=protect, sends_psi=sends_psi,
                 sensitivity_loss=d_loss if protect == "record" else 0.0,
                 sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0)
@@ -302,8 +303,7 @@ class NoiseRequest:
     steps: int
     epsilon: float | None
     delta: float | None
-    fairness: str
-    positive: int
+    notion: FairnessNotion
     protect: str
     clip_loss: float
     clip_theta: float
@@ -325,16 +325,16 @@ class NoiseRequest:
         replace any field the settings would give."""
         st = settings
         fields = dict(silo=silo, n_records=n_records, batch_size=st.batch_size, sampling=st.sampling, steps=steps,
-                      epsilon=st.epsilon, delta=delta, fairness=st.fairness, positive=st.positive_class,
-                      protect=st.protect, calibration=st.calibration, sends_psi=st.sends_psi, **st.clips())
+                      epsilon=st.epsilon, delta=delta, notion=st.notion, protect=st.protect,
+                      calibration=st.calibration, sends_psi=st.sends_psi, **st.clips())
         fields.update(overrides)
         return cls(**fields)
 
     def terms(self, proportions: np.ndarray) -> dict:
         """:func:`mechanism_terms` of this request under the released ``proportions``."""
         return mechanism_terms(n_records=self.n_records, batch_size=self.batch_size, sampling=self.sampling,
-                               proportions=proportions, fairness=self.fairness, positive=self.positive,
-                               protect=self.protect, clip_loss=self.clip_loss, clip_theta=self.clip_theta,
+                               proportions=proportions, notion=self.notion, protect=self.protect,
+                               clip_loss=self.clip_loss, clip_theta=self.clip_theta,
                                clip_w=self.clip_w, sends_psi=self.sends_psi, sample_rate=self.sample_rate,
                                denominator=self.denominator)
 
@@ -355,7 +355,7 @@ def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
                         f"{type(request).__name__}")
     r = request
     silo, n_records, sampling, steps, epsilon, delta = r.silo, r.n_records, r.sampling, r.steps, r.epsilon, r.delta
-    fairness, positive, protect, calibration, sends_psi = r.fairness, r.positive, r.protect, r.calibration, r.sends_psi
+    notion, protect, calibration, sends_psi = r.notion, r.protect, r.calibration, r.sends_psi
     clip_loss, clip_theta, clip_w, sample_rate = r.clip_loss, r.clip_theta, r.clip_w, r.sample_rate
     proportions = np.asarray(proportions, dtype=np.float64)
     terms = r.terms(proportions)
@@ -364,7 +364,7 @@ def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
     if sample_rate is not None and scheme == "public_batch" and q >= 1:
         scheme = "full_batch"
     inv_sqrt_ps = inv_sqrt_proportions(proportions)
-    kw = dict(n_groups=proportions.shape[1], denom=denom, fairness=fairness, positive=positive, protect=protect,
+    kw = dict(n_groups=proportions.shape[1], denom=denom, **notion.core_args(), protect=protect,
               clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
     # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).
     relation = "add_remove" if scheme == "poisson_replace_one" else "replace_one"

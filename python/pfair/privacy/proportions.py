@@ -1,10 +1,11 @@
 """Group proportions p_s for the ψ-term, from released values only.
 
-The ψ-term needs ``p(s = r | block)`` (one block for demographic parity and equal opportunity,
-one per class for equalized odds). Everything derived from them — the noise scale of the W part
-(its sensitivity is ``(2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``) and every check that a group is present — must
-use values that are public or already released, or a neighbouring data set (one record's s
-changed) could change a noise scale or raise a different error. Three sources:
+The ψ-term needs ``p(s = r | block)`` (the blocks of the fairness notion,
+:meth:`pfair.notions.FairnessNotion.blocks_of`: one for demographic parity, equal opportunity and
+false-positive-rate parity, one per class for equalized odds). Everything derived from them — the
+noise scale of the W part (its sensitivity is ``(2/m)(1/ρ₁ + 1/ρ₂)^{1/2}``) and every check that a
+group is present — must use values that are public or already released, or a neighbouring data
+set (one record's s changed) could change a noise scale or raise a different error. Three sources:
 
 ``p_s=[...]`` (public)
     Proportions the user supplies (e.g. from a census). Costs nothing; the guarantee covers
@@ -30,31 +31,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from pfair._validation import check_distribution
+from pfair.notions import HISTOGRAM_PREFIX, FairnessNotion  # noqa: F401  (the ledger key's prefix, re-exported)
 from pfair.privacy.accountant import noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent
 
 HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
 
 
-def n_blocks(fairness: str, n_classes: int) -> int:
-    """W blocks (rows of p_s) of a fairness notion: one per class for equalized odds, one otherwise."""
-    return int(n_classes) if fairness == "equalized_odds" else 1
-
-
 def inv_sqrt_proportions(proportions: np.ndarray) -> np.ndarray:
     """``p(s | block)^{-1/2}`` as the flat, contiguous float64 vector the kernels read."""
     return np.ascontiguousarray(np.asarray(proportions, dtype=np.float64).ravel() ** -0.5)
-
-
-def group_counts(y: np.ndarray, s: np.ndarray, *, n_groups: int, n_classes: int, fairness: str,
-                 positive: int) -> np.ndarray:
-    """Counts of group ``r`` in each ψ block (``blocks × k``) of one silo's records."""
-    k, l = n_groups, n_classes
-    if fairness == "demographic_parity":
-        return np.bincount(s, minlength=k).reshape(1, k).astype(float)
-    if fairness == "equalized_odds":
-        return np.bincount(y * k + s, minlength=l * k).reshape(l, k).astype(float)
-    return np.bincount(s[y == positive], minlength=k).reshape(1, k).astype(float)
 
 
 def histogram_event(noise_multiplier: float) -> MechanismEvent:
@@ -68,14 +54,6 @@ def histogram_noise_multiplier(*, epsilon: float, share: float, delta: float) ->
                                 accountant="exact")
 
 
-HISTOGRAM_PREFIX = "p_s_histogram:"
-
-
-def release_name(fairness: str, positive: int) -> str:
-    """Key of a silo's released histogram in its ledger."""
-    return f"{HISTOGRAM_PREFIX}{fairness}" + (f":{positive}" if fairness == "equal_opportunity" else "")
-
-
 def combine_histograms(noisy_counts: list[np.ndarray]) -> np.ndarray:
     """Server side of ``p_s="dp"``: add the silos' noisy counts, clamp at 1, normalise per block."""
     if not noisy_counts:
@@ -85,13 +63,12 @@ def combine_histograms(noisy_counts: list[np.ndarray]) -> np.ndarray:
     return clamped / clamped.sum(axis=1, keepdims=True)
 
 
-def public_proportions(p_s: Any, *, fairness: str, groups: np.ndarray, classes: np.ndarray,
-                       positive: int) -> np.ndarray:
+def public_proportions(p_s: Any, *, notion: FairnessNotion, groups: np.ndarray, classes: np.ndarray) -> np.ndarray:
     """User-supplied proportions as a ``blocks × k`` array, each block normalised to 1.
 
     Accepts an array (``k`` or ``blocks × k``) or a mapping ``group -> proportion`` (equalized
     odds: ``class -> {group -> proportion}`` or ``class -> array``)."""
-    k, blocks = len(groups), n_blocks(fairness, len(classes))
+    k, blocks = len(groups), notion.n_blocks(len(classes))
 
     def row(v: Any, where: str) -> np.ndarray:
         if isinstance(v, Mapping):
@@ -110,22 +87,23 @@ def public_proportions(p_s: Any, *, fairness: str, groups: np.ndarray, classes: 
         check_distribution(a, f"p_s{where}")
         return a / a.sum()
 
-    if isinstance(p_s, Mapping) and fairness == "equalized_odds" and all(c in p_s for c in classes.tolist()):
+    per_class = blocks == len(classes) and blocks > 1  # one block per class (equalized odds)
+    if isinstance(p_s, Mapping) and per_class and all(c in p_s for c in classes.tolist()):
         out = np.vstack([row(p_s[c], f"[{c!r}]") for c in classes.tolist()])
     elif isinstance(p_s, Mapping):
         out = row(p_s, "")[None, :]
         if blocks > 1:
-            raise ValueError("fairness='equalized_odds' needs one row of proportions per class: pass "
+            raise ValueError(f"fairness={notion.name!r} needs one row of proportions per class: pass "
                              "{class: {group: p}} or a (classes × groups) array")
     else:
         a = np.asarray(p_s, dtype=np.float64)
         if a.ndim == 1:
             if blocks > 1:
-                raise ValueError(f"fairness='equalized_odds' needs p(s | y) for each of the {blocks} classes: a "
+                raise ValueError(f"fairness={notion.name!r} needs p(s | y) for each of the {blocks} classes: a "
                                  f"({blocks} × {k}) array, got a 1-D array")
             out = row(a, "")[None, :]
         else:
             if a.shape[0] != blocks:
-                raise ValueError(f"p_s has {a.shape[0]} rows but fairness={fairness!r} needs {blocks}")
+                raise ValueError(f"p_s has {a.shape[0]} rows but fairness={notion.name!r} needs {blocks}")
             out = np.vstack([row(a[b], f"[{b}]") for b in range(blocks)])
     return out

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pfair.privacy.proportions import inv_sqrt_proportions, n_blocks  # noqa: F401  (re-exported)
+from pfair.privacy.proportions import inv_sqrt_proportions  # noqa: F401  (re-exported)
 from pfair.settings import SteFFLeSettings
 
 
@@ -165,15 +165,14 @@ class RunPlan:
         warn_if_one_silo_shrinks_the_batch(settings, list(sizes), names)
         st = settings.for_sizes(list(sizes))
         k, l = int(n_groups), int(n_classes)
-        if st.fairness == "equal_opportunity" and not 0 <= st.positive_class < l:
-            raise ValueError(f"positive_class={st.positive_class} is not a class index in 0..{l - 1}")
+        st.notion.check_classes(l)
         check_batch_fits(st.sampling, st.batch_size, sizes)
         R = rounds_per_epoch(st.sampling, sizes, st.batch_size)
         T = st.epochs * R
         n = np.asarray(sizes, dtype=np.float64)
         weights = np.full(n.size, 1.0 / n.size) if st.silo_weights == "uniform" else n / n.sum()
         pick = int(np.random.default_rng(st.seed).integers(0, T)) if st.output == "random" else None
-        return cls(st, tuple(int(v) for v in sizes), k, l, n_blocks(st.fairness, l), R, T, weights, pick,
+        return cls(st, tuple(int(v) for v in sizes), k, l, st.notion.n_blocks(l), R, T, weights, pick,
                    budget_split(st))
 
     @property

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
-from pfair.fairness_target import LambdaController, implausible, violation_from_counts, violation_sd
-from pfair.privacy.proportions import n_blocks
+from pfair.fairness_target import LambdaController, implausible
+from pfair.notions import FairnessNotion
 from pfair.protocol.messages import PARTS, CheckpointRelease, SiloMessage
 from pfair.settings import SteFFLeSettings
 from pfair.validation import CheckpointFigures, pooled_figures
@@ -196,10 +196,10 @@ class ServerParty:
         st = self.settings
         l = int(n_classes)  # noqa: E741
         target = self.controller is not None
-        shape = (n_blocks(st.fairness, l), self.block_len // l, l)
+        shape = (st.notion.n_blocks(l), self.block_len // l, l)
         tables, hists, stds = [], [], []
         for silo, rel in releases:
-            reason = self._check_checkpoint(silo, rel, epoch, l, shape, st.fairness if target else None, limits)
+            reason = self._check_checkpoint(silo, rel, epoch, l, shape, st.notion if target else None, limits)
             if reason is None:
                 tables.append(np.asarray(rel.validation, dtype=np.float64))
                 if target:
@@ -215,10 +215,9 @@ class ServerParty:
         v = sd_v = None
         if target:
             pooled = np.sum(hists, axis=0)
-            v = violation_from_counts(pooled, fairness=st.fairness, positive=st.positive_class)
+            v = st.notion.violation_from_counts(pooled)
             std = max(limits[j][3] for j, _ in releases if j in limits) if limits else 0.0
-            sd_v = violation_sd(pooled, std=std * math.sqrt(len(hists)), fairness=st.fairness,
-                                positive=st.positive_class)
+            sd_v = st.notion.violation_sd(pooled, std=std * math.sqrt(len(hists)))
         fig = pooled_figures(tables, epoch=epoch, noise_sd=max(stds), violation=v, violation_sd=sd_v or 0.0,
                              lam=float(self.lam))
         if fig is None:
@@ -231,21 +230,21 @@ class ServerParty:
         return fig
 
     @staticmethod
-    def _check_checkpoint(silo: Any, rel: Any, epoch: int, l: int, shape: tuple, fairness: str | None,  # noqa: E741
-                          limits: dict | None) -> str | None:
-        """Why a checkpoint release is rejected (None: it is valid). ``fairness``: the notion of
-        the violation histogram it must hold (None: no target, no histogram)."""
+    def _check_checkpoint(silo: Any, rel: Any, epoch: int, l: int, shape: tuple,  # noqa: E741
+                          notion: FairnessNotion | None, limits: dict | None) -> str | None:
+        """Why a checkpoint release is rejected (None: it is valid). ``notion``: the fairness
+        notion of the violation histogram it must hold (None: no target, no histogram)."""
         if not isinstance(rel, CheckpointRelease):
             return "no reply" if rel is None else f"not a CheckpointRelease but {type(rel).__name__}"
         if rel.silo != silo or rel.epoch != epoch:
             return f"claims silo {rel.silo!r} epoch {rel.epoch}, expected silo {silo!r} epoch {epoch}"
         if limits is not None and silo not in limits:
             return f"unknown silo {silo!r}"
-        # (name, array, shape, notion whose totals apply, index of its (n, std) in limits)
-        parts = [("validation table", rel.validation, (l, l), "demographic_parity", 0)]
-        if fairness is not None:
-            parts.append(("violation histogram", rel.counts, shape, fairness, 2))
-        for name, arr, want, notion, at in parts:
+        # (name, array, shape, whether it counts every record, index of its (n, std) in limits)
+        parts = [("validation table", rel.validation, (l, l), True, 0)]
+        if notion is not None:
+            parts.append(("violation histogram", rel.counts, shape, notion.covers_every_record, 2))
+        for name, arr, want, every, at in parts:
             if arr is None:
                 return f"no {name}"
             c = np.asarray(arr)
@@ -257,7 +256,7 @@ class ServerParty:
                 return f"the {name} has NaN or inf"
             if limits is not None:
                 n, std = limits[silo][at], limits[silo][at + 1]
-                why = implausible(c, n_records=n, std=std, fairness=notion)
+                why = implausible(c, n_records=n, std=std, every_record=every)
                 if why is not None:
                     return f"the {name}: {why}"
         return None

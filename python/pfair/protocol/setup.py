@@ -132,8 +132,7 @@ def released_proportions(plan: RunPlan, *, groups: np.ndarray, classes: np.ndarr
     if not st.sends_psi:
         return plan.uniform_proportions()
     if st.p_s_source == "given":
-        return public_proportions(st.p_s, fairness=st.fairness, groups=groups, classes=classes,
-                                  positive=st.positive_class)
+        return public_proportions(st.p_s, notion=st.notion, groups=groups, classes=classes)
     if st.p_s_source == "dp":
         if histograms is None:
             raise ValueError("p_s='dp' needs the silos' DP histograms")

@@ -32,20 +32,10 @@ from pfair.privacy.calibration import (
     plan_silo_noise,
     sample_rate_and_denominator,
 )
-from pfair.fairness_target import (
-    VIOLATION_EVENT,
-    VIOLATION_SENSITIVITY,
-    violation_counts,
-)
+from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY
 from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger
-from pfair.privacy.proportions import (
-    HISTOGRAM_SENSITIVITY,
-    group_counts,
-    histogram_event,
-    n_blocks,
-    release_name,
-)
+from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
 from pfair.protocol.keys import SiloKeys, group_counts_release, release_run, validation_release, violation_release
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
@@ -147,12 +137,11 @@ class SiloParty:
             raise ValueError("p_s='dp' needs a private fit (epsilon) and a ledger")
         z_h = self.budget.histogram_noise_multiplier(self.ledger.delta)
         return mechanisms.release_histogram(
-            lambda: group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes,
-                                 fairness=st.fairness, positive=st.positive_class),
+            lambda: st.notion.group_counts(self._y, self._s, n_groups=self.n_groups, n_classes=self.n_classes),
             ledger=self.ledger, event=histogram_event(z_h), key=self.keys.noise,
-            release=group_counts_release(self.silo_id, release_name(st.fairness, st.positive_class)),
+            release=group_counts_release(self.silo_id, st.notion.histogram_name),
             noise_multiplier=z_h, sensitivity=HISTOGRAM_SENSITIVITY,
-            name=release_name(st.fairness, st.positive_class))
+            name=st.notion.histogram_name)
 
     # ------------------------------------------------------------------ planning
     @property
@@ -208,10 +197,10 @@ class SiloParty:
         if not st.private or self.ledger is None:
             return None
         extra = tuple(reserve)
-        if st.p_s_source == "dp" and st.sends_psi and release_name(st.fairness, st.positive_class) not in self.ledger.releases:
+        if st.p_s_source == "dp" and st.sends_psi and st.notion.histogram_name not in self.ledger.releases:
             extra += (histogram_event(self.budget.histogram_noise_multiplier(self.ledger.delta)),)
         ledger = self._ledger_with_checkpoint_releases(extra)
-        props = np.full((n_blocks(st.fairness, self.n_classes), self.n_groups), 1.0 / self.n_groups)
+        props = np.full((st.notion.n_blocks(self.n_classes), self.n_groups), 1.0 / self.n_groups)
         return self._noise_plan(props, int(total_rounds), ledger)
 
     def _ledger_with_checkpoint_releases(self, reserve: tuple = ()) -> PrivacyLedger:
@@ -285,7 +274,7 @@ class SiloParty:
         have (up to √2 too small), and the noise with it."""
         st = self.settings
         props = np.asarray(proportions, dtype=np.float64)
-        want = (n_blocks(st.fairness, self.n_classes), self.n_groups)
+        want = (st.notion.n_blocks(self.n_classes), self.n_groups)
         if props.shape != want:
             raise SettingsMismatch(
                 f"silo {self.silo_id}: the proportions have shape {props.shape}, not {want} (one row per "
@@ -303,7 +292,7 @@ class SiloParty:
         st = self.settings
         want = {"silo": self.silo_id, "n_records": self.n_records, "target_epsilon": st.epsilon if st.private else None,
                 **mechanism_terms(n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
-                                  proportions=proportions, fairness=st.fairness, positive=st.positive_class,
+                                  proportions=proportions, notion=st.notion,
                                   protect=st.protect, sends_psi=st.sends_psi, **st.clips())}
         have = plan.as_dict()
         differ = [k for k, v in want.items()
@@ -404,10 +393,10 @@ class SiloParty:
             return validation_table(self.validation[1], held_pred(), self.n_classes)
 
         def counts() -> np.ndarray:
-            kw = dict(n_groups=self.n_groups, n_classes=self.n_classes, fairness=st.fairness, positive=st.positive_class)
-            out = violation_counts(self._y, train_pred(), self._s, **kw)
+            kw = dict(n_groups=self.n_groups, n_classes=self.n_classes)
+            out = st.notion.violation_counts(self._y, train_pred(), self._s, **kw)
             if self.validation is not None:
-                out = out + violation_counts(self.validation[1], held_pred(), self.validation[2], **kw)
+                out = out + st.notion.violation_counts(self.validation[1], held_pred(), self.validation[2], **kw)
             return out
 
         if self.validation_z is None:

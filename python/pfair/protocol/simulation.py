@@ -176,7 +176,7 @@ class Simulation:
         self.plan = plan
         # The linear model's kernel holds the silos' data in Rust; another provider holds its own.
         # Silos that are rows of one matrix are read in place (no copy of the features).
-        self.silo_set = (fed.silo_set(fairness=st.fairness, positive=st.positive_class)
+        self.silo_set = (fed.silo_set(st.notion)
                          if provider_factory is None else None)
         #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise.
         self.theta_len = plan.linear_theta_len(fed.n_features)
@@ -237,7 +237,7 @@ class Simulation:
     # ------------------------------------------------------------------ the run
     def _pooled(self) -> np.ndarray:
         """The pooled exact proportions (``p_s="pooled"``: reproducing the paper only)."""
-        return self.fed.group_proportions(self.settings.fairness, self.settings.positive_class)
+        return self.fed.group_proportions(self.settings.notion)
 
     def group_proportions(self) -> np.ndarray:
         """The p_s round alone, as :func:`~pfair.protocol.assembly.start_run` runs it: released

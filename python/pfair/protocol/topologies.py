@@ -124,7 +124,7 @@ def check_hybrid_settings(st: Any) -> None:
         raise ValueError(f"mode={mode!r} protects the sensitive attribute only; use protect='attribute'")
     if st.sampling != "without_replacement":
         raise ValueError(f"mode={mode!r} samples fixed-size batches; use sampling='without_replacement'")
-    if st.p_s_source == "dp" and st.fairness != "demographic_parity":
+    if st.p_s_source == "dp" and st.notion.needs_labels:
         raise ValueError(f"mode={mode!r} with fairness={st.fairness!r} needs p(s | y), but a sensitive silo does "
                          "not hold y: pass public proportions (p_s=[[...], ...]) or p_s='pooled' (the paper's "
                          "assumption, not covered by the guarantee)")
@@ -329,7 +329,7 @@ class HybridParties:
         self.plan, self.settings, self.fed, self.layout = plan, st, fed, layout
         self.hset = _core.HybridSet(
             X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
-            fairness=st.fairness, positive=st.positive_class,
+            **st.notion.core_args(),
         )
         self.sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]

@@ -49,10 +49,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, vjp, vmap
 
-from pfair.privacy.proportions import n_blocks
+from pfair._validation import resolve_fairness
+from pfair.notions import FAIRNESS_NOTIONS as FAIRNESS  # noqa: F401  (re-exported)
+from pfair.notions import FairnessNotion
 from pfair.providers.base import BatchParts
 
-FAIRNESS = ("demographic_parity", "equalized_odds", "equal_opportunity")
 #: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes), on the
 #: CPU; on a GPU the larger of this and a quarter of the device's free memory (:func:`chunk_budget`).
 CHUNK_BUDGET = 2**30
@@ -301,7 +302,8 @@ class TorchProvider:
         rows are read in place, never copied).
     n_groups, n_classes : k and l of the federation's global encodings.
     denominator : the silo's fixed m (batch size; ``q·n`` for Poisson sampling; n for full batch).
-    fairness, positive_class : the ψ-term's notion.
+    fairness, positive_class : the ψ-term's notion (a :class:`pfair.notions.FairnessNotion`, or its public
+        name with the positive class index).
     protect : ``"attribute"`` or ``"record"``.
     clip_theta, clip_loss, clip_w : clip norms (``inf``: none; clip_loss and clip_w record mode only).
     send_psi : False when λ = 0: the ψ parts are not sent, so they are not computed (zeros).
@@ -314,14 +316,13 @@ class TorchProvider:
     """
 
     def __init__(self, module: nn.Module, X: Any, y: Any, s: Any, *, n_groups: int, n_classes: int,
-                 denominator: float, fairness: str = "demographic_parity", positive_class: int = 1,
+                 denominator: float, fairness: FairnessNotion | str = "demographic_parity", positive_class: int = 1,
                  protect: str = "attribute", clip_theta: float = math.inf, clip_loss: float = math.inf,
                  clip_w: float = math.inf, send_psi: bool = True, input_shape: Sequence[int] | None = None,
                  device: Any = "auto", chunk_size: int | None = None, rows: Any = None) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-        if fairness not in FAIRNESS:
-            raise ValueError(f"fairness={fairness!r} is not supported; choose one of {FAIRNESS}")
+        notion = resolve_fairness(fairness, positive_class)
         if protect not in ("attribute", "record"):
             raise ValueError(f"protect={protect!r} is not supported; choose 'attribute' or 'record'")
         for name, c in (("clip_theta", clip_theta), ("clip_loss", clip_loss), ("clip_w", clip_w)):
@@ -354,8 +355,7 @@ class TorchProvider:
             raise ValueError(f"n_groups and n_classes must be >= 2, got {k} and {l}")
         if n and (y.min() < 0 or y.max() >= l or s.min() < 0 or s.max() >= k):
             raise ValueError(f"y must hold class indices in 0..{l - 1} and s group indices in 0..{k - 1}")
-        if fairness == "equal_opportunity" and not 0 <= positive_class < l:
-            raise ValueError(f"positive_class={positive_class} is not a class index in 0..{l - 1}")
+        notion.check_classes(l)
         shape = (d,) if input_shape is None else tuple(int(v) for v in input_shape)
         if int(np.prod(shape)) != d:
             raise ValueError(f"input_shape={shape} has {int(np.prod(shape))} entries but each record has {d} "
@@ -378,8 +378,9 @@ class TorchProvider:
         self.n_features = int(d)
         self.input_shape = shape
         self.k, self.l = k, l
-        self.fairness, self.positive = fairness, int(positive_class)
-        self.blocks = n_blocks(fairness, l)
+        self.notion = notion
+        self.fairness, self.positive = notion.name, int(notion.positive)
+        self.blocks = notion.n_blocks(l)
         self.denominator = float(denominator)
         self.protect = protect
         self.clip_theta, self.clip_loss, self.clip_w = float(clip_theta), float(clip_loss), float(clip_w)
@@ -409,7 +410,7 @@ class TorchProvider:
         _, denom = sample_rate_and_denominator(settings.sampling, len(silo), settings.batch_size)
         X, rows = silo.features_in_place()
         return cls(module, X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom, rows=rows,
-                   fairness=settings.fairness, positive_class=settings.positive_class, protect=settings.protect,
+                   fairness=settings.notion, protect=settings.protect,
                    send_psi=settings.sends_psi, **settings.clips(), **kwargs)
 
     # ------------------------------------------------------------------ the model as a function of θ
@@ -452,7 +453,7 @@ class TorchProvider:
         """Predicted class index ``ŷ_i = argmax_c z_c(x_i; θ)`` of each of the silo's records, from
         the same ``functional_call`` of the module at θ that the gradients use (forward passes in
         chunks, no gradients). This is the ŷ that the violation release of ``max_violation``
-        counts (:func:`pfair.fairness_target.violation_counts`); θ is the model the server already
+        counts (:meth:`pfair.notions.FairnessNotion.violation_counts`); θ is the model the server already
         holds, and each record adds exactly one count, so the release's sensitivity (√2) does not
         depend on the model."""
         theta = np.asarray(theta, dtype=np.float64).ravel()
@@ -582,15 +583,12 @@ class TorchProvider:
             z = np.zeros(P)
             return BatchParts(z, z.copy(), z.copy(), np.zeros(wl), np.zeros(wl), 0.0, 0.0, 0)
 
-        # The penalty: records in it and their block (b = 0; y for equalized odds), on the host.
+        # The penalty: records in it and their block (the notion's, on the host).
         yb_h, sb_h = self._y_np[rows], self._s_np[rows]
         nb = rows.size
-        if self.fairness == "equal_opportunity":
-            idx_h = np.flatnonzero(yb_h == self.positive)
-            bp_h = np.zeros(idx_h.size, dtype=np.int64)
-        else:
-            idx_h = np.arange(nb, dtype=np.int64)
-            bp_h = yb_h if self.fairness == "equalized_odds" else np.zeros(nb, dtype=np.int64)
+        blocks_h = self.notion.blocks_of(yb_h)
+        idx_h = np.flatnonzero(blocks_h >= 0)
+        bp_h = blocks_h[idx_h]
         n_pen = int(idx_h.size)
         x = self._inputs(torch.from_numpy(rows))
         ints = self._to_device(torch.from_numpy(np.concatenate([yb_h, idx_h, bp_h, sb_h[idx_h]])))

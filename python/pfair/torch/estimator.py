@@ -40,7 +40,6 @@ from pfair._validation import as_vector
 from pfair.exceptions import ConvergenceWarning, NotFittedError
 from pfair.federation import Federation
 from pfair.metrics import trivial_error
-from pfair.privacy.proportions import n_blocks
 from pfair.providers.torch import (
     TorchProvider,
     check_per_record,
@@ -324,7 +323,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         check_per_record(module)
         self.module_ = module
         theta0 = np.asarray(self.theta_, dtype=np.float64).copy() if warm else module_theta(module)
-        blocks = n_blocks(st.fairness, l)
+        blocks = st.notion.n_blocks(l)
         w0 = np.asarray(self.W_, dtype=np.float64).ravel().copy() if (warm and hasattr(self, "W_")) \
             else np.zeros(blocks * k * l)
 

@@ -63,8 +63,13 @@ fn fairness_parse_accepts_the_public_names_and_rejects_others() {
     assert_eq!(Fairness::parse("equalized_odds", 1), Ok(Fairness::EqualizedOdds));
     assert_eq!(Fairness::parse("equal_opportunity", 3), Ok(Fairness::EqualOpportunity { positive: 3 }));
     assert_eq!(
+        Fairness::parse("false_positive_rate_parity", 2),
+        Ok(Fairness::FalsePositiveRateParity { positive: 2 })
+    );
+    assert_eq!(
         Fairness::parse("parity", 1).unwrap_err().to_string(),
-        "fairness=\"parity\" is unknown; use 'demographic_parity', 'equalized_odds' or 'equal_opportunity'"
+        "fairness=\"parity\" is unknown; use 'demographic_parity', 'equalized_odds', 'equal_opportunity' or \
+         'false_positive_rate_parity'"
     );
 }
 
@@ -201,6 +206,9 @@ fn fairness_blocks() {
     assert_eq!(Fairness::EqualizedOdds.block(3), Some(3));
     let eo = Fairness::EqualOpportunity { positive: 1 };
     assert_eq!((eo.block(1), eo.block(0)), (Some(0), None));
+    let fpr = Fairness::FalsePositiveRateParity { positive: 1 };
+    assert_eq!(fpr.n_blocks(4), 1);
+    assert_eq!((fpr.block(1), fpr.block(0), fpr.block(2)), (None, Some(0), Some(0)));
 }
 
 /// Every analytic gradient equals central finite differences of the objective.
@@ -210,6 +218,7 @@ fn batch_gradients_match_finite_differences() {
         Fairness::DemographicParity,
         Fairness::EqualizedOdds,
         Fairness::EqualOpportunity { positive: 1 },
+        Fairness::FalsePositiveRateParity { positive: 1 },
     ] {
         for &(k, l) in &[(2, 2), (3, 4), (5, 2)] {
             let c = case(3, k, l, 17, fairness, 7 + k as u64 * 31 + l as u64);
@@ -383,7 +392,12 @@ fn sparse_rows_match_dense_rows() {
 
 #[test]
 fn unrolled_binary_attribute_step_equals_the_general_one_bit_for_bit() {
-    for fairness in [Fairness::DemographicParity, Fairness::EqualizedOdds, Fairness::EqualOpportunity { positive: 1 }] {
+    for fairness in [
+        Fairness::DemographicParity,
+        Fairness::EqualizedOdds,
+        Fairness::EqualOpportunity { positive: 1 },
+        Fairness::FalsePositiveRateParity { positive: 1 },
+    ] {
         for k in [2, 3] {
             let mut c = case(7, k, 2, 60, fairness, 5 + k as u64);
             for (idx, v) in c.x.iter_mut().enumerate() {
@@ -394,7 +408,10 @@ fn unrolled_binary_attribute_step_equals_the_general_one_bit_for_bit() {
             let psi = PsiInputs { fairness, w: &c.w, inv_sqrt_ps: &c.inv };
             let batch: Vec<usize> = (0..60).step_by(3).collect(); // both labels, every group
             let csr = Csr::from_dense(&c.x, 7);
-            for clip in [1.0, f64::INFINITY] {
+            // A clip that some records of the penalty exceed and others not (false-positive-rate
+            // parity's records, the negatives, have smaller b̃ here: a smaller clip).
+            let some = if matches!(fairness, Fairness::FalsePositiveRateParity { .. }) { 0.05 } else { 1.0 };
+            for clip in [some, f64::INFINITY] {
                 let p = Protect::Attribute { clip_theta: clip };
                 let run = |generic: bool| {
                     GENERIC_ONLY.with(|g| g.set(generic));
@@ -407,7 +424,7 @@ fn unrolled_binary_attribute_step_equals_the_general_one_bit_for_bit() {
                 };
                 let (fast, general) = (run(false), run(true));
                 assert_eq!(fast, general, "{fairness:?} k={k} clip={clip}");
-                if clip == 1.0 {
+                if clip == some {
                     // Some records clipped, some not: both branches of the clip ran.
                     assert!(fast.0.n_clipped > 0 && fast.0.n_clipped < batch.len(), "{}", fast.0.n_clipped);
                 }

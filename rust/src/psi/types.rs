@@ -12,16 +12,21 @@ pub enum Fairness {
     EqualizedOdds,
     /// Independence given `y = positive`; other records do not enter the penalty.
     EqualOpportunity { positive: u32 },
+    /// Independence given `y ≠ positive` (false-positive-rate parity: the negatives, `y = 0` for
+    /// binary labels); the positive records do not enter the penalty.
+    FalsePositiveRateParity { positive: u32 },
 }
 
 impl Fairness {
-    /// The notion of public name `"demographic_parity"`, `"equalized_odds"` or
-    /// `"equal_opportunity"` (with `positive` the positive class; ignored by the others).
+    /// The notion of public name `"demographic_parity"`, `"equalized_odds"`,
+    /// `"equal_opportunity"` or `"false_positive_rate_parity"` (with `positive` the positive
+    /// class; ignored by the first two). Python's `pfair.notions` has one class per arm.
     pub fn parse(name: &str, positive: u32) -> Result<Self, ConfigError> {
         match name {
             "demographic_parity" => Ok(Fairness::DemographicParity),
             "equalized_odds" => Ok(Fairness::EqualizedOdds),
             "equal_opportunity" => Ok(Fairness::EqualOpportunity { positive }),
+            "false_positive_rate_parity" => Ok(Fairness::FalsePositiveRateParity { positive }),
             other => Err(ConfigError::UnknownFairness(other.to_string())),
         }
     }
@@ -41,6 +46,7 @@ impl Fairness {
             Fairness::DemographicParity => Some(0),
             Fairness::EqualizedOdds => Some(y as usize),
             Fairness::EqualOpportunity { positive } => (y == positive).then_some(0),
+            Fairness::FalsePositiveRateParity { positive } => (y != positive).then_some(0),
         }
     }
 }
