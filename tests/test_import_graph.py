@@ -1,6 +1,6 @@
 """No import circles between pfair's modules: the graph of every ``import`` (at module level and
-inside functions) of ``python/pfair`` has no cycle, apart from the one listed in ``KNOWN`` with
-what closes it."""
+inside functions) of ``python/pfair`` has no cycle, apart from those listed in ``KNOWN`` with
+what closes each."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1] / "python" / "pfair"
 #: and ``pfair node`` from pfair.flower.cli, which imports the shared pieces back from pfair.cli;
 #: they live in pfair.cli_common now, and the circle closes when pfair/flower/cli.py imports them
 #: from there.
-KNOWN = [{"pfair.cli", "pfair.flower.cli"}]
+#: pfair.notions imports pfair.metrics inside FairnessNotion's metric (metrics → _validation → notions
+#: at module level): it closes when the notions no longer reach up to the metrics module (e.g. the
+#: metric functions they name live below them).
+KNOWN = [{"pfair.cli", "pfair.flower.cli"}, {"pfair._validation", "pfair.metrics", "pfair.notions"}]
 
 
 def module_name(path: Path) -> str:
