@@ -438,3 +438,70 @@ def test_train_max_violation_meets_the_target(capsys):
     assert code == 2 and "max_violation" in err and "lam" in err
     code, _, err = run(capsys, *base, "--max-violation", "1.5")
     assert code == 2 and "max_violation must be in (0, 1)" in err
+
+
+# ---------------------------------------------------------------------- messages: CSV files, summary notes, plot titles, Ctrl-C
+
+
+def test_csv_messages_name_the_file_and_the_columns(tmp_path, capsys):
+    import numpy as np
+    import pandas as pd
+
+    from pfair.cli import main
+
+    (tmp_path / "header.csv").write_text("a,b,sex,y\n")
+    assert main(["train", "--csv", str(tmp_path / "header.csv"), "--label", "y", "--sensitive", "sex"]) == 2
+    assert "header: the table has its header but no rows (columns ['y', 'sex', 'a', 'b'])" in capsys.readouterr().err
+    rng = np.random.default_rng(0)
+    t = pd.DataFrame({"a": rng.normal(size=50), "b": rng.normal(size=50), "sex": rng.choice(["m", "f"], 50)})
+    t["y"] = (t.a > 0).astype(int)
+    t.loc[3, "b"] = np.inf
+    t.to_csv(tmp_path / "inf.csv", index=False)
+    assert main(["train", "--csv", str(tmp_path / "inf.csv"), "--label", "y", "--sensitive", "sex"]) == 2
+    assert "column(s) 'b' (1 row(s), the first on line 5 of the file) hold +inf or -inf" in capsys.readouterr().err
+    (tmp_path / "run.json").write_text("silo,epsilon\n0,1\n")
+    assert main(["privacy-report", str(tmp_path / "run.json")]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+
+
+def test_summary_notes_small_groups_held_out_share_and_uneven_noise():
+    import numpy as np
+    import pandas as pd
+
+    from pfair.cli import privacy_notes, small_group_notes
+
+    y = np.array([0] * 40 + [1] * 40 + [0] * 10 + [1] * 5)
+    s = np.array([0] * 80 + [1] * 15)
+    (note,) = small_group_notes(y, s, ["a", "b"], ["no", "yes"])
+    assert note.startswith("1 of 2 sensitive groups") and "'b' 15 (10 with label no, 5 with label yes)" in note
+    assert small_group_notes(y[:80], s[:80]) == []
+    report = pd.DataFrame({"n_records": [6, 9, 9], "noise_multiplier": [10.04, 8.287, 8.287],
+                           "sample_rate": [1.0, 0.6667, 0.6667]}, index=pd.Index([0, 1, 2], name="silo"))
+    held, noise = privacy_notes(report, [7, 10, 10])
+    assert "holds out [1, 1, 1]" in held
+    assert noise.startswith("silo 0 has 21% more noise than the others (noise_multiplier 10.04 against 8.287)")
+    assert "batch is 100% of its training records (6)" in noise
+    assert privacy_notes(report.assign(noise_multiplier=8.0), [6, 9, 9]) == []
+
+
+def test_a_csv_plot_title_names_the_file_and_columns():
+    from pfair.experiments.plots import dataset_title
+
+    spec = "csv:/a/very/long/path/to/the/data/loans.csv?label=default&sensitive=sex&positive_label=yes"
+    assert dataset_title(spec) == "loans.csv (label default, sensitive sex)"
+    assert dataset_title("adult") == "adult" and len(dataset_title("x" * 100)) == 60
+
+
+def test_ctrl_c_in_train_is_one_line(capsys, monkeypatch):
+    import pfair.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["train"].set_defaults(func=interrupted)
+    assert cli.main(["train"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("pfair train: interrupted; nothing was written (--out and --save-model are written at the end) and "
+                   "nothing was spent outside this process (a fit's ledgers live in it)")

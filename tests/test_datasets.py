@@ -580,3 +580,48 @@ def test_split_indices_point_into_the_users_file_after_dropped_rows(tmp_path):
     # Bundled loaders and synthetic data have them too.
     syn = make_synthetic(n=1000, d=3, seed=0)
     assert len(syn.train_index) == syn.n_train and len(syn.test_index) == syn.n_test
+
+
+# ---------------------------------------------------------------------- continuous label and sensitive columns
+
+
+def _income_table(n=400, seed=0):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"income": rng.normal(50, 10, n).round(3), "sex": rng.choice(["f", "m"], n),
+                         "age": rng.integers(18, 90, n) + 0.5, "x": rng.normal(size=n),
+                         "default": rng.integers(0, 2, n), "zip": rng.integers(0, 40, n)})
+
+
+def test_a_continuous_label_column_is_refused_naming_positive_label_and_binning(tmp_path, capsys):
+    from pfair.cli import main
+    from pfair.datasets import load_csv
+
+    frame = _income_table()
+    with pytest.raises(ValueError, match=r"label: column 'income' looks continuous .*positive_label=.*pd\.cut"):
+        load_csv(frame, label="income", sensitive="sex")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    code = main(["train", "--csv", str(tmp_path / "t.csv"), "--label", "income", "--sensitive", "sex", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "looks continuous" in err and "pos_label" not in err
+    # A binned label, or positive_label, is fine; many whole-number classes only warn.
+    load_csv(frame.assign(income=(frame.income > 50).astype(int)), label="income", sensitive="sex")
+    with pytest.warns(UserWarning, match=r"label: column 'zip' has 40 distinct values.*positive_label="):
+        load_csv(frame, label="zip", sensitive="sex")
+
+
+def test_a_continuous_sensitive_column_is_refused_with_binning_advice(tmp_path, capsys):
+    from pfair.cli import main
+    from pfair.datasets import load_csv
+
+    frame = _income_table()
+    with pytest.raises(ValueError, match=r"sensitive: frame\['age'\] has 72 distinct values .*pd\.cut\(frame\['age'\]"):
+        load_csv(frame, label="default", sensitive="age")
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    code = main(["train", "--csv", str(tmp_path / "t.csv"), "--label", "default", "--sensitive", "income",
+                 "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "must be categorical" in err and "no records in the test split" not in err
+    binned = frame.assign(age=np.digitize(frame.age, [30, 50, 70]))
+    assert load_csv(binned, label="default", sensitive="age").n_groups == 4

@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 
 import pfair
-from pfair import metrics
-from pfair.exceptions import ConvergenceWarning
+from pfair import SteFFLe, metrics
+from pfair.exceptions import ConvergenceWarning, NonPrivateFitWarning
 from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
                             TARGET_STEP_FACTOR,
                             SteFFLeSettings)
+
+from support import toy_data
 
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -206,3 +208,48 @@ def test_non_private_adult_at_lambda_0_with_the_defaults_trains_well(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["test_error"] <= 0.160, result
     assert result["test_error"] < 0.7 * result["trivial_error"]
+
+
+# ---------------------------------------------------------------------- private by default; one small silo and the auto batch
+
+
+QUICK_FULL_BATCH = dict(epochs=8, sampling="full_batch", progress=False)
+
+
+def shifted_data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """s shifts every feature; y depends on the first two."""
+    return toy_data(n, seed, shift=(0.5, 0.5, 0.5), weights=(1.0, -1.0), noise=0.3, cuts=(0.0,))
+
+
+def test_steffle_is_private_by_default_like_the_cli_and_warns_when_not():
+    from pfair.cli import build_parser
+
+    assert SteFFLe().epsilon == 1.0 == build_parser().parse_args(["train"]).epsilon
+    X, y, s, ids = shifted_data()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(**QUICK_FULL_BATCH).fit(X, y, sensitive_features=s, silos=ids)
+    assert m.epsilon_spent_ <= 1.0 and m.privacy_report_["guarantee"].eq("covered").all()
+    assert not any(issubclass(w.category, NonPrivateFitWarning) for w in caught)
+    with pytest.warns(NonPrivateFitWarning, match=r"epsilon=None: not private"):
+        SteFFLe(epsilon=None, **QUICK_FULL_BATCH).fit(X, y, sensitive_features=s, silos=ids)
+
+
+def test_one_small_silo_that_shrinks_every_silos_auto_batch_is_named_in_a_warning():
+    """Before: silent; a 1-record silo made every silo draw batches of 1."""
+    rng = np.random.default_rng(1)
+    n = 3001
+    X, y, s, _ = shifted_data(n)
+    ids = np.where(np.arange(n) == 5, "tiny", np.where(np.arange(n) % 2 == 0, "a", "b"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=rf"batch_size='auto' is min\({AUTO_BATCH_NONPRIVATE}, smallest silo\) = 1 "
+                                             r"because silo 'tiny' has only 1 record.*\d+ rounds per epoch instead of "
+                                             r"\d+ .*Merge silo 'tiny'"):
+            SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=ids)
+        # Silos of similar sizes, a fixed batch, or the full batch: nothing to say.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            warnings.simplefilter("ignore", NonPrivateFitWarning)
+            SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=rng.integers(0, 3, n))
+            SteFFLe(epsilon=None, epochs=1, lam=0.0, batch_size=1).fit(X, y, sensitive_features=s, silos=ids)

@@ -296,15 +296,16 @@ def test_pld_without_replacement_lies_between_a_realised_pair_and_rdp():
 @pytest.mark.parametrize("sampling,scheme", [("without_replacement", "public_batch"), ("shuffle", "shuffle"),
                                              ("full_batch", "full_batch")])
 def test_silo_plans_use_the_exact_accountant_and_rdp_stays_an_option(sampling, scheme):
-    from pfair.privacy.calibration import accounting_scheme, plan_silo_noise, sample_rate_and_denominator
     from pfair.notions import DemographicParity
+    from pfair.privacy.calibration import NoiseRequest, accounting_scheme, plan_silo_noise, sample_rate_and_denominator
 
     kw = dict(silo=0, n_records=N, batch_size=256, sampling=sampling, steps=40 * B, epsilon=1.0, delta=DELTA,
-              proportions=np.array([[1 / 3, 2 / 3]]), notion=DemographicParity(), protect="attribute",
+              notion=DemographicParity(), protect="attribute",
               clip_loss=1.0, clip_theta=1.0, clip_w=1.0, calibration="rdp", sends_psi=True)
+    props = np.array([[1 / 3, 2 / 3]])
     assert accounting_scheme(sampling, "attribute") == scheme
-    best = plan_silo_noise(**kw)
-    rdp = plan_silo_noise(**kw, accountant="rdp")
+    best = plan_silo_noise(NoiseRequest(**kw), props)
+    rdp = plan_silo_noise(NoiseRequest(**kw, accountant="rdp"), props)
     assert best.accounting == rdp.accounting == scheme
     assert best.noise_multiplier < rdp.noise_multiplier
     # Both meet the budget in the ledger's currency; the exact plan lands at 99.75% of it.

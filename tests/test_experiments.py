@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 import math
@@ -693,3 +696,21 @@ def test_a_run_worse_than_constant_is_silent_only_without_a_warning_that_says_so
     out = add_constant_columns(df)
     assert out["worse_than_constant"].all()
     assert list(out["silent_failure"]) == [True, False, False, False, True]
+
+
+# ---------------------------------------------------------------------- a sweep script without the __main__ guard
+
+
+def test_sweep_script_without_main_guard_names_the_guard(tmp_path):
+    script = tmp_path / "noguard.py"
+    script.write_text(textwrap.dedent(f"""
+        from pfair.experiments import run_sweep
+        run_sweep({str(tmp_path / "out")!r}, methods="fedavg", datasets="german", epsilons=[1],
+                  heterogeneities=[0], silos=[3], lams="0:1:2", seeds=1, epochs=1, batch_size=32,
+                  progress=False, jobs=2)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError") and 'if __name__ == "__main__":' in last, proc.stderr[-2000:]
+    assert "another sweep is running" not in last

@@ -236,10 +236,11 @@ def test_the_non_sensitive_batches_come_from_a_secret_key():
         warnings.simplefilter("ignore")
         st = SteFFLe(epsilon=1.0, mode="hybrid", **FAST).settings()
         fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-        runners = [HybridParties(st, fed, sens, ledgers="new") for _ in range(2)]
-        for r in runners:
-            r.start()
-    assert all(r.batch_key.is_secret for r in runners)
+        sims = [Simulation(st, fed, sensitive_silos=sens, ledgers="new") for _ in range(2)]
+        for sim in sims:
+            sim.start()
+    runners = [sim.silos for sim in sims]
+    assert all(isinstance(r, HybridParties) and r.batch_key.is_secret for r in runners)
     batches = [r.parties()[0][0].step(np.zeros(4), np.zeros(4), r.inv, 0)[1] for r in runners]
     assert not all(np.array_equal(a, b) for a, b in zip(*batches))  # the same seed, other batches
 
@@ -258,9 +259,10 @@ def test_the_hybrid_server_refuses_a_malformed_reply(bad):
         warnings.simplefilter("ignore")
         st = SteFFLe(epsilon=1.0, mode="hybrid", noise_seed=3, dummy_noise=True, **FAST).settings()
         fed = pfair.Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
-        setup = HybridParties(st, fed, sens, ledgers="new")
-        setup.start()
-    ns, sp, server = setup.parties()
+        sim = Simulation(st, fed, sensitive_silos=sens, ledgers="new")
+        server = sim.start().server
+    setup = sim.silos
+    ns, sp = setup.parties()
     theta, w = np.zeros(4), np.zeros(4)
     replies = [party.step(theta, w, setup.inv, 0) for party in ns]
     msgs = [p.step(theta, w, setup.inv, 0, [h[p.c] for _, h in replies]) for p in sp]
@@ -328,7 +330,69 @@ def test_a_sensitive_silos_histogram_of_s_is_kept_once_on_its_ledger():
                      seed=3).settings()
         sim = Simulation(st, fed, ledgers="new" if ledgers is None else ledgers)
         ledgers = sim.ledgers if ledgers is None else ledgers
-        sim.hybrid.ledgers = ledgers
-        released.append(sim.hybrid.release_group_counts(0))
+        sim.silos.ledgers = ledgers
+        released.append(sim.silos.release_group_counts(0))
     np.testing.assert_array_equal(released[0], released[1])
     assert [e.name for e in ledgers[0].events] == ["p_s_histogram"]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "divisions"])
+def test_a_resumed_hybrid_fit_charges_no_round_twice_and_equals_the_uninterrupted_one(mode):
+    """The hybrid topologies are put together by the one assembler, so an interrupted fit resumes:
+    on arrays its sensitive silos' ledgers are the interrupted fit's (kept by the estimator), each
+    holds exactly the planned rounds once, and with reproducible noise the model is the
+    uninterrupted fit's, bit for bit."""
+    from support import fit_interrupted
+
+    X, y, s, silos = data(900)
+    extra = {"sensitive_silos": np.arange(len(y)) % 3} if mode == "hybrid" else {}
+    kw = dict(FAST, epochs=5, epsilon=1.0, mode=mode, noise_seed=11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers="new", **extra)
+        m = SteFFLe(**kw)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, ledgers="new", at_epoch=3, **extra)
+        assert m._run_state.epochs_done == 3
+        m.fit(X, y, sensitive_features=s, silos=silos, resume=True, **extra)
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    np.testing.assert_array_equal(m.W_, whole.W_)
+    assert m.n_rounds_ == whole.n_rounds_
+    for ledger in m.ledgers_:
+        (run,) = ledger.runs.values()
+        assert run["next_round"] == whole.n_rounds_ == run["planned_steps"]
+    assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
+
+
+def test_a_hybrid_run_does_not_resume_on_ledgers_that_did_not_charge_it():
+    """Resuming on fresh ledgers would forget the rounds the interrupted run was charged for."""
+    from support import fit_interrupted
+
+    X, y, s, silos = data(600)
+    kw = dict(FAST, epochs=4, epsilon=1.0, mode="central_sensitive", noise_seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = SteFFLe(**kw)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, ledgers="new", at_epoch=2)
+        with pytest.raises(ValueError, match="holds no record of the interrupted run"):
+            m.fit(X, y, sensitive_features=s, silos=silos, resume=True, ledgers="new")
+
+
+def test_a_hybrid_fit_warm_starts_from_its_previous_model():
+    """warm_start=True starts a hybrid topology's new run from the fitted θ and W (a new run,
+    charged on top of what the ledgers hold), as the standard topology does: its first epoch's
+    update is a step from the previous model, not from zero."""
+    X, y, s, silos = data(600)
+    sens = np.arange(len(y)) % 2
+    kw = dict(FAST, epochs=2, epsilon=None, mode="hybrid")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cold = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
+        warm = SteFFLe(**kw, warm_start=True).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
+        first = warm.theta_.copy()
+        warm.fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
+        again = SteFFLe(**{**kw, "epochs": 4}).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
+    np.testing.assert_array_equal(first, cold.theta_)
+    # Two more epochs from the two-epoch model (a new run: its rounds start again at 0): not the
+    # cold model, and nearer a 4-epoch fit than the cold model is.
+    assert not np.array_equal(warm.theta_, cold.theta_)
+    assert np.linalg.norm(warm.theta_ - again.theta_) < np.linalg.norm(cold.theta_ - again.theta_)

@@ -477,7 +477,7 @@ def test_an_anchor_shared_by_busy_ledgers_still_refuses_an_emptied_one(tmp_path,
     journal is read from since this ledger's last entry, its record must still be found, so that a
     ledger file deleted (a state directory emptied) is refused rather than started over at 0."""
     from pfair.exceptions import LedgerRollback
-    from pfair.privacy import ledger as ledger_module
+    from pfair.privacy import ledger_file as ledger_module
     from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 
     monkeypatch.setattr(ledger_module, "JOURNAL_TAIL", 2048)  # 64 KiB in use; a small tail, the same logic
@@ -496,3 +496,39 @@ def test_an_anchor_shared_by_busy_ledgers_still_refuses_an_emptied_one(tmp_path,
         f.unlink()
     with pytest.raises(LedgerRollback, match="is gone"):
         PrivacyLedger(epsilon=1.0, delta=1e-6, path=a_path, anchor=anchor).save(a_path)
+
+
+# ---------------------------------------------------------------------- a resumed fit selects what the uninterrupted fit selects
+
+
+@pytest.mark.parametrize("noise_seed", [2, 5])
+def test_a_resumed_fit_selects_the_checkpoint_the_uninterrupted_fit_selects(noise_seed):
+    kw = dict(FAST, epochs=5, noise_seed=noise_seed, protect="record")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = SteFFLe(epsilon=1.0, **kw).fit(fed(), ledgers="new")
+        f = fed()
+        m = SteFFLe(epsilon=1.0, **kw)
+        fit_interrupted(m, f, at_epoch=3)
+        m.fit(f, resume=True)
+    assert m.selected_epoch_ == whole.selected_epoch_
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+
+
+def test_a_fit_on_arrays_resumes_on_the_ledgers_that_charged_it():
+    """fit(X, y, ..., resume=True) builds a new Federation, which brought fresh ledgers: the
+    resumed run was charged for its own rounds only and reported less than it spent. It now goes on
+    on the interrupted fit's ledgers (the same ε as the uninterrupted fit), and ledgers that hold
+    no record of the interrupted run are refused."""
+    X, y, s, silos = data(600, 0)
+    kw = dict(FAST, epochs=5, noise_seed=4, epsilon=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos)
+        m = SteFFLe(**kw)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, at_epoch=3)
+        with pytest.raises(ValueError, match="holds no record of the interrupted run"):
+            m.fit(X, y, sensitive_features=s, silos=silos, resume=True, ledgers="new")
+        m.fit(X, y, sensitive_features=s, silos=silos, resume=True)
+    np.testing.assert_array_equal(m.theta_, whole.theta_)
+    assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])

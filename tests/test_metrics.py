@@ -633,3 +633,26 @@ def test_model_group_report_uses_the_positive_class():
     r = m.group_report(X, labels, sensitive_features=s)
     pd.testing.assert_frame_equal(r, pm.group_report(labels, m.predict(X), sensitive_features=s, pos_label="good"))
     assert r.loc["overall", "error"] == pytest.approx(1 - m.score(X, labels))
+
+
+# ---------------------------------------------------------------------- a tiny test split
+
+
+def test_fairness_report_of_a_tiny_test_split_leaves_equal_opportunity_undefined():
+    """A 20-row table leaves 5 test records; when one group has no positive record the bundle's
+    equal_opportunity_difference is NaN (nobody asked for it) instead of failing the whole report;
+    the metric alone still says why, and a pos_label not among the labels still fails."""
+    import math
+
+    import numpy as np
+
+    from pfair import metrics
+
+    y, s, p = np.array([0, 0, 1, 1, 0]), np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 0, 0])
+    report = metrics.fairness_report(y, p, sensitive_features=s)
+    assert math.isnan(report["equal_opportunity_difference"]) and report["test_error"] == 0.4
+    assert report["demographic_parity_difference"] == pytest.approx(0.5 - 1 / 3)
+    with pytest.raises(ValueError, match="groups without such records: \\[0\\]"):
+        metrics.equal_opportunity_difference(y, p, sensitive_features=s)
+    with pytest.raises(ValueError, match="pos_label=2 is not among"):
+        metrics.fairness_report(y, p, sensitive_features=s, pos_label=2)

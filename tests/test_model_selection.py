@@ -361,3 +361,40 @@ def test_a_search_over_a_deep_model_composes_like_the_linear_one():
     z = s.results_["noise_multiplier"]
     assert z.iloc[1] / z.iloc[0] < 1.02
     assert all(0.985 <= ledger.epsilon_spent() <= 1.0 for ledger in s.ledgers_)
+
+
+# ---------------------------------------------------------------------- the privacy warning of a grid search
+
+
+def test_a_private_fit_in_a_grid_search_warns_once_not_once_per_fold():
+    """GridSearchCV over 2 candidates x 5 folds fits 11 times; the privacy warning about the cost of
+    refitting is shown once (it was shown 11 times, 480 characters each); a filter asking for
+    every occurrence still gets every one."""
+    import warnings
+
+    import numpy as np
+    import sklearn
+    from sklearn.model_selection import GridSearchCV
+
+    from pfair import SteFFLe
+    from pfair.exceptions import PrivacyWarning
+
+    rng = np.random.default_rng(0)
+    n = 300
+    X = rng.normal(size=(n, 3))
+    s = rng.integers(0, 2, n)
+    y = (X[:, 0] + 0.5 * s + rng.normal(0, 0.5, n) > 0).astype(int)
+    ids = rng.integers(0, 3, n)
+
+    def search(action):
+        with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            warnings.simplefilter(action)
+            est = SteFFLe(epochs=2, epsilon=4.0).set_fit_request(sensitive_features=True, silos=True)
+            GridSearchCV(est, {"lam": [0.5, 1.0]}, cv=5).fit(X, y, sensitive_features=s, silos=ids)
+        return [w for w in caught if issubclass(w.category, PrivacyWarning) and "cross-validation" in str(w.message)]
+
+    shown = search("default")
+    assert len(shown) == 1 and "shown once per process" in str(shown[0].message)
+    assert search("default") == []  # the same process: not again
+    assert len(search("always")) == 11

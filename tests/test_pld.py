@@ -290,3 +290,23 @@ def test_a_second_fit_after_a_pld_priced_one_gets_what_the_pld_says_is_left():
     ledger.begin_run("second", sampling="without_replacement", sample_rate=ADULT_Q, noise_multiplier=z2,
                      planned_steps=ADULT_T, prepaid=True)
     assert 0.99 <= ledger.epsilon_spent() <= 1.0 and z2 > z
+
+
+# ---------------------------------------------------------------------- calibration after a PLD-priced run
+
+
+#: An Adult-sized silo (11,305 records, batch 256, 1,800 rounds) and its δ = 1/n².
+Q_ADULT, T_ADULT, D_ADULT = 256 / 11305, 1800, 1 / 11305**2
+
+
+def test_pld_calibration_after_a_pld_priced_run_meets_the_target_with_large_batches():
+    z1 = _core.pld_noise_multiplier_for(0.8, D_ADULT, Q_ADULT, T_ADULT, "without_replacement")
+    ledger = PrivacyLedger(epsilon=1.0, delta=D_ADULT)
+    ledger.charge(MechanismEvent(name="first", sampling="without_replacement", sample_rate=Q_ADULT, noise_multiplier=z1,
+                                 steps=T_ADULT))
+    assert ledger.epsilons()["rdp"] > 1.0  # RDP finds nothing left: the search starts at z = 1
+    z = pld_noise_multiplier_after(ledger, epsilon=1.0, sample_rate=0.5, steps=200, sampling="without_replacement")
+    run = MechanismEvent(name="second", sampling="without_replacement", sample_rate=0.5, noise_multiplier=z, steps=200)
+    # Before the fix: z = 0.001 and the PLD epsilon inf (the bracketing stepped down in z from an
+    # infeasible start and returned Z_MIN unevaluated; the prepaid charge then refused the run).
+    assert ledger.epsilons([run])["pld"] <= 1.0, z

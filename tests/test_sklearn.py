@@ -21,6 +21,8 @@ from pfair.estimators import NEEDS_SENSITIVE_FEATURES, UNSCALED_FEATURES, expect
 from pfair.exceptions import NotFittedError, PrivacyWarning
 from pfair.settings import PRIVATE_CLIPS, SteFFLeSettings
 
+from support import toy_data
+
 QUICK = dict(sampling="full_batch", epochs=20)
 
 # Estimators that can fit without sensitive_features (lam = 0 / lam_max = 0 / never use s): the
@@ -253,3 +255,30 @@ def test_grid_search_scores_accuracy_and_a_routed_fairness_gap_and_refits_by_a_r
             X[train], y[train], steffle__sensitive_features=s[train], steffle__silos=ids[train])
     gap = pfair.metrics.demographic_parity_difference(y[test], by_hand.predict(X[test]), sensitive_features=s[test])
     assert folds[0][grid.best_index_] == pytest.approx(-gap, abs=1e-12)
+
+
+# ---------------------------------------------------------------------- sample weights
+
+
+QUICK_FULL_BATCH = dict(epochs=8, sampling="full_batch", progress=False)
+
+
+def shifted_data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """s shifts every feature; y depends on the first two."""
+    return toy_data(n, seed, shift=(0.5, 0.5, 0.5), weights=(1.0, -1.0), noise=0.3, cuts=(0.0,))
+
+
+def test_sample_weight_is_refused_with_the_reason_and_what_to_do():
+    """Before: a bare TypeError (unexpected keyword argument 'sample_weight')."""
+    X, y, s, ids = shifted_data()
+    with pytest.raises(TypeError, match=r"does not take sample_weight: .*clipped.*sensitivity.*resample"):
+        SteFFLe(**QUICK_FULL_BATCH).fit(X, y, sensitive_features=s, silos=ids, sample_weight=np.ones(len(y)))
+    with pytest.raises(TypeError, match=r"does not take sample_weight"):  # through a Pipeline, too
+        make_pipeline(StandardScaler(), SteFFLe(**QUICK_FULL_BATCH)).fit(X, y, steffle__sensitive_features=s,
+                                                              steffle__sample_weight=np.ones(len(y)))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) weights"):
+        SteFFLe(**QUICK_FULL_BATCH).fit(X, y, sensitive_features=s, weights=1)
+    # scikit-learn sees no sample_weight parameter (its checks do not pass weights).
+    from sklearn.utils.validation import has_fit_parameter
+
+    assert not has_fit_parameter(SteFFLe(), "sample_weight")

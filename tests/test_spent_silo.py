@@ -12,9 +12,12 @@ import pytest
 from scipy.stats import norm
 
 import pfair
-from pfair.exceptions import BudgetTooSmall, PrivacyBudgetExceeded
+from pfair import Federation, SteFFLe
+from pfair.exceptions import BudgetTooSmall, PrivacyBudgetExceeded, PrivacyWarning
 from pfair.privacy import calibration
 from pfair.privacy.calibration import MAX_NOISE_TO_SIGNAL, noise_to_signal
+
+from support import toy_data
 
 from test_node_attacks import PROPS, THETA, W, config, node, settings
 
@@ -151,3 +154,30 @@ def test_an_evaluation_costs_its_nominal_epsilon_exactly():
         assert ledger.epsilon_spent() == pytest.approx(eps, rel=2e-3)
         ref = pld.from_gaussian_mechanism(standard_deviation=z, sensitivity=1.0, value_discretization_interval=1e-4)
         assert ref.get_epsilon_for_delta(delta) == pytest.approx(eps, rel=5e-3)
+
+
+# ---------------------------------------------------------------------- a refit on a spent federation
+
+
+def shifted_data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """s shifts every feature; y depends on the first two."""
+    return toy_data(n, seed, shift=(0.5, 0.5, 0.5), weights=(1.0, -1.0), noise=0.3, cuts=(0.0,))
+
+
+def test_a_refit_on_a_spent_federation_says_how_much_is_left_and_how_to_start_over():
+    """Before: "this fit gets only what is left", with no amount and no way out named."""
+    X, y, s, ids = shifted_data()
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SteFFLe(epochs=3).fit(fed)
+    with pytest.warns(PrivacyWarning, match=r"silo 0: .*already spent epsilon=0\.99\d* of its budget 1 .*gets "
+                                            r"only what is left: the epsilon=\S+ left \(\d+\.\d% of the budget\)\. Its noise is larger.*"
+                                            r"ledgers='new'"):
+        SteFFLe(epochs=3).fit(fed)
+    # The explicit choice: new ledgers, a full budget (and no warning about spent ones).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(epochs=3).fit(fed, ledgers="new")
+    assert not any("already spent" in str(w.message) for w in caught)
+    assert m.epsilon_spent_ > 0.99

@@ -10,7 +10,7 @@ Indices = npt.NDArray[np.int64] | npt.NDArray[np.int32]
 
 __version__: str
 
-# ---- psi kernels, sensitivities, noise (rust/src/psi.rs, sensitivity.rs, noise.rs) ----------
+# ---- psi kernels, sensitivities, noise (rust/src/psi/, sensitivity.rs, noise.rs) ----------
 # theta has length (d+1)(l-1) (reference-class softmax); W has blocks*k*l entries; inv_sqrt_ps
 # holds p(s=r|block)^(-1/2), blocks*k entries. Errors raise ValueError naming the argument.
 

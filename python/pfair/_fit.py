@@ -288,8 +288,6 @@ class SteFFLeFit(_ParamsMixin):
         without ``resume``)."""
         if not resume:
             return None
-        if st.mode != "standard":
-            raise ValueError(f"resume=True is available in mode='standard' only, not mode={st.mode!r}")
         previous = getattr(self, "_run_state", None)
         if previous is None:
             raise ValueError("resume=True needs an interrupted fit of this estimator to resume")
@@ -297,9 +295,8 @@ class SteFFLeFit(_ParamsMixin):
 
     def _warm_start_model(self, st: SteFFLeSettings, previous: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """``(θ, W)`` a new run starts from: the fitted ``theta_`` and ``W_`` with ``warm_start``
-        (not when resuming: the run state holds the model; not in the hybrid topologies, which always
-        start from zero), else None (the engine's start)."""
-        if (st.warm_start and st.mode == "standard" and previous is None and hasattr(self, "theta_")
+        (not when resuming: the run state holds the model), else None (the engine's start)."""
+        if (st.warm_start and previous is None and hasattr(self, "theta_")
                 and hasattr(self, "W_")):
             return self._fold_scaling(self.theta_, inverse=True), self.W_
         return None
@@ -308,26 +305,34 @@ class SteFFLeFit(_ParamsMixin):
              init: tuple[np.ndarray, np.ndarray] | None = None, sensitive_silos: Any = None,
              provider_factory: Callable[..., Any] | None = None) -> tuple[Any, list]:
         """Run SteFFLe on ``fed``: the one call into the run engine. Returns the final run state
-        and the silos' noise plans; sets ``ledgers_`` and, in ``mode="standard"``,
-        ``group_proportions_``, ``n_rounds_`` and the state an interrupted run resumes from.
+        and the silos' noise plans; sets ``ledgers_``, ``group_proportions_``, ``n_rounds_`` and the
+        state an interrupted run resumes from.
 
         ``previous``: the run state to resume (:meth:`_resume_state`); ``init``: the ``(θ, W)`` of a
         new run (a warm start, or a model's own parameters); ``provider_factory``: the gradient
         provider of each silo (None: the linear model in Rust)."""
         from pfair.protocol.simulation import Simulation
 
+        if previous is not None and ledgers is None and getattr(self, "_run_ledgers", None) is not None:
+            # The ledgers that charged the interrupted run's rounds (on arrays, a new Federation
+            # would bring new ones, and a hybrid topology's sensitive silos have none of their own).
+            ledgers = self._run_ledgers
         sim = Simulation(st, fed, ledgers=ledgers, fast=provider_factory is None, provider_factory=provider_factory,
                          sensitive_silos=sensitive_silos)
         try:
             state = sim.run(resume=previous, on_epoch=on_epoch, progress=st.progress, init=init)
         finally:
             # An interrupted fit can be resumed from its last completed epoch.
-            self._run_state = sim.state if sim.state is not None else previous
-        self._held_out = getattr(sim, "held_out", None) if st.validation_share > 0 else None
-        if st.mode != "standard":
+            if sim.state is not None:
+                self._run_state = sim.state
+                self._run_ledgers = sim.ledgers if st.private else None
+            else:  # refused before the run started: the interrupted one is still the one to resume
+                self._run_state = previous
+        self._held_out = sim.held_out if st.validation_share > 0 else None
+        if st.mode != "standard":  # the sensitive silos' ledgers (None entries in a non-private fit)
             self.ledgers_ = sim.ledgers
-            return state, sim.plans
-        self.ledgers_ = [ledger for ledger in sim.ledgers if ledger is not None]
+        else:
+            self.ledgers_ = [ledger for ledger in sim.ledgers if ledger is not None]
         self.group_proportions_ = state.proportions
         self.n_rounds_ = state.epochs_done * sim.rounds_per_epoch
         return state, sim.plans

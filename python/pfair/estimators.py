@@ -4,7 +4,7 @@ Data" (2024).
 
 SteFFLe solves ``min_θ max_W  L(θ) + λ · mean_i ψ_i(θ, W)`` (the FERMI objective) by noisy
 federated stochastic gradient descent-ascent. In round t every silo j draws a batch, computes its
-loss gradient g_j and the ψ-gradient parts (``rust/src/psi.rs``), clips and noises the parts that
+loss gradient g_j and the ψ-gradient parts (``rust/src/psi/``), clips and noises the parts that
 depend on the sensitive attribute, and sends them; the server sets
 
     θ ← θ − η_θ Σ_j ω_j [g_j + λ(a_θ,j + h_θ,j)],    W ← Π_D(W + λ η_W Σ_j ω_j [a_W,j + h_W,j])
@@ -390,7 +390,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         :class:`~pfair.privacy.PrivacyLedger` or JSON path per silo (a path that does not exist yet
         becomes a new ledger written there), or ``"new"`` for fresh ledgers (simulations only).
         ``resume=True`` continues this estimator's interrupted fit (same data, settings and
-        ledgers) where the ledgers say it stopped; no round is charged twice.
+        ledgers; by default the ledgers the interrupted fit charged) where the ledgers say it
+        stopped, in every topology; no round is charged twice, and ledgers that did not record the
+        interrupted run are refused.
 
         ``sensitive_features`` is required when ``lam > 0`` (a clear ``ValueError`` otherwise).
         With ``lam=0`` it may be omitted: nothing sent depends on s, so the fit is plain federated

@@ -4,15 +4,18 @@ SteFFLe's objective ``min_θ max_W L(θ) + λ ψ(θ, W)`` trades error for fairn
 what a user has in mind is a constraint: *the violation may be at most* ``t``. pfair treats the
 constrained problem ``min_θ L(θ)  s.t.  v(θ) ≤ t`` by its Lagrangian, with λ as the multiplier of
 the constraint (the ψ-term, whose minimum over θ bounds the violation, stands in for v), and
-adapts λ by projected dual ascent once per epoch:
+adapts λ by projected dual ascent at each checkpoint
+(:meth:`pfair.settings.SteFFLeSettings.checkpoint_epochs`):
 
-    λ_{e+1} = min(λ_max, max(0, λ_e + η_λ (v̂_e − t)))
+    λ ← min(λ_max, max(0, λ + η_λ √Δe (v̂ − a·t)))
 
-where ``v̂_e`` is the violation of the model after epoch e on the silos' records. λ is adapted
-at the checkpoints (:meth:`pfair.settings.SteFFLeSettings.checkpoint_epochs`; ``η_λ`` times the
-epochs since the last one), rises while the target is violated and falls back while it is met with
-room to spare; it is halved instead when the silos' held-out records show the model no better
-than the constant predictor (:attr:`pfair.validation.CheckpointFigures.shown_not_better`, a test at
+where ``v̂`` is the released violation of the model after the checkpoint epoch on the silos'
+records, ``Δe`` the number of epochs since the last checkpoint (the epochs spent at this λ),
+``η_λ`` is ``lam_lr``, ``a = AIM`` (0.85) steers v̂ a little below the target so that models
+meeting ``t`` appear while there are checkpoints left to return one of them, and ``λ_max = 100``
+(:meth:`LambdaController.update`). λ rises while the aim is exceeded and falls back while it is
+met with room to spare; it is halved instead when the silos' held-out records show the model no
+better than the constant predictor (:attr:`pfair.validation.CheckpointFigures.shown_not_better`, a test at
 the guard's level) and λ > 0, so that the controller never pushes λ into the region where the
 model inverts. The model a fit returns is the most accurate
 checkpoint whose released violation meets the target (:class:`pfair.validation.Selector`).

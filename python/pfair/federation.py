@@ -118,7 +118,7 @@ class Silo:
         """The silo's :func:`pfair.privacy.ledger.data_fingerprint`, cached. Only the sampled
         feature rows are read (a view, or a gather of those rows alone)."""
         if self._fingerprint is None:
-            from pfair.privacy.ledger import FINGERPRINT_ROWS, data_fingerprint
+            from pfair.privacy.fingerprint import FINGERPRINT_ROWS, data_fingerprint
 
             sample = self.strided_X(FINGERPRINT_ROWS)  # every fingerprint_step(n)-th row
             self._fingerprint = data_fingerprint(sample, self.y, self.s, shape=(len(self), self.n_features))
@@ -128,7 +128,7 @@ class Silo:
         """The silo's :func:`pfair.privacy.ledger.legacy_fingerprint` (every feature hashed), to
         recognise a ledger bound by an older pfair. A silo that is rows of a larger matrix is
         hashed in blocks of rows, without gathering its features into one copy."""
-        from pfair.privacy.ledger import legacy_fingerprint
+        from pfair.privacy.fingerprint import legacy_fingerprint
 
         if self._X is None and self._base is not None and self._rows is not None:
             base, rows = self._base, self._rows
@@ -138,7 +138,7 @@ class Silo:
 
     def holds_data_of(self, fingerprint: str) -> bool:
         """Whether ``fingerprint`` (current or legacy form) is this silo's."""
-        from pfair.privacy.ledger import FINGERPRINT_PREFIX
+        from pfair.privacy.fingerprint import FINGERPRINT_PREFIX
 
         if fingerprint == self.fingerprint():
             return True

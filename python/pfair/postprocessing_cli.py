@@ -18,7 +18,7 @@ METRIC = {"demographic_parity": "demographic_parity_difference", "equalized_odds
 
 
 def add_postprocess_parser(sub: Any) -> None:
-    from pfair.cli import _float_or_none, add_data_arguments
+    from pfair.cli_common import _float_or_none, add_data_arguments
 
     p = sub.add_parser(
         "postprocess", help="per-group thresholds from the silos' DP score histograms (uses s at prediction)",
@@ -48,7 +48,7 @@ def postprocess_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from pfair import metrics
-    from pfair.cli import load_federation
+    from pfair.cli_common import load_federation
     from pfair.postprocessing import PrivateThresholdOptimizer
     from pfair.references import mixing_line
 

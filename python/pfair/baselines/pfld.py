@@ -76,7 +76,7 @@ from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
 from pfair.estimators import LinearSoftmaxMixin
 from pfair.privacy import mechanisms
-from pfair.protocol.keys import noise_key, seeded_key
+from pfair.protocol.keys import PFLD_DUAL_STREAM, PFLD_PRIMAL_STREAM, noise_key, seeded_key
 from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
 from pfair.settings import default_delta
 from pfair.validation import LocalCheck
@@ -262,7 +262,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
                 raise FloatingPointError(f"PF-LD diverged at epoch {epoch}: lower lr (now {self.lr:g}) or lam_max")
             if epoch < self.epochs - 1 and self.lam_max > 0:
                 v = self._violations(theta, Xa, ya, sa, block, n_b, n_ba, cd, l)
-                v_tilde = mechanisms.add_noise(v, sigma_d, key, 1, epoch)
+                v_tilde = mechanisms.add_noise(v, sigma_d, key, PFLD_DUAL_STREAM, epoch)
                 lam = np.minimum(self.lam_max, lam + self.lr_dual * np.abs(v_tilde))
                 sign = np.sign(v_tilde)
                 released = float(np.max(np.abs(v_tilde)))
@@ -326,7 +326,7 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
             grp = np.zeros((m, J.shape[1]))
             grp[has] = ls[bb[has], sb[has]] * grp_w[bb[has], sb[has]][:, None] * fac[has]
             s_part = -(Xb.T @ np.einsum("ju,juv->jv", grp, J)).ravel()
-            s_part = mechanisms.add_noise(s_part, sigma_p, key, 0, step)
+            s_part = mechanisms.add_noise(s_part, sigma_p, key, PFLD_PRIMAL_STREAM, step)
             return theta - self.lr * ((Xb.T @ coef).ravel() + s_part)
         return theta - self.lr * (Xb.T @ coef).ravel()
 

@@ -64,11 +64,11 @@ from flwr.serverapp.strategy import Strategy
 from pfair.flower import codec, patches
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import NoisePlan
-from pfair.protocol.driver import Driver, EpochOutcome, RunState
+from pfair.protocol.driver import EpochOutcome, RunState
 from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty
-from pfair.protocol.setup import build_server, initial_model, released_proportions
-from pfair.protocol.simulation import monitor_for
+from pfair.protocol.setup import build_server, released_proportions
+from pfair.protocol.assembly import EveryoneRefused, RemoteSilos, start_run
 from pfair.settings import SteFFLeSettings
 from pfair.validation import held_out_count
 
@@ -487,19 +487,26 @@ class SteFFLeStrategy(Strategy):
         plan = RunPlan.build(st, [self.sizes[j] - held[j] for j in range(self.n_silos)], n_groups=self.n_groups,
                              n_classes=self.n_classes)
         st, R, T = plan.settings, plan.rounds_per_epoch, plan.total_rounds
-        if len(self.refused) >= self.n_silos:
+
+        def noise_plans(proportions: np.ndarray, total_rounds: int) -> dict:
+            self._plan(grid, proportions, total_rounds)
+            return {j: NoisePlan(**p) for j, p in self.plans.items()}
+
+        def adopt(state: RunState) -> None:
+            self.theta, self.w = state.theta, state.w
+
+        silos = RemoteSilos(self.n_silos, plans=noise_plans, refused=lambda: len(self.refused), run_id=self.run_id)
+        try:
+            run = start_run(plan, silos, server=lambda plans, props, n: build_server(plan, plans, props, theta_len=n),
+                            transport=lambda server, state: FlowerTransport(self, grid, plan), theta_len=0,
+                            theta0=lambda: self._theta0(d), groups=np.arange(self.n_groups),
+                            classes=np.arange(self.n_classes), proportions=lambda: self._proportions(plan, answers),
+                            held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)],
+                            keep_exact=False, on_state=adopt)
+        except EveryoneRefused:
             return self._refused_result(grid, t0)
-        proportions = self._proportions(plan, answers)
-        self._plan(grid, proportions, T)
-        if len(self.refused) >= self.n_silos:
-            return self._refused_result(grid, t0)
-        self.theta, self.w = initial_model(plan, 0, theta0=self._theta0(d))
-        noise_plans = {j: NoisePlan(**p) for j, p in self.plans.items()}
-        self.server = build_server(plan, noise_plans, proportions, theta_len=self.theta.size)
+        self.server, proportions, monitor = run.server, run.state.proportions, run.driver.monitor
         t_setup = time.monotonic() - t0
-        state = RunState([self.run_id], [self.plans.get(j) for j in range(self.n_silos)], proportions, 0,
-                         self.theta, self.w)
-        monitor = monitor_for(st, self.n_classes)
 
         def on_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict:
             if monitor.diverged and not self._diverged:
@@ -512,10 +519,7 @@ class SteFFLeStrategy(Strategy):
                                       "violation_released": None if math.isnan(v) else v})
             return info
 
-        driver = Driver(plan, FlowerTransport(self, grid, plan), server=self.server, monitor=monitor,
-                        keep_exact=False, plans=noise_plans,
-                        held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)])
-        state = driver.run(state, on_epoch=on_epoch)
+        state = run.go(on_epoch=on_epoch)
         if self.rounds_answered == 0:  # every silo refused every round: nothing was trained
             return self._refused_result(grid, t0)
         snapshot = state.snapshot

@@ -18,7 +18,7 @@ import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.paper import paper_noise_stds
 from pfair.privacy.proportions import inv_sqrt_proportions
 
-__all__ = ["MAX_NOISE_TO_SIGNAL", "PrivacyWarning", "NoisePlan", "accountant_for", "accounting_scheme",
+__all__ = ["MAX_NOISE_TO_SIGNAL", "PrivacyWarning", "NoisePlan", "NoiseRequest", "accountant_for", "accounting_scheme",
            "noise_to_signal", "plan_silo_noise", "pld_noise_multiplier_after", "sample_rate_and_denominator"]
 
 #: A silo refuses a run whose :func:`noise_to_signal` ratio is above this (:class:`~pfair.exceptions.
@@ -281,53 +281,84 @@ def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportio
                 sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0)
 
 
-def plan_silo_noise(
-    *,
-    silo: int,
-    n_records: int,
-    batch_size: int,
-    sampling: str,
-    steps: int,
-    epsilon: float | None,
-    delta: float | None,
-    proportions: np.ndarray,
-    notion: FairnessNotion,
-    protect: str,
-    clip_loss: float,
-    clip_theta: float,
-    clip_w: float,
-    calibration: str,
-    sends_psi: bool,
-    ledger: Optional[PrivacyLedger] = None,
-    accountant: str = "best",
-    sample_rate: float | None = None,
-    denominator: float | None = None,
-    first_fit_accountant: str | None = None,
-    lam: float | None = None,
-    dims: int = 1,
-) -> NoisePlan:
-    """Noise plan of one silo for ``steps`` rounds (see the module docstring); the one noise
-    planner of every party that spends budget.
+@dataclass(frozen=True)
+class NoiseRequest:
+    """What a party that spends budget asks the noise planner (:func:`plan_silo_noise`) for:
+    who it is and how many records its rounds sample, its batches, what its messages send and
+    protect, its clip norms, the run's length and its budget. The released proportions and its
+    ledger come separately (they are the run's and the silo's state, not its request).
+
+    ``sample_rate`` and ``denominator`` replace :func:`sample_rate_and_denominator`'s (a sensitive
+    silo of a hybrid topology sends sums, divisor 1, over public batches drawn at its own rate
+    q_c); ``first_fit_accountant``: the accountant of a first fit on an empty ledger (the hybrid
+    topologies price it by RDP at ε itself; ``accountant`` then applies to later fits only);
+    ``lam``: the run's λ, given for the refusal rule (:func:`check_noise_to_signal`: a plan whose
+    :func:`noise_to_signal` ratio is above :data:`MAX_NOISE_TO_SIGNAL` raises
+    :class:`~pfair.exceptions.BudgetTooSmall`), with ``dims`` its θ length."""
+
+    silo: int
+    n_records: int
+    batch_size: int
+    sampling: str
+    steps: int
+    epsilon: float | None
+    delta: float | None
+    notion: FairnessNotion
+    protect: str
+    clip_loss: float
+    clip_theta: float
+    clip_w: float
+    calibration: str
+    sends_psi: bool
+    accountant: str = "best"
+    sample_rate: float | None = None
+    denominator: float | None = None
+    first_fit_accountant: str | None = None
+    lam: float | None = None
+    dims: int = 1
+
+    @classmethod
+    def of_settings(cls, settings: Any, *, silo: int, n_records: int, steps: int, delta: float | None,
+                    **overrides: Any) -> "NoiseRequest":
+        """The request of a silo of ``n_records`` training records under ``settings`` (a
+        :class:`~pfair.settings.SteFFLeSettings`) for ``steps`` rounds at ``delta``; ``overrides``
+        replace any field the settings would give."""
+        st = settings
+        fields = dict(silo=silo, n_records=n_records, batch_size=st.batch_size, sampling=st.sampling, steps=steps,
+                      epsilon=st.epsilon, delta=delta, notion=st.notion, protect=st.protect,
+                      calibration=st.calibration, sends_psi=st.sends_psi, **st.clips())
+        fields.update(overrides)
+        return cls(**fields)
+
+    def terms(self, proportions: np.ndarray) -> dict:
+        """:func:`mechanism_terms` of this request under the released ``proportions``."""
+        return mechanism_terms(n_records=self.n_records, batch_size=self.batch_size, sampling=self.sampling,
+                               proportions=proportions, notion=self.notion, protect=self.protect,
+                               clip_loss=self.clip_loss, clip_theta=self.clip_theta,
+                               clip_w=self.clip_w, sends_psi=self.sends_psi, sample_rate=self.sample_rate,
+                               denominator=self.denominator)
+
+
+def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
+                    ledger: Optional[PrivacyLedger] = None) -> NoisePlan:
+    """Noise plan of one silo for ``request.steps`` rounds (see the module docstring); the one
+    noise planner of every party that spends budget (:class:`NoiseRequest` says what it asks).
 
     ``proportions`` must be released values (public, or the DP histogram's). What ``ledger``
     has recorded already (earlier fits, the DP histogram of s) is composed with the rounds: the
     training noise is calibrated so that everything together meets (ε, δ) with ``δ`` the
     ledger's. A ledger with nothing left raises :class:`PrivacyBudgetExceeded` before any round.
-
-    A sensitive silo of a hybrid topology (``pfair.protocol.topologies``) passes its own
-    ``sample_rate`` q_c and ``denominator=1`` (it sends noised sums; its public batches drawn with
-    probability 1 are accounted as the full batch) and ``first_fit_accountant="rdp"``: with an
-    empty ledger its rounds are priced by RDP at ε itself, as the hybrid topologies always were
-    (``accountant`` then applies to later fits only).
-
-    ``lam``: the run's λ (SteFFLe's θ step); given, a plan whose :func:`noise_to_signal` ratio is
-    above :data:`MAX_NOISE_TO_SIGNAL` raises :class:`~pfair.exceptions.BudgetTooSmall` (nothing is
-    charged here; callers charge after planning); ``dims`` is :func:`noise_to_signal`'s.
+    Nothing is charged here; callers charge after planning.
     """
-    terms = mechanism_terms(n_records=n_records, batch_size=batch_size, sampling=sampling, proportions=proportions,
-                            notion=notion, protect=protect, clip_loss=clip_loss,
-                            clip_theta=clip_theta, clip_w=clip_w, sends_psi=sends_psi, sample_rate=sample_rate,
-                            denominator=denominator)
+    if not isinstance(request, NoiseRequest):
+        raise TypeError(f"plan_silo_noise takes a NoiseRequest (pfair.privacy.calibration), got "
+                        f"{type(request).__name__}")
+    r = request
+    silo, n_records, sampling, steps, epsilon, delta = r.silo, r.n_records, r.sampling, r.steps, r.epsilon, r.delta
+    notion, protect, calibration, sends_psi = r.notion, r.protect, r.calibration, r.sends_psi
+    clip_loss, clip_theta, clip_w, sample_rate = r.clip_loss, r.clip_theta, r.clip_w, r.sample_rate
+    proportions = np.asarray(proportions, dtype=np.float64)
+    terms = r.terms(proportions)
     q, denom = terms["sample_rate"], terms["denominator"]
     scheme = accounting_scheme(sampling, protect)
     if sample_rate is not None and scheme == "public_batch" and q >= 1:
@@ -367,12 +398,12 @@ def plan_silo_noise(
         z = pld_noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme)
         stds = _core.noise_stds(parts, z)
     elif calibration == "rdp":
-        acct = accountant_for(scheme, accountant)
+        acct = accountant_for(scheme, r.accountant)
         if ledger.events:
             z = noise_multiplier_after(ledger, epsilon=epsilon, sample_rate=q, steps=steps, sampling=scheme,
                                        accountant=acct)
         else:
-            acct = acct if first_fit_accountant is None else accountant_for(scheme, first_fit_accountant)
+            acct = acct if r.first_fit_accountant is None else accountant_for(scheme, r.first_fit_accountant)
             # The exact accountant would land on the target itself; aim inside the band RDP
             # calibration lands in ([99.5%, 100%]), so a resumed or later fit keeps a sliver.
             target = epsilon * (1 - 0.5 * _core.CALIBRATION_TOL) if acct == "best" else epsilon
@@ -396,8 +427,8 @@ def plan_silo_noise(
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
-    check_noise_to_signal(plan, lam=lam, clip_loss=clip_loss, clip_theta=clip_theta, ledger=ledger, epsilon=epsilon,
-                          dims=dims)
+    check_noise_to_signal(plan, lam=r.lam, clip_loss=clip_loss, clip_theta=clip_theta, ledger=ledger, epsilon=epsilon,
+                          dims=r.dims)
     return plan
 
 

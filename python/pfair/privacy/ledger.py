@@ -34,21 +34,10 @@ atomically), and keeps
 * ``releases``: values the silo already released (its DP histogram of s), which a later fit reuses
   for free (post-processing) instead of paying for them again.
 
-A ledger file counts its writes (``revision``, never backwards), and every write appends its
-revision and the SHA-256 of what it wrote to an append-only journal beside it (``<file>.journal``,
-and to an ``anchor`` journal elsewhere if given, e.g. outside a directory that is backed up). A
-ledger file older than its journals' last entry (restored from a backup), replaced by another
-file of the same revision, or gone while its journal is not (deleted) raises
-:class:`~pfair.exceptions.LedgerRollback` when loaded or written: otherwise a restored file would
-answer its rounds again and spend its budget again. A file written under an anchor says so
-(``"anchored": true``), and an anchor with no record of it is refused too: the anchor was lost, or
-the file was copied or restored where its anchor never saw it.  A ledger object replaces a
-ledger file only if it is the revision the object last read or wrote there (by resolved path),
-checked and replaced under an exclusive lock of ``<file>.lock``; otherwise it raises
-:class:`~pfair.exceptions.LedgerConflict` and writes nothing.
-Without this, two processes that load the ledger before either writes (two fits on one file, or
-a deployed silo handling two messages at once) would both pass the replay and budget checks, and
-the last write would erase the other's charge: many noisy answers to one round for one charge.
+Storage is apart from the state: :mod:`pfair.privacy.ledger_file` writes and reads a ledger's
+file (atomic writes, a revision counter, journals and an optional anchor against rollback, an
+exclusive lock against two writers), and :mod:`pfair.privacy.fingerprint` computes the data
+fingerprint that binds a ledger to its silo's records. Their names are re-exported here.
 
 Adjacency is replace-one (one record's sensitive attribute). Hence events with
 ``sampling="poisson"`` (the add/remove-one bound) are refused; use ``"poisson_replace_one"``
@@ -57,20 +46,35 @@ with the noise multiplier measured against the add/remove sensitivity.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import LedgerConflict, LedgerMismatch, LedgerRollback, PrivacyBudgetExceeded, ReplayRefused
+from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, ReplayRefused
 from pfair.privacy.accountant import _delta, _epsilon, validate_event_args
+# The storage and the fingerprint, re-exported: their names were this module's.
+from pfair.privacy.fingerprint import (  # noqa: F401
+    FINGERPRINT_PREFIX,
+    FINGERPRINT_ROWS,
+    data_fingerprint,
+    fingerprint_step,
+    legacy_fingerprint,
+)
+from pfair.privacy.ledger_file import (  # noqa: F401
+    FILE_LOCKS,
+    JOURNAL_SUFFIX,
+    check_journals,
+    file_lock,
+    journals,
+    read_ledger,
+    resolved,
+    write_ledger,
+)
 
 __all__ = ["MechanismEvent", "PrivacyBudgetExceeded", "PrivacyLedger", "ReplayRefused", "charge_rounds_together",
            "data_fingerprint", "legacy_fingerprint"]
@@ -81,65 +85,6 @@ LEDGER_FORMAT = 3
 #: Format 2 has no prepaid runs. Format 3 marks prepaid runs (``"prepaid": true``, charged in full
 #: when registered); a pfair that reads format 2 only would charge their rounds a second time.
 READABLE_FORMATS = (1, 2, 3)
-
-
-#: Feature rows a fingerprint reads: every ``ceil(n / FINGERPRINT_ROWS)``-th row of the silo.
-FINGERPRINT_ROWS = 256
-#: Prefix of fingerprints that read a sample of the rows (older ones hash every row).
-FINGERPRINT_PREFIX = "v2:"
-
-
-def fingerprint_step(n_rows: int) -> int:
-    """The stride of the feature rows :func:`data_fingerprint` reads."""
-    return max(1, -(-int(n_rows) // FINGERPRINT_ROWS))
-
-
-def data_fingerprint(X: Any, y: np.ndarray, s: np.ndarray, *, shape: Optional[tuple] = None) -> str:
-    """``"v2:"`` + SHA-256 of a silo's shape, its label and group indices (int64, every record) and
-    at most :data:`FINGERPRINT_ROWS` of its feature rows (float64, every
-    :func:`fingerprint_step`-th row from the first). Binds a ledger to the data it accounts for; it
-    is never sent anywhere.
-
-    ``X`` is the feature matrix, or, with ``shape`` (the whole matrix's shape), the rows
-    ``X[::fingerprint_step(shape[0])]`` already taken, so that a silo that is rows of a larger
-    matrix gathers only those. The sample keeps the cost of binding a ledger independent of the
-    number of features times records (it hashed 8 GB at 10⁷ × 100). Two data sets that agree on
-    everything hashed share a ledger, which can only charge more, never less: the fingerprint
-    guards against passing a silo's ledger to other data, not against a user who wants to."""
-    h = hashlib.sha256()
-    if shape is None:
-        shape = np.shape(X)
-        X = np.asarray(X)[:: fingerprint_step(shape[0])]
-    sample = np.ascontiguousarray(X, dtype=np.float64)
-    if sample.shape[0] != len(range(0, shape[0], fingerprint_step(shape[0]))):
-        raise ValueError(f"data_fingerprint: {sample.shape[0]} sampled rows for a matrix of shape {tuple(shape)}; "
-                         "pass X[::fingerprint_step(n)] with shape=(n, d), or the whole matrix without shape")
-    h.update(np.asarray(shape, dtype=np.int64).tobytes())
-    h.update(memoryview(sample).cast("B"))
-    for v in (y, s):
-        h.update(np.ascontiguousarray(v, dtype=np.int64).tobytes())
-    return FINGERPRINT_PREFIX + h.hexdigest()
-
-
-def legacy_fingerprint(X: Any, y: np.ndarray, s: np.ndarray, *, shape: Optional[tuple] = None) -> str:
-    """The fingerprint of ledgers written before :data:`FINGERPRINT_PREFIX` fingerprints: SHA-256
-    of the shape, every feature (float64) and the label and group indices (int64). Used only to
-    recognise such a ledger's data, once, before it is re-bound with :func:`data_fingerprint`.
-
-    ``X`` is the feature matrix, or an iterable of consecutive blocks of its rows together with
-    ``shape`` (the matrix's shape): the digest is the same, without one copy of the whole."""
-    h = hashlib.sha256()
-    if shape is None:
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        shape, blocks = X.shape, (X,)
-    else:
-        blocks = X
-    h.update(np.asarray(shape, dtype=np.int64).tobytes())
-    for block in blocks:
-        h.update(memoryview(np.ascontiguousarray(block, dtype=np.float64)).cast("B"))
-    for v in (y, s):
-        h.update(np.ascontiguousarray(v, dtype=np.int64).tobytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -235,7 +180,7 @@ class PrivacyLedger:
         self.delta = _delta(delta)
         self.silo = silo
         self.fingerprint = fingerprint
-        self.path = _resolved(path) if path is not None else None
+        self.path = resolved(path) if path is not None else None
         #: A second journal of this ledger's writes, kept elsewhere (see the module docstring).
         self.anchor = Path(anchor) if anchor is not None else None
         #: Whether this ledger was ever written under an anchor (kept in the file: once anchored,
@@ -533,7 +478,7 @@ class PrivacyLedger:
                     raise ValueError(f"ledger run {rid!r}: inconsistent shuffle record {run} (rounds_per_epoch, "
                                      "last_epoch and next_round disagree); the ledger file is corrupt")
         ledger.releases = {k: np.asarray(v, dtype=np.float64) for k, v in data.get("releases", {}).items()}
-        ledger.path = _resolved(path) if path is not None else None
+        ledger.path = resolved(path) if path is not None else None
         ledger.revision = int(data.get("revision", 0))
         ledger.anchored = bool(data.get("anchored", False))
         if ledger.path is not None and ledger.path.exists():
@@ -541,70 +486,35 @@ class PrivacyLedger:
         return ledger
 
     def save(self, path: os.PathLike | str) -> None:
-        """Write the ledger as JSON, atomically (a crash never leaves half a ledger).
+        """Write the ledger as JSON, atomically (a crash never leaves half a ledger), through
+        :func:`pfair.privacy.ledger_file.write_ledger`: a ledger file already at ``path`` is
+        replaced only if it is the revision this object last read or wrote there; otherwise
+        :class:`LedgerConflict` is raised and nothing is written (another process charged that
+        ledger meanwhile, or it is another ledger this object never read: replacing it would erase
+        its charges). Links are followed, so every name of one file is one ledger."""
+        target = resolved(path)
+        before = self.revision
 
-        A ledger file already at ``path`` is replaced only if it is the revision this object last
-        read or wrote there; otherwise :class:`LedgerConflict` is raised and nothing is written
-        (another process charged that ledger meanwhile, or it is another ledger this object never
-        read: replacing it would erase its charges). Links are followed, so every name of one file
-        is one ledger."""
-        target = _resolved(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(target):
-            found, links = _revision_on_disk(target)
-            check_journals(target, found, None, self.anchor, anchored=self.anchored and found is not None)
-            seen = self._seen.get(str(target))
-            if found is not None and found != seen:
-                if seen is None:
-                    raise LedgerConflict(
-                        f"{self._who()}: there is a file {target.name!r} at that path that this ledger never read; "
-                        "writing would replace it (and a ledger's charges with it). Load it (PrivacyLedger.load), or "
-                        "remove the file first if you mean to replace it")
-                raise LedgerConflict(
-                    f"{self._who()}: the ledger file {target.name!r} changed since this ledger read it (revision "
-                    f"{found}, read {seen}): another process charged this silo meanwhile. Nothing was written and "
-                    "the refused release is not sent; load the ledger again")
-            if links > 1:
-                raise LedgerConflict(f"{self._who()}: the ledger file {target.name!r} has {links} hard links; a write "
-                                     "would split them into separate ledgers. Keep one name (a symbolic link is fine)")
-            before = self.revision
-            self.revision = max(found or 0, self.revision) + 1  # never backwards: no stale object matches again
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-            try:
-                text = json.dumps(self.to_dict(), indent=1).encode()
-                with os.fdopen(fd, "wb") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, target)
-                # After the file: a crash in between leaves a file newer than its journal, which
-                # is accepted (and journalled at the next write); never a journal ahead of its file.
-                for journal in journals(target, self.anchor):
-                    _journal_append(journal, target, self.revision, hashlib.sha256(text).hexdigest())
-            except BaseException:
-                self.revision = before
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-            self._seen[str(target)] = self.revision
+        def content(found: Optional[int]) -> bytes:
+            # Never backwards: no stale object matches again.
+            self.revision = max(found or 0, self.revision) + 1
+            return self.revision, json.dumps(self.to_dict(), indent=1).encode()
+
+        try:
+            write_ledger(target, content, seen=self._seen.get(str(target)), anchor=self.anchor,
+                         anchored=self.anchored, who=self._who())
+        except BaseException:
+            self.revision = before
+            raise
+        self._seen[str(target)] = self.revision
 
     @classmethod
     def load(cls, path: os.PathLike | str, *, anchor: Optional[os.PathLike | str] = None) -> "PrivacyLedger":
         """Read a ledger written by :meth:`save`; later changes are written back to ``path``.
         Refuses (:class:`~pfair.exceptions.LedgerRollback`) a file older than its journals say,
-        and (:class:`~pfair.exceptions.LedgerConflict`) a file that is no ledger (e.g. truncated)."""
-        with open(path, "rb") as f:
-            raw = f.read()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise LedgerConflict(f"the ledger file {Path(path).name!r} is not valid JSON (truncated or overwritten?); "
-                                 "restore the latest copy of it") from None
-        if not isinstance(data, dict):
-            raise LedgerConflict(f"the file {Path(path).name!r} is not a ledger")
-        check_journals(_resolved(path), int(data.get("revision", 0)), hashlib.sha256(raw).hexdigest(), anchor,
-                       anchored=bool(data.get("anchored", False)))
-        ledger = cls.from_dict(data, path=path)
+        and (:class:`~pfair.exceptions.LedgerConflict`) a file that is no ledger (e.g. truncated)
+        (:func:`pfair.privacy.ledger_file.read_ledger`)."""
+        ledger = cls.from_dict(read_ledger(path, anchor), path=path)
         ledger.anchor = Path(anchor) if anchor is not None else None
         return ledger
 
@@ -665,154 +575,3 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
     return out
 
 
-JOURNAL_SUFFIX = ".journal"
-
-
-def journals(target: Path, anchor: Optional[os.PathLike | str] = None) -> List[Path]:
-    """The journals of the ledger file ``target``: ``<file>.journal`` and the ``anchor``, if any."""
-    out = [target.with_name(target.name + JOURNAL_SUFFIX)]
-    return out + ([_resolved(anchor)] if anchor is not None else [])
-
-
-#: Bytes of a journal's end read to find its last entry (entries are about 120 bytes).
-JOURNAL_TAIL = 1 << 16
-
-
-def _journal_last(journal: Path, target: Path) -> Optional[dict]:
-    """The last complete entry of a journal about the ledger file ``target`` (None: no journal, or
-    none about it). An anchor may be shared by several ledgers: each entry names its file."""
-    try:
-        with open(journal, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - JOURNAL_TAIL))
-            entry = _last_about(f.read(), target)
-            if entry is None and size > JOURNAL_TAIL:
-                # An anchor shared by several ledgers: the others may have written past the tail
-                # since this ledger's last entry, and "none about it" must not be read as "new".
-                f.seek(0)
-                entry = _last_about(f.read(), target)
-    except FileNotFoundError:
-        return None
-    return entry
-
-
-def _last_about(data: bytes, target: Path) -> Optional[dict]:
-    """The last complete journal entry about ``target`` in ``data`` (None: none)."""
-    for line in reversed(data.decode(errors="replace").splitlines()):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash, or cut by the tail
-        if isinstance(entry, dict) and "revision" in entry and entry.get("ledger", str(target)) == str(target):
-            return entry
-    return None
-
-
-def _journal_append(journal: Path, target: Path, revision: int, sha256: str) -> None:
-    """Append an entry; a line left unfinished by a crash is ended first, so that it cannot swallow
-    this one."""
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    with open(journal, "a+b") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-        line = {"revision": int(revision), "sha256": sha256, "ledger": str(target)}
-        f.write((json.dumps(line) + "\n").encode())
-        f.flush()
-        os.fsync(f.fileno())
-    try:  # the new entry's directory entry too, where the platform allows it
-        fd = os.open(journal.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # pragma: no cover - platforms without directory fsync
-        pass
-
-
-def check_journals(target: Path, revision: Optional[int], sha256: Optional[str],
-                   anchor: Optional[os.PathLike | str] = None, *, anchored: bool = False) -> None:
-    """Refuse a ledger file (``revision`` and the SHA-256 of its bytes; ``revision=None``: no file)
-    that its journals say is older than the last one written, another file, or deleted; and, with
-    ``anchored`` (the file says it was written under an anchor), a file that the ``anchor`` has no
-    record of: the anchor was lost, or the state directory was restored or copied somewhere its
-    anchor never saw it, where an empty anchor would accept any copy."""
-    for journal in journals(target, anchor):
-        last = _journal_last(journal, target)
-        is_anchor = journal.parent != target.parent or journal.name != target.name + JOURNAL_SUFFIX
-        fix = ("Restore the latest ledger file; or, to start this silo's budget over on purpose (only if its data "
-               "changed, or you accept spending its budget again), run `pfair node reset --state-dir DIR "
-               "--i-understand`" + (f" --anchor {journal}" if is_anchor else ""))
-        if last is None:
-            if is_anchor and anchored and revision is not None:
-                raise LedgerRollback(
-                    f"the ledger file {target.name!r} (revision {revision}) was written under an anchor, but its "
-                    f"anchor {str(journal)!r} has no record of it: the anchor was lost or moved, or this state "
-                    "directory was restored or copied to a place its anchor never saw, and any copy of it would then "
-                    "answer its rounds again. Put the anchor file back (node config ledger-anchor), or keep the state "
-                    "directory at the path it was anchored at. " + fix)
-            continue
-        where = f"its anchor {str(journal)!r}" if is_anchor else f"its journal {journal.name!r}"
-        if revision is None:
-            raise LedgerRollback(f"the ledger file {target.name!r} is gone, but {where} records revision "
-                                 f"{last['revision']}: it was deleted, and a new ledger would spend the budget again. "
-                                 + fix)
-        if revision < int(last["revision"]):
-            raise LedgerRollback(f"the ledger file {target.name!r} is revision {revision}, but {where} records "
-                                 f"revision {last['revision']}: it was restored from an older copy, which would answer "
-                                 "rounds again and spend its budget again. " + fix)
-        if revision == int(last["revision"]) and sha256 is not None and sha256 != last.get("sha256"):
-            raise LedgerRollback(f"the ledger file {target.name!r} is revision {revision} but not the one {where} "
-                                 "records (another file of the same revision). " + fix)
-
-
-def _resolved(path: os.PathLike | str) -> Path:
-    """``path`` absolute, with symbolic links followed: one file, one ledger, whatever its name
-    and the working directory."""
-    return Path(os.path.realpath(os.fspath(path)))
-
-
-def _revision_on_disk(path: Path) -> tuple:
-    """``(revision, hard links)`` of the ledger file at ``path`` (revision 0 for a file written
-    before ledgers counted their writes, -1 for a file that is no ledger); ``(None, 0)`` when
-    there is no file."""
-    try:
-        with open(path) as f:
-            links = os.fstat(f.fileno()).st_nlink
-            try:
-                data = json.load(f)
-                return (int(data.get("revision", 0)) if isinstance(data, dict) else -1), links
-            except (ValueError, TypeError):
-                return -1, links
-    except FileNotFoundError:
-        return None, 0
-
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-#: Whether :func:`file_lock` locks anything (POSIX ``flock``; not on Windows).
-FILE_LOCKS = fcntl is not None
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock of ``<path>.lock`` for a ``with`` block (POSIX ``flock``,
-    released when the block ends or the process dies). Where there is no ``flock`` (Windows,
-    :data:`FILE_LOCKS` False) it locks nothing: a ledger's revision check then still refuses a
-    stale write but is not atomic with it, and a deployed silo (:class:`pfair.flower.node.SiloNode`)
-    refuses to run."""
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    fd = os.open(Path(path).with_name(Path(path).name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock

@@ -4,8 +4,9 @@ A run's life (``docs/architecture.md`` draws it):
 
 1. a :class:`~pfair.protocol.plan.RunPlan` fixes every derived quantity (rounds per epoch, T, weights,
    the random iterate, the budget split);
-2. set-up (:mod:`pfair.protocol.setup`): ledgers, the p_s round, each silo's noise plan, and the
-   server with the reply limits those plans allow;
+2. set-up, put together by :func:`pfair.protocol.assembly.start_run` from the pieces of
+   :mod:`pfair.protocol.setup`: ledgers, the p_s round, each silo's noise plan, θ₀, and the server
+   with the reply limits those plans allow;
 3. :class:`Driver` runs the epochs. Each epoch it asks the transport which silos answer (a transport
    that charges a whole epoch at once does it here), runs the epoch's rounds through the transport,
    checks the released θ, keeps the random iterate, and after each checkpoint epoch asks the silos
@@ -122,8 +123,9 @@ def refuse(refused: set, silo: int, what: str, exc: BaseException, stacklevel: i
 class Driver:
     """Runs the epochs of one run (see the module docstring).
 
-    ``server``: the :class:`~pfair.protocol.server.ServerParty` whose λ, step sizes and fairness
-    controller the rounds use (None in the hybrid topologies, whose server has a fixed λ);
+    ``server``: the server party whose λ, step sizes (``lr_of_epoch``) and fairness controller
+    (None: a fixed λ) the rounds use: :class:`~pfair.protocol.server.ServerParty`, or the hybrid
+    topologies' :class:`~pfair.protocol.topologies.HybridServer`;
     ``monitor``: a :class:`~pfair.protocol.convergence.ConvergenceMonitor`; ``keep_exact``: keep the
     exact batch diagnostics in the history (exact diagnostics asked for, or nothing private);
     ``held_out``: the held-out records of each silo (its validation table's total; None: the
@@ -139,7 +141,7 @@ class Driver:
         self.refused: set[int] = set()
         self._warned_lam_max = False
         st = plan.settings
-        self.checkpoints = set(st.checkpoint_epochs()) if self.held_out is not None and server is not None else set()
+        self.checkpoints = set(st.checkpoint_epochs()) if self.held_out is not None else set()
         self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam))
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
@@ -162,9 +164,8 @@ class Driver:
                 warnings.warn(f"every silo has refused; training stopped after {epoch} of {st.epochs} epochs",
                               PrivacyWarning, stacklevel=3)
                 break
-            if server is not None:
-                server.lr_scale = state.lr_scale
-            lr = st.lr_at(epoch) if server is None else server.lr_of_epoch(epoch)
+            server.lr_scale = state.lr_scale
+            lr = server.lr_of_epoch(epoch)
             before = theta
             out = self.transport.rounds(theta, w, epoch, lr=lr, active=active, refused=self.refused)
             theta, w = out.theta, out.w
@@ -183,7 +184,7 @@ class Driver:
                          "update_norm": float(np.linalg.norm(theta - before))})
             if self.keep_exact:
                 info.update(out.exact)
-            if server is not None and server.controller is not None:
+            if server.controller is not None:
                 info["lam"] = float(server.lam)  # λ of this epoch (a checkpoint may change it)
             if epoch in self.checkpoints:
                 info.update(self.checkpoint_step(state, theta, w, epoch, active))

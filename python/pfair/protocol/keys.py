@@ -97,6 +97,14 @@ class SiloKeys:
         return cls(batch=batch_key(settings, noise), noise=noise)
 
 
+# ------------------------------------------------------------------------------------ round streams
+#: The PF-LD baseline's two round streams under its one (central) key, in the slot a silo's index
+#: takes in a federated round's stream ``(silo, round, purpose)``: the primal step's noise (round =
+#: the step) and the dual step's noise on the violations (round = the epoch).
+PFLD_PRIMAL_STREAM = 0
+PFLD_DUAL_STREAM = 1
+
+
 # ------------------------------------------------------------------------------------ release ids
 #: The kinds of release a silo noises outside its rounds (the first field of a :class:`ReleaseId`).
 GROUP_COUNTS = "group_counts"  # the DP histogram of s behind p_s="dp" (pfair.privacy.proportions)

@@ -25,7 +25,13 @@ import numpy as np
 
 from pfair import _core
 from pfair.exceptions import LedgerMismatch, PrivacyBudgetExceeded, SettingsMismatch
-from pfair.privacy.calibration import NoisePlan, mechanism_terms, plan_silo_noise, sample_rate_and_denominator
+from pfair.privacy.calibration import (
+    NoisePlan,
+    NoiseRequest,
+    mechanism_terms,
+    plan_silo_noise,
+    sample_rate_and_denominator,
+)
 from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY
 from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger
@@ -147,13 +153,11 @@ class SiloParty:
 
     def _noise_plan(self, proportions: np.ndarray, total_rounds: int, ledger: PrivacyLedger | None) -> NoisePlan:
         st = self.settings
-        return plan_silo_noise(
-            silo=self.silo_id, n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
-            steps=total_rounds, epsilon=st.epsilon, delta=st.delta_for(self.n_silo_records) if st.private else None,
-            proportions=proportions, notion=st.notion, protect=st.protect,
-            calibration=st.calibration, sends_psi=st.sends_psi, ledger=ledger,
-            lam=self.refusal_lam if st.private else None, dims=self.refusal_dims, **st.clips(),
-        )
+        request = NoiseRequest.of_settings(
+            st, silo=self.silo_id, n_records=self.n_records, steps=total_rounds,
+            delta=st.delta_for(self.n_silo_records) if st.private else None,
+            lam=self.refusal_lam if st.private else None, dims=self.refusal_dims)
+        return plan_silo_noise(request, proportions, ledger=ledger)
 
     @property
     def refusal_dims(self) -> int:

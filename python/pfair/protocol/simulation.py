@@ -13,8 +13,12 @@ settings and a :class:`~pfair.Federation`:
   parties (:class:`~pfair.protocol.transports.PartyLoop`), exactly as a deployment runs them; a test
   checks the two agree bit for bit;
 * the hybrid topologies (``mode="divisions"``, ``"central_sensitive"``, ``"hybrid"``): who holds s
-  is not who holds (x, y); the parties and their set-up are in :mod:`pfair.protocol.topologies`, driven
-  by the same :class:`~pfair.protocol.driver.Driver`.
+  is not who holds (x, y); their parties, server and transports are in
+  :mod:`pfair.protocol.topologies`.
+
+Either way the run is put together by :func:`pfair.protocol.assembly.start_run` (the p_s round,
+the noise plans, θ₀, the server, the run state, the monitor and the driver), the one place every
+run is assembled: this module only builds the parties and the transport.
 
 Training history of a private fit holds only released values (θ and W after each epoch, the
 silos that answered, metrics on the user's ``eval_set``) unless ``exact_diagnostics=True``.
@@ -22,34 +26,26 @@ silos that answered, metrics on the user's ``eval_set``) unless ``exact_diagnost
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from pfair.fairness_target import linear_predictor
 from pfair.validation import split_federation
 from pfair.federation import silo_fingerprints
-from pfair.privacy.calibration import warn_if_over_budget, warn_if_spent
-from pfair.protocol.convergence import ConvergenceMonitor
-from pfair.protocol.driver import Driver, RunState
+from pfair.privacy.calibration import warn_if_spent
+from pfair.protocol.assembly import AssembledRun, check_ledgers_hold_run, check_same_run, monitor_for, start_run
+from pfair.protocol.driver import RunState
 from pfair.protocol.keys import SiloKeys
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
-from pfair.protocol.setup import build_server, initial_model, released_proportions, resolve_ledgers
+from pfair.protocol.setup import build_server, released_proportions, resolve_ledgers
 from pfair.protocol.silo import SiloParty, silo_config
+from pfair.protocol.topologies import HybridParties
 from pfair.protocol.transports import PartyLoop, RustBatched
 from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
 
-__all__ = ["RunState", "Simulation", "resolve_ledgers"]
-
-
-def monitor_for(settings: SteFFLeSettings, n_classes: int, **kw: Any) -> ConvergenceMonitor:
-    """The run's divergence and collapse monitor (:mod:`pfair.protocol.convergence`)."""
-    st = settings
-    return ConvergenceMonitor(n_classes=n_classes, lam=float(st.lam),
-                              lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
-                              **kw)
+__all__ = ["RunState", "Simulation", "SiloParties", "monitor_for", "resolve_ledgers"]
 
 
 def lazy_linear_predictor(silo: Any, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -65,8 +61,68 @@ def lazy_linear_predictor(silo: Any, n_classes: int) -> Callable[[np.ndarray], n
     return predict
 
 
+class SiloParties:
+    """The silo side of the standard topology in process (a
+    :class:`~pfair.protocol.assembly.SiloSide`): one :class:`SiloParty` per silo of ``whole`` (the
+    federation before the held-out shares were taken out, whose data a resumed run must hold)."""
+
+    def __init__(self, parties: Sequence[SiloParty], whole: Any, settings: SteFFLeSettings) -> None:
+        self.parties, self.whole, self.settings = list(parties), whole, settings
+        self.n_silos = len(self.parties)
+
+    def preflight(self, total_rounds: int) -> None:
+        for party in self.parties:
+            warn_if_spent(party.silo_id, party.ledger)
+        # Every silo decides whether it takes part before anything of the run is released: a silo
+        # whose ledger has too little left refuses here (BudgetTooSmall), before its p_s histogram.
+        for party in self.parties:
+            party.preflight(total_rounds)
+
+    def group_counts(self) -> list:
+        return [p.release_group_counts() for p in self.parties]
+
+    def plan_rounds(self, proportions: np.ndarray, total_rounds: int) -> dict:
+        return {j: p.plan_rounds(proportions, total_rounds) for j, p in enumerate(self.parties)}
+
+    def adopt(self, state: RunState) -> None:
+        self._restore_batch_keys(state)
+        check_same_run(state, self.settings, self.whole.silos)
+        check_ledgers_hold_run([p.ledger for p in self.parties], state.plans, state.run_ids)
+        for p, plan, run_id in zip(self.parties, state.plans, state.run_ids):
+            p.adopt(plan, state.proportions, run_id)
+
+    def _restore_batch_keys(self, state: RunState) -> None:
+        """A resumed run's parties draw their batches from the interrupted run's batch keys.
+
+        Fresh keys would be harmless for batches drawn anew every round, but not for shuffled
+        epochs under a secret key (record mode): a silo whose epoch is not the federation's (its
+        own rounds per epoch differ) resumes in the middle of it, and the rest of the epoch must
+        come from the same permutation, or a record is in two batches of an epoch the ledger
+        charges as one release."""
+        if state.batch_keys is not None:
+            for party, key in zip(self.parties, state.batch_keys):
+                party.keys = SiloKeys(batch=key, noise=party.keys.noise)
+        elif self.settings.sampling == "shuffle" and any(p.keys.batch.is_secret for p in self.parties):
+            raise ValueError("resume: the interrupted run's secret batch keys are gone (its state was pickled or "
+                             "copied, and secret keys never leave their process), and its shuffled epochs cannot go "
+                             "on under other keys; start a new fit")
+
+    def run_ids(self) -> list:
+        return [p.run_id for p in self.parties]
+
+    def fingerprints(self) -> list:
+        return silo_fingerprints(self.whole.silos)
+
+    def next_rounds(self) -> list:
+        return [p.ledger.next_round(p.run_id) for p in self.parties if p.charges]
+
+    def batch_keys(self) -> list:
+        return [p.keys.batch for p in self.parties]
+
+
 class Simulation:
-    """Runs SteFFLe in process (see the module docstring).
+    """Runs SteFFLe in process (see the module docstring): builds the parties of the topology and
+    its transport; :func:`~pfair.protocol.assembly.start_run` puts the run together.
 
     ``sensitive_silos``: the sensitive silo of each record (``mode="hybrid"`` only), in the order of
     the rows the federation was built from."""
@@ -77,23 +133,41 @@ class Simulation:
         self.fast = fast and provider_factory is None
         self.state: RunState | None = None
         self.plans: list = []
+        self.server: Any = None
+        #: Records each silo holds out (its validation table's total); None: the topology releases
+        #: no checkpoint figures.
+        self.held_out: list[int] | None = None
+        #: Whether the silos can release checkpoint figures (their provider predicts).
+        self.checkpoints = False
+        self.silo_set: Any = None
+        self.parties: list[SiloParty] = []
         if settings.mode != "standard":
-            from pfair.protocol.topologies import HybridParties
-
             if provider_factory is not None:
                 raise ValueError(f"mode={settings.mode!r} runs the linear model only")
-            self.hybrid = HybridParties(settings, fed, sensitive_silos, ledgers=ledgers)
-            self.plan, self.ledgers, self.plans = self.hybrid.plan, self.hybrid.ledgers, self.hybrid.plans
-            self.parties = []
-            return
-        self.hybrid = None
+            self._hybrid_parties(settings, fed, sensitive_silos, ledgers)
+        else:
+            self._standard_parties(settings, fed, ledgers, provider_factory)
+
+    # ------------------------------------------------------------------ the parties of a topology
+    def _hybrid_parties(self, settings: SteFFLeSettings, fed: Any, sensitive_silos: Any, ledgers: Any) -> None:
+        """The hybrid topologies (:mod:`pfair.protocol.topologies`): their silos hold everything."""
+        hybrid = HybridParties(settings, fed, sensitive_silos, ledgers=ledgers)
+        self.whole = fed
+        self.plan, self.ledgers, self.silos, self.theta_len = hybrid.plan, hybrid.ledgers, hybrid, hybrid.theta_len
+        self._server = hybrid.build_server
+        self._transport = lambda server, state: hybrid.transport(server, fast=self.fast)
+        # Collapse checked by the silos that hold the features, locally (pfair.protocol.convergence).
+        self._monitor = {"silo_features": list(fed.silos)}
+
+    def _standard_parties(self, settings: SteFFLeSettings, fed: Any, ledgers: Any,
+                          provider_factory: Callable[..., Any] | None) -> None:
+        """Every silo holds whole records: one :class:`SiloParty` each, on all but its held-out share."""
         # Each silo's ledger and δ belong to all its records; it trains on all but its held-out share.
         self.whole = fed
         self.ledgers = resolve_ledgers(settings, fed, ledgers)
         fed, held = split_federation(fed, settings.validation_share, seed=settings.seed)
         self.fed = fed
-        #: Records each silo holds out (its validation table's total); with none held out the table
-        #: counts its training records.
+        # With none held out the validation table counts a silo's training records.
         self.held_out = [len(h) if h is not None else (0 if settings.validation_share > 0 else len(s))
                          for h, s in zip(held, fed.silos)]
         plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes,
@@ -106,7 +180,6 @@ class Simulation:
                          if provider_factory is None else None)
         #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise.
         self.theta_len = plan.linear_theta_len(fed.n_features)
-        self.parties = []
         for j, silo in enumerate(fed.silos):
             cfg = silo_config(st, len(silo), None)
             provider = (provider_factory(j, silo, cfg) if provider_factory is not None
@@ -129,11 +202,24 @@ class Simulation:
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
                                       "pfair.torch.DeepSteFFLe or a fixed lam")
-        #: Whether the silos can release checkpoint figures (their provider predicts).
         self.checkpoints = all(p.predict is not None for p in self.parties)
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)
+        self.silos = SiloParties(self.parties, self.whole, st)
+        self._server = lambda plans, proportions, theta_len: build_server(plan, plans, proportions,
+                                                                          theta_len=theta_len)
+        self._transport = self._standard_transport
+        # Divergence from released θ; collapse from each silo's own records, checked and warned
+        # about locally (linear model only), never sent nor kept in the history of a private fit.
+        self._monitor = ({"silo_features": list(fed.silos), "counts": self.silo_set.predict_counts}
+                         if self.silo_set is not None else {})
+
+    def _standard_transport(self, server: Any, state: RunState) -> Any:
+        """``fast``: an epoch of the linear model's rounds in one Rust call; else the party loop."""
+        if self.fast:
+            return RustBatched(self.plan, self.parties, server, self.silo_set, inv_sqrt_proportions(state.proportions))
+        return PartyLoop(self.plan, self.parties, server)
 
     # ------------------------------------------------------------------ the plan's numbers
     @property
@@ -148,62 +234,33 @@ class Simulation:
     def total_rounds(self) -> int:
         return self.plan.total_rounds
 
-    # ------------------------------------------------------------------ the p_s round
-    def group_proportions(self) -> np.ndarray:
-        """Released ``p(s | block)``: public, from the silos' DP histograms, or pooled (exact)."""
-        st, fed = self.settings, self.fed
-        return released_proportions(
-            self.plan, groups=fed.groups_, classes=fed.classes_,
-            histograms=lambda: [p.release_group_counts() for p in self.parties],
-            pooled=lambda: fed.group_proportions(st.notion))
-
-    def _restore_batch_keys(self, state: RunState) -> None:
-        """A resumed run's parties draw their batches from the interrupted run's batch keys.
-
-        Fresh keys would be harmless for batches drawn anew every round, but not for shuffled
-        epochs under a secret key (record mode): a silo whose epoch is not the federation's (its
-        own rounds per epoch differ) resumes in the middle of it, and the rest of the epoch must
-        come from the same permutation, or a record is in two batches of an epoch the ledger
-        charges as one release."""
-        if state.batch_keys is not None:
-            for party, key in zip(self.parties, state.batch_keys):
-                party.keys = SiloKeys(batch=key, noise=party.keys.noise)
-        elif self.settings.sampling == "shuffle" and any(p.keys.batch.is_secret for p in self.parties):
-            raise ValueError("resume: the interrupted run's secret batch keys are gone (its state was pickled or "
-                             "copied, and secret keys never leave their process), and its shuffled epochs cannot go "
-                             "on under other keys; start a new fit")
-
-    def _start(self, init: tuple | None) -> RunState:
-        """A new run: the p_s round, every silo's noise plan, θ₀ and W₀."""
-        for party in self.parties:
-            warn_if_spent(party.silo_id, party.ledger)
-        # Every silo decides whether it takes part before anything of the run is released: a silo
-        # whose ledger has too little left refuses here (BudgetTooSmall), before its p_s histogram.
-        for party in self.parties:
-            party.preflight(self.total_rounds)
-        proportions = self.group_proportions()
-        plans = [p.plan_rounds(proportions, self.total_rounds) for p in self.parties]
-        theta, w = initial_model(self.plan, self.theta_len, init)
-        state = RunState([p.run_id for p in self.parties], plans, proportions, 0, theta, w,
-                         fingerprints=silo_fingerprints(self.whole.silos), settings=self.settings.as_dict())
-        state.batch_keys = [p.keys.batch for p in self.parties]
-        return state
-
-    def _resume(self, state: RunState) -> RunState:
-        """An interrupted run on the same silos, settings and ledgers: its plans adopted again."""
-        fed = self.whole
-        self._restore_batch_keys(state)
-        silo_fingerprints(fed.silos)
-        if len(state.fingerprints) != len(fed.silos) or not all(
-                silo.holds_data_of(fp) for silo, fp in zip(fed.silos, state.fingerprints)):
-            raise ValueError("resume: the federation's data differ from the interrupted run's")
-        if state.settings != self.settings.as_dict():
-            raise ValueError("resume: the settings differ from the interrupted run's; resume with the same ones")
-        for p, plan, run_id in zip(self.parties, state.plans, state.run_ids):
-            p.adopt(plan, state.proportions, run_id)
-        return state
-
     # ------------------------------------------------------------------ the run
+    def _pooled(self) -> np.ndarray:
+        """The pooled exact proportions (``p_s="pooled"``: reproducing the paper only)."""
+        return self.fed.group_proportions(self.settings.notion)
+
+    def group_proportions(self) -> np.ndarray:
+        """The p_s round alone, as :func:`~pfair.protocol.assembly.start_run` runs it: released
+        ``p(s | block)``, given, from the silos' DP histograms, or pooled (exact)."""
+        return released_proportions(self.plan, groups=self.fed.groups_, classes=self.fed.classes_,
+                                    histograms=self.silos.group_counts, pooled=self._pooled)
+
+    def start(self, *, resume: RunState | None = None, init: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> AssembledRun:
+        """The run put together (:func:`~pfair.protocol.assembly.start_run`), its epochs not yet run."""
+        fed = self.fed
+
+        def keep(state: RunState) -> None:  # an interrupted run can be resumed from its state
+            self.state, self.plans = state, state.plans
+
+        run = start_run(self.plan, self.silos, server=self._server, transport=self._transport,
+                        theta_len=self.theta_len, groups=fed.groups_, classes=fed.classes_,
+                        pooled=self._pooled, init=init,
+                        resume=resume, monitor=self._monitor,
+                        held_out=self.held_out if self.checkpoints else None, on_state=keep)
+        self.server = run.server
+        return run
+
     def run(self, *, resume: RunState | None = None, on_epoch: Callable[[int, np.ndarray, np.ndarray, dict], dict] | None = None,
             progress: bool = False, init: tuple[np.ndarray, np.ndarray] | None = None) -> RunState:
         """Train; returns the final :class:`RunState`. ``on_epoch(epoch, θ, W, info)`` returns the
@@ -211,35 +268,4 @@ class Simulation:
         interrupted run on the same silos and ledgers) the run goes on where the ledgers say it
         stopped, charging no round twice. ``init = (θ, W)`` starts a new run from a previous model
         (a warm start: a new run, charged on top of what the ledgers hold)."""
-        if self.hybrid is not None:
-            if resume is not None or init is not None:
-                raise ValueError(f"resume and warm_start are available in mode='standard' only, not "
-                                 f"mode={self.settings.mode!r}")
-            self.state = self.hybrid.start()
-            self.plans = self.hybrid.plans
-            return self.hybrid.driver(fast=self.fast).run(self.state, on_epoch=on_epoch, progress=progress)
-        st = self.settings
-        state = self._start(init) if resume is None else self._resume(resume)
-        warn_if_over_budget(state.plans)
-        self.plans, self.state = state.plans, state
-        server = build_server(self.plan, dict(enumerate(state.plans)), state.proportions, theta_len=state.theta.size)
-        self.server = server
-        if server.controller is not None and state.lam is not None:  # a resumed run keeps its λ
-            server.lam = server.controller.lam = float(state.lam)
-        # Where to go on: after the last epoch done, and past any round a ledger already charged
-        # (rounds charged but lost in an interruption are never answered again).
-        next_rounds = [p.ledger.next_round(p.run_id) for p in self.parties if p.charges]
-        start_epoch = max([state.epochs_done] + [math.ceil(r / self.rounds_per_epoch) for r in next_rounds])
-        transport = (RustBatched(self.plan, self.parties, server, self.silo_set, inv_sqrt_proportions(state.proportions))
-                     if self.fast else PartyLoop(self.plan, self.parties, server))
-        # Divergence from released θ; collapse from each silo's own records, checked and warned
-        # about locally (linear model only), never sent nor kept in the history of a private fit.
-        monitor = monitor_for(st, self.fed.n_classes,
-                              silo_features=list(self.fed.silos) if self.silo_set is not None else None,
-                              counts=self.silo_set.predict_counts if self.silo_set is not None else None)
-        driver = Driver(self.plan, transport, server=server, monitor=monitor,
-                        keep_exact=st.exact_diagnostics or not st.private, plans=state.plans,
-                        held_out=self.held_out if self.checkpoints else None)
-        driver.run(state, start_epoch=start_epoch, on_epoch=on_epoch, progress=progress)
-        state.run_ids = [p.run_id for p in self.parties]
-        return state
+        return self.start(resume=resume, init=init).go(on_epoch=on_epoch, progress=progress)

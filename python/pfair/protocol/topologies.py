@@ -43,10 +43,13 @@ silo:
    allow), drops what fails, averages the s-free parts over the non-sensitive silos, divides the
    sensitive sums by the union's size ``|∪ B_j|`` and takes the SteFFLe step.
 
-:class:`HybridParties` is the set-up (layout, ledgers, keys, the p_s round, the sensitive silos'
-noise plans); :class:`HybridPartyLoop` and :class:`HybridBatched` are its two transports for the one
-epoch loop (:class:`~pfair.protocol.driver.Driver`). The Rust path (``HybridSet.run_rounds``) is the
-same arithmetic; a test checks the two agree bit for bit.
+:class:`HybridParties` is the topology's silo side (layout, ledgers, keys; the p_s histograms and
+noise plans of its sensitive silos; a resumed run's adoption), the same interface
+(:class:`~pfair.protocol.assembly.SiloSide`) as the standard topology's silos, so the run is put
+together by the one assembler (:func:`pfair.protocol.assembly.start_run`) and a hybrid fit resumes
+and warm-starts as a standard one does. :class:`HybridPartyLoop` and :class:`HybridBatched` are its
+two transports for the one epoch loop (:class:`~pfair.protocol.driver.Driver`). The Rust path
+(``HybridSet.run_rounds``) is the same arithmetic; a test checks the two agree bit for bit.
 """
 
 from __future__ import annotations
@@ -60,11 +63,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
+from pfair.federation import silo_fingerprints
 from pfair.privacy import mechanisms
-from pfair.protocol.driver import Driver, EpochOutcome, RunState
+from pfair.privacy.calibration import NoiseRequest, plan_silo_noise, warn_if_spent
+from pfair.privacy.fingerprint import data_fingerprint
+from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
+from pfair.protocol.assembly import check_ledgers_hold_run, check_same_run
+from pfair.protocol.driver import EpochOutcome, RunState
 from pfair.protocol.keys import HYBRID_GROUP_COUNTS, group_counts_release, hybrid_batch_key, noise_key
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
 from pfair.protocol.server import TAIL, check_header, check_part
+from pfair.protocol.setup import begin_run, ledgers_for, resolve_ledgers
 
 log = logging.getLogger("pfair.server")
 
@@ -209,13 +218,25 @@ class HybridServer:
 
     def __init__(self, *, lam: float, lr_w: float, w_radius: float, block_len: int, theta_len: int, w_len: int,
                  n_non_sensitive: int, batch_size: int, clip_theta: float, max_inv_sqrt_ps: float,
-                 sigmas: Sequence[tuple[float, float]]) -> None:
+                 sigmas: Sequence[tuple[float, float]], settings: Any = None) -> None:
+        self.settings = settings
         self.lam, self.lr_w, self.w_radius, self.block_len = float(lam), float(lr_w), float(w_radius), int(block_len)
         self.theta_len, self.w_len = int(theta_len), int(w_len)
         self.n_non_sensitive, self.batch_size = int(n_non_sensitive), int(batch_size)
         self.clip_theta, self.max_inv = float(clip_theta), float(max_inv_sqrt_ps)
         self.sigmas = list(sigmas)
         self.rejected: list[tuple[int, Any, str]] = []
+
+    #: λ is fixed in the hybrid topologies (no fairness target); the θ step's factor stays 1.
+    controller = None
+    lr_scale: float = 1.0
+
+    def lr_of_epoch(self, epoch: int) -> float:
+        """η_θ of ``epoch``, as :meth:`ServerParty.lr_of_epoch` gives it: :meth:`SteFFLeSettings.lr_at`
+        at λ, times :attr:`lr_scale`."""
+        if self.settings is None:
+            raise ValueError("this HybridServer was made without settings; it has no step schedule")
+        return self.settings.lr_at(epoch, self.lam) * self.lr_scale
 
     def _reject(self, round: int, silo: Any, reason: str) -> None:
         log.warning("round %d: rejected the reply of silo %r: %s", round, silo, reason)
@@ -286,8 +307,8 @@ class HybridServer:
 
 
 class HybridParties:
-    """Set-up of a hybrid run: the layout, the sensitive silos' ledgers, keys, the p_s round and
-    noise plans, and the parties (see the module docstring for the modes and the accounting).
+    """The silo side of a hybrid run: the layout, the sensitive silos' ledgers, keys, p_s histograms
+    and noise plans, the parties and the server they answer (see the module docstring for the modes and the accounting).
 
     ``ledgers``: None (in ``"divisions"`` mode the federation silos' persistent ledgers, otherwise
     new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo."""
@@ -325,9 +346,6 @@ class HybridParties:
     def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any) -> list:
         """The sensitive silos' ledgers (:func:`pfair.protocol.setup.ledgers_for`): in
         ``"divisions"`` mode by default the federation silos' own, otherwise fresh ones by default."""
-        from pfair.privacy.ledger import data_fingerprint
-        from pfair.protocol.setup import ledgers_for, resolve_ledgers
-
         st, n_s = self.settings, self.layout.n_sensitive
         if st.private and ledgers is None and st.mode == "divisions":
             return resolve_ledgers(st, self.fed, None)
@@ -345,8 +363,6 @@ class HybridParties:
         of its ε, charged to its ledger first), kept in the ledger: a later fit on the same ledger
         gets the same release again at no cost, never a second draw of the same stream at another σ
         (which, with a known noise seed, would give the exact counts away)."""
-        from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
-
         ledger, k = self.ledgers[c], self.plan.n_groups
         z_h = self.plan.budget.histogram_noise_multiplier(ledger.delta)
         return mechanisms.release_histogram(
@@ -354,67 +370,105 @@ class HybridParties:
             ledger=ledger, event=histogram_event(z_h), key=self.keys[c], release=group_counts_release(c, HYBRID_GROUP_COUNTS), noise_multiplier=z_h,
             sensitivity=HISTOGRAM_SENSITIVITY, name=HISTOGRAM_PREFIX + HYBRID_GROUP_COUNTS)
 
-    def start(self) -> RunState:
-        """The p_s round and the sensitive silos' noise plans; the run's initial state."""
-        from pfair.privacy.calibration import plan_silo_noise, warn_if_spent
-        from pfair.protocol.setup import begin_run, initial_model, released_proportions
+    # ------------------------------------------------------------------ the silo side (SiloSide)
+    @property
+    def n_silos(self) -> int:
+        """The silos that plan noise and hold a ledger: the sensitive silos."""
+        return self.layout.n_sensitive
 
-        st, fed = self.settings, self.fed
+    def preflight(self, total_rounds: int) -> None:
+        """Warn about what earlier fits spent of each sensitive silo's ledger."""
         for c, ledger in enumerate(self.ledgers):
             warn_if_spent(f"sensitive {c}", ledger)
-        self.proportions = released_proportions(
-            self.plan, groups=fed.groups_, classes=fed.classes_,
-            histograms=lambda: [self.release_group_counts(c) for c in range(self.layout.n_sensitive)],
-            pooled=lambda: fed.group_proportions(st.notion))
-        self.inv = inv_sqrt_proportions(self.proportions)
+
+    def group_counts(self) -> list:
+        """The p_s round: every sensitive silo's DP histogram of s (:meth:`release_group_counts`)."""
+        return [self.release_group_counts(c) for c in range(self.layout.n_sensitive)]
+
+    def plan_rounds(self, proportions: np.ndarray, total_rounds: int) -> dict:
+        """The sensitive silos' noise plans from the released ``proportions``, each calibrated
+        against its own ledger (public-batch accounting at its rate ``q_c``), the run registered."""
+        st = self.settings
+        self._use_proportions(proportions)
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
+        # Sums over public batches drawn at its own rate q_c (divisor 1), the s-dependent parts only,
+        # priced by RDP on a first fit (check_hybrid_settings has refused every other choice).
         self.plans = [plan_silo_noise(
-            silo=c, n_records=int(self.sizes_c[c]), batch_size=st.batch_size, sampling="without_replacement",
-            steps=self.plan.total_rounds, epsilon=st.epsilon, delta=self.deltas[c], proportions=self.proportions,
-            notion=st.notion, protect="attribute", clip_loss=math.inf,
-            clip_theta=self.clip, clip_w=math.inf, calibration="rdp", sends_psi=st.sends_psi, ledger=self.ledgers[c],
-            sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp")
+            NoiseRequest.of_settings(st, silo=c, n_records=int(self.sizes_c[c]), steps=int(total_rounds),
+                                     delta=self.deltas[c], sampling="without_replacement", protect="attribute",
+                                     clip_loss=math.inf, clip_theta=self.clip, clip_w=math.inf, calibration="rdp",
+                                     sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp"),
+            self.proportions, ledger=self.ledgers[c])
             for c in range(self.layout.n_sensitive)]
+        self._register()
+        return dict(enumerate(self.plans))
+
+    def _use_proportions(self, proportions: np.ndarray) -> None:
+        self.proportions = np.asarray(proportions, dtype=np.float64)
+        self.inv = inv_sqrt_proportions(self.proportions)
+
+    def _register(self) -> None:
         for ledger, plan in zip(self.ledgers, self.plans):
             begin_run(ledger, plan, self.run_id)
-        theta, w = initial_model(self.plan, self.theta_len)
-        return RunState([self.run_id], self.plans, self.proportions, 0, theta, w)
 
-    def parties(self) -> tuple[list, list, HybridServer]:
-        """The run as parties: non-sensitive silos, sensitive silos and the server, with this
-        set-up's plans, keys and ledgers (after :meth:`start`)."""
+    def adopt(self, state: RunState) -> None:
+        """Go on with an interrupted run of these silos: the same data and settings, its
+        proportions, noise plans and run id (registered again, so its rounds go on being charged)."""
+        check_same_run(state, self.settings, self.fed.silos)
+        if len(state.plans) != self.layout.n_sensitive or len(state.run_ids) != 1:
+            raise ValueError("resume: the interrupted run has other sensitive silos than this one")
+        check_ledgers_hold_run(self.ledgers, state.plans, state.run_ids * len(state.plans))
+        self._use_proportions(state.proportions)
+        self.plans, self.run_id = list(state.plans), str(state.run_ids[0])
+        self._register()
+
+    def run_ids(self) -> list:
+        return [self.run_id]
+
+    def fingerprints(self) -> list:
+        return silo_fingerprints(self.fed.silos)
+
+    def next_rounds(self) -> list:
+        return [ledger.next_round(self.run_id) for ledger, plan in zip(self.ledgers, self.plans)
+                if ledger is not None and 0 < plan.noise_multiplier < math.inf]
+
+    def batch_keys(self) -> None:
+        """Nothing to keep: every round's batches are drawn anew (never a shuffled epoch)."""
+        return None
+
+    # ------------------------------------------------------------------ the parties and the server
+    def build_server(self, noise_plans: Any, proportions: np.ndarray, theta_len: int) -> "HybridServer":
+        """The server of the run, with the reply limits the sensitive silos' noise plans allow."""
         st, plan = self.settings, self.plan
+        plans = [noise_plans[c] for c in range(self.layout.n_sensitive)]
+        return HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
+                            block_len=plan.block_len, theta_len=int(theta_len), w_len=plan.w_len,
+                            n_non_sensitive=len(self.layout.members), batch_size=st.batch_size, clip_theta=self.clip,
+                            max_inv_sqrt_ps=float(np.max(inv_sqrt_proportions(proportions))),
+                            sigmas=[(p.sigma_theta, p.sigma_w) for p in plans], settings=st)
+
+    def parties(self) -> tuple[list, list]:
+        """The run's silos as parties: the non-sensitive silos and the sensitive silos, with this
+        set-up's plans, keys and ledgers (after :meth:`plan_rounds` or :meth:`adopt`)."""
+        st = self.settings
         ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, batch_key=self.batch_key)
               for j in range(len(self.layout.members))]
         sens = [SensitiveParty(c, self.hset, plan=p, key=key, ledger=ledger, run_id=self.run_id,
                                clip_theta=self.clip, dummy_noise=st.dummy_noise)
                 for c, (p, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
-        server = HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
-                              block_len=plan.block_len, theta_len=self.theta_len, w_len=plan.w_len,
-                              n_non_sensitive=len(ns), batch_size=st.batch_size, clip_theta=self.clip,
-                              max_inv_sqrt_ps=float(np.max(self.inv)),
-                              sigmas=[(p.sigma_theta, p.sigma_w) for p in self.plans])
-        return ns, sens, server
+        return ns, sens
 
-    def driver(self, *, fast: bool = True) -> Driver:
-        """The one epoch loop over this topology's Rust path (``fast``) or its party loop."""
-        from pfair.protocol.simulation import monitor_for
-
-        st = self.settings
-        transport = HybridBatched(self) if fast else HybridPartyLoop(self)
-        # Divergence from released θ; collapse checked by the silos that hold the features, locally
-        # (pfair.protocol.convergence), never sent nor kept in the history of a private fit.
-        monitor = monitor_for(st, self.plan.n_classes, silo_features=list(self.fed.silos))
-        return Driver(self.plan, transport, server=None, monitor=monitor,
-                      keep_exact=st.exact_diagnostics or not st.private, plans=self.plans)
+    def transport(self, server: "HybridServer", *, fast: bool = True) -> "HybridPartyLoop":
+        """This topology's Rust path (``fast``) or its party loop, for the one epoch loop."""
+        return HybridBatched(self, server) if fast else HybridPartyLoop(self, server)
 
 
 class HybridPartyLoop:
     """Round by round through the hybrid parties; a sensitive silo charges each round in its step."""
 
-    def __init__(self, setup: HybridParties) -> None:
-        self.setup, self.plan = setup, setup.plan
-        self.ns, self.sens, self.server = setup.parties()
+    def __init__(self, setup: HybridParties, server: HybridServer) -> None:
+        self.setup, self.plan, self.server = setup, setup.plan, server
+        self.ns, self.sens = setup.parties()
 
     def answering(self, epoch: int, refused: set) -> list[int]:
         return list(range(len(self.sens)))

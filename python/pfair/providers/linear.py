@@ -1,4 +1,4 @@
-"""The linear-softmax model's gradient provider: the Rust kernel (``rust/src/psi.rs``)."""
+"""The linear-softmax model's gradient provider: the Rust kernel (``rust/src/psi/kernel.rs``)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ probabilities are ``F = softmax(logits)``. θ on the wire is the flat float64 ve
 module's trainable parameters in ``module.parameters()`` order (``parameters_to_vector``); the
 module itself may run in float32 or float64, and every part is accumulated in float64.
 
-With the notation of ``rust/src/psi.rs`` and ``docs/deep.md``, for the records of a batch B
+With the notation of ``rust/src/psi/mod.rs`` and ``docs/deep.md``, for the records of a batch B
 (fixed denominator m; the penalty block b of a record is 0 for demographic parity, its label y for
 equalized odds, and 0 for a positive record of equal opportunity, whose other records are outside
 the penalty)::

@@ -3,7 +3,8 @@
 use super::bounds::StepBound;
 use super::convert::epsilon_at_order;
 use super::{
-    check_delta, check_epsilon, check_orders, check_scheme_rate, default_orders, AccountingError, Result, Scheme,
+    check_delta, check_epsilon, check_orders, check_scheme_rate, default_orders, AccountingError, Result, Scheme, Z_MAX,
+    Z_MIN,
 };
 
 /// Orders without improvement after which [`epsilon_scan`] stops.
@@ -62,10 +63,6 @@ fn order_epsilon(z: f64, q: f64, steps: u64, delta: f64, scheme: Scheme) -> impl
     move |a| epsilon_at_order(a, step.rdp(a) * t, delta)
 }
 
-/// Calibration bracket for [`noise_multiplier_for`]: `z ∈ [Z_MIN, Z_MAX]`.
-pub const Z_MIN: f64 = 1e-3;
-/// Upper end of the calibration bracket.
-pub const Z_MAX: f64 = 1e6;
 /// Calibration stops once `ε(z) ≥ (1 − CALIBRATION_TOL) · target` (contract: within 2%).
 pub const CALIBRATION_TOL: f64 = 0.005;
 

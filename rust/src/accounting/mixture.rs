@@ -18,11 +18,11 @@
 //! kept point, and when several binomials must be convolved, each support point `K/z_j²` is
 //! rounded UP onto a grid (δ_Gauss increases with μ), so the value is an upper bound.
 
-use super::calibrate::{Z_MAX, Z_MIN};
 use super::gaussian::{epsilon_for_log_delta, log_gaussian_delta, mu_for_log_delta, solve_feasible};
 use super::bounds::log_add;
 use super::{
-    check_delta, check_epsilon, check_rate, check_scheme_rate, check_z, AccountingError, Event, Result, Scheme,
+    check_delta, check_epsilon, check_rate, check_scheme_rate, check_z, AccountingError, Event, Result, Scheme, Z_MAX,
+    Z_MIN,
 };
 
 /// `log p` below which (relative to the mode) a binomial term is folded into a tail.

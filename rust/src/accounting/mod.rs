@@ -22,7 +22,7 @@
 //! Layout: this file holds the shared types ([`Scheme`], [`AccountingError`], [`Event`]), input
 //! validation, the default orders and composition; `bounds` the per-step RDP bounds and
 //! [`rdp_step`], the one dispatch from a scheme to its bound; `convert` the RDP → (ε, δ)
-//! conversions; `calibrate` the noise-multiplier calibration. Everything public is re-exported
+//! conversions; `calibrate` the noise-multiplier calibration (in the bracket [`Z_MIN`], [`Z_MAX`] defined here). Everything public is re-exported
 //! here, so every item keeps its `crate::accounting::…` path.
 
 use std::fmt;
@@ -41,7 +41,7 @@ pub use bounds::{
     rdp_gaussian, rdp_poisson, rdp_poisson_replace_one, rdp_public_batch, rdp_step, rdp_without_replacement,
 };
 pub use calibrate::{
-    noise_multiplier_for, noise_multiplier_for_orders, pld_noise_multiplier_for, CALIBRATION_TOL, Z_MAX, Z_MIN,
+    noise_multiplier_for, noise_multiplier_for_orders, pld_noise_multiplier_for, CALIBRATION_TOL,
 };
 pub use convert::{delta_for, delta_from_rdp, epsilon_for, epsilon_from_rdp};
 pub use gaussian::{gaussian_delta, gaussian_epsilon, gaussian_mu, gdp_compose, log_gaussian_delta, log_ndtr};
@@ -53,6 +53,13 @@ pub use ledger::{
 pub use mixture::{
     exact_delta_for, exact_epsilon_for, exact_noise_multiplier_for, mixture_delta, mixture_epsilon, Binomial, Mixture,
 };
+
+/// Calibration bracket of the noise multiplier ([`noise_multiplier_for`], the exact mixture's
+/// calibration, the ledger's search): `z ∈ [Z_MIN, Z_MAX]`. Here, with the shared types, so that
+/// `calibrate`, `mixture` and `ledger` read it without importing one another.
+pub const Z_MIN: f64 = 1e-3;
+/// Upper end of the calibration bracket.
+pub const Z_MAX: f64 = 1e6;
 
 /// Which batch scheme a mechanism's steps use (and hence which RDP bound applies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

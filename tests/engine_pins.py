@@ -1,0 +1,195 @@
+"""Pinned runs of the run engine: the fitted model, report and history of a standard, a
+record-mode, a target, a hybrid, a resumed and a warm-started run, and of the party loop.
+
+The values in ``tests/data/engine_pins.json`` were written by this file's :func:`main` with the
+code of the commit named in the file (``"made_with"``), before the run assembly moved into
+``pfair.protocol.assembly``: ``test_engine_pins.py`` runs the same fits with the code under test
+and asks for the same bits. Regenerate only for a change that is meant to move a release, and say
+why in its commit::
+
+    PYTHONPATH=python:tests python tests/engine_pins.py --write
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+PINS = Path(__file__).resolve().parent / "data" / "engine_pins.json"
+
+
+def _data(n: int = 900, seed: int = 0) -> tuple:
+    from support import toy_data
+
+    return toy_data(n, seed, minority=0.35, weights=(1.0, 0.5), noise=0.3)
+
+
+def _fed(n: int = 900) -> Any:
+    from pfair import Federation
+
+    X, y, s, silos = _data(n)
+    return Federation.from_arrays(X, y, sensitive_features=s, silos=silos)
+
+
+BASE = dict(lam=1.0, epochs=4, batch_size=64, lr_theta=0.5, seed=3, noise_seed=5)
+
+
+def _fit(**kw: Any) -> Any:
+    from pfair import SteFFLe
+
+    X, y, s, silos = _data()
+    return SteFFLe(**{**BASE, **kw}).fit(X, y, sensitive_features=s, silos=silos, eval_set=(X[:200], y[:200], s[:200]))
+
+
+def _hybrid(mode: str, **kw: Any) -> Any:
+    from pfair import SteFFLe
+
+    X, y, s, silos = _data()
+    extra = {"sensitive_silos": np.arange(len(y)) % 3} if mode == "hybrid" else {}
+    return SteFFLe(**{**BASE, "mode": mode, **kw}).fit(X, y, sensitive_features=s, silos=silos, **extra)
+
+
+def _resumed(protect: str) -> Any:
+    from pfair import SteFFLe
+    from support import fit_interrupted
+
+    f = _fed()
+    m = SteFFLe(**{**BASE, "epochs": 5, "epsilon": 1.0, "protect": protect})
+    fit_interrupted(m, f, at_epoch=3)
+    return m.fit(f, resume=True)
+
+
+def _warm() -> Any:
+    from pfair import SteFFLe
+
+    f = _fed()
+    m = SteFFLe(**{**BASE, "epsilon": 2.0, "warm_start": True}).fit(f, ledgers="new")
+    return m.fit(f, ledgers="new")
+
+
+def _party_loop() -> Any:
+    """The standard topology through the party loop (``fast=False``), read off the run state."""
+    from pfair import SteFFLe
+    from pfair.protocol.simulation import Simulation
+
+    st = SteFFLe(**{**BASE, "epsilon": 1.0, "output": "random"}).settings()
+    sim = Simulation(st, _fed(), ledgers="new", fast=False)
+    state = sim.run()
+
+    class Run:  # the same fields as a fitted estimator's
+        theta_ = state.snapshot[0]
+        W_ = state.w
+        history_ = None
+        privacy_report_ = None
+        checkpoints_ = None
+
+    Run.epsilon = [ledger.epsilon_spent() for ledger in sim.ledgers]
+    return Run
+
+
+#: name → the fit that makes it (every one with reproducible noise: ``noise_seed``).
+RUNS: dict[str, Callable[[], Any]] = {
+    "standard": lambda: _fit(epsilon=1.0),
+    "standard_nonprivate": lambda: _fit(epsilon=None),
+    "record": lambda: _fit(epsilon=2.0, protect="record"),
+    "target": lambda: _target(),
+    "hybrid": lambda: _hybrid("hybrid", epsilon=1.0, p_s=[0.65, 0.35]),
+    "divisions_dp": lambda: _hybrid("divisions", epsilon=2.0),
+    "central_sensitive": lambda: _hybrid("central_sensitive", epsilon=1.0, p_s=[0.65, 0.35]),
+    "resumed_attribute": lambda: _resumed("attribute"),
+    "resumed_record": lambda: _resumed("record"),
+    "warm_start": _warm,
+    "party_loop": _party_loop,
+}
+
+
+def _target() -> Any:
+    from pfair import SteFFLe
+
+    X, y, s, silos = _data()
+    kw = {k: v for k, v in BASE.items() if k not in ("lam", "epochs")}
+    return SteFFLe(**kw, epsilon=2.0, max_violation=0.05, epochs=6).fit(X, y, sensitive_features=s, silos=silos)
+
+
+def _frame(frame: Any) -> Any:
+    """A DataFrame as ``{"index": [...], "columns": {name: [...]}}`` of plain Python values (floats
+    kept to the bit by ``json``'s ``repr``)."""
+    if frame is None:
+        return None
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (np.floating, float)):
+            return float(v)
+        if isinstance(v, (np.integer,)):
+            return int(v)
+        if isinstance(v, np.bool_):
+            return bool(v)
+        if isinstance(v, str):
+            return str(v)
+        return v
+
+    return {"index": [plain(i) for i in frame.index],
+            "columns": {str(c): [plain(v) for v in frame[c]] for c in frame.columns}}
+
+
+def record(model: Any) -> dict:
+    """What is pinned of a fitted estimator (or a run read off the engine)."""
+    out = {"theta_": np.asarray(model.theta_, dtype=np.float64).ravel().tolist(),
+           "W_": np.asarray(model.W_, dtype=np.float64).ravel().tolist(),
+           "history_": _frame(model.history_), "privacy_report_": _frame(model.privacy_report_),
+           "checkpoints_": _frame(model.checkpoints_)}
+    for name in ("selected_epoch_", "lam_", "epochs_done_", "n_rounds_", "epsilon"):
+        value = getattr(model, name, None)
+        if value is not None:
+            out[name] = value if not isinstance(value, (np.floating, np.integer)) else value.item()
+    return out
+
+
+def run(name: str) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return record(RUNS[name]())
+
+
+def same(a: Any, b: Any, where: str = "") -> list[str]:
+    """Where ``a`` and ``b`` differ (floats to the bit, NaN equal to NaN)."""
+    if isinstance(a, float) and isinstance(b, float):
+        if (math.isnan(a) and math.isnan(b)) or a == b:
+            return []
+        return [f"{where}: {a!r} != {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{where}: keys {sorted(set(a) ^ set(b))} differ"]
+        return [d for k in a for d in same(a[k], b[k], f"{where}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{where}: length {len(a)} != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in same(x, y, f"{where}[{i}]")]
+    return [] if a == b and type(a) is type(b) else [f"{where}: {a!r} != {b!r}"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    import pfair
+
+    commit = subprocess.run(["git", "-C", str(Path(pfair.__file__).resolve().parent), "rev-parse", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    pins = {"made_with": {"commit": commit},
+            "runs": {name: run(name) for name in RUNS}}
+    if "--write" in argv:
+        PINS.parent.mkdir(exist_ok=True)
+        PINS.write_text(json.dumps(pins, indent=1) + "\n")
+        print(f"wrote {PINS} ({len(pins['runs'])} runs, commit {commit})")
+    else:
+        print(json.dumps({k: v["theta_"][:3] for k, v in pins["runs"].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
