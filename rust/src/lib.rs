@@ -5,6 +5,7 @@
 //! types check their own arguments (constructors returning [`config::ConfigError`]).
 
 pub mod accounting;
+pub mod checkpoint;
 pub mod config;
 pub mod features;
 pub mod hybrid;
