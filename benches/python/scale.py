@@ -61,7 +61,7 @@ def _reset_peak() -> None:
 
 
 def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: str = "int64",
-        layout: str = "interleaved") -> dict:
+        layout: str = "interleaved", validation_share: float = 0.1) -> dict:
     import pfair
     from pfair.protocol.simulation import Simulation
 
@@ -78,7 +78,8 @@ def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: 
     build = time.perf_counter() - t
     peaks = {"build": _peak_rss()}
     _reset_peak()
-    est = pfair.SteFFLe(lam=1.0, epsilon=1.0, epochs=reps + 1, batch_size=batch, track_history=False, noise_seed=None)
+    est = pfair.SteFFLe(lam=1.0, epsilon=1.0, epochs=reps + 1, batch_size=batch, track_history=False, noise_seed=None,
+                        validation_share=validation_share)
     settings = est.settings()
     t = time.perf_counter()
     sim = Simulation(settings, fed, ledgers="new")
@@ -103,6 +104,7 @@ def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: 
     rss = max(peaks.values())
     data = X.nbytes + y.nbytes + s.nbytes
     return {"n": n, "d": d, "silos": n_silos, "batch": batch, "dtype": dtype, "codes": codes, "layout": layout,
+            "validation_share": validation_share, "load_average": list(__import__("os").getloadavg()),
             "generate_s": gen,
             "build_s": build, "setup_s": setup, "first_epoch_s": first, "epoch_min_s": min(rest),
             "epoch_median_s": float(np.median(rest)), "rounds_per_epoch": sim.rounds_per_epoch,
@@ -119,11 +121,15 @@ def main() -> None:
                    help="type of the caller's labels and groups (int8: a caller short of memory; silo ids uint16)")
     p.add_argument("--layout", choices=("interleaved", "ranges"), default="interleaved",
                    help="silo of record i: i mod SILOS (interleaved) or blocks of consecutive records (ranges)")
+    p.add_argument("--validation-share", type=float, default=0.1,
+                   help="each silo's held-out share (the estimators' default 0.1; 0: the checkpoint tables count "
+                        "the training records)")
     p.add_argument("--sizes", default="1e5,1e6,2e6,1e7")
     a = p.parse_args()
     if a.one:
         n, d, silos, batch, dtype = a.one
-        print(json.dumps(one(int(float(n)), int(d), int(silos), int(batch), dtype, a.reps, a.codes, a.layout)))
+        print(json.dumps(one(int(float(n)), int(d), int(silos), int(batch), dtype, a.reps, a.codes, a.layout,
+                            a.validation_share)))
         return
     rows = []
     for n in [int(float(v)) for v in a.sizes.split(",")]:

@@ -87,7 +87,7 @@ fn count_rows(silo: &Silo, rows: std::ops::Range<usize>, theta: &[f64], dims: Di
 pub fn checkpoint_counts(silos: &[&Silo], theta: &[f64], dims: Dims, fairness: Fairness, wanted: Wanted) -> Vec<SiloCounts> {
     assert_eq!(theta.len(), dims.theta_len(), "θ has {} entries, the model {}", theta.len(), dims.theta_len());
     let total: usize = silos.iter().map(|s| s.len()).sum();
-    if total < PARALLEL_ROWS || rayon::current_num_threads() < 2 {
+    if total < PARALLEL_ROWS || crate::threads::threads_now() < 2 {
         return silos.iter().map(|s| count_rows(s, 0..s.len(), theta, dims, fairness, wanted)).collect();
     }
     let tasks: Vec<(usize, std::ops::Range<usize>)> = silos

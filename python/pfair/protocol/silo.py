@@ -128,6 +128,7 @@ class SiloParty:
         self.violation_z: float | None = None
         self.validation_z: float | None = None
         self._last_checkpoint: CheckpointRelease | None = None
+        self._checkpoints: frozenset | None = None  # the settings' checkpoint epochs (frozen settings)
         self._y, self._s = y, s
         self.settings = settings
         self.provider = provider
@@ -408,11 +409,12 @@ class SiloParty:
         refuses the histogram after charging the table, the table under ``θ`` is released first and
         kept in the ledger, as when the two were charged and released one after the other)."""
         st = self.settings
-        checkpoints = st.checkpoint_epochs()
-        if int(epoch) not in checkpoints:
+        if self._checkpoints is None:
+            self._checkpoints = frozenset(st.checkpoint_epochs())
+        if int(epoch) not in self._checkpoints:
             # The ledger planned these epochs' releases only.
             raise ValueError(f"silo {self.silo_id}: this run releases its validation figures after the checkpoint "
-                             f"epochs {[e for e in checkpoints]} only, not after epoch {int(epoch)}")
+                             f"epochs {sorted(self._checkpoints)} only, not after epoch {int(epoch)}")
         if self._last_checkpoint is not None and self._last_checkpoint.epoch == epoch:
             return CheckpointRequest(int(epoch), done=self._last_checkpoint)
         if self.predict is None and self.checkpoint_counts is None:

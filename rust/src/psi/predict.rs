@@ -165,7 +165,7 @@ pub fn predict_counts(x: &[f64], d: usize, theta: &[f64], l: usize) -> Vec<u64> 
         counts
     };
     let n = x.len().checked_div(d).unwrap_or(0);
-    if n <= PREDICT_BLOCK {
+    if n <= PREDICT_BLOCK || crate::threads::machine_busy() {
         return count(x);
     }
     x.par_chunks(d * PREDICT_BLOCK).map(count).reduce(
@@ -223,7 +223,7 @@ pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f6
             predict_proba_row(&row[..d], theta, l, probs);
         }
     };
-    if out.len() / l <= PREDICT_BLOCK {
+    if out.len() / l <= PREDICT_BLOCK || crate::threads::machine_busy() {
         rows(x, out);
     } else {
         x.par_chunks(d.max(1) * PREDICT_BLOCK).zip(out.par_chunks_mut(l * PREDICT_BLOCK)).for_each(|(x, out)| rows(x, out));
