@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 import time
 import warnings
 from collections import defaultdict
@@ -27,6 +28,9 @@ import pfair
 from pfair.protocol import driver, server, silo, transports
 from pfair.protocol import convergence
 from pfair.protocol.simulation import Simulation
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _markdown import write_between_markers  # noqa: E402
 
 #: (label, owner, attribute): the pieces timed, inclusive (nested pieces are also in their parent).
 PIECES = [
@@ -137,22 +141,7 @@ def main() -> None:
     table = profile(args.epochs, args.runs)
     print(table)
     if args.out:
-        write_between_markers(args.out, table, args.section)
-
-
-def write_between_markers(path: str, table: str, section: str) -> None:
-    """Replace the text between the markers of block ``section`` of ``path`` (appended if
-    missing) by ``table``."""
-    BEGIN, END = f"<!-- epoch_profile.py {section}: begin -->", f"<!-- epoch_profile.py {section}: end -->"
-    text = open(path).read() if os.path.exists(path) else ""
-    block = f"{BEGIN}\n{table}{END}"
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END) + len(END)
-        text = text[:a] + block + text[b:]
-    else:
-        text = text + ("\n" if text else "") + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+        write_between_markers(args.out, table, "epoch_profile.py", args.section)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ The slow-down of a policy is its median epoch over its own median with no compet
 the same run; the machine's own load (other users) is printed with it. Policies and loads are
 interleaved, ``--repeats`` times, and the median of the repeats is reported.
 
-    python benches/python/load_bench.py [--epochs 150] [--competitors 0,2,4] [--repeats 2] [--out FILE]
+    python benches/python/load_bench.py [--epochs 150] [--competitors 0,2,4] [--repeats 2] [--out docs/performance.md]
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ def main() -> None:
     ap.add_argument("--competitors", default="0,2,4")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a competitor or worker may live")
-    ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--out", default=None, help="also write the table into this Markdown page, between its markers")
+    ap.add_argument("--section", default="load", help="name of the marked block of --out")
     args = ap.parse_args()
     loads = [int(c) for c in args.competitors.split(",")]
     load_before = os.getloadavg()
@@ -139,8 +140,10 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(table)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _markdown import write_between_markers
+
+        write_between_markers(args.out, table, "load_bench.py", args.section)
 
 
 if __name__ == "__main__":

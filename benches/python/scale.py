@@ -4,6 +4,7 @@ Each configuration runs in its own subprocess (so its peak RSS is its own):
 
     python benches/python/scale.py                       # the table of docs/dev/performance-notebook.md
     python benches/python/scale.py --one 2000000 100 1000 64 float64
+    python benches/python/scale.py --memory 1e7 100 1000 256 float32 --layout ranges --out docs/performance.md
 
 Data: x ~ N(0, I_d), s ~ Bernoulli(0.4), y from a logistic model of x and s, silo of record i
 is i mod N (so silos are not consecutive rows: the general case, rows of one matrix), or with
@@ -113,6 +114,40 @@ def one(n: int, d: int, n_silos: int, batch: int, dtype: str, reps: int, codes: 
             "rss_over_data": rss / X.nbytes, "rss_over_xys": rss / data}
 
 
+def memory_table(a: argparse.Namespace) -> None:
+    """Peak resident memory against the feature matrix, at the validation defaults and with
+    ``validation_share=0`` (every epoch a checkpoint in both), as a Markdown table."""
+    import os
+
+    n, d, silos, batch, dtype = a.memory
+    rows = []
+    for share in (0.1, 0.0):
+        out = subprocess.run([sys.executable, __file__, "--one", n, d, silos, batch, dtype, "--reps", str(a.reps),
+                              "--layout", a.layout, "--codes", a.codes, "--validation-share", str(share)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(out.stderr[-2000:])
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    r0 = rows[0]
+    lines = [f"{int(float(n)):.0e} × {d} {dtype} rows on {silos} silos (`--layout {a.layout}`), batch {batch}, "
+             f"ε = 1, λ = 1, {a.reps + 1} epochs, each a checkpoint; load average (1 min) "
+             + ", ".join(f"{r['load_average'][0]:.1f}" for r in rows) + f" on {os.cpu_count()} cores.", "",
+             "| validation_share | feature matrix | peak RSS | peak / matrix | build / set-up / epochs peak (GB) | "
+             "epoch min / median |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['validation_share']:g} | {r['data_gb']:.2f} GB | {r['peak_rss_gb']:.2f} GB | "
+                     f"**{r['rss_over_data']:.2f}×** | {r['build_peak_gb']:.2f} / {r['setup_peak_gb']:.2f} / "
+                     f"{r['epochs_peak_gb']:.2f} | {r['epoch_min_s']:.2f} / {r['epoch_median_s']:.2f} s |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if a.out:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _markdown import write_between_markers
+
+        write_between_markers(a.out, table, "scale.py", a.section)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--one", nargs=5, metavar=("N", "D", "SILOS", "BATCH", "DTYPE"))
@@ -125,7 +160,15 @@ def main() -> None:
                    help="each silo's held-out share (the estimators' default 0.1; 0: the checkpoint tables count "
                         "the training records)")
     p.add_argument("--sizes", default="1e5,1e6,2e6,1e7")
+    p.add_argument("--memory", nargs=5, metavar=("N", "D", "SILOS", "BATCH", "DTYPE"),
+                   help="the peak-memory table: one fit at the validation defaults and one with validation_share=0, "
+                        "each in its own process")
+    p.add_argument("--out", default=None, help="with --memory: write the table into this Markdown page")
+    p.add_argument("--section", default="memory", help="name of the marked block of --out")
     a = p.parse_args()
+    if a.memory:
+        memory_table(a)
+        return
     if a.one:
         n, d, silos, batch, dtype = a.one
         print(json.dumps(one(int(float(n)), int(d), int(silos), int(batch), dtype, a.reps, a.codes, a.layout,

@@ -64,9 +64,10 @@ fn count_rows(silo: &Silo, rows: std::ops::Range<usize>, theta: &[f64], dims: Di
     let mut out = SiloCounts::zeros(dims, fairness, wanted);
     let mut z = vec![0.0; l];
     let mut buf = vec![0.0; dims.d];
+    let finite = theta.iter().all(|t| t.is_finite());
     crate::with_rows!(&silo.x, x => {
         for i in rows {
-            let pred = predict_class_of_proba(x, i, theta, l, &mut z, &mut buf);
+            let pred = predict_class_of_proba(x, i, theta, finite, l, &mut z, &mut buf);
             let y = silo.y[i] as usize;
             if wanted.table {
                 out.table[y * l + pred] += 1;
@@ -190,6 +191,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_non_finite_theta_counts_as_the_dense_rows_do() {
+        let (x, y, s, d) = sparse_toy(500, 3);
+        let dims = Dims { d, k: 2, l: 2 };
+        let mut theta: Vec<f64> = (0..dims.theta_len()).map(|t| (t as f64 - 4.0) * 0.3).collect();
+        theta[2] = f64::INFINITY; // 0 · ∞ = NaN on the rows whose column 2 is 0
+        let want = reference(&x, &y, &s, &theta, dims, Fairness::DemographicParity);
+        let silo = Silo { x: Features::auto(x, d), y, s };
+        assert!(silo.x.is_sparse());
+        let got = checkpoint_counts(&[&silo], &theta, dims, Fairness::DemographicParity, Wanted { table: true, violation: true });
+        assert_eq!((got[0].table.clone(), got[0].violation.clone()), want);
     }
 
     #[test]

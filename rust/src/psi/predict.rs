@@ -78,16 +78,25 @@ pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &m
 /// whatever the layout. A float64 row is read as a slice, a float32 one converted into `buf`
 /// (length `d`), a CSR row summed over its stored entries in the dense dot product's lanes
 /// (column `j` in lane `j mod LANES`, in column order; an absent entry adds `0 · θ_j = ±0`, which
-/// changes no lane when θ is finite, so a non-finite θ takes the dense path through `buf`). `z`
-/// is scratch of length `l`.
+/// changes no lane when θ is finite, so the caller passes `theta_finite = false` for a θ with a
+/// NaN or an infinity and a CSR row then takes the dense path through `buf`). `z` is scratch of
+/// length `l`.
 #[inline]
-pub fn predict_class_of_proba<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &mut [f64], buf: &mut [f64]) -> usize {
+pub fn predict_class_of_proba<R: Rows>(
+    rows: &R,
+    i: usize,
+    theta: &[f64],
+    theta_finite: bool,
+    l: usize,
+    z: &mut [f64],
+    buf: &mut [f64],
+) -> usize {
     let d = rows.n_features();
     if let Some(x) = rows.dense_row(i) {
         predict_proba_row(x, theta, l, z);
         return argmax(z);
     }
-    if let Some((cols, vals)) = rows.sparse_row(i).filter(|_| l == 2 && theta[..d].iter().all(|t| t.is_finite())) {
+    if let Some((cols, vals)) = rows.sparse_row(i).filter(|_| l == 2 && theta_finite) {
         let mut lanes = [0.0; LANES];
         for (&j, &v) in cols.iter().zip(vals) {
             lanes[j as usize % LANES] += v * theta[j as usize];
