@@ -263,7 +263,7 @@ impl PySiloSet {
         table: bool,
         violation: bool,
         silos: Option<Vec<usize>>,
-    ) -> PyResult<(Option<Bound<'py, numpy::PyArray3<f64>>>, Option<Bound<'py, numpy::PyArray4<f64>>>)> {
+    ) -> PyResult<CheckpointArrays<'py>> {
         let th = theta.as_slice()?.to_vec();
         check_theta_len(th.len(), self.dims.theta_len())?;
         let which: Vec<usize> = silos.unwrap_or_else(|| (0..self.silos.len()).collect());
@@ -345,6 +345,9 @@ impl PySiloSet {
         Ok(d)
     }
 }
+
+/// A checkpoint's validation tables and violation histograms (`SiloSet.checkpoint_counts`).
+type CheckpointArrays<'py> = (Option<Bound<'py, numpy::PyArray3<f64>>>, Option<Bound<'py, numpy::PyArray4<f64>>>);
 
 /// θ, W and `p_s^{-1/2}` as copied from their arrays.
 type StateVecs = (Vec<f64>, Vec<f64>, Vec<f64>);
