@@ -2,7 +2,7 @@
 :class:`pfair.providers.linear.CheckpointCounter`) equal the Python computation they replaced,
 kept here as the reference: each silo's rows gathered into a float64 copy, ``predict_proba``,
 ``argmax``, then :func:`pfair.validation.validation_table` and
-:func:`pfair.fairness_target.violation_counts`. And a whole run's releases (validation tables and
+:meth:`pfair.notions.FairnessNotion.violation_counts`. And a whole run's releases (validation tables and
 violation histograms, exact and noised, their charges and the ledgers) are the reference run's,
 bit for bit."""
 
@@ -15,7 +15,6 @@ import pytest
 
 import pfair
 from pfair import _core
-from pfair.fairness_target import violation_counts
 from pfair.protocol.simulation import Simulation
 from pfair.validation import validation_table
 
@@ -38,15 +37,15 @@ def reference_counts(sim: Simulation, held: list, theta: np.ndarray, j: int):
     st, l, k = sim.settings, sim.fed.n_classes, sim.fed.n_groups  # noqa: E741
     silo = sim.fed.silos[j]
     train_pred = reference_predict(silo, l)(theta)
-    kw = dict(n_groups=k, n_classes=l, fairness=st.fairness, positive=st.positive_class)
-    counts = violation_counts(silo.y, train_pred, silo.s, **kw)
+    kw = dict(n_groups=k, n_classes=l)
+    counts = st.notion.violation_counts(silo.y, train_pred, silo.s, **kw)
     if st.validation_share <= 0:
         return validation_table(silo.y, train_pred, l), counts
     h = held[j]
     if h is None:
         return np.zeros((l, l)), counts
     held_pred = reference_predict(h, l)(theta)
-    return validation_table(h.y, held_pred, l), counts + violation_counts(h.y, held_pred, h.s, **kw)
+    return validation_table(h.y, held_pred, l), counts + st.notion.violation_counts(h.y, held_pred, h.s, **kw)
 
 
 def federations():
@@ -69,7 +68,8 @@ def federations():
 
 
 @pytest.mark.parametrize("share", [0.1, 0.0, 0.4])
-@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity"])
+@pytest.mark.parametrize("fairness", ["demographic_parity", "equalized_odds", "equal_opportunity",
+                                      "false_positive_rate_parity"])
 def test_the_rust_pass_counts_what_the_python_path_counted(share, fairness):
     rng = np.random.default_rng(11)
     for name, fed in federations():

@@ -150,7 +150,12 @@ mod tests {
     #[test]
     fn counts_equal_the_dense_probabilities_in_every_layout() {
         for l in [2usize, 3] {
-            for fairness in [Fairness::DemographicParity, Fairness::EqualizedOdds, Fairness::EqualOpportunity { positive: 1 }] {
+            for fairness in [
+                Fairness::DemographicParity,
+                Fairness::EqualizedOdds,
+                Fairness::EqualOpportunity { positive: 1 },
+                Fairness::FalsePositiveRateParity { positive: 1 },
+            ] {
                 let n = 20_000; // above PARALLEL_ROWS: the blocked path too
                 let (x, y0, s, d) = sparse_toy(n, 7);
                 let y: Vec<Code> = y0.iter().enumerate().map(|(i, &v)| if l == 3 && i % 5 == 0 { 2 } else { v }).collect();

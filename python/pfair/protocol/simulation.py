@@ -134,8 +134,8 @@ class Simulation:
             index.append(len(silos) if h is not None else None)
             if h is not None:
                 silos.append(h)
-        held_set = (silo_set_of(silos, n_groups=fed.n_groups, n_classes=fed.n_classes, fairness=st.fairness,
-                                positive=st.positive_class) if silos else None)
+        held_set = (silo_set_of(silos, n_groups=fed.n_groups, n_classes=fed.n_classes, fairness=st.notion)
+                    if silos else None)
         return CheckpointCounter(self.silo_set, held_set, index, share=st.validation_share, n_classes=fed.n_classes)
 
     # ------------------------------------------------------------------ the plan's numbers
