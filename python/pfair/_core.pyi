@@ -156,6 +156,15 @@ class SiloSet:
     def predict_counts(self, theta: npt.NDArray[np.float64], per_silo: int, thin: int = 1) -> npt.NDArray[np.int64]:
         """Records predicted as each class over every silo's rows ``0, t, 2t, ...`` (``t = ceil(n_j / per_silo)``);
         with ``thin > 1`` every ``thin``-th of those rows only (stride ``thin * t``, a subset)."""
+    def checkpoint_counts(
+        self, theta: npt.NDArray[np.float64], *, table: bool = True, violation: bool = False,
+        silos: Optional[Sequence[int]] = None,
+    ) -> Tuple[Optional[npt.NDArray[np.float64]], Optional[npt.NDArray[np.float64]]]:
+        """The exact checkpoint counts of the silos ``silos`` (default all) under ``theta``, one pass
+        over each silo's records where they are held: the validation tables ``V[y, yhat]``
+        (``len(silos) x l x l``) with ``table``, the violation histograms ``c[b, r, yhat]``
+        (``len(silos) x blocks x k x l``) with ``violation`` (None when not asked for). The class of a
+        record is the first largest of its class probabilities from its row in float64."""
     def run_rounds(
         self,
         theta: npt.NDArray[np.float64],

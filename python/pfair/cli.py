@@ -296,8 +296,10 @@ def privacy_report_command(args: argparse.Namespace) -> int:
 def _metric_or_nan(notion: Any, y: Any, pred: Any, s: Any) -> float:
     """The notion's public metric on a test split, NaN where it is undefined (fewer than two
     groups in its block, as :func:`pfair.metrics.fairness_report` leaves equal opportunity)."""
+    from pfair import metrics
+
     try:
-        return float(notion.metric(y, pred, sensitive_features=s))
+        return float(metrics.notion_metric(notion, y, pred, sensitive_features=s))
     except ValueError as exc:
         if "is undefined" not in str(exc):
             raise

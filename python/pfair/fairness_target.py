@@ -93,19 +93,6 @@ def implausible(counts: np.ndarray, *, n_records: int, std: float, every_record:
     return None
 
 
-def linear_predictor(X: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
-    """``predict(θ)`` of the linear-softmax model on the rows of ``X`` (a silo's records)."""
-    from pfair import _core
-
-    Xc = np.ascontiguousarray(X, dtype=np.float64)
-
-    def predict(theta: np.ndarray) -> np.ndarray:
-        proba = _core.predict_proba(Xc, np.ascontiguousarray(theta, dtype=np.float64), int(n_classes))
-        return np.argmax(proba, axis=1)
-
-    return predict
-
-
 #: The controller steers the violation to this fraction of the target (:attr:`LambdaController.aim`).
 AIM = 0.85
 

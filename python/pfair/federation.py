@@ -158,6 +158,24 @@ def silo_order(codes: np.ndarray, n_silos: int) -> tuple[np.ndarray, np.ndarray]
     return order, np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=n_silos))])
 
 
+def silo_set_of(silos: Sequence[Silo], *, n_groups: int, n_classes: int,
+                fairness: FairnessNotion | str = "demographic_parity", positive: int = 1) -> Any:
+    """The Rust :class:`pfair._core.SiloSet` of ``silos`` (each with at least one record) for the
+    fairness notion ``fairness`` (an object of :mod:`pfair.notions` or its public name). Silos that
+    are rows of one matrix are read in place, in its dtype (no copy; sparse data become CSR);
+    others are handed over as float64 arrays."""
+    from pfair import _core
+
+    notion = resolve_fairness(fairness, positive)
+    base = silos[0]._base if silos else None
+    if base is None or any(silo._base is not base for silo in silos):
+        return _core.SiloSet([(s.X, _indices(s.y), _indices(s.s)) for s in silos], n_groups=n_groups,
+                             n_classes=n_classes, **notion.core_args())
+    ys, ss = [_indices(silo.y) for silo in silos], [_indices(silo.s) for silo in silos]
+    return _core.SiloSet.from_matrix(base, ys, ss, [_indices(silo._rows) for silo in silos], n_groups=n_groups,
+                                     n_classes=n_classes, **notion.core_args())
+
+
 def _indices(v: np.ndarray) -> np.ndarray:
     """``v`` as the Rust core takes codes and row indices: contiguous int32 or int64 (a view when
     it is one already, as :meth:`Federation.from_arrays` makes them)."""
@@ -441,17 +459,8 @@ class Federation:
         notion ``fairness`` (an object of :mod:`pfair.notions` or its public name, with the
         positive class index ``positive``). When the silos are rows of one matrix (:meth:`shared_matrix`), Rust
         reads it in place: no copy."""
-        from pfair import _core
-
-        notion = resolve_fairness(fairness, positive)
-        k, l = self.n_groups, self.n_classes  # noqa: E741
-        base = self.shared_matrix()
-        if base is None:
-            return _core.SiloSet([(s.X, _indices(s.y), _indices(s.s)) for s in self.silos], n_groups=k, n_classes=l,
-                                 **notion.core_args())
-        ys, ss = [_indices(silo.y) for silo in self.silos], [_indices(silo.s) for silo in self.silos]
-        return _core.SiloSet.from_matrix(base, ys, ss, [_indices(silo._rows) for silo in self.silos], n_groups=k,
-                                         n_classes=l, **notion.core_args())
+        return silo_set_of(self.silos, n_groups=self.n_groups, n_classes=self.n_classes, fairness=fairness,
+                           positive=positive)
 
     def pooled(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All silos' records stacked (for evaluation in simulations only); with ``rows``, only

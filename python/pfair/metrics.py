@@ -892,3 +892,15 @@ __all__ += [
     "false_positive_rate_difference",
     "group_report",
 ]
+
+
+def notion_metric(notion: Any, y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = 1) -> float:
+    """The public metric of a fairness notion (:class:`pfair.notions.FairnessNotion`): the function
+    of this module named by its ``metric_name``, with its defaults (``pos_label``: the positive
+    class's label value, for notions that read it). Here rather than a method of the notion, so that
+    the notions do not import this module (which imports the validation module, which imports
+    them)."""
+    fn = globals()[notion.metric_name]
+    if notion.uses_positive:
+        return fn(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
+    return fn(y_true, y_pred, sensitive_features=sensitive_features)

@@ -166,18 +166,6 @@ class FairnessNotion:
                     sd = std * math.sqrt(1.0 / totals[present[hi]] ** 2 + 1.0 / totals[present[lo]] ** 2)
         return float(sd)
 
-    # ------------------------------------------------------------------ the public metric
-    def metric(self, y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Any = 1) -> float:
-        """The public metric of :mod:`pfair.metrics` named :attr:`metric_name`, with its defaults
-        (``pos_label``: the positive class's label value, for notions that read it)."""
-        from pfair import metrics  # metrics → _validation → notions: imported when first measured
-
-        fn = getattr(metrics, self.metric_name)
-        if self.uses_positive:
-            return fn(y_true, y_pred, sensitive_features=sensitive_features, pos_label=pos_label)
-        return fn(y_true, y_pred, sensitive_features=sensitive_features)
-
-
 @dataclass(frozen=True)
 class DemographicParity(FairnessNotion):
     """Independence of the prediction and s: one block, every record (fairlearn's

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pfair import metrics
 from pfair._validation import as_records, check_choice, check_same_length, resolve_fairness, sorted_codes
 from pfair.notions import NOTIONS
 
@@ -123,6 +124,7 @@ def mixing_line(y_true: Any, y_pred: Any, *, sensitive_features: Any, fairness: 
         labels, codes = sorted_codes(yt, "y_true")
         constant = labels[int(np.argmax(np.bincount(codes)))]
         constant = constant.item() if isinstance(constant, np.generic) else constant
-    violation = resolve_fairness(fairness).metric(yt, yp, sensitive_features=sensitive_features, pos_label=pos_label)
+    violation = metrics.notion_metric(resolve_fairness(fairness), yt, yp, sensitive_features=sensitive_features,
+                                      pos_label=pos_label)
     return MixingLine(error_model=float(np.mean(yt != yp)), violation_model=float(violation),
                       error_constant=float(np.mean(yt != constant)), constant=constant, fairness=fairness)

@@ -5,6 +5,7 @@
 //! types check their own arguments (constructors returning [`config::ConfigError`]).
 
 pub mod accounting;
+pub mod checkpoint;
 pub mod config;
 pub mod features;
 pub mod hybrid;
@@ -16,6 +17,7 @@ pub mod sampling;
 pub mod schedule;
 pub mod sensitivity;
 pub mod server;
+pub mod threads;
 
 #[cfg(feature = "python")]
 mod python;

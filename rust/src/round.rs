@@ -269,7 +269,7 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
         a
     };
     let rows: usize = silos.iter().map(|s| s.len().min(per_silo.max(1))).sum::<usize>() / thin.max(1);
-    if rows < PREDICT_PARALLEL_ROWS {
+    if rows < PREDICT_PARALLEL_ROWS || crate::threads::machine_busy() {
         silos.iter().map(count).fold(vec![0; l], add)
     } else {
         silos.par_iter().map(count).reduce(|| vec![0; l], add)

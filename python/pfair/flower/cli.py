@@ -16,7 +16,7 @@ from typing import Any
 
 
 def add_deploy_parser(sub: Any) -> None:
-    from pfair.cli import add_data_arguments
+    from pfair.cli_common import add_data_arguments
 
     p = sub.add_parser("deploy", help="run SteFFLe as separate Flower parties (needs pfair[flower])")
     where = p.add_subparsers(dest="where", required=True)
@@ -38,7 +38,7 @@ def add_deploy_parser(sub: Any) -> None:
                "  pfair deploy local --csv loans.csv --label default --sensitive sex --workdir wd",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(q)
-    from pfair.cli import _batch_size
+    from pfair.cli_common import _batch_size
     from pfair.notions import FAIRNESS_NOTIONS
     from pfair.settings import SteFFLeSettings
 
@@ -76,7 +76,7 @@ def add_deploy_parser(sub: Any) -> None:
                         "on the same SuperNodes, the budget --epsilon split between them (docs/model_selection.md)")
     q.add_argument("--json", action="store_true", help="print one JSON object instead of text (the keys of "
                                                        "`pfair train --json`, plus the deployment's own)")
-    from pfair.cli import add_save_model_argument
+    from pfair.cli_common import add_save_model_argument
 
     add_save_model_argument(q)
     q.set_defaults(func=deploy_local_command)
@@ -210,7 +210,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli import checkpoint_summary, load_federation, print_summary
+    from pfair.cli_common import checkpoint_summary, load_federation, print_summary
     from pfair.estimators import SteFFLe
     from pfair.flower import require_flwr
 
@@ -363,7 +363,7 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli import checkpoint_summary, print_summary
+    from pfair.cli_common import checkpoint_summary, print_summary
 
     if res.get("status") == "refused":
         # Every silo refused every round: nothing was trained. Say which silos and why; exit 3.
@@ -433,7 +433,7 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
         result["tune"] = deployed_tune_summary(search)
         result["rounds"] = sum(r["rounds"] for r in search["runs"])
     if args.save_model:
-        from pfair.cli import save_run_model
+        from pfair.cli_common import save_run_model
         from pfair.model_file import linear_model
 
         # The analyst's model: the deployment's final θ, with the settings the server ran (a search's
@@ -452,7 +452,7 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
     result["warnings"] = notes[notes_printed:]  # the ones not printed before the run
     print_summary(result, args, ds, fed, report_df, where="Flower silos")
     if search is not None:
-        from pfair.cli import print_tune
+        from pfair.cli_common import print_tune
 
         print_tune(result["tune"])
     if result["workdir"]:

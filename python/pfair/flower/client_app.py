@@ -79,6 +79,15 @@ def answer(kind: str, node: SiloNode, cfg: dict, inputs: dict[str, Any]) -> Any:
     raise ValueError(f"no silo answer for a message of kind {kind!r}")
 
 
+def host_handler() -> Callable[[Any], Any]:
+    """What a silo host answers a request with: :func:`answer_request` over one
+    :class:`~pfair.flower.silo_host.NodeCache` kept for the host's life (given to
+    :func:`pfair.flower.silo_host.start` by the warm process, so that the host module does not
+    import this one)."""
+    cache = silo_host.NodeCache()
+    return lambda request: answer_request(request, cache)
+
+
 def answer_request(request: tuple, nodes: silo_host.NodeCache | None = None) -> Any:
     """:func:`answer` of a request ``(kind, node_config, cfg, inputs)`` (what a ClientApp sends its
     silo host), with the node from ``nodes`` when given."""

@@ -141,9 +141,10 @@ def _warm_process(read_fd: int, command: str) -> None:
     if command == CLIENTAPP_COMMAND:
         # The silo's data in memory between messages: one host per node, forked before any app.
         from pfair.flower import silo_host
+        from pfair.flower.client_app import host_handler
 
         try:
-            silo_host.start()
+            silo_host.start(handle=host_handler())
         except OSError as exc:  # the ClientApps then answer themselves, as without a host
             print(f"pfair.flower.fast_superexec: no silo host: {exc}", file=sys.stderr, flush=True)
     with os.fdopen(read_fd, "rb", buffering=0) as pipe:

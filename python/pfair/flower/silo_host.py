@@ -175,6 +175,9 @@ def start(handle: Callable[[Any], Any] | None = None) -> str | None:
     ``$PFAIR_SILO_HOST`` is ``0``). The host ends when this process does."""
     if os.environ.get(HOST_ENV, "") == "0":
         return None
+    if handle is None:  # the silo's answers come from pfair.flower.client_app.host_handler()
+        raise ValueError("silo_host.start needs handle=, the function that answers a request "
+                         "(pfair.flower.client_app.host_handler() for a ClientApp's)")
     remove_stale()
     directory = tempfile.mkdtemp(prefix=PREFIX)  # mode 0700: the node's user only
     path = os.path.join(directory, "socket")
@@ -190,11 +193,6 @@ def start(handle: Callable[[Any], Any] | None = None) -> str | None:
 
             os.close(parent_w)
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a teardown: remove the socket first
-            if handle is None:
-                from pfair.flower.client_app import answer_request
-
-                cache = NodeCache()
-                handle = lambda request: answer_request(request, cache)  # noqa: E731
             serve(listener, parent_r, handle)
         except BaseException:  # noqa: BLE001
             import traceback

@@ -76,17 +76,43 @@ def release_histogram(counts: np.ndarray | Callable[[], np.ndarray], *, ledger: 
     With ``name`` the release is kept in the ledger under that name, and a release already kept
     there is returned again at no cost (nothing new is computed or charged). ``ledger=None`` or
     ``event=None``: nothing to charge (the caller's run is not private) — the noise is still added
-    when ``noise_multiplier > 0``."""
+    when ``noise_multiplier > 0``.
+
+    The two halves, :func:`charge_release` and :func:`noise_release`, serve a caller that charges
+    many silos' releases first and then computes their counts in one pass."""
+    earlier = charge_release(ledger=ledger, event=event, release=release, noise_multiplier=noise_multiplier,
+                             sensitivity=sensitivity, name=name)
+    if earlier is not None:
+        return earlier
+    return noise_release(counts() if callable(counts) else counts, ledger=ledger, key=key, release=release,
+                         noise_multiplier=noise_multiplier, sensitivity=sensitivity, name=name)
+
+
+def charge_release(*, ledger: PrivacyLedger | None, event: MechanismEvent | None, release: ReleaseId,
+                   noise_multiplier: float, sensitivity: float, name: str | None = None) -> np.ndarray | None:
+    """The first half of :func:`release_histogram`: the release kept in ``ledger`` under ``name``
+    if there is one (returned; nothing is charged), else None after charging ``event`` (refusing
+    first; a bad σ or release id is refused before the charge). Nothing may be computed from the
+    data before this returns; :func:`noise_release` then releases the counts."""
     if name is not None and ledger is not None:
         earlier = ledger.release(name)
         if earlier is not None:
             return np.asarray(earlier, dtype=np.float64)
-    sigma = _noise_std(noise_multiplier * sensitivity)  # a bad σ is refused before the charge
+    _noise_std(noise_multiplier * sensitivity)  # a bad σ is refused before the charge
     if not isinstance(release, ReleaseId):  # before the charge: a wrong call must not spend budget
         raise TypeError(f"release must be a pfair.protocol.keys.ReleaseId, got {type(release).__name__}")
     if ledger is not None and event is not None:
         ledger.charge(event)  # refuses before anything is released
-    counts = np.asarray(counts() if callable(counts) else counts, dtype=np.float64)
+    return None
+
+
+def noise_release(counts: np.ndarray, *, ledger: PrivacyLedger | None, key: Any, release: ReleaseId,
+                  noise_multiplier: float, sensitivity: float, name: str | None = None) -> np.ndarray:
+    """The second half of :func:`release_histogram`, after :func:`charge_release` returned None:
+    ``counts + z·Δ·N(0, I)`` from the release stream of ``release`` under ``key``, kept in
+    ``ledger`` under ``name`` when given."""
+    sigma = _noise_std(noise_multiplier * sensitivity)
+    counts = np.asarray(counts, dtype=np.float64)
     released = counts if sigma == 0.0 else counts + sigma * release_gaussian(key, release, counts.size).reshape(counts.shape)
     if name is not None and ledger is not None:
         ledger.release(name, released)

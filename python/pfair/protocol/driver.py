@@ -31,6 +31,7 @@ A transport moves the messages of the rounds and nothing else:
 
 from __future__ import annotations
 
+import bisect
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -142,6 +143,9 @@ class Driver:
         self._warned_lam_max = False
         st = plan.settings
         self.checkpoints = set(st.checkpoint_epochs()) if self.held_out is not None else set()
+        self._sorted_checkpoints = sorted(self.checkpoints)
+        #: Each silo's checkpoint limits for the server's checks (made at the first checkpoint).
+        self._limits: dict | None = None
         self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam))
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
@@ -234,11 +238,13 @@ class Driver:
         if server.controller is not None:
             row["violation_released"] = math.nan
         releases = self.transport.checkpoint(theta, epoch, active, self.refused)
-        limits = {j: (self.held_out[j], checkpoint_std(self.plan, p.delta, "validation"), p.n_records + self.held_out[j],
-                      checkpoint_std(self.plan, p.delta, "violation"))
-                  for j, p in self.noise_plans.items() if j in self.held_out}
-        done = sorted(e for e in self.checkpoints if e < epoch)
-        since = epoch - (done[-1] if done else -1)
+        if self._limits is None:  # the plans are fixed for the run: one set of limits
+            self._limits = {j: (self.held_out[j], checkpoint_std(self.plan, p.delta, "validation"),
+                                p.n_records + self.held_out[j], checkpoint_std(self.plan, p.delta, "violation"))
+                            for j, p in self.noise_plans.items() if j in self.held_out}
+        limits = self._limits
+        before = bisect.bisect_left(self._sorted_checkpoints, epoch)
+        since = epoch - (self._sorted_checkpoints[before - 1] if before else -1)
         fig = server.read_checkpoint(releases, epoch, n_classes=self.plan.n_classes, limits=limits, epochs_since=since)
         if fig is None:
             return row

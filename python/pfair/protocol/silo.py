@@ -19,6 +19,7 @@ the exact data stay in :attr:`SiloParty.diagnostics`.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -42,6 +43,24 @@ from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
 from pfair.protocol.setup import begin_run
 from pfair.settings import SteFFLeSettings
 from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, validation_table
+
+
+@dataclass
+class CheckpointRequest:
+    """What a silo's checkpoint release of ``epoch`` still needs after its charges
+    (:meth:`SiloParty.begin_checkpoint`): the releases kept from an earlier ask (``validation``,
+    ``counts``), which exact counts to compute, or the whole release when it was made already."""
+
+    epoch: int
+    validation: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    needs_table: bool = False
+    needs_counts: bool = False
+    done: CheckpointRelease | None = None
+
+    @property
+    def needs_exact(self) -> bool:
+        return self.done is None and (self.needs_table or self.needs_counts)
 
 
 def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
@@ -86,6 +105,8 @@ class SiloParty:
     budget : the run's :class:`~pfair.protocol.plan.BudgetSplit` (``RunPlan.budget``); default
         the split the settings ask for (a deployed silo, which has no run plan, reads it once here)
     n_features : the records' number of features (the refusal rule's θ length for the linear model)
+    checkpoint_counts : ``checkpoint_counts(θ, table, violation)``, the exact checkpoint counts
+        computed where the records are held (:attr:`checkpoint_counts`); default from the predictions
     """
 
     def __init__(self, *, silo_id: int, y: np.ndarray, s: np.ndarray, settings: SteFFLeSettings, provider: Any,
@@ -93,7 +114,8 @@ class SiloParty:
                  predict: Callable[[np.ndarray], np.ndarray] | None = None,
                  validation: tuple[Callable[[np.ndarray], np.ndarray], np.ndarray, np.ndarray] | None = None,
                  n_silo_records: int | None = None, budget: BudgetSplit | None = None,
-                 n_features: int | None = None) -> None:
+                 n_features: int | None = None,
+                 checkpoint_counts: Callable[[np.ndarray, bool, bool], tuple] | None = None) -> None:
         self.silo_id = int(silo_id)
         #: The records' number of features d (the linear model's θ has (d + 1)(l − 1) entries), for
         #: the refusal rule (:attr:`refusal_dims`); None: unknown, the rule counts one direction.
@@ -104,9 +126,15 @@ class SiloParty:
         #: the checkpoint releases; the provider's ``predict`` if not given).
         self.predict = predict if predict is not None else getattr(provider, "predict", None)
         self.validation = validation
+        #: ``checkpoint_counts(θ, table, violation)`` → the exact ``(validation table, violation
+        #: histogram)`` of the silo under θ (None where not asked for), computed where its records
+        #: are held (the linear model: one Rust pass, :class:`pfair.providers.linear.CheckpointCounter`);
+        #: None: from :attr:`predict` and :attr:`validation`.
+        self.checkpoint_counts = checkpoint_counts
         self.violation_z: float | None = None
         self.validation_z: float | None = None
         self._last_checkpoint: CheckpointRelease | None = None
+        self._checkpoints: frozenset | None = None  # the settings' checkpoint epochs (frozen settings)
         self._y, self._s = y, s
         self.settings = settings
         self.provider = provider
@@ -144,6 +172,12 @@ class SiloParty:
             name=st.notion.histogram_name)
 
     # ------------------------------------------------------------------ planning
+    @property
+    def predicts(self) -> bool:
+        """Whether the silo can compute its checkpoint releases (its provider predicts, or its
+        exact counts are computed where its records are held)."""
+        return self.predict is not None or self.checkpoint_counts is not None
+
     @property
     def refusal_lam(self) -> float:
         """The λ the refusal rule prices the rounds at: the run's, or 1 under a fairness target
@@ -360,21 +394,70 @@ class SiloParty:
         target also its violation histogram of all its records (:attr:`violation_z`, √2). Each
         charge is made before anything is computed. The same epoch of the same run asked again
         gets the same release at no cost (a private release is kept in the ledger, so this holds
-        across processes too)."""
+        across processes too).
+
+        In three steps, which a transport may run for many silos at once (charge every silo, one
+        pass over all their records, then each silo noises its own): :meth:`begin_checkpoint`,
+        :meth:`exact_checkpoint`, :meth:`finish_checkpoint`."""
+        req = self.begin_checkpoint(theta, epoch)
+        if req.done is not None:
+            return req.done
+        table, counts = self.exact_checkpoint(theta, table=req.needs_table, violation=req.needs_counts)
+        return self.finish_checkpoint(req, table, counts)
+
+    def begin_checkpoint(self, theta: np.ndarray, epoch: int) -> "CheckpointRequest":
+        """Check that ``epoch`` is a checkpoint of the run and charge its releases (validation
+        table, then violation histogram) to the ledger, before anything is computed; say what
+        must be computed (a release kept in the ledger from an earlier ask is reused at no cost).
+        Raises :class:`~pfair.privacy.PrivacyBudgetExceeded` when the ledger refuses (when it
+        refuses the histogram after charging the table, the table under ``θ`` is released first and
+        kept in the ledger, as when the two were charged and released one after the other)."""
         st = self.settings
-        checkpoints = st.checkpoint_epochs()
-        if int(epoch) not in checkpoints:
+        if self._checkpoints is None:
+            self._checkpoints = frozenset(st.checkpoint_epochs())
+        if int(epoch) not in self._checkpoints:
             # The ledger planned these epochs' releases only.
             raise ValueError(f"silo {self.silo_id}: this run releases its validation figures after the checkpoint "
-                             f"epochs {[e for e in checkpoints]} only, not after epoch {int(epoch)}")
+                             f"epochs {sorted(self._checkpoints)} only, not after epoch {int(epoch)}")
         if self._last_checkpoint is not None and self._last_checkpoint.epoch == epoch:
-            return self._last_checkpoint
-        if self.predict is None:
+            return CheckpointRequest(int(epoch), done=self._last_checkpoint)
+        if self.predict is None and self.checkpoint_counts is None:
             raise NotImplementedError("checkpoint releases need the silo's predictions, which this gradient provider "
                                       "does not offer (no predict(theta)); use pfair.SteFFLe, pfair.torch.DeepSteFFLe "
                                       "or validation_share=0 and checkpoints with a provider that predicts")
         if st.private and (self.ledger is None or self.run_id is None):
             raise RuntimeError(f"silo {self.silo_id} has not planned its releases; call plan_rounds first")
+        req = CheckpointRequest(int(epoch))
+        if self.validation_z is not None:
+            req.validation = mechanisms.charge_release(**self._release_args(VALIDATION_EVENT, epoch), event=checkpoint_event(
+                self.validation_z, VALIDATION_EVENT))
+        req.needs_table = req.validation is None
+        if st.max_violation is not None:
+            req.needs_counts = True
+            if self.violation_z is not None:
+                try:
+                    req.counts = mechanisms.charge_release(**self._release_args(VIOLATION_EVENT, epoch),
+                                                           event=checkpoint_event(self.violation_z, VIOLATION_EVENT))
+                except PrivacyBudgetExceeded:
+                    if self.validation_z is not None and req.needs_table:
+                        # The table was charged: release it (kept in the ledger), as a silo that
+                        # answers one release and refuses the next does.
+                        self._noised(VALIDATION_EVENT, epoch, self.exact_checkpoint(theta, table=True, violation=False)[0])
+                    raise
+                req.needs_counts = req.counts is None
+        return req
+
+    def exact_checkpoint(self, theta: np.ndarray, *, table: bool, violation: bool
+                         ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The exact ``(validation table, violation histogram)`` of this silo under ``θ`` (each
+        None when not asked for): from :attr:`checkpoint_counts` where the records are held (the
+        linear model's one Rust pass), else from its predictions (:attr:`predict`,
+        :attr:`validation`). Silo-local: released only through :meth:`finish_checkpoint`."""
+        if not (table or violation):
+            return None, None
+        if self.checkpoint_counts is not None:
+            return self.checkpoint_counts(theta, table, violation)
+        st = self.settings
         cache: dict[str, np.ndarray] = {}
 
         def train_pred() -> np.ndarray:
@@ -387,37 +470,51 @@ class SiloParty:
                 cache["held"] = np.asarray(self.validation[0](theta), dtype=np.int64)
             return cache["held"]
 
-        def table() -> np.ndarray:
-            if self.validation is None:
-                return validation_table(self._y, train_pred(), self.n_classes)
-            return validation_table(self.validation[1], held_pred(), self.n_classes)
-
-        def counts() -> np.ndarray:
+        val = counts = None
+        if table:
+            val = (validation_table(self._y, train_pred(), self.n_classes) if self.validation is None
+                   else validation_table(self.validation[1], held_pred(), self.n_classes))
+        if violation:
             kw = dict(n_groups=self.n_groups, n_classes=self.n_classes)
-            out = st.notion.violation_counts(self._y, train_pred(), self._s, **kw)
+            counts = st.notion.violation_counts(self._y, train_pred(), self._s, **kw)
             if self.validation is not None:
-                out = out + st.notion.violation_counts(self.validation[1], held_pred(), self.validation[2], **kw)
-            return out
+                counts = counts + st.notion.violation_counts(self.validation[1], held_pred(), self.validation[2], **kw)
+        return val, counts
 
-        if self.validation_z is None:
-            val = table()
-        else:
-            val = mechanisms.release_histogram(
-                table, ledger=self.ledger, event=checkpoint_event(self.validation_z, VALIDATION_EVENT),
-                key=self.keys.noise, release=validation_release(self.silo_id, release_run(self.ledger, self.run_id), int(epoch)),
-                noise_multiplier=self.validation_z, sensitivity=VALIDATION_SENSITIVITY,
-                name=f"{VALIDATION_EVENT}:{self.run_id}:{int(epoch)}")
+    def finish_checkpoint(self, req: "CheckpointRequest", table: np.ndarray | None,
+                          counts: np.ndarray | None) -> CheckpointRelease:
+        """The release of ``req`` (:meth:`begin_checkpoint`) from the exact ``table`` and
+        ``counts`` (:meth:`exact_checkpoint`): noised with the silo's own key where charged,
+        exact otherwise."""
+        if req.done is not None:
+            return req.done
+        st = self.settings
+        val = req.validation
+        if val is None:
+            val = table if self.validation_z is None else self._noised(VALIDATION_EVENT, req.epoch, table)
         viol = None
         if st.max_violation is not None:
-            if self.violation_z is None:
-                viol = counts()
-            else:
-                viol = mechanisms.release_histogram(
-                    counts, ledger=self.ledger, event=checkpoint_event(self.violation_z, VIOLATION_EVENT), key=self.keys.noise,
-                    release=violation_release(self.silo_id, release_run(self.ledger, self.run_id), int(epoch)), noise_multiplier=self.violation_z,
-                    sensitivity=VIOLATION_SENSITIVITY, name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
-        self._last_checkpoint = CheckpointRelease(self.silo_id, int(epoch), val, viol)
+            viol = req.counts
+            if viol is None:
+                viol = counts if self.violation_z is None else self._noised(VIOLATION_EVENT, req.epoch, counts)
+        self._last_checkpoint = CheckpointRelease(self.silo_id, req.epoch, val, viol)
         return self._last_checkpoint
+
+    def _release_args(self, kind: str, epoch: int) -> dict:
+        """The ledger, release id, noise and name of this silo's checkpoint release ``kind``
+        (:data:`VALIDATION_EVENT` or :data:`VIOLATION_EVENT`) after ``epoch``."""
+        run = release_run(self.ledger, self.run_id)
+        if kind == VALIDATION_EVENT:
+            return dict(ledger=self.ledger, release=validation_release(self.silo_id, run, int(epoch)),
+                        noise_multiplier=self.validation_z, sensitivity=VALIDATION_SENSITIVITY,
+                        name=f"{VALIDATION_EVENT}:{self.run_id}:{int(epoch)}")
+        return dict(ledger=self.ledger, release=violation_release(self.silo_id, run, int(epoch)),
+                    noise_multiplier=self.violation_z, sensitivity=VIOLATION_SENSITIVITY,
+                    name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
+
+    def _noised(self, kind: str, epoch: int, exact: np.ndarray) -> np.ndarray:
+        """``exact`` released with the noise of this silo's checkpoint release ``kind`` (charged)."""
+        return mechanisms.noise_release(exact, key=self.keys.noise, **self._release_args(kind, epoch))
 
     def draw_batch(self, round: int) -> np.ndarray:
         """Row indices of the batch of ``round`` (keyed by the batch key; see :class:`SiloKeys`)."""

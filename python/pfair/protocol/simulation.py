@@ -30,9 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pfair.fairness_target import linear_predictor
 from pfair.validation import split_federation
-from pfair.federation import silo_fingerprints
+from pfair.federation import silo_fingerprints, silo_set_of
 from pfair.privacy.calibration import warn_if_spent
 from pfair.protocol.assembly import AssembledRun, check_ledgers_hold_run, check_same_run, monitor_for, start_run
 from pfair.protocol.driver import RunState
@@ -42,23 +41,10 @@ from pfair.protocol.setup import build_server, released_proportions, resolve_led
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.protocol.topologies import HybridParties
 from pfair.protocol.transports import PartyLoop, RustBatched
-from pfair.providers.linear import LinearProvider
+from pfair.providers.linear import CheckpointCounter, LinearProvider
 from pfair.settings import SteFFLeSettings
 
 __all__ = ["RunState", "Simulation", "SiloParties", "monitor_for", "resolve_ledgers"]
-
-
-def lazy_linear_predictor(silo: Any, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
-    """``predict(θ)`` of the linear model on a silo's records, gathering them on the first call only
-    (a fit that never asks reads nothing)."""
-    held: dict = {}
-
-    def predict(theta: np.ndarray) -> np.ndarray:
-        if "f" not in held:
-            held["f"] = linear_predictor(silo.X, n_classes)
-        return held["f"](theta)
-
-    return predict
 
 
 class SiloParties:
@@ -180,29 +166,34 @@ class Simulation:
                          if provider_factory is None else None)
         #: Length of θ: (d+1)(l−1) for the linear model, the provider's parameter count otherwise.
         self.theta_len = plan.linear_theta_len(fed.n_features)
+        self.parties = []
+        #: The linear model's exact checkpoint counts, in Rust where the records are held (the
+        #: held-out rows read in place in their dtype); None for another provider.
+        self.counter = self._checkpoint_counter(held) if provider_factory is None else None
         for j, silo in enumerate(fed.silos):
             cfg = silo_config(st, len(silo), None)
             provider = (provider_factory(j, silo, cfg) if provider_factory is not None
                         else LinearProvider(self.silo_set, j, cfg))
-            predict = lazy_linear_predictor(silo, l) if provider_factory is None else None
-            validation = None
-            if held[j] is None and st.validation_share > 0:  # a silo too small to hold any record out
-                none = np.zeros(0, dtype=np.int64)
-                validation = (lambda theta, none=none: none, none, none)
-            elif held[j] is not None:
-                h = held[j]
-                predict_held = (lazy_linear_predictor(h, l) if provider_factory is None
-                                else getattr(provider_factory(j, h, cfg), "predict", None))
-                validation = (predict_held, h.y, h.s) if predict_held is not None else None
+            predict = validation = None
+            if provider_factory is not None:
+                if held[j] is None and st.validation_share > 0:  # a silo too small to hold any record out
+                    none = np.zeros(0, dtype=np.int64)
+                    validation = (lambda theta, none=none: none, none, none)
+                elif held[j] is not None:
+                    h = held[j]
+                    predict_held = getattr(provider_factory(j, h, cfg), "predict", None)
+                    validation = (predict_held, h.y, h.s) if predict_held is not None else None
             self.parties.append(SiloParty(silo_id=j, y=silo.y, s=silo.s, settings=st, provider=provider,
                                           ledger=self.ledgers[j], n_groups=k, n_classes=l, predict=predict,
                                           validation=validation, n_silo_records=len(self.whole.silos[j]),
-                                          budget=plan.budget, n_features=fed.n_features))
-        if st.max_violation is not None and any(p.predict is None for p in self.parties):
+                                          budget=plan.budget, n_features=fed.n_features,
+                                          checkpoint_counts=None if self.counter is None else self.counter.for_silo(j)))
+        if st.max_violation is not None and not all(p.predicts for p in self.parties):
             raise NotImplementedError("max_violation needs each silo's predictions, which this model's gradient "
                                       "provider does not offer (no predict(theta)); use pfair.SteFFLe, "
                                       "pfair.torch.DeepSteFFLe or a fixed lam")
-        self.checkpoints = all(p.predict is not None for p in self.parties)
+        #: Whether the silos can release checkpoint figures (their provider predicts).
+        self.checkpoints = all(p.predicts for p in self.parties)
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)
@@ -218,8 +209,23 @@ class Simulation:
     def _standard_transport(self, server: Any, state: RunState) -> Any:
         """``fast``: an epoch of the linear model's rounds in one Rust call; else the party loop."""
         if self.fast:
-            return RustBatched(self.plan, self.parties, server, self.silo_set, inv_sqrt_proportions(state.proportions))
+            return RustBatched(self.plan, self.parties, server, self.silo_set, inv_sqrt_proportions(state.proportions),
+                               counter=self.counter)
         return PartyLoop(self.plan, self.parties, server)
+
+    def _checkpoint_counter(self, held: list) -> CheckpointCounter:
+        """The linear model's :class:`~pfair.providers.linear.CheckpointCounter`: the training
+        silos' ``SiloSet`` and one of the silos that hold records out (rows of the same matrix,
+        read in place)."""
+        st, fed = self.plan.settings, self.fed
+        index, silos = [], []
+        for h in held:
+            index.append(len(silos) if h is not None else None)
+            if h is not None:
+                silos.append(h)
+        held_set = (silo_set_of(silos, n_groups=fed.n_groups, n_classes=fed.n_classes, fairness=st.notion)
+                    if silos else None)
+        return CheckpointCounter(self.silo_set, held_set, index, share=st.validation_share, n_classes=fed.n_classes)
 
     # ------------------------------------------------------------------ the plan's numbers
     @property

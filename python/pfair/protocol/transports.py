@@ -67,14 +67,36 @@ class PartyLoop:
 
 
 class RustBatched(PartyLoop):
-    """An epoch of the linear model's rounds in one Rust call (see the module docstring); the
-    checkpoint releases go through the parties as in :class:`PartyLoop`."""
+    """An epoch of the linear model's rounds in one Rust call (see the module docstring). A
+    checkpoint's releases go through the parties in three steps: every answering silo charges its
+    releases (:meth:`SiloParty.begin_checkpoint`), one Rust pass computes the exact counts of all
+    the silos that charged (``counter``, a :class:`~pfair.providers.linear.CheckpointCounter`),
+    and each silo noises its own (:meth:`SiloParty.finish_checkpoint`); without a counter as in
+    :class:`PartyLoop`."""
 
     def __init__(self, plan: RunPlan, parties: Sequence[Any], server: Any, silo_set: Any,
-                 inv_sqrt_ps: np.ndarray) -> None:
+                 inv_sqrt_ps: np.ndarray, counter: Any = None) -> None:
         super().__init__(plan, parties, server)
-        self.silo_set, self.inv = silo_set, inv_sqrt_ps
+        self.silo_set, self.inv, self.counter = silo_set, inv_sqrt_ps, counter
         self.configs = [p.config for p in self.parties]
+
+    def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
+        if self.counter is None:
+            return super().checkpoint(theta, epoch, active, refused)
+        requests = {}
+        for j in active:
+            if j in refused:
+                continue
+            try:
+                requests[j] = self.parties[j].begin_checkpoint(theta, epoch)
+            except PrivacyBudgetExceeded as exc:
+                refuse(refused, j, f"the checkpoint release of epoch {epoch + 1}", exc, stacklevel=6)
+        need = [j for j, req in requests.items() if req.needs_exact]
+        table = any(requests[j].needs_table for j in need)
+        violation = any(requests[j].needs_counts for j in need)
+        exact = self.counter.counts(theta, need, table=table, violation=violation)
+        return [(j, self.parties[j].finish_checkpoint(req, *exact.get(j, (None, None))))
+                for j, req in requests.items()]
 
     def answering(self, epoch: int, refused: set) -> list[int]:
         """Every answering silo charges the epoch's rounds before they are computed."""

@@ -22,3 +22,59 @@ class LinearProvider:
     def parts(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, batch: np.ndarray) -> BatchParts:
         out = self.silo_set.parts(self.index, theta, w, inv_sqrt_ps, batch, self.config)
         return BatchParts(**out)
+
+
+class CheckpointCounter:
+    """The exact checkpoint counts of the linear model's silos (:mod:`pfair.validation`), computed
+    in Rust where the records are held (``SiloSet.checkpoint_counts``: CSR, or rows of the user's
+    matrix read in place in its own dtype; nothing is copied to float64): one pass over the
+    training silos and one over the held-out silos per checkpoint, all silos at once.
+
+    ``train``: the ``SiloSet`` of the silos' training records; ``held``: the ``SiloSet`` of the
+    silos that hold records out (None: none does), and ``held_index[j]`` silo j's index in it
+    (None: silo j holds nothing out); ``share``: the validation share (0: the tables count the
+    training records). A silo's validation table counts its held-out records (all zeros when it
+    could hold none out), or with ``share = 0`` its training records; its violation histogram
+    counts all its records, training and held out.
+
+    The predicted class of a record is the first largest of its class probabilities computed from
+    its row in float64 (``rust/src/checkpoint.rs``), the class ``argmax predict_proba`` gives."""
+
+    def __init__(self, train: Any, held: Any, held_index: list, *, share: float, n_classes: int) -> None:
+        self.train, self.held, self.held_index = train, held, list(held_index)
+        self.share, self.n_classes = float(share), int(n_classes)
+
+    def counts(self, theta: np.ndarray, silos: list[int], *, table: bool, violation: bool) -> dict:
+        """``{j: (table, histogram)}`` of the silos ``silos`` under θ (None where not asked for)."""
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        silos = [int(j) for j in silos]
+        out: dict = {j: [None, None] for j in silos}
+        if not silos or not (table or violation):
+            return {j: tuple(v) for j, v in out.items()}
+        from_train = table and self.share <= 0
+        if from_train or violation:
+            tabs, hists = self.train.checkpoint_counts(theta, table=from_train, violation=violation, silos=silos)
+            for i, j in enumerate(silos):
+                out[j] = [tabs[i] if from_train else None, hists[i] if violation else None]
+        if self.share > 0:
+            held = [j for j in silos if self.held_index[j] is not None]
+            if table or violation:
+                l = self.n_classes  # noqa: E741
+                for j in silos:
+                    if table and self.held_index[j] is None:
+                        out[j][0] = np.zeros((l, l))
+            if held:
+                tabs, hists = self.held.checkpoint_counts(theta, table=table, violation=violation,
+                                                          silos=[self.held_index[j] for j in held])
+                for i, j in enumerate(held):
+                    if table:
+                        out[j][0] = tabs[i]
+                    if violation:
+                        out[j][1] = out[j][1] + hists[i]
+        return {j: tuple(v) for j, v in out.items()}
+
+    def for_silo(self, j: int):
+        """``checkpoint_counts(θ, table, violation)`` of silo ``j`` alone (:class:`SiloParty`)."""
+        def one(theta: np.ndarray, table: bool, violation: bool) -> tuple:
+            return self.counts(theta, [j], table=table, violation=violation)[j]
+        return one

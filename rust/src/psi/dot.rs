@@ -7,7 +7,7 @@ pub(super) const LANES: usize = 4;
 
 /// The lanes added pairwise, in a fixed order.
 #[inline(always)]
-fn lane_sum(v: &[f64; LANES]) -> f64 {
+pub(super) fn lane_sum(v: &[f64; LANES]) -> f64 {
     (v[0] + v[1]) + (v[2] + v[3])
 }
 

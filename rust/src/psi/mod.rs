@@ -42,7 +42,7 @@ pub mod types;
 
 pub use kernel::{batch_gradients, batch_gradients_into, clip_factor, clipped, Workspace};
 pub use predict::{
-    count_class_one_sparse, predict_class, predict_class_row, predict_counts, predict_proba, predict_proba_row, softmax_in_place,
+    count_class_one_sparse, predict_class, predict_class_of_proba, predict_class_row, predict_counts, predict_proba, predict_proba_row, softmax_in_place,
 };
 pub use types::{BatchGradients, Code, Dims, Fairness, Point, Protect, PsiInputs, Records, MAX_CODES};
 

@@ -1,7 +1,7 @@
 //! Prediction of the linear-softmax model: logits `z_v = x̃·θ[:, v-1]` (`z_0 = 0`), class
 //! probabilities `F = softmax(z)`, predicted classes `argmax z`.
 
-use super::dot::{dense_dot_and_square, dense_dots4, sparse_logit, sparse_logit_pair};
+use super::dot::{dense_dot_and_square, dense_dots4, lane_sum, sparse_logit, sparse_logit_pair, LANES};
 use crate::features::Rows;
 
 
@@ -72,6 +72,48 @@ pub fn predict_class<R: Rows>(rows: &R, i: usize, theta: &[f64], l: usize, z: &m
     argmax(z)
 }
 
+/// The class of the largest probability of row `i` of `rows`, as `argmax` over
+/// [`predict_proba_row`] of the row written out as a dense float64 row (ties: the lower class):
+/// the predictions the released checkpoint tables count, with the bits of that computation
+/// whatever the layout. A float64 row is read as a slice, a float32 one converted into `buf`
+/// (length `d`), a CSR row summed over its stored entries in the dense dot product's lanes
+/// (column `j` in lane `j mod LANES`, in column order; an absent entry adds `0 · θ_j = ±0`, which
+/// changes no lane when θ is finite, so the caller passes `theta_finite = false` for a θ with a
+/// NaN or an infinity and a CSR row then takes the dense path through `buf`). `z` is scratch of
+/// length `l`.
+#[inline]
+pub fn predict_class_of_proba<R: Rows>(
+    rows: &R,
+    i: usize,
+    theta: &[f64],
+    theta_finite: bool,
+    l: usize,
+    z: &mut [f64],
+    buf: &mut [f64],
+) -> usize {
+    let d = rows.n_features();
+    if let Some(x) = rows.dense_row(i) {
+        predict_proba_row(x, theta, l, z);
+        return argmax(z);
+    }
+    if let Some((cols, vals)) = rows.sparse_row(i).filter(|_| l == 2 && theta_finite) {
+        let mut lanes = [0.0; LANES];
+        for (&j, &v) in cols.iter().zip(vals) {
+            lanes[j as usize % LANES] += v * theta[j as usize];
+        }
+        z[0] = 0.0;
+        z[1] = theta[d] + lane_sum(&lanes);
+        softmax_in_place(z);
+        return argmax(z);
+    }
+    if !rows.dense_row_into(i, buf) {
+        buf.iter_mut().for_each(|b| *b = 0.0);
+        rows.for_each(i, |j, v| buf[j] = v);
+    }
+    predict_proba_row(buf, theta, l, z);
+    argmax(z)
+}
+
 /// For a two-class model on sparse rows: how many of the rows `0, step, 2·step, …` are predicted
 /// as class 1 (`None`, doing nothing, when the rows are not stored sparse): two rows at a time
 /// ([`sparse_logit_pair`]), each logit the chain of [`predict_class`], so the counts are its.
@@ -132,7 +174,7 @@ pub fn predict_counts(x: &[f64], d: usize, theta: &[f64], l: usize) -> Vec<u64> 
         counts
     };
     let n = x.len().checked_div(d).unwrap_or(0);
-    if n <= PREDICT_BLOCK {
+    if n <= PREDICT_BLOCK || crate::threads::machine_busy() {
         return count(x);
     }
     x.par_chunks(d * PREDICT_BLOCK).map(count).reduce(
@@ -190,7 +232,7 @@ pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f6
             predict_proba_row(&row[..d], theta, l, probs);
         }
     };
-    if out.len() / l <= PREDICT_BLOCK {
+    if out.len() / l <= PREDICT_BLOCK || crate::threads::machine_busy() {
         rows(x, out);
     } else {
         x.par_chunks(d.max(1) * PREDICT_BLOCK).zip(out.par_chunks_mut(l * PREDICT_BLOCK)).for_each(|(x, out)| rows(x, out));

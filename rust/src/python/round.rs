@@ -250,6 +250,43 @@ impl PySiloSet {
         Ok(counts.into_iter().map(|c| c as i64).collect::<Vec<i64>>().into_pyarray(py))
     }
 
+    /// The exact checkpoint counts of the silos `silos` (default: every silo) under `theta`, one
+    /// pass over each silo's records where they are held (`crate::checkpoint`): with `table` the
+    /// validation tables `V[y, ŷ]` (`len(silos) × l × l`), with `violation` the violation
+    /// histograms `c[b, r, ŷ]` (`len(silos) × blocks × k × l`), as float64 arrays (None when not
+    /// asked for). Silo-local: a caller releases them only through a charge and noise.
+    #[pyo3(signature = (theta, *, table=true, violation=false, silos=None))]
+    fn checkpoint_counts<'py>(
+        &self,
+        py: Python<'py>,
+        theta: PyReadonlyArray1<'py, f64>,
+        table: bool,
+        violation: bool,
+        silos: Option<Vec<usize>>,
+    ) -> PyResult<CheckpointArrays<'py>> {
+        let th = theta.as_slice()?.to_vec();
+        check_theta_len(th.len(), self.dims.theta_len())?;
+        let which: Vec<usize> = silos.unwrap_or_else(|| (0..self.silos.len()).collect());
+        let picked: Vec<&Silo> = which.iter().map(|&j| self.silo(j)).collect::<BindResult<_>>()?;
+        let (dims, fairness) = (self.dims, self.fairness);
+        let wanted = crate::checkpoint::Wanted { table, violation };
+        let counts = py.allow_threads(|| crate::checkpoint::checkpoint_counts(&picked, &th, dims, fairness, wanted));
+        let (n, k, l, b) = (which.len(), dims.k, dims.l, fairness.n_blocks(dims.l));
+        let tables = if table {
+            let flat: Vec<f64> = counts.iter().flat_map(|c| c.table.iter().map(|&v| v as f64)).collect();
+            Some(numpy::ndarray::Array3::from_shape_vec((n, l, l), flat).map_err(|e| value_error(e.to_string()))?.into_pyarray(py))
+        } else {
+            None
+        };
+        let hists = if violation {
+            let flat: Vec<f64> = counts.iter().flat_map(|c| c.violation.iter().map(|&v| v as f64)).collect();
+            Some(numpy::ndarray::Array4::from_shape_vec((n, b, k, l), flat).map_err(|e| value_error(e.to_string()))?.into_pyarray(py))
+        } else {
+            None
+        };
+        Ok((tables, hists))
+    }
+
     /// Runs `n_rounds` SteFFLe rounds from `start`; returns the new `(theta, W)` and
     /// per-round loss, ψ and clipping counts (and the state after `snapshot_round`).
     /// Keyword-only arguments (`kwargs`): `batch_keys`, `noise_keys` (one per silo), `lam`,
@@ -308,6 +345,9 @@ impl PySiloSet {
         Ok(d)
     }
 }
+
+/// A checkpoint's validation tables and violation histograms (`SiloSet.checkpoint_counts`).
+type CheckpointArrays<'py> = (Option<Bound<'py, numpy::PyArray3<f64>>>, Option<Bound<'py, numpy::PyArray4<f64>>>);
 
 /// θ, W and `p_s^{-1/2}` as copied from their arrays.
 type StateVecs = (Vec<f64>, Vec<f64>, Vec<f64>);

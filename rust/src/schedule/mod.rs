@@ -96,7 +96,8 @@ pub fn run_rounds(req: &RoundsRequest<'_>, theta: &mut [f64], w: &mut [f64]) -> 
 pub enum Schedule {
     /// [`Schedule::Parallel`] for rounds of at least [`PARALLEL_MIN_WORK`] row entries, else
     /// [`Schedule::Shared`] when the pool has more than one thread and there are several silos
-    /// or several rounds, else [`Schedule::Sequential`].
+    /// or several rounds, else [`Schedule::Sequential`]; [`Schedule::Sequential`] whenever the
+    /// machine is oversubscribed at the start of the call ([`crate::threads::machine_busy`]).
     Auto,
     /// Every silo step on the calling thread, one after the other.
     Sequential,
@@ -133,7 +134,9 @@ pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
 /// The schedule [`Schedule::Auto`] stands for, given the answering silos `active`.
 fn auto_schedule(req: &RoundsRequest<'_>, active: &[usize]) -> Schedule {
     let work: f64 = active.iter().map(|&j| step_work(&req.silos[j], &req.silo_cfgs[j])).sum();
-    let threads = rayon::current_num_threads();
+    // One thread when the machine is oversubscribed (crate::threads): a fork-join or a helper
+    // thread would wait for descheduled threads.
+    let threads = crate::threads::threads_now();
     if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
         Schedule::Parallel
     } else if (req.n_rounds > 1 || active.len() > 1) && threads > 1 && !active.is_empty() {
