@@ -417,3 +417,19 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
     given = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "lr_theta": 0.1, "epochs": 2}),
                                       "model": model})
     assert (given.lr_theta, given.epochs) == (0.1, 2)
+
+
+def test_a_warm_node_keeps_a_bounded_number_of_training_splits(node_config):
+    """In a warm silo host a SiloNode lives as long as its SuperNode, and the server chooses each
+    run's seed and held-out share: a split (a copy of the training rows) and a Rust data set per
+    (share, seed) kept for ever would grow with every hello (200 seeds left 400 entries, found in
+    review). At most SiloNode.MAX_CACHED are kept, the newest."""
+    n = node(node_config)
+    notion = run_settings().notion.core_args()
+    for seed in range(20):
+        n._silo_set(0.1, seed, notion)
+        assert len(n._splits) <= SiloNode.MAX_CACHED
+    assert ("silo_set", 0.1, 19, tuple(sorted(notion.items()))) in n._splits  # the newest run's is kept
+    train, _, X, _, _ = n._split(0.1, 19)
+    assert X.shape[0] == train.size  # and a split evicted earlier is made again when asked
+    assert n._split(0.1, 0)[0].size == train.size

@@ -532,3 +532,30 @@ def test_a_fit_on_arrays_resumes_on_the_ledgers_that_charged_it():
         m.fit(X, y, sensitive_features=s, silos=silos, resume=True)
     np.testing.assert_array_equal(m.theta_, whole.theta_)
     assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])
+
+
+def test_a_resume_refuses_a_copy_of_a_ledger_older_than_the_run(tmp_path):
+    """A copy of the ledger files taken at epoch 2 still records the run, but the run went on to
+    epoch 4 before its second interruption: resumed on the copy, it would go on from epoch 4 and
+    the rounds of epochs 2-3 would be released but missing from the ledgers that report ε (0.797
+    against 0.9975 spent, found in review). The state keeps what each ledger had charged at its
+    last epoch, and a ledger behind it is refused; the files as they are now resume."""
+    import shutil
+
+    X, y, s, silos = data(600, 0)
+    paths = [str(tmp_path / f"l{j}.json") for j in range(len(set(silos)))]
+    kw = dict(FAST, epochs=6, noise_seed=3, epsilon=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        whole = SteFFLe(**kw).fit(X, y, sensitive_features=s, silos=silos, ledgers="new")
+        m = SteFFLe(**kw)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, ledgers=paths, at_epoch=2)
+        copies = [p + ".copy" for p in paths]
+        for p, c in zip(paths, copies):
+            shutil.copy(p, c)
+        fit_interrupted(m, X, y, sensitive_features=s, silos=silos, resume=True, at_epoch=2)
+        assert m._run_state.epochs_done == 4
+        with pytest.raises(ValueError, match="older than the interrupted run"):
+            m.fit(X, y, sensitive_features=s, silos=silos, resume=True, ledgers=copies)
+        m.fit(X, y, sensitive_features=s, silos=silos, resume=True, ledgers=paths)
+    assert list(m.privacy_report_["epsilon_spent"]) == list(whole.privacy_report_["epsilon_spent"])

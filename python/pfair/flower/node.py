@@ -206,8 +206,18 @@ class SiloNode:
         key = (float(share), seed)
         if key not in self._splits:
             train, held = holdout(self.n_records, share, seed=seed, silo=self.silo_id)
-            self._splits[key] = (train, held, self.X[train], self.y[train], self.s[train])
+            self._keep(key, (train, held, self.X[train], self.y[train], self.s[train]))
         return self._splits[key]
+
+    #: At most this many splits and Rust data sets are kept (a server chooses the seeds and shares
+    #: of its runs; a warm silo host must not grow with every new one).
+    MAX_CACHED = 4
+
+    def _keep(self, key: Any, value: Any) -> None:
+        """Cache ``value`` under ``key``, dropping the oldest entries beyond :attr:`MAX_CACHED`."""
+        self._splits[key] = value
+        while len(self._splits) > self.MAX_CACHED:
+            self._splits.pop(next(iter(self._splits)))
 
     def _silo_set(self, share: float, seed: Any, notion: Mapping[str, Any]) -> Any:
         """The Rust data set of a training split for a fairness notion (its ``core_args()``), built
@@ -215,8 +225,7 @@ class SiloNode:
         key = ("silo_set", float(share), seed, tuple(sorted(notion.items())))
         if key not in self._splits:
             _, _, X, y, s = self._split(share, seed)
-            self._splits[key] = _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes,
-                                              **notion)
+            self._keep(key, _core.SiloSet([(X, y, s)], n_groups=self.n_groups, n_classes=self.n_classes, **notion))
         return self._splits[key]
 
     def _test_shard(self) -> tuple:

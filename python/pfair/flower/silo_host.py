@@ -64,6 +64,7 @@ def remove_stale(base: str | None = None, min_age: float = 60.0) -> list[str]:
             if st.st_uid != os.getuid() or time.time() - st.st_mtime < min_age:
                 continue
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(1.0)  # a live host with a full backlog must not hang this start
             try:
                 probe.connect(os.path.join(directory, "socket"))
                 continue  # a live host
@@ -157,8 +158,11 @@ def serve(listener: socket.socket, parent_fd: int, handle: Callable[[Any], Any])
                 request = _recv(conn)
             except (ConnectionError, OSError, pickle.UnpicklingError, EOFError):
                 continue
+            stop = None
             try:
                 reply = ("ok", handle(request))
+            except (SystemExit, KeyboardInterrupt) as exc:  # a teardown (SIGTERM): answer, then end
+                reply, stop = ("error", RuntimeError("the silo host is shutting down")), exc
             except BaseException as exc:  # noqa: BLE001 - the ClientApp raises it as it would have
                 reply = ("error", exc)
             try:
@@ -167,6 +171,8 @@ def serve(listener: socket.socket, parent_fd: int, handle: Callable[[Any], Any])
                 _send(conn, ("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
             except OSError:
                 pass
+            if stop is not None:
+                raise stop
 
 
 def start(handle: Callable[[Any], Any] | None = None) -> str | None:

@@ -151,6 +151,25 @@ def check_ledgers_hold_run(ledgers: Sequence[Any], plans: Sequence[Any], run_ids
                              "fit's, or their paths)")
 
 
+def check_ledgers_not_older(state: RunState, now: Sequence[int]) -> None:
+    """Refuse to resume ``state`` on a ledger that has charged fewer rounds of the run than it had
+    at the end of the interrupted run's last epoch (``state.ledger_rounds``): an older copy of the
+    ledger (a restored backup, a copy of ``ledgers_`` taken earlier) would accept the run, forget
+    the rounds charged since, and the resumed run would go on from the later epoch, so that those
+    rounds were released but not on the ledger that reports ε. ``now``: the silos' next rounds
+    after adopting the run (:meth:`SiloSide.next_rounds`, the same order)."""
+    recorded = list(getattr(state, "ledger_rounds", None) or [])
+    now = list(now)
+    if not recorded or len(recorded) != len(now):
+        return
+    behind = [(n, r) for n, r in zip(now, recorded) if n < r]
+    if behind:
+        n, r = behind[0]
+        raise ValueError(f"resume: {len(behind)} ledger(s) older than the interrupted run: one has charged {n} of the "
+                         f"run's rounds where the run had charged {r} by the end of its last epoch. Resume on the "
+                         "ledgers the interrupted fit left (their files as they are now), not on a copy made before")
+
+
 @dataclass
 class AssembledRun:
     """A run put together by :func:`start_run`, ready for its epochs."""
@@ -166,7 +185,12 @@ class AssembledRun:
 
     def go(self, *, on_epoch: Callable[..., dict | None] | None = None, progress: bool = False) -> RunState:
         """Run the epochs (:meth:`Driver.run`); returns the final state."""
-        self.driver.run(self.state, start_epoch=self.start_epoch, on_epoch=on_epoch, progress=progress)
+        def after_epoch(epoch: int, theta: np.ndarray, w: np.ndarray, info: dict) -> dict | None:
+            # What each ledger has charged by the end of this epoch, for check_ledgers_not_older.
+            self.state.ledger_rounds = list(self.silos.next_rounds())
+            return on_epoch(epoch, theta, w, info) if on_epoch is not None else info
+
+        self.driver.run(self.state, start_epoch=self.start_epoch, on_epoch=after_epoch, progress=progress)
         self.state.run_ids = self.silos.run_ids()
         return self.state
 
@@ -212,6 +236,7 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     else:
         state = resume
         silos.adopt(state)
+        check_ledgers_not_older(state, silos.next_rounds())
     if on_state is not None:
         on_state(state)
     answering = {j: p for j, p in enumerate(state.plans) if p is not None}

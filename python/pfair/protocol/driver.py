@@ -72,6 +72,10 @@ class RunState:
     #: significant change of the released validation error (0: none yet).
     lr_scale: float = 1.0
     trend: int = 0
+    #: After each epoch, the next round each charging silo's ledger would charge (in the order of
+    #: ``SiloSide.next_rounds``): a resume refuses a ledger that has charged fewer, an older copy of
+    #: the one the interrupted run charged (empty: not recorded, e.g. a deployment's remote silos).
+    ledger_rounds: list = field(default_factory=list)
     #: The :class:`~pfair.validation.Selector` of the run (the models it keeps), so that a resumed
     #: run chooses among the checkpoints before the interruption too (None: not started).
     selector: Any = None
