@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import numpy as np
 

@@ -255,33 +255,34 @@ def _eo_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable | None, conditioning
 
 
 def _eopp_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str) -> float:
-    assert e.y_true is not None
-    p = _label_code(e.labels, pos_label, "pos_label")
-    positives = e.y_true == p
-    gap = _set_gap(e, w, positives, [p], method)
-    if gap is None:
-        present = np.bincount(e.s[positives], weights=w[positives], minlength=e.groups.size) > 0
-        raise ValueError(
-            f"equal opportunity difference is undefined: y_true has records of pos_label="
-            f"{pos_label!r} only in group(s) {_names(e.groups, present)} of sensitive_features "
-            f"(groups without such records: {_names(e.groups, ~present)}); a true-positive-rate "
-            "gap needs 2 groups with positives. Pass a larger sample or another pos_label."
-        )
-    return gap
+    return _pos_rate_gap(e, w, pos_label, method, among_positives=True)
 
 
 def _fpr_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str) -> float:
+    return _pos_rate_gap(e, w, pos_label, method, among_positives=False)
+
+
+def _pos_rate_gap(e: _Encoded, w: np.ndarray, pos_label: Hashable, method: str, *, among_positives: bool) -> float:
+    """The gap of the rate of ŷ = ``pos_label`` among the records of class ``pos_label`` (the
+    true-positive rate) or among the others (the false-positive rate); ``ValueError`` naming the
+    groups when fewer than two have such records."""
     assert e.y_true is not None
     p = _label_code(e.labels, pos_label, "pos_label")
-    negatives = e.y_true != p
-    gap = _set_gap(e, w, negatives, [p], method)
+    in_set = (e.y_true == p) if among_positives else (e.y_true != p)
+    gap = _set_gap(e, w, in_set, [p], method)
     if gap is None:
-        present = np.bincount(e.s[negatives], weights=w[negatives], minlength=e.groups.size) > 0
+        present = np.bincount(e.s[in_set], weights=w[in_set], minlength=e.groups.size) > 0
+        if among_positives:
+            what, records, rate, members = ("equal opportunity difference", f"records of pos_label={pos_label!r}",
+                                            "true-positive-rate", "positives")
+        else:
+            what, records, rate, members = ("false positive rate difference",
+                                            f"records other than pos_label={pos_label!r}", "false-positive-rate",
+                                            "negatives")
         raise ValueError(
-            f"false positive rate difference is undefined: y_true has records other than pos_label="
-            f"{pos_label!r} only in group(s) {_names(e.groups, present)} of sensitive_features "
-            f"(groups without such records: {_names(e.groups, ~present)}); a false-positive-rate "
-            "gap needs 2 groups with negatives. Pass a larger sample or another pos_label."
+            f"{what} is undefined: y_true has {records} only in group(s) {_names(e.groups, present)} of "
+            f"sensitive_features (groups without such records: {_names(e.groups, ~present)}); a {rate} gap "
+            f"needs 2 groups with {members}. Pass a larger sample or another pos_label."
         )
     return gap
 

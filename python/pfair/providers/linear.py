@@ -58,10 +58,10 @@ class CheckpointCounter:
                 out[j] = [tabs[i] if from_train else None, hists[i] if violation else None]
         if self.share > 0:
             held = [j for j in silos if self.held_index[j] is not None]
-            if table or violation:
+            if table:  # a silo too small to hold any record out: an all-zero table
                 l = self.n_classes  # noqa: E741
                 for j in silos:
-                    if table and self.held_index[j] is None:
+                    if self.held_index[j] is None:
                         out[j][0] = np.zeros((l, l))
             if held:
                 tabs, hists = self.held.checkpoint_counts(theta, table=table, violation=violation,
