@@ -126,9 +126,9 @@ def _silo(s0: int) -> tuple:
     return X, y, s
 
 
-def _config(sigma_theta: float = 0.0, sigma_w: float = 0.0):
+def _config(sigma_theta: float = 0.0, sigma_w: float = 0.0, subspace: np.ndarray | None = None):
     return _core.SiloConfig(sampling="without_replacement", batch_size=BATCH, sample_rate=Q, clip_theta=CLIP,
-                            sigma_theta=sigma_theta, sigma_w=sigma_w)
+                            sigma_theta=sigma_theta, sigma_w=sigma_w, subspace=subspace)
 
 
 def _claimed_sigmas(z: float) -> tuple[float, float]:
@@ -174,14 +174,20 @@ class Rounds:
         sig = np.array([sigma_theta] * 3 + [sigma_w] * 4)
         return np.sqrt(np.sum((self.mean[1] - self.mean[0]) ** 2 / sig**2, axis=1))
 
-    def attack(self, sigma_theta: float, sigma_w: float, claim_theta: float, claim_w: float) -> tuple:
+    def attack(self, sigma_theta: float, sigma_w: float, claim_theta: float, claim_w: float,
+               subspace: np.ndarray | None = None) -> tuple:
         """NP statistics on D and D' of the rounds that draw record 0, noised with (sigma_theta,
-        sigma_w) from a fresh secret key each; the adversary's test is built for the claimed stds."""
+        sigma_w) from a fresh secret key each; the adversary's test is built for the claimed stds.
+        With ``subspace`` (a basis U of θ's rows) the silo sends ψ_θ projected on it after its noise
+        (``theta_subspace``), and the adversary tests the projected means (noise σ_θ along U)."""
         sig = np.array([claim_theta] * 3 + [claim_w] * 4)
         diff = self.mean[1] - self.mean[0]
-        dist = self.distances(claim_theta, claim_w)
+        if subspace is not None:
+            proj = subspace @ subspace.T
+            diff = np.concatenate([diff[:, :3] @ proj, diff[:, 3:]], axis=1)
+        dist = np.sqrt(np.sum(diff**2 / sig**2, axis=1))
         weight = diff / sig**2 / dist[:, None]  # per batch: standardised NP direction
-        noisy = _config(sigma_theta, sigma_w)
+        noisy = _config(sigma_theta, sigma_w, subspace)
         out = []
         for silos in self.sets:
             key = _core.NoiseKey.secret()
@@ -193,7 +199,9 @@ class Rounds:
                 vec[i, :3], vec[i, 3:], loss_grad[i] = msg["psi_theta"], msg["psi_w"], msg["loss_grad"]
             # The s-free part is sent exactly: it is the adversary's clean one (same public batch).
             np.testing.assert_array_equal(loss_grad, self.loss_grad[self.batch_ids])
-            out.append(np.einsum("ij,ij->i", vec - self.mean[0][self.batch_ids], weight[self.batch_ids]))
+            mean0 = self.mean[0] if subspace is None else np.concatenate(
+                [self.mean[0][:, :3] @ (subspace @ subspace.T), self.mean[0][:, 3:]], axis=1)
+            out.append(np.einsum("ij,ij->i", vec - mean0[self.batch_ids], weight[self.batch_ids]))
         return out[0], out[1]
 
 
@@ -310,3 +318,24 @@ def test_audit_of_the_sigmas_fit_uses(rounds):
     lower = epsilon_lower_bound(t_d, t_n, DELTA_IN)
     exact = gaussian_epsilon(DELTA_IN, 1.0 / z)
     assert 1.0 < lower <= exact, (lower, exact, z)
+
+
+def test_a_release_projected_on_a_public_subspace_keeps_its_privacy(rounds, audit_at_z):
+    """``theta_subspace``: the silo projects its noised ψ_θ on a basis U of θ's rows that reads x
+    only (post-processing). With U the direction of record 0's x̃ (so the change of its s keeps all
+    of its effect on ψ_θ, the worst case for the projection), the projected round is attacked like
+    the plain one: the neighbours stay at most 1/z apart in units of the noise actually sent (the
+    interval of μ̂ reaches 1/z and no further than the plain round's), and the threshold tests stay
+    below the exact curve. A projection that also scaled the noise down with the dimensions it
+    removes (√(1/3) here) would put μ̂ near √2/z (half of each round's μ² is the θ-part's): caught by the last assertion."""
+    x0 = np.array([[5.0], [0.0], [1.0]]) / math.sqrt(26.0)  # x̃ of record 0, as a unit column
+    s_theta, s_w = _claimed_sigmas(Z)
+    t_d, t_n = rounds.attack(s_theta, s_w, s_theta, s_w, subspace=x0)
+    low, high = gaussian_mu_bounds(t_d, t_n)
+    assert low <= 1.0 / Z and high >= 0.95 / Z, (low, high)
+    lower = epsilon_lower_bound(t_d, t_n, DELTA_IN)
+    assert 0.6 * gaussian_epsilon(DELTA_IN, 0.95 / Z) < lower <= gaussian_epsilon(DELTA_IN, 1.0 / Z), lower
+    # Noise scaled down by √(r/(d+1)) would be found out.
+    t_d, t_n = rounds.attack(s_theta / math.sqrt(3.0), s_w, s_theta, s_w, subspace=x0)
+    low, _ = gaussian_mu_bounds(t_d, t_n)
+    assert low > 1.0 / Z, low

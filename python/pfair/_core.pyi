@@ -104,7 +104,10 @@ class SiloConfig:
         sigma_theta: float = 0.0,
         sigma_w: float = 0.0,
         send_psi: bool = True,
+        subspace: Optional[npt.NDArray[np.float64]] = None,
     ) -> None: ...
+    @property
+    def subspace(self) -> Optional[npt.NDArray[np.float64]]: ...
 
 class SiloSet:
     sizes: List[int]
@@ -130,6 +133,7 @@ class SiloSet:
         positive: int = 1,
     ) -> SiloSet: ...
     def is_shared(self, silo: int) -> bool: ...
+    def gram(self, silo: int) -> npt.NDArray[np.float64]: ...
     def step(
         self,
         silo: int,

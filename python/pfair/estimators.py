@@ -145,6 +145,13 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         converges only while θ moves slowly against W (Lin, Jin and Jordan, 2020); with a constant
         step the iterates cycle from epoch to epoch once λ matters. ``"constant"``: η_θ whatever λ
         (pfair before 0.2). Server-side: privacy is the same either way. See docs/optimisation.md.
+    theta_subspace : None (default) or an integer r ≥ 1 (private fits in attribute mode only). Each
+        silo projects its noised θ-part ``h_θ`` on the top r principal directions ``U`` of its own
+        ``x̃ = [x, 1]`` (eigenvectors of ``Σ_i x̃_i x̃_iᵀ``) before sending it: ``(U Uᵀ ⊗ I) h_θ``. The
+        noise then has norm ``σ_θ √(r(l−1))`` instead of ``σ_θ √((d+1)(l−1))``, and the part of the
+        fairness gradient outside the span is lost. ``U`` reads x only, which attribute mode does
+        not protect, so this is post-processing of the release: ε, δ and every sensitivity are
+        unchanged (docs/privacy.md, "A public subspace for h_θ"; measured in docs/optimisation.md).
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
     clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 0.5 when
         ``epsilon`` is set, no clipping in a non-private fit; None: no clipping (refused when
@@ -298,6 +305,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         decay_every: int = 10,
         w_step: str = "normalised",
         theta_step: str = "scaled",
+        theta_subspace: int | None = None,
         output: str = "last",
         silo_weights: str = "uniform",
         positive_class: int = 1,
@@ -338,6 +346,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         self.decay_every = decay_every
         self.w_step = w_step
         self.theta_step = theta_step
+        self.theta_subspace = theta_subspace
         self.output = output
         self.silo_weights = silo_weights
         self.positive_class = positive_class

@@ -310,6 +310,23 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
+def check_theta_subspace(p: dict) -> None:
+    """Validate ``theta_subspace`` (None, or the rank r ≥ 1 of the public subspace a silo's noised
+    θ-part is projected on; :mod:`pfair.privacy.subspace`) in place."""
+    r = p.setdefault("theta_subspace", None)
+    if r is None:
+        return
+    check_int(r, "theta_subspace")
+    if p["epsilon"] is None:
+        raise ValueError(f"theta_subspace={r} lowers the noise of a private fit's θ-part, and a fit without epsilon "
+                         "has none: it would only discard signal. Leave theta_subspace=None, or set epsilon")
+    if p["protect"] != "attribute":
+        raise ValueError(f"theta_subspace={r} needs protect='attribute': its basis is computed from a silo's features, "
+                         "which record mode protects. Leave theta_subspace=None")
+    if p["mode"] != "standard":
+        raise ValueError(f"theta_subspace is available in mode='standard' only, not mode={p['mode']!r}")
+
+
 #: Noise calibrations (``calibration=``): ``"auto"`` resolves to ``"pld"`` or ``"rdp"``.
 CALIBRATIONS = ("auto", "rdp", "pld", "paper")
 #: Samplers whose batches record mode keeps hidden, priced by the PLD (``calibration="pld"``).
@@ -351,6 +368,7 @@ class SteFFLeSettings:
     decay_every: int = 10
     w_step: str = "normalised"
     theta_step: str = "scaled"
+    theta_subspace: int | None = None
     output: str = "last"
     silo_weights: str = "uniform"
     positive_class: int = 1
@@ -589,6 +607,7 @@ class SteFFLeSettings:
 
         check_max_violation(p)
         check_validation(p)
+        check_theta_subspace(p)
 
         p_s = p["p_s"]
         if p_s is None:

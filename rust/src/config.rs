@@ -33,6 +33,9 @@ pub enum ConfigError {
     HybridClipTheta(f64),
     /// The hybrid batch size is 0 or larger than non-sensitive silo `silo`.
     HybridBatchSize { batch_size: usize, silo: usize, silo_size: usize },
+    /// A `theta_subspace` basis that is not a finite orthonormal `(d+1) × r` array, or one asked
+    /// for where it does not apply (record mode, another θ length).
+    Subspace(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -69,6 +72,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "batch_size={batch_size} must be in 1..={silo_size} (non-sensitive silo {silo})"
             ),
+            ConfigError::Subspace(why) => write!(f, "theta_subspace: {why}"),
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod sampling;
 pub mod schedule;
 pub mod sensitivity;
 pub mod server;
+pub mod subspace;
 pub mod threads;
 
 #[cfg(feature = "python")]

@@ -10,6 +10,7 @@ use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
 use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Code, Point, Protect, Records, Workspace};
 use crate::sampling::Sampling;
+use crate::subspace::Subspace;
 
 /// The data one silo holds: features (dense or CSR), labels and group indices.
 #[derive(Clone, Debug)]
@@ -29,7 +30,7 @@ impl Silo {
 }
 
 /// What one silo does in a round: how it samples, what it protects, how much noise it adds.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SiloConfig {
     pub sampling: Sampling,
     pub protect: Protect,
@@ -41,6 +42,9 @@ pub struct SiloConfig {
     /// Whether the ψ parts are sent at all. With `λ = 0` they are useless, and a silo that does
     /// not send them releases nothing that depends on `s` (zero privacy cost in `Attribute` mode).
     pub send_psi: bool,
+    /// A public subspace `h_θ` is projected on after its noise (attribute mode only; None: no
+    /// projection). See [`crate::subspace`].
+    pub subspace: Option<Subspace>,
 }
 
 impl SiloConfig {
@@ -54,9 +58,17 @@ impl SiloConfig {
         sigma_w: f64,
         send_psi: bool,
     ) -> Result<Self, ConfigError> {
-        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi };
+        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi, subspace: None };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// This configuration with `h_θ` projected on `subspace` after its noise; refused in record
+    /// mode, where the subspace (a function of the silo's features) would be a release of them.
+    pub fn with_subspace(mut self, subspace: Subspace) -> Result<Self, ConfigError> {
+        self.subspace = Some(subspace);
+        self.validate()?;
+        Ok(self)
     }
 
     /// The check [`SiloConfig::new`] makes first: each noise std finite and ≥ 0.
@@ -68,7 +80,15 @@ impl SiloConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         SiloConfig::check_noise_stds(self.sigma_loss, self.sigma_theta, self.sigma_w)?;
         self.sampling.validate()?;
-        self.protect.validate()
+        self.protect.validate()?;
+        if self.subspace.is_some() && !matches!(self.protect, Protect::Attribute { .. }) {
+            return Err(ConfigError::Subspace(
+                "only in attribute mode: in record mode the features are protected, and a basis computed from them \
+                 would release them"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -152,6 +172,10 @@ pub fn apply_noise(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64]) {
     if cfg.send_psi {
         add(&mut msg.psi_theta, z_theta, cfg.sigma_theta);
         add(&mut msg.psi_w, z_w, cfg.sigma_w);
+        if let Some(sub) = &cfg.subspace {
+            // Post-processing of the noised release by a map that does not read s.
+            sub.project(&mut msg.psi_theta);
+        }
     } else {
         for part in [&mut msg.psi_theta_sfree, &mut msg.psi_theta, &mut msg.psi_w_sfree, &mut msg.psi_w] {
             part.iter_mut().for_each(|v| *v = 0.0);
@@ -315,6 +339,7 @@ pub(crate) mod tests {
             sigma_theta: sigma,
             sigma_w: sigma,
             send_psi: true,
+            subspace: None,
         }
     }
 
@@ -444,6 +469,31 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, at, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn a_subspace_projects_the_noised_theta_part_and_nothing_else() {
+        use crate::subspace::Subspace;
+        let silo = toy_silo(80, 4);
+        let theta = vec![0.3, 0.1, -0.2];
+        let w = vec![0.3, -0.1, 0.2, 0.4];
+        let inv = vec![1.5, 1.2];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let k = SiloKeys::seeded(11);
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        let sub = Subspace::new(vec![h, 0.0, h], 3, 1).unwrap();
+        let plain = silo_step(&silo, at, &cfg(0.7), &k, 2, 9);
+        let projected = silo_step(&silo, at, &cfg(0.7).with_subspace(sub.clone()).unwrap(), &k, 2, 9);
+        let mut want = plain.psi_theta.clone();
+        sub.project(&mut want);
+        assert_eq!(projected.psi_theta, want);
+        assert!((want[0] - want[2]).abs() < 1e-15 && want[1] == 0.0);
+        assert_eq!((projected.loss_grad, projected.psi_theta_sfree), (plain.loss_grad, plain.psi_theta_sfree));
+        assert_eq!((projected.psi_w, projected.psi_w_sfree), (plain.psi_w, plain.psi_w_sfree));
+        let record = SiloConfig { protect: Protect::Record { clip_loss: 1.0, clip_theta: 1.0, clip_w: 1.0 }, ..cfg(0.7) };
+        let err = record.with_subspace(sub).unwrap_err().to_string();
+        assert!(err.contains("only in attribute mode"), "{err}");
     }
 
     #[test]

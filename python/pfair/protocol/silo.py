@@ -37,6 +37,7 @@ from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY
 from pfair.privacy import mechanisms
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
+from pfair.privacy.subspace import principal_basis
 from pfair.protocol.keys import SiloKeys, group_counts_release, release_run, validation_release, violation_release
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
@@ -72,13 +73,16 @@ def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
                           steps=int(steps))
 
 
-def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | None) -> Any:
-    """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan)."""
+def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | None,
+                subspace: np.ndarray | None = None) -> Any:
+    """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan), with
+    ``h_θ`` projected on the columns of ``subspace`` after its noise (:mod:`pfair.privacy.subspace`)."""
     sig = (plan.sigma_loss, plan.sigma_theta, plan.sigma_w) if plan is not None else (0.0, 0.0, 0.0)
     rate, _ = sample_rate_and_denominator(settings.sampling, n_records, settings.batch_size)
     return _core.SiloConfig(
         sampling=settings.sampling, batch_size=settings.batch_size, sample_rate=rate, protect=settings.protect,
         sigma_loss=sig[0], sigma_theta=sig[1], sigma_w=sig[2], send_psi=settings.sends_psi, **settings.clips(),
+        subspace=subspace,
     )
 
 
@@ -193,6 +197,24 @@ class SiloParty:
             lam=self.refusal_lam if st.private else None, dims=self.refusal_dims)
         return plan_silo_noise(request, proportions, ledger=ledger)
 
+    def theta_basis(self) -> np.ndarray | None:
+        """The basis of the public subspace ``h_θ`` is projected on (``theta_subspace``,
+        :mod:`pfair.privacy.subspace`), computed once from this silo's training features; None
+        without ``theta_subspace`` or when it is the whole space."""
+        rank = self.settings.theta_subspace
+        if rank is None:
+            return None
+        if "_theta_basis" not in self.__dict__:
+            from pfair.providers.linear import LinearProvider
+
+            if not isinstance(self.provider, LinearProvider):
+                raise ValueError(
+                    f"silo {self.silo_id}: theta_subspace is for the linear model (its θ has one row per feature); "
+                    f"this silo's model is {type(self.provider).__name__}. Leave theta_subspace=None")
+            gram = self.provider.silo_set.gram(self.provider.index)
+            self._theta_basis = principal_basis(gram, rank)
+        return self._theta_basis
+
     @property
     def refusal_dims(self) -> int:
         """``dims`` of :func:`~pfair.privacy.calibration.noise_to_signal`: θ's length for the linear
@@ -293,7 +315,7 @@ class SiloParty:
         proportions = self._proportions(proportions)
         self._check_plan(plan, proportions)
         self.plan = plan
-        self.config = silo_config(self.settings, self.n_records, plan)
+        self.config = silo_config(self.settings, self.n_records, plan, self.theta_basis())
         self._checkpoint_noise()
         self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
         self.run_id = run_id or uuid.uuid4().hex

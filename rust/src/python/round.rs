@@ -19,6 +19,7 @@ use crate::round::{self, Silo, SiloConfig, SiloKeys};
 use crate::sampling::Sampling;
 use crate::schedule::{self, RoundsRequest};
 use crate::server;
+use crate::subspace::{self, Subspace};
 
 /// How one silo samples, clips and noises (see `round::SiloConfig`).
 #[pyclass(name = "SiloConfig", frozen, module = "pfair._core")]
@@ -33,7 +34,7 @@ impl PySiloConfig {
     #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
-                        send_psi=true))]
+                        send_psi=true, subspace=None))]
     // One parameter per argument of the Python signature above: positional arguments, or the
     // settings of a constructor or kernel entry point, which stay in the signature Python shows
     // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
@@ -50,16 +51,49 @@ impl PySiloConfig {
         sigma_theta: f64,
         sigma_w: f64,
         send_psi: bool,
+        subspace: Option<PyReadonlyArray2<'_, f64>>,
     ) -> PyResult<Self> {
         // The noise stds are checked before the names are parsed, so their error comes first.
         SiloConfig::check_noise_stds(sigma_loss, sigma_theta, sigma_w)?;
         let sampling = Sampling::parse(sampling, batch_size, sample_rate)?;
         let protect = Protect::parse(protect, clip_loss, clip_theta, clip_w)?;
-        Ok(PySiloConfig { inner: SiloConfig::new(sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi)? })
+        let cfg = SiloConfig::new(sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi)?;
+        let cfg = match subspace {
+            None => cfg,
+            Some(u) => {
+                let (rows, rank) = (u.shape()[0], u.shape()[1]);
+                cfg.with_subspace(Subspace::new(u.as_array().iter().copied().collect(), rows, rank)?)?
+            }
+        };
+        Ok(PySiloConfig { inner: cfg })
+    }
+
+    /// The basis `U` ((d+1) × r) of the config's θ subspace, or None.
+    #[getter]
+    fn subspace<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray2<f64>>> {
+        self.inner.subspace.as_ref().map(|s| {
+            numpy::ndarray::Array2::from_shape_vec((s.rows(), s.rank()), s.basis().to_vec())
+                .expect("a subspace's basis has rows x rank values")
+                .into_pyarray(py)
+        })
     }
 
     fn __repr__(&self) -> String {
         format!("SiloConfig({:?})", self.inner)
+    }
+}
+
+/// A config's θ subspace must have one basis row per row of θ (`d + 1`).
+fn check_subspace(cfg: &SiloConfig, dims: Dims, silo: usize) -> BindResult<()> {
+    match &cfg.subspace {
+        Some(sub) if sub.rows() != dims.d + 1 => Err(format!(
+            "silo {silo}: theta_subspace has a basis of {} rows, but theta has d + 1 = {} (one per feature and the \
+             intercept)",
+            sub.rows(),
+            dims.d + 1
+        )
+        .into()),
+        _ => Ok(()),
     }
 }
 
@@ -171,6 +205,15 @@ impl PySiloSet {
         Ok(matches!(self.silo(silo)?.x, crate::features::Features::Shared(_)))
     }
 
+    /// `Σ_i x̃_i x̃_iᵀ` over silo `silo`'s records, `x̃ = [x, 1]` ((d+1) × (d+1)): what the basis of
+    /// its θ subspace is computed from (`pfair.privacy.subspace`). Silo-local, never sent.
+    fn gram<'py>(&self, py: Python<'py>, silo: usize) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let data = self.silo(silo)?;
+        let p = self.dims.d + 1;
+        let g = py.allow_threads(|| subspace::gram(&data.x));
+        Ok(numpy::ndarray::Array2::from_shape_vec((p, p), g).expect("a gram matrix has (d+1)^2 values").into_pyarray(py))
+    }
+
     #[getter]
     fn sizes(&self) -> Vec<usize> {
         self.silos.iter().map(|s| s.len()).collect()
@@ -193,10 +236,11 @@ impl PySiloSet {
         let kwargs::RoundKeys { batch_key, noise_key, round } = kwargs::round_keys(kwargs)?;
         let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         check_batch(&config.inner, data.len(), silo)?;
-        let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+        check_subspace(&config.inner, self.dims, silo)?;
+        let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
         let msg = py.allow_threads(|| {
-            round::silo_step(data, point(dims, fairness, &th, &wv, &inv), &cfg, &keys, silo as u64, round)
+            round::silo_step(data, point(dims, fairness, &th, &wv, &inv), cfg, &keys, silo as u64, round)
         });
         gradients_dict(py, msg)
     }
@@ -217,7 +261,7 @@ impl PySiloSet {
         let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         let n = data.len();
         let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
-        let (dims, fairness, cfg) = (self.dims, self.fairness, config.inner);
+        let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         let denom = cfg.sampling.denominator(n);
         let g = py.allow_threads(|| {
             round::silo_parts(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, cfg.protect)
@@ -320,9 +364,10 @@ impl PySiloSet {
         }
         for (j, c) in configs.iter().enumerate() {
             check_batch(&c.inner, self.silos[j].len(), j)?;
+            check_subspace(&c.inner, self.dims, j)?;
         }
         let server = step.config()?;
-        let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner).collect();
+        let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner.clone()).collect();
         let keys: Vec<SiloKeys> = batch_keys
             .iter()
             .zip(&noise_keys)
