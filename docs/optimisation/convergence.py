@@ -299,6 +299,8 @@ def main() -> None:
     ap.add_argument("--eg-only", action="store_true", help="fairlearn's front only (no SteFFLe fit)")
     ap.add_argument("--theta-step", default=None, help="theta_step of every fit (default: the package's)")
     ap.add_argument("--w-power", type=float, default=None, help="private fits' lr_w = 0.5 / max(1, λ)^a")
+    ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                    help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
     ap.add_argument("--write", default=None, help="a page whose generated blocks to replace")
     ap.add_argument("--runs", default=str(RUNS), help="the runs' CSV (default beside this script)")
@@ -307,6 +309,9 @@ def main() -> None:
     runs_path, eg_path = Path(args.runs), Path(args.eg)
     if args.theta_step is not None:
         EXTRA["theta_step"] = args.theta_step
+    for item in args.set:
+        name, _, value = item.partition("=")
+        EXTRA[name] = float(value) if "." in value else int(value)
     if args.w_power is not None:
         global W_POWER
         W_POWER = args.w_power
