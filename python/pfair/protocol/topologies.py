@@ -43,6 +43,19 @@ silo:
    allow), drops what fails, averages the s-free parts over the non-sensitive silos, divides the
    sensitive sums by the union's size ``|∪ B_j|`` and takes the SteFFLe step.
 
+Checkpoints (docs/privacy.md, "Checkpoints of the hybrid topologies")
+----------------------------------------------------------------------
+Each non-sensitive silo holds out ``validation_share`` of its records by the standard rule
+(:func:`pfair.validation.holdout`); the rounds sample the rest. After a checkpoint epoch
+:meth:`NonSensitiveParty.release_table` releases the exact validation table of its held-out records
+(x and y only: exact and free, as a standard silo's in attribute mode) and, under a fairness target,
+:meth:`SensitiveParty.begin_violation` / :meth:`~SensitiveParty.finish_violation` charge, then noise
+with the silo's own key, the violation histogram of all its records (sensitivity √2; its K releases
+charged in advance when its rounds are calibrated). :meth:`HybridServer.read_checkpoint` pools them
+and takes the dual step on λ; the one Driver selects the model and warns. Sensitive silos refuse a
+run their ledger cannot pay for usefully (:class:`~pfair.exceptions.BudgetTooSmall`), with the
+union of the batches as the divisor of their sums.
+
 :class:`HybridParties` is the topology's silo side (layout, ledgers, keys; the p_s histograms and
 noise plans of its sensitive silos; a resumed run's adoption), the same interface
 (:class:`~pfair.protocol.assembly.SiloSide`) as the standard topology's silos, so the run is put
