@@ -643,10 +643,11 @@ class HybridParties:
             try:
                 scratch.charge(event)
             except PrivacyBudgetExceeded as exc:
+                share = ("max_violation_epsilon_share" if event.name == VIOLATION_EVENT else "p_s_epsilon_share")
                 raise PrivacyBudgetExceeded(
                     f"sensitive silo {c}: what its ledger has left cannot pay for this run's {event.name} release(s) "
                     "before its rounds; nothing was released. Start from new ledgers (ledgers='new'), raise the "
-                    f"budget, or lower max_violation_epsilon_share. ({exc})") from None
+                    f"budget, or lower {share}. ({exc})") from None
         return scratch
 
     def _use_proportions(self, proportions: np.ndarray) -> None:
