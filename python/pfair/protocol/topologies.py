@@ -487,7 +487,8 @@ class HybridParties:
             raise ValueError(f"sensitive silo {c} holds s of held-out records only (validation_share="
                              f"{st.validation_share:g}); lower validation_share or give it more records")
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
-        self._pooled = (X, y, s)
+        # The pooled records, kept for the checkpoint counts only when the run has checkpoints.
+        self._pooled = (X, y, s) if st.checkpoint_epochs() else None
         self.ledgers = self._ledgers(ledgers, X, y, s)
         self.keys = [noise_key(st.noise_seed) for _ in range(layout.n_sensitive)]
         self.batch_key = hybrid_batch_key(st)
