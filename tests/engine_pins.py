@@ -8,6 +8,9 @@ and asks for the same bits. Regenerate only for a change that is meant to move a
 why in its commit::
 
     PYTHONPATH=python:tests python tests/engine_pins.py --write
+
+A new run is pinned with ``--add`` (the existing pins stay as they are; ``"added_with"`` names the
+commit each added run was made with).
 """
 
 from __future__ import annotations
@@ -100,9 +103,15 @@ RUNS: dict[str, Callable[[], Any]] = {
     "standard_nonprivate": lambda: _fit(epsilon=None),
     "record": lambda: _fit(epsilon=2.0, protect="record"),
     "target": lambda: _target(),
-    "hybrid": lambda: _hybrid("hybrid", epsilon=1.0, p_s=[0.65, 0.35]),
-    "divisions_dp": lambda: _hybrid("divisions", epsilon=2.0),
-    "central_sensitive": lambda: _hybrid("central_sensitive", epsilon=1.0, p_s=[0.65, 0.35]),
+    # validation_share=0: what the hybrid topologies' default was before they held records out
+    # (these pins were made then, and a hybrid run without a held-out share must not move).
+    "hybrid": lambda: _hybrid("hybrid", epsilon=1.0, p_s=[0.65, 0.35], validation_share=0.0),
+    "divisions_dp": lambda: _hybrid("divisions", epsilon=2.0, validation_share=0.0),
+    "central_sensitive": lambda: _hybrid("central_sensitive", epsilon=1.0, p_s=[0.65, 0.35], validation_share=0.0),
+    # The default hybrid fit (10 % held out, checkpoints, selection) and a hybrid fairness target.
+    "hybrid_validated": lambda: _hybrid("hybrid", epsilon=1.0, p_s=[0.65, 0.35]),
+    "divisions_validated_dp": lambda: _hybrid("divisions", epsilon=2.0),
+    "hybrid_target": lambda: _hybrid("hybrid", epsilon=2.0, p_s=[0.65, 0.35], max_violation=0.05, epochs=6),
     "resumed_attribute": lambda: _resumed("attribute"),
     "resumed_record": lambda: _resumed("record"),
     "warm_start": _warm,
@@ -183,6 +192,15 @@ def main(argv: list[str] | None = None) -> None:
                             capture_output=True, text=True).stdout.strip()
     pins = {"made_with": {"commit": commit},
             "runs": {name: run(name) for name in RUNS}}
+    if "--add" in argv:
+        # Pin the runs not pinned yet, leaving every existing pin (and the commit it names) as it is.
+        old = json.loads(PINS.read_text())
+        added = {name: run(name) for name in RUNS if name not in old["runs"]}
+        old["runs"].update(added)
+        old.setdefault("added_with", {}).update({name: commit for name in added})
+        PINS.write_text(json.dumps(old, indent=1) + "\n")
+        print(f"added {sorted(added)} to {PINS} (commit {commit})")
+        return
     if "--write" in argv:
         PINS.parent.mkdir(exist_ok=True)
         PINS.write_text(json.dumps(pins, indent=1) + "\n")

@@ -26,28 +26,37 @@ def data(n=2400, seed=0):
 FAST = dict(epochs=6, batch_size=64, lr_theta=0.5, seed=3, p_s=[0.65, 0.35])
 
 
-def test_divisions_mode_equals_standard_without_noise():
+@pytest.mark.parametrize("share", [0.0, 0.1])
+def test_divisions_mode_equals_standard_without_noise(share):
     X, y, s, silos = data()
-    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
-    std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
+    # Both hold out the same records (the one holdout rule) and read the same checkpoint figures.
+    std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=share, **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
-    div = SteFFLe(lam=1.0, epsilon=None, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
+    div = SteFFLe(lam=1.0, epsilon=None, mode="divisions", validation_share=share, **FAST).fit(
+        X, y, sensitive_features=s, silos=silos)
     np.testing.assert_allclose(div.theta_, std.theta_, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(div.W_, std.W_, rtol=1e-9, atol=1e-12)
+    if share > 0:  # the held-out share's figures at every checkpoint, and the same model chosen
+        assert len(div.checkpoints_) == FAST["epochs"]
+        np.testing.assert_allclose(div.checkpoints_["validation_error"], std.checkpoints_["validation_error"])
+        assert div.selected_epoch_ == std.selected_epoch_
+        assert list(div.privacy_report_["n_held_out"]) == list(std.privacy_report_["n_held_out"])
+    else:  # no held-out share, no target: no checkpoints (as before the hybrid topologies had them)
+        assert div.checkpoints_ is None or len(div.checkpoints_) == 0
 
 
 def test_central_and_hybrid_modes_equal_standard_without_noise():
     X, y, s, silos = data()
-    # The hybrid topologies hold nothing out: the standard fit trains on every record too.
-    std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", validation_share=0.0, **FAST).fit(
+    std = SteFFLe(lam=1.0, epsilon=None, sampling="without_replacement", **FAST).fit(
         X, y, sensitive_features=s, silos=silos)
     central = SteFFLe(lam=1.0, epsilon=None, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
     hybrid = SteFFLe(lam=1.0, epsilon=None, mode="hybrid", **FAST).fit(
         X, y, sensitive_features=s, silos=silos, sensitive_silos=np.arange(len(y)) % 4
     )
-    # Equal batch sizes: the union mean equals the mean of the silos' means.
+    # Equal batch sizes: the union mean equals the mean of the silos' means; the same records held out.
     for m in (central, hybrid):
         np.testing.assert_allclose(m.theta_, std.theta_, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(m.checkpoints_["validation_error"], std.checkpoints_["validation_error"])
 
 
 def test_only_sensitive_silos_noise_and_a_change_of_s_moves_only_its_owner():
@@ -107,9 +116,13 @@ def test_ledgers_belong_to_sensitive_silos_with_the_right_rates():
     sens = np.where(silos == 2, 1, 0)  # sensitive silo 1 holds exactly the records of silo 2
     m = SteFFLe(epsilon=1.0, mode="hybrid", **FAST).fit(X, y, sensitive_features=s, silos=silos, sensitive_silos=sens)
     rep = m.privacy_report_
-    assert len(m.ledgers_) == 2 and list(rep["n_records"]) == [2500, 500]
+    # The rounds sample each non-sensitive silo's training records (10 % held out: 1350, 900, 450);
+    # the ledgers' δ belong to all of a sensitive silo's records.
+    assert len(m.ledgers_) == 2 and list(rep["n_records"]) == [2250, 450]
+    assert list(rep["n_held_out"]) == [250, 50]
+    assert [ledger.delta for ledger in m.ledgers_] == [m.settings().delta_for(n) for n in (2500, 500)]
     # q_c = the largest inclusion probability m/n_j among the silos holding c's records.
-    np.testing.assert_allclose(rep["sample_rate"], [64 / 1000, 64 / 500])
+    np.testing.assert_allclose(rep["sample_rate"], [64 / 900, 64 / 450])
     for c, row in rep.iterrows():
         assert row["epsilon_spent"] <= 1.0
         assert row["accounting"] == "public_batch"  # the non-sensitive silos' sums reveal the batch
@@ -176,10 +189,11 @@ def test_ledger_rates_of_the_divisions_and_central_modes():
     silos = np.repeat([0, 1, 2], [1500, 1000, 500])
     # (a) each silo's sensitive division accounts its own silo's rate m / n_j.
     div = SteFFLe(epsilon=1.0, mode="divisions", **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    np.testing.assert_allclose(div.privacy_report_["sample_rate"], [64 / 1500, 64 / 1000, 64 / 500])
+    # (n_j: its training records, 10 % of each silo held out)
+    np.testing.assert_allclose(div.privacy_report_["sample_rate"], [64 / 1350, 64 / 900, 64 / 450])
     # (b) the central sensitive silo holds every record: the worst rate, max_j m / n_j.
     cen = SteFFLe(epsilon=1.0, mode="central_sensitive", **FAST).fit(X, y, sensitive_features=s, silos=silos)
-    np.testing.assert_allclose(cen.privacy_report_["sample_rate"], [64 / 500])
+    np.testing.assert_allclose(cen.privacy_report_["sample_rate"], [64 / 450])
     for m in (div, cen):
         rep = m.privacy_report_
         assert (rep["accounting"] == "public_batch").all() and len(m.ledgers_) == len(rep)

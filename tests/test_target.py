@@ -45,7 +45,6 @@ def quiet_settings(**kw):
     ({"max_violation": 1.5}, "max_violation"),
     ({"lam_lr": -1.0}, "lam_lr"),
     ({"max_violation_epsilon_share": 1.0, "epsilon": 1.0}, "max_violation_epsilon_share"),
-    ({"mode": "hybrid"}, "mode='standard'"),
     ({"epsilon": 1.0, "calibration": "paper", "p_s": [0.5, 0.5]}, "calibration"),
     ({"epsilon": 1.0, "p_s_epsilon_share": 0.5, "max_violation_epsilon_share": 0.5}, "leave nothing"),
 ])

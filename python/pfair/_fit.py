@@ -328,7 +328,7 @@ class SteFFLeFit(_ParamsMixin):
                 self._run_ledgers = sim.ledgers if st.private else None
             else:  # refused before the run started: the interrupted one is still the one to resume
                 self._run_state = previous
-        self._held_out = sim.held_out if st.validation_share > 0 else None
+        self._held_out = sim.held_out_of_plans if st.validation_share > 0 else None
         if st.mode != "standard":  # the sensitive silos' ledgers (None entries in a non-private fit)
             self.ledgers_ = sim.ledgers
         else:

@@ -184,7 +184,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
     positive_class : class index of the positive label (equal opportunity, false-positive-rate parity).
     mode : "standard", "divisions", "central_sensitive" or "hybrid": the topology, i.e. who holds s
-        (see :mod:`pfair.protocol.topologies`; the hybrid topologies need ``protect="attribute"``).
+        (see :mod:`pfair.protocol.topologies`; the hybrid topologies need ``protect="attribute"``;
+        they hold out ``validation_share``, release checkpoints and take ``max_violation`` as the
+        standard topology does, resume and warm-start; in process only, not over Flower).
         ``mode`` means the topology only: what is protected is ``protect=``, and how the noise is
         calibrated ``calibration=`` (docs/architecture.md, "Glossary").
     amplification, dummy_noise : hybrid topologies only: account with the chance that a record is not
@@ -221,7 +223,8 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         all the silos' records: exact when non-private; in a private fit each silo releases its
         histogram of (block, s, prediction) with Gaussian noise (L2 sensitivity √2 under replace-one
         of s or of a whole record), charged to its ledger (:mod:`pfair.fairness_target`,
-        ``docs/privacy.md``). ``mode="standard"``: the linear model, ``DeepSteFFLe`` and the Flower
+        ``docs/privacy.md``). The linear model in every topology (in the hybrid ones each
+        sensitive silo releases the histogram of its records), ``DeepSteFFLe`` and the Flower
         deployment.
     max_violation_epsilon_share : the fraction of each silo's ε that the checkpoints' violation
         releases use alone; the training noise is calibrated to the composition of everything.
@@ -233,7 +236,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         sensitivity √2 charged to its ledger with ``protect="record"``. From these the fit knows
         the validation error of every checkpoint model and of the constant predictor, and returns
         the last model unless it is not clearly better than the constant predictor (then the best
-        checkpoint, warned). 0: nothing held out; the tables then count the training records.
+        checkpoint, warned). 0: nothing held out; the tables then count the training records. In the
+        hybrid topologies the non-sensitive silos hold records out and release the (exact) tables;
+        there ``validation_share=0`` without ``max_violation`` means no checkpoints at all.
     checkpoints : "auto" or int. How many times the silos release these figures: ``"auto"`` is
         after every epoch where that is free (non-private, or attribute mode without a target),
         else 8 evenly spaced epochs with a target and 2 (the middle and the last) without; the last

@@ -266,8 +266,6 @@ def check_max_violation(p: dict) -> None:
         raise ValueError(
             f"lam={p['lam']} and max_violation={target} are alternatives: with max_violation pfair chooses λ "
             "itself (starting at 0 and adapting it every epoch); drop lam=, or drop max_violation= to fix λ")
-    if p["mode"] != "standard":
-        raise ValueError(f"max_violation is available in mode='standard' only, not mode={p['mode']!r}")
     private = p["epsilon"] is not None
     if private and p["calibration"] == "paper":
         raise ValueError("calibration='paper' ignores the cost of the violation releases max_violation needs; "
@@ -523,8 +521,10 @@ class SteFFLeSettings:
         (:attr:`checkpoint_releases_free`), else ``AUTO_CHECKPOINTS`` of them with a fairness
         target and ``AUTO_CHECKPOINTS_GUARD`` without (or ``checkpoints`` when it is an int), evenly
         spaced, ``⌈E·i/K⌉ − 1`` for ``i = 1..K``: the last epoch is
-        always one. Empty in the hybrid topologies, which release no validation figures."""
-        if self.mode != "standard":
+        always one. In the hybrid topologies the same, except that with ``validation_share=0`` and
+        no fairness target there are none (such a run releases no validation figures, as before the
+        hybrid topologies had checkpoints)."""
+        if self.mode != "standard" and self.validation_share <= 0 and self.max_violation is None:
             return ()
         E = int(self.epochs)
         if isinstance(self.checkpoints, str):

@@ -133,8 +133,8 @@ class Driver:
     topologies' :class:`~pfair.protocol.topologies.HybridServer`;
     ``monitor``: a :class:`~pfair.protocol.convergence.ConvergenceMonitor`; ``keep_exact``: keep the
     exact batch diagnostics in the history (exact diagnostics asked for, or nothing private);
-    ``held_out``: the held-out records of each silo (its validation table's total; None: the
-    checkpoints are not asked for, as in the hybrid topologies)."""
+    ``held_out``: the held-out records of each silo (its validation table's total; in a hybrid
+    topology each non-sensitive silo's; None: the checkpoints are not asked for)."""
 
     def __init__(self, plan: RunPlan, transport: Transport, *, server: Any, monitor: Any, keep_exact: bool,
                  plans: Sequence[Any] | dict = (), held_out: Sequence[int] | dict | None = None) -> None:
@@ -243,9 +243,12 @@ class Driver:
             row["violation_released"] = math.nan
         releases = self.transport.checkpoint(theta, epoch, active, self.refused)
         if self._limits is None:  # the plans are fixed for the run: one set of limits
-            self._limits = {j: (self.held_out[j], checkpoint_std(self.plan, p.delta, "validation"),
-                                p.n_records + self.held_out[j], checkpoint_std(self.plan, p.delta, "violation"))
-                            for j, p in self.noise_plans.items() if j in self.held_out}
+            # A server that knows its silos' limits itself (the hybrid topologies') keeps its own.
+            own = getattr(server, "checkpoint_limits", None)
+            self._limits = own if own is not None else {
+                j: (self.held_out[j], checkpoint_std(self.plan, p.delta, "validation"),
+                    p.n_records + self.held_out[j], checkpoint_std(self.plan, p.delta, "violation"))
+                for j, p in self.noise_plans.items() if j in self.held_out}
         limits = self._limits
         before = bisect.bisect_left(self._sorted_checkpoints, epoch)
         since = epoch - (self._sorted_checkpoints[before - 1] if before else -1)

@@ -245,18 +245,28 @@ class ServerParty:
         if notion is not None:
             parts.append(("violation histogram", rel.counts, shape, notion.covers_every_record, 2))
         for name, arr, want, every, at in parts:
-            if arr is None:
-                return f"no {name}"
-            c = np.asarray(arr)
-            if c.shape != want:
-                return f"the {name} has shape {c.shape}, expected {want}"
-            if c.dtype.kind != "f":
-                return f"the {name} has dtype {c.dtype}, expected float"
-            if not np.all(np.isfinite(c)):
-                return f"the {name} has NaN or inf"
-            if limits is not None:
-                n, std = limits[silo][at], limits[silo][at + 1]
-                why = implausible(c, n_records=n, std=std, every_record=every)
-                if why is not None:
-                    return f"the {name}: {why}"
+            reason = check_counts(arr, name, want, None if limits is None else limits[silo][at:at + 2], every)
+            if reason is not None:
+                return reason
         return None
+
+
+def check_counts(arr: Any, name: str, shape: tuple, limit: tuple | None, every_record: bool) -> str | None:
+    """Why the counts ``arr`` of a checkpoint release (its validation table or violation histogram,
+    ``name``) must be rejected, or None: not a float array of ``shape`` with finite cells, or (with
+    ``limit = (n, std)``: the records it counts and the noise std of one cell, 0 when exact) counts
+    that such records plus such noise cannot produce (:func:`pfair.fairness_target.implausible`)."""
+    if arr is None:
+        return f"no {name}"
+    c = np.asarray(arr)
+    if c.shape != shape:
+        return f"the {name} has shape {c.shape}, expected {shape}"
+    if c.dtype.kind != "f":
+        return f"the {name} has dtype {c.dtype}, expected float"
+    if not np.all(np.isfinite(c)):
+        return f"the {name} has NaN or inf"
+    if limit is not None:
+        why = implausible(c, n_records=limit[0], std=limit[1], every_record=every_record)
+        if why is not None:
+            return f"the {name}: {why}"
+    return None

@@ -125,6 +125,9 @@ class Simulation:
         self.held_out: list[int] | None = None
         #: Whether the silos can release checkpoint figures (their provider predicts).
         self.checkpoints = False
+        #: Records held out by the silo of each noise plan (the privacy report's ``n_held_out``):
+        #: ``held_out`` in the standard topology, each sensitive silo's in a hybrid one.
+        self.held_out_of_plans: list[int] | None = None
         self.silo_set: Any = None
         self.parties: list[SiloParty] = []
         if settings.mode != "standard":
@@ -140,6 +143,11 @@ class Simulation:
         hybrid = HybridParties(settings, fed, sensitive_silos, ledgers=ledgers)
         self.whole = fed
         self.plan, self.ledgers, self.silos, self.theta_len = hybrid.plan, hybrid.ledgers, hybrid, hybrid.theta_len
+        # Each non-sensitive silo's validation table counts its held-out records; the sensitive
+        # silos release the violation histograms of a target (pfair.protocol.topologies).
+        self.held_out = hybrid.held_out
+        self.checkpoints = self.held_out is not None
+        self.held_out_of_plans = hybrid.held_out_of_sensitive()
         self._server = hybrid.build_server
         self._transport = lambda server, state: hybrid.transport(server, fast=self.fast)
         # Collapse checked by the silos that hold the features, locally (pfair.protocol.convergence).
@@ -156,6 +164,7 @@ class Simulation:
         # With none held out the validation table counts a silo's training records.
         self.held_out = [len(h) if h is not None else (0 if settings.validation_share > 0 else len(s))
                          for h, s in zip(held, fed.silos)]
+        self.held_out_of_plans = self.held_out
         plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes,
                              names=getattr(fed, "silo_names_", None))
         st, k, l = plan.settings, fed.n_groups, fed.n_classes

@@ -43,6 +43,19 @@ silo:
    allow), drops what fails, averages the s-free parts over the non-sensitive silos, divides the
    sensitive sums by the union's size ``|∪ B_j|`` and takes the SteFFLe step.
 
+Checkpoints (docs/privacy.md, "Checkpoints of the hybrid topologies")
+----------------------------------------------------------------------
+Each non-sensitive silo holds out ``validation_share`` of its records by the standard rule
+(:func:`pfair.validation.holdout`); the rounds sample the rest. After a checkpoint epoch
+:meth:`NonSensitiveParty.release_table` releases the exact validation table of its held-out records
+(x and y only: exact and free, as a standard silo's in attribute mode) and, under a fairness target,
+:meth:`SensitiveParty.begin_violation` / :meth:`~SensitiveParty.finish_violation` charge, then noise
+with the silo's own key, the violation histogram of all its records (sensitivity √2; its K releases
+charged in advance when its rounds are calibrated). :meth:`HybridServer.read_checkpoint` pools them
+and takes the dual step on λ; the one Driver selects the model and warns. Sensitive silos refuse a
+run their ledger cannot pay for usefully (:class:`~pfair.exceptions.BudgetTooSmall`), with the
+union of the batches as the divisor of their sums.
+
 :class:`HybridParties` is the topology's silo side (layout, ledgers, keys; the p_s histograms and
 noise plans of its sensitive silos; a resumed run's adoption), the same interface
 (:class:`~pfair.protocol.assembly.SiloSide`) as the standard topology's silos, so the run is put
@@ -57,23 +70,30 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from pfair import _core
+from pfair.exceptions import PrivacyBudgetExceeded
+from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY, LambdaController
 from pfair.federation import silo_fingerprints
 from pfair.privacy import mechanisms
-from pfair.privacy.calibration import NoiseRequest, plan_silo_noise, warn_if_spent
+from pfair.privacy.calibration import NoiseRequest, check_noise_to_signal, plan_silo_noise, warn_if_spent
 from pfair.privacy.fingerprint import data_fingerprint
+from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import HISTOGRAM_PREFIX, HISTOGRAM_SENSITIVITY, histogram_event
 from pfair.protocol.assembly import check_ledgers_hold_run, check_same_run
 from pfair.protocol.driver import EpochOutcome, RunState
-from pfair.protocol.keys import HYBRID_GROUP_COUNTS, group_counts_release, hybrid_batch_key, noise_key
+from pfair.protocol.keys import (HYBRID_GROUP_COUNTS, group_counts_release, hybrid_batch_key, noise_key, release_run,
+                                 violation_release)
+from pfair.protocol.messages import CheckpointRelease
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
-from pfair.protocol.server import TAIL, check_header, check_part
+from pfair.protocol.server import TAIL, check_counts, check_header, check_part
 from pfair.protocol.setup import begin_run, ledgers_for, resolve_ledgers
+from pfair.protocol.silo import checkpoint_event
+from pfair.validation import holdout, pooled_figures
 
 log = logging.getLogger("pfair.server")
 
@@ -174,14 +194,23 @@ class NonSensitiveParty:
                                   out["psi_theta_sfree"], out["psi_w_sfree"])
         return msg, list(out["by_owner"])
 
+    def release_table(self, epoch: int, table: np.ndarray) -> CheckpointRelease:
+        """Its checkpoint release after ``epoch``: the validation table ``V[y, ŷ]`` of its held-out
+        records (``table``, exact: it reads x and y only, which the hybrid topologies do not
+        protect, as a standard silo's in attribute mode), no violation histogram (it holds no s)."""
+        return CheckpointRelease(self.j, int(epoch), np.asarray(table, dtype=np.float64), None)
+
 
 class SensitiveParty:
     """Sensitive silo ``c``: its records' s, its secret noise key, its ledger and noise plan."""
 
     def __init__(self, c: int, hset: Any, *, plan: Any, key: Any, ledger: Any, run_id: str, clip_theta: float,
-                 dummy_noise: bool) -> None:
+                 dummy_noise: bool, violation_z: float | None = None, checkpoints: Sequence[int] = ()) -> None:
         self.c, self.hset, self.plan, self.key, self.ledger, self.run_id = int(c), hset, plan, key, ledger, run_id
         self.clip_theta, self.dummy_noise = float(clip_theta), bool(dummy_noise)
+        #: z_v of its violation histograms (None: exact, in a non-private fit, or none released).
+        self.violation_z = violation_z
+        self.checkpoints = frozenset(int(e) for e in checkpoints)
 
     @property
     def charges(self) -> bool:
@@ -206,6 +235,39 @@ class SensitiveParty:
             return None
         return SensitiveMessage(self.c, int(round), u, v)
 
+    def begin_violation(self, epoch: int) -> np.ndarray | None:
+        """The first half of its checkpoint release after ``epoch`` under a fairness target: check
+        that ``epoch`` is a checkpoint of the run and charge the violation histogram to its ledger
+        (one full-batch Gaussian event at :attr:`violation_z`) before anything is computed. Returns
+        the release kept in its ledger from an earlier ask of the same epoch of the run (no cost),
+        else None (:meth:`finish_violation` then needs the exact counts). Raises
+        :class:`~pfair.privacy.PrivacyBudgetExceeded` when the ledger refuses."""
+        if int(epoch) not in self.checkpoints:
+            raise ValueError(f"sensitive silo {self.c}: this run releases its violation histograms after the "
+                             f"checkpoint epochs {sorted(self.checkpoints)} only, not after epoch {int(epoch)}")
+        if self.violation_z is None:
+            return None
+        return mechanisms.charge_release(**self._violation_args(epoch),
+                                         event=checkpoint_event(self.violation_z, VIOLATION_EVENT))
+
+    def finish_violation(self, epoch: int, kept: np.ndarray | None, counts: np.ndarray | None) -> CheckpointRelease:
+        """Its violation histogram after ``epoch``: ``kept`` (:meth:`begin_violation`), or the exact
+        ``counts`` of all its records, training and held out (the non-sensitive silos hand it each
+        record's ŷ and block, as they hand it F(x_i) in a round), noised with its own key at
+        sensitivity √2 exactly as a standard silo's (docs/privacy.md); exact in a non-private fit."""
+        if kept is None:
+            kept = (np.asarray(counts, dtype=np.float64) if self.violation_z is None else
+                    mechanisms.noise_release(counts, key=self.key, **self._violation_args(epoch)))
+        return CheckpointRelease(self.c, int(epoch), None, kept)
+
+    def _violation_args(self, epoch: int) -> dict:
+        """The ledger, release id, noise and ledger name of its violation histogram after ``epoch``
+        (the standard silos' kind, under its own key and index)."""
+        return dict(ledger=self.ledger,
+                    release=violation_release(self.c, release_run(self.ledger, self.run_id), int(epoch)),
+                    noise_multiplier=self.violation_z, sensitivity=VIOLATION_SENSITIVITY,
+                    name=f"{VIOLATION_EVENT}:{self.run_id}:{int(epoch)}")
+
 
 class HybridServer:
     """Checks every reply, averages the s-free parts over the non-sensitive silos, divides the
@@ -226,9 +288,17 @@ class HybridServer:
         self.clip_theta, self.max_inv = float(clip_theta), float(max_inv_sqrt_ps)
         self.sigmas = list(sigmas)
         self.rejected: list[tuple[int, Any, str]] = []
+        #: λ adapted to ``max_violation`` (as :class:`~pfair.protocol.server.ServerParty`'s), else None.
+        self.controller = (LambdaController(target=float(settings.max_violation), lr=float(settings.lam_lr))
+                           if settings is not None and settings.max_violation is not None else None)
+        if self.controller is not None:
+            self.lam = float(settings.lam_initial)
+        #: What each checkpoint release may hold (set by :meth:`HybridParties.build_server`):
+        #: ``{"tables": {j: n_j}, "histograms": {c: (n_c, std_c)}}``, the records a non-sensitive silo's
+        #: exact table counts and a sensitive silo's histogram counts with the noise std of one cell.
+        self.checkpoint_limits: dict | None = None
 
-    #: λ is fixed in the hybrid topologies (no fairness target); the θ step's factor stays 1.
-    controller = None
+    #: The θ step's factor from the damping of cycles (:func:`pfair.protocol.driver.damp_cycles`).
     lr_scale: float = 1.0
 
     def lr_of_epoch(self, epoch: int) -> float:
@@ -302,8 +372,71 @@ class HybridServer:
                 continue
             h_t += m.psi_theta * inv_b
             h_w += m.psi_w * inv_b
+        lr_w = self.lr_w if self.controller is None else self.settings.server_lr_w(self.lam)
         return _core.server_update(theta, w, self.block_len, [(g, a_t, h_t, a_w, h_w)], [1.0], lam=self.lam,
-                                   lr_theta=float(lr_theta), lr_w=self.lr_w, w_radius=self.w_radius)
+                                   lr_theta=float(lr_theta), lr_w=lr_w, w_radius=self.w_radius)
+
+    # ------------------------------------------------------------------ the checkpoints
+    def read_checkpoint(self, releases: Sequence[tuple[Any, Any]], epoch: int, *, n_classes: int,
+                        limits: dict | None = None, epochs_since: int = 1) -> Any:
+        """Consume the checkpoint releases of ``epoch`` (post-processing), as
+        :meth:`ServerParty.read_checkpoint <pfair.protocol.server.ServerParty.read_checkpoint>` does,
+        from the two kinds of silo: ``(("non-sensitive", j), release)`` with the exact validation
+        table of non-sensitive silo j's held-out records, and ``(("sensitive", c), release)`` with
+        sensitive silo c's noised violation histogram (under a fairness target). Each is checked
+        (:func:`~pfair.protocol.server.check_counts`: shape, float, finite, and counts its records
+        plus its noise can produce, against :attr:`checkpoint_limits`; ``limits`` is not used), the
+        valid tables pooled into the figures, the valid histograms summed into the released
+        violation, and with a target the dual step on λ taken (halved where the figures show the
+        model no better than the constant predictor). None (λ unchanged) when no table was valid;
+        the figures without a violation (λ unchanged) when no histogram was."""
+        st, l = self.settings, int(n_classes)  # noqa: E741
+        target = self.controller is not None
+        own = self.checkpoint_limits or {"tables": {}, "histograms": {}}
+        shape = (st.notion.n_blocks(l), self.block_len // l, l)
+        tables, hists, stds = [], [], []
+        for who, rel in releases:
+            kind, silo = who if isinstance(who, tuple) and len(who) == 2 else (None, None)
+            if kind == "non-sensitive" and silo in own["tables"]:
+                want, name, limit, every = (l, l), "validation table", (own["tables"][silo], 0.0), True
+            elif kind == "sensitive" and target and silo in own["histograms"]:
+                want, name, limit, every = shape, "violation histogram", own["histograms"][silo], \
+                    st.notion.covers_every_record
+            else:
+                reason = f"unknown silo {who!r}"
+                want = None
+            if want is not None:
+                if not isinstance(rel, CheckpointRelease):
+                    reason = "no reply" if rel is None else f"not a CheckpointRelease but {type(rel).__name__}"
+                elif rel.silo != silo or rel.epoch != epoch:
+                    reason = f"claims silo {rel.silo!r} epoch {rel.epoch}, expected silo {silo!r} epoch {epoch}"
+                else:
+                    arr = rel.validation if kind == "non-sensitive" else rel.counts
+                    reason = check_counts(arr, name, want, limit, every)
+            if reason is not None:
+                log.warning("epoch %d: rejected the checkpoint release of silo %r: %s", epoch, who, reason)
+                self.rejected.append((epoch, who, "checkpoint release: " + reason))
+            elif kind == "non-sensitive":
+                tables.append(np.asarray(rel.validation, dtype=np.float64))
+            else:
+                hists.append(np.asarray(rel.counts, dtype=np.float64))
+                stds.append(limit[1])
+        if not tables:
+            log.warning("epoch %d: no valid checkpoint release%s", epoch,
+                        f"; lambda stays {self.lam:g}" if target else "")
+            return None
+        v = sd_v = None
+        if target and hists:
+            pooled = np.sum(hists, axis=0)
+            v = st.notion.violation_from_counts(pooled)
+            sd_v = st.notion.violation_sd(pooled, std=max(stds) * math.sqrt(len(hists)))
+        elif target:
+            log.warning("epoch %d: no valid violation histogram; lambda stays %g", epoch, self.lam)
+        fig = pooled_figures(tables, epoch=epoch, noise_sd=0.0, violation=v, violation_sd=sd_v or 0.0,
+                             lam=float(self.lam))
+        if fig is not None and v is not None:
+            self.lam = self.controller.update(v, epochs=epochs_since, inverting=fig.shown_not_better)
+        return fig
 
 
 class HybridParties:
@@ -314,7 +447,15 @@ class HybridParties:
     new ones), ``"new"``, or one :class:`~pfair.privacy.PrivacyLedger` or path per sensitive silo."""
 
     def __init__(self, settings: Any, fed: Any, sensitive_silos: Any, *, ledgers: Any = None) -> None:
-        plan = RunPlan.build(settings, fed.sizes, n_groups=fed.n_groups, n_classes=fed.n_classes)
+        # Each non-sensitive silo holds out its validation share by the standard simulation's rule
+        # (pfair.validation.holdout: the public seed and the silo's index); the rounds see the rest.
+        bounds = np.concatenate([[0], np.cumsum(fed.sizes)]).astype(np.int64)
+        split = [holdout(n, settings.validation_share, seed=settings.seed, silo=j) for j, n in enumerate(fed.sizes)]
+        #: Pooled rows (in the whole federation's order) of each non-sensitive silo's held-out records.
+        self.held_rows = [bounds[j] + va for j, (_, va) in enumerate(split)]
+        train_rows = np.concatenate([bounds[j] + tr for j, (tr, _) in enumerate(split)])
+        train_sizes = [len(tr) for tr, _ in split]
+        plan = RunPlan.build(settings, train_sizes, n_groups=fed.n_groups, n_classes=fed.n_classes)
         st = plan.settings
         check_hybrid_settings(st)
         X, y, s = fed.pooled()
@@ -324,24 +465,58 @@ class HybridParties:
             order = getattr(fed, "row_order_", None)
             if order is not None and ids.shape[0] == order.shape[0]:
                 ids = ids[order]  # align with the pooled (silo-sorted) order of the records
-        layout = layout_for(st.mode, fed.sizes, ids)
+        whole = layout_for(st.mode, fed.sizes, ids)
+        tb = np.concatenate([[0], np.cumsum(train_sizes)]).astype(np.int64)
+        layout = HybridLayout([np.arange(tb[j], tb[j + 1], dtype=np.int64) for j in range(len(train_sizes))],
+                              whole.owner[train_rows], whole.n_sensitive)
+        if any(h.size for h in self.held_rows):
+            Xt, yt, s_t = X[train_rows], y[train_rows], s[train_rows]
+        else:  # nothing held out: the pooled arrays themselves (the run as before validation existed)
+            Xt, yt, s_t = X, y, s
         k, l = fed.n_groups, fed.n_classes
-        self.plan, self.settings, self.fed, self.layout = plan, st, fed, layout
+        self.plan, self.settings, self.fed, self.layout, self.whole_owner = plan, st, fed, layout, whole.owner
         self.hset = _core.HybridSet(
-            X, y, s, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
+            Xt, yt, s_t, layout.members, layout.owner, n_sensitive=layout.n_sensitive, n_groups=k, n_classes=l,
             **st.notion.core_args(),
         )
-        self.sizes_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
+        #: Records of each sensitive silo: all of them (its ledger's δ) and those the rounds sample.
+        self.sizes_c = np.bincount(whole.owner, minlength=layout.n_sensitive)
+        self.train_c = np.bincount(layout.owner, minlength=layout.n_sensitive)
+        if np.any(self.train_c == 0):
+            c = int(np.flatnonzero(self.train_c == 0)[0])
+            raise ValueError(f"sensitive silo {c} holds s of held-out records only (validation_share="
+                             f"{st.validation_share:g}); lower validation_share or give it more records")
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
+        # The pooled records, kept for the checkpoint counts only when the run has checkpoints.
+        self._pooled = (X, y, s) if st.checkpoint_epochs() else None
         self.ledgers = self._ledgers(ledgers, X, y, s)
         self.keys = [noise_key(st.noise_seed) for _ in range(layout.n_sensitive)]
         self.batch_key = hybrid_batch_key(st)
         self.clip = float(st.clip) if st.clip is not None else math.inf
         self.theta_len = plan.linear_theta_len(fed.n_features)
-        self._s = s
+        self._s = s_t  # the training records' s (the p_s histogram counts them, as a standard silo's does)
         self.plans: list = []
         self.proportions: np.ndarray | None = None
         self.run_id = uuid.uuid4().hex
+        self.checkpoint_epochs = tuple(st.checkpoint_epochs())
+        #: z_v of each sensitive silo's violation histograms (None: exact, or none released).
+        self.violation_z: list = [None] * layout.n_sensitive
+        self._counters: tuple | None = None
+
+    @property
+    def held_out(self) -> list[int] | None:
+        """Records each non-sensitive silo's validation table counts (its held-out records, or with
+        ``validation_share=0`` its training records); None when the run has no checkpoints."""
+        if not self.checkpoint_epochs:
+            return None
+        if self.settings.validation_share > 0:
+            return [int(h.size) for h in self.held_rows]
+        return [int(len(m)) for m in self.layout.members]
+
+    def held_out_of_sensitive(self) -> list[int]:
+        """Held-out records of each sensitive silo (the privacy report's ``n_held_out``)."""
+        rows = np.concatenate(self.held_rows)
+        return np.bincount(self.whole_owner[rows], minlength=self.layout.n_sensitive).astype(int).tolist()
 
     def _ledgers(self, ledgers: Any, X: Any, y: Any, s: Any) -> list:
         """The sensitive silos' ledgers (:func:`pfair.protocol.setup.ledgers_for`): in
@@ -351,7 +526,7 @@ class HybridParties:
             return resolve_ledgers(st, self.fed, None)
 
         def fingerprints() -> list[str]:
-            rows = [np.flatnonzero(self.layout.owner == c) for c in range(n_s)]
+            rows = [np.flatnonzero(self.whole_owner == c) for c in range(n_s)]
             return [data_fingerprint(X[r], y[r], s[r]) for r in rows]
 
         return ledgers_for(st, ledgers, sizes=[max(int(n), 2) for n in self.sizes_c], fingerprints=fingerprints,
@@ -377,9 +552,27 @@ class HybridParties:
         return self.layout.n_sensitive
 
     def preflight(self, total_rounds: int) -> None:
-        """Warn about what earlier fits spent of each sensitive silo's ledger."""
+        """Warn about what earlier fits spent of each sensitive silo's ledger; then each sensitive
+        silo decides whether it takes part, before anything of the run is released, as a standard
+        silo does (:meth:`SiloParty.preflight <pfair.protocol.silo.SiloParty.preflight>`): its
+        plan on a scratch copy of its ledger holding the run's p_s histogram (when not released
+        yet) and its checkpoint releases, under uniform proportions, refused
+        (:class:`~pfair.exceptions.BudgetTooSmall`) when too noisy (:meth:`_check_refusal`)."""
         for c, ledger in enumerate(self.ledgers):
             warn_if_spent(f"sensitive {c}", ledger)
+        st = self.settings
+        if not st.private:
+            return
+        k, blocks = self.plan.n_groups, st.notion.n_blocks(self.plan.n_classes)
+        uniform = np.full((blocks, k), 1.0 / k)
+        for c, ledger in enumerate(self.ledgers):
+            if ledger is None:
+                continue
+            extra = ()
+            if (st.p_s_source == "dp" and st.sends_psi
+                    and HISTOGRAM_PREFIX + HYBRID_GROUP_COUNTS not in ledger.releases):
+                extra = (histogram_event(self.plan.budget.histogram_noise_multiplier(ledger.delta)),)
+            self._plan(c, uniform, int(total_rounds), self._ledger_with_checkpoints(c, extra))
 
     def group_counts(self) -> list:
         """The p_s round: every sensitive silo's DP histogram of s (:meth:`release_group_counts`)."""
@@ -387,21 +580,76 @@ class HybridParties:
 
     def plan_rounds(self, proportions: np.ndarray, total_rounds: int) -> dict:
         """The sensitive silos' noise plans from the released ``proportions``, each calibrated
-        against its own ledger (public-batch accounting at its rate ``q_c``), the run registered."""
-        st = self.settings
+        against its own ledger (public-batch accounting at its rate ``q_c``) with the run's
+        checkpoint releases charged in advance (:meth:`_ledger_with_checkpoints`), refused when too
+        noisy (:meth:`_check_refusal`), the run registered."""
         self._use_proportions(proportions)
+        self.plans = [self._plan(c, self.proportions, int(total_rounds), self._ledger_with_checkpoints(c))
+                      for c in range(self.layout.n_sensitive)]
+        self._register()
+        return dict(enumerate(self.plans))
+
+    def _plan(self, c: int, proportions: np.ndarray, total_rounds: int, ledger: Any) -> Any:
+        """Sensitive silo c's noise plan against ``ledger``, checked by the refusal rule."""
+        st = self.settings
         rates = sensitive_sample_rates(self.layout, st.batch_size, st.amplification)
         # Sums over public batches drawn at its own rate q_c (divisor 1), the s-dependent parts only,
         # priced by RDP on a first fit (check_hybrid_settings has refused every other choice).
-        self.plans = [plan_silo_noise(
-            NoiseRequest.of_settings(st, silo=c, n_records=int(self.sizes_c[c]), steps=int(total_rounds),
+        plan = plan_silo_noise(
+            NoiseRequest.of_settings(st, silo=c, n_records=int(self.train_c[c]), steps=int(total_rounds),
                                      delta=self.deltas[c], sampling="without_replacement", protect="attribute",
                                      clip_loss=math.inf, clip_theta=self.clip, clip_w=math.inf, calibration="rdp",
                                      sample_rate=float(rates[c]), denominator=1.0, first_fit_accountant="rdp"),
-            self.proportions, ledger=self.ledgers[c])
-            for c in range(self.layout.n_sensitive)]
-        self._register()
-        return dict(enumerate(self.plans))
+            proportions, ledger=ledger)
+        self._check_refusal(plan, ledger)
+        return plan
+
+    def _check_refusal(self, plan: Any, ledger: Any) -> None:
+        """The standard silos' refusal rule (:func:`~pfair.privacy.calibration.check_noise_to_signal`,
+        docs/privacy.md "A silo with too little left says no") for a sensitive silo: its noised sums
+        enter the θ step divided by the union of the batches, ``U = Σ_j min(m, n_j)`` records, so
+        ``U`` stands where a standard silo's batch divisor ``m`` does; λ as a standard silo prices it
+        (the run's, or ``max(1, λ)`` under a fairness target), ``D = (d + 1)(l − 1)``."""
+        st = self.settings
+        if not st.private:
+            return
+        union = float(sum(min(st.batch_size, len(m)) for m in self.layout.members))
+        lam = float(st.lam) if st.max_violation is None else max(1.0, float(st.lam))
+        check_noise_to_signal(replace(plan, denominator=union), lam=lam, clip_loss=st.clips()["clip_loss"],
+                              clip_theta=self.clip, ledger=ledger, epsilon=float(st.epsilon), dims=self.theta_len)
+
+    def _checkpoint_noise(self) -> None:
+        """z_v of each sensitive silo's violation histograms: the standard silos' rule
+        (:meth:`BudgetSplit.violation_noise_multiplier <pfair.protocol.plan.BudgetSplit.violation_noise_multiplier>`
+        at its ledger's δ for the run's K checkpoints), a function of public settings only, so a
+        resumed run finds the same; None without a target, without checkpoints or in a
+        non-private fit (exact)."""
+        st, K = self.settings, len(self.checkpoint_epochs)
+        self.violation_z = [
+            self.plan.budget.violation_noise_multiplier(ledger.delta, K)
+            if st.private and ledger is not None and K and st.max_violation is not None else None
+            for ledger in self.ledgers]
+
+    def _ledger_with_checkpoints(self, c: int, extra: tuple = ()) -> Any:
+        """Sensitive silo c's ledger, or a scratch copy of it with ``extra`` and the run's K
+        violation histograms charged in advance, so that its rounds are calibrated to the
+        composition of everything it releases (the claimed ε includes them)."""
+        self._checkpoint_noise()
+        ledger, z, K = self.ledgers[c], self.violation_z[c], len(self.checkpoint_epochs)
+        if ledger is None or (z is None and not extra):
+            return ledger
+        scratch = PrivacyLedger.from_dict(ledger.to_dict())
+        events = list(extra) + ([checkpoint_event(z, VIOLATION_EVENT, K)] if z is not None else [])
+        for event in events:
+            try:
+                scratch.charge(event)
+            except PrivacyBudgetExceeded as exc:
+                share = ("max_violation_epsilon_share" if event.name == VIOLATION_EVENT else "p_s_epsilon_share")
+                raise PrivacyBudgetExceeded(
+                    f"sensitive silo {c}: what its ledger has left cannot pay for this run's {event.name} release(s) "
+                    "before its rounds; nothing was released. Start from new ledgers (ledgers='new'), raise the "
+                    f"budget, or lower {share}. ({exc})") from None
+        return scratch
 
     def _use_proportions(self, proportions: np.ndarray) -> None:
         self.proportions = np.asarray(proportions, dtype=np.float64)
@@ -420,6 +668,7 @@ class HybridParties:
         check_ledgers_hold_run(self.ledgers, state.plans, state.run_ids * len(state.plans))
         self._use_proportions(state.proportions)
         self.plans, self.run_id = list(state.plans), str(state.run_ids[0])
+        self._checkpoint_noise()
         self._register()
 
     def run_ids(self) -> list:
@@ -436,16 +685,79 @@ class HybridParties:
         """Nothing to keep: every round's batches are drawn anew (never a shuffled epoch)."""
         return None
 
+    # ------------------------------------------------------------------ the checkpoint counts
+    def checkpoint_counts(self, theta: np.ndarray, *, tables: Sequence[int], histograms: Sequence[int]) -> tuple:
+        """The exact counts under θ (silo-local; released only through the parties): ``{j: V_j}``,
+        the validation table of non-sensitive silo j's held-out records (with
+        ``validation_share=0`` its training records; all zeros when it could hold none out), and
+        ``{c: c_c}``, the violation histogram of all sensitive silo c's records, training and held
+        out. One Rust pass each (``SiloSet.checkpoint_counts`` over rows of the pooled matrix read
+        in place; a record's class is the first largest of its class probabilities, as in the
+        standard topology)."""
+        l = self.plan.n_classes  # noqa: E741
+        table_sets, hist_set = self._checkpoint_sets()
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        out_t: dict = {int(j): np.zeros((l, l)) for j in tables}
+        index, tset = table_sets
+        want = [int(j) for j in tables if index[int(j)] is not None]
+        if want:
+            tabs, _ = tset.checkpoint_counts(theta, table=True, violation=False, silos=[index[j] for j in want])
+            out_t.update({j: tabs[i] for i, j in enumerate(want)})
+        out_h: dict = {}
+        if len(histograms):
+            cs = [int(c) for c in histograms]
+            _, hists = hist_set.checkpoint_counts(theta, table=False, violation=True, silos=cs)
+            out_h = {c: hists[i] for i, c in enumerate(cs)}
+        return out_t, out_h
+
+    def _checkpoint_sets(self) -> tuple:
+        """The ``SiloSet`` of the rows each non-sensitive silo's table counts (with each silo's index
+        in it, None for a silo with no such row) and the ``SiloSet`` of every sensitive silo's
+        records, made at the first checkpoint."""
+        if self._counters is None:
+            st, (X, y, s) = self.settings, self._pooled
+            k, l = self.plan.n_groups, self.plan.n_classes  # noqa: E741
+            if st.validation_share > 0:
+                rows = list(self.held_rows)
+            else:
+                bounds = np.concatenate([[0], np.cumsum(self.fed.sizes)]).astype(np.int64)
+                rows = [np.arange(bounds[j], bounds[j + 1], dtype=np.int64) for j in range(len(self.fed.sizes))]
+            index, kept = [], []
+            for r in rows:
+                index.append(len(kept) if r.size else None)
+                if r.size:
+                    kept.append(r)
+            X = np.ascontiguousarray(X)
+            y64, s64 = np.ascontiguousarray(y, dtype=np.int64), np.ascontiguousarray(s, dtype=np.int64)
+            args = dict(n_groups=k, n_classes=l, **st.notion.core_args())
+            # A table reads y and ŷ only: the non-sensitive silos' set holds no s (zeros in its place).
+            tset = (_core.SiloSet.from_matrix(X, [y64[r] for r in kept], [np.zeros(r.size, dtype=np.int64) for r in kept],
+                                              kept, **args)
+                    if kept else None)
+            owners = [np.flatnonzero(self.whole_owner == c) for c in range(self.layout.n_sensitive)]
+            hset = _core.SiloSet.from_matrix(X, [y64[r] for r in owners], [s64[r] for r in owners], owners, **args)
+            self._counters = ((index, tset), hset)
+        return self._counters
+
     # ------------------------------------------------------------------ the parties and the server
     def build_server(self, noise_plans: Any, proportions: np.ndarray, theta_len: int) -> "HybridServer":
         """The server of the run, with the reply limits the sensitive silos' noise plans allow."""
         st, plan = self.settings, self.plan
         plans = [noise_plans[c] for c in range(self.layout.n_sensitive)]
-        return HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
-                            block_len=plan.block_len, theta_len=int(theta_len), w_len=plan.w_len,
-                            n_non_sensitive=len(self.layout.members), batch_size=st.batch_size, clip_theta=self.clip,
-                            max_inv_sqrt_ps=float(np.max(inv_sqrt_proportions(proportions))),
-                            sigmas=[(p.sigma_theta, p.sigma_w) for p in plans], settings=st)
+        server = HybridServer(lam=st.lam, lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf),
+                              block_len=plan.block_len, theta_len=int(theta_len), w_len=plan.w_len,
+                              n_non_sensitive=len(self.layout.members), batch_size=st.batch_size,
+                              clip_theta=self.clip, max_inv_sqrt_ps=float(np.max(inv_sqrt_proportions(proportions))),
+                              sigmas=[(p.sigma_theta, p.sigma_w) for p in plans], settings=st)
+        held = self.held_out
+        if held is not None:
+            # A table is exact (std 0); a histogram counts all of the silo's records, each cell
+            # noised with std z_v √2 (0 when exact). Functions of public settings and sizes only.
+            server.checkpoint_limits = {
+                "tables": dict(enumerate(held)),
+                "histograms": {c: (int(self.sizes_c[c]), 0.0 if z is None else z * VIOLATION_SENSITIVITY)
+                               for c, z in enumerate(self.violation_z)}}
+        return server
 
     def parties(self) -> tuple[list, list]:
         """The run's silos as parties: the non-sensitive silos and the sensitive silos, with this
@@ -454,7 +766,8 @@ class HybridParties:
         ns = [NonSensitiveParty(j, self.hset, batch_size=st.batch_size, clip_theta=self.clip, batch_key=self.batch_key)
               for j in range(len(self.layout.members))]
         sens = [SensitiveParty(c, self.hset, plan=p, key=key, ledger=ledger, run_id=self.run_id,
-                               clip_theta=self.clip, dummy_noise=st.dummy_noise)
+                               clip_theta=self.clip, dummy_noise=st.dummy_noise, violation_z=self.violation_z[c],
+                               checkpoints=self.checkpoint_epochs)
                 for c, (p, key, ledger) in enumerate(zip(self.plans, self.keys, self.ledgers))]
         return ns, sens
 
@@ -485,8 +798,24 @@ class HybridPartyLoop:
         return EpochOutcome(theta, w, None, {}, snapshot)
 
     def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
-        raise NotImplementedError("checkpoint releases (validation, max_violation) are available in mode='standard' "
-                                  "only")
+        """The checkpoint releases after ``epoch``: every non-sensitive silo's exact validation
+        table and, under a fairness target, every sensitive silo's violation histogram (charged
+        before it is computed), keyed ``("non-sensitive", j)`` and ``("sensitive", c)`` for
+        :meth:`HybridServer.read_checkpoint`."""
+        st = self.setup.settings
+        if epoch not in self.setup.checkpoint_epochs:
+            raise ValueError(f"this run releases its validation figures after the checkpoint epochs "
+                             f"{list(self.setup.checkpoint_epochs)} only, not after epoch {int(epoch)}")
+        # Every sensitive silo charges its histogram first (or finds it kept from an earlier ask);
+        # the counts of those that charged are computed only then, in one pass.
+        hists = []
+        if st.max_violation is not None:
+            kept = {p.c: p.begin_violation(epoch) for p in self.sens}
+            need = [c for c, k in kept.items() if k is None]
+            exact = self.setup.checkpoint_counts(theta, tables=[], histograms=need)[1] if need else {}
+            hists = [(("sensitive", p.c), p.finish_violation(epoch, kept[p.c], exact.get(p.c))) for p in self.sens]
+        tables, _ = self.setup.checkpoint_counts(theta, tables=range(len(self.ns)), histograms=[])
+        return [(("non-sensitive", p.j), p.release_table(epoch, tables[p.j])) for p in self.ns] + hists
 
 
 class HybridBatched(HybridPartyLoop):
@@ -508,8 +837,9 @@ class HybridBatched(HybridPartyLoop):
             return s.hset.run_rounds(
                 theta, w, s.inv, batch_size=st.batch_size, clip_theta=s.clip,
                 sigma_theta=[p.sigma_theta for p in s.plans], sigma_w=[p.sigma_w for p in s.plans],
-                dummy_noise=st.dummy_noise, noise_keys=s.keys, lam=float(st.lam), lr_theta=lr,
-                lr_w=st.server_lr_w(), w_radius=float(st.w_radius or math.inf), batch_key=s.batch_key, start=start,
+                dummy_noise=st.dummy_noise, noise_keys=s.keys, lam=float(self.server.lam), lr_theta=lr,
+                lr_w=st.server_lr_w(self.server.lam), w_radius=float(st.w_radius or math.inf), batch_key=s.batch_key,
+                start=start,
                 n_rounds=count,
             )
 
