@@ -93,11 +93,17 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         params["noise_seed"] = seed  # a simulation: reproducible noise
         if W_POWER is not None:
             params["lr_w"] = 0.5 / max(1.0, lam) ** W_POWER
+    fed = federation(data, seed)
+    if isinstance(params.get("batch_size"), int):
+        # --set batch_size=B: B or, where a silo trains on fewer records, all of the smallest silo's.
+        from pfair.validation import training_sizes
+
+        params["batch_size"] = min(params["batch_size"], min(training_sizes(fed.sizes, 0.1)))
     model = pfair.SteFFLe(**params)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.fit(federation(data, seed), eval_set=(data.X_test, data.y_test, data.s_test))
+        model.fit(fed, eval_set=(data.X_test, data.y_test, data.s_test))
     seconds = time.perf_counter() - t0
     h = model.history_
     val = h["validation_error"].dropna().to_numpy() if "validation_error" in h else np.zeros(0)

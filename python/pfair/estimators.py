@@ -153,7 +153,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         not protect, so this is post-processing of the release: ε, δ and every sensitivity are
         unchanged (docs/privacy.md, "A public subspace for h_θ"; measured in docs/optimisation.md).
     w_radius : D, each W block is projected on the Frobenius ball of radius D (None: no projection).
-    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 0.5 when
+    clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): 0.25 when
         ``epsilon`` is set, no clipping in a non-private fit; None: no clipping (refused when
         private, where the sensitivity needs a clip norm).
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with

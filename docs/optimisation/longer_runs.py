@@ -1,0 +1,75 @@
+"""A private fit's run length: the acceptance's ε = 1 criteria at a larger batch and more epochs.
+
+Reads the default private runs of the acceptance (``convergence_runs.csv``) and the same fits with
+``batch_size=8192`` (or all of the smallest silo's training records), ``lr_theta=4``,
+``epochs=150`` and ``decay_every=75`` (``convergence_runs_longer.csv``, made by
+
+    python docs/optimisation/convergence.py --private-only --no-eg \\
+        --tables adult compas synthetic1 synthetic2 synthetic3 \\
+        --set batch_size=8192 lr_theta=4.0 epochs=150 decay_every=75 \\
+        --runs docs/optimisation/convergence_runs_longer.csv      # ~1 h on 2 cores
+
+on the five tables where the private criterion applies), and prints, side by side, where the
+non-private point of a λ is at least 0.02 below its mixing line: how many of the 6 private fits
+lie below their own λ = 0 model's line, and their mean margin; then the other private criteria
+over those tables. Printout: ``docs/optimisation/longer_runs_log.txt``.
+
+    python docs/optimisation/longer_runs.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convergence as cv  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def load(path: Path) -> pd.DataFrame:
+    runs = pd.read_csv(path)
+    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
+    return runs
+
+
+def main() -> None:
+    default = load(HERE / "convergence_runs.csv")
+    longer = load(HERE / "convergence_runs_longer.csv")
+    tables = sorted(set(longer["table"]))
+    nonprivate = default[default["epsilon"] == "none"]
+    eg = pd.DataFrame(columns=["table", "fairness"])
+    crit = {}
+    for name, private in (("default", default[default["epsilon"] == "1"]), ("longer", longer)):
+        runs = pd.concat([nonprivate, private])
+        crit[name] = cv.criteria(runs[runs["table"].isin(tables)], eg)
+    a, b = crit["default"]["private"], crit["longer"]["private"]
+    both = a.merge(b, on=["table", "lam", "np_below"], suffixes=("_default", "_longer"))
+    margin = {name: (runs.assign(lam=runs["lam"].astype(float)).groupby(["table", "lam"])["below_line"].mean())
+              for name, runs in (("default", default[default["epsilon"] == "1"]), ("longer", longer))}
+    print("ε = 1; fits below their λ = 0 model's mixing line (of 6) and their mean margin, where the non-private "
+          "point is ≥ 0.02 below its line\n")
+    print("| table | λ | non-private below | default: below | default: margin | longer: below | longer: margin |")
+    print("|---|---|---|---|---|---|---|")
+    for _, r in both.iterrows():
+        key = (r["table"], float(r["lam"]))
+        print(f"| {r['table']} | {r['lam']:g} | {r['np_below']:.3f} | {int(r['private_below_default'])} | "
+              f"{margin['default'][key]:+.3f} | {int(r['private_below_longer'])} | {margin['longer'][key]:+.3f} |")
+    for name in ("default", "longer"):
+        pr = crit[name]["private"]
+        per = crit[name]["per_setting"]
+        per = per[per["epsilon"] == "1"]
+        private = default[default["epsilon"] == "1"] if name == "default" else longer
+        private = private[private["table"].isin(tables)]
+        settled = float((private["spread5"] <= 0.02).mean())
+        print(f"\n{name}: {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ) below the line in ≥ 5 of 6 fits; "
+              f"settled {settled:.1%} of {len(private)} fits; mean violation rising by more than 0.02 with λ in "
+              f"{int((per['max_rise'] > 0.02).sum())} of {len(per)} settings; per-seed spread above 0.05 in "
+              f"{int((per['max_seed_spread'] > 0.05).sum())} of {len(per)}; mean seconds a fit {private['seconds'].mean():.1f}")
+
+
+if __name__ == "__main__":
+    main()
