@@ -125,6 +125,19 @@ def test_a_bad_basis_is_refused_with_the_argument_named():
     X, y, s = _problem(d=4)
     silo_set = _core.SiloSet([(X, y, s)], n_groups=2, n_classes=2)
     cfg = _core.SiloConfig(batch_size=8, sample_rate=8 / len(y), subspace=np.eye(3)[:, :2])
+    with pytest.raises(ValueError, match="does not divide the θ parts' length 5"):
+        _core.noise_message(*(np.zeros(5),) * 3, np.zeros(4), np.zeros(4), cfg, key=_core.NoiseKey.seeded(0), silo=0,
+                            round=0)
     with pytest.raises(ValueError, match="theta_subspace has a basis of 3 rows, but theta has d \\+ 1 = 5"):
         silo_set.step(0, np.zeros(5), np.zeros(4), INV, cfg, batch_key=_core.NoiseKey.seeded(0),
                       noise_key=_core.NoiseKey.seeded(0), round=0)
+
+
+def test_a_deep_model_refuses_a_subspace_before_anything_is_released():
+    torch = pytest.importorskip("torch")
+    from pfair.torch import DeepSteFFLe
+
+    X, y, s, silos = toy_data(n=300, seed=1)
+    model = DeepSteFFLe(torch.nn.Linear(3, 2), epsilon=1.0, theta_subspace=2)
+    with pytest.raises(ValueError, match="a network's parameters have no such rows"):
+        model.fit(X, y, sensitive_features=s, silos=silos)

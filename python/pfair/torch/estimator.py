@@ -159,7 +159,8 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         only) and, when private, ``clip="auto"`` = 0.5 (:data:`pfair.settings.DEEP_DEFAULTS`: SGD
         on a network needs more, smaller steps than the linear model): the batch is
         ``min(256, max(16, n_min // 32))`` records for a smallest silo of n_min records, the step
-        ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``.
+        ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``
+        and ``theta_subspace`` None (it projects the rows of a linear model's θ).
 
     Attributes
     ----------
@@ -180,7 +181,8 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                  clip: float | str | None = "auto", clip_loss: float | str | None = "auto",
                  clip_w: float | str | None = "auto", sampling: str = "auto", protect: str = "attribute",
                  calibration: str = "auto", p_s: Any = None, p_s_epsilon_share: float = 0.1, lr_decay: float = 0.8,
-                 decay_every: int = 10, w_step: str = "normalised", theta_step: str = "constant", output: str = "last",
+                 decay_every: int = 10, w_step: str = "normalised", theta_step: str = "constant",
+                 theta_subspace: int | None = None, output: str = "last",
                  silo_weights: str = "uniform", positive_class: int = 1, mode: str = "standard",
                  amplification: bool = True, dummy_noise: bool = False, seed: int = 0, noise_seed: int | None = None,
                  exact_diagnostics: bool = False, progress: bool = False, track_history: bool = True,
@@ -237,6 +239,10 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         if st.mode != "standard":
             raise ValueError(f"mode={st.mode!r}: DeepSteFFLe supports mode='standard' only (every silo holds "
                              "its records' s); use pfair.SteFFLe for the hybrid topologies of a linear model")
+        if st.theta_subspace is not None:
+            raise ValueError(f"theta_subspace={st.theta_subspace} projects a linear model's θ-part on directions of its "
+                             "features (θ has one row per feature); a network's parameters have no such rows. Leave "
+                             "theta_subspace=None (it is pfair.SteFFLe's option)")
 
     def _check_deep_params(self) -> None:
         if not isinstance(self.module, nn.Module):

@@ -535,6 +535,14 @@ pub(super) fn noise_message<'py>(
     if msg.psi_theta_sfree.len() != t || msg.psi_theta.len() != t || msg.psi_w_sfree.len() != msg.psi_w.len() {
         return Err(value_error("the θ parts must have one length and the W parts another"));
     }
+    if let Some(sub) = &config.inner.subspace {
+        if t % sub.rows() != 0 {
+            return Err(value_error(format!(
+                "theta_subspace has a basis of {} rows, which does not divide the θ parts' length {t}",
+                sub.rows()
+            )));
+        }
+    }
     let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
     round::noise_message(&mut msg, &config.inner, &keys, silo, round);
     Ok((
