@@ -596,10 +596,11 @@ def test_dead_and_silent_nodes_are_not_greeted_every_round():
     assert [b for n, b in sorted(link.hello_backoff.items()) if n == 99] == [(36, 16)]
 
 
-def test_a_silo_reply_travels_as_one_array_and_a_malformed_one_is_refused():
-    """pfair.flower.codec: the five parts of a reply go end to end in one array with their
-    lengths (one Flower array instead of five: fewer HTTP requests at every hop), decode to the
-    same values bit for bit, and a reply whose layout does not add up is refused with the reason."""
+def test_a_silo_reply_travels_as_one_config_record_and_a_malformed_one_is_refused():
+    """pfair.flower.codec: the five parts of a reply go end to end as the float64 bytes of one
+    config entry with their lengths (a reply of 3 Flower objects instead of 6: fewer HTTP requests
+    at every hop), decode to the same values bit for bit, and a reply whose layout does not add up
+    is refused with the reason."""
     from flwr.app import ConfigRecord
 
     from pfair.flower import codec
@@ -609,7 +610,8 @@ def test_a_silo_reply_travels_as_one_array_and_a_malformed_one_is_refused():
     lengths = {"loss_grad": 7, "psi_theta_sfree": 7, "psi_theta": 7, "psi_w_sfree": 0, "psi_w": 4}
     msg = SiloMessage(silo=2, round=5, **{p: rng.standard_normal(lengths[p]) for p in PARTS})
     content = codec.silo_message_content(msg)
-    assert list(content["parts"].keys()) == ["packed"] and list(content["meta"]["part-lengths"]) == [7, 7, 7, 0, 4]
+    assert list(content.keys()) == ["meta"] and list(content["meta"]["part-lengths"]) == [7, 7, 7, 0, 4]
+    assert len(content["meta"]["packed"]) == 25 * 8
     back = codec.read_silo_message(content)
     assert (back.silo, back.round) == (2, 5)
     for p in PARTS:
@@ -628,42 +630,42 @@ def test_a_silo_reply_travels_as_one_array_and_a_malformed_one_is_refused():
         (with_meta(**{"part-lengths": [7, 7, 7, 4]}), "do not split"),      # a part missing
         (with_meta(**{"part-lengths": "7,7,7,0,4"}), "malformed"),
         (with_meta(**{"part-lengths": None}), "malformed"),                 # no lengths at all
+        (with_meta(packed=None), "malformed"),                              # no values at all
+        (with_meta(packed=b"\0" * 21), "multiple of 8"),                    # not whole doubles
+        (with_meta(packed=[0.0] * 25), "as bytes"),                         # not bytes
     ]:
         with pytest.raises(ValueError, match=reason):
             codec.read_silo_message(bad)
     extra = codec.silo_message_content(msg)
-    extra["parts"] = codec.arrays(packed=np.zeros(25), psi_w=np.zeros(4))
-    with pytest.raises(ValueError, match="one array 'packed'"):
+    extra["parts"] = codec.arrays(packed=np.zeros(25))
+    with pytest.raises(ValueError, match="one record 'meta'"):
         codec.read_silo_message(extra)
-    two_d = codec.silo_message_content(msg)
-    two_d["parts"] = codec.arrays(packed=np.zeros((5, 5)))
-    with pytest.raises(ValueError, match="do not split"):
-        codec.read_silo_message(two_d)
 
 
-def test_theta_and_w_travel_as_one_array_and_a_malformed_model_message_is_refused():
-    """pfair.flower.codec: θ and W go to the silos end to end in one array, with θ's length in
-    the message's config; they decode bit for bit, and a message whose split does not fit is
-    refused with the reason."""
+def test_theta_and_w_travel_in_the_config_and_a_malformed_model_message_is_refused():
+    """pfair.flower.codec: θ and W go to the silos end to end as the float64 bytes of one config
+    entry, with θ's length beside it; they decode bit for bit, and a message whose split does not
+    fit is refused with the reason."""
     from flwr.app import ConfigRecord, RecordDict
 
     from pfair.flower import codec
 
     rng = np.random.default_rng(4)
     theta, w = rng.standard_normal(13), rng.standard_normal(4)
-    content = RecordDict({"config": codec.config(round=2, **codec.model_config(theta)),
-                          "arrays": codec.model_arrays(theta, w)})
-    assert list(content["arrays"].keys()) == ["model"] and content["config"]["theta-length"] == 13
+    content = RecordDict({"config": codec.config(round=2, **codec.model_config(theta, w))})
+    assert content["config"]["theta-length"] == 13 and len(content["config"]["theta-w"]) == 17 * 8
     t2, w2 = codec.read_model(content)
     assert t2.tobytes() == theta.tobytes() and w2.tobytes() == w.tobytes()
-    for length, reason in [(18, "within it"), (-1, "within it"), ("x", "malformed"), (None, "malformed")]:
-        bad = RecordDict({"config": ConfigRecord({} if length is None else {"theta-length": length}),
-                          "arrays": codec.model_arrays(theta, w)})
+    model = codec.model_config(theta, w)["theta-w"]
+    for length, raw, reason in [(18, model, "within it"), (-1, model, "within it"), ("x", model, "malformed"),
+                                (None, model, "malformed"), (13, None, "malformed"), (13, model[:-3], "multiple of 8"),
+                                (13, "0.5", "as bytes")]:
+        cfg = {k: v for k, v in (("theta-length", length), ("theta-w", raw)) if v is not None}
         with pytest.raises(ValueError, match=reason):
-            codec.read_model(bad)
-    two = RecordDict({"config": codec.config(**codec.model_config(theta)), "arrays": codec.arrays(theta=theta, w=w)})
-    with pytest.raises(ValueError, match="one array 'model'"):
-        codec.read_model(two)
+            codec.read_model(RecordDict({"config": ConfigRecord(cfg)}))
+    # The strategy hooks' ArrayRecord (inside the ServerApp) splits the same way.
+    t3, w3 = codec.split_model(codec.model_arrays(theta, w), 13)
+    assert t3.tobytes() == theta.tobytes() and w3.tobytes() == w.tobytes()
 
 
 @pytest.mark.slow

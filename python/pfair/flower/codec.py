@@ -24,32 +24,56 @@ PACKED = "packed"
 PART_LENGTHS = "part-lengths"
 MODEL = "model"
 THETA_LENGTH = "theta-length"
+#: The config entry of θ then W in a model message (``model`` names the run's model spec there).
+THETA_W = "theta-w"
+#: How float64 values travel as the bytes of a config entry (little-endian IEEE 754 doubles).
+WIRE_FLOAT = np.dtype("<f8")
+
+
+def to_bytes(values: np.ndarray) -> bytes:
+    """Float64 values as the bytes of a config entry (:data:`WIRE_FLOAT`; exact, bit for bit)."""
+    return np.ascontiguousarray(np.ravel(values), dtype=WIRE_FLOAT).tobytes()
+
+
+def from_bytes(raw: Any, name: str) -> np.ndarray:
+    """The float64 values of a config entry written by :func:`to_bytes` (raises ValueError when
+    ``raw`` is not bytes of whole doubles)."""
+    if not isinstance(raw, bytes) or len(raw) % WIRE_FLOAT.itemsize:
+        kind = f"{len(raw)} bytes" if isinstance(raw, bytes) else type(raw).__name__
+        raise ValueError(f"{name!r} holds float64 values as bytes (a multiple of 8), got {kind}")
+    return np.frombuffer(raw, dtype=WIRE_FLOAT).astype(np.float64)
 
 
 def model_arrays(theta: np.ndarray, w: np.ndarray) -> ArrayRecord:
-    """θ and W for the silos, end to end in one array (``model``; the length of θ goes in the
-    message's config as ``theta-length``, :func:`model_config`): one Flower array instead of two,
-    two objects fewer at each hop."""
+    """θ and W end to end in one array (``model``), as Flower's strategy hooks pass a model
+    (``configure_train``, ``aggregate_train``) inside the ServerApp."""
     return arrays(**{MODEL: np.concatenate([np.ravel(theta), np.ravel(w)])})
 
 
-def model_config(theta: np.ndarray) -> dict[str, int]:
-    """The config entry that splits :func:`model_arrays` back into θ and W."""
-    return {THETA_LENGTH: int(np.size(theta))}
+def model_config(theta: np.ndarray, w: np.ndarray) -> dict[str, Any]:
+    """θ and W for the silos as two entries of the message's config: ``theta-w`` (θ then W, the
+    bytes of :func:`to_bytes`) and ``theta-length``.
+
+    In the config record rather than an array record: every record, array and array chunk of a
+    Flower message is an object that each hop moves with an HTTP request of its own, so a message
+    whose only record is its config is 3 objects instead of 6 (Message, RecordDict,
+    ConfigRecord, against ArrayRecord, Array and ArrayChunk besides)."""
+    return {THETA_W: to_bytes(np.concatenate([np.ravel(theta), np.ravel(w)])), THETA_LENGTH: int(np.size(theta))}
 
 
 def read_model(content: RecordDict) -> tuple[np.ndarray, np.ndarray]:
-    """θ and W of a message built with :func:`model_arrays` and :func:`model_config` (raises
-    ValueError on a malformed one)."""
+    """θ and W of a message whose config holds :func:`model_config` (raises ValueError on a
+    malformed one)."""
     try:
-        record = read_arrays(content["arrays"])
-        n = int(content["config"][THETA_LENGTH])
+        cfg = content["config"]
+        n = int(cfg[THETA_LENGTH])
+        raw = cfg[THETA_W]
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed model message: {exc!r}") from None
-    model = record.get(MODEL)
-    if set(record) != {MODEL} or model is None or model.ndim != 1 or not 0 <= n <= model.size:
-        raise ValueError(f"a model message holds one array {MODEL!r} (θ then W) and {THETA_LENGTH!r} within it; got "
-                         f"arrays {sorted(record)} and {THETA_LENGTH}={n}")
+    model = from_bytes(raw, THETA_W)
+    if not 0 <= n <= model.size:
+        raise ValueError(f"a model message holds {THETA_W!r} (θ then W) and {THETA_LENGTH!r} within it; got "
+                         f"{model.size} values and {THETA_LENGTH}={n}")
     return model[:n], model[n:]
 
 
@@ -83,16 +107,17 @@ def read_refusal(content: RecordDict) -> str | None:
 
 
 def silo_message_content(msg: SiloMessage) -> RecordDict:
-    """A silo's reply: exactly the five parts, the silo id and the round.
+    """A silo's reply: exactly the five parts, the silo id and the round, in one config record.
 
-    The parts travel end to end in one float64 array (``packed``), with their lengths in the
-    ``meta`` record (``part-lengths``): every array of a Flower message is two objects, each
-    moved by its own HTTP request at every hop, so one array instead of five saves 8 requests a
-    hop (a reply takes three hops: ClientApp → SuperNode → SuperLink → ServerApp)."""
+    The parts travel end to end as the float64 bytes of one entry (``packed``,
+    :func:`to_bytes`), with their lengths in ``part-lengths``: every record, array and chunk of a
+    Flower message is an object moved by its own HTTP request at every hop (a reply takes three:
+    ClientApp → SuperNode → SuperLink → ServerApp), and a reply of one config record is 3 objects
+    (five arrays would be 13)."""
     parts = msg.to_arrays()
     flat = [np.ascontiguousarray(parts[p], dtype=np.float64).ravel() for p in PARTS]
-    return RecordDict({"parts": arrays(**{PACKED: np.concatenate(flat)}),
-                       "meta": ConfigRecord({"silo": int(msg.silo), "round": int(msg.round),
+    return RecordDict({"meta": ConfigRecord({"silo": int(msg.silo), "round": int(msg.round),
+                                             PACKED: to_bytes(np.concatenate(flat)),
                                              PART_LENGTHS: [int(f.size) for f in flat]})})
 
 
@@ -101,19 +126,21 @@ def read_silo_message(content: RecordDict) -> SiloMessage:
     layout is checked here; the values (lengths against the model, finiteness, norms, round) are
     the server's (:meth:`pfair.protocol.ServerParty.update`)."""
     try:
-        packed_record = read_arrays(content["parts"])
+        if set(content.keys()) != {"meta"}:
+            raise ValueError(f"a silo reply holds one record 'meta', got {sorted(content.keys())}")
         meta = content["meta"]
         silo, rnd = int(meta["silo"]), int(meta["round"])
         raw_lengths = meta[PART_LENGTHS]
         if isinstance(raw_lengths, (str, bytes)):
             raise TypeError(f"{PART_LENGTHS!r} is a string")
         lengths = [int(v) for v in raw_lengths]
-    except (KeyError, TypeError, ValueError) as exc:
+        raw = meta[PACKED]
+    except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed silo reply: {exc!r}") from None
-    if set(packed_record) != {PACKED}:
-        raise ValueError(f"a silo reply holds one array {PACKED!r} (its parts end to end), got {sorted(packed_record)}")
-    packed = packed_record[PACKED]
-    if packed.ndim != 1 or len(lengths) != len(PARTS) or min(lengths) < 0 or sum(lengths) != packed.size:
+    except ValueError as exc:
+        raise ValueError(f"malformed silo reply: {exc}") from None
+    packed = from_bytes(raw, PACKED)
+    if len(lengths) != len(PARTS) or min(lengths) < 0 or sum(lengths) != packed.size:
         raise ValueError(f"a silo reply's {PART_LENGTHS} {lengths} do not split its {packed.size} values into the "
                          f"parts {list(PARTS)}")
     ends = np.cumsum(lengths)

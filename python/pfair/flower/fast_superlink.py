@@ -24,6 +24,7 @@ def main() -> int:
     from pfair.flower import fast_superexec as fx
     from pfair.flower import patches
 
+    patches.hold_pulls(patches.link_hold())
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 

@@ -33,6 +33,8 @@ import sys
 LOCAL_WAIT = 0.02
 # Its idle poll of the SuperLink within 5 s of its last message (a run's next round is near).
 BUSY_POLL = 0.05
+# Its poll when the SuperLink holds empty pulls (the loopback SuperLink, pfair.flower.fast_superlink).
+HELD_POLL = 0.005
 
 
 def main() -> int:
@@ -43,8 +45,11 @@ def main() -> int:
 
     fx.short_pull_backoff()
     # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
-    patches.node_idle_poll(float(os.environ.get("PFAIR_SUPERNODE_POLL", "0.2")), LOCAL_WAIT,
-                           busy_poll=float(os.environ.get("PFAIR_SUPERNODE_BUSY_POLL", str(BUSY_POLL))))
+    # A loopback SuperLink holds an empty pull (pfair.flower.patches.hold_pulls): ask again at once.
+    held = patches.link_hold() > 0
+    patches.node_idle_poll(float(os.environ.get("PFAIR_SUPERNODE_POLL", str(HELD_POLL if held else 0.2))), LOCAL_WAIT,
+                           busy_poll=float(os.environ.get("PFAIR_SUPERNODE_BUSY_POLL",
+                                                          str(HELD_POLL if held else BUSY_POLL))))
 
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         # Everything the SuperExec, its warm process and a ClientApp import, imported once here;

@@ -398,8 +398,8 @@ class SteFFLeStrategy(Strategy):
         nodes, silos = [int(n) for n in config[NODES]], [int(j) for j in config["silos"]]
         theta, w = codec.split_model(arrays, self.theta.size)
         self._configured[server_round] = (theta, w, dict(zip(nodes, silos)))
-        return [self.link.message(node, "train", arrays=arrays, group=str(server_round), round=server_round - 1,
-                                  **codec.model_config(theta)) for node in nodes]
+        return [self.link.message(node, "train", group=str(server_round), round=server_round - 1,
+                                  **codec.model_config(theta, w)) for node in nodes]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -431,7 +431,8 @@ class SteFFLeStrategy(Strategy):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                            ) -> Iterable[Message]:
         nodes = [int(n) for n in config[NODES]]
-        return [self.link.message(node, "evaluate", arrays=arrays, **codec.model_config(self.theta)) for node in nodes]
+        theta, w = codec.split_model(arrays, self.theta.size)
+        return [self.link.message(node, "evaluate", **codec.model_config(theta, w)) for node in nodes]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-size-weighted mean of the silos' local metrics (each silo's a DP release unless its
@@ -665,12 +666,20 @@ def main(grid: Grid, context: Context) -> None:
 SERVER_POLL_ENV = "PFAIR_SERVER_POLL"
 
 
+#: The server's wait between two pulls when the SuperLink holds them (:func:`pfair.flower.patches.hold_pulls`).
+HELD_POLL = 0.001
+
+
 def server_poll() -> float:
-    """The server's poll interval: ``$PFAIR_SERVER_POLL`` or 0.02 s (one HTTP request to the
-    SuperLink each, only while a round's replies are awaited)."""
+    """The server's poll interval: ``$PFAIR_SERVER_POLL``, else :data:`HELD_POLL` when the
+    SuperLink that started this ServerApp holds pulls until a reply is there (a loopback
+    deployment's, :mod:`pfair.flower.fast_superlink`: each pull then waits for the next reply
+    itself), else 0.02 s (one HTTP request to the SuperLink each, only while a round's replies are
+    awaited)."""
     import os
 
-    raw = os.environ.get(SERVER_POLL_ENV, "0.02")
+    default = str(HELD_POLL) if os.environ.get(patches.HOLDS_ENV) else "0.02"
+    raw = os.environ.get(SERVER_POLL_ENV, default)
     try:
         value = float(raw)
     except ValueError:
