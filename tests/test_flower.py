@@ -443,8 +443,8 @@ def test_every_flower_patch_stands_behind_the_one_version_check(monkeypatch):
                    patches.superexec_wait(lambda s: None), patches.wake_after_pull(lambda: None),
                    patches.short_pull_backoff(), patches.node_superexec_popen(None),
                    patches.link_superexec_popen(None), patches.route_app_launches(None),
-                   patches.wake_on_new_runs(lambda: None)]
-        assert applied == [False] * 9
+                   patches.wake_on_new_runs(lambda: None), patches.hold_pulls(0.5), patches.skip_idle_middleware()]
+        assert applied == [False] * 11 and patches.link_hold() == 0.0
         assert before == (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
                           start_client_internal._pull_and_store_message)
     finally:
@@ -478,6 +478,107 @@ def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
         assert "create_run" in vars(cls)
     for fn in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
         assert {"initial_backoff", "backoff_cap", "max_tries_per_object"} <= set(fn.__kwdefaults__)
+    # hold_pulls: the handlers it holds, called through their modules, and the stores that wake them.
+    from flwr.superlink.servicer.fleet import fleet_handlers
+    from flwr.superlink.servicer.runtime import runtime_handlers
+
+    for module in (fleet_handlers, runtime_handlers):
+        assert {"pull_messages", "pull_object"} <= set(vars(module))
+        assert "object_found" in inspect.getsource(module.pull_object)
+    assert "fleet_handlers.pull_messages(" in inspect.getsource(importlib.import_module("flwr.superlink.routers.fleet.router"))
+    assert "handlers.pull_messages(request, state, task)" in \
+        inspect.getsource(importlib.import_module("flwr.supercore.routers.runtime.router"))
+    for cls in (in_memory_linkstate.InMemoryLinkState, sql_linkstate.SqlLinkState):
+        assert all(callable(getattr(cls, m)) for m in ("store_message_ins", "store_message_res", "store_object"))
+    # skip_idle_middleware: each middleware it skips hands on the requests it skips them for.
+    from pfair.flower import patches
+
+    link_main = importlib.import_module("flwr.superlink.main")
+    for name, passes in patches.PASS_THROUGH.items():
+        cls = getattr(link_main, name, None) or getattr(importlib.import_module("flwr.supernode.main"), name, None)
+        if name == "RuntimeTracingMiddleware" and cls is None:
+            continue  # Flower 1.42 has no tracing middleware
+        cls = getattr(cls, "wrapped", cls)
+        body = inspect.getsource(cls.dispatch)
+        condition = {patches._control_free: "_is_control_path(request.url.path)",
+                     patches._fleet_free: 'request.url.path.startswith("/v1/fleet/")',
+                     patches._untraced: 'os.getenv("FLWR_TRACING_ENABLED") != "1"'}[passes]
+        if name == "ControlSensitiveResponseMiddleware":  # acts on a set of Control routes only
+            control = importlib.import_module("flwr.superlink.routers.control.middlewares")
+            condition = "if _is_control_sensitive_route(request):"
+            assert all(path.startswith("/v1/control/") for _, path in control.CONTROL_SENSITIVE_ROUTE_KEYS)
+        assert condition in body, name
+    assert "_get_middleware()" in inspect.getsource(link_main)
+
+
+def test_a_held_pull_answers_when_something_is_stored_or_at_its_end():
+    """pfair.flower.patches._Stored.hold: a pull that finds nothing is asked again whenever the
+    link state stores something and returned as soon as its answer is ready; with nothing stored
+    it returns its last (empty) answer when the hold ends; beyond MAX_HELD pulls at once, a pull
+    is answered at once."""
+    import threading
+    import time
+
+    from pfair.flower import patches
+
+    stored = patches._Stored()
+    box, calls = [], [0]
+
+    def fetch():
+        calls[0] += 1
+        return list(box)
+
+    threading.Timer(0.2, lambda: (box.append("reply"), stored.bump())).start()
+    t0 = time.monotonic()
+    assert stored.hold(fetch, bool, 30.0) == ["reply"]
+    assert time.monotonic() - t0 < 15 and calls[0] == 2  # woken by the store, not by the end of the hold
+    box.clear()
+    t0 = time.monotonic()
+    assert stored.hold(fetch, bool, 0.3) == [] and time.monotonic() - t0 >= 0.3
+    stored.held = patches.MAX_HELD  # a full house: no hold
+    t0, calls[0] = time.monotonic(), 0
+    assert stored.hold(fetch, bool, 30.0) == [] and calls[0] == 1 and time.monotonic() - t0 < 15
+    assert stored.held == patches.MAX_HELD
+
+
+def test_a_skipped_middleware_still_sees_the_requests_it_acts_on():
+    """pfair.flower.patches.passing: a request whose path the middleware would hand on untouched
+    goes straight to the next app; any other goes through the middleware."""
+    import asyncio
+
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    from pfair.flower import patches
+
+    seen = []
+
+    class Marking(BaseHTTPMiddleware):
+        async def dispatch(self, request, call_next):
+            seen.append(request.url.path)
+            return await call_next(request)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    wrapped = patches.passing(Marking, patches._control_free)(app)
+
+    async def call(path):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "root_path": "",
+                 "query_string": b"", "headers": [], "scheme": "http", "server": ("127.0.0.1", 1)}
+        await wrapped(scope, receive, send)
+        return [m.get("status") for m in sent if m["type"] == "http.response.start"]
+
+    assert asyncio.run(call("/v1/fleet/pull-messages")) == [200] and seen == []
+    assert asyncio.run(call("/v1/control/start-run")) == [200] and seen == ["/v1/control/start-run"]
 
 
 @pytest.mark.slow

@@ -1,15 +1,25 @@
 """``python -m pfair.flower.fast_superlink ARGS``: Flower's ``flower-superlink ARGS`` for loopback
 runs (the tests and ``pfair deploy local``).
 
-One change, which does not touch the protocol: the SuperExec the SuperLink starts for its
-ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this process after it
-has imported Flower's SuperExec, its ``flwr-serverapp`` runtime and :mod:`pfair.flower.server_app`,
-and it forks a run's ServerApp process from a warm process instead of starting it afresh
-(:mod:`pfair.flower.fast_superexec`). The SuperLink, its SuperExec and the ServerApp then import
-Flower once instead of three times, and the SuperLink wakes its SuperExec through a pipe when it
-creates a run instead of the SuperExec asking every 0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns this
-off. The changes of Flower's internals are functions of :mod:`pfair.flower.patches`. A deployment
-on separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
+The changes, none of which touches the protocol (each a function of :mod:`pfair.flower.patches`,
+behind its one version check):
+
+* The SuperLink holds a pull that finds nothing yet — a SuperNode asking for its messages, the
+  ServerApp asking for replies, either asking for an announced object not yet uploaded — until
+  something is stored, for at most ``PFAIR_LINK_HOLD`` s (default 0.5; 0 turns it off), so the
+  parties ask again at once instead of polling every few hundredths of a second
+  (:func:`~pfair.flower.patches.hold_pulls`).
+* Its HTTP app skips the Control and Fleet middleware on the requests they hand on untouched
+  (:func:`~pfair.flower.patches.skip_idle_middleware`; ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them).
+* The SuperExec it starts for its ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote`
+  forked from this process after it has imported Flower's SuperExec, its ``flwr-serverapp``
+  runtime and :mod:`pfair.flower.server_app`, and it forks a run's ServerApp process from a warm
+  process instead of starting it afresh (:mod:`pfair.flower.fast_superexec`). The SuperLink, its
+  SuperExec and the ServerApp then import Flower once instead of three times, and the SuperLink
+  wakes its SuperExec through a pipe when it creates a run instead of the SuperExec asking every
+  0.1 s. ``PFAIR_WARM_CLIENTAPPS=0`` turns this off.
+
+A deployment on separate machines uses ``flower-superlink`` itself (``docs/deploy.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ def main() -> int:
     from pfair.flower import patches
 
     patches.hold_pulls(patches.link_hold())
+    patches.skip_idle_middleware()
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 

@@ -5,10 +5,14 @@ The changes, none of which touches the protocol:
 
 * Flower 1.41's SuperNode sleeps 3 s between two pulls when no message is waiting
   (``flwr.supernode.start_client_internal``), so on one machine every round waits up to 3 s for
-  a node to notice it. This entry point caps that sleep at ``PFAIR_SUPERNODE_POLL`` seconds
-  (default 0.2; ``PFAIR_SUPERNODE_BUSY_POLL``, default 0.05, within 5 s of its last message),
-  and the module's 0.5 s waits for a ClientApp's reply (which read the node's own
-  state, not the network) at 0.02 s.
+  a node to notice it. The loopback SuperLink holds an empty pull until a message comes
+  (:mod:`pfair.flower.fast_superlink`), so this entry point asks again after 0.005 s; with
+  ``PFAIR_LINK_HOLD=0`` (no hold) it polls every ``PFAIR_SUPERNODE_POLL`` seconds (default
+  0.2; ``PFAIR_SUPERNODE_BUSY_POLL``, default 0.05, within 5 s of its last message). The
+  module's 0.5 s waits for a ClientApp's reply (which read the node's own state, not the
+  network) become 0.005 s.
+* Its Runtime API skips the tracing middleware unless ``FLWR_TRACING_ENABLED=1``
+  (:func:`pfair.flower.patches.skip_idle_middleware`).
 * Object pulls retry after 0.05 s instead of 1 s
   (:func:`pfair.flower.patches.short_pull_backoff`).
 * The SuperExec it starts is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this
@@ -30,7 +34,7 @@ import os
 import sys
 
 # How long the SuperNode waits between two looks at its own state (a ClientApp's reply).
-LOCAL_WAIT = 0.02
+LOCAL_WAIT = 0.005
 # Its idle poll of the SuperLink within 5 s of its last message (a run's next round is near).
 BUSY_POLL = 0.05
 # Its poll when the SuperLink holds empty pulls (the loopback SuperLink, pfair.flower.fast_superlink).
@@ -44,6 +48,7 @@ def main() -> int:
     from pfair.flower import patches
 
     fx.short_pull_backoff()
+    patches.skip_idle_middleware()
     # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
     # A loopback SuperLink holds an empty pull (pfair.flower.patches.hold_pulls): ask again at once.
     held = patches.link_hold() > 0

@@ -19,6 +19,9 @@ patch                                 what it replaces (Flower module global or 
                                       ``store_message_ins``, ``store_message_res``,
                                       ``store_object`` of both link states
 :func:`link_superexec_popen`          ``flwr.superlink.cli.flower_superlink.subprocess``    SuperLink
+:func:`skip_idle_middleware`          the Control, Fleet and tracing middleware classes     SuperLink,
+                                      named in ``flwr.superlink.main`` and                  SuperNode
+                                      ``flwr.supernode.main``
 :func:`node_idle_poll`                ``flwr.supernode.start_client_internal.time``         SuperNode
 :func:`node_superexec_popen`          ``flwr.supernode.start_client_internal.subprocess``   SuperNode
 :func:`wake_after_pull`               ``start_client_internal._pull_and_store_message``     SuperNode
@@ -304,6 +307,83 @@ def hold_pulls(seconds: float) -> bool:
             setattr(module, name, held)
     os.environ[HOLDS_ENV] = repr(float(seconds))
     return True
+
+
+def _control_free(path: str) -> bool:
+    return not path.startswith("/v1/control/")
+
+
+def _fleet_free(path: str) -> bool:
+    return not path.startswith("/v1/fleet/")
+
+
+def _untraced(path: str) -> bool:
+    return os.environ.get("FLWR_TRACING_ENABLED") != "1"
+
+
+#: Flower's HTTP middleware that hands a request on untouched when its path (or the environment)
+#: says so, read from its ``dispatch`` in each of :data:`PATCHED_RELEASES`: the Control API's
+#: four act on ``/v1/control/`` only, the Fleet API's two on ``/v1/fleet/`` only, the Runtime
+#: tracing one (1.41) only with ``FLWR_TRACING_ENABLED=1``.
+PASS_THROUGH = {
+    "ControlSensitiveResponseMiddleware": _control_free,
+    "ControlAuthenticationMiddleware": _control_free,
+    "ControlLicenseMiddleware": _control_free,
+    "ControlEventLogMiddleware": _control_free,
+    "NodeAuthMiddleware": _fleet_free,
+    "FleetEventLogMiddleware": _fleet_free,
+    "RuntimeTracingMiddleware": _untraced,
+}
+
+
+def passing(cls: type, passes: Callable[[str], bool]) -> type:
+    """``cls`` (a Starlette ``BaseHTTPMiddleware``) as a plain ASGI middleware that hands an HTTP
+    request whose path ``passes`` straight to the next app, as ``cls.dispatch`` would with
+    ``call_next`` — without the task group, streams and events a ``BaseHTTPMiddleware`` sets up
+    around every request — and every other request to ``cls`` itself."""
+    from starlette.datastructures import URL
+
+    class Passing:
+        def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+            self.app, self.inner = app, cls(app, *args, **kwargs)
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and passes(URL(scope=scope).path):
+                await self.app(scope, receive, send)
+            else:
+                await self.inner(scope, receive, send)
+
+    Passing.__name__ = Passing.__qualname__ = f"Passing{cls.__name__}"
+    Passing.wrapped = cls  # type: ignore[attr-defined]
+    return Passing
+
+
+#: Environment variable: ``0`` keeps every middleware on every request (:func:`skip_idle_middleware`).
+SKIP_MIDDLEWARE_ENV = "PFAIR_SKIP_MIDDLEWARE"
+
+
+def skip_idle_middleware() -> bool:
+    """The SuperLink's and SuperNode's HTTP apps skip the middleware of :data:`PASS_THROUGH` for
+    the requests it would hand on untouched (:func:`passing`); call before the app is built.
+
+    Each of Flower's nine SuperLink middlewares is a ``BaseHTTPMiddleware``, which costs a task
+    group, memory streams and events per request: on loopback, a round's hundred requests spent
+    most of the SuperLink's CPU there. A request that one of them acts on (a Control API call, a
+    SuperNode's call with node authentication or an event log) still goes through it.
+    ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them all."""
+    if not patchable() or os.environ.get(SKIP_MIDDLEWARE_ENV, "1") == "0":
+        return False
+    import importlib
+
+    found = False
+    for name in ("flwr.superlink.main", "flwr.supernode.main"):
+        module = importlib.import_module(name)
+        for attr, passes in PASS_THROUGH.items():
+            cls = getattr(module, attr, None)
+            if isinstance(cls, type) and not hasattr(cls, "wrapped"):
+                setattr(module, attr, passing(cls, passes))
+                found = True
+    return found
 
 
 def link_superexec_popen(popen: Callable[..., Any]) -> bool:
