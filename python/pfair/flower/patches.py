@@ -2,8 +2,9 @@
 
 pfair's protocol uses Flower's public API only (``Grid``, ``Message``, records, the ClientApp and
 ServerApp decorators, the ``Strategy`` hooks). What this module changes is *timing* on one machine
-(the loopback deployment of the tests and ``pfair deploy local``) and one *bound* on the server
-side; none of it changes a message, a release or a charge:
+(the loopback deployment of the tests and ``pfair deploy local``: polls, retries, held pulls, and
+which of Flower's HTTP middlewares a request passes through when they would hand it on untouched)
+and one *bound* on the server side; none of it changes a message, a release or a charge:
 
 ====================================  ====================================================  ==========
 patch                                 what it replaces (Flower module global or default)    process
