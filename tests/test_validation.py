@@ -127,6 +127,25 @@ def test_the_guard_reads_the_paired_difference_and_its_exact_variance_from_the_t
         [np.diag([50.0, 20.0, 10.0]) + 5.0], epoch=0).difference_sd
 
 
+def test_exact_tables_pooled_in_integers_give_the_figures_of_the_numpy_path(monkeypatch):
+    """Exact tables (no noise) are pooled in Python integers; the figures are, bit for bit, those
+    of the NumPy path that noisy tables take (2 and 3 classes, ties between rows, a negative
+    cell clamped, a silo with nothing)."""
+    from pfair import validation
+
+    rng = np.random.default_rng(5)
+    cases = [[rng.integers(0, 400, size=(l, l)).astype(float) for _ in range(silos)]
+             for l in (2, 3) for silos in (1, 3) for _ in range(30)]
+    cases += [[np.array([[7.0, 3.0], [5.0, 5.0]])], [np.array([[2.0, -4.0], [1.0, 3.0]]), np.zeros((2, 2))],
+              [np.array([[0.0, 0.0], [0.0, 0.0]])]]
+    fast = [pooled_figures(t, epoch=3, noise_sd=0.0, lam=1.0) for t in cases]
+    monkeypatch.setattr(validation, "_pooled_integer_table", lambda tables: None)
+    slow = [pooled_figures(t, epoch=3, noise_sd=0.0, lam=1.0) for t in cases]
+    assert fast[-1] is None and slow[-1] is None
+    assert fast == slow  # dataclass equality: every field, floats compared exactly
+    assert validation._pooled_integer_table([np.array([[1.5, 0.0], [0.0, 1.0]])]) is None
+
+
 def test_a_model_identical_to_the_constant_is_always_shown_not_better():
     f = pooled_figures([np.array([[70.0, 0.0], [30.0, 0.0]])], epoch=0)
     assert f.difference == 0 and f.difference_sd == 0 and f.verdict == "not better"

@@ -93,8 +93,8 @@ pub fn predict_class_of_proba<R: Rows>(
 ) -> usize {
     let d = rows.n_features();
     if let Some(x) = rows.dense_row(i) {
-        predict_proba_row(x, theta, l, z);
-        return argmax(z);
+        logits_row(x, theta, l, z);
+        return class_of_logits(z);
     }
     if let Some((cols, vals)) = rows.sparse_row(i).filter(|_| l == 2 && theta_finite) {
         let mut lanes = [0.0; LANES];
@@ -103,14 +103,38 @@ pub fn predict_class_of_proba<R: Rows>(
         }
         z[0] = 0.0;
         z[1] = theta[d] + lane_sum(&lanes);
-        softmax_in_place(z);
-        return argmax(z);
+        return class_of_logits(z);
     }
     if !rows.dense_row_into(i, buf) {
         buf.iter_mut().for_each(|b| *b = 0.0);
         rows.for_each(i, |j, v| buf[j] = v);
     }
-    predict_proba_row(buf, theta, l, z);
+    logits_row(buf, theta, l, z);
+    class_of_logits(z)
+}
+
+/// Where a two-class logit `z₁` (`z₀ = 0`) is at least this, the probabilities
+/// `softmax([0, z₁])` differ by far more than a rounding: `e^{−z₁} ≤ 1 − 10⁻⁹`, so
+/// `e^{−z₁}/(1 + e^{−z₁}) < 1/(1 + e^{−z₁})` after rounding (their gap is about `10⁻⁹ / 4`, the
+/// rounding of each below `2⁻⁵³`).
+const TWO_CLASS_CLEAR: f64 = 1e-9;
+
+/// `argmax softmax(z)` of the logits `z` (first largest probability; `z` is overwritten by the
+/// probabilities where they are computed). Two classes skip the exponential where the logit
+/// decides the class: `z₁ ≤ 0` gives `p₀ ≥ p₁` (`e^{z₁} ≤ 1`, a tie taking class 0), and
+/// `z₁ ≥` [`TWO_CLASS_CLEAR`] gives `p₁ > p₀`; a logit between, a NaN or more classes take the
+/// probabilities, so the class is always that of [`softmax_in_place`]'s bits.
+#[inline]
+fn class_of_logits(z: &mut [f64]) -> usize {
+    if z.len() == 2 {
+        if z[1] <= 0.0 {
+            return 0;
+        }
+        if z[1] >= TWO_CLASS_CLEAR {
+            return 1;
+        }
+    }
+    softmax_in_place(z);
     argmax(z)
 }
 
@@ -241,3 +265,29 @@ pub fn predict_proba(x: &[f64], d: usize, theta: &[f64], l: usize, out: &mut [f6
 
 /// Rows per parallel task of [`predict_proba`].
 pub(super) const PREDICT_BLOCK: usize = 2048;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_class_of_logits_is_the_argmax_of_the_probabilities() {
+        let mut z1s = vec![0.0, -0.0, 1e-300, 5e-324, 1e-17, 1.1e-16, 2.3e-16, 1e-12, 1e-10, 9.99e-10, 1e-9, 1.0000001e-9, 1e-8, 0.3, 40.0, 800.0];
+        z1s.extend(z1s.clone().iter().map(|v| -v));
+        z1s.extend([f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, f64::MIN]);
+        // Logits around the threshold and the rounding boundary of exp, densely.
+        for k in 0..2000 {
+            z1s.push(1e-9 * (0.5 + k as f64 / 1000.0));
+            z1s.push(k as f64 * 2f64.powi(-60));
+        }
+        for z1 in z1s {
+            let mut z = [0.0, z1];
+            let got = class_of_logits(&mut z);
+            let mut p = [0.0, z1];
+            softmax_in_place(&mut p);
+            assert_eq!(got, argmax(&p), "z1 = {z1:e}");
+        }
+        let mut z = [0.0, 0.2, 0.2];
+        assert_eq!(class_of_logits(&mut z), 1);
+    }
+}
