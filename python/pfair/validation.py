@@ -289,17 +289,20 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
 def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
     """The cell-wise sum of square ``tables`` clamped at 0, as Python integers, when every cell is
     an integer of magnitude below 2⁵³ (exact in float64); else None."""
-    cells = []
-    for t in tables:
-        a = np.asarray(t)
-        if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape != np.shape(tables[0]):
-            return None
-        cells.append(a.tolist())
-    flat = [v for t in cells for r in t for v in r]
-    if not all(isinstance(v, (int, float)) and float(v).is_integer() and abs(v) < 2.0 ** 53 for v in flat):
+    shape = np.shape(tables[0])
+    if len(shape) != 2 or shape[0] != shape[1]:
         return None
-    l = len(cells[0])  # noqa: E741
-    return [[max(sum(int(t[y][v]) for t in cells), 0) for v in range(l)] for y in range(l)]
+    cells: list = []
+    for t in tables:
+        a = np.asarray(t, dtype=np.float64)
+        if a.shape != shape:
+            return None
+        cells.extend(a.ravel().tolist())
+    if not (all(map(float.is_integer, cells)) and max(map(abs, cells)) < 2.0 ** 53):
+        return None
+    l, m = shape[0], shape[0] * shape[0]  # noqa: E741
+    ints = list(map(int, cells))
+    return [[max(sum(ints[t * m + y * l + v] for t in range(len(tables))), 0) for v in range(l)] for y in range(l)]
 
 
 #: How every warning that the figures could not tell a model from the constant predictor begins

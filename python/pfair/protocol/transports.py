@@ -79,6 +79,8 @@ class RustBatched(PartyLoop):
         super().__init__(plan, parties, server)
         self.silo_set, self.inv, self.counter = silo_set, inv_sqrt_ps, counter
         self.configs = [p.config for p in self.parties]
+        #: ``(answering silos, their weights ω)`` of the last epoch.
+        self._weights: tuple | None = None
 
     def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
         if self.counter is None:
@@ -115,10 +117,13 @@ class RustBatched(PartyLoop):
     def rounds(self, theta: np.ndarray, w: np.ndarray, epoch: int, *, lr: float, active: list[int],
                refused: set) -> EpochOutcome:
         plan, st, server = self.plan, self.plan.settings, self.server
-        om = np.zeros(plan.n_silos)
-        om[active] = plan.weights[active] / plan.weights[active].sum()
+        key = tuple(active)
+        if self._weights is None or self._weights[0] != key:  # the same silos answer epoch after epoch
+            om = np.zeros(plan.n_silos)
+            om[active] = plan.weights[active] / plan.weights[active].sum()
+            self._weights = (key, om.tolist())
         out = self.silo_set.run_rounds(
-            theta, w, self.inv, self.configs, om.tolist(),
+            theta, w, self.inv, self.configs, self._weights[1],
             batch_keys=[p.keys.batch for p in self.parties], noise_keys=[p.keys.noise for p in self.parties],
             lam=float(server.lam), lr_theta=lr, lr_w=st.server_lr_w(server.lam), w_radius=float(st.w_radius or math.inf),
             start=plan.epoch_start(epoch), n_rounds=plan.rounds_per_epoch, snapshot_round=plan.pick,
