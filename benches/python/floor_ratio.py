@@ -16,7 +16,7 @@ Batch 256 (45 rounds, the issue's setting) and ``batch_size="auto"`` (the estima
 10 rounds an Adult epoch when private at λ > 0). Prints min and median (µs) and the ratios of the
 minima and of the medians to the sparse pass, with the load average before and after.
 
-    python benches/python/floor_ratio.py [--epochs 200] [--runs 3] [--out docs/performance.md --section floor]
+    python benches/python/floor_ratio.py [--epochs 200] [--runs 3] [--out docs/dev/performance-notebook.md --section floor]
 """
 
 from __future__ import annotations
