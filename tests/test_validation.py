@@ -137,13 +137,15 @@ def test_exact_tables_pooled_in_integers_give_the_figures_of_the_numpy_path(monk
     cases = [[rng.integers(0, 400, size=(l, l)).astype(float) for _ in range(silos)]
              for l in (2, 3) for silos in (1, 3) for _ in range(30)]
     cases += [[np.array([[7.0, 3.0], [5.0, 5.0]])], [np.array([[2.0, -4.0], [1.0, 3.0]]), np.zeros((2, 2))],
-              [np.array([[0.0, 0.0], [0.0, 0.0]])]]
+              [np.array([[7, 3], [5, 5]]), np.array([[1.0, 2.0], [3.0, 4.0]])], [np.array([[0.0, 0.0], [0.0, 0.0]])]]
     fast = [pooled_figures(t, epoch=3, noise_sd=0.0, lam=1.0) for t in cases]
     monkeypatch.setattr(validation, "_pooled_integer_table", lambda tables: None)
     slow = [pooled_figures(t, epoch=3, noise_sd=0.0, lam=1.0) for t in cases]
     assert fast[-1] is None and slow[-1] is None
     assert fast == slow  # dataclass equality: every field, floats compared exactly
     assert validation._pooled_integer_table([np.array([[1.5, 0.0], [0.0, 1.0]])]) is None
+    # float32 tables keep NumPy's float32 arithmetic: the NumPy path
+    assert validation._pooled_integer_table([np.ones((2, 2), dtype=np.float32)]) is None
 
 
 def test_a_model_identical_to_the_constant_is_always_shown_not_better():

@@ -288,15 +288,17 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
 
 def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
     """The cell-wise sum of square ``tables`` clamped at 0, as Python integers, when every cell is
-    an integer of magnitude below 2⁵³ (exact in float64); else None."""
+    an integer of magnitude below 2⁵³ (exact in float64) and every table is float64 or integer
+    (the NumPy path computes in float64 then; a float32 table would keep it in float32); else None."""
     shape = np.shape(tables[0])
     if len(shape) != 2 or shape[0] != shape[1]:
         return None
     cells: list = []
     for t in tables:
-        a = np.asarray(t, dtype=np.float64)
-        if a.shape != shape:
+        a = np.asarray(t)
+        if a.shape != shape or not (a.dtype == np.float64 or a.dtype.kind in "iu"):
             return None
+        a = a.astype(np.float64, copy=False)
         cells.extend(a.ravel().tolist())
     if not (all(map(float.is_integer, cells)) and max(map(abs, cells)) < 2.0 ** 53):
         return None
