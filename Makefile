@@ -16,7 +16,7 @@ DIST   ?= dist
 # auditwheel pass, which fails the build on a symbol newer than the policy).
 WHEEL_GLOB := $(DIST)/pfair-*-cp39-abi3-manylinux*.whl
 
-.PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons test-as-user
+.PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons test-as-user test-lowest
 
 $(VENV)/bin/activate:
 	@echo "[pfair] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -66,14 +66,39 @@ wheel: $(BUILD_VENV)/bin/maturin
 	$(BUILD_VENV)/bin/auditwheel show $(WHEEL_GLOB)
 
 ## Every test: the Rust unit tests and the Python test suite (in .venv, with the torch and flower
-## extras), then the wheel (make wheel) installed as a user installs it, with the test and plot extras
-## and no Rust on PATH, and the tests not marked slow and `pfair train` run against it (about 6 more
-## minutes on 2 cores; the torch and flower tests skip there and ran in .venv).
+## extras at the newest versions their ranges allow: the upper ends), then the wheel (make wheel)
+## installed as a user installs it, with the test and plot extras and no Rust on PATH, and the tests
+## not marked slow and `pfair train` run against it (about 6 more minutes on 2 cores; the torch and
+## flower tests skip there and ran in .venv), then the lower ends of the ranges (make test-lowest).
 test: install-test
 	cargo test --quiet
 	$(PY) -m pytest -q -n 2 --dist loadfile
 	$(MAKE) wheel
 	tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-fast test,plot -m "not slow"
+	$(MAKE) test-lowest
+
+## The lower ends of pyproject.toml's version ranges, from the built wheel, each in its own virtual
+## environment (made once, and anew when pyproject.toml or the constraints file changes):
+## - ci/lowest-core.txt: the core dependencies and matplotlib at their floors (numpy 1.23, pandas
+##   1.5, scipy 1.9, ...), with the tests not marked slow. fairlearn (a test tool, not a pfair
+##   dependency) needs numpy >= 1.24.4 and pandas >= 2.0.3, so it is left out there and so are the
+##   tests that import it (tests/test_metrics.py's cross-checks, and docs/start_here.md, which
+##   compares with fairlearn's metrics: its blocks and tests/test_start_here.py); they run in the
+##   other environments;
+## - ci/lowest.txt: flwr 1.41.0 and torch 2.3.0 with the rest at the lowest versions those allow
+##   (flwr 1.41 needs numpy >= 1.26), with every torch and Flower test file (slow ones included)
+##   and the tests not marked slow.
+## Needs make wheel first. About 20 minutes on 2 cores for new environments (torch 2.3 from PyPI,
+## the CUDA build, is about 2.5 GB; see docs/dev/performance-notebook.md, "The lowest versions").
+LOWEST_DEEP_TESTS := tests/test_torch.py tests/test_torch_cuda.py tests/test_flower.py \
+	tests/test_flower_faults.py tests/test_flower_node.py tests/test_flower_silo_host.py \
+	tests/test_flower_thresholds.py tests/test_flower_tune.py tests/test_deploy_plan.py
+test-lowest:
+	CONSTRAINTS=ci/lowest-core.txt TEST_TOOLS_WITHOUT=fairlearn \
+		tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-lowest-core plot -m "not slow" \
+		--ignore-glob='*/test_metrics.py' --ignore-glob='*/test_start_here.py' -k 'not (test_doc_block_runs and start_here)'
+	CONSTRAINTS=ci/lowest.txt TESTS="$(LOWEST_DEEP_TESTS)" \
+		tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-lowest test,plot,torch,flower
 
 ## Every test against the wheel as a user installs it, with every extra, and the fast tests on the
 ## other CPythons the machine has (not part of make test: about 25 more minutes on a loaded 2-core
