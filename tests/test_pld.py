@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+from scipy.integrate import trapezoid
 from scipy.stats import norm
 
 from pfair import SteFFLe, _core
@@ -61,7 +62,7 @@ def exact_delta(sums: np.ndarray, sums_nb: np.ndarray, sigma: float, eps: np.nda
     x = np.linspace(lo, hi, int((hi - lo) / sigma * 400) + 1)
     p = norm.pdf((x[None, :] - sums[:, None]) / sigma).mean(axis=0) / sigma
     p2 = norm.pdf((x[None, :] - sums_nb[:, None]) / sigma).mean(axis=0) / sigma
-    return np.array([np.trapezoid(np.maximum(p - math.exp(e) * p2, 0.0), x) for e in eps])
+    return np.array([trapezoid(np.maximum(p - math.exp(e) * p2, 0.0), x) for e in eps])
 
 
 def batch_sums(values: np.ndarray, m: int) -> np.ndarray:

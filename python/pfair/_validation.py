@@ -301,14 +301,21 @@ def silo_ids(silos: Any, n: int) -> np.ndarray:
                 "belong to exactly one silo (drop the rows from X, y and sensitive_features, or add them to a silo)"
             )
         return ids
+    mixed = ValueError(
+        "silos must be one silo id per record (silos=[0, 0, 1, ...]) or a list of index arrays, one per "
+        "silo (silos=[np.array([0, 1]), np.array([2, 3])])"
+    )
+    # Ids mixed with index arrays: NumPy >= 1.24 refuses the ragged array, older NumPy makes an
+    # object array of it; refuse it here so the message does not depend on the NumPy version.
+    if isinstance(silos, (list, tuple)) and any(
+        isinstance(p, (list, tuple)) or (isinstance(p, np.ndarray) and p.ndim > 0) for p in silos
+    ):
+        raise mixed
     try:
         return as_vector(silos, "silos", n)
     except ValueError as exc:
         if "inhomogeneous" in str(exc) or "sequence" in str(exc):
-            raise ValueError(
-                "silos must be one silo id per record (silos=[0, 0, 1, ...]) or a list of index arrays, one per "
-                "silo (silos=[np.array([0, 1]), np.array([2, 3])])"
-            ) from None
+            raise mixed from None
         raise
 
 
