@@ -49,7 +49,10 @@ def read_shard(path: str | os.PathLike, *, n_groups: int | None = None, n_classe
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"shard {str(path)!r} does not exist; write it with pfair.datasets.write_shard")
-    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    # round_trip: the features come back bit for bit from write_shard's %.17g with every pandas
+    # (pandas 2.0's default parser can be one unit in the last place off).
+    frame = (pd.read_parquet(path) if path.suffix == ".parquet"
+             else pd.read_csv(path, float_precision="round_trip"))
     for col in (LABEL, SENSITIVE):
         if col not in frame.columns:
             raise ValueError(f"shard {str(path)!r} has no {col!r} column (columns: {list(frame.columns)[:10]}...)")
