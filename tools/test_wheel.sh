@@ -56,7 +56,8 @@ PY
 fi
 echo "[pfair] installing $whl[$extras] ${tools[*]} into $venv${CONSTRAINTS:+ under $CONSTRAINTS} (no cargo or rustc on PATH)"
 start=$(date +%s)
-"$venv/bin/python" -m pip uninstall --quiet --yes pfair >/dev/null 2>&1 || true
+# opacus too: installed without its dependencies below, it would fail pip check in a reused VENV.
+"$venv/bin/python" -m pip uninstall --quiet --yes pfair opacus >/dev/null 2>&1 || true
 "$venv/bin/python" -m pip install --quiet --only-binary pfair "${constraints[@]}" "$whl[$extras]" "${tools[@]}"
 "$venv/bin/python" -m pip check
 echo "[pfair] installed in $(( $(date +%s) - start )) s: $("$venv/bin/python" -m pip list 2>/dev/null \
