@@ -167,23 +167,23 @@ def run(name: str) -> dict:
         return record(RUNS[name]())
 
 
-def same(a: Any, b: Any, where: str = "", ulps: int = 0) -> list[str]:
-    """Where ``a`` and ``b`` differ (floats to the bit, or to within ``ulps`` units in the last
-    place of the larger; NaN equal to NaN)."""
+def same(a: Any, b: Any, where: str = "", rel: float = 0.0) -> list[str]:
+    """Where ``a`` and ``b`` differ (floats to the bit, or, with ``rel`` > 0, to within ``rel``
+    times the larger magnitude, and ``rel`` absolutely near 0; NaN equal to NaN)."""
     if isinstance(a, float) and isinstance(b, float):
         if (math.isnan(a) and math.isnan(b)) or a == b:
             return []
-        if ulps and abs(a - b) <= ulps * math.ulp(max(abs(a), abs(b))):
+        if rel and math.isclose(a, b, rel_tol=rel, abs_tol=rel):
             return []
         return [f"{where}: {a!r} != {b!r}"]
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
             return [f"{where}: keys {sorted(set(a) ^ set(b))} differ"]
-        return [d for k in a for d in same(a[k], b[k], f"{where}.{k}", ulps)]
+        return [d for k in a for d in same(a[k], b[k], f"{where}.{k}", rel)]
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{where}: length {len(a)} != {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in same(x, y, f"{where}[{i}]", ulps)]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in same(x, y, f"{where}[{i}]", rel)]
     return [] if a == b and type(a) is type(b) else [f"{where}: {a!r} != {b!r}"]
 
 
