@@ -63,6 +63,10 @@ wheel: $(BUILD_VENV)/bin/maturin
 	@command -v cargo >/dev/null 2>&1 || { echo "[pfair] make wheel needs a Rust toolchain (https://rustup.rs); users of the wheel do not"; exit 1; }
 	@echo "[pfair] building the sdist and, from it, the abi3 manylinux wheel (release build of rust/, about 2-5 minutes on 2 cores the first time)"
 	rm -f $(DIST)/pfair-*.whl $(DIST)/pfair-*.tar.gz
+	@# maturin builds from the unpacked sdist, whose files all carry one old fixed mtime: cargo would
+	@# judge an earlier build of pfair-core in a reused target directory fresh and ship it after a Rust
+	@# change. Forget that crate's fingerprints (its dependencies stay built).
+	rm -rf "$${CARGO_TARGET_DIR:-$(CURDIR)/target}"/*/release/.fingerprint/pfair-core-*
 	@start=$$(date +%s); PATH="$(CURDIR)/$(BUILD_VENV)/bin:$$PATH" CARGO_TARGET_DIR="$${CARGO_TARGET_DIR:-$(CURDIR)/target}" $(BUILD_VENV)/bin/maturin build --quiet --release \
 		--sdist --zig --compatibility manylinux2014 --out $(DIST) && echo "[pfair] built in $$(( $$(date +%s) - start )) s:" && ls $(DIST)
 	$(BUILD_VENV)/bin/auditwheel show $(WHEEL_GLOB)
