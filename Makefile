@@ -92,10 +92,8 @@ test: install-test
 ##   compares with fairlearn's metrics: its blocks and tests/test_start_here.py); they run in the
 ##   other environments;
 ## - ci/lowest.txt: flwr 1.41.0 and torch 2.3.0 with the rest at the lowest versions those allow
-##   (flwr 1.41 needs numpy >= 1.26), with every torch and Flower test file (slow ones included).
-##   The other tests not marked slow are not run there yet: one fails (tests/test_model_file.py,
-##   a DeepSteFFLe model file's predictions from CSV rows are not bit for bit those of the fit
-##   under torch 2.3.0 and pandas 2.0.3; docs/dev/performance-notebook.md, "The lowest versions").
+##   (flwr 1.41 needs numpy >= 1.26), with every torch and Flower test file (slow ones included),
+##   then the other tests not marked slow.
 ## Needs make wheel first. About 15 minutes on 2 cores for new environments (torch 2.3 from PyPI,
 ## the CUDA build, is about 2.5 GB; see docs/dev/performance-notebook.md, "The lowest versions").
 LOWEST_DEEP_TESTS := tests/test_torch.py tests/test_torch_cuda.py tests/test_flower.py \
@@ -107,6 +105,8 @@ test-lowest:
 		--ignore=$(CURDIR)/tests/test_metrics.py --ignore=$(CURDIR)/tests/test_start_here.py -k 'not (test_doc_block_runs and start_here)'
 	CONSTRAINTS=ci/lowest.txt TESTS="$(LOWEST_DEEP_TESTS)" \
 		tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-lowest test,plot,torch,flower
+	CONSTRAINTS=ci/lowest.txt tools/test_wheel.sh $(PYTHON) $(WHEEL_VENV)-lowest test,plot,torch,flower \
+		-m "not slow" $(foreach t,$(LOWEST_DEEP_TESTS),--ignore=$(CURDIR)/$(t))
 
 ## Every test against the wheel as a user installs it, with every extra, and the fast tests on the
 ## other CPythons the machine has (not part of make test: about 25 more minutes on a loaded 2-core
