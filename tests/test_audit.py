@@ -181,12 +181,16 @@ class Rounds:
         With ``subspace`` (a basis U of θ's rows) the silo sends ψ_θ projected on it after its noise
         (``theta_subspace``), and the adversary tests the projected means (noise σ_θ along U)."""
         sig = np.array([claim_theta] * 3 + [claim_w] * 4)
-        diff = self.mean[1] - self.mean[0]
-        if subspace is not None:
-            proj = subspace @ subspace.T
-            diff = np.concatenate([diff[:, :3] @ proj, diff[:, 3:]], axis=1)
+
+        def projected(means: np.ndarray) -> np.ndarray:  # ψ_θ's three coordinates projected, ψ_W's as they are
+            if subspace is None:
+                return means
+            return np.concatenate([means[:, :3] @ (subspace @ subspace.T), means[:, 3:]], axis=1)
+
+        diff = projected(self.mean[1] - self.mean[0])
         dist = np.sqrt(np.sum(diff**2 / sig**2, axis=1))
         weight = diff / sig**2 / dist[:, None]  # per batch: standardised NP direction
+        mean0 = projected(self.mean[0])
         noisy = _config(sigma_theta, sigma_w, subspace)
         out = []
         for silos in self.sets:
@@ -199,8 +203,6 @@ class Rounds:
                 vec[i, :3], vec[i, 3:], loss_grad[i] = msg["psi_theta"], msg["psi_w"], msg["loss_grad"]
             # The s-free part is sent exactly: it is the adversary's clean one (same public batch).
             np.testing.assert_array_equal(loss_grad, self.loss_grad[self.batch_ids])
-            mean0 = self.mean[0] if subspace is None else np.concatenate(
-                [self.mean[0][:, :3] @ (subspace @ subspace.T), self.mean[0][:, 3:]], axis=1)
             out.append(np.einsum("ij,ij->i", vec - mean0[self.batch_ids], weight[self.batch_ids]))
         return out[0], out[1]
 

@@ -98,7 +98,8 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         # --set batch_size=B: B or, where a silo trains on fewer records, all of the smallest silo's.
         from pfair.validation import training_sizes
 
-        params["batch_size"] = min(params["batch_size"], min(training_sizes(fed.sizes, 0.1)))
+        share = params.get("validation_share", pfair.SteFFLe().validation_share)
+        params["batch_size"] = min(params["batch_size"], min(training_sizes(fed.sizes, share)))
     model = pfair.SteFFLe(**params)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
