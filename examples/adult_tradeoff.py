@@ -43,11 +43,12 @@ def estimator(args: argparse.Namespace, lam: float, epsilon: float | None, seed:
 
 def config_line(args: argparse.Namespace) -> str:
     """The settings every private cell runs with, as docs/results.md quotes them."""
-    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE
+    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_RUN_BATCH
 
     st = estimator(args, 1.0, 1.0, 0).settings()
     batch = (f"batch {st.batch_size}" if st.batch_size != "auto" else
-             f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, else up to {AUTO_BATCH_NONPRIVATE})")
+             f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, the epochs, η_θ and the decay period "
+             f"then times batch / {AUTO_RUN_BATCH} above {AUTO_RUN_BATCH}; else up to {AUTO_BATCH_NONPRIVATE})")
     step = " / max(1, λ)" if st.theta_step == "scaled" else ""
     return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g}{step} (×{st.lr_decay:g} every "
             f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, clip C_θ = {st.clip:g}, "

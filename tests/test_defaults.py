@@ -17,7 +17,7 @@ import pfair
 from pfair import SteFFLe, metrics
 from pfair.exceptions import ConvergenceWarning, NonPrivateFitWarning
 from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
-                            TARGET_STEP_FACTOR,
+                            AUTO_RUN_BATCH, MAX_EPOCHS, TARGET_STEP_FACTOR,
                             SteFFLeSettings)
 
 from support import toy_data
@@ -134,12 +134,67 @@ def test_the_defaults_are_what_the_protocol_selected_from_its_runs():
 
     chosen = protocol.selected(pd.read_csv(ROOT / "docs" / "optimisation" / "defaults_runs.csv"))
     d = SteFFLeSettings()
-    for regime, cap in (("private", AUTO_BATCH_PRIVATE), ("non-private", AUTO_BATCH_NONPRIVATE)):
+    # The private regime's batch is the one its lr_theta, epochs and decay are stated for; the cap
+    # above it stretches the run (next test).
+    for regime, cap in (("private", AUTO_RUN_BATCH), ("non-private", AUTO_BATCH_NONPRIVATE)):
         cfg = chosen[regime]
         assert cfg["batch_size"] == cap, regime
         assert (cfg["lr_theta"], cfg["epochs"], cfg["lr_w"], cfg["w_radius"]) == (d.lr_theta, d.epochs, d.lr_w,
                                                                                   d.w_radius), regime
         assert cfg["clip"] == PRIVATE_CLIPS["clip"]
+
+
+
+def test_the_private_cap_is_the_run_length_the_validation_splits_chose():
+    """AUTO_BATCH_PRIVATE against docs/optimisation/run_length.py's runs (run_length.csv): the cap
+    whose stretched run scores best on the validation splits, mean over data sets (a re-run that
+    changes the choice must change the default)."""
+    import pandas as pd
+
+    runs = pd.read_csv(ROOT / "docs" / "optimisation" / "run_length.csv")
+    runs["score"] = runs["val_error"] / runs["trivial"] + runs["val_dp"]
+    per = runs.groupby(["cap", "data"])["score"].mean().groupby("cap").mean()
+    assert int(per.idxmin()) == AUTO_BATCH_PRIVATE and AUTO_RUN_BATCH in per.index
+    # The runs are what the rule resolves to: the step, epochs and decay times m / AUTO_RUN_BATCH.
+    k = runs["batch_size"].clip(lower=AUTO_RUN_BATCH) / AUTO_RUN_BATCH
+    assert np.allclose(runs["lr_theta"], 0.5 * k) and (runs["epochs"] == np.ceil(20 * k - 1e-9)).all()
+
+
+def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
+    st = pfair.SteFFLe().settings()  # ε = 1, λ = 1, attribute mode: noisy rounds, no target
+    assert st.stretches_run
+    big = st.for_sizes([10**6, 10**6])
+    k = AUTO_BATCH_PRIVATE / AUTO_RUN_BATCH
+    assert (big.batch_size, big.lr_theta, big.epochs, big.decay_every) == (
+        AUTO_BATCH_PRIVATE, st.lr_theta * k, st.epochs * k, st.decay_every * k)
+    # Between the two batches: k = m / 1024, epochs and decay rounded up; at or below 1,024 nothing moves.
+    mid = st.for_sizes([3000, 10**6])
+    assert (mid.batch_size, mid.epochs, mid.decay_every) == (3000, 59, 30)
+    assert mid.lr_theta == pytest.approx(st.lr_theta * 3000 / 1024)
+    small = st.for_sizes([800])
+    assert (small.batch_size, small.lr_theta, small.epochs, small.decay_every) == (800, st.lr_theta, st.epochs,
+                                                                                   st.decay_every)
+    # The epochs a user gives are stated for a batch of AUTO_RUN_BATCH, like the step.
+    user = pfair.SteFFLe(epochs=5, lr_theta=0.25, decay_every=3).settings().for_sizes([10**6])
+    assert (user.epochs, user.lr_theta, user.decay_every) == (5 * k, 0.25 * k, 3 * k)
+    # Not stretched: a batch the user chose, no noise, record mode, a fairness target, the full batch.
+    for params in (dict(batch_size=4096), dict(epsilon=None), dict(lam=0.0), dict(protect="record"),
+                   dict(max_violation=0.05), dict(sampling="full_batch")):
+        other = pfair.SteFFLe(**params).settings()
+        resolved = other.for_sizes([10**6])
+        assert (resolved.epochs, resolved.decay_every) == (other.epochs, other.decay_every), params
+    # A run the stretch would take past MAX_EPOCHS is refused, naming the fix.
+    with pytest.raises(ValueError, match="epochs=20000 with batch_size='auto' is a run of 160,000 epochs"):
+        pfair.SteFFLe(epochs=20000).settings().for_sizes([10**6])
+    assert 20000 * k > MAX_EPOCHS
+    # A fit reports the run it trained: 160 epochs of batches of 8,192 on Adult's silos.
+    data = pfair.datasets.load("adult")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = pfair.SteFFLe(seed=0).fit(data.X_train, data.y_train, sensitive_features=data.s_train,
+                                          silos=np.arange(data.X_train.shape[0]) % 3)
+    assert len(model.history_) == 160 and model.checkpoints_.index.max() == 160
+    assert model.privacy_report_["denominator"].eq(AUTO_BATCH_PRIVATE).all()
 
 
 def test_pfair_train_and_pfair_sweep_take_steffles_defaults():

@@ -885,3 +885,31 @@ def test_a_deployment_that_times_out_says_so_in_one_line_with_logs_that_exist(tm
     logs = Path(err.split("logs: ")[1].split(";")[0])
     assert logs.is_dir() and (logs / "superlink.log").exists()  # kept, though the temporary workdir is gone
     assert not list(tmp_path.glob("pfair-deploy-[!l]*"))
+
+
+@pytest.mark.slow
+def test_pfair_deploy_local_runs_the_stretched_run_pfair_train_runs(tmp_path, capsys, monkeypatch):
+    """batch_size='auto' of a private run at λ > 0 stretches the run to the batch it picks (epochs,
+    step and decay times m / 1024): deploy local resolves it from the silos' training records and
+    sends it written out, so the deployment runs the rounds pfair train runs on the same data."""
+    import pandas as pd
+
+    from pfair.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(1)
+    n = 4000  # two silos of about 1,350 training records each: a batch above 1,024, k ≈ 1.3
+    table = pd.DataFrame({"age": rng.integers(18, 80, n), "income": rng.normal(50, 10, n).round(1),
+                          "sex": rng.choice(["f", "m"], n)})
+    table["default"] = np.where(table["income"] + rng.normal(0, 5, n) > 50, "yes", "no")
+    table.to_csv(tmp_path / "loans.csv", index=False)
+    data = ["--csv", str(tmp_path / "loans.csv"), "--label", "default", "--positive-label", "yes", "--sensitive", "sex",
+            "--silos", "2", "--epsilon", "2", "--epochs", "1"]
+    assert main(["deploy", "local", *data, "--round-timeout", "60", "--timeout", "300", "--json"]) == 0
+    deployed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["train", *data, "--json"]) == 0
+    trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert deployed["epochs"] == trained["epochs"] == 2  # ⌈1 · k⌉ = 2 epochs (not the 1 given)
+    assert 1024 < deployed["batch_size"] == trained["batch_size"] < 2048
+    assert deployed["lr_theta"] == pytest.approx(trained["lr_theta"]) and trained["lr_theta"] > 0.5
+    assert deployed["selected_epoch"] == trained["selected_epoch"] == 2

@@ -407,10 +407,15 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
     deep = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": model})
     linear = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0}), "model": ""})
     assert (deep.lr_theta, deep.batch_size, deep.epochs) == (1.0, 256, 5)
-    from pfair.settings import AUTO_BATCH_PRIVATE, SteFFLeSettings
+    from pfair.settings import AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_RUN_BATCH, SteFFLeSettings
 
+    # A linear private run's "auto" is not stretched to a batch the silos may not hold: no party
+    # knows every silo's size, so it is the batch its epochs and step are stated for.
     d = SteFFLeSettings()
-    assert (linear.lr_theta, linear.batch_size, linear.epochs) == (d.lr_theta, AUTO_BATCH_PRIVATE, d.epochs)
+    assert AUTO_BATCH_PRIVATE > AUTO_RUN_BATCH
+    assert (linear.lr_theta, linear.batch_size, linear.epochs) == (d.lr_theta, AUTO_RUN_BATCH, d.epochs)
+    record = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "protect": "record"}), "model": ""})
+    assert (record.batch_size, record.epochs) == (AUTO_BATCH_RECORD, d.epochs)
     # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.
     small = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "batch_size": 64}), "model": model})
     assert (small.batch_size, small.lr_theta) == (64, 0.25)

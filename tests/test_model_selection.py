@@ -289,12 +289,18 @@ def test_pfair_train_tune_prints_the_choice_and_the_searchs_epsilon(capsys):
     assert main(["train", "--dataset", "compas", "--epsilon", "1", "--epochs", "3", "--tune", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     tune = result["tune"]
-    # COMPAS's smallest training share is above 1,024 records and below 4,096: batches 1,024 and "auto"
-    grid = {"lr_theta": [0.25, 1.0], "batch_size": [1024, tune["results"][-1]["param_batch_size"]]}
-    assert 1024 < grid["batch_size"][1] < 4096
-    assert tune["candidates"] == 4 == len(tune["results"]) and tune["accounting"] == "composition"
-    chosen = [r for r in tune["results"] if r["chosen"]]
-    assert len(chosen) == 1 and {k: chosen[0]["param_" + k] for k in grid} == tune["best_params"]
+    # COMPAS's smallest training share m is above 1,024 records and below 4,096: batch 1,024 at the
+    # estimator's 3 epochs, and the stretched run of "auto" (batch m, epochs and steps times m / 1024)
+    results = tune["results"]
+    assert tune["candidates"] == 4 == len(results) and tune["accounting"] == "composition"
+    m = results[-1]["param_batch_size"]
+    assert 1024 < m < 4096 and [r["param_batch_size"] for r in results] == [1024, 1024, m, m]
+    k = m / 1024
+    assert [r["param_lr_theta"] for r in results] == pytest.approx([0.25, 1.0, 0.25 * k, 1.0 * k])
+    assert [r["param_epochs"] for r in results[2:]] == [math.ceil(3 * k)] * 2
+    chosen = [r for r in results if r["chosen"]]
+    assert len(chosen) == 1 and {k: v for k, v in chosen[0].items() if k.startswith("param_") and v is not None} == {
+        "param_" + k: v for k, v in tune["best_params"].items()}
     # the whole search within the budget, and the figure printed is the silos' ledgers after it
     assert 0.985 <= tune["epsilon_search"] <= 1.0 and result["epsilon_spent"] == tune["epsilon_search"]
     assert result["validation_error"] == chosen[0]["validation_error"]
@@ -309,11 +315,16 @@ def test_pfair_train_tune_prints_the_choice_and_the_searchs_epsilon(capsys):
 def test_the_default_grid_fits_the_silos():
     from pfair.model_selection import default_grid
 
-    est = pfair.SteFFLe()
-    assert default_grid(est, [11306] * 3) == {"lr_theta": [0.25, 1.0], "batch_size": [1024, 4096]}
-    assert default_grid(est, [2000, 5000]) == {"lr_theta": [0.25, 1.0], "batch_size": [1024, 1800]}
-    assert default_grid(est, [300, 400])["batch_size"] == [270]
+    est = pfair.SteFFLe()  # private, λ = 1: "auto" stretches the run to its batch (training shares 10,175)
+    assert default_grid(est, [11306] * 3) == [
+        {"lr_theta": [0.25, 1.0], "batch_size": [1024]},
+        {"lr_theta": [2.0, 8.0], "batch_size": [8192], "epochs": [160], "decay_every": [80]}]
+    assert default_grid(est, [2000, 5000])[1] == {"lr_theta": [0.25 * 1800 / 1024, 1800 / 1024], "batch_size": [1800],
+                                                  "epochs": [36], "decay_every": [18]}
+    assert default_grid(est, [300, 400]) == {"lr_theta": [0.25, 1.0], "batch_size": [270]}
     assert default_grid(pfair.SteFFLe(protect="record"), [11306] * 3)["batch_size"] == [256, 4096]
+    assert default_grid(pfair.SteFFLe(max_violation=0.05), [11306] * 3)["batch_size"] == [1024, 4096]
+    assert default_grid(pfair.SteFFLe(lam=0), [11306] * 3)["batch_size"] == [256, 4096]
 
 
 def test_the_accounts_table_of_the_docs_is_the_scripts_output():

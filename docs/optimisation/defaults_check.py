@@ -22,6 +22,7 @@ import pandas as pd
 
 import pfair
 from pfair import metrics
+from pfair.validation import training_sizes
 
 LAMS = (0.0, 1.0, 4.0, 16.0)
 SEEDS = (0, 1, 2)
@@ -51,7 +52,9 @@ def main() -> None:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         model.fit(data.X_train, data.y_train, sensitive_features=data.s_train, silos=silos)
-                        batch = model.settings().for_sizes(np.bincount(silos)).batch_size
+                        # the batch the fit ran: "auto" resolved for the silos' training shares
+                        train = training_sizes(np.bincount(silos), model.validation_share)
+                        batch = model.settings().for_sizes(train).batch_size
                     pred = model.predict(data.X_test)
                     rows.append(dict(data=name, epsilon=eps_text, lam=lam, seed=seed, batch_size=batch,
                                      test_error=float(np.mean(pred != data.y_test)),

@@ -1,18 +1,14 @@
-"""A private fit's run length: the acceptance's ε = 1 criteria at a larger batch and more epochs.
+"""A private fit's run length: the acceptance's ε = 1 criteria before and after ``batch_size="auto"`` stretched the run.
 
-Reads the default private runs of the acceptance (``convergence_runs.csv``) and the same fits with
-``batch_size=8192`` (or all of the smallest silo's training records), ``lr_theta=4``,
-``epochs=150`` and ``decay_every=75`` (``convergence_runs_longer.csv``, made by
-
-    python docs/optimisation/convergence.py --private-only --no-eg \\
-        --tables adult compas synthetic1 synthetic2 synthetic3 \\
-        --set batch_size=8192 lr_theta=4.0 epochs=150 decay_every=75 \\
-        --runs docs/optimisation/convergence_runs_longer.csv      # ~1 h on 2 cores
-
-on the five tables where the private criterion applies), and prints, side by side, where the
-non-private point of a λ is at least 0.02 below its mixing line: how many of the 6 private fits
-lie below their own λ = 0 model's line, and their mean margin; then the other private criteria
-over those tables. Printout: ``docs/optimisation/longer_runs_log.txt``.
+Reads the acceptance's private runs at today's defaults (``convergence_runs.csv``: a private
+attribute-mode fit at λ > 0 resolves ``batch_size="auto"`` to min(8192, smallest silo's training
+records) and multiplies ``lr_theta``, ``epochs`` and ``decay_every`` by batch / 1024) and the same
+fits at the former defaults (``convergence_runs_short.csv``: batch min(1024, smallest silo), 20
+epochs, ``lr_theta`` 0.5, decay every 10: the private runs ``convergence.py`` made on main b0b7230,
+the last commit before the stretch), and prints, side by side, where the non-private point of a λ is at least 0.02 below its mixing
+line: how many of the 6 private fits lie below their own λ = 0 model's line, and their mean margin;
+then the other private criteria over the tables where that criterion applies. Printout:
+``docs/optimisation/longer_runs_log.txt``.
 
     python docs/optimisation/longer_runs.py
 """
@@ -37,10 +33,11 @@ def load(path: Path) -> pd.DataFrame:
 
 
 def main() -> None:
-    default = load(HERE / "convergence_runs.csv")
-    longer = load(HERE / "convergence_runs_longer.csv")
+    today = load(HERE / "convergence_runs.csv")
+    nonprivate = today[today["epsilon"] == "none"]
+    default = pd.concat([nonprivate, load(HERE / "convergence_runs_short.csv")])  # the former defaults
+    longer = today[today["epsilon"] == "1"]
     tables = sorted(set(longer["table"]))
-    nonprivate = default[default["epsilon"] == "none"]
     eg = pd.DataFrame(columns=["table", "fairness"])
     crit = {}
     for name, private in (("default", default[default["epsilon"] == "1"]), ("longer", longer)):
@@ -52,7 +49,7 @@ def main() -> None:
               for name, runs in (("default", default[default["epsilon"] == "1"]), ("longer", longer))}
     print("ε = 1; fits below their λ = 0 model's mixing line (of 6) and their mean margin, where the non-private "
           "point is ≥ 0.02 below its line\n")
-    print("| table | λ | non-private below | default: below | default: margin | longer: below | longer: margin |")
+    print("| table | λ | non-private below | former: below | former: margin | today: below | today: margin |")
     print("|---|---|---|---|---|---|---|")
     for _, r in both.iterrows():
         key = (r["table"], float(r["lam"]))
@@ -65,7 +62,8 @@ def main() -> None:
         private = default[default["epsilon"] == "1"] if name == "default" else longer
         private = private[private["table"].isin(tables)]
         settled = float((private["spread5"] <= 0.02).mean())
-        print(f"\n{name}: {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ) below the line in ≥ 5 of 6 fits; "
+        label = "former (batch 1,024, 20 epochs)" if name == "default" else "today (batch up to 8,192, stretched)"
+        print(f"\n{label}: {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ) below the line in ≥ 5 of 6 fits; "
               f"settled {settled:.1%} of {len(private)} fits; mean violation rising by more than 0.02 with λ in "
               f"{int((per['max_rise'] > 0.02).sum())} of {len(per)} settings; per-seed spread above 0.05 in "
               f"{int((per['max_seed_spread'] > 0.05).sum())} of {len(per)}; mean seconds a fit {private['seconds'].mean():.1f}")

@@ -91,13 +91,15 @@ def add_train_parser(sub: Any) -> None:
     # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
     # pfair.experiments.defaults); the help texts read them from there.
     from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
+                                AUTO_RUN_BATCH,
                                 PRIVATE_CLIPS, TARGET_STEP_FACTOR, SteFFLeSettings)
 
     d = SteFFLeSettings()
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over each silo's records (default {d.epochs})")
     p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
                    help=f"records per silo per round; auto (default): min({AUTO_BATCH_PRIVATE}, smallest silo) when "
-                        f"the rounds carry noise (--epsilon set and --lam > 0), min({AUTO_BATCH_TARGET}, smallest silo) "
+                        f"the rounds carry noise (--epsilon set and --lam > 0; above {AUTO_RUN_BATCH} the epochs, "
+                        f"--lr-theta and the decay period are then multiplied by batch / {AUTO_RUN_BATCH}), min({AUTO_BATCH_TARGET}, smallest silo) "
                         f"with --max-violation (and --lr-theta times {TARGET_STEP_FACTOR:g}), "
                         f"min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon none, or --lam 0), "
                         f"{AUTO_BATCH_RECORD} with --protect record")
@@ -350,7 +352,8 @@ def train_command(args: argparse.Namespace) -> int:
         st = model.settings()
         # The batch the silos drew: "auto" resolved on the records they train on (less the held-out share).
         resolved = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
-        batch, lr_theta = int(resolved.batch_size), float(resolved.lr_theta)
+        # ... and the run's length and step: a private run stretched to its batch trains more epochs.
+        batch, lr_theta, epochs = int(resolved.batch_size), float(resolved.lr_theta), int(resolved.epochs)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
@@ -372,7 +375,7 @@ def train_command(args: argparse.Namespace) -> int:
         "heterogeneity": args.heterogeneity,
         "lam": args.lam if args.max_violation is None else None,
         "epsilon": args.epsilon,
-        "epochs": args.epochs,
+        "epochs": epochs,
         "batch_size": batch,
         "lr_theta": lr_theta,
         "test_error": report["test_error"],
@@ -383,7 +386,7 @@ def train_command(args: argparse.Namespace) -> int:
         "max_violation": args.max_violation,
         "final_lam": float(model.lam_),
         **checkpoint_summary(getattr(model, "checkpoints_", None), getattr(model, "selected_epoch_", None),
-                             args.epochs),
+                             epochs),
         "epsilon_spent": eps_spent,
         "delta": delta,
         "noise_multiplier": [float(z) for z in report_df["noise_multiplier"]],

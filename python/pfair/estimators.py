@@ -121,13 +121,20 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         as ``pfair train``. ``epsilon=None``: non-private (nothing clipped or noised), warned with a
         :class:`~pfair.exceptions.NonPrivateFitWarning` at every fit. ``delta=None``: 1/n_j² for silo j. A second fit on the same silos gets only what the first
         left (the budget lives in the silos' ledgers).
-    epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds.
+    epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds. With
+        ``batch_size="auto"`` in a private attribute-mode fit at ``lam > 0`` (below), the epochs, like
+        ``lr_theta`` and ``decay_every``, are stated for a batch of ``pfair.settings.AUTO_RUN_BATCH``
+        (1,024) and multiplied by ``k = m / 1024`` at the batch m the rule picks (rounded up).
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
-        ``pfair.settings.AUTO_BATCH_PRIVATE`` when they do (``epsilon`` set and ``lam > 0``): with
-        public batches (attribute mode) ε depends on the epochs, not on m, while the noise on a
-        batch mean falls as 1/m, so large batches are cheap in privacy; ``AUTO_BATCH_TARGET`` with
+        ``pfair.settings.AUTO_BATCH_PRIVATE`` (8,192) when they do (``epsilon`` set and ``lam > 0``):
+        with public batches (attribute mode) ε depends on the epochs, not on m, while the noise on a
+        batch mean falls as 1/m, so large batches are cheap in privacy; above 1,024 the run is then
+        stretched to the batch (``lr_theta``, ``epochs`` and ``decay_every`` times k = m / 1024: the
+        rounds of ``epochs`` passes at 1,024, each averaging k times the records), which at the same
+        ε lowers the noise on θ's path relative to its drift by √k (docs/optimisation.md, "A private
+        fit's run length"); a fixed ``batch_size`` runs exactly the epochs and step given; ``AUTO_BATCH_TARGET`` with
         ``max_violation`` (which ends at a larger λ), ``lr_theta`` then times ``TARGET_STEP_FACTOR``;
         ``AUTO_BATCH_NONPRIVATE`` when they do not (``epsilon=None``, or ``lam=0`` in attribute
         mode, which sends nothing that depends on s), where a large batch only means fewer steps;

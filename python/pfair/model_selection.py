@@ -39,27 +39,45 @@ from pfair.validation import CheckpointFigures
 __all__ = ["DEFAULT_LR_THETA", "DEFAULT_BATCH", "PrivateSearch", "choose_candidate", "default_grid",
            "search_settings"]
 
-#: The step sizes of the default grid (``pfair train --tune``).
+#: The step sizes of the default grid (``pfair train --tune``), stated for the batch they run at
+#: (times ``k`` for a stretched run's batch, below).
 DEFAULT_LR_THETA = [0.25, 1.0]
-#: The other batch of the default grid (capped at the smallest silo's training share); the first is
-#: ``batch_size="auto"`` resolved for the silos (1,024 in a private fit, 256 with ``protect="record"``).
+#: The other batch of the default grid when ``batch_size="auto"`` is not a stretched run (capped at
+#: the smallest silo's training share); the first is ``"auto"`` resolved for the silos (256 with
+#: ``protect="record"``, 1,024 with a private fairness target, the whole silo when it is smaller).
 DEFAULT_BATCH = 4096
 
 
-def default_grid(estimator: Any, sizes: Sequence[int]) -> dict:
+def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     """The grid of ``pfair train --tune`` for silos of ``sizes`` records: the step size and the
-    batch, the two levers that matter most at a fixed budget (docs/model_selection.md).
-    ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"`` resolves to,
-    min(:data:`DEFAULT_BATCH`, smallest training share)} (one value when they coincide): four
-    candidates at most.
+    batch, the two levers that matter most at a fixed budget (docs/model_selection.md). At most
+    four candidates:
+
+    * where ``batch_size="auto"`` stretches the run (a private attribute-mode fit that sends ψ,
+      :meth:`pfair.settings.SteFFLeSettings.for_sizes`) to a batch m above
+      :data:`~pfair.settings.AUTO_RUN_BATCH`: the stretched run, written out (batch m, its epochs
+      and decay), at ``lr_theta`` ∈ k · :data:`DEFAULT_LR_THETA` with ``k = m / AUTO_RUN_BATCH``,
+      and the run of the estimator's own epochs at a batch of ``AUTO_RUN_BATCH`` at ``lr_theta`` ∈
+      :data:`DEFAULT_LR_THETA` (a list of two grids);
+    * otherwise ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"``
+      resolves to, min(:data:`DEFAULT_BATCH`, smallest training share)} (one value when they
+      coincide).
+
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
     ``max_violation``."""
+    from pfair.settings import AUTO_RUN_BATCH
     from pfair.validation import training_sizes
 
     st = clone(estimator).set_params(batch_size="auto").settings()
     train = training_sizes(sizes, st.validation_share)
-    auto = st.for_sizes(train).batch_size
-    return {"lr_theta": list(DEFAULT_LR_THETA), "batch_size": sorted({min(DEFAULT_BATCH, min(train)), int(auto)})}
+    auto = st.for_sizes(train)
+    if st.stretches_run and int(auto.batch_size) > AUTO_RUN_BATCH:
+        k = int(auto.batch_size) / AUTO_RUN_BATCH
+        return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
+                {"lr_theta": [k * v for v in DEFAULT_LR_THETA], "batch_size": [int(auto.batch_size)],
+                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)]}]
+    return {"lr_theta": list(DEFAULT_LR_THETA),
+            "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
 
 #: The budget shares of a fit's own releases, priced alone against its ε (``pfair.protocol.plan.BudgetSplit``).
 SHARE_PARAMS = ("p_s_epsilon_share", "max_violation_epsilon_share", "validation_epsilon_share")

@@ -39,7 +39,13 @@ CLIP_NAMES = tuple(PRIVATE_CLIPS)
 #: noise (private, attribute mode) the noise on a batch mean falls as 1/m while ε depends on the
 #: epochs, not on m, so a larger batch wins until too few rounds are left; without noise a larger
 #: batch only means fewer steps.
-AUTO_BATCH_PRIVATE = 1024
+AUTO_BATCH_PRIVATE = 8192
+#: The batch a private fit's ``lr_theta``, ``epochs`` and ``decay_every`` are stated for when
+#: ``batch_size="auto"`` stretches the run (:meth:`SteFFLeSettings.for_sizes`): at an automatic batch
+#: m of noisy attribute-mode rounds, each is multiplied by ``k = max(1, m / AUTO_RUN_BATCH)``, so
+#: the run keeps the rounds of ``epochs`` passes at this batch while each round averages k times
+#: the records with k times the step (docs/optimisation.md, "A private fit's run length").
+AUTO_RUN_BATCH = 1024
 #: ``batch_size="auto"`` for rounds without noise: ``epsilon=None``, or a private fit that sends
 #: nothing depending on s (``lam=0`` in attribute mode, whose rounds are the non-private fit's).
 AUTO_BATCH_NONPRIVATE = 256
@@ -477,19 +483,49 @@ class SteFFLeSettings:
         whose ``batch_size="auto"`` also multiplies ``lr_theta`` by :data:`TARGET_STEP_FACTOR`."""
         return self.noisy_rounds and self.protect != "record" and self.max_violation is not None
 
+    @property
+    def stretches_run(self) -> bool:
+        """Whether ``batch_size="auto"`` also stretches the run to the batch it picks
+        (:meth:`for_sizes`): noisy rounds in attribute mode (a private fit with λ > 0), batches drawn
+        from the silos (not ``sampling="full_batch"``), no fairness target (its batch and step have
+        their own rule, :data:`AUTO_BATCH_TARGET`). Every input is a public setting."""
+        return (self.noisy_rounds and self.protect == "attribute" and self.sampling != "full_batch"
+                and self.max_violation is None)
+
     def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
-        ``min(auto_batch, smallest silo)``; a private fairness target's also multiplies
-        ``lr_theta`` by :data:`TARGET_STEP_FACTOR` (the step the protocol chose it with). Silo sizes
-        are public (they set δ and the rounds per epoch), so the batch size stays a public setting.
+        ``m = min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per
+        epoch), so the batch size stays a public setting. Two rules change other settings with it:
+
+        * a private fairness target's multiplies ``lr_theta`` by :data:`TARGET_STEP_FACTOR` (the
+          step the protocol chose it with);
+        * a private attribute-mode fit that sends ψ (:attr:`stretches_run`) multiplies
+          ``lr_theta``, ``epochs`` and ``decay_every`` by ``k = max(1, m / AUTO_RUN_BATCH)``
+          (epochs and decay rounded up): the run has the rounds of ``epochs`` passes at a batch of
+          :data:`AUTO_RUN_BATCH`, each averaging k times the records with k times the step. Shuffled
+          epochs are accounted as √E/z-GDP, so z grows as √E while the noise on a batch mean falls
+          as 1/m: over the run the noise on θ's path relative to its drift falls as 1/√k at the
+          same ε (docs/optimisation.md, "A private fit's run length").
+
         Other settings are returned as they are."""
         if self.batch_size != "auto":
             return self
         cap = self.auto_batch
         smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
         batch = max(1, min(cap, smallest))
-        scale = TARGET_STEP_FACTOR if self.noisy_target else 1.0
-        return replace(self, batch_size=batch, lr_theta=self.lr_theta * scale)
+        if self.noisy_target:
+            return replace(self, batch_size=batch, lr_theta=self.lr_theta * TARGET_STEP_FACTOR)
+        if not self.stretches_run or batch <= AUTO_RUN_BATCH:
+            return replace(self, batch_size=batch)
+        k = batch / AUTO_RUN_BATCH
+        epochs = math.ceil(int(self.epochs) * k)
+        if epochs > MAX_EPOCHS:
+            raise ValueError(f"epochs={self.epochs} with batch_size='auto' is a run of {epochs:,} epochs at the automatic "
+                             f"batch of {batch} (the epochs are stated for a batch of {AUTO_RUN_BATCH}, and a batch "
+                             f"{k:.2f} times larger takes {k:.2f} times the epochs), above the most a run may have "
+                             f"({MAX_EPOCHS:,}). Use fewer epochs, or set batch_size yourself")
+        return replace(self, batch_size=batch, lr_theta=self.lr_theta * k, epochs=epochs,
+                       decay_every=math.ceil(int(self.decay_every) * k))
 
     def server_lr_w(self, lam: float | None = None) -> float:
         """The ``lr_w`` the server update takes, which multiplies it by λ

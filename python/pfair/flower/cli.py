@@ -53,8 +53,9 @@ def add_deploy_parser(sub: Any) -> None:
                    help=f"passes over each silo's records (default {d.epochs}, as pfair train; each round costs "
                         "0.6-1.3 s on Flower, see above)")
     q.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
-                   help="records per silo per round; auto (default): pfair train's rule (min(1024, smallest silo's "
-                        "training records) for private rounds), resolved from the silo sizes before anything starts")
+                   help="records per silo per round; auto (default): pfair train's rule (min(8192, smallest silo's "
+                        "training records) for private rounds, the epochs and step then times batch / 1024), resolved "
+                        "from the silo sizes before anything starts")
     q.add_argument("--p-s", dest="p_s", default="dp", help="'dp' (default) or comma-separated public proportions")
     q.add_argument("--protect", default="attribute", choices=["attribute", "record"],
                    help="what the guarantee covers: the sensitive attribute of a record (default) or the whole "
@@ -235,9 +236,11 @@ def deploy_local_command(args: argparse.Namespace) -> int:
                             protect=args.protect, sampling="shuffle" if args.protect == "record" else "auto")
         st = estimator.settings()
         # batch_size="auto" resolved from the silos' training records, as pfair train resolves it, so
-        # that the server and every silo run the same public batch.
+        # that the server and every silo run the same public batch (and, for a private run stretched
+        # to its batch, the same epochs, step and decay: written out, the silos take them as given).
         st = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
-        estimator.set_params(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta))
+        estimator.set_params(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta), epochs=int(st.epochs),
+                             decay_every=int(st.decay_every))
     notes = list(dict.fromkeys(str(w.message) for w in caught))
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="pfair-deploy-")) if temporary else Path(args.workdir).resolve()

@@ -26,7 +26,7 @@ import numpy as np
 from pfair.exceptions import LedgerMismatch, SettingsMismatch
 from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, file_lock, journals
 from pfair.notions import NOTIONS, FairnessNotion
-from pfair.settings import SteFFLeSettings
+from pfair.settings import AUTO_RUN_BATCH, SteFFLeSettings
 
 log = logging.getLogger("pfair.node")
 
@@ -81,8 +81,11 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
         params = {**defaults, **params}
         st = SteFFLeSettings.from_estimator_params(resolve_deep_defaults(params) if deep else params)
-    # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself.
-    return st.for_sizes([st.auto_batch])
+    # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself,
+    # except that a private attribute-mode run is not stretched to a batch the silos may not hold
+    # (it takes AUTO_RUN_BATCH, the batch its epochs and step are stated for; `pfair deploy local`
+    # knows the sizes and sends the stretched run written out, as pfair train resolves it).
+    return st.for_sizes([AUTO_RUN_BATCH] if st.stretches_run else [st.auto_batch])
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,0 +1,118 @@
+"""A private fit's run length as the default: ``batch_size="auto"`` that stretches the run, on validation splits.
+
+``SteFFLeSettings.for_sizes`` resolves ``batch_size="auto"`` of a private attribute-mode fit that
+sends ψ to ``m = min(cap, smallest silo)`` and multiplies ``lr_theta``, ``epochs`` and
+``decay_every`` by ``k = max(1, m / 1024)`` (docs/optimisation.md, "A private fit's run length").
+This script scores that rule the way the protocol scores a default (validation error over the
+constant predictor's plus the validation demographic-parity violation, mean over seeds 0–2 and
+λ ∈ {1, 2, 8, 40}, then over data sets; ε = 1) for the cap at 1024 (the rule before: k = 1, the
+former default), 4096 and 8192, on the protocol's splits of the bundled tables and on the three
+synthetic tables of ``private_defaults.py`` (``make_synthetic(60000, 40, silos=3, dependence=D,
+seed=1)``). Each configuration is the settings ``for_sizes`` resolves for the silos' training
+shares, so the script checks the code's rule, not a copy of it. Printout:
+``docs/optimisation/run_length_log.txt``; runs: ``run_length.csv``.
+
+    python docs/optimisation/run_length.py            # ~25 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import pfair.settings as settings_module
+from pfair.experiments.defaults import BASE1, N_SILOS, SEEDS, evaluate
+from pfair.settings import SteFFLeSettings
+from pfair.validation import training_sizes
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from private_defaults import DATASETS, LAMS, part  # noqa: E402
+
+CAPS = (1024, 4096, 8192)
+
+
+def resolved(p: dict, cap: int, lam: float) -> dict:
+    """The batch, step, epochs and decay ``batch_size="auto"`` resolves to under ``cap``."""
+    sizes = np.bincount(p["silos"], minlength=N_SILOS)
+    before = settings_module.AUTO_BATCH_PRIVATE
+    settings_module.AUTO_BATCH_PRIVATE = cap
+    try:
+        st = SteFFLeSettings(epsilon=1.0, lam=lam, **BASE1)
+        st = st.for_sizes(training_sizes(sizes, st.validation_share))
+    finally:
+        settings_module.AUTO_BATCH_PRIVATE = before
+    return dict(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta), epochs=int(st.epochs),
+                decay_every=int(st.decay_every))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=DATASETS)
+    ap.add_argument("--caps", nargs="+", type=int, default=list(CAPS))
+    ap.add_argument("--out", default=str(HERE / "run_length.csv"))
+    ap.add_argument("--table-only", action="store_true", help="read --out and print the table")
+    args = ap.parse_args()
+    if not args.table_only:
+        t0 = time.time()
+        rows = []
+        for name in args.datasets:
+            p = part(name)
+            done: dict = {}
+            for cap in args.caps:
+                for lam in LAMS:
+                    cfg = resolved(p, cap, lam)
+                    for seed in SEEDS:
+                        key = (*cfg.values(), lam, seed)  # a cap above the silos resolves like a smaller one
+                        if key not in done:
+                            t = time.time()
+                            done[key] = dict(evaluate(p, lam, seed, 1.0, **BASE1, **cfg), seconds=time.time() - t)
+                        rows.append(dict(data=name, cap=cap, lam=lam, seed=seed, **cfg, **done[key]))
+            print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
+            pd.DataFrame(rows).to_csv(args.out, index=False)
+        print(f"{len(rows)} rows, {time.time() - t0:.0f} s")
+    df = pd.read_csv(args.out)
+    df["score"] = df["val_error"] / df["trivial"] + df["val_dp"]
+    table(df)
+
+
+def table(df: pd.DataFrame) -> None:
+    """Per cap: its score on each data set (mean over λ and seeds), the mean over data sets, its
+    difference from the cap of 1024 (the former default) with the standard error of that mean
+    difference over the data sets (paired), how many data sets it improves, and the mean seconds a
+    fit; then the score per λ."""
+    per = df.groupby(["cap", "data"])["score"].mean().unstack("data")
+    diff = per.sub(per.loc[1024], axis=1)
+    out = per.copy()
+    out["mean"] = per.mean(axis=1)
+    out["vs 1024"] = diff.mean(axis=1)
+    out["s.e."] = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+    out["better"] = (diff < 0).sum(axis=1)
+    out["seconds"] = df.groupby("cap")["seconds"].mean()
+    print("ε = 1; score = validation error / constant's + validation DP (lower is better); mean over seeds and λ\n")
+    print("| cap | " + " | ".join(out.columns) + " |")
+    print("|---|" + "---|" * len(out.columns))
+    for cap, r in out.iterrows():
+        cells = []
+        for c, v in r.items():
+            cells.append(f"{v:+.3f}" if c == "vs 1024" else f"{int(v)}" if c == "better" else
+                         f"{v:.1f}" if c == "seconds" else f"{v:.3f}")
+        print(f"| {cap} | " + " | ".join(cells) + " |")
+    lam = df.groupby(["cap", "lam"])["score"].mean().unstack("lam")
+    print("\nmean over data sets and seeds, per λ\n")
+    print("| cap | " + " | ".join(f"λ = {v:g}" for v in lam.columns) + " |")
+    print("|---|" + "---|" * len(lam.columns))
+    for cap, r in lam.iterrows():
+        print(f"| {cap} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
+    cfg = df.drop_duplicates(["data", "cap"])[["data", "cap", "batch_size", "lr_theta", "epochs", "decay_every"]]
+    print("\nwhat the rule resolves to (λ > 0)\n")
+    print(cfg.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
