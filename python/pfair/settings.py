@@ -38,7 +38,8 @@ CLIP_NAMES = tuple(PRIVATE_CLIPS)
 #: separately for rounds that carry noise and rounds that do not, because the data say so: with
 #: noise (private, attribute mode) the noise on a batch mean falls as 1/m while ε depends on the
 #: epochs, not on m, so a larger batch wins until too few rounds are left; without noise a larger
-#: batch only means fewer steps.
+#: batch only means fewer steps. The private cap is the one whose run, stretched to its batch
+#: (:data:`AUTO_RUN_BATCH`), scored best on the same splits (docs/optimisation/run_length.py).
 AUTO_BATCH_PRIVATE = 8192
 #: The batch a private fit's ``lr_theta``, ``epochs`` and ``decay_every`` are stated for when
 #: ``batch_size="auto"`` stretches the run (:meth:`SteFFLeSettings.for_sizes`): at an automatic batch
