@@ -888,7 +888,7 @@ def test_a_deployment_that_times_out_says_so_in_one_line_with_logs_that_exist(tm
 
 
 @pytest.mark.slow
-def test_pfair_deploy_local_runs_the_stretched_run_pfair_train_runs(tmp_path, capsys, monkeypatch):
+def test_pfair_deploy_local_runs_and_tunes_the_stretched_run_pfair_train_runs(tmp_path, capsys, monkeypatch):
     """batch_size='auto' of a private run at λ > 0 stretches the run to the batch it picks (epochs,
     step and decay times m / 1024): deploy local resolves it from the silos' training records and
     sends it written out, so the deployment runs the rounds pfair train runs on the same data."""
@@ -905,11 +905,15 @@ def test_pfair_deploy_local_runs_the_stretched_run_pfair_train_runs(tmp_path, ca
     table.to_csv(tmp_path / "loans.csv", index=False)
     data = ["--csv", str(tmp_path / "loans.csv"), "--label", "default", "--positive-label", "yes", "--sensitive", "sex",
             "--silos", "2", "--epsilon", "2", "--epochs", "1"]
-    assert main(["deploy", "local", *data, "--round-timeout", "60", "--timeout", "300", "--json"]) == 0
+    assert main(["deploy", "local", *data, "--round-timeout", "60", "--timeout", "300", "--json", "--tune"]) == 0
     deployed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert main(["train", *data, "--json"]) == 0
     trained = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert deployed["epochs"] == trained["epochs"] == 2  # ⌈1 · k⌉ = 2 epochs (not the 1 given)
     assert 1024 < deployed["batch_size"] == trained["batch_size"] < 2048
-    assert deployed["lr_theta"] == pytest.approx(trained["lr_theta"]) and trained["lr_theta"] > 0.5
     assert deployed["selected_epoch"] == trained["selected_epoch"] == 2
+    # --tune's steps are stated like lr_theta: times k, as "auto" multiplied the default 0.5 (to trained's).
+    k = trained["lr_theta"] / 0.5
+    assert k == pytest.approx(trained["batch_size"] / 1024)
+    assert [r["param_lr_theta"] for r in deployed["tune"]["results"]] == pytest.approx([0.25 * k, 1.0 * k])
+    assert deployed["lr_theta"] in [r["param_lr_theta"] for r in deployed["tune"]["results"]]

@@ -73,7 +73,8 @@ def add_deploy_parser(sub: Any) -> None:
                    help="start the silos' ledgers in --workdir over (their budgets start again); without it a "
                         "workdir whose ledgers have spent budget trains on what is left, with a warning")
     q.add_argument("--tune", action="store_true",
-                   help="choose lr_theta among 0.25 and 1.0 (pfair.flower.tune.DEPLOY_GRID): one run per candidate "
+                   help="choose lr_theta among 0.25 and 1.0 (pfair.flower.tune.DEPLOY_GRID; times batch / 1024 for a "
+                        "private run stretched to its batch): one run per candidate "
                         "on the same SuperNodes, the budget --epsilon split between them (docs/model_selection.md)")
     q.add_argument("--json", action="store_true", help="print one JSON object instead of text (the keys of "
                                                        "`pfair train --json`, plus the deployment's own)")
@@ -235,6 +236,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
                             epochs=args.epochs, batch_size=args.batch_size, p_s=p_s, seed=args.seed,
                             protect=args.protect, sampling="shuffle" if args.protect == "record" else "auto")
         st = estimator.settings()
+        base_lr = float(st.lr_theta)
         # batch_size="auto" resolved from the silos' training records, as pfair train resolves it, so
         # that the server and every silo run the same public batch (and, for a private run stretched
         # to its batch, the same epochs, step and decay: written out, the silos take them as given).
@@ -301,7 +303,11 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         if getattr(args, "tune", False):
             from pfair.flower.tune import DEPLOY_GRID, deploy_search
 
-            search = deploy_search(estimator, DEPLOY_GRID, configs, n_groups=fed.n_groups, n_classes=fed.n_classes,
+            # The grid's steps are stated like lr_theta: times whatever "auto" multiplied the step by (a
+            # private run stretched to its batch, pfair.settings.SteFFLeSettings.for_sizes).
+            scale = float(st.lr_theta) / base_lr if base_lr > 0 else 1.0
+            grid = {"lr_theta": [v * scale for v in DEPLOY_GRID["lr_theta"]]}
+            search = deploy_search(estimator, grid, configs, n_groups=fed.n_groups, n_classes=fed.n_classes,
                                    workdir=work / "flower", round_timeout=args.round_timeout, timeout=args.timeout)
             res = search["best"]
         else:
