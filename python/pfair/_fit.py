@@ -21,9 +21,13 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
+from pfair import metrics
 from pfair._validation import as_features, as_labels, as_vector, check_default_delta, label_indices
+from pfair._warn import warn_once
 from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 from pfair.federation import Federation
+from pfair.privacy.report import PrivacyReport
+from pfair.protocol.simulation import Simulation
 from pfair.settings import SteFFLeSettings
 
 #: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
@@ -311,8 +315,6 @@ class SteFFLeFit(_ParamsMixin):
         ``previous``: the run state to resume (:meth:`_resume_state`); ``init``: the ``(θ, W)`` of a
         new run (a warm start, or a model's own parameters); ``provider_factory``: the gradient
         provider of each silo (None: the linear model in Rust)."""
-        from pfair.protocol.simulation import Simulation
-
         if previous is not None and ledgers is None and getattr(self, "_run_ledgers", None) is not None:
             # The ledgers that charged the interrupted run's rounds (on arrays, a new Federation
             # would bring new ones, and a hybrid topology's sensitive silos have none of their own).
@@ -382,7 +384,6 @@ class SteFFLeFit(_ParamsMixin):
                                                      ("p_s pooled from exact data", st.p_s_source == "pooled"))
                                     if bad))
             rows.append(row)
-        from pfair.privacy.report import PrivacyReport
 
         frame = pd.DataFrame(rows).set_index("silo")
         # Kept as objects, so that comparing with p_s's old name "public" still works (warned).
@@ -414,8 +415,6 @@ def history_metrics(split: str, proba: np.ndarray, y: np.ndarray, s: np.ndarray 
     ``<split>_demographic_parity_difference`` and ``<split>_equalized_odds_difference``
     (:mod:`pfair.metrics`) over the records ``known`` (default: all). Every estimator's history
     and the baselines' use it."""
-    from pfair import metrics
-
     pred = np.argmax(proba, axis=1)
     loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
     row = {f"{split}_loss": loss, f"{split}_error": float(np.mean(pred != y))}
@@ -445,8 +444,6 @@ def _inside_model_selection(depth: int = 40) -> bool:
 def warn_model_selection_cost(name: str, stacklevel: int = 3) -> None:
     """The :class:`PrivacyWarning` of a private fit on arrays inside cross-validation, once per
     process (:func:`pfair._warn.warn_once`: not once per fold and candidate)."""
-    from pfair._warn import warn_once
-
     warn_once(
         f"a private {name} is being fitted inside scikit-learn cross-validation or a hyper-parameter search: each "
         "fold and candidate builds new silos with new ledgers, so a record's real privacy cost is the sum of the "

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from pfair import _core
 from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
 
 #: More sensitive groups than this is almost always a continuous or identifier column used by mistake.
@@ -51,7 +52,6 @@ def as_features(X: Any, name: str = "X", *, keep_float32: bool = False) -> np.nd
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required.")
     arr = np.ascontiguousarray(arr)
-    from pfair import _core
 
     bad = int(_core.nonfinite_rows(arr))  # in parallel, no temporary the size of X
     if bad:
@@ -483,8 +483,6 @@ def check_distribution(values: Any, name: str) -> None:
     """Refuse proportions that are not a distribution: finite, > 0 and summing to 1 within
     :data:`DISTRIBUTION_TOLERANCE` (they are rescaled to sum to 1 afterwards). Proportions that
     sum to 1.1 are a typo or counts, and rescaling them silently would hide it."""
-    import numpy as np
-
     a = np.asarray(values, dtype=np.float64).ravel()
     total = float(a.sum())
     if np.all(np.isfinite(a)) and abs(total - 1.0) > DISTRIBUTION_TOLERANCE:

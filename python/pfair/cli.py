@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Sequence
 
 # The pieces the subcommands share; re-exported here for the subcommand modules that still import
 # them from pfair.cli.
+from pfair import __version__
 from pfair.cli_common import (  # noqa: F401
     PRIVACY_COLUMNS,
     SMALL_GROUP,
@@ -186,8 +189,6 @@ def add_predict_parser(sub: Any) -> None:
 
 def predict_command(args: argparse.Namespace) -> int:
     """``pfair predict``: :func:`pfair.load_model`, then its ``predict`` (and ``predict_proba``)."""
-    import os
-
     import pandas as pd
 
     from pfair.model_file import load_model
@@ -551,8 +552,6 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def summary_command(args: argparse.Namespace) -> int:
     """``pfair summary``: print :func:`pfair.experiments.summarize` and write it to summary.csv."""
-    from pathlib import Path
-
     from pfair.experiments.summary import format_summary, summarize
 
     table = summarize(args.path, reference=args.reference, margin=args.margin)
@@ -579,8 +578,6 @@ def plot_command(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pfair import __version__
-
     parser = argparse.ArgumentParser(prog="pfair", description="Private and fair federated learning (SteFFLe).")
     parser.add_argument("--version", action="version", version=f"pfair {__version__}",
                         help="print the installed pfair version and exit")

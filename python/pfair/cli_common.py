@@ -10,6 +10,7 @@ imports every subcommand's parser): no import circle.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -83,8 +84,6 @@ def _csv_given(args: argparse.Namespace) -> bool:
 def _csv_spec(args: argparse.Namespace) -> str:
     """The csv spec (:func:`pfair.datasets.csv_spec`) of the --csv options, with an absolute path
     so that worker processes and later runs find the file."""
-    import os
-
     from pfair.datasets import csv_spec
 
     if not os.path.exists(args.csv):
@@ -99,8 +98,6 @@ def load_data(args: argparse.Namespace) -> Any:
     from pfair import datasets
 
     if _csv_given(args):
-        import os
-
         if not os.path.exists(args.csv):
             raise ValueError(f"--csv {args.csv!r}: no such file")
         keep = list(args.keep or [])

@@ -25,7 +25,7 @@ import pandas as pd
 from sklearn.base import ClassifierMixin
 from sklearn.utils.validation import validate_data
 
-from pfair import _core
+from pfair import _core, metrics
 from pfair._fit import SteFFLeFit, refuse_fit_arguments
 from pfair._validation import as_features
 from pfair.exceptions import NotFittedError
@@ -72,8 +72,6 @@ class LinearSoftmaxMixin(ClassifierMixin):
         """Per-group count, selection rate, error, TPR and FPR of this model's predictions, plus
         the overall, difference and ratio rows (:func:`pfair.metrics.group_report`).
         ``pos_label`` defaults to ``classes_[1]`` (the positive class of a binary task)."""
-        from pfair import metrics
-
         self._check_fitted()
         label = self.classes_[1] if pos_label is None else pos_label
         return metrics.group_report(y, self.predict(X), sensitive_features=sensitive_features, pos_label=label)

@@ -8,15 +8,19 @@ lacks a group still uses the global index, and every group enters the fairness p
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from pfair import _core, partition
 from pfair._validation import (as_features, as_labels, as_vector, encode, encode_sensitive, resolve_fairness, silo_ids,
                                unique_inverse)
 
 from pfair.notions import FAIRNESS_NOTIONS, FairnessNotion  # noqa: F401  (the vocabulary lives in pfair.notions)
+from pfair.partition import describe_partition
+from pfair.privacy.fingerprint import FINGERPRINT_PREFIX, FINGERPRINT_ROWS, data_fingerprint, legacy_fingerprint
 
 
 class Silo:
@@ -118,8 +122,6 @@ class Silo:
         """The silo's :func:`pfair.privacy.ledger.data_fingerprint`, cached. Only the sampled
         feature rows are read (a view, or a gather of those rows alone)."""
         if self._fingerprint is None:
-            from pfair.privacy.fingerprint import FINGERPRINT_ROWS, data_fingerprint
-
             sample = self.strided_X(FINGERPRINT_ROWS)  # every fingerprint_step(n)-th row
             self._fingerprint = data_fingerprint(sample, self.y, self.s, shape=(len(self), self.n_features))
         return self._fingerprint
@@ -128,8 +130,6 @@ class Silo:
         """The silo's :func:`pfair.privacy.ledger.legacy_fingerprint` (every feature hashed), to
         recognise a ledger bound by an older pfair. A silo that is rows of a larger matrix is
         hashed in blocks of rows, without gathering its features into one copy."""
-        from pfair.privacy.fingerprint import legacy_fingerprint
-
         if self._X is None and self._base is not None and self._rows is not None:
             base, rows = self._base, self._rows
             blocks = (base[rows[i : i + _HASH_ROWS]] for i in range(0, rows.size, _HASH_ROWS))
@@ -138,8 +138,6 @@ class Silo:
 
     def holds_data_of(self, fingerprint: str) -> bool:
         """Whether ``fingerprint`` (current or legacy form) is this silo's."""
-        from pfair.privacy.fingerprint import FINGERPRINT_PREFIX
-
         if fingerprint == self.fingerprint():
             return True
         return not fingerprint.startswith(FINGERPRINT_PREFIX) and fingerprint == self.legacy_fingerprint()
@@ -150,8 +148,6 @@ def silo_order(codes: np.ndarray, n_silos: int) -> tuple[np.ndarray, np.ndarray]
     ``n_silos + 1`` silo start offsets. Below 2³¹ records a counting sort in Rust gives int32
     indices directly (``numpy.argsort`` would make an int64 array of the records' length first:
     0.8 GB at 10⁸)."""
-    from pfair import _core
-
     if codes.dtype == np.int32:
         return _core.silo_order(np.ascontiguousarray(codes), int(n_silos))
     order = np.argsort(codes, kind="stable")
@@ -164,8 +160,6 @@ def silo_set_of(silos: Sequence[Silo], *, n_groups: int, n_classes: int,
     fairness notion ``fairness`` (an object of :mod:`pfair.notions` or its public name). Silos that
     are rows of one matrix are read in place, in its dtype (no copy; sparse data become CSR);
     others are handed over as float64 arrays."""
-    from pfair import _core
-
     notion = resolve_fairness(fairness, positive)
     base = silos[0]._base if silos else None
     if base is None or any(silo._base is not base for silo in silos):
@@ -195,8 +189,6 @@ def silo_fingerprints(silos: Sequence[Silo]) -> list[str]:
     todo = [silo for silo in silos if silo._fingerprint is None]
     workers = min(len(todo), os.cpu_count() or 1)
     if workers > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(Silo.fingerprint, todo))
     return [silo.fingerprint() for silo in silos]
@@ -353,8 +345,6 @@ class Federation:
         allowed (no column to be heterogeneous along). ``sizes`` gives unequal silo sizes (summing
         to the number of training records, e.g. :func:`pfair.partition.power_law_sizes`); default:
         equal sizes."""
-        from pfair import partition
-
         by = by or getattr(dataset, "partition_by", None)
         if by is None and "age" not in dataset.attrs_train.columns:
             if heterogeneity != 0:
@@ -404,8 +394,6 @@ class Federation:
         ``"label"``, ``"sensitive"`` or a categorical raw attribute. Small ``alpha``: skewed silos;
         large: homogeneous. ``sizes`` fixes the silo sizes exactly (e.g.
         :func:`pfair.partition.power_law_sizes`)."""
-        from pfair import partition
-
         if by == "label":
             groups = dataset.y_train
         elif by == "sensitive":
@@ -501,8 +489,6 @@ class Federation:
         partition attribute's mean (:func:`pfair.partition.describe_partition`).
         ``df.attrs["heterogeneity"]`` holds the federation-wide scores (size-weighted mean TV of
         p(s) and p(y), and the between-silo share η² of the partition attribute's variance)."""
-        from pfair.partition import describe_partition
-
         _, y, s = self.pooled()
         ids = np.repeat(np.arange(self.n_silos), self.sizes)
         by = getattr(self, "partition_by", None)

@@ -62,6 +62,7 @@ from pfair._validation import (
     encode_metric_groups,
     sorted_codes,
 )
+from pfair.privacy.report import FullTable
 
 __all__ = [
     "accuracy_parity_violation",
@@ -878,7 +879,6 @@ def group_report(
     )
     out = pd.concat([by_group, extra[cols]])
     out.index.name = getattr(sensitive_features, "name", None) or "sensitive_features"
-    from pfair.privacy.report import FullTable
 
     return FullTable(out)  # prints every column
 

@@ -32,6 +32,7 @@ runs whatever code it names.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import io
 import json
@@ -45,6 +46,11 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 import pandas as pd
+
+from pfair import __version__
+from pfair.datasets import TablePreprocessor
+from pfair.estimators import SteFFLe
+from pfair.privacy.report import PrivacyReport
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SavedModel", "save_model", "load_model", "linear_model"]
 
@@ -165,8 +171,6 @@ class SavedModel:
 
 
 def _estimator_kind(estimator: Any) -> str:
-    from pfair.estimators import SteFFLe
-
     if isinstance(estimator, SteFFLe):
         return "SteFFLe"
     try:
@@ -246,7 +250,6 @@ def save_model(estimator: Any, path: PathLike, *, dataset: Any = None, preproces
     kind = _estimator_kind(estimator)
     if not hasattr(estimator, "theta_") or not hasattr(estimator, "classes_"):
         raise ValueError(f"save_model: this {kind} is not fitted yet; call fit first")
-    from pfair import __version__
 
     params = estimator.get_params(deep=False)
     params.pop("module", None)
@@ -356,8 +359,6 @@ def _open(path: PathLike) -> zipfile.ZipFile:
 
 
 def _manifest(z: zipfile.ZipFile, path: PathLike) -> dict:
-    from pfair import __version__
-
     where = os.fspath(path)
     try:
         manifest = json.loads(z.read(MANIFEST))
@@ -413,7 +414,7 @@ def load_model(path: PathLike, *, allow_models: str = "pfair.torch.models:*") ->
     attrs = manifest["attributes"]
     params = dict(manifest["params"])
     if kind == "SteFFLe":
-        from pfair.estimators import SteFFLe as cls
+        cls = SteFFLe
     elif kind == "DeepSteFFLe":
         from pfair.torch.estimator import DeepSteFFLe as cls
     else:
@@ -449,16 +450,12 @@ def load_model(path: PathLike, *, allow_models: str = "pfair.torch.models:*") ->
                              f"{(d + 1) * (l - 1)} for {d} features and {l} classes")
     report = _records_frame(manifest.get("privacy_report"))
     if report is not None:
-        from pfair.privacy.report import PrivacyReport
-
         est.privacy_report_ = PrivacyReport(report)
     checkpoints = _records_frame(manifest.get("checkpoints"))
     if checkpoints is not None:
         est.checkpoints_ = checkpoints
     pre = None
     if manifest.get("preprocessor") is not None:
-        from pfair.datasets import TablePreprocessor
-
         entry = manifest["preprocessor"]
         pre = TablePreprocessor.from_dict(entry, {k: arrays[v] for k, v in entry["arrays"].items()})
         if pre.n_features_out_ != est.n_features_in_:
@@ -472,8 +469,6 @@ def load_model(path: PathLike, *, allow_models: str = "pfair.torch.models:*") ->
 
 
 def _load_deep(cls: Any, params: dict, manifest: dict, arrays: dict, where: str, allow_models: str) -> Any:
-    import fnmatch
-
     import torch
 
     from pfair.providers.torch import resolve_device
@@ -525,7 +520,5 @@ def linear_model(estimator: Any, theta: np.ndarray, *, classes: np.ndarray, grou
     estimator.lam_ = float(estimator.lam if lam is None else lam)
     estimator.selected_epoch_ = selected_epoch
     if privacy_report is not None:
-        from pfair.privacy.report import PrivacyReport
-
         estimator.privacy_report_ = PrivacyReport(privacy_report)
     return estimator

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,7 +35,12 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.model_selection import ParameterGrid
 
 from pfair.exceptions import ConvergenceWarning, NotFittedError, PrivacyWarning
-from pfair.validation import CheckpointFigures
+from pfair.federation import Federation
+from pfair.privacy.report import PrivacyReport
+from pfair.privacy.tuning import compare_accounts, search_targets
+from pfair.protocol.setup import resolve_ledgers
+from pfair.settings import AUTO_RUN_BATCH
+from pfair.validation import CheckpointFigures, training_sizes
 
 __all__ = ["DEFAULT_LR_THETA", "DEFAULT_BATCH", "PrivateSearch", "choose_candidate", "default_grid",
            "search_settings"]
@@ -65,9 +71,6 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
 
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
     ``max_violation``."""
-    from pfair.settings import AUTO_RUN_BATCH
-    from pfair.validation import training_sizes
-
     st = clone(estimator).set_params(batch_size="auto").settings()
     train = training_sizes(sizes, st.validation_share)
     auto = st.for_sizes(train)
@@ -217,8 +220,6 @@ class PrivateSearch(BaseEstimator):
         return {}
 
     def _federation(self, X: Any, y: Any, sensitive_features: Any, silos: Any) -> Any:
-        from pfair.federation import Federation
-
         if isinstance(X, Federation):
             if y is not None or sensitive_features is not None or silos is not None:
                 raise ValueError("fit(Federation) takes no y, sensitive_features or silos: the federation holds them")
@@ -231,10 +232,6 @@ class PrivateSearch(BaseEstimator):
         """The silos' ledgers (:func:`pfair.protocol.setup.resolve_ledgers`), made with the search's
         budget where new (a Federation's silo keeps its ledger, so a later fit or search on it sees
         what this one spent)."""
-        from dataclasses import replace
-
-        from pfair.protocol.setup import resolve_ledgers
-
         return resolve_ledgers(replace(self.estimator.settings(), epsilon=float(epsilon)), fed, ledgers)
 
     # ------------------------------------------------------------------ fit
@@ -259,7 +256,6 @@ class PrivateSearch(BaseEstimator):
         if private:
             total = float(defaults["epsilon"])
             book = self._ledgers(fed, ledgers, total)  # refuses a total above a ledger's budget
-            from pfair.privacy.tuning import search_targets
 
             before = [ledger.epsilon_spent() for ledger in book]
             spent = max(before)
@@ -337,9 +333,6 @@ class PrivateSearch(BaseEstimator):
         return self
 
     def _report(self, book: list, before: list, charged: list, k: int) -> Any:
-        from pfair.privacy.report import PrivacyReport
-        from pfair.privacy.tuning import compare_accounts
-
         rows = []
         for j, ledger in enumerate(book):
             acc = compare_accounts([c[j] for c in charged], delta=ledger.delta, composed=ledger.epsilon_spent())

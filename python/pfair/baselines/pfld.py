@@ -64,6 +64,7 @@ rather than min|G| − 1; the data are pooled (Gupta et al. 2024 compared PF-LD 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,7 @@ from pfair._validation import check_choice, check_int, check_positive, resolve_f
 from pfair.baselines._common import evaluate, shards_from
 from pfair.federation import Federation
 from pfair.estimators import LinearSoftmaxMixin
+from pfair.exceptions import PrivacyWarning
 from pfair.privacy import mechanisms
 from pfair.protocol.keys import PFLD_DUAL_STREAM, PFLD_PRIMAL_STREAM, noise_key, seeded_key
 from pfair.protocol.plan import check_batch_fits, rounds_per_epoch
@@ -333,10 +335,6 @@ class PFLD(LinearSoftmaxMixin, _ParamsMixin):
     def _noise_key(self, private: bool) -> Any:
         """Secret key from the OS, or ``noise_seed``'s (warned when private)."""
         if self.noise_seed is not None and private:
-            import warnings
-
-            from pfair.exceptions import PrivacyWarning
-
             warnings.warn(f"noise_seed={self.noise_seed} makes PF-LD's noise reproducible: the guarantee does not "
                           "hold against anyone who knows it", PrivacyWarning, stacklevel=3)
         return noise_key(self.noise_seed)

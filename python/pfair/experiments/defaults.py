@@ -46,6 +46,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+import pfair
+from pfair import metrics
+from pfair.settings import SteFFLeSettings
+from pfair.validation import training_sizes
+
 #: Seeds per (configuration, λ): the batch order, and the noise when private.
 SEEDS = (0, 1, 2)
 #: Training records of a data set the protocol uses at most (census_kdd only exceeds it).
@@ -72,8 +77,6 @@ PER_REGIME = ("batch_size",)
 
 def split(name: str, seed: int = 0) -> dict[str, Any]:
     """The protocol's train/validation split of a bundled data set's training part."""
-    import pfair
-
     data = pfair.datasets.load(name)
     X, y, s = data.X_train, data.y_train, data.s_train
     rng = np.random.default_rng(seed)
@@ -95,12 +98,6 @@ def split(name: str, seed: int = 0) -> dict[str, Any]:
 def evaluate(part: dict, lam: float, seed: int, epsilon: float | None, **params: Any) -> dict[str, float]:
     """Fit SteFFLe at ``epsilon`` per silo (None: non-private) on the train part; validation
     error and DP violation."""
-    import pfair
-    from pfair import metrics
-
-    from pfair.settings import SteFFLeSettings
-    from pfair.validation import training_sizes
-
     sizes = np.bincount(part["silos"], minlength=N_SILOS)
     params = dict(params)
     # Capped at the smallest silo's training share (each silo holds out validation_share of it).
@@ -263,7 +260,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--datasets", nargs="+", default=None)
     ap.add_argument("--out", default=None, help="CSV of every run")
     args = ap.parse_args(argv)
-    import pfair
 
     names = args.datasets or pfair.datasets.list_datasets()
     parts = [split(n) for n in names]

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pfair.experiments.methods import METHODS, check_methods
-from pfair.experiments.sweep import VAL_FRACTION, Cell, _check_datasets, expand_grid
+from pfair.experiments.report import write_report
+from pfair.experiments.sweep import VAL_FRACTION, Cell, _check_datasets, expand_grid, run_sweep
 
 __all__ = ["BUDGET", "METHOD_GRIDS", "PARTS", "Sweep", "sweeps", "cells", "estimate_seconds", "run_grid", "main"]
 
@@ -225,8 +226,6 @@ def run_grid(out: str | Path, *, parts: Sequence[str] = ("paper", "fig2"), metho
              datasets: Any = None) -> list[Path]:
     """Run (resume) every sweep of the plan, each method at its grid's epochs and batch
     (:class:`MethodGrid`); return the directories written."""
-    from pfair.experiments.sweep import run_sweep
-
     done = []
     for sw, directory, cs in plan(out, parts, methods, seeds, datasets):
         if not cs:
@@ -271,8 +270,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_grid(args.out, parts=args.parts, methods=args.methods, seeds=args.seeds, jobs=args.jobs,
              progress=not args.no_progress, datasets=args.datasets)
     if not args.no_report:
-        from pfair.experiments.report import write_report
-
         for path in write_report(args.out, docs=args.docs):
             print(path)
     return 0

@@ -32,12 +32,14 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import parse_qs
 
 import numpy as np
 import pandas as pd
 
 from pfair.experiments.methods import METHODS
 from pfair.experiments.summary import has_validation, selected_front, tradeoff_points
+from pfair.experiments.sweep import load_runs
 
 __all__ = ["plot_results", "dataset_slug", "METHOD_COLOURS"]
 
@@ -69,8 +71,6 @@ def dataset_title(name: str, width: int = 60) -> str:
     any other name as it is, shortened to ``width`` characters with an ellipsis."""
     name = str(name)
     if name.startswith("csv:"):
-        from urllib.parse import parse_qs
-
         path, _, query = name[4:].partition("?")
         params = {k: v[0] for k, v in parse_qs(query).items()}
         cols = ", ".join(f"{k} {params[k]}" for k in ("label", "sensitive") if k in params)
@@ -268,8 +268,6 @@ def plot_results(path: str | os.PathLike | Sequence[str | os.PathLike], *, out: 
     the drawn fronts are chosen on (``validation``, ``test``; ``auto``: validation when the runs
     have it). ``margin``: points with selection error ≥ trivial − margin are left out of the
     drawn fronts, as in :func:`~pfair.experiments.summary.summarize`. Returns the paths written."""
-    from pfair.experiments.sweep import load_runs
-
     paths_in = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     if not paths_in:
         raise ValueError("path: no results directory given")

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from pfair.baselines._common import shards_from
+
 __all__ = ["ExponentiatedGradientLR"]
 
 _CONSTRAINTS = ("demographic_parity", "equalized_odds")
@@ -87,7 +89,6 @@ class ExponentiatedGradientLR:
         except ImportError:  # pragma: no cover - both are in the test and experiments extras
             raise ImportError("ExponentiatedGradientLR needs fairlearn and scikit-learn: "
                               "pip install 'pfair[experiments]'") from None
-        from pfair.baselines._common import shards_from
 
         self._validate()
         sh = shards_from(X, y, sensitive_features, silos, need_s=True)

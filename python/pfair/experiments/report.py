@@ -34,6 +34,9 @@ import numpy as np
 import pandas as pd
 
 from pfair.experiments.methods import METHODS
+from pfair.experiments.plots import plot_results
+from pfair.experiments.summary import selected_front, summarize, tradeoff_points
+from pfair.experiments.sweep import RUNS_FILE, load_runs
 
 __all__ = ["collect_runs", "tables", "replace_blocks", "write_report", "PRIVATE_BASELINES", "PAPER_CLAIMS"]
 
@@ -59,8 +62,6 @@ _LABEL = {"steffle": "SteFFLe", "pfld": "PF-LD", "dp_fermi": "DP-FERMI", "single
 def collect_runs(part_dir: str | Path) -> pd.DataFrame:
     """Every row of every ``runs.csv`` under ``part_dir`` (one directory per method), or of
     ``part_dir/runs.csv`` itself; an empty frame when there is none."""
-    from pfair.experiments.sweep import RUNS_FILE, load_runs
-
     base = Path(part_dir)
     files = sorted(base.glob(f"*/{RUNS_FILE}")) + ([base / RUNS_FILE] if (base / RUNS_FILE).exists() else [])
     frames = [load_runs(f) for f in files if f.stat().st_size > 0]
@@ -198,8 +199,6 @@ def fig2_table(summary: pd.DataFrame) -> str:
 def _with_ends(summary: pd.DataFrame, runs: pd.DataFrame, margin: float = MARGIN) -> pd.DataFrame:
     """Add the test violation of the most accurate selected point and the test error of the
     fairest one (``first_violation``, ``last_test_error``)."""
-    from pfair.experiments.summary import selected_front, tradeoff_points
-
     points = tradeoff_points(runs)
     firsts, lasts = [], []
     for _, r in summary.iterrows():
@@ -216,8 +215,6 @@ def _with_ends(summary: pd.DataFrame, runs: pd.DataFrame, margin: float = MARGIN
 
 def tables(runs: pd.DataFrame, *, part: str = "paper", margin: float = MARGIN) -> dict[str, str]:
     """The markdown blocks of one part's runs (see the module docstring)."""
-    from pfair.experiments.summary import summarize
-
     if runs.empty:
         return {}
     summary = _with_ends(summarize(runs, margin=margin), runs, margin)
@@ -250,9 +247,6 @@ def write_report(out: str | Path, *, docs: str | Path | None = None, parts: Sequ
                  plots: bool = True) -> list[Path]:
     """Summaries, figures and tables of every part found under ``out``; with ``docs``, its
     generated blocks are replaced too. Returns the files written."""
-    from pfair.experiments.plots import plot_results
-    from pfair.experiments.summary import summarize
-
     out = Path(out)
     written: list[Path] = []
     blocks: dict[str, str] = {}

@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 
 from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS
+from pfair.experiments.sweep import ANY_FAIRNESS, ANY_SILOS, RENAMED, add_constant_columns, load_runs
 
 __all__ = [
     "SETTING_COLUMNS",
@@ -179,16 +180,10 @@ def matched_reduction(ref_front: tuple[Any, Any], other_front: tuple[Any, Any],
 
 def _runs(runs: Any) -> pd.DataFrame:
     if isinstance(runs, pd.DataFrame):
-        from pfair.experiments.sweep import RENAMED
-
         return runs.rename(columns=RENAMED)  # rows of schema ≤ 2 keep working
     if isinstance(runs, (str, os.PathLike)):
-        from pfair.experiments.sweep import load_runs
-
         return load_runs(runs)
     if isinstance(runs, (list, tuple)):
-        from pfair.experiments.sweep import load_runs
-
         return pd.concat([_runs(r) if isinstance(r, pd.DataFrame) else load_runs(r) for r in runs],
                          ignore_index=True)
     raise TypeError(f"runs must be a DataFrame, the path of a sweep's results or a list of them, "
@@ -200,8 +195,6 @@ def broadcast(df: pd.DataFrame) -> pd.DataFrame:
     that ignores the notion) once per notion present for its data set (both if none is), and a
     row with ``heterogeneity = NaN, silos = 0`` (a method that does not use the partition) once
     per (h, N) present for its data set (h = 0, N = 1 if none is)."""
-    from pfair.experiments.sweep import ANY_FAIRNESS, ANY_SILOS
-
     df = df.copy()
     if "config" not in df.columns:
         df["config"] = ""
@@ -250,7 +243,6 @@ def tradeoff_points(runs: Any) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = np.nan
     df["val_violation"] = np.where(eo, df["val_equalized_odds_difference"], df["val_demographic_parity_difference"])
-    from pfair.experiments.sweep import add_constant_columns
 
     if "silent_failure" not in df.columns:
         df = add_constant_columns(df)

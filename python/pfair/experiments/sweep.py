@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import inspect
 import json
 import math
+import multiprocessing
 import os
 import time
 import warnings
@@ -46,6 +48,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from pfair import __version__
 from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, get_method, violation_column
 from pfair.exceptions import ConvergenceWarning
 from pfair.settings import SteFFLeSettings
@@ -407,8 +410,6 @@ def parse_params(items: Any) -> dict[str, dict[str, Any]]:
 
 def _settings(epochs: int, batch_size: int | str, params: Mapping[str, Mapping[str, Any]],
               val_fraction: float = VAL_FRACTION) -> dict[str, Any]:
-    from pfair import __version__
-
     batch = batch_size if batch_size == "auto" else int(batch_size)
     return {"schema": SCHEMA, "epochs": int(epochs), "batch_size": batch,
             "params": {m: dict(sorted(p.items())) for m, p in sorted(params.items())},
@@ -483,8 +484,6 @@ def split_validation(ds: Any, fraction: float, seed: int) -> tuple[Any, tuple[np
     partition into silos sees only the remaining records), and the validation records. The test
     split is untouched. With ``fraction == 0`` the data set is returned as is and the validation
     arrays are empty."""
-    import dataclasses
-
     idx = validation_indices(ds.y_train, ds.s_train, fraction, seed)
     if idx.size == 0:
         empty = np.zeros(0, dtype=np.int64)
@@ -818,15 +817,11 @@ GUARD_HINT = (
 
 def _refuse_in_spawned_import() -> None:
     """``run_sweep`` called while a spawned worker imports the caller's script (no ``__main__`` guard)."""
-    import multiprocessing
-
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise RuntimeError(f"run_sweep was called while a worker process was starting: {GUARD_HINT}")
 
 
 def _executor(jobs: int, dataset_names: Sequence[str]) -> ProcessPoolExecutor:
-    import multiprocessing
-
     # spawn, not fork: a forked child would inherit a Rust thread pool whose threads it lacks
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(list(dataset_names),))
@@ -885,8 +880,6 @@ def run_sweep(
                         heterogeneities=heterogeneities, silos=silos, knobs=lams, seeds=seeds,
                         method_knobs=method_knobs, tuning=tuning)
     if epochs is None:
-        from pfair.settings import SteFFLeSettings
-
         epochs = SteFFLeSettings().epochs
     epochs = _check_positive_int(epochs, "epochs")
     validation_indices(np.zeros(0), np.zeros(0), float(val_fraction), 0)  # checks the range

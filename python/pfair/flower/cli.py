@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
+import warnings
+from pathlib import Path
 from typing import Any
+
+from pfair.cli_common import (_batch_size, add_data_arguments, add_save_model_argument, checkpoint_summary,
+                              load_federation, print_summary, print_tune, save_run_model)
+from pfair.flower import require_flwr
 
 
 def add_deploy_parser(sub: Any) -> None:
-    from pfair.cli_common import add_data_arguments
-
     p = sub.add_parser("deploy", help="run SteFFLe as separate Flower parties (needs pfair[flower])")
     where = p.add_subparsers(dest="where", required=True)
     q = where.add_parser(
@@ -38,7 +45,6 @@ def add_deploy_parser(sub: Any) -> None:
                "  pfair deploy local --csv loans.csv --label default --sensitive sex --workdir wd",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(q)
-    from pfair.cli_common import _batch_size
     from pfair.notions import FAIRNESS_NOTIONS
     from pfair.settings import SteFFLeSettings
 
@@ -78,7 +84,6 @@ def add_deploy_parser(sub: Any) -> None:
                         "on the same SuperNodes, the budget --epsilon split between them (docs/model_selection.md)")
     q.add_argument("--json", action="store_true", help="print one JSON object instead of text (the keys of "
                                                        "`pfair train --json`, plus the deployment's own)")
-    from pfair.cli_common import add_save_model_argument
 
     add_save_model_argument(q)
     q.set_defaults(func=deploy_local_command)
@@ -123,8 +128,6 @@ def deployed_tune_summary(search: dict) -> dict:
 
 def spent_ledgers(silos_dir: Any) -> dict[int, float]:
     """ε already spent by each silo's ledger under ``silos_dir`` (``silo<j>/state/ledger.json``)."""
-    from pathlib import Path
-
     from pfair.privacy.ledger import PrivacyLedger
 
     out = {}
@@ -141,7 +144,6 @@ class _WorkdirLock:
 
     def __init__(self, work: Any) -> None:
         import fcntl
-        import os
 
         self.path = work / "deploy.lock"
         self.fh = open(self.path, "a+")
@@ -203,18 +205,11 @@ def spent_now(silos_dir: Any) -> str:
 
 
 def deploy_local_command(args: argparse.Namespace) -> int:
-    import shutil
-    import tempfile
-    import warnings
-    from pathlib import Path
-
     import numpy as np
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli_common import checkpoint_summary, load_federation, print_summary
     from pfair.estimators import SteFFLe
-    from pfair.flower import require_flwr
 
     require_flwr()
     from pfair.flower.deploy import DeploymentFailed, one_line, run_deployment, write_federation
@@ -372,7 +367,6 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
     import pandas as pd
 
     from pfair import _core, metrics
-    from pfair.cli_common import checkpoint_summary, print_summary
 
     if res.get("status") == "refused":
         # Every silo refused every round: nothing was trained. Say which silos and why; exit 3.
@@ -442,7 +436,6 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
         result["tune"] = deployed_tune_summary(search)
         result["rounds"] = sum(r["rounds"] for r in search["runs"])
     if args.save_model:
-        from pfair.cli_common import save_run_model
         from pfair.model_file import linear_model
 
         # The analyst's model: the deployment's final θ, with the settings the server ran (a search's
@@ -461,8 +454,6 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
     result["warnings"] = notes[notes_printed:]  # the ones not printed before the run
     print_summary(result, args, ds, fed, report_df, where="Flower silos")
     if search is not None:
-        from pfair.cli_common import print_tune
-
         print_tune(result["tune"])
     if result["workdir"]:
         print(f"              (all columns: pfair privacy-report {work}/run.json [--explain])")

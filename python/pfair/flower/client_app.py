@@ -36,6 +36,7 @@ from flwr.clientapp import ClientApp
 
 from pfair.exceptions import PrivacyBudgetExceeded
 from pfair.flower import codec, silo_host
+from pfair.flower.models import parse_model_spec
 from pfair.flower.node import SiloNode, settings_from_run_config
 
 app = ClientApp()
@@ -46,8 +47,6 @@ def _settings(cfg: dict):
 
 
 def _node(node_config: dict, cfg: dict, nodes: silo_host.NodeCache | None) -> SiloNode:
-    from pfair.flower.models import parse_model_spec
-
     model = parse_model_spec(cfg["model"]) if "model" in cfg else None
     kw = dict(n_groups=int(cfg["n-groups"]), n_classes=int(cfg["n-classes"]), model=model)
     return nodes.get(node_config, **kw) if nodes is not None else SiloNode(node_config, **kw)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,6 +24,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from pfair.datasets.shards import write_shard
 from pfair.flower import FLOWER_ENV
 
 APP_PYPROJECT = """\
@@ -273,10 +277,6 @@ def write_federation(fed: Any, directory: str | os.PathLike, *, test: tuple | No
     """One shard per silo (and, with ``test=(X, y, s)``, a share of the test set per silo) under
     ``directory``; returns each silo's node config (its id, shard, state directory, its number of
     records and the federation's numbers of groups and classes; without its budget)."""
-    import numpy as np
-
-    from pfair.datasets.shards import write_shard
-
     root = Path(directory)
     configs = []
     tests = None
@@ -302,8 +302,6 @@ def run_config_for(settings: Any, *, n_silos: int, n_groups: int, n_classes: int
     """The run config of a SteFFLe run (public settings only; a node's noise is its own).
     ``model``: a deep model's factory spec (:mod:`pfair.flower.models`); None: the linear model.
     ``progress``: a file the ServerApp rewrites after every round (round, total, silos used)."""
-    import numpy as np
-
     p_s = settings.p_s if isinstance(settings.p_s, str) else np.asarray(settings.p_s).tolist()
     return {"settings": json.dumps(settings.as_dict() | {"p_s": p_s, "noise_seed": None}), "n-silos": int(n_silos),
             "n-groups": int(n_groups), "n-classes": int(n_classes), "out": str(out),
@@ -332,8 +330,6 @@ _TRACEBACK_NOISE = ("Traceback", "File ", "^", "During handling", "The above exc
 def last_error(text: str) -> str | None:
     """The last ``SomeError: message`` line of a log (a Python exception as a traceback ends), with
     Flower's colour codes and log prefixes removed; None when there is none."""
-    import re
-
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     found = None
     for line in text.splitlines():
@@ -347,8 +343,6 @@ def last_error(text: str) -> str | None:
 
 def one_line(reason: str) -> str:
     """A party's error reason (an error reply's text, possibly a whole traceback) as one line."""
-    import re
-
     text = re.sub(r"^code -?\d+: ", "", str(reason).strip())  # an error reply's Flower code
     found = last_error(text)
     if found:

@@ -41,11 +41,13 @@ import gc
 import importlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
 from pfair.flower import patches
@@ -102,8 +104,6 @@ def _exit_with(body: Callable[[], int | None]) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - report and exit, as a fresh process would
-        import traceback
-
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -247,8 +247,6 @@ def run_superexec(command: str = CLIENTAPP_COMMAND, wake_fd: int | None = None) 
 def waiter(wake_fd: int) -> Callable[[float], None]:
     """A ``time.sleep`` that returns early, taking one byte off the pipe, when a byte is waiting on
     ``wake_fd`` (:func:`notify`)."""
-    import select
-
     os.set_blocking(wake_fd, False)
 
     def wait(seconds: float) -> None:

@@ -94,13 +94,16 @@ only for the rounds its settings imply (:func:`check_total_rounds`; ``epochs`` i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Mapping
 
 import numpy as np
 
-from pfair import _core
-from pfair.exceptions import PrivacyBudgetExceeded, SettingsMismatch
+from pfair import _core, metrics
+from pfair.exceptions import BudgetTooSmall, LedgerRollback, PrivacyBudgetExceeded, SettingsMismatch
+from pfair.federation import Silo
+from pfair.flower.models import build_module
 # The policy's names are part of this module's interface (the node config, its files, its checks).
 from pfair.flower.policy import (  # noqa: F401
     ANCHOR_DIR_ENV, EVALUATE_EPSILON, EVALUATION_PREFIX, HISTOGRAM_FAIRNESS, HISTOGRAM_SHARE, LEDGER_FILE, LOCK_FILE,
@@ -111,13 +114,15 @@ from pfair.privacy import mechanisms
 from pfair.privacy.calibration import NoisePlan
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger, data_fingerprint, legacy_fingerprint
 from pfair.notions import HISTOGRAM_PREFIX
-from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY
+from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event, histogram_noise_multiplier
+from pfair.privacy.score_histogram import (SCORE_HISTOGRAM_EVENT, check_edges, release_score_histogram, score_bins,
+                                           score_counts)
 from pfair.protocol.messages import CheckpointRelease, SiloMessage
 from pfair.protocol.plan import rounds_per_epoch
 from pfair.protocol.keys import SiloKeys, evaluation_release, new_secret, noise_key, release_run, restore_key
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.providers.linear import LinearProvider
-from pfair.settings import SteFFLeSettings
+from pfair.settings import SteFFLeSettings, check_delta, default_delta
 from pfair.validation import holdout
 
 log = logging.getLogger("pfair.node")
@@ -150,13 +155,10 @@ class SiloNode:
         """This silo's persistent ledger (created with its own budget on first use)."""
         path = self.policy.state_dir / LEDGER_FILE
         if not path.exists() and (self.policy.state_dir / PLAN_FILE).exists():
-            from pfair.exceptions import LedgerRollback
-
             raise LedgerRollback(f"silo {self.silo_id}: the state directory holds a run's plan but no ledger: the "
                                  "ledger was deleted, and a new one would answer that run's rounds again. Restore "
                                  "the latest ledger, or start the silo over on purpose with `pfair node reset "
                                  "--state-dir DIR --i-understand`")
-        from pfair.settings import check_delta, default_delta
 
         if path.exists():
             ledger = PrivacyLedger.load(path, anchor=self.policy.anchor)
@@ -181,8 +183,6 @@ class SiloNode:
             provider: Any = LinearProvider(self._silo_set(st.validation_share, st.seed, st.notion.core_args()), 0,
                                            silo_config(st, len(y), None))
         else:
-            from pfair.federation import Silo
-            from pfair.flower.models import build_module
             from pfair.providers.torch import TorchProvider
 
             module = build_module(self.model, allowed=self.policy.allow_models)
@@ -255,8 +255,6 @@ class SiloNode:
         is read or charged), and once per notion: every later hello of that notion, in any run, gets
         the same release again at no cost. So no sequence of hellos spends more than
         :meth:`hello_bound` (docs/privacy.md, "A deployed silo")."""
-        import dataclasses
-
         with self.policy.locked():
             ledger = self.ledger()
             out: dict[str, Any] = {"n_records": self.n_records, "n_features": int(self.X.shape[1])}
@@ -300,8 +298,6 @@ class SiloNode:
         Gaussian release of noise multiplier z_h that costs ``histogram-share · min(epsilon,
         max-run-epsilon)`` alone; k of them compose to a Gaussian mechanism of μ = √k / z_h, whose
         ε at the ledger's δ is what the ledger charges (its exact currency)."""
-        from pfair.privacy.proportions import histogram_event, histogram_noise_multiplier
-
         with self.policy.locked():
             ledger = self.ledger()
         z_h = histogram_noise_multiplier(epsilon=min(ledger.epsilon, self.policy.max_run_epsilon), share=self.policy.histogram_share,
@@ -311,8 +307,6 @@ class SiloNode:
 
     def _refusal(self, party: SiloParty, rounds_per_epoch: int) -> str | None:
         """Why this silo refuses the run (its :class:`~pfair.exceptions.BudgetTooSmall` message), or None."""
-        from pfair.exceptions import BudgetTooSmall
-
         try:
             party.preflight(int(party.settings.epochs) * int(rounds_per_epoch),
                             reserve=self.policy.evaluation_reserve(party.settings, party.ledger))
@@ -481,9 +475,6 @@ class SiloNode:
         to the ledger, before the shard's counts are computed; the noise comes from the node's own
         key (fresh OS entropy per message, or its ``noise-seed``, which serves one such release
         only). Returns the noisy table and its noise multiplier (public)."""
-        from pfair.privacy.score_histogram import (SCORE_HISTOGRAM_EVENT, check_edges, release_score_histogram,
-                                                   score_bins, score_counts)
-
         edges = check_edges(edges, "edges")
         theta = np.asarray(theta, dtype=np.float64).ravel()
         if not np.all(np.isfinite(theta)):
@@ -524,8 +515,6 @@ class SiloNode:
     def _metrics(self, X: np.ndarray, y: np.ndarray, s: np.ndarray | None, theta: np.ndarray,
                  proba: np.ndarray | None = None) -> dict[str, float]:
         """Exact metrics of θ on (X, y, s) (without s: error and loss only)."""
-        from pfair import metrics
-
         proba = self._predict_proba(X, theta) if proba is None else proba
         pred = np.argmax(proba, axis=1)
         loss = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-300, None))))
@@ -540,7 +529,6 @@ class SiloNode:
             return _core.predict_proba(X, theta, self.n_classes)
         import torch
 
-        from pfair.flower.models import build_module
         from pfair.providers.torch import set_module_theta
 
         module = set_module_theta(build_module(self.model, allowed=self.policy.allow_models), theta).eval()
@@ -577,8 +565,6 @@ def metrics_from_table(table: np.ndarray) -> dict[str, float]:
     counts clamped at 0 and rounded, then the records they describe scored by
     :mod:`pfair.metrics`' own definitions. A gap the noisy counts leave undefined (one group left,
     or no class seen in two groups for equalized odds) is left out of the result."""
-    from pfair import metrics
-
     counts = np.rint(np.clip(np.asarray(table, dtype=np.float64), 0, None)).astype(np.int64)
     k, l, _ = counts.shape
     idx = np.repeat(np.arange(counts.size), counts.ravel())

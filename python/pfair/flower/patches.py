@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
 import logging
 import os
+import subprocess
 import threading
 import time
 import types
@@ -374,7 +376,6 @@ def skip_idle_middleware() -> bool:
     ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them all."""
     if not patchable() or os.environ.get(SKIP_MIDDLEWARE_ENV, "1") == "0":
         return False
-    import importlib
 
     found = False
     for name in ("flwr.superlink.main", "flwr.supernode.main"):
@@ -391,8 +392,6 @@ def link_superexec_popen(popen: Callable[..., Any]) -> bool:
     """The SuperLink starts its SuperExec with ``popen`` instead of ``subprocess.Popen``."""
     if not patchable():
         return False
-    import importlib
-    import subprocess
 
     module = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the package shadows it
     module.subprocess = module_with(subprocess, Popen=popen)  # type: ignore[attr-defined]
@@ -430,7 +429,6 @@ def node_superexec_popen(popen: Callable[..., Any]) -> bool:
     """The SuperNode starts its SuperExec with ``popen`` instead of ``subprocess.Popen``."""
     if not patchable():
         return False
-    import subprocess
 
     from flwr.supernode import start_client_internal
 
@@ -463,7 +461,6 @@ def route_app_launches(popen: Callable[..., Any]) -> bool:
     """The SuperExec launches its app processes with ``popen`` instead of ``subprocess.Popen``."""
     if not patchable():
         return False
-    import subprocess
 
     from flwr.supercore.superexec.executor import subprocess_executor
 

@@ -15,18 +15,24 @@ messages under this policy.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from pfair.exceptions import LedgerMismatch, SettingsMismatch
-from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, file_lock, journals
+from pfair.exceptions import LedgerMismatch, PrivacyWarning, SettingsMismatch
+from pfair.flower.models import DEFAULT_ALLOWED
 from pfair.notions import NOTIONS, FairnessNotion
-from pfair.settings import AUTO_RUN_BATCH, SteFFLeSettings
+from pfair.privacy.accountant import noise_multiplier_for
+from pfair.privacy.ledger import FILE_LOCKS, FILTER_SCHEMES, MechanismEvent, PrivacyLedger, file_lock, journals
+from pfair.settings import (AUTO_RUN_BATCH, CLIP_NAMES, DEEP_DEFAULTS, MEANINGFUL_EPSILON, SteFFLeSettings,
+                            resolve_deep_defaults)
 
 log = logging.getLogger("pfair.node")
 
@@ -59,7 +65,6 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     raw = run_config.get("settings")
     if raw is None:
         raise ValueError("the run config has no 'settings' entry (a JSON object of SteFFLe settings)")
-    from pfair.settings import CLIP_NAMES, DEEP_DEFAULTS, resolve_deep_defaults
 
     params = json.loads(raw) if isinstance(raw, str) else dict(raw)
     params["noise_seed"] = None
@@ -73,9 +78,6 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     unknown = sorted(set(params) - set(defaults))
     if unknown:
         raise ValueError(f"unknown SteFFLe settings in the run config: {unknown}")
-    import warnings
-
-    from pfair.exceptions import PrivacyWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)  # the node reports its own guarantee
@@ -100,8 +102,6 @@ def run_terms(settings: SteFFLeSettings, *, n_groups: int, n_classes: int, model
     """What a run's noise plan is made for: every setting (as the node resolved them, its own
     ``noise_seed`` and δ included), the sizes of the group and class encodings and the model
     spec, in JSON form, so that a copy saved to disk compares equal to a fresh one."""
-    import dataclasses
-
     terms = {"settings": dataclasses.asdict(settings), "n_groups": int(n_groups), "n_classes": int(n_classes),
              "model": dict(model) if model is not None else None}
     return json.loads(json.dumps(terms, sort_keys=True, default=_jsonable))
@@ -141,13 +141,8 @@ class SiloPolicy:
         self.state_dir = Path(str(need("state-dir")))
         self.silo_id = int(need("silo-id"))
         self.budget = float(need("epsilon"))
-        from pfair.settings import MEANINGFUL_EPSILON
 
         if self.budget > MEANINGFUL_EPSILON:
-            import warnings
-
-            from pfair.exceptions import PrivacyWarning
-
             warnings.warn(f"silo {node_config.get('silo-id')}: node config epsilon={self.budget:g} is above "
                           f"{MEANINGFUL_EPSILON:g}, where a guarantee stops meaning much (one record may make an "
                           "outcome e^epsilon times more likely); set a smaller epsilon", PrivacyWarning, stacklevel=2)
@@ -161,7 +156,6 @@ class SiloPolicy:
         self.evaluations_per_run = int(node_config.get("evaluations-per-run", 1))
         self.noise_seed = int(node_config["noise-seed"]) if "noise-seed" in node_config else None
         self.n_groups, self.n_classes = int(n_groups), int(n_classes)
-        from pfair.flower.models import DEFAULT_ALLOWED
 
         self.allow_models = str(node_config.get("allow-models", DEFAULT_ALLOWED))
         self.max_run_epsilon = float(node_config.get("max-run-epsilon", self.budget))
@@ -185,8 +179,6 @@ class SiloPolicy:
         return file_lock(self.state_dir / LOCK_FILE)
 
     def settings_for(self, settings: SteFFLeSettings, ledger: PrivacyLedger, check_budget: bool = True) -> SteFFLeSettings:
-        import dataclasses
-
         if settings.epsilon is None:
             raise ValueError("a deployed silo answers private runs only (epsilon is None in the run config)")
         if settings.sampling not in FILTER_SCHEMES:
@@ -281,8 +273,6 @@ def default_anchor(state_dir: os.PathLike | str) -> Path:
     """The default anchor journal of the ledger in ``state_dir``: a file of :func:`default_anchor_dir`
     named by the SHA-256 of the ledger's absolute path (one file per ledger, so that a journal's tail
     always holds its ledger's last entry)."""
-    import hashlib
-
     ledger = os.path.join(os.path.realpath(os.fspath(state_dir)), LEDGER_FILE)
     return default_anchor_dir() / f"{hashlib.sha256(ledger.encode()).hexdigest()[:32]}.journal"
 
@@ -292,10 +282,6 @@ def ledger_anchor(value: Any, state_dir: os.PathLike | str, *, silo: Any = None)
     names, :func:`default_anchor` when unset, or None for ``"none"`` (warned: a restored or emptied
     state directory then answers rounds again). An anchor inside ``state_dir`` is refused: a backup of
     the state directory would restore it with the ledger."""
-    import warnings
-
-    from pfair.exceptions import PrivacyWarning
-
     if value is not None and str(value).strip().lower() == NO_ANCHOR:
         warnings.warn(f"silo {silo}: node config ledger-anchor=none: nothing outside the state directory records "
                       "its ledger's writes, so restoring a backup of the whole state directory answers rounds again "
@@ -390,7 +376,5 @@ def evaluation_noise_multiplier(epsilon: float, delta: float) -> float:
     Gaussian mechanism's (Balle and Wang, "Improving the Gaussian Mechanism for Differential
     Privacy", 2018), which the ledger's currency prices at ``epsilon`` itself (RDP overpriced it:
     a release of nominal 0.05 cost 0.0438 at 12% more noise than needed)."""
-    from pfair.privacy.accountant import noise_multiplier_for
-
     return noise_multiplier_for(epsilon=epsilon, delta=delta, sample_rate=1.0, steps=1, sampling="full_batch",
                                 accountant="exact")

@@ -52,6 +52,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 import uuid
 from typing import Any, Callable, Iterable
@@ -62,6 +63,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Strategy
 
 from pfair.flower import codec, patches
+from pfair.flower.models import build_module, parse_model_spec
 from pfair.flower.node import settings_from_run_config
 from pfair.privacy.calibration import NoisePlan
 from pfair.protocol.driver import EpochOutcome, RunState
@@ -463,7 +465,6 @@ class SteFFLeStrategy(Strategy):
         (initialised from its public ``init_seed``) for a deep model."""
         if self.model is None:
             return np.zeros((d + 1) * (self.n_classes - 1))
-        from pfair.flower.models import build_module
         from pfair.providers.torch import module_theta
 
         return module_theta(build_module(self.model, allowed=self.model["factory"]))
@@ -651,7 +652,6 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point: settings and sizes from the run config, the result to ``out``."""
     rc = context.run_config
-    from pfair.flower.models import parse_model_spec
 
     st = settings_from_run_config(rc)
     strategy = SteFFLeStrategy(st, n_silos=int(rc["n-silos"]), n_groups=int(rc["n-groups"]),
@@ -676,8 +676,6 @@ def server_poll() -> float:
     deployment's, :mod:`pfair.flower.fast_superlink`: each pull then waits for the next reply
     itself), else 0.02 s (one HTTP request to the SuperLink each, only while a round's replies are
     awaited)."""
-    import os
-
     default = str(HELD_POLL) if os.environ.get(patches.HOLDS_ENV) else "0.02"
     raw = os.environ.get(SERVER_POLL_ENV, default)
     try:
@@ -692,8 +690,6 @@ def server_poll() -> float:
 def write_result(result: dict, out: str) -> None:
     """A ServerApp's result as JSON at ``out`` (atomically; nothing when ``out`` is empty)."""
     if out:
-        import os
-
         tmp = out + ".tmp"
         with open(tmp, "w") as f:
             json.dump(result, f, indent=1, default=float)

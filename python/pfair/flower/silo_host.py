@@ -27,16 +27,23 @@ a host would not release: the host runs the same code on the same inputs.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pickle
 import select
+import shutil
+import signal
 import socket
 import struct
 import sys
 import tempfile
+import time
+import traceback
 from collections import OrderedDict
 from typing import Any, Callable, Mapping
+
+from pfair.flower.node import SiloNode
 
 #: Environment variable naming the host's socket (set by the warm process for its forks), or
 #: ``0`` in a SuperNode's environment to run without a host.
@@ -53,10 +60,6 @@ def remove_stale(base: str | None = None, min_age: float = 60.0) -> list[str]:
     SIGKILL, as a teardown's last resort does, cannot remove its own); returns what was removed.
     Only directories older than ``min_age`` s: a host starting beside this one (every SuperNode of
     a loopback deployment starts at once) has made its directory but may not listen yet."""
-    import glob
-    import shutil
-    import time
-
     removed = []
     for directory in glob.glob(os.path.join(base or tempfile.gettempdir(), PREFIX + "*")):
         try:
@@ -97,8 +100,6 @@ class NodeCache:
 
     def __init__(self, build: Callable[..., Any] | None = None, max_nodes: int = MAX_NODES) -> None:
         if build is None:
-            from pfair.flower.node import SiloNode
-
             build = SiloNode
         self.build, self.max_nodes = build, int(max_nodes)
         self.nodes: OrderedDict[tuple, Any] = OrderedDict()
@@ -195,14 +196,10 @@ def start(handle: Callable[[Any], Any] | None = None) -> str | None:
     if pid == 0:  # pragma: no cover - the host (exercised through the Flower tests)
         code = 0
         try:
-            import signal
-
             os.close(parent_w)
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a teardown: remove the socket first
             serve(listener, parent_r, handle)
         except BaseException:  # noqa: BLE001
-            import traceback
-
             traceback.print_exc()
             code = 1
         finally:
@@ -227,8 +224,6 @@ _STARTED: list[tuple[int, int]] = []
 
 def stop(timeout: float = 10.0) -> None:
     """End the hosts this process started (they see the end of their pipe) and reap them."""
-    import time
-
     while _STARTED:
         pid, fd = _STARTED.pop()
         os.close(fd)

@@ -25,8 +25,11 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from pfair.fairness_target import implausible
 from pfair.flower import codec
+from pfair.flower.node import settings_from_run_config
 from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
+from pfair.postprocessing import choose_thresholds
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -49,8 +52,6 @@ def read_score_histogram(content: RecordDict, *, n_bins: int, n_groups: int) -> 
     """A silo's reply: its noisy ``n_bins × n_groups × 2`` table and its meta (silo, n_records,
     noise_multiplier). Refused (``ValueError``) when malformed, or when the table cannot come from
     ``n_records`` records plus noise of the stated std (a cell or the total 8 noise stds off)."""
-    from pfair.fairness_target import implausible
-
     meta = dict(content["meta"]) if "meta" in content else {}
     hist = codec.read_arrays(content["arrays"]).get("histogram") if "arrays" in content else None
     want = (int(n_bins), int(n_groups), 2)
@@ -70,8 +71,6 @@ def thresholds_from_histograms(histograms: Sequence[np.ndarray], *, constraints:
     """Pool the silos' released tables (sum, clamp at 0: post-processing) and choose the rule
     (:func:`pfair.postprocessing.choose_thresholds`); returns the
     :class:`~pfair.postprocessing.ThresholdRule` and the pooled table."""
-    from pfair.postprocessing import choose_thresholds
-
     if not histograms:
         raise ValueError("no silo released a score histogram; no thresholds can be chosen")
     pooled = np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
@@ -134,8 +133,6 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point: the run config of :func:`pfair.flower.deploy.run_config_for` plus ``theta``,
     ``edges`` (JSON lists), ``histogram-epsilon``, ``constraints`` and ``max-violation``."""
-    from pfair.flower.node import settings_from_run_config
-
     rc = context.run_config
     strategy = ThresholdStrategy(settings_from_run_config(rc), theta=json.loads(str(rc["theta"])),
                                  edges=json.loads(str(rc["edges"])), epsilon=float(rc["histogram-epsilon"]),

@@ -17,6 +17,14 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pfair.flower.deploy import run_deployments
+from pfair.flower.node import LEDGER_FILE
+from pfair.model_selection import PrivateSearch, choose_candidate, figure_columns, search_settings, spends
+from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.tuning import search_targets
+from pfair.settings import default_delta
+from pfair.validation import CheckpointFigures
+
 __all__ = ["DEPLOY_GRID", "deploy_search"]
 
 #: The grid of ``pfair deploy local --tune``: the step size only (every candidate is a deployed run,
@@ -27,9 +35,6 @@ DEPLOY_GRID: dict = {"lr_theta": [0.25, 1.0]}
 def _ledgers_before(node_configs: Sequence[Mapping[str, Any]]) -> list:
     """The SuperNodes' ledgers as their state directories hold them (None where a node has none yet).
     Read by the launcher of a loopback deployment, which wrote those directories itself."""
-    from pfair.flower.node import LEDGER_FILE
-    from pfair.privacy.ledger import PrivacyLedger
-
     out = []
     for cfg in node_configs:
         path = Path(str(cfg["state-dir"])) / LEDGER_FILE
@@ -60,12 +65,6 @@ def deploy_search(estimator: Any, param_grid: Any, node_configs: Sequence[Mappin
     refusal (``pfair deploy local --tune`` then reports the silos' reasons and exits 3)."""
     from sklearn.base import clone
     from sklearn.model_selection import ParameterGrid
-
-    from pfair.flower.deploy import run_deployments
-    from pfair.model_selection import PrivateSearch, choose_candidate, figure_columns, search_settings, spends
-    from pfair.privacy.tuning import search_targets
-    from pfair.settings import default_delta
-    from pfair.validation import CheckpointFigures
 
     search = PrivateSearch(estimator, param_grid, max_violation=max_violation)
     grid = search._candidates()

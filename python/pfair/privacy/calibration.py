@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 
 from pfair import _core
-from pfair.exceptions import PrivacyBudgetExceeded, PrivacyWarning
+from pfair.exceptions import BudgetTooSmall, PrivacyBudgetExceeded, PrivacyWarning
 from pfair.notions import FairnessNotion
 from pfair.privacy.accountant import PLD_SCHEMES, noise_multiplier_for
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
@@ -182,7 +182,6 @@ def check_noise_to_signal(plan: "NoisePlan", *, lam: float | None, clip_loss: fl
                         dims=dims)
     if r <= MAX_NOISE_TO_SIGNAL:
         return
-    from pfair.exceptions import BudgetTooSmall
 
     spent = ledger.epsilon_spent() if ledger is not None else 0.0
     budget = ledger.epsilon if ledger is not None else epsilon

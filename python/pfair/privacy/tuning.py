@@ -52,6 +52,7 @@ from pfair.privacy.accountant import (
     gaussian_mu,
     rdp_curve,
 )
+from pfair.privacy.calibration import composed_epsilon
 
 __all__ = ["SearchAccounts", "compare_accounts", "events_rdp", "repeat_and_select_epsilon", "repeat_and_select_rdp",
            "search_targets", "truncated_negative_binomial_gamma", "truncated_negative_binomial_mean"]
@@ -182,8 +183,6 @@ def compare_accounts(candidate_events: Sequence[Sequence], *, delta: float,
     """:class:`SearchAccounts` of a search whose candidate i charged ``candidate_events[i]``.
     ``composed``: the ledger's ε of the whole search when known (its currency may be tighter than
     RDP), else the RDP composition of every event."""
-    from pfair.privacy.calibration import composed_epsilon
-
     all_events = [e for events in candidate_events for e in events]
     comp = float(composed) if composed is not None else composed_epsilon(all_events, delta)
     k = len(candidate_events)

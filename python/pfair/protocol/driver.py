@@ -39,6 +39,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from pfair._progress import progress_bar
 from pfair.exceptions import PrivacyWarning
 from pfair.fairness_target import VIOLATION_SENSITIVITY
 from pfair.protocol.plan import RunPlan
@@ -163,8 +164,6 @@ class Driver:
         theta, w = state.theta.copy(), state.w.copy()
         epochs: Any = range(start_epoch, st.epochs)
         if progress:
-            from pfair._progress import progress_bar
-
             epochs = progress_bar(epochs, desc="SteFFLe", unit="epoch", total=st.epochs, initial=start_epoch)
         for epoch in epochs:
             active = self.transport.answering(epoch, self.refused)

@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pfair.privacy.proportions import inv_sqrt_proportions  # noqa: F401  (re-exported)
+from pfair.fairness_target import violation_noise_multiplier
+from pfair.privacy.proportions import histogram_noise_multiplier, inv_sqrt_proportions  # noqa: F401  (re-exported)
 from pfair.settings import SteFFLeSettings
 
 
@@ -110,22 +111,16 @@ class BudgetSplit:
 
     def histogram_noise_multiplier(self, delta: float) -> float:
         """``z_h`` of the p_s histogram: one full-batch Gaussian release costing its share alone."""
-        from pfair.privacy.proportions import histogram_noise_multiplier
-
         return histogram_noise_multiplier(epsilon=self.epsilon, share=self.histogram, delta=delta)
 
     def violation_noise_multiplier(self, delta: float, releases: int) -> float:
         """``z_v`` of the violation releases: ``releases`` full-batch Gaussian releases costing their
         share together."""
-        from pfair.fairness_target import violation_noise_multiplier
-
         return violation_noise_multiplier(epsilon=self.epsilon, share=self.violation, delta=delta, releases=releases)
 
     def validation_noise_multiplier(self, delta: float, releases: int) -> float:
         """``z_val`` of the record-mode validation tables: ``releases`` full-batch Gaussian releases
         costing their share together."""
-        from pfair.fairness_target import violation_noise_multiplier
-
         return violation_noise_multiplier(epsilon=self.epsilon, share=self.validation, delta=delta, releases=releases)
 
 

@@ -13,17 +13,18 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pfair.exceptions import LedgerMismatch
+from pfair.exceptions import LedgerMismatch, PrivacyWarning
 from pfair.federation import silo_fingerprints
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.proportions import combine_histograms, public_proportions
 from pfair.protocol.plan import RunPlan, inv_sqrt_proportions
 from pfair.protocol.server import ServerParty, reply_limits
-from pfair.settings import SteFFLeSettings
+from pfair.settings import DELTA_WARN_SHARE, SteFFLeSettings, check_delta
 
 
 def resolve_ledgers(settings: SteFFLeSettings, fed: Any, ledgers: Any) -> list:
@@ -54,16 +55,9 @@ def ledgers_for(settings: SteFFLeSettings, ledgers: Any, *, sizes: Sequence[int]
             raise ValueError("ledgers= applies to private fits only (epsilon is None)")
         return [None] * n
 
-    from pfair.settings import check_delta
-
     near = [j for j in range(n)  # a vacuous δ is refused before any ledger is made or read
             if check_delta(settings.delta_for(sizes[j]), sizes[j], party=f"{what} {labels[j]}", warn=False)]
     if near:
-        import warnings
-
-        from pfair.exceptions import PrivacyWarning
-        from pfair.settings import DELTA_WARN_SHARE
-
         shown = ", ".join(f"{labels[j]} (delta={settings.delta_for(sizes[j]):g}, n={sizes[j]})" for j in near[:5])
         warnings.warn(f"{len(near)} {what}(s) have delta > {DELTA_WARN_SHARE:g}/n for their n records: {shown}"
                       f"{', ...' if len(near) > 5 else ''}; the standard requirement is delta much smaller than 1/n "

@@ -35,13 +35,14 @@ from pfair.privacy.calibration import (
 )
 from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY
 from pfair.privacy import mechanisms
-from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
 from pfair.privacy.proportions import HISTOGRAM_SENSITIVITY, histogram_event
 from pfair.privacy.subspace import principal_basis
 from pfair.protocol.keys import SiloKeys, group_counts_release, release_run, validation_release, violation_release
 from pfair.protocol.messages import CheckpointRelease, LocalDiagnostics, SiloMessage
 from pfair.protocol.plan import BudgetSplit, budget_split, inv_sqrt_proportions
 from pfair.protocol.setup import begin_run
+from pfair.providers.linear import LinearProvider
 from pfair.settings import SteFFLeSettings
 from pfair.validation import VALIDATION_EVENT, VALIDATION_SENSITIVITY, validation_table
 
@@ -67,8 +68,6 @@ class CheckpointRequest:
 def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
     """The ledger event of ``steps`` checkpoint releases of one kind (``name``: the violation
     histogram or the validation table), each a full-batch Gaussian release of noise multiplier ``z``."""
-    from pfair.privacy.ledger import MechanismEvent
-
     return MechanismEvent(name=name, sampling="full_batch", sample_rate=1.0, noise_multiplier=noise_multiplier,
                           steps=int(steps))
 
@@ -205,8 +204,6 @@ class SiloParty:
         if rank is None:
             return None
         if "_theta_basis" not in self.__dict__:
-            from pfair.providers.linear import LinearProvider
-
             if not isinstance(self.provider, LinearProvider):
                 raise ValueError(
                     f"silo {self.silo_id}: theta_subspace is for the linear model (its θ has one row per feature); "
@@ -219,8 +216,6 @@ class SiloParty:
     def refusal_dims(self) -> int:
         """``dims`` of :func:`~pfair.privacy.calibration.noise_to_signal`: θ's length for the linear
         model (its logits read every coordinate), 1 for any other provider."""
-        from pfair.providers.linear import LinearProvider
-
         if isinstance(self.provider, LinearProvider) and self.n_features is not None:
             return (int(self.n_features) + 1) * (self.n_classes - 1)
         return 1

@@ -52,6 +52,7 @@ from torch.func import functional_call, vjp, vmap
 from pfair._validation import resolve_fairness
 from pfair.notions import FAIRNESS_NOTIONS as FAIRNESS  # noqa: F401  (re-exported)
 from pfair.notions import FairnessNotion
+from pfair.privacy.calibration import sample_rate_and_denominator
 from pfair.providers.base import BatchParts
 
 #: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes), on the
@@ -405,8 +406,6 @@ class TorchProvider:
         """The provider of a :class:`~pfair.federation.Silo` under :class:`~pfair.settings.SteFFLeSettings`
         (denominator, protection, clip norms and fairness notion as the Rust ``SiloConfig`` of
         :func:`pfair.protocol.silo.silo_config` has them)."""
-        from pfair.privacy.calibration import sample_rate_and_denominator
-
         _, denom = sample_rate_and_denominator(settings.sampling, len(silo), settings.batch_size)
         X, rows = silo.features_in_place()
         return cls(module, X, silo.y, silo.s, n_groups=n_groups, n_classes=n_classes, denominator=denom, rows=rows,
