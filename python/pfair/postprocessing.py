@@ -54,11 +54,18 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
-from pfair._validation import as_features, as_vector, check_choice
+from pfair._fit import warn_non_private
+from pfair._validation import _codes_among, as_features, as_vector, check_choice
 from pfair.exceptions import NotBetterThanConstantWarning, NotFittedError, PrivacyWarning
+from pfair.federation import Federation
+from pfair.privacy.accountant import epsilon_for
 from pfair.privacy.ledger import PrivacyLedger
+from pfair.privacy.report import PrivacyReport
 from pfair.privacy.score_histogram import (MAX_BINS, SCORE_HISTOGRAM_SENSITIVITY, check_edges, release_score_histogram,
                                            score_bins, score_counts)
+from pfair.protocol.keys import noise_key
+from pfair.protocol.setup import resolve_ledgers
+from pfair.settings import default_delta
 
 __all__ = ["PrivateThresholdOptimizer", "ThresholdRule", "choose_thresholds", "tradeoff", "CONSTRAINTS"]
 
@@ -260,10 +267,6 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         """Fit on a :class:`~pfair.Federation` (``X``), or on arrays split by ``silos`` (one silo
         id per record; None: one silo). ``ledgers``: as :meth:`pfair.SteFFLe.fit` (None: the
         federation's silos' own ledgers; a list of ledgers or JSON paths; ``"new"``)."""
-        from pfair.federation import Federation
-        from pfair.protocol.keys import noise_key
-        from pfair.protocol.setup import resolve_ledgers
-
         self._check_params()
         if isinstance(X, Federation):
             if y is not None or sensitive_features is not None or silos is not None:
@@ -291,8 +294,6 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                           "knows it can remove the noise, so the (epsilon, delta) guarantee does not hold against "
                           "them. Use it for simulations only", PrivacyWarning, stacklevel=2)
         if not private:
-            from pfair._fit import warn_non_private
-
             warn_non_private(type(self).__name__)
         tables, rows = [], []
         for j, (silo, sc) in enumerate(zip(fed.silos, scores)):
@@ -310,7 +311,6 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         pooled = np.maximum(np.sum(tables, axis=0), 0.0)
         self.released_counts_ = pooled
         self.rule_ = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation)
-        from pfair.privacy.report import PrivacyReport
 
         self.privacy_report_ = PrivacyReport(pd.DataFrame(rows).set_index("silo"))
         self._check_constant(pooled, [r["sigma_counts"] for r in rows])
@@ -398,8 +398,6 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         return edges if edges.size else np.array([0.5])
 
     def _report_row(self, j: int, n: int, ledger: PrivacyLedger | None, z: float) -> dict:
-        from pfair.privacy.accountant import epsilon_for
-
         if ledger is None:
             return {"silo": j, "n_records": n, "delta": math.nan, "noise_multiplier": 0.0, "sigma_counts": 0.0,
                     "epsilon_release": math.inf, "epsilon_spent": math.inf, "protect": self.protect,
@@ -441,8 +439,6 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X: Any, *, sensitive_features: Any) -> np.ndarray:
         """Probability of each class under the randomised rule, shape ``(n, 2)``: the positive
         class with probability ``q[group, bin(score)]``."""
-        from pfair._validation import _codes_among
-
         self._check_fitted()
         Xa = as_features(X)
         if Xa.shape[1] != self.n_features_in_:
@@ -483,6 +479,4 @@ class _Budget:
         return self.epsilon is not None
 
     def delta_for(self, n_records: int) -> float:
-        from pfair.settings import default_delta
-
         return float(self.delta) if self.delta is not None else default_delta(n_records)

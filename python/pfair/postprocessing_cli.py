@@ -10,16 +10,16 @@ import time
 import warnings
 from typing import Any
 
-from pfair.postprocessing import CONSTRAINTS
+from pfair.cli_common import _float_or_none, add_data_arguments, load_federation
 
-#: The test-set violation each constraint is measured by (pfair.metrics, default arguments).
+#: The test-set violation each constraint is measured by (pfair.metrics, default arguments); its keys
+#: are :data:`pfair.postprocessing.CONSTRAINTS`, the command's choices (spelled here, not imported:
+#: pfair.postprocessing loads scikit-learn and SciPy, which every ``pfair`` start would then pay).
 METRIC = {"demographic_parity": "demographic_parity_difference", "equalized_odds": "equalized_odds_difference",
           "equal_opportunity": "equal_opportunity_difference"}
 
 
 def add_postprocess_parser(sub: Any) -> None:
-    from pfair.cli_common import _float_or_none, add_data_arguments
-
     p = sub.add_parser(
         "postprocess", help="per-group thresholds from the silos' DP score histograms (uses s at prediction)",
         description="Split the training records into silos, train logistic regression on their x and y, let\n"
@@ -32,7 +32,7 @@ def add_postprocess_parser(sub: Any) -> None:
     p.add_argument("--epsilon", type=_float_or_none, default=1.0,
                    help="each silo's ledger after the release (default 1; 'none': exact counts, not private)")
     p.add_argument("--delta", type=float, default=None, help="each silo's delta (default 1/n_j^2)")
-    p.add_argument("--constraints", default="demographic_parity", choices=list(CONSTRAINTS),
+    p.add_argument("--constraints", default="demographic_parity", choices=list(METRIC),
                    help="the fairness constraint on the per-group rates (default demographic_parity)")
     p.add_argument("--max-violation", type=float, default=0.0, metavar="T",
                    help="tolerance on the rates estimated from the released histograms (default 0)")
@@ -48,7 +48,6 @@ def postprocess_command(args: argparse.Namespace) -> int:
     import numpy as np
 
     from pfair import metrics
-    from pfair.cli_common import load_federation
     from pfair.postprocessing import PrivateThresholdOptimizer
     from pfair.references import mixing_line
 

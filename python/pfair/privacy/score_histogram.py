@@ -14,7 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from pfair.exceptions import PrivacyBudgetExceeded
+from pfair.privacy import mechanisms
+from pfair.privacy.calibration import noise_multiplier_after
 from pfair.privacy.ledger import MechanismEvent, PrivacyLedger
+from pfair.protocol.keys import score_release
 
 #: L2 sensitivity of a silo's (score bin, s, y) table under replace-one of s or of a whole record.
 SCORE_HISTOGRAM_SENSITIVITY = math.sqrt(2.0)
@@ -56,9 +60,6 @@ def score_histogram_noise_multiplier(ledger: PrivacyLedger, epsilon: float) -> f
     :class:`~pfair.exceptions.PrivacyBudgetExceeded` when nothing is left), by RDP or the exact
     account. A ledger holding a run priced by its PLD (a record-mode fit's default) has, by RDP,
     already spent more than its budget: such a release is refused with that reason and the fix."""
-    from pfair.exceptions import PrivacyBudgetExceeded
-    from pfair.privacy.calibration import noise_multiplier_after
-
     if ledger.epsilon_spent() >= epsilon:
         raise PrivacyBudgetExceeded(
             f"silo {ledger.silo!r}: its ledger has spent epsilon={ledger.epsilon_spent():.4g} already, nothing is left "
@@ -83,9 +84,6 @@ def release_score_histogram(counts: Any, *, ledger: PrivacyLedger, epsilon: floa
     ``counts + z·√2·N(0, I)`` (``counts`` an array or a function computing it) and z. The noise is
     the release stream of the silo's i-th score histogram (:func:`pfair.protocol.keys.score_release`),
     which no other release of the silo shares."""
-    from pfair.privacy import mechanisms
-    from pfair.protocol.keys import score_release
-
     z = score_histogram_noise_multiplier(ledger, epsilon)
     earlier = sum(1 for e in ledger.events if e.name == SCORE_HISTOGRAM_EVENT)
     noisy = mechanisms.release_histogram(
