@@ -534,7 +534,7 @@ def test_every_method_gets_the_same_tuning_budget_and_the_grid_expands_as_docume
 
 
 def test_grid_runs_the_steffle_family_at_todays_defaults_and_the_others_at_their_pinned_settings(monkeypatch, tmp_path):
-    from pfair.experiments import grid, sweep
+    from pfair.experiments import grid
     from pfair.settings import SteFFLeSettings
 
     seen = {}
@@ -543,7 +543,7 @@ def test_grid_runs_the_steffle_family_at_todays_defaults_and_the_others_at_their
         seen[Path(directory).name] = (kw["epochs"], kw["batch_size"], kw["tuning"])
         return SimpleNamespace(ran=0, skipped=0, failed=0, seconds=0.0)
 
-    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(grid, "run_sweep", fake_run_sweep)  # where the grid looks it up
     grid.run_grid(tmp_path, parts=["paper"], methods="steffle,dp_fermi,pfld,fedavg", seeds=1, progress=False)
     for name in ("steffle", "dp_fermi"):  # None and "auto": what pfair train resolves
         epochs, batch, tuning = seen[name]

@@ -83,13 +83,13 @@ def test_a_search_never_chooses_a_run_the_silos_refused(tmp_path, monkeypatch):
     """deploy_search: a candidate whose run every silo refused (status "refused": nothing trained or
     released) is not chosen, even when no candidate released figures (validation_share=0), and the
     warning names it; when every run was refused, the first refusal is the result and says so."""
-    from pfair.flower import deploy
+    from pfair.flower import tune
 
     cfgs = [{"state-dir": str(tmp_path / f"s{j}"), "epsilon": 2.0} for j in range(2)]
     est = pfair.SteFFLe(epsilon=2.0, epochs=1, batch_size=150, p_s=[0.5, 0.5], seed=1, validation_share=0.0)
     for statuses, best, chosen in ((["refused", "completed"], 1, [False, True]),
                                    (["refused", "refused"], 0, [False, False])):
-        monkeypatch.setattr(deploy, "run_deployments",
+        monkeypatch.setattr(tune, "run_deployments",
                             lambda settings, *a, statuses=statuses, **k: [_result(st, 0.5) for st in statuses])
         out = deploy_search(est, {"lr_theta": [0.25, 1.0]}, cfgs, n_groups=2, n_classes=2, max_violation=None)
         assert out["best_index"] == best and [r["chosen"] for r in out["results"]] == chosen

@@ -47,6 +47,6 @@ def progress_bar(iterable: Optional[Iterable[Any]] = None, *, enabled: bool = Tr
     A disabled bar still iterates, counts and accepts ``update``/``set_postfix``/``close``, so
     callers need no second code path.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: loaded when a bar is made (the ClientApp imports this module)
 
     return tqdm(iterable, disable=not progress_wanted(enabled), **kwargs)

@@ -176,7 +176,7 @@ def as_labels(y: Any, n: int | None = None, *, estimator: str = "SteFFLe") -> np
         y = y.to_numpy()
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
-        from sklearn.exceptions import DataConversionWarning
+        from sklearn.exceptions import DataConversionWarning  # lazy: keeps scikit-learn out of a ClientApp's start
 
         warnings.warn("A column-vector y was passed when a 1d array was expected; pass y.ravel() (shape (n,))",
                       DataConversionWarning, stacklevel=3)

@@ -31,9 +31,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+# Each command imports what it runs inside its function: `pfair --help` and every other command load
+# neither the run engine nor scikit-learn unless they use them (docs/architecture.md, "Imports").
+from pfair import __version__
 # The pieces the subcommands share; re-exported here for the subcommand modules that still import
 # them from pfair.cli.
-from pfair import __version__
 from pfair.cli_common import (  # noqa: F401
     PRIVACY_COLUMNS,
     SMALL_GROUP,

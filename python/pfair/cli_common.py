@@ -14,6 +14,9 @@ import os
 import sys
 from typing import Any
 
+# numpy, pandas and the rest of pfair are imported inside the functions that use them: this module
+# loads at every `pfair` start (see pfair.cli).
+
 
 def _float_or_none(text: str) -> float | None:
     return None if text.lower() in ("none", "inf", "off") else float(text)

@@ -66,7 +66,7 @@ class LedgerMismatch(ValueError):
 
 
 def _not_fitted_error() -> type:
-    try:  # scikit-learn is a dependency; the fallback keeps this module importable on its own
+    try:  # lazy: `import pfair` and a ClientApp load no scikit-learn; the fallback keeps this module importable alone
         from sklearn.exceptions import NotFittedError as sklearn_not_fitted
     except ImportError:  # pragma: no cover
         sklearn_not_fitted = ValueError

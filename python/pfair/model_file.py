@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 import numpy as np
 import pandas as pd
 
+# torch and pfair's torch modules are imported inside the deep-model paths: torch is an optional extra.
 from pfair import __version__
 from pfair.datasets import TablePreprocessor
 from pfair.estimators import SteFFLe

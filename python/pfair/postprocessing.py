@@ -52,6 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import linprog
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from pfair._fit import warn_non_private
@@ -128,8 +129,6 @@ def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_par
     ``(1/n) Σ_{r,b} [q[r,b] N[b,r,0] + (1 − q[r,b]) N[b,r,1]]`` over ``0 ≤ q[r,b] ≤ q[r,b+1] ≤ 1``,
     subject to ``lo ≤ rate_r(q) ≤ hi`` for every group with a defined rate and ``hi − lo ≤ t``,
     per constrained rate."""
-    from scipy.optimize import linprog
-
     check_choice(constraints, "constraints", CONSTRAINTS)
     t = float(max_violation)
     if not (math.isfinite(t) and 0 <= t <= 1):
@@ -340,7 +339,7 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                 raise NotFittedError(f"prefit=True but estimator {type(est).__name__} is not fitted; fit it first")
             self._check_base_accounted(est)
             return est
-        from sklearn.linear_model import LogisticRegression
+        from sklearn.linear_model import LogisticRegression  # lazy: the default base model only
 
         est = clone(self.estimator) if self.estimator is not None else LogisticRegression(max_iter=1000)
         Xp, yp, _ = fed.pooled()  # x and y only: s is never read

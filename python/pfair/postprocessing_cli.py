@@ -10,6 +10,7 @@ import time
 import warnings
 from typing import Any
 
+# The command imports what it runs inside its function: this parser is built at every `pfair` start.
 from pfair.cli_common import _float_or_none, add_data_arguments, load_federation
 
 #: The test-set violation each constraint is measured by (pfair.metrics, default arguments); its keys

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning
+from pfair.federation import Federation
 
 #: L2 sensitivity of a silo's validation table under replace-one of a record (record mode).
 VALIDATION_SENSITIVITY = math.sqrt(2.0)
@@ -113,8 +114,6 @@ def split_federation(fed: Any, share: float, *, seed: int) -> tuple[Any, list]:
     matrix: no copy of the features), the held-out parts :class:`~pfair.federation.Silo` objects
     (None where a silo holds out nothing). With ``share = 0`` the federation itself and no held-out
     silos."""
-    from pfair.federation import Federation
-
     if share <= 0:
         return fed, [None] * fed.n_silos
     train, held = [], []

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
+from sklearn.utils.validation import validate_data
 
 from pfair import _core
 from pfair._fit import history_metrics
@@ -64,8 +66,6 @@ def shards_from(
                          "pass a Federation as X")
     Xa = as_features(X)
     if estimator is not None:
-        from sklearn.utils.validation import validate_data
-
         validate_data(estimator, X, reset=True, skip_check_array=True)
     n = Xa.shape[0]
     y_codes, classes = encode(as_labels(y, n, estimator=name), "y")
@@ -102,8 +102,6 @@ def evaluate(theta: np.ndarray, n_classes: int, X: np.ndarray, y: np.ndarray, s:
 
 def non_private_report(name: str, n_silos: int) -> Any:
     """``privacy_report_`` of a baseline that gives no DP guarantee (ε = ∞ for every silo)."""
-    import pandas as pd
-
     return pd.DataFrame(
         {"silo": range(n_silos), "mechanism": name, "epsilon_spent": np.inf, "delta": np.nan,
          "noise_multiplier": 0.0, "private": False}

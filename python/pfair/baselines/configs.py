@@ -24,6 +24,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pandas as pd
+
 from pfair.baselines._common import shards_from
 from pfair.estimators import SteFFLe
 
@@ -34,8 +36,6 @@ def _pool(X: Any, y: Any, sensitive_features: Any, silos: Any) -> tuple[Any, Any
     sh = shards_from(X, y, sensitive_features, silos, need_s=False)
     Xp, yp, sp = sh.pooled()
     if hasattr(X, "columns"):  # keep the column names for feature_names_in_
-        import pandas as pd
-
         Xp = pd.DataFrame(Xp, columns=X.columns)
     return Xp, sh.classes_[yp], (sh.groups_[sp] if sh.has_s else None)
 

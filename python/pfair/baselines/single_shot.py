@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import minimize
 
 from pfair._fit import _ParamsMixin
 from pfair._validation import check_choice, check_int, check_positive
@@ -75,8 +76,6 @@ def _centred_onehot(s: np.ndarray, k: int) -> np.ndarray:
 def solve_inner(A: np.ndarray, y_pm: np.ndarray, lam_theta: float, theta0: np.ndarray | None = None,
                 max_iter: int = 100) -> np.ndarray:
     """``argmin_θ ℓ_r(θ)`` for augmented features ``A`` and labels ±1 (L-BFGS, then Newton polish)."""
-    from scipy.optimize import minimize
-
     n, p = A.shape
     reg = lam_theta / p**2
 

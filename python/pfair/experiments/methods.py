@@ -53,6 +53,8 @@ def violation_column(fairness: str) -> str:
     return FAIRNESS_CHOICES[fairness]
 
 
+# Each method's class is imported when a sweep asks for it: `pfair`'s start reads this registry (the
+# sweep parser's choices) and loads no scikit-learn.
 def _steffle() -> type:
     from pfair.estimators import SteFFLe
 

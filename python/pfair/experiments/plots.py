@@ -99,7 +99,7 @@ def dataset_slug(name: str) -> str:
 
 
 def _matplotlib() -> Any:
-    try:
+    try:  # lazy: matplotlib is an optional extra (pfair[plot])
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is in the test extra
         raise ImportError(MATPLOTLIB_HINT) from None

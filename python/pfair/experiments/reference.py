@@ -83,7 +83,7 @@ class ExponentiatedGradientLR:
             ) -> "ExponentiatedGradientLR":
         """Pool the silos and fit. ``X`` is a :class:`pfair.Federation`, or arrays with ``y``,
         ``sensitive_features`` (and ``silos``, ignored apart from validation)."""
-        try:
+        try:  # lazy: fairlearn is an optional extra (pfair[experiments])
             from fairlearn.reductions import DemographicParity, EqualizedOdds, ExponentiatedGradient
             from sklearn.linear_model import LogisticRegression
         except ImportError:  # pragma: no cover - both are in the test and experiments extras

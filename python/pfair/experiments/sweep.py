@@ -48,9 +48,13 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from pfair import __version__
+# pfair.datasets and pfair.estimators are imported inside the functions that run cells: this module
+# loads at every `pfair` start (the sweep parser's choices), which loads no scikit-learn.
+from pfair import __version__, metrics
+from pfair._progress import progress_bar
 from pfair.experiments.methods import FAIRNESS_CHOICES, METHODS, check_methods, get_method, violation_column
 from pfair.exceptions import ConvergenceWarning
+from pfair.federation import Federation
 from pfair.settings import SteFFLeSettings
 from pfair.validation import training_sizes as silo_training_sizes
 
@@ -515,8 +519,6 @@ def _init_worker(dataset_names: Sequence[str]) -> None:
 
 
 def _metrics(y: np.ndarray, pred: np.ndarray, s: np.ndarray, prefix: str) -> dict[str, float]:
-    from pfair import metrics
-
     if len(y) == 0:
         return {}
     report = metrics.fairness_report(y, pred, sensitive_features=s)
@@ -578,9 +580,6 @@ def run_cell(cell: Cell, epochs: int, batch_size: int | str, params: Mapping[str
     Exceptions of the fit (e.g. a batch larger than a silo, divergence) do not propagate: the row
     gets NaN metrics and the message in ``error``. Warnings are counted in ``warnings`` and their
     distinct messages joined in ``warning_messages``."""
-    from pfair import metrics
-    from pfair.federation import Federation
-
     spec = get_method(cell.method)
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update(asdict(cell))
@@ -977,8 +976,6 @@ def _take(it: Iterator[Cell], n: int) -> list[Cell]:
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
-    from pfair._progress import progress_bar
-
     return progress_bar(total=total, desc="sweep", unit="cell", enabled=enabled, dynamic_ncols=True)
 
 

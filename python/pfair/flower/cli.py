@@ -19,6 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+# Each command imports what it runs inside its function (numpy, pandas, the run engine, Flower): these
+# parsers are built at every `pfair` start (see pfair.cli).
 from pfair.cli_common import (_batch_size, add_data_arguments, add_save_model_argument, checkpoint_summary,
                               load_federation, print_summary, print_tune, save_run_model)
 from pfair.flower import require_flwr

@@ -141,6 +141,7 @@ def _warm_process(read_fd: int, command: str) -> None:
     preload(command)
     if command == CLIENTAPP_COMMAND:
         # The silo's data in memory between messages: one host per node, forked before any app.
+        # Imported here (after preload): a SuperExec serving ServerApps never loads the ClientApp.
         from pfair.flower import silo_host
         from pfair.flower.client_app import host_handler
 

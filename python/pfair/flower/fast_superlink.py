@@ -27,12 +27,13 @@ from __future__ import annotations
 import os
 import sys
 
+from pfair.flower import fast_superexec as fx
+from pfair.flower import patches
+
 
 def main() -> int:
+    # Flower is imported when the launcher runs (`python -m`), not when this module is imported.
     from flwr.superlink.cli import flower_superlink
-
-    from pfair.flower import fast_superexec as fx
-    from pfair.flower import patches
 
     patches.hold_pulls(patches.link_hold())
     patches.skip_idle_middleware()

@@ -33,6 +33,9 @@ from __future__ import annotations
 import os
 import sys
 
+from pfair.flower import fast_superexec as fx
+from pfair.flower import patches
+
 # How long the SuperNode waits between two looks at its own state (a ClientApp's reply).
 LOCAL_WAIT = 0.005
 # Its idle poll of the SuperLink within 5 s of its last message (a run's next round is near).
@@ -42,10 +45,8 @@ HELD_POLL = 0.005
 
 
 def main() -> int:
+    # Flower is imported when the launcher runs (`python -m`), not when this module is imported.
     from flwr.supernode.cli import flower_supernode
-
-    from pfair.flower import fast_superexec as fx
-    from pfair.flower import patches
 
     fx.short_pull_backoff()
     patches.skip_idle_middleware()

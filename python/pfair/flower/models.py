@@ -38,6 +38,6 @@ def build_module(spec: Mapping[str, Any], *, allowed: str = DEFAULT_ALLOWED) -> 
                               f"{allowed!r}); the silo refuses to run code it did not allow")
     module_name, func = spec["factory"].split(":", 1)
     factory = getattr(importlib.import_module(module_name), func)
-    from pfair.torch.estimator import reset_parameters
+    from pfair.torch.estimator import reset_parameters  # lazy: torch is an optional extra
 
     return reset_parameters(factory(**spec["kwargs"]), spec["init_seed"])

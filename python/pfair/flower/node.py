@@ -100,6 +100,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+# Imported where they are used: torch (deep models only; an optional extra) and pfair.datasets.shards
+# (its package loads scikit-learn), which a ClientApp's start must not load.
 from pfair import _core, metrics
 from pfair.exceptions import BudgetTooSmall, LedgerRollback, PrivacyBudgetExceeded, SettingsMismatch
 from pfair.federation import Silo

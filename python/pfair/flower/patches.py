@@ -51,6 +51,10 @@ import time
 import types
 from typing import Any, Callable
 
+# Each patch imports the Flower internals it changes inside its function: a process loads only those
+# of the component it runs (SuperLink, SuperNode or SuperExec), and a Flower laid out otherwise
+# skips that patch instead of failing at import.
+
 log = logging.getLogger("pfair.flower")
 
 #: The Flower releases (major, minor) whose internals the patches below were read against; the
@@ -61,7 +65,7 @@ PATCHED_RELEASES = ((1, 41), (1, 42))
 def flower_release() -> tuple[int, int] | None:
     """The installed Flower's (major, minor), or None when Flower is not installed or its version
     does not parse."""
-    try:
+    try:  # lazy: importlib.metadata is 60 modules the fast_* launchers otherwise do not load
         from importlib.metadata import version
 
         parts = version("flwr").split(".")

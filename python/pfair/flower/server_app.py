@@ -465,7 +465,7 @@ class SteFFLeStrategy(Strategy):
         (initialised from its public ``init_seed``) for a deep model."""
         if self.model is None:
             return np.zeros((d + 1) * (self.n_classes - 1))
-        from pfair.providers.torch import module_theta
+        from pfair.providers.torch import module_theta  # lazy: torch is an optional extra
 
         return module_theta(build_module(self.model, allowed=self.model["factory"]))
 

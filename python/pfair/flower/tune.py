@@ -17,6 +17,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from sklearn.base import clone
+from sklearn.model_selection import ParameterGrid
+
 from pfair.flower.deploy import run_deployments
 from pfair.flower.node import LEDGER_FILE
 from pfair.model_selection import PrivateSearch, choose_candidate, figure_columns, search_settings, spends
@@ -63,9 +66,6 @@ def deploy_search(estimator: Any, param_grid: Any, node_configs: Sequence[Mappin
     (``status == "refused"``: budget spent or too small; nothing trained or released) is never
     chosen, and the warning names it; when every run was refused, ``best`` is the first run's
     refusal (``pfair deploy local --tune`` then reports the silos' reasons and exits 3)."""
-    from sklearn.base import clone
-    from sklearn.model_selection import ParameterGrid
-
     search = PrivateSearch(estimator, param_grid, max_violation=max_violation)
     grid = search._candidates()
     target = search._target(grid)

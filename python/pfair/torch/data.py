@@ -228,7 +228,7 @@ def load_digits_fair(*, n_groups: int = 3, label: str = "digit", test_size: floa
     The split is the reproducible stratified 3:1 split of :mod:`pfair.datasets`; ``attrs_*`` hold
     the raw ``digit`` and ``ink``.
     """
-    try:
+    try:  # lazy: scikit-learn's data sets for this one example only
         from sklearn.datasets import load_digits
     except ImportError:  # pragma: no cover
         raise ImportError("load_digits_fair needs scikit-learn (pip install scikit-learn)") from None
