@@ -299,6 +299,33 @@ def test_version_flag(capsys):
     assert capsys.readouterr().out.strip() == f"pfair {pfair.__version__}"
 
 
+def test_postprocess_offers_exactly_the_constraints_of_the_estimator():
+    """pfair postprocess spells its --constraints choices (METRIC's keys) instead of importing
+    pfair.postprocessing at every start; they must stay the estimator's."""
+    from pfair.cli import build_parser
+    from pfair.postprocessing import CONSTRAINTS
+    from pfair.postprocessing_cli import METRIC
+
+    assert tuple(METRIC) == CONSTRAINTS
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["postprocess"]
+    assert next(a for a in sub._actions if a.dest == "constraints").choices == list(CONSTRAINTS)
+
+
+@pytest.mark.slow
+def test_the_command_line_starts_without_scikit_learn_or_the_run_engine():
+    """Every `pfair` start builds all the parsers: that must not import scikit-learn, SciPy or the
+    run engine (each command imports what it runs; docs/architecture.md, "Imports")."""
+    code = ("import sys, contextlib, io, pfair.cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: pfair.cli.main(['--help'])\n"
+            "    except SystemExit: pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy', 'torch', 'flwr')}\n"
+            "             | {m for m in sys.modules if m in ('pfair.estimators', 'pfair.protocol', 'pfair.datasets')}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+
+
 def test_every_option_of_every_subcommand_has_help_text():
     import argparse
 
