@@ -89,6 +89,40 @@ def test_the_rust_pass_counts_what_the_python_path_counted(share, fairness):
             assert one[1][1] is None
 
 
+def test_logits_near_the_class_bounds_and_a_non_finite_theta_are_counted_as_the_python_path_counts():
+    """Sparse two-class rows take a quick sum of the logit when it clearly settles the class, and the
+    lanes otherwise (``rust/src/psi/predict.rs``): logits of about 0 and of about 10⁻⁹ (θ scaled down
+    to there, and one coordinate tuned so that a row's logit cancels to the bound) and a θ with a NaN
+    or an infinity give the reference's counts."""
+    name, fed = [f for f in federations() if f[0] == "csr"][0]
+    st = pfair.SteFFLe(lam=1.0, epochs=1, batch_size=16, validation_share=0.4, fairness="equalized_odds").settings()
+    sim = Simulation(st, fed)
+    assert not any(sim.counter.held.is_shared(j) for j in range(fed.n_silos))  # held as CSR
+    _, held = pfair.validation.split_federation(fed, st.validation_share, seed=st.seed)
+    rng = np.random.default_rng(3)
+    thetas = [rng.normal(size=sim.theta_len) * scale for scale in (1e-9, 3e-10, 1e-12, 1e-300)]
+    # The first held-out row of silo 0 on the bound: its logit θ_d + Σ x_j θ_j cancels to ~0 / ~1e-9.
+    row = np.asarray(held[0].X[0], dtype=np.float64).ravel()
+    j0 = int(np.flatnonzero(row)[0])
+    for aim in (0.0, 1e-9):
+        theta = rng.normal(size=sim.theta_len)
+        rest = theta[-1] + float(row @ theta[:-1]) - row[j0] * theta[j0]
+        theta[j0] = (aim - rest) / row[j0]
+        thetas.append(theta)
+    for bad in (np.nan, np.inf, -np.inf):
+        theta = rng.normal(size=sim.theta_len)
+        theta[j0] = bad
+        thetas.append(theta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the reference's softmax of a NaN logit
+        for theta in thetas:
+            got = sim.counter.counts(theta, list(range(fed.n_silos)), table=True, violation=True)
+            for j in range(fed.n_silos):
+                want = reference_counts(sim, held, theta, j)
+                np.testing.assert_array_equal(got[j][0], want[0], err_msg=str(theta[:3]))
+                np.testing.assert_array_equal(got[j][1], want[1], err_msg=str(theta[:3]))
+
+
 def test_on_adult_the_rows_are_read_in_place_and_counted_as_before():
     data = pfair.datasets.load_adult()
     fed = pfair.Federation.partition(data, 3, heterogeneity=0.0, by="age", seed=0)

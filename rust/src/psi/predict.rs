@@ -97,6 +97,9 @@ pub fn predict_class_of_proba<R: Rows>(
         return class_of_logits(z);
     }
     if let Some((cols, vals)) = rows.sparse_row(i).filter(|_| l == 2 && theta_finite) {
+        if let Some(class) = sparse_two_class_if_clear(theta, d, cols, vals) {
+            return class;
+        }
         let mut lanes = [0.0; LANES];
         for (&j, &v) in cols.iter().zip(vals) {
             lanes[j as usize % LANES] += v * theta[j as usize];
@@ -111,6 +114,48 @@ pub fn predict_class_of_proba<R: Rows>(
     }
     logits_row(buf, theta, l, z);
     class_of_logits(z)
+}
+
+/// The class [`predict_class_of_proba`] gives a sparse row under a two-class model, when a
+/// quick sum of its logit settles it; `None` when the logit is too close to `0` or to
+/// [`TWO_CLASS_CLEAR`] for that (the caller then sums the lanes, whose bits decide).
+///
+/// The lane sum `L` (column `j` in lane `j mod LANES`) and the quick sum `F` (two chains, entries
+/// in column order) add the same products `p_j = fl(x_j θ_j)` and `θ_d`, `n + 1` terms, in two
+/// orders, each along at most `n + 3` additions; each is within `γ_{n+3} A` of their exact sum
+/// (`A = |θ_d| + Σ|p_j|`, `γ_m = m u / (1 − m u)`, `u = 2⁻⁵³`; Higham, *Accuracy and Stability
+/// of Numerical Algorithms*, 2002, §4.2), so `|L − F| ≤ 2 γ_{n+3} A`. The bound used,
+/// `b = (n + 8) · 4u · Â` with `Â` the computed `A` (within `γ_{n+1}` of it), exceeds that
+/// for any row of fewer than 2⁴⁰ entries. Rounding is monotone, so `fl(F − b) > c` (a float `c`)
+/// implies `F − b > c` exactly: then `L > TWO_CLASS_CLEAR` (class 1); `fl(F + b) ≤ 0` implies
+/// `L ≤ 0` (class 0). An overflow makes `F` or `Â` infinite or NaN, and every comparison false:
+/// `None`. The caller passes a finite θ only.
+#[inline(always)]
+fn sparse_two_class_if_clear(theta: &[f64], d: usize, cols: &[u32], vals: &[f64]) -> Option<usize> {
+    let (mut f, mut a) = ([theta[d], 0.0], [theta[d].abs(), 0.0]);
+    let (cp, vp) = (cols.chunks_exact(2), vals.chunks_exact(2));
+    let (cr, vr) = (cp.remainder(), vp.remainder());
+    for (c, v) in cp.zip(vp) {
+        let (p0, p1) = (v[0] * theta[c[0] as usize], v[1] * theta[c[1] as usize]);
+        f[0] += p0;
+        f[1] += p1;
+        a[0] += p0.abs();
+        a[1] += p1.abs();
+    }
+    if let (Some(&c), Some(&v)) = (cr.first(), vr.first()) {
+        let p = v * theta[c as usize];
+        f[0] += p;
+        a[0] += p.abs();
+    }
+    let (f, a) = (f[0] + f[1], a[0] + a[1]);
+    let bound = (cols.len() + 8) as f64 * a * f64::powi(2.0, -51);
+    if f - bound > TWO_CLASS_CLEAR {
+        Some(1)
+    } else if f + bound <= 0.0 {
+        Some(0)
+    } else {
+        None
+    }
 }
 
 /// Where a two-class logit `z₁` (`z₀ = 0`) is at least this, the probabilities
@@ -289,5 +334,52 @@ mod tests {
         }
         let mut z = [0.0, 0.2, 0.2];
         assert_eq!(class_of_logits(&mut z), 1);
+    }
+
+    /// The class of a sparse two-class row from its lanes: the computation the quick sum must agree with.
+    fn lane_class(theta: &[f64], d: usize, cols: &[u32], vals: &[f64]) -> usize {
+        let mut lanes = [0.0; LANES];
+        for (&j, &v) in cols.iter().zip(vals) {
+            lanes[j as usize % LANES] += v * theta[j as usize];
+        }
+        class_of_logits(&mut [0.0, theta[d] + lane_sum(&lanes)])
+    }
+
+    #[test]
+    fn a_quick_sparse_logit_decides_only_what_the_lanes_decide() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let d = 64;
+        let (mut settled, mut left) = (0, 0);
+        for case in 0..30_000 {
+            let theta: Vec<f64> = (0..=d).map(|_| rng.gen_range(-2.0..2.0) * 10f64.powi(rng.gen_range(-3..4))).collect();
+            let n = rng.gen_range(0..=d);
+            let mut cols: Vec<u32> = rand::seq::index::sample(&mut rng, d, n).into_iter().map(|c| c as u32).collect();
+            cols.sort_unstable();
+            let mut vals: Vec<f64> = cols.iter().map(|_| rng.gen_range(-3.0..3.0)).collect();
+            if case % 2 == 1 && n >= 1 {
+                // Cancel the logit to about 0 or to about TWO_CLASS_CLEAR: the last entry takes
+                // what the others leave, give or take a few ulps and a few multiples of the threshold.
+                let last = n - 1;
+                let rest: f64 = theta[d] + cols[..last].iter().zip(&vals[..last]).map(|(&c, &v)| v * theta[c as usize]).sum::<f64>();
+                let aim = [0.0, TWO_CLASS_CLEAR, -TWO_CLASS_CLEAR, 2.0 * TWO_CLASS_CLEAR][rng.gen_range(0..4)];
+                let t = theta[cols[last] as usize];
+                if t != 0.0 {
+                    vals[last] = (aim - rest) / t + rng.gen_range(-4.0..4.0) * f64::EPSILON * ((aim - rest) / t).abs();
+                }
+            }
+            match sparse_two_class_if_clear(&theta, d, &cols, &vals) {
+                Some(c) => {
+                    settled += 1;
+                    assert_eq!(c, lane_class(&theta, d, &cols, &vals), "case {case}: cols {cols:?}, vals {vals:?}");
+                }
+                None => left += 1,
+            }
+        }
+        // Most rows are settled by the quick sum; the cancelled ones near a bound are left to the lanes.
+        assert!(settled > 15_000 && left > 300, "settled {settled}, left to the lanes {left}");
+        // An overflow settles nothing.
+        let theta = vec![f64::MAX, f64::MAX, 0.0];
+        assert_eq!(sparse_two_class_if_clear(&theta, 2, &[0, 1], &[2.0, -2.0]), None);
     }
 }
