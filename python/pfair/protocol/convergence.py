@@ -106,9 +106,11 @@ class ConvergenceMonitor:
     #: Records in the whole sample (known after the first check).
     _sample_total: int | None = field(default=None, repr=False)
 
-    def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float) -> None:
-        """Check θ after epoch ``epoch`` (1-based) and warn on divergence."""
-        norm = float(np.linalg.norm(theta))
+    def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float,
+                    norm: float | None = None) -> None:
+        """Check θ after epoch ``epoch`` (1-based) and warn on divergence (``norm``: ‖θ‖ when the
+        caller has it, else computed here)."""
+        norm = float(np.linalg.norm(theta)) if norm is None else float(norm)
         if not self.diverged and (norm >= DIVERGED_NORM or (self.last_norm > 0 and norm > GROWTH * max(self.last_norm, 10.0))):
             self.diverged = True
             warnings.warn(
@@ -123,28 +125,29 @@ class ConvergenceMonitor:
             return
         per_silo = max(1, min(SAMPLE, TOTAL_SAMPLE // max(1, len(self.silo_features))))
         counts = self._collapse_counts(theta, per_silo)
-        total = int(np.sum(counts)) if counts is not None else 0
-        share = float(np.max(counts)) / total if total else 0.0
+        total = sum(counts) if counts is not None else 0
+        share = max(counts) / total if total else 0.0
         if share >= COLLAPSE_SHARE:
             if self.collapse_since is None:
                 self.collapse_since = epoch
-            self.collapse_info = dict(epoch=epoch, share=share, cls=int(np.argmax(counts)), theta_norm=norm,
+            self.collapse_info = dict(epoch=epoch, share=share, cls=counts.index(max(counts)), theta_norm=norm,
                                       w_norm=float(np.linalg.norm(w)), records=total)
         else:
             self.collapse_since, self.collapse_info = None, {}
             self.ever_varied = True
 
-    def _collapse_counts(self, theta: np.ndarray, per_silo: int) -> np.ndarray | None:
-        """The whole sample's counts per class, or None when every ``THIN``-th sampled row already
+    def _collapse_counts(self, theta: np.ndarray, per_silo: int) -> list[int] | None:
+        """The whole sample's counts per class (Python integers: a few of them, where NumPy's
+        reductions cost more than the sums), or None when every ``THIN``-th sampled row already
         shows that no class has ``COLLAPSE_SHARE`` of the sample (module docstring)."""
         total = self._sample_total
         if total and THIN > 1:
-            sub = self._counts(theta, per_silo, THIN)
-            outside = int(np.sum(sub)) - int(np.max(sub))
+            sub = [int(c) for c in self._counts(theta, per_silo, THIN)]
+            outside = sum(sub) - max(sub)
             if (total - outside) / total < COLLAPSE_SHARE:
                 return None
-        counts = self._counts(theta, per_silo)
-        self._sample_total = int(np.sum(counts))
+        counts = [int(c) for c in self._counts(theta, per_silo)]
+        self._sample_total = sum(counts)
         return counts
 
     def _counts(self, theta: np.ndarray, per_silo: int, thin: int = 1) -> np.ndarray:

@@ -183,11 +183,12 @@ class Driver:
                     f"training diverged at epoch {epoch + 1}: standardise the features (mean 0, std 1: "
                     f"make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta (now "
                     f"{lr:g}) or lam, or clip harder")
-            self.monitor.after_epoch(epoch + 1, theta, w, lr)
+            theta_norm = float(np.linalg.norm(theta))
+            self.monitor.after_epoch(epoch + 1, theta, w, lr, norm=theta_norm)
             info = {"epoch": epoch + 1, "lr_theta": lr}
             if out.answered is not None:
                 info["silos_answering"] = out.answered
-            info.update({"theta_norm": float(np.linalg.norm(theta)), "w_norm": float(np.linalg.norm(w)),
+            info.update({"theta_norm": theta_norm, "w_norm": float(np.linalg.norm(w)),
                          "update_norm": float(np.linalg.norm(theta - before))})
             if self.keep_exact:
                 info.update(out.exact)
