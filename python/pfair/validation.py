@@ -303,7 +303,8 @@ def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
         return None
     l, m = shape[0], shape[0] * shape[0]  # noqa: E741
     ints = list(map(int, cells))
-    return [[max(sum(ints[t * m + y * l + v] for t in range(len(tables))), 0) for v in range(l)] for y in range(l)]
+    sums = [max(sum(ints[i::m]), 0) for i in range(m)]  # cell i of every table
+    return [sums[y * l:(y + 1) * l] for y in range(l)]
 
 
 #: How every warning that the figures could not tell a model from the constant predictor begins

@@ -263,10 +263,12 @@ def check_counts(arr: Any, name: str, shape: tuple, limit: tuple | None, every_r
         return f"the {name} has shape {c.shape}, expected {shape}"
     if c.dtype.kind != "f":
         return f"the {name} has dtype {c.dtype}, expected float"
-    if not all(map(math.isfinite, c.ravel().tolist())):  # a few cells: cheaper than two NumPy calls
+    cells = c.ravel().tolist()  # a few cells: cheaper as a list than in two NumPy calls
+    if not all(map(math.isfinite, cells)):
         return f"the {name} has NaN or inf"
     if limit is not None:
-        why = implausible(c, n_records=limit[0], std=limit[1], every_record=every_record)
+        why = implausible(c, n_records=limit[0], std=limit[1], every_record=every_record,
+                          cells=cells if c.dtype == np.float64 else None)
         if why is not None:
             return f"the {name}: {why}"
     return None
