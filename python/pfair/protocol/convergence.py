@@ -142,11 +142,11 @@ class ConvergenceMonitor:
         shows that no class has ``COLLAPSE_SHARE`` of the sample (module docstring)."""
         total = self._sample_total
         if total and THIN > 1:
-            sub = [int(c) for c in self._counts(theta, per_silo, THIN)]
+            sub = np.asarray(self._counts(theta, per_silo, THIN)).tolist()
             outside = sum(sub) - max(sub)
             if (total - outside) / total < COLLAPSE_SHARE:
                 return None
-        counts = [int(c) for c in self._counts(theta, per_silo)]
+        counts = np.asarray(self._counts(theta, per_silo)).tolist()
         self._sample_total = sum(counts)
         return counts
 
