@@ -380,3 +380,22 @@ def test_a_histogram_release_with_a_bad_noise_std_is_refused_before_its_charge(z
     with pytest.raises(ValueError, match="noise std sigma"):
         add_noise(counts, z, noise_key(None), 0, 1)
     assert add_noise(counts, 0.0, noise_key(None), 0, 1) is counts  # σ = 0: nothing drawn
+
+
+def test_the_drivers_vector_norm_has_the_bits_of_numpys():
+    """The history's θ, W and update norms (``pfair.protocol.driver.vector_norm``): the bits of
+    ``np.linalg.norm`` on float64 vectors of every scale (overflow and a NaN included) and on
+    another dtype."""
+    from pfair.protocol.driver import vector_norm
+
+    rng = np.random.default_rng(2)
+    with np.errstate(over="ignore"):
+        for n in (1, 2, 103, 1031):
+            for exp in (-300, -150, -3, 0, 3, 150, 160):
+                x = rng.normal(size=n) * 10.0 ** exp
+                assert vector_norm(x) == float(np.linalg.norm(x))
+    x = rng.normal(size=7)
+    x[3] = np.nan
+    assert math.isnan(vector_norm(x))
+    x32 = rng.normal(size=9).astype(np.float32)
+    assert vector_norm(x32) == float(np.linalg.norm(x32))
