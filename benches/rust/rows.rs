@@ -153,6 +153,7 @@ fn main() {
         sigma_theta: 0.14,
         sigma_w: 0.58,
         send_psi: true,
+        subspace: None,
     };
     let cfgs = vec![cfg; n_silos];
     let keys: Vec<SiloKeys> =
