@@ -130,6 +130,24 @@ def test_calibration_never_refuses_a_feasible_target(scheme, accountant, log_eps
     assert epsilon_for(noise_multiplier=z, **kw) <= eps * (1 + 1e-9)
 
 
+
+@pytest.mark.parametrize("scheme", ["poisson", "poisson_replace_one"])
+def test_a_huge_noise_multiplier_is_not_credited_with_epsilon_zero_by_rounding(scheme):
+    """Found by the property test above: at z = 1e6 the Poisson series' rounding (1e-17) took the
+    per-step RDP of some orders below 0, which the conversion turns into ε = 0, so epsilon_for
+    called a target met that the calibration (whose scan skipped those orders) refused. Below
+    1e-14 the bound is now the joint-convexity one, and the two agree."""
+    kw = dict(sample_rate=1e-3, steps=1, delta=1e-9, sampling=scheme, accountant="rdp")
+    at_max = epsilon_for(noise_multiplier=_core.Z_MAX, **kw)
+    assert at_max > 0.01  # the order floor: log(1/δ)/(α_max − 1) and the like, not 0
+    assert epsilon_for(noise_multiplier=3e5, **kw) >= at_max * (1 - 1e-9)  # non-increasing in z
+    with pytest.raises(ValueError, match="unreachable"):
+        noise_multiplier_for(epsilon=0.01, delta=1e-9, sample_rate=1e-3, steps=1, sampling=scheme, accountant="rdp")
+    z = noise_multiplier_for(epsilon=at_max * 1.01, delta=1e-9, sample_rate=1e-3, steps=1, sampling=scheme,
+                             accountant="rdp")
+    assert z <= _core.Z_MAX and epsilon_for(noise_multiplier=z, **kw) <= at_max * 1.01
+
+
 # ------------------------------------------------------------------------------------ ledger
 
 def test_ledger_charged_epoch_by_epoch_equals_the_calibration():

@@ -126,6 +126,8 @@ pub fn noise_multiplier_for_orders(
     let (mut lo, mut hi);
     let e1 = eps_at(1.0)?;
     let (mut e_lo, mut e_hi);
+    // An order that certifies Z_MAX when the scan (which can over-state ε) did not.
+    let mut seed_at_z_max = None;
     if e1 > epsilon {
         (lo, e_lo, hi) = (1.0, e1, 2.0);
         loop {
@@ -134,7 +136,20 @@ pub fn noise_multiplier_for_orders(
                 break;
             }
             if hi >= Z_MAX {
-                return Err(AccountingError::Unreachable { epsilon, z_max: Z_MAX, epsilon_at_z_max: e_hi });
+                // Refuse only what the full-order ε (what `epsilon_for` reports) refuses too.
+                let mut at_order = order_epsilon(Z_MAX, q, steps, delta, scheme);
+                let full: Vec<f64> = sorted.iter().map(|&a| at_order(a).max(0.0)).collect();
+                match sorted.iter().zip(&full).find(|(_, &e)| e <= epsilon) {
+                    Some((&a, &e)) => {
+                        seed_at_z_max = Some(a);
+                        e_hi = e;
+                        break;
+                    }
+                    None => {
+                        let least = full.iter().copied().fold(f64::INFINITY, f64::min);
+                        return Err(AccountingError::Unreachable { epsilon, z_max: Z_MAX, epsilon_at_z_max: least });
+                    }
+                }
             }
             (lo, e_lo) = (hi, e_hi);
             hi = (hi * 2.0).min(Z_MAX);
@@ -186,7 +201,7 @@ pub fn noise_multiplier_for_orders(
     // narrows to JUMP_WIDTH. The scan may place the jump late (it can over-state ε), so the jump
     // is located again with the full-order ε, which is what `epsilon_for` and the ledgers report:
     // the result is the smallest z that meets the target, to a relative 1e-9.
-    let seed = order_at_hi;
+    let seed = seed_at_z_max.unwrap_or(order_at_hi);
     Ok(smallest_feasible(epsilon, (lo, hi), seed, Release { q, steps, delta, scheme }, &sorted))
 }
 
