@@ -443,8 +443,9 @@ def test_every_flower_patch_stands_behind_the_one_version_check(monkeypatch):
                    patches.superexec_wait(lambda s: None), patches.wake_after_pull(lambda: None),
                    patches.short_pull_backoff(), patches.node_superexec_popen(None),
                    patches.link_superexec_popen(None), patches.route_app_launches(None),
-                   patches.wake_on_new_runs(lambda: None), patches.hold_pulls(0.5), patches.skip_idle_middleware()]
-        assert applied == [False] * 11 and patches.link_hold() == 0.0
+                   patches.wake_on_new_runs(lambda: None), patches.hold_pulls(0.5), patches.skip_idle_middleware(),
+                   patches.direct_middleware()]
+        assert applied == [False] * 12 and patches.link_hold() == 0.0
         assert before == (http_grid.pull_objects, start_client_internal.time, run_superexec.time,
                           start_client_internal._pull_and_store_message)
     finally:
@@ -509,6 +510,20 @@ def test_the_flower_internals_the_loopback_tuning_replaces_are_there():
             assert all(path.startswith("/v1/control/") for _, path in control.CONTROL_SENSITIVE_ROUTE_KEYS)
         assert condition in body, name
     assert "_get_middleware()" in inspect.getsource(link_main)
+    # direct_middleware: both HTTP apps are built by their module's create_app, looked up when the
+    # command starts its API, and their BaseHTTPMiddleware layers keep their dispatch where it reads it.
+    from starlette.middleware.base import BaseHTTPMiddleware, _CachedRequest
+
+    node_main = importlib.import_module("flwr.supernode.main")
+    node_cli = importlib.import_module("flwr.supernode.cli.flower_supernode")
+    assert callable(link_main.create_app) and callable(node_main.create_app)
+    assert "fastapi_app = create_app(" in inspect.getsource(superlink_cli)
+    assert "app=create_app(" in inspect.getsource(node_cli)
+    assert "Middleware(BaseHTTPMiddleware, dispatch=http_error_translator)" in inspect.getsource(link_main)
+    assert 'fastapi_app.middleware("http")(http_error_translator)' in inspect.getsource(node_main)
+    assert "self.dispatch_func = self.dispatch if dispatch is None else dispatch" in \
+        inspect.getsource(BaseHTTPMiddleware.__init__)
+    assert "wrapped_receive" in vars(_CachedRequest)
 
 
 def test_a_held_pull_answers_when_something_is_stored_or_at_its_end():
@@ -579,6 +594,85 @@ def test_a_skipped_middleware_still_sees_the_requests_it_acts_on():
 
     assert asyncio.run(call("/v1/fleet/pull-messages")) == [200] and seen == []
     assert asyncio.run(call("/v1/control/start-run")) == [200] and seen == ["/v1/control/start-run"]
+
+
+def test_a_direct_middleware_answers_as_flowers_layer_does():
+    """pfair.flower.patches.direct: Flower's own error translator and a layer that reads the
+    request's body, sets request state and rewrites the response give, run directly on a Fleet
+    API call, the same response as the BaseHTTPMiddleware they are (an answer, a translated
+    error); a Control API call still goes through the BaseHTTPMiddleware."""
+    import asyncio
+
+    from flwr.supercore.error.http import http_error_translator
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.responses import Response
+
+    from pfair.flower import patches
+
+    dispatched = []
+
+    class Rewriting(BaseHTTPMiddleware):
+        async def dispatch(self, request, call_next):
+            request.state.seen = await request.body()
+            response = await call_next(request)
+            dispatched.append(request.url.path)
+            return Response(b"outer:%d" % response.status_code, status_code=response.status_code,
+                            headers={"x-inner": response.headers.get("x-inner", "")})
+
+    async def app(scope, receive, send):
+        body = (await receive())["body"]  # replayed: the layer above read it first
+        if body == b"fail":
+            raise ValueError("handler failed")
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(b"x-inner", scope["state"]["seen"])]})
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b"!"})
+
+    async def call(asgi, path, body):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(), "root_path": "",
+                 "query_string": b"", "headers": [], "scheme": "http", "server": ("127.0.0.1", 1), "state": {}}
+        await asgi(scope, receive, send)
+        # what goes on the wire: the status, the headers, the body (however it is cut in messages)
+        starts = [(m["status"], sorted(m["headers"])) for m in sent if m["type"] == "http.response.start"]
+        return starts, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+    def flower(inner):  # as Flower stacks them: the error translator outside
+        return BaseHTTPMiddleware(Rewriting(inner), dispatch=http_error_translator)
+
+    def direct(inner):
+        return patches.direct(BaseHTTPMiddleware)(patches.direct(Rewriting)(inner), dispatch=http_error_translator)
+
+    for path in ("/v1/fleet/pull-messages", "/v1/runtime/push-object"):
+        for body in (b"payload", b"fail"):
+            want, got = asyncio.run(call(flower(app), path, body)), asyncio.run(call(direct(app), path, body))
+            assert got == want and len(want[0]) == 1, (path, body, got, want)
+        assert dispatched[-2:] == [path, path]
+    assert asyncio.run(call(direct(app), "/v1/fleet/pull-messages", b"payload")) == \
+        ([(201, [(b"content-length", b"9"), (b"x-inner", b"payload")])], b"outer:201")
+    assert asyncio.run(call(direct(app), "/v1/fleet/pull-messages", b"fail"))[0][0][0] == 500
+    # a Control API call (possibly streamed) is not gathered: the BaseHTTPMiddleware runs it
+    seen = []
+    real_init = BaseHTTPMiddleware.__call__
+
+    async def spy(self, scope, receive, send):
+        seen.append(scope["path"])
+        await real_init(self, scope, receive, send)
+
+    try:
+        BaseHTTPMiddleware.__call__ = spy
+        asyncio.run(call(direct(app), "/v1/control/stream-logs", b"payload"))
+        asyncio.run(call(direct(app), "/v1/fleet/pull-messages", b"payload"))
+    finally:
+        BaseHTTPMiddleware.__call__ = real_init
+    assert seen == ["/v1/control/stream-logs"] * 2
 
 
 @pytest.mark.slow

@@ -10,7 +10,10 @@ behind its one version check):
   parties ask again at once instead of polling every few hundredths of a second
   (:func:`~pfair.flower.patches.hold_pulls`).
 * Its HTTP app skips the Control and Fleet middleware on the requests they hand on untouched
-  (:func:`~pfair.flower.patches.skip_idle_middleware`; ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them).
+  (:func:`~pfair.flower.patches.skip_idle_middleware`; ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them),
+  and runs the error translation, protobuf translation and node authentication of a Fleet or
+  Runtime API call without a task group per layer (:func:`~pfair.flower.patches.direct_middleware`;
+  ``PFAIR_DIRECT_MIDDLEWARE=0`` keeps Flower's layers).
 * The SuperExec it starts for its ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote`
   forked from this process after it has imported Flower's SuperExec, its ``flwr-serverapp``
   runtime and :mod:`pfair.flower.server_app`, and it forks a run's ServerApp process from a warm
@@ -37,6 +40,7 @@ def main() -> int:
 
     patches.hold_pulls(patches.link_hold())
     patches.skip_idle_middleware()
+    patches.direct_middleware()
     if os.environ.get("PFAIR_WARM_CLIENTAPPS", "1") != "0" and patches.patchable():
         from flwr.supercore.cli import flower_superexec  # noqa: F401
 

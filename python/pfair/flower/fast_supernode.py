@@ -12,7 +12,8 @@ The changes, none of which touches the protocol:
   module's 0.5 s waits for a ClientApp's reply (which read the node's own state, not the
   network) become 0.005 s.
 * Its Runtime API skips the tracing middleware unless ``FLWR_TRACING_ENABLED=1``
-  (:func:`pfair.flower.patches.skip_idle_middleware`).
+  (:func:`pfair.flower.patches.skip_idle_middleware`), and runs its error and protobuf
+  translation without a task group per layer (:func:`pfair.flower.patches.direct_middleware`).
 * Object pulls retry after 0.05 s instead of 1 s
   (:func:`pfair.flower.patches.short_pull_backoff`).
 * The SuperExec it starts is a :class:`~pfair.flower.fast_superexec.Zygote` forked from this
@@ -50,6 +51,7 @@ def main() -> int:
 
     fx.short_pull_backoff()
     patches.skip_idle_middleware()
+    patches.direct_middleware()
     # Flower's 3 s is the idle poll of the SuperLink; its 0.5 s waits read this node's own state.
     # A loopback SuperLink holds an empty pull (pfair.flower.patches.hold_pulls): ask again at once.
     held = patches.link_hold() > 0

@@ -23,6 +23,9 @@ patch                                 what it replaces (Flower module global or 
 :func:`skip_idle_middleware`          the Control, Fleet and tracing middleware classes     SuperLink,
                                       named in ``flwr.superlink.main`` and                  SuperNode
                                       ``flwr.supernode.main``
+:func:`direct_middleware`             ``create_app`` of ``flwr.superlink.main`` and         SuperLink,
+                                      ``flwr.supernode.main`` (the ``BaseHTTPMiddleware``   SuperNode
+                                      layers of Fleet and Runtime API calls)
 :func:`node_idle_poll`                ``flwr.supernode.start_client_internal.time``         SuperNode
 :func:`node_superexec_popen`          ``flwr.supernode.start_client_internal.subprocess``   SuperNode
 :func:`wake_after_pull`               ``start_client_internal._pull_and_store_message``     SuperNode
@@ -361,8 +364,111 @@ def passing(cls: type, passes: Callable[[str], bool]) -> type:
                 await self.inner(scope, receive, send)
 
     Passing.__name__ = Passing.__qualname__ = f"Passing{cls.__name__}"
-    Passing.wrapped = cls  # type: ignore[attr-defined]
+    Passing.wrapped, Passing.passes = cls, staticmethod(passes)  # type: ignore[attr-defined]
     return Passing
+
+
+def _unary_protobuf(scope: Any) -> bool:
+    """Whether an HTTP request is one of the Fleet or Runtime API's protobuf calls, whose every
+    answer is one unary (not streamed) response."""
+    from flwr.supercore.protobuf.translation import PROTOBUF_REQUEST_TYPES
+
+    path = scope.get("path", "")
+    return path.startswith(("/v1/fleet/", "/v1/runtime/")) and (scope.get("method"), path) in PROTOBUF_REQUEST_TYPES
+
+
+def direct(cls: type) -> type:
+    """``cls`` (a Starlette ``BaseHTTPMiddleware``, or the class itself with ``dispatch=``) as a
+    plain ASGI middleware that runs the same ``dispatch`` on a Fleet or Runtime API call
+    (:func:`_unary_protobuf`), with a ``call_next`` that awaits the next app in the same task
+    and hands ``dispatch`` its response gathered whole, and runs ``cls`` itself on every other
+    request (the Control API's streamed logs among them).
+
+    ``BaseHTTPMiddleware`` runs the next app in a task group of its own and streams its response
+    through memory streams, so that a streamed response can pass; a unary protobuf answer does not
+    need that, and each such layer cost a Flower request on loopback about as much CPU as its
+    handler. ``dispatch`` sees the same request (its body replayed to the next app, as
+    ``BaseHTTPMiddleware`` does), the same exceptions of the next app and a response with the same
+    status, headers and body; what it returns is sent as it is."""
+    from starlette.middleware.base import _CachedRequest
+    from starlette.responses import Response
+
+    class Direct:
+        def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+            self.app, self.inner = app, cls(app, *args, **kwargs)
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or not _unary_protobuf(scope):
+                await self.inner(scope, receive, send)
+                return
+            request = _CachedRequest(scope, receive)
+            app = self.app
+
+            async def call_next(_request: Any) -> Response:
+                start: dict[str, Any] = {}
+                body: list[bytes] = []
+
+                async def gather(message: Any) -> None:
+                    if message["type"] == "http.response.start":
+                        start.update(message)
+                    elif message["type"] == "http.response.body":
+                        body.append(message.get("body", b""))
+
+                await app(scope, request.wrapped_receive, gather)
+                if not start:
+                    raise RuntimeError("No response returned.")
+                response = Response(content=b"".join(body), status_code=start["status"])
+                response.raw_headers = list(start.get("headers", []))
+                return response
+
+            response = await self.inner.dispatch_func(request, call_next)
+            await response(scope, request.wrapped_receive, send)
+
+    Direct.__name__ = Direct.__qualname__ = f"Direct{cls.__name__}"
+    Direct.direct = cls  # type: ignore[attr-defined]
+    return Direct
+
+
+#: Environment variable: ``0`` keeps Flower's ``BaseHTTPMiddleware`` layers as they are (:func:`direct_middleware`).
+DIRECT_MIDDLEWARE_ENV = "PFAIR_DIRECT_MIDDLEWARE"
+
+
+def direct_middleware() -> bool:
+    """The SuperLink's and SuperNode's HTTP apps run each ``BaseHTTPMiddleware`` layer that acts
+    on a Fleet or Runtime API call — Flower's error translator, its protobuf translation and the
+    SuperLink's node authentication — through :func:`direct`: the same ``dispatch`` on the same
+    request, without a task group and memory streams per layer and request. Wraps both modules'
+    ``create_app`` (called by Flower's commands when they start their HTTP API); composes with
+    :func:`skip_idle_middleware` (a layer skipped on some paths runs directly on the others).
+    ``PFAIR_DIRECT_MIDDLEWARE=0`` keeps Flower's layers as they are."""
+    if not patchable() or os.environ.get(DIRECT_MIDDLEWARE_ENV, "1") == "0":
+        return False
+    import importlib
+
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    found = False
+    for name in ("flwr.superlink.main", "flwr.supernode.main"):
+        module = importlib.import_module(name)
+        real = getattr(module, "create_app", None)
+        if real is None or getattr(real, "_pfair_direct", False):
+            found = found or real is not None
+            continue
+
+        def create_app(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            app = _real(*args, **kwargs)
+            for middleware in app.user_middleware:
+                cls = middleware.cls
+                if isinstance(cls, type) and issubclass(cls, BaseHTTPMiddleware):
+                    middleware.cls = direct(cls)
+                elif isinstance(getattr(cls, "wrapped", None), type) and issubclass(cls.wrapped, BaseHTTPMiddleware):
+                    middleware.cls = passing(direct(cls.wrapped), cls.passes)
+            return app
+
+        create_app._pfair_direct = True  # type: ignore[attr-defined]
+        module.create_app = create_app
+        found = True
+    return found
 
 
 #: Environment variable: ``0`` keeps every middleware on every request (:func:`skip_idle_middleware`).
