@@ -11,8 +11,8 @@ behind its one version check):
   (:func:`~pfair.flower.patches.hold_pulls`).
 * Its HTTP app skips the Control and Fleet middleware on the requests they hand on untouched
   (:func:`~pfair.flower.patches.skip_idle_middleware`; ``PFAIR_SKIP_MIDDLEWARE=0`` keeps them),
-  and runs the error translation, protobuf translation and node authentication of a Fleet or
-  Runtime API call without a task group per layer (:func:`~pfair.flower.patches.direct_middleware`;
+  and runs the error translation, protobuf translation, node authentication and event log of a
+  Fleet or Runtime API call without a task group per layer (:func:`~pfair.flower.patches.direct_middleware`;
   ``PFAIR_DIRECT_MIDDLEWARE=0`` keeps Flower's layers).
 * The SuperExec it starts for its ServerApps is a :class:`~pfair.flower.fast_superexec.Zygote`
   forked from this process after it has imported Flower's SuperExec, its ``flwr-serverapp``

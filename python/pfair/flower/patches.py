@@ -435,8 +435,8 @@ DIRECT_MIDDLEWARE_ENV = "PFAIR_DIRECT_MIDDLEWARE"
 
 def direct_middleware() -> bool:
     """The SuperLink's and SuperNode's HTTP apps run each ``BaseHTTPMiddleware`` layer that acts
-    on a Fleet or Runtime API call — Flower's error translator, its protobuf translation and the
-    SuperLink's node authentication — through :func:`direct`: the same ``dispatch`` on the same
+    on a Fleet or Runtime API call — Flower's error translator, its protobuf translation, the
+    SuperLink's node authentication and Fleet event log — through :func:`direct`: the same ``dispatch`` on the same
     request, without a task group and memory streams per layer and request. Wraps both modules'
     ``create_app`` (called by Flower's commands when they start their HTTP API); composes with
     :func:`skip_idle_middleware` (a layer skipped on some paths runs directly on the others).
