@@ -443,8 +443,6 @@ def direct_middleware() -> bool:
     ``PFAIR_DIRECT_MIDDLEWARE=0`` keeps Flower's layers as they are."""
     if not patchable() or os.environ.get(DIRECT_MIDDLEWARE_ENV, "1") == "0":
         return False
-    import importlib
-
     from starlette.middleware.base import BaseHTTPMiddleware
 
     found = False
