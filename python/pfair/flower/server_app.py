@@ -135,8 +135,8 @@ class SiloLink:
             dst[mid] = m.metadata.dst_node_id
             ids.append(mid)
         pending, got = set(ids), {}
+        patches.bound_object_pulls()  # before the clock starts: its first call imports Flower's grid
         deadline = time.monotonic() + timeout
-        patches.bound_object_pulls()
         token = patches.PULL_DEADLINE.set(deadline)
         try:
             while pending and time.monotonic() < deadline:
