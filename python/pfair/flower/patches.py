@@ -443,7 +443,11 @@ def direct_middleware() -> bool:
     ``PFAIR_DIRECT_MIDDLEWARE=0`` keeps Flower's layers as they are."""
     if not patchable() or os.environ.get(DIRECT_MIDDLEWARE_ENV, "1") == "0":
         return False
-    from starlette.middleware.base import BaseHTTPMiddleware
+    try:  # Starlette's request that replays its body: a private name, so a Starlette without it skips the patch
+        from starlette.middleware.base import BaseHTTPMiddleware, _CachedRequest  # noqa: F401
+    except ImportError:
+        log.warning("pfair: Starlette has no _CachedRequest; Flower's HTTP middleware runs as it is")
+        return False
 
     found = False
     for name in ("flwr.superlink.main", "flwr.supernode.main"):
