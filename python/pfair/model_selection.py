@@ -74,8 +74,8 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     st = clone(estimator).set_params(batch_size="auto").settings()
     train = training_sizes(sizes, st.validation_share)
     auto = st.for_sizes(train)
-    if st.stretches_run and int(auto.batch_size) > AUTO_RUN_BATCH:
-        k = int(auto.batch_size) / AUTO_RUN_BATCH
+    k = st.stretch(int(auto.batch_size))
+    if k > 1.0:
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], "batch_size": [int(auto.batch_size)],
                  "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)]}]

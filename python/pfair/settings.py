@@ -493,6 +493,15 @@ class SteFFLeSettings:
         return (self.noisy_rounds and self.protect == "attribute" and self.sampling != "full_batch"
                 and self.max_violation is None)
 
+    def stretch(self, batch: int) -> float:
+        """``k``, the factor ``batch_size="auto"`` multiplies ``lr_theta``, ``epochs`` and
+        ``decay_every`` by when it resolves to ``batch`` (:meth:`for_sizes`): ``batch /
+        AUTO_RUN_BATCH`` where the run stretches (:attr:`stretches_run`) to a batch above
+        :data:`AUTO_RUN_BATCH`, else 1."""
+        if not self.stretches_run or batch <= AUTO_RUN_BATCH:
+            return 1.0
+        return batch / AUTO_RUN_BATCH
+
     def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
         ``m = min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per
@@ -516,9 +525,9 @@ class SteFFLeSettings:
         batch = max(1, min(cap, smallest))
         if self.noisy_target:
             return replace(self, batch_size=batch, lr_theta=self.lr_theta * TARGET_STEP_FACTOR)
-        if not self.stretches_run or batch <= AUTO_RUN_BATCH:
+        k = self.stretch(batch)
+        if k == 1.0:
             return replace(self, batch_size=batch)
-        k = batch / AUTO_RUN_BATCH
         epochs = math.ceil(int(self.epochs) * k)
         if epochs > MAX_EPOCHS:
             raise ValueError(f"epochs={self.epochs} with batch_size='auto' is a run of {epochs:,} epochs at the automatic "

@@ -233,7 +233,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
                             epochs=args.epochs, batch_size=args.batch_size, p_s=p_s, seed=args.seed,
                             protect=args.protect, sampling="shuffle" if args.protect == "record" else "auto")
         st = estimator.settings()
-        base_lr = float(st.lr_theta)
+        unresolved = st
         # batch_size="auto" resolved from the silos' training records, as pfair train resolves it, so
         # that the server and every silo run the same public batch (and, for a private run stretched
         # to its batch, the same epochs, step and decay: written out, the silos take them as given).
@@ -302,8 +302,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
 
             # The grid's steps are stated like lr_theta: times whatever "auto" multiplied the step by (a
             # private run stretched to its batch, pfair.settings.SteFFLeSettings.for_sizes).
-            scale = float(st.lr_theta) / base_lr if base_lr > 0 else 1.0
-            grid = {"lr_theta": [v * scale for v in DEPLOY_GRID["lr_theta"]]}
+            k = unresolved.stretch(int(st.batch_size))
+            grid = {"lr_theta": [v * k for v in DEPLOY_GRID["lr_theta"]]}
             search = deploy_search(estimator, grid, configs, n_groups=fed.n_groups, n_classes=fed.n_classes,
                                    workdir=work / "flower", round_timeout=args.round_timeout, timeout=args.timeout)
             res = search["best"]
