@@ -126,13 +126,17 @@ def _silo(s0: int) -> tuple:
     return X, y, s
 
 
-def _config(sigma_theta: float = 0.0, sigma_w: float = 0.0, subspace: np.ndarray | None = None):
-    return _core.SiloConfig(sampling="without_replacement", batch_size=BATCH, sample_rate=Q, clip_theta=CLIP,
-                            sigma_theta=sigma_theta, sigma_w=sigma_w, subspace=subspace)
+def _config(sigma_theta: float = 0.0, sigma_w: float = 0.0, subspace: np.ndarray | None = None,
+            quantile: float | None = None):
+    """The audited round's config; with ``quantile`` the adaptive clip (``clip_theta`` 1: σ_θ is a
+    std per unit of clip norm, which the round multiplies by its clip)."""
+    return _core.SiloConfig(sampling="without_replacement", batch_size=BATCH, sample_rate=Q,
+                            clip_theta=CLIP if quantile is None else 1.0, sigma_theta=sigma_theta, sigma_w=sigma_w,
+                            subspace=subspace, clip_quantile=quantile)
 
 
-def _claimed_sigmas(z: float) -> tuple[float, float]:
-    _, d_theta, d_w = _core.sensitivities(INV_SQRT_PS, n_groups=2, denom=float(BATCH), clip_theta=CLIP)
+def _claimed_sigmas(z: float, clip: float = CLIP) -> tuple[float, float]:
+    _, d_theta, d_w = _core.sensitivities(INV_SQRT_PS, n_groups=2, denom=float(BATCH), clip_theta=clip)
     s_theta, s_w = _core.noise_stds([d_theta, d_w], z)
     return s_theta, s_w
 
@@ -144,34 +148,52 @@ def _vec(msg: dict) -> np.ndarray:
 class Rounds:
     """The rounds of the public batch stream that draw record 0, and the adversary's means."""
 
-    def __init__(self) -> None:
+    def __init__(self, quantile: float | None = None, scanned: "Rounds | None" = None) -> None:
+        """``quantile``: the rounds of the adaptive clip at that quantile (None: the fixed clip
+        ``CLIP``); ``scanned``: rounds whose scan of the batch stream to reuse (the batches do not
+        depend on the clip)."""
+        self.quantile = quantile
         self.sets = [_core.SiloSet([_silo(s0)], n_groups=2, n_classes=2) for s0 in (0, 1)]  # D, D'
         self.batch_key = _core.NoiseKey.seeded(BATCH_KEY)
-        clean = _config()
-        batches: dict[tuple, int] = {}
-        hits, batch_ids, self.misses = [], [], []
-        for r in range(SCANNED_ROUNDS):
-            b = _core.draw_batch(clean, N_RECORDS, key=self.batch_key, silo=0, round=r)
-            if 0 in b:
-                hits.append(r)
-                batch_ids.append(batches.setdefault(tuple(sorted(b.tolist())), len(batches)))
-            elif len(self.misses) < 1000:
-                self.misses.append(r)
-        self.hits, self.batch_ids = np.array(hits), np.array(batch_ids)
+        clean = _config(quantile=quantile)
+        if scanned is None:
+            batches: dict[tuple, int] = {}
+            hits, batch_ids, self.misses = [], [], []
+            for r in range(SCANNED_ROUNDS):
+                b = _core.draw_batch(clean, N_RECORDS, key=self.batch_key, silo=0, round=r)
+                if 0 in b:
+                    hits.append(r)
+                    batch_ids.append(batches.setdefault(tuple(sorted(b.tolist())), len(batches)))
+                elif len(self.misses) < 1000:
+                    self.misses.append(r)
+            self.hits, self.batch_ids, self.n_batches = np.array(hits), np.array(batch_ids), len(batches)
+        else:
+            self.hits, self.batch_ids, self.misses, self.n_batches = (scanned.hits, scanned.batch_ids, scanned.misses,
+                                                                      scanned.n_batches)
         # The adversary's noise-free message for every batch that holds record 0, under D and D'
         # (clean config: no noise; the noise key is irrelevant).
-        first = {bid: int(self.hits[np.argmax(self.batch_ids == bid)]) for bid in range(len(batches))}
-        self.clean = [[self.step(silos, clean, _core.NoiseKey.seeded(0), first[bid]) for bid in range(len(batches))]
+        first = {bid: int(self.hits[np.argmax(self.batch_ids == bid)]) for bid in range(self.n_batches)}
+        self.clean = [[self.step(silos, clean, _core.NoiseKey.seeded(0), first[bid]) for bid in range(self.n_batches)]
                       for silos in self.sets]
         self.mean = [np.array([_vec(m) for m in means]) for means in self.clean]  # (batches, 7) per neighbour
         self.loss_grad = np.array([m["loss_grad"] for m in self.clean[0]])
+        # The clip of each batch's round (the fixed one, or the batch's adaptive clip): the same
+        # under both neighbours, since it reads no s.
+        self.clips = np.array([m["clip_theta"] for m in self.clean[0]])
+        np.testing.assert_array_equal(self.clips, [m["clip_theta"] for m in self.clean[1]])
 
     def step(self, silos, config, noise_key, r: int) -> dict:
         return silos.step(0, THETA, W, INV_SQRT_PS, config, batch_key=self.batch_key, noise_key=noise_key, round=r)
 
+    def stds(self, sigma_theta: float, sigma_w: float) -> np.ndarray:
+        """The noise stds of each batch's round (batches × 7): with the adaptive clip σ_θ is per unit
+        of clip norm and scales with the batch's clip."""
+        scale = self.clips if self.quantile is not None else np.ones(self.n_batches)
+        return np.column_stack([np.outer(scale * sigma_theta, np.ones(3)), np.full((self.n_batches, 4), sigma_w)])
+
     def distances(self, sigma_theta: float, sigma_w: float) -> np.ndarray:
         """Distance between the two neighbours' means, in the given noise stds, per batch."""
-        sig = np.array([sigma_theta] * 3 + [sigma_w] * 4)
+        sig = self.stds(sigma_theta, sigma_w)
         return np.sqrt(np.sum((self.mean[1] - self.mean[0]) ** 2 / sig**2, axis=1))
 
     def attack(self, sigma_theta: float, sigma_w: float, claim_theta: float, claim_w: float,
@@ -180,7 +202,7 @@ class Rounds:
         sigma_w) from a fresh secret key each; the adversary's test is built for the claimed stds.
         With ``subspace`` (a basis U of θ's rows) the silo sends ψ_θ projected on it after its noise
         (``theta_subspace``), and the adversary tests the projected means (noise σ_θ along U)."""
-        sig = np.array([claim_theta] * 3 + [claim_w] * 4)
+        sig = self.stds(claim_theta, claim_w)
 
         def projected(means: np.ndarray) -> np.ndarray:  # ψ_θ's three coordinates projected, ψ_W's as they are
             if subspace is None:
@@ -191,7 +213,7 @@ class Rounds:
         dist = np.sqrt(np.sum(diff**2 / sig**2, axis=1))
         weight = diff / sig**2 / dist[:, None]  # per batch: standardised NP direction
         mean0 = projected(self.mean[0])
-        noisy = _config(sigma_theta, sigma_w, subspace)
+        noisy = _config(sigma_theta, sigma_w, subspace, self.quantile)
         out = []
         for silos in self.sets:
             key = _core.NoiseKey.secret()
@@ -339,5 +361,32 @@ def test_a_release_projected_on_a_public_subspace_keeps_its_privacy(rounds, audi
     assert 0.6 * gaussian_epsilon(DELTA_IN, 0.95 / Z) < lower <= gaussian_epsilon(DELTA_IN, 1.0 / Z), lower
     # Noise scaled down by √(r/(d+1)) would be found out.
     t_d, t_n = rounds.attack(s_theta / math.sqrt(3.0), s_w, s_theta, s_w, subspace=x0)
+    low, _ = gaussian_mu_bounds(t_d, t_n)
+    assert low > 1.0 / Z, low
+
+
+def test_an_adaptive_clip_keeps_the_privacy_of_the_round(rounds):
+    """``clip="adaptive"``: each round clips the b_i to the quantile C_t of its batch's s-free bounds
+    B_i and adds σ_θ = σ₁ C_t (σ₁ the std of a unit clip). C_t reads x, y, θ, W and p_s only, so it is
+    the same under both neighbours (asserted batch by batch when the rounds are built), and given the
+    batch the round is the Gaussian mechanism with Δ_θ = 2 C_t / m and the same z. Here q = 1/2 of a
+    batch of 2 picks the smaller bound, record 0's (it is confident: small J), so its b flips
+    whole under the change of s: the pair is worst case in every batch, with nothing clipped. The
+    attack, with the stds of each batch's own clip, finds the neighbours at most 1/z apart and stays
+    below the exact curve; θ-noise half of what C_t calls for is found out."""
+    adaptive = Rounds(quantile=0.5, scanned=rounds)
+    # Every batch's clip is record 0's own bound (the smaller of the two), 0.134 here, not CLIP.
+    assert np.all(adaptive.clips == adaptive.clips[0]) and adaptive.clips[0] > 2 * CLIP, adaptive.clips
+    s_theta, s_w = _claimed_sigmas(Z, clip=1.0)
+    dist = adaptive.distances(s_theta, s_w) * Z
+    assert 0.95 <= dist.min() and dist.max() <= 1.0 + 1e-9, dist
+    t_d, t_n = adaptive.attack(s_theta, s_w, s_theta, s_w)
+    low, high = gaussian_mu_bounds(t_d, t_n)
+    assert low <= 1.0 / Z and high >= 0.95 / Z, (low, high)
+    lower = epsilon_lower_bound(t_d, t_n, DELTA_IN)
+    assert 0.6 * gaussian_epsilon(DELTA_IN, 0.95 / Z) < lower <= gaussian_epsilon(DELTA_IN, 1.0 / Z), lower
+    # The θ-noise too small by half (σ₁ C_t / 2): the neighbours move apart in noise units, and the
+    # interval of μ̂ lies above 1/z.
+    t_d, t_n = adaptive.attack(s_theta / 2, s_w, s_theta, s_w)
     low, _ = gaussian_mu_bounds(t_d, t_n)
     assert low > 1.0 / Z, low

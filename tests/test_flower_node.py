@@ -72,6 +72,7 @@ def test_a_run_answers_under_its_planned_settings_and_replans_to_the_same_plan(n
 @pytest.mark.parametrize("changed", [
     {"lam": 0.0},                                  # planned with ψ parts noised, asked without
     {"clip": 1e6}, {"clip_w": 1e6},                # larger sensitivity under the planned noise
+    {"clip": "adaptive"},                          # a clip per round under noise planned for 0.25
     {"sampling": "full_batch"},                    # every record in every round
     {"batch_size": 10},                            # another sample rate and divisor
     {"protect": "record"},                         # another mechanism altogether
@@ -90,6 +91,23 @@ def test_a_round_under_other_settings_than_planned_is_refused_before_any_charge(
     # The planned settings still get round 1: the refusal charged and recorded nothing.
     node(node_config).train(run_settings(), "run-a", 1, THETA, W)
     assert next_round(node_config, "run-a") == 2
+
+
+def test_a_run_with_an_adaptive_clip_plans_per_unit_clip_and_answers_with_its_batch_clip(node_config):
+    # clip="adaptive" in the run config: the node plans per unit of clip norm (the plan of a clip of
+    # 1) and answers each round with the clip of its batch.
+    st = run_settings(clip="adaptive")
+    assert st.adaptive_clip
+    unit = node(node_config).plan(run_settings(clip=1.0), PROPS, ROUNDS, "run-u")
+    plan = node(node_config).plan(st, PROPS, ROUNDS, "run-c")
+    assert plan["sigma_theta"] == unit["sigma_theta"] and plan["noise_multiplier"] == unit["noise_multiplier"]
+    # (At the module's W, whose rows are equal, every b_i is 0: the clip and its noise are 0.)
+    assert not np.any(node(node_config).train(st, "run-c", 0, THETA, W).psi_theta)
+    msg = node(node_config).train(st, "run-c", 1, THETA, np.array([0.3, -0.2, -0.1, 0.4]))
+    assert np.all(np.isfinite(msg.psi_theta)) and np.any(msg.psi_theta != 0)
+    # Planned adaptive, asked with the fixed clip: refused like any other change.
+    with pytest.raises(SettingsMismatch, match="settings.clip"):
+        node(node_config).train(run_settings(clip=0.25), "run-c", 2, THETA, W)
 
 
 def test_a_lambda_zero_plan_never_turns_into_noise_free_psi_parts(node_config):

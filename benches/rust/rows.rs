@@ -154,6 +154,7 @@ fn main() {
         sigma_w: 0.58,
         send_psi: true,
         subspace: None,
+        clip_quantile: None,
     };
     let cfgs = vec![cfg; n_silos];
     let keys: Vec<SiloKeys> =

@@ -85,7 +85,8 @@ def noise_message(
     silo: int,
     round: int,
 ) -> Tuple[npt.NDArray[np.float64], ...]:
-    """The five parts with the round's noise added (new arrays)."""
+    """The five parts with the round's noise added (new arrays). Refuses a config with ``clip_quantile``
+    (its noise scales with the batch's clip: :meth:`SiloSet.noised_parts`)."""
 
 # ---- federation and rounds (rust/src/round.rs, hybrid.rs) -----------------------------------
 
@@ -105,9 +106,14 @@ class SiloConfig:
         sigma_w: float = 0.0,
         send_psi: bool = True,
         subspace: Optional[npt.NDArray[np.float64]] = None,
-    ) -> None: ...
+        clip_quantile: Optional[float] = None,
+    ) -> None:
+        """``clip_quantile`` (attribute mode): each round clips the b_i to that quantile of its batch's
+        s-free bounds and multiplies ``sigma_theta`` (then a std per unit of clip norm) by it."""
     @property
     def subspace(self) -> Optional[npt.NDArray[np.float64]]: ...
+    @property
+    def clip_quantile(self) -> Optional[float]: ...
 
 class SiloSet:
     sizes: List[int]
@@ -146,7 +152,7 @@ class SiloSet:
         noise_key: NoiseKey,
         round: int,
     ) -> Dict[str, Any]:
-        """Keys: the five parts, and the silo-local diagnostics loss, psi, n_clipped."""
+        """Keys: the five parts, and the silo-local diagnostics loss, psi, n_clipped, clip_theta."""
     def parts(
         self,
         silo: int,
@@ -156,7 +162,23 @@ class SiloSet:
         batch: npt.NDArray[np.int64],
         config: SiloConfig,
     ) -> Dict[str, Any]:
-        """Exact parts of the records ``batch`` (no noise), and loss, psi, n_clipped."""
+        """Exact parts of the records ``batch`` (no noise), and loss, psi, n_clipped, clip_theta. Refuses a config
+        with ``clip_quantile`` (use :meth:`noised_parts`)."""
+    def noised_parts(
+        self,
+        silo: int,
+        theta: npt.NDArray[np.float64],
+        w: npt.NDArray[np.float64],
+        inv_sqrt_ps: npt.NDArray[np.float64],
+        batch: npt.NDArray[np.int64],
+        config: SiloConfig,
+        *,
+        key: NoiseKey,
+        round: int,
+    ) -> Dict[str, Any]:
+        """The parts of ``batch`` clipped as ``config`` says (its fixed clip, or the adaptive clip of the
+        batch) with round ``round``'s noise from ``key``; for a fixed clip the same as :meth:`parts` then
+        :func:`noise_message`."""
     def predict_counts(self, theta: npt.NDArray[np.float64], per_silo: int, thin: int = 1) -> npt.NDArray[np.int64]:
         """Records predicted as each class over every silo's rows ``0, t, 2t, ...`` (``t = ceil(n_j / per_silo)``);
         with ``thin > 1`` every ``thin``-th of those rows only (stride ``thin * t``, a subset)."""

@@ -33,6 +33,10 @@ THETA_STEP_LAMBDA = 1.0
 #: Clip norms that ``"auto"`` means in a private fit (a non-private fit clips nothing by default).
 PRIVATE_CLIPS = {"clip": 0.25, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
+#: ``clip="adaptive"``: each round clips the b_i of a silo's batch to this quantile of the batch's
+#: s-free bounds B_i ≥ ‖b_i‖ (``rust/src/psi/bound.rs``) and scales h_θ's noise with it. Attribute
+#: mode only, where the bounds read nothing protected (docs/privacy.md, "An adaptive clip norm").
+ADAPTIVE_CLIP_QUANTILE = 0.5
 #: ``batch_size="auto"`` caps: a silo's batch is the cap, or the whole silo if it is smaller. The
 #: caps were chosen on validation splits by :mod:`pfair.experiments.defaults` (docs/optimisation.md),
 #: separately for rounds that carry noise and rounds that do not, because the data say so: with
@@ -176,6 +180,10 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
     out = dict(params)
     if isinstance(out.get("clip"), str) and out["clip"] == "auto" and out.get("epsilon") is not None:
         out["clip"] = DEEP_PRIVATE_CLIP
+    if isinstance(out.get("clip"), str) and out["clip"] == "adaptive":
+        raise ValueError("clip='adaptive' is for the linear model (SteFFLe), whose kernel computes the bounds it "
+                         f"takes its quantile of; a deep model takes a clip norm (clip={DEEP_PRIVATE_CLIP:g}, the "
+                         "deep default)")
     if isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto":
         out["batch_size"] = deep_batch_size(sizes)
     if isinstance(out.get("lr_theta"), str) and out["lr_theta"] == "auto":
@@ -315,6 +323,24 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
+def check_adaptive_clip(p: dict) -> None:
+    """Refuse ``clip="adaptive"`` where it does not apply: record mode (the bounds would read the
+    protected records), the hybrid modes (their sensitive silos clip in their own kernel), the
+    paper's calibration (its closed form takes one clip norm)."""
+    if not (isinstance(p["clip"], str) and p["clip"] == "adaptive"):
+        return
+    if p["protect"] != "attribute":
+        raise ValueError("clip='adaptive' needs protect='attribute': a round's clip is a quantile of its batch's "
+                         "bounds, which read the records' features and labels, and record mode protects those. "
+                         "Pass a clip norm (clip=0.25) in record mode")
+    if p["mode"] != "standard":
+        raise ValueError(f"clip='adaptive' is available in mode='standard' only, not mode={p['mode']!r}: pass a "
+                         "clip norm (clip=0.25)")
+    if p.get("calibration") == "paper":
+        raise ValueError("calibration='paper' takes one fixed clip norm; use clip=0.25 with it, or "
+                         "calibration='rdp' with clip='adaptive'")
+
+
 def check_theta_subspace(p: dict) -> None:
     """Validate ``theta_subspace`` (None, or the rank r ≥ 1 of the public subspace a silo's noised
     θ-part is projected on; :mod:`pfair.privacy.subspace`) in place."""
@@ -436,9 +462,30 @@ class SteFFLeSettings:
         return P_S_GIVEN
 
     def clips(self) -> dict[str, float]:
-        """Clip norms as the kernels take them (``inf``: no clipping)."""
+        """Clip norms as the kernels take them (``inf``: no clipping). With ``clip="adaptive"``
+        ``clip_theta`` is 1: the noise plan's ``sigma_theta`` is then a std per unit of clip norm,
+        which each round multiplies by its clip ``C_t`` (:attr:`clip_quantile`)."""
         inf = math.inf
-        return dict(clip_loss=self.clip_loss or inf, clip_theta=self.clip or inf, clip_w=self.clip_w or inf)
+        clip_theta = 1.0 if self.adaptive_clip else (self.clip or inf)
+        return dict(clip_loss=self.clip_loss or inf, clip_theta=clip_theta, clip_w=self.clip_w or inf)
+
+    @property
+    def adaptive_clip(self) -> bool:
+        """Whether each round picks its own clip norm (``clip="adaptive"``)."""
+        return isinstance(self.clip, str) and self.clip == "adaptive"
+
+    @property
+    def clip_quantile(self) -> float | None:
+        """The quantile of the batch's s-free bounds B_i a round clips to
+        (:data:`ADAPTIVE_CLIP_QUANTILE` with ``clip="adaptive"``), None for a fixed clip norm."""
+        return ADAPTIVE_CLIP_QUANTILE if self.adaptive_clip else None
+
+    @property
+    def reference_clip(self) -> float:
+        """The clip norm the refusal rule prices ``h_θ``'s noise with: the fixed ``clip``, or with
+        ``clip="adaptive"`` the private default it was calibrated with (:data:`PRIVATE_CLIPS`),
+        since a round's own clip is known only when the round is computed."""
+        return PRIVATE_CLIPS["clip"] if self.adaptive_clip else self.clips()["clip_theta"]
 
     def lr_at(self, epoch: int, lam: float | None = None) -> float:
         """``η_θ`` of an epoch at fairness weight ``lam`` (default ``self.lam``; a fairness target
@@ -624,11 +671,13 @@ class SteFFLeSettings:
         private = p["epsilon"] is not None
         for name in CLIP_NAMES:
             if isinstance(p[name], str):
-                if p[name] != "auto":
-                    raise ValueError(f"{name} must be a positive number, None (no clipping) or 'auto' ({PRIVATE_CLIPS[name]:g} "
-                                     f"when epsilon is set, no clipping otherwise); got {p[name]!r}")
+                if p[name] != "auto" and not (name == "clip" and p[name] == "adaptive"):
+                    also = ", 'adaptive' (a clip norm per round from the batch)" if name == "clip" else ""
+                    raise ValueError(f"{name} must be a positive number, None (no clipping){also} or 'auto' "
+                                     f"({PRIVATE_CLIPS[name]:g} when epsilon is set, no clipping otherwise); got {p[name]!r}")
             else:
                 check_positive(p[name], name, allow_none=True)
+        check_adaptive_clip(p)
         check_choice(p["sampling"], "sampling", SAMPLINGS + ("auto",))
         check_choice(p["protect"], "protect", ("attribute", "record"))
         check_choice(p["calibration"], "calibration", CALIBRATIONS)

@@ -36,6 +36,8 @@ pub enum ConfigError {
     /// A `theta_subspace` basis that is not a finite orthonormal `(d+1) × r` array, or one asked
     /// for where it does not apply (record mode, another θ length).
     Subspace(String),
+    /// An adaptive clip quantile outside (0, 1], or asked for in record mode.
+    ClipQuantile(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -73,6 +75,7 @@ impl fmt::Display for ConfigError {
                 "batch_size={batch_size} must be in 1..={silo_size} (non-sensitive silo {silo})"
             ),
             ConfigError::Subspace(why) => write!(f, "theta_subspace: {why}"),
+            ConfigError::ClipQuantile(why) => f.write_str(why),
         }
     }
 }

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::config::{check_finite_non_negative, ConfigError};
 use crate::features::Features;
 use crate::noise::{add_gaussian, NoiseKey, Purpose};
-use crate::psi::{batch_gradients, batch_gradients_into, BatchGradients, Code, Point, Protect, Records, Workspace};
+use crate::psi::{batch_gradients, batch_gradients_adaptive_into, batch_gradients_into, BatchGradients, Code, Point, Protect, Records, Workspace};
 use crate::sampling::Sampling;
 use crate::subspace::Subspace;
 
@@ -45,6 +45,11 @@ pub struct SiloConfig {
     /// A public subspace `h_θ` is projected on after its noise (attribute mode only; None: no
     /// projection). See [`crate::subspace`].
     pub subspace: Option<Subspace>,
+    /// The adaptive clip norm (attribute mode only; None: the fixed `clip_theta` of `protect`):
+    /// each round clips the `b_i` to the `q`-quantile `C_t` of its batch's s-free bounds `B_i`
+    /// ([`crate::psi::bound`]) and scales `sigma_theta`, then a std per unit of clip norm, by
+    /// `C_t`. Same noise multiplier, same accounting (`docs/privacy.md`, "An adaptive clip norm").
+    pub clip_quantile: Option<f64>,
 }
 
 impl SiloConfig {
@@ -58,7 +63,7 @@ impl SiloConfig {
         sigma_w: f64,
         send_psi: bool,
     ) -> Result<Self, ConfigError> {
-        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi, subspace: None };
+        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi, subspace: None, clip_quantile: None };
         cfg.validate()?;
         Ok(cfg)
     }
@@ -67,6 +72,14 @@ impl SiloConfig {
     /// mode, where the subspace (a function of the silo's features) would be a release of them.
     pub fn with_subspace(mut self, subspace: Subspace) -> Result<Self, ConfigError> {
         self.subspace = Some(subspace);
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// This configuration with the adaptive clip norm at quantile `q` ∈ (0, 1]; refused in record
+    /// mode, where a quantile of the records' bounds would read the protected records.
+    pub fn with_clip_quantile(mut self, q: f64) -> Result<Self, ConfigError> {
+        self.clip_quantile = Some(q);
         self.validate()?;
         Ok(self)
     }
@@ -87,6 +100,18 @@ impl SiloConfig {
                  would release them"
                     .into(),
             ));
+        }
+        if let Some(q) = self.clip_quantile {
+            if !(q > 0.0 && q <= 1.0) {
+                return Err(ConfigError::ClipQuantile(format!("clip_quantile must be in (0, 1], got {q}")));
+            }
+            if !matches!(self.protect, Protect::Attribute { .. }) {
+                return Err(ConfigError::ClipQuantile(
+                    "an adaptive clip norm is only for attribute mode: in record mode the bounds it reads are the \
+                     protected records (use a fixed clip)"
+                        .into(),
+                ));
+            }
         }
         Ok(())
     }
@@ -163,6 +188,12 @@ pub fn draw_noise_into(cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u
 /// Adds `σ·z` to each noised part of `msg` from the draws `z` of [`draw_noise_into`] (the same
 /// arithmetic as adding fresh draws), or zeroes the ψ parts when they are not sent.
 pub fn apply_noise(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64]) {
+    apply_noise_scaled(msg, cfg, z, 1.0);
+}
+
+/// [`apply_noise`] with `h_θ`'s std `cfg.sigma_theta · theta_scale` (the adaptive clip norm's
+/// `C_t`, where `sigma_theta` is a std per unit of clip norm; 1 otherwise).
+fn apply_noise_scaled(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64], theta_scale: f64) {
     let [n_loss, n_theta, n_w] = noised_lengths(cfg, msg.loss_grad.len(), msg.psi_w.len());
     debug_assert_eq!(z.len(), n_loss + n_theta + n_w);
     let (z_loss, rest) = z.split_at(n_loss);
@@ -170,7 +201,7 @@ pub fn apply_noise(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64]) {
     let add = |part: &mut [f64], z: &[f64], sigma: f64| part.iter_mut().zip(z).for_each(|(v, z)| *v += sigma * z);
     add(&mut msg.loss_grad, z_loss, cfg.sigma_loss);
     if cfg.send_psi {
-        add(&mut msg.psi_theta, z_theta, cfg.sigma_theta);
+        add(&mut msg.psi_theta, z_theta, cfg.sigma_theta * theta_scale);
         add(&mut msg.psi_w, z_w, cfg.sigma_w);
         if let Some(sub) = &cfg.subspace {
             // Post-processing of the noised release by a map that does not read s.
@@ -245,6 +276,19 @@ pub fn draw_round_into(
     draw_noise_into(cfg, keys, silo_id, round, lens, &mut out.noise);
 }
 
+/// A silo's message for round `round` on a batch drawn by the caller: the round's noise from
+/// `keys.noise` ([`draw_noise_into`]), then [`noised_parts_into`] (the clip of the config, or the
+/// adaptive clip of `batch`, and its noise). The same arithmetic as [`silo_parts`] then
+/// [`noise_message`] for a fixed clip.
+pub fn noised_batch(silo: &Silo, at: Point<'_>, cfg: &SiloConfig, keys: &SiloKeys, silo_id: u64, round: u64, batch: Vec<usize>) -> BatchGradients {
+    let lens = (at.dims.theta_len(), at.dims.w_len(at.psi.fairness));
+    let mut draws = RoundDraws { batch, noise: Vec::new() };
+    draw_noise_into(cfg, keys, silo_id, round, lens, &mut draws.noise);
+    let mut msg = BatchGradients::default();
+    noised_parts_into(silo, at, cfg, &draws, &mut Workspace::default(), &mut msg);
+    msg
+}
+
 /// The rest of a silo's step once its round is drawn: the exact parts of the drawn batch, then
 /// the drawn noise ([`apply_noise`]), into `msg`.
 pub(crate) fn noised_parts_into(
@@ -256,10 +300,18 @@ pub(crate) fn noised_parts_into(
     msg: &mut BatchGradients,
 ) {
     let denom = cfg.sampling.denominator(silo.len());
-    crate::with_rows!(&silo.x, rows => {
-        batch_gradients_into(Records { rows, y: &silo.y, s: &silo.s }, at, &draws.batch, denom, cfg.protect, ws, msg)
-    });
-    apply_noise(msg, cfg, &draws.noise);
+    // The adaptive clip (attribute mode): the kernel clips to its batch's C_t and returns it, and
+    // sigma_theta, a std per unit of clip norm, is scaled by it.
+    let theta_scale = match (cfg.clip_quantile, cfg.protect) {
+        (Some(q), Protect::Attribute { .. }) => crate::with_rows!(&silo.x, rows => {
+            batch_gradients_adaptive_into(Records { rows, y: &silo.y, s: &silo.s }, at, &draws.batch, denom, q, ws, msg)
+        }),
+        _ => {
+            crate::with_rows!(&silo.x, rows => batch_gradients_into(Records { rows, y: &silo.y, s: &silo.s }, at, &draws.batch, denom, cfg.protect, ws, msg));
+            1.0
+        }
+    };
+    apply_noise_scaled(msg, cfg, &draws.noise, theta_scale);
 }
 
 /// Rows above which [`predict_counts_strided`] runs the silos on the rayon pool.
@@ -303,7 +355,7 @@ pub fn predict_counts_strided(silos: &[Silo], theta: &[f64], l: usize, per_silo:
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::psi::{Dims, Fairness, PsiInputs};
+    use crate::psi::{norm, Dims, Fairness, PsiInputs};
 
     /// A toy silo for tests: two features, the first shifted by the group, labels from both.
     pub(crate) fn toy_data(n: usize, seed: u64) -> (Vec<f64>, Vec<Code>, Vec<Code>) {
@@ -340,6 +392,7 @@ pub(crate) mod tests {
             sigma_w: sigma,
             send_psi: true,
             subspace: None,
+            clip_quantile: None,
         }
     }
 
@@ -469,6 +522,104 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, at, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn an_adaptive_round_is_the_fixed_round_at_its_batch_clip() {
+        use crate::psi::bound::{fairness_bounds_into, quantile_clip};
+        let dense = toy_silo(100, 5);
+        // The same records stored sparse (the kernel's other first pass).
+        let (x, y, s) = toy_data(100, 5);
+        let sparse = Silo { x: Features::auto(x.iter().map(|v| if v.abs() < 0.3 { 0.0 } else { *v }).collect(), 2), y, s };
+        let theta = vec![0.4, -0.3, 0.1];
+        let w = vec![0.5, -0.2, -0.3, 0.6];
+        let inv = vec![1.4, 1.7];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let k = SiloKeys::seeded(3);
+        for silo in [&dense, &sparse] {
+            for q in [0.1, 0.5, 0.9, 1.0] {
+                let adaptive = cfg(0.3).with_clip_quantile(q).unwrap();
+                let got = silo_step(silo, at, &adaptive, &k, 1, 6);
+                // The clip of the round: the quantile of the drawn batch's bounds (the reference
+                // computes them from its own logits, so equal up to rounding).
+                let batch = draw_batch(&adaptive, &k, 1, 6, silo.len());
+                let mut b = Vec::new();
+                crate::with_rows!(&silo.x, rows => fairness_bounds_into(rows, &silo.y, at, &batch, &mut b));
+                let reference = quantile_clip(&mut b, q);
+                let c = got.clip_theta;
+                assert!(c > 0.0 && (c - reference).abs() <= 1e-12 * reference, "q = {q}: {c} against {reference}");
+                // With that clip and σ₁ C_t, it is the fixed round bit for bit.
+                let fixed = SiloConfig { protect: Protect::Attribute { clip_theta: c }, sigma_theta: 0.3 * c, ..cfg(0.3) };
+                assert_eq!(got, silo_step(silo, at, &fixed, &k, 1, 6), "q = {q}");
+                // The same message from a batch the caller drew.
+                assert_eq!(noised_batch(silo, at, &adaptive, &k, 1, 6, batch.clone()), got);
+            }
+        }
+        // A fixed clip through noised_batch is silo_parts then noise_message.
+        let batch = draw_batch(&cfg(0.3), &k, 1, 6, dense.len());
+        let mut two_steps = silo_parts(&dense, at, &batch, 32.0, cfg(0.3).protect);
+        noise_message(&mut two_steps, &cfg(0.3), &k, 1, 6);
+        assert_eq!(noised_batch(&dense, at, &cfg(0.3), &k, 1, 6, batch), two_steps);
+    }
+
+    #[test]
+    fn an_adaptive_batch_larger_than_a_kernel_chunk_is_one_chunk_with_the_same_sums() {
+        // 2,500 records: the fixed kernel takes them in chunks of 1,024, the adaptive one in one;
+        // the sums run in batch order either way, so the bits agree.
+        let silo = toy_silo(3000, 9);
+        let theta = vec![0.2, -0.5, 0.3];
+        let w = vec![0.4, -0.6, -0.1, 0.3];
+        let inv = vec![1.2, 2.0];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let k = SiloKeys::seeded(5);
+        let base = SiloConfig { sampling: Sampling::WithoutReplacement { m: 2500 }, ..cfg(0.2) };
+        let got = silo_step(&silo, at, &base.clone().with_clip_quantile(0.5).unwrap(), &k, 0, 1);
+        let c = got.clip_theta;
+        let fixed = SiloConfig { protect: Protect::Attribute { clip_theta: c }, sigma_theta: 0.2 * c, ..base };
+        assert_eq!(got, silo_step(&silo, at, &fixed, &k, 0, 1));
+        // At most the half whose bound is above the median are clipped (fewer: B_i is the largest
+        // ‖b_i‖ over the groups, and a record's own group may give less).
+        assert!(got.n_clipped > 0 && got.n_clipped <= 1250, "{}", got.n_clipped);
+    }
+
+    #[test]
+    fn an_adaptive_clip_is_the_same_on_neighbours_and_bounds_their_difference() {
+        // Neighbours in attribute mode: one record's s changed. The round's clip does not move,
+        // and the exact h_θ moves by at most 2 C_t / m.
+        let silo = toy_silo(64, 8);
+        let theta = vec![0.6, 0.2, -0.4];
+        let w = vec![0.7, -0.5, -0.2, 0.9];
+        let inv = vec![1.3, 1.9];
+        let psi = PsiInputs { fairness: Fairness::DemographicParity, w: &w, inv_sqrt_ps: &inv };
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let adaptive = cfg(0.0).with_clip_quantile(0.5).unwrap();
+        let k = SiloKeys::seeded(4);
+        let batch = draw_batch(&adaptive, &k, 0, 2, silo.len());
+        let base = noised_batch(&silo, at, &adaptive, &k, 0, 2, batch.clone());
+        let c = base.clip_theta;
+        assert!(c > 0.0);
+        for &i in &batch {
+            let mut other = Silo { x: silo.x.clone(), y: silo.y.clone(), s: silo.s.clone() };
+            other.s[i] = 1 - other.s[i];
+            let moved = noised_batch(&other, at, &adaptive, &k, 0, 2, batch.clone());
+            assert_eq!(moved.clip_theta.to_bits(), c.to_bits(), "record {i}");
+            let diff: Vec<f64> = moved.psi_theta.iter().zip(&base.psi_theta).map(|(a, b)| a - b).collect();
+            assert!(norm(&diff) <= 2.0 * c / 32.0 * (1.0 + 1e-12), "record {i}: {} > {}", norm(&diff), 2.0 * c / 32.0);
+            assert_eq!((&moved.loss_grad, &moved.psi_theta_sfree, &moved.psi_w_sfree), (&base.loss_grad, &base.psi_theta_sfree, &base.psi_w_sfree));
+        }
+    }
+
+    #[test]
+    fn an_adaptive_clip_is_refused_outside_attribute_mode_and_outside_its_range() {
+        for q in [0.0, -0.1, 1.5, f64::NAN] {
+            let e = cfg(0.1).with_clip_quantile(q).unwrap_err().to_string();
+            assert!(e.contains("clip_quantile must be in (0, 1]"), "{e}");
+        }
+        let record = SiloConfig { protect: Protect::Record { clip_loss: 1.0, clip_theta: 1.0, clip_w: 1.0 }, ..cfg(0.1) };
+        let e = record.with_clip_quantile(0.5).unwrap_err().to_string();
+        assert!(e.contains("only for attribute mode"), "{e}");
     }
 
     #[test]

@@ -315,6 +315,10 @@ class NoiseRequest:
     first_fit_accountant: str | None = None
     lam: float | None = None
     dims: int = 1
+    #: The clip norm the refusal rule prices h_θ's noise with (None: ``clip_theta``); with an
+    #: adaptive clip ``clip_theta`` is the unit 1 and this the fixed default
+    #: (:attr:`~pfair.settings.SteFFLeSettings.reference_clip`).
+    refusal_clip_theta: float | None = None
 
     @classmethod
     def of_settings(cls, settings: Any, *, silo: int, n_records: int, steps: int, delta: float | None,
@@ -325,7 +329,8 @@ class NoiseRequest:
         st = settings
         fields = dict(silo=silo, n_records=n_records, batch_size=st.batch_size, sampling=st.sampling, steps=steps,
                       epsilon=st.epsilon, delta=delta, notion=st.notion, protect=st.protect,
-                      calibration=st.calibration, sends_psi=st.sends_psi, **st.clips())
+                      calibration=st.calibration, sends_psi=st.sends_psi, **st.clips(),
+                      refusal_clip_theta=st.reference_clip)
         fields.update(overrides)
         return cls(**fields)
 
@@ -426,8 +431,9 @@ def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
         sigma_w=sig.get("w", 0.0),
         epsilon=spent,
     )
-    check_noise_to_signal(plan, lam=r.lam, clip_loss=clip_loss, clip_theta=clip_theta, ledger=ledger, epsilon=epsilon,
-                          dims=r.dims)
+    check_noise_to_signal(plan, lam=r.lam, clip_loss=clip_loss,
+                          clip_theta=clip_theta if r.refusal_clip_theta is None else r.refusal_clip_theta,
+                          ledger=ledger, epsilon=epsilon, dims=r.dims)
     return plan
 
 

@@ -64,7 +64,10 @@ def reply_limits(*, theta_len: int, w_len: int, settings: SteFFLeSettings, plan:
         scale = plan.n_records / plan.denominator
         c = settings.clips()
         w_bound = (c["clip_w"] if settings.protect == "record" else 2.0 * float(np.max(inv_sqrt_ps))) * scale
-        norms["psi_theta"] = c["clip_theta"] * scale + plan.sigma_theta * (math.sqrt(theta_len) + TAIL)
+        if not settings.adaptive_clip:
+            # An adaptive clip (a round's own C_t, which the server does not see) leaves h_θ unchecked,
+            # as the exact s-free parts are.
+            norms["psi_theta"] = c["clip_theta"] * scale + plan.sigma_theta * (math.sqrt(theta_len) + TAIL)
         norms["psi_w"] = w_bound + plan.sigma_w * (math.sqrt(w_len) + TAIL)
         if settings.protect == "record":
             norms["loss_grad"] = c["clip_loss"] * scale + plan.sigma_loss * (math.sqrt(theta_len) + TAIL)

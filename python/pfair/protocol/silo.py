@@ -81,7 +81,7 @@ def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | Non
     return _core.SiloConfig(
         sampling=settings.sampling, batch_size=settings.batch_size, sample_rate=rate, protect=settings.protect,
         sigma_loss=sig[0], sigma_theta=sig[1], sigma_w=sig[2], send_psi=settings.sends_psi, **settings.clips(),
-        subspace=subspace,
+        subspace=subspace, clip_quantile=settings.clip_quantile,
     )
 
 
@@ -385,11 +385,18 @@ class SiloParty:
             return self._last
         self.charge(int(round), 1)
         batch = self.draw_batch(round)
-        parts = self.provider.parts(theta, w, self.inv_sqrt_ps, batch)
-        noised = _core.noise_message(
-            parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w, self.config,
-            key=self.keys.noise, silo=self.silo_id, round=int(round),
-        )
+        if self.config.clip_quantile is not None:
+            # An adaptive clip (the linear model): parts and noise in one call, since the clip is
+            # chosen from the batch and scales the noise.
+            parts = self.provider.noised_parts(theta, w, self.inv_sqrt_ps, batch, self.config, key=self.keys.noise,
+                                               round=int(round))
+            noised = (parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w)
+        else:
+            parts = self.provider.parts(theta, w, self.inv_sqrt_ps, batch)
+            noised = _core.noise_message(
+                parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w, self.config,
+                key=self.keys.noise, silo=self.silo_id, round=int(round),
+            )
         if not all(np.all(np.isfinite(part)) for part in noised):
             # The kernel keeps every part that depends on what the silo protects finite, whatever
             # θ and W are (probabilities stay probabilities, an overflowing record is clipped to

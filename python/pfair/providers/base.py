@@ -16,7 +16,9 @@ class BatchParts:
     ``psi_theta_sfree = Σ_B a_θ,i / m``, ``psi_theta = Σ_B clip(b_i) / m``,
     ``psi_w_sfree = Σ_B a_W,i / m``, ``psi_w = Σ_B c_i / m``
     (record mode: the a-parts are folded into the clipped ψ parts and are zero).
-    ``loss``, ``psi`` and ``n_clipped`` are local diagnostics of the silo's exact data.
+    ``loss``, ``psi`` and ``n_clipped`` are local diagnostics of the silo's exact data, ``clip_theta``
+    the clip norm the b_i were clipped to (the round's own with ``clip="adaptive"``; NaN where the
+    provider does not say).
     """
 
     loss_grad: np.ndarray
@@ -27,6 +29,7 @@ class BatchParts:
     loss: float = float("nan")
     psi: float = float("nan")
     n_clipped: int = 0
+    clip_theta: float = float("nan")
 
 
 @runtime_checkable

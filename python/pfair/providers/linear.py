@@ -23,6 +23,15 @@ class LinearProvider:
         out = self.silo_set.parts(self.index, theta, w, inv_sqrt_ps, batch, self.config)
         return BatchParts(**out)
 
+    def noised_parts(self, theta: np.ndarray, w: np.ndarray, inv_sqrt_ps: np.ndarray, batch: np.ndarray, config: Any,
+                     *, key: Any, round: int) -> BatchParts:
+        """The parts of ``batch`` clipped as ``config`` says (a fixed clip, or the adaptive clip of
+        the batch) with round ``round``'s noise from ``key``, in one Rust call
+        (``SiloSet.noised_parts``): what :meth:`parts` then ``_core.noise_message`` give for a
+        fixed clip, bit for bit."""
+        out = self.silo_set.noised_parts(self.index, theta, w, inv_sqrt_ps, batch, config, key=key, round=int(round))
+        return BatchParts(**out)
+
 
 class CheckpointCounter:
     """The exact checkpoint counts of the linear model's silos (:mod:`pfair.validation`), computed

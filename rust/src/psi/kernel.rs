@@ -1,6 +1,7 @@
 //! The batch-gradient kernel: the gradient parts of one batch of a silo (see the module docs
 //! of [`crate::psi`] for the math).
 
+use super::bound::{fairness_bound, quantile_clip};
 use super::dot::{dense_dot_and_square, sparse_logit, sparse_logit_pair};
 use super::norm;
 use super::predict::softmax_in_place;
@@ -72,6 +73,8 @@ pub struct Workspace {
     beta_b: Vec<f64>,
     w_rec: Vec<f64>,
     row: Vec<f64>,
+    /// The batch's s-free bounds `B_i` of an adaptive clip norm (`crate::round::round_protect`).
+    pub(crate) bounds: Vec<f64>,
 }
 
 /// `v` resized to `len` and filled with zeros (no allocation once it has the size).
@@ -106,13 +109,39 @@ pub fn batch_gradients_into<R: Rows>(
     out: &mut BatchGradients,
 ) {
     let (Records { rows, y, s }, Point { dims, theta, psi }) = (data, at);
-    let call = KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect };
+    let call = KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect, quantile: None };
+    run_kernel(&call, ws, out)
+}
+
+/// [`batch_gradients_into`] in attribute mode with the adaptive clip norm: the `b_i` are clipped
+/// to `C_t`, the `quantile`-quantile of the batch's s-free bounds `B_i` ([`super::bound`]),
+/// computed from the class probabilities and `‖x̃_i‖` of the kernel's first pass (no extra pass
+/// over the rows). `C_t` is returned and left in `out.clip_theta`. The whole batch is one chunk
+/// (the quantile needs every record's bound before the second pass).
+pub fn batch_gradients_adaptive_into<R: Rows>(
+    data: Records<'_, R>,
+    at: Point<'_>,
+    batch: &[usize],
+    denom: f64,
+    quantile: f64,
+    ws: &mut Workspace,
+    out: &mut BatchGradients,
+) -> f64 {
+    let (Records { rows, y, s }, Point { dims, theta, psi }) = (data, at);
+    let protect = Protect::Attribute { clip_theta: 0.0 };
+    let call = KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect, quantile: Some(quantile) };
+    run_kernel(&call, ws, out);
+    out.clip_theta
+}
+
+/// The kernel, in the build the processor takes.
+fn run_kernel<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, out: &mut BatchGradients) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the processor has AVX2 (checked at run time just above).
-        return unsafe { batch_gradients_avx2(&call, ws, out) };
+        return unsafe { batch_gradients_avx2(call, ws, out) };
     }
-    batch_gradients_body(&call, ws, out)
+    batch_gradients_body(call, ws, out)
 }
 
 /// The inputs of one kernel call, handed to each build of [`batch_gradients_body`].
@@ -126,6 +155,8 @@ struct KernelCall<'a, R> {
     batch: &'a [usize],
     denom: f64,
     protect: Protect,
+    /// The adaptive clip's quantile (attribute mode; `protect`'s clip is then replaced by it).
+    quantile: Option<f64>,
 }
 
 /// Whether the processor has AVX2 (cached by the standard library after the first test).
@@ -154,7 +185,7 @@ unsafe fn batch_gradients_avx2<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Works
 // this body. Split it again only with a cachegrind count that shows no loss.
 #[inline(always)]
 fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, out: &mut BatchGradients) {
-    let &KernelCall { rows, y, s, dims, theta, psi, batch, denom, protect } = call;
+    let &KernelCall { rows, y, s, dims, theta, psi, batch, denom, mut protect, quantile } = call;
     let Dims { d, k, l } = dims;
     debug_assert_eq!(rows.n_features(), d);
     let lm1 = l - 1;
@@ -166,6 +197,9 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     zeroed(&mut out.psi_w_sfree, w_len);
     zeroed(&mut out.psi_w, w_len);
     (out.loss, out.psi, out.n_clipped) = (0.0, 0.0, 0);
+    out.clip_theta = match protect {
+        Protect::Attribute { clip_theta } | Protect::Record { clip_theta, .. } => clip_theta,
+    };
     let mut log_likelihood = LogSum::default();
     let inv_m = 1.0 / denom;
 
@@ -197,22 +231,24 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
     let acc = zeroed(&mut ws.acc, 3 * part);
     let coef = zeroed(&mut ws.coef, width);
-    let all_probs = zeroed(&mut ws.probs, batch.len().min(KERNEL_CHUNK) * l);
-    let norms = zeroed(&mut ws.norms, batch.len().min(KERNEL_CHUNK));
+    // An adaptive clip needs every record's bound before the second pass: one chunk.
+    let chunk_len = if quantile.is_some() { batch.len().max(1) } else { KERNEL_CHUNK };
+    let all_probs = zeroed(&mut ws.probs, batch.len().min(chunk_len) * l);
+    let norms = zeroed(&mut ws.norms, batch.len().min(chunk_len));
     let g = zeroed(&mut ws.g, l);
     let beta_b = zeroed(&mut ws.beta_b, lm1);
     let w_rec = zeroed(&mut ws.w_rec, k * l);
     // Two classes in attribute mode (the common case) take an unrolled copy of the per-record
     // step below: the same operations in the same order, without loops over the classes.
-    let binary_attribute = match protect {
+    let mut binary_attribute = match protect {
         Protect::Attribute { clip_theta } if lm1 == 1 && !generic_only() => Some(clip_theta),
         _ => None,
     };
 
     // The batch in chunks of at most KERNEL_CHUNK records (a full batch of a large silo does not
     // need probabilities for all its records at once); each chunk in two passes.
-    for (c, chunk) in batch.chunks(KERNEL_CHUNK).enumerate() {
-        let first = c * KERNEL_CHUNK;
+    for (c, chunk) in batch.chunks(chunk_len).enumerate() {
+        let first = c * chunk_len;
         // Pass 1, every record first: class probabilities and ‖x̃‖. The records do not depend on
         // each other here, so one record's loads and exponential overlap the next one's; the sums
         // over records below keep their order.
@@ -248,6 +284,19 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
                 softmax_in_place(probs);
                 norms[local] = xsq.sqrt();
             }
+        }
+
+        if let Some(quantile) = quantile {
+            // The adaptive clip: the quantile of the batch's bounds, from pass 1's F and ‖x̃‖.
+            let bounds = &mut ws.bounds;
+            bounds.clear();
+            for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
+                bounds.push(fairness_bound(probs, x_norm, y[i], psi, k));
+            }
+            let clip = quantile_clip(bounds, quantile);
+            protect = Protect::Attribute { clip_theta: clip };
+            binary_attribute = binary_attribute.map(|_| clip);
+            out.clip_theta = clip;
         }
 
         // Pass 2, record by record in batch order: the coefficients, then acc += x̃ ⊗ β.

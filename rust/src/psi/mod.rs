@@ -35,12 +35,13 @@
 //! [`predict`] (logits, softmax, predicted classes), `dot` (the dot products whose order of
 //! additions every path shares, so that their bits agree) and [`kernel`] (the batch gradients).
 
+pub mod bound;
 mod dot;
 pub mod kernel;
 pub mod predict;
 pub mod types;
 
-pub use kernel::{batch_gradients, batch_gradients_into, clip_factor, clipped, Workspace};
+pub use kernel::{batch_gradients, batch_gradients_adaptive_into, batch_gradients_into, clip_factor, clipped, Workspace};
 pub use predict::{
     count_class_one_sparse, predict_class, predict_class_of_proba, predict_class_row, predict_counts, predict_proba, predict_proba_row, softmax_in_place,
 };

@@ -175,6 +175,9 @@ pub struct BatchGradients {
     pub psi: f64,
     /// How many per-record clippings were active (a silo-local diagnostic, never sent).
     pub n_clipped: usize,
+    /// The clip norm `C_θ` the θ-part was clipped to: the config's, or the round's adaptive clip
+    /// (a silo-local diagnostic; it reads no `s`).
+    pub clip_theta: f64,
 }
 
 impl BatchGradients {
@@ -190,6 +193,7 @@ impl BatchGradients {
             loss: 0.0,
             psi: 0.0,
             n_clipped: 0,
+            clip_theta: 0.0,
         }
     }
 }

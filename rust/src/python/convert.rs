@@ -344,5 +344,6 @@ pub(super) fn gradients_dict<'py>(py: Python<'py>, g: BatchGradients) -> PyResul
     d.set_item("loss", g.loss)?;
     d.set_item("psi", g.psi)?;
     d.set_item("n_clipped", g.n_clipped)?;
+    d.set_item("clip_theta", g.clip_theta)?;
     Ok(d)
 }

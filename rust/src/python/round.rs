@@ -34,7 +34,7 @@ impl PySiloConfig {
     #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
-                        send_psi=true, subspace=None))]
+                        send_psi=true, subspace=None, clip_quantile=None))]
     // One parameter per argument of the Python signature above: positional arguments, or the
     // settings of a constructor or kernel entry point, which stay in the signature Python shows
     // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
@@ -52,6 +52,7 @@ impl PySiloConfig {
         sigma_w: f64,
         send_psi: bool,
         subspace: Option<PyReadonlyArray2<'_, f64>>,
+        clip_quantile: Option<f64>,
     ) -> PyResult<Self> {
         // The noise stds are checked before the names are parsed, so their error comes first.
         SiloConfig::check_noise_stds(sigma_loss, sigma_theta, sigma_w)?;
@@ -65,7 +66,17 @@ impl PySiloConfig {
                 cfg.with_subspace(Subspace::new(u.as_array().iter().copied().collect(), rows, rank)?)?
             }
         };
+        let cfg = match clip_quantile {
+            None => cfg,
+            Some(q) => cfg.with_clip_quantile(q)?,
+        };
         Ok(PySiloConfig { inner: cfg })
+    }
+
+    /// The adaptive clip quantile of the config, or None (a fixed clip norm).
+    #[getter]
+    fn clip_quantile(&self) -> Option<f64> {
+        self.inner.clip_quantile
     }
 
     /// The basis `U` ((d+1) × r) of the config's θ subspace, or None.
@@ -262,11 +273,44 @@ impl PySiloSet {
         let n = data.len();
         let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
+        refuse_adaptive_clip(cfg, "SiloSet.parts")?;
         let denom = cfg.sampling.denominator(n);
         let g = py.allow_threads(|| {
             round::silo_parts(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, cfg.protect)
         });
         gradients_dict(py, g)
+    }
+
+    /// Silo `silo`'s message on its records `batch` (drawn by the caller) for round `round`: the
+    /// parts clipped as the config says (its fixed clip, or the adaptive clip of the batch) with
+    /// the round's noise from `key` (`round::noised_batch`). The same arithmetic as `parts` then
+    /// `noise_message` for a fixed clip; the one binding that takes an adaptive clip on a given
+    /// batch. Keyword-only arguments: `key`, `round`.
+    #[pyo3(signature = (silo, theta, w, inv_sqrt_ps, batch, config, *, key, round))]
+    // One parameter per argument of the Python signature above (see `PySiloConfig::new`).
+    #[allow(clippy::too_many_arguments)]
+    fn noised_parts<'py>(
+        &self,
+        silo: usize,
+        theta: PyReadonlyArray1<'py, f64>,
+        w: PyReadonlyArray1<'py, f64>,
+        inv_sqrt_ps: PyReadonlyArray1<'py, f64>,
+        batch: PyReadonlyArray1<'py, i64>,
+        config: &PySiloConfig,
+        key: &PyNoiseKey,
+        round: u64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let py = theta.py();
+        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
+        let n = data.len();
+        let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
+        check_subspace(&config.inner, self.dims, silo)?;
+        let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
+        let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
+        let msg = py.allow_threads(|| {
+            round::noised_batch(data, point(dims, fairness, &th, &wv, &inv), cfg, &keys, silo as u64, round, idx)
+        });
+        gradients_dict(py, msg)
     }
 
     /// How many of the silos' sampled records each class is predicted for, all silos together
@@ -472,6 +516,19 @@ pub(super) fn server_update<'py>(
     Ok((th.into_pyarray(py), wv.into_pyarray(py)))
 }
 
+/// An error for a binding that takes a batch's parts and its noise apart (`SiloSet.parts`,
+/// `noise_message`): the adaptive clip norm is chosen from the batch and scales the noise, so it
+/// runs only where both are taken in one step (`SiloSet.step`, `SiloSet.run_rounds`).
+fn refuse_adaptive_clip(cfg: &SiloConfig, binding: &str) -> PyResult<()> {
+    if cfg.clip_quantile.is_some() {
+        return Err(value_error(format!(
+            "{binding} takes a fixed clip norm; a config with clip_quantile (the adaptive clip) runs through \
+             SiloSet.step or SiloSet.run_rounds, which choose the clip and scale the noise in one step"
+        )));
+    }
+    Ok(())
+}
+
 /// Row indices of the batch of silo `silo` (with `n` records) in round `round`, as the sampling of
 /// `config` draws it from `key`'s batch stream.
 #[pyfunction]
@@ -543,6 +600,7 @@ pub(super) fn noise_message<'py>(
             )));
         }
     }
+    refuse_adaptive_clip(&config.inner, "noise_message")?;
     let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
     round::noise_message(&mut msg, &config.inner, &keys, silo, round);
     Ok((
