@@ -40,6 +40,12 @@ BASE = dict(lam=4.0, epochs=3, batch_size=64, seed=1, noise_seed=2, epsilon=1.0,
 
 
 def test_the_settings_take_adaptive_where_it_applies_and_name_the_fix_elsewhere():
+    # "auto" is the adaptive clip for a private attribute-mode fit of the standard mode, the fixed
+    # 0.25 where the adaptive clip does not apply, no clipping without privacy.
+    assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0)).clip == "adaptive"
+    for other in (dict(protect="record"), dict(mode="hybrid"), dict(calibration="paper", p_s="pooled")):
+        assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, **other)).clip == PRIVATE_CLIPS["clip"], other
+    assert SteFFLeSettings.from_estimator_params(dict(epsilon=None)).clip is None
     st = SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, clip="adaptive"))
     assert st.adaptive_clip and st.clip_quantile == ADAPTIVE_CLIP_QUANTILE
     # The noise plan is per unit of clip norm; the refusal rule prices the fixed default.
@@ -128,20 +134,21 @@ def test_the_server_does_not_check_the_norm_it_cannot_bound():
                                     inv_sqrt_ps=p.inv_sqrt_ps).max_norms["psi_theta"])
 
 
-def test_on_features_that_carry_s_it_reaches_a_fairness_the_default_clip_does_not():
-    """``make_synthetic(dependence=2)``: the b_i are about ten times the default clip of 0.25, so at
-    ε = 1 the fixed clip leaves equalized odds near the λ = 0 model's; the adaptive clip follows
-    the b_i and the fairness term takes hold (docs/optimisation.md, "An adaptive clip norm")."""
+def test_on_features_that_carry_s_it_reaches_a_fairness_a_fixed_clip_does_not():
+    """``make_synthetic(dependence=2)``: the b_i are about ten times the former default clip of 0.25,
+    so at ε = 1 that clip leaves equalized odds near the λ = 0 model's; the adaptive clip (today's
+    default) follows the b_i and the fairness term takes hold (docs/optimisation.md, "An adaptive
+    clip norm")."""
     data = pfair.datasets.make_synthetic(60000, 40, silos=3, dependence=2.0, seed=0)
     fed = pfair.Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
     out = {}
-    for clip in ("auto", "adaptive"):
+    for clip in (0.25, "auto"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m = pfair.SteFFLe(fairness="equalized_odds", lam=8.0, epsilon=1.0, noise_seed=0, clip=clip).fit(fed, ledgers="new")
         pred = m.predict(data.X_test)
         out[clip] = pfair.metrics.equalized_odds_difference(data.y_test, pred, sensitive_features=data.s_test)
-    assert out["adaptive"] < 0.5 * out["auto"], out
+    assert out["auto"] < 0.5 * out[0.25], out
 
 
 def test_a_deep_model_refuses_it_and_names_its_own_default():

@@ -37,7 +37,9 @@ def node_config(tmp_path):
 
 
 def run_settings(**kw):
-    base = dict(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], seed=1)
+    # A fixed clip (the adaptive default would send h_θ = 0 at this module's W, whose rows are
+    # equal; the adaptive clip has its own test below).
+    base = dict(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], seed=1, clip=0.25)
     return settings_from_run_config({"settings": json.dumps(base | kw)})
 
 
@@ -162,7 +164,7 @@ def test_a_party_refuses_a_plan_made_for_other_settings():
     X, y, s = rng.normal(size=(N, 3)), rng.integers(0, 2, N), rng.integers(0, 2, N)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
-        base = pfair.SteFFLe(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5]).settings()
+        base = pfair.SteFFLe(epsilon=2.0, lam=1.0, epochs=2, batch_size=50, p_s=[0.5, 0.5], clip=0.25).settings()
 
     def party(st):
         silo_set = _core.SiloSet([(X, y, s)], n_groups=2, n_classes=2)

@@ -86,7 +86,9 @@ def _round0(sim):
     (lambda m: None, "no reply"),
 ])
 def test_server_rejects_malformed_replies_and_reweights_the_rest(break_it, reason):
-    sim = Simulation(settings(), fed(), ledgers="new", fast=False)
+    # A fixed clip: the server bounds ‖h_θ‖ by it (an adaptive clip's h_θ is not bounded:
+    # test_adaptive_clip.py).
+    sim = Simulation(settings(clip=0.25), fed(), ledgers="new", fast=False)
     server, theta, w, replies = _round0(sim)
     bad = [(j, break_it(m) if j == 2 else m) for j, m in replies]
     th_bad, w_bad, used = server.update(theta, w, bad, 0)

@@ -323,6 +323,18 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
+def auto_clip(name: str, epsilon: float | None, protect: str, mode: str, calibration: str) -> float | str | None:
+    """What ``"auto"`` means for the clip norm ``name``: no clipping without privacy; for ``clip`` of a
+    private fit in attribute mode, ``mode="standard"`` and any calibration but the paper's,
+    ``"adaptive"`` (a clip per round from the batch: docs/optimisation.md, "An adaptive clip norm");
+    otherwise the fixed norm of :data:`PRIVATE_CLIPS`."""
+    if epsilon is None:
+        return None
+    if name == "clip" and protect == "attribute" and mode == "standard" and calibration != "paper":
+        return "adaptive"
+    return PRIVATE_CLIPS[name]
+
+
 def check_adaptive_clip(p: dict) -> None:
     """Refuse ``clip="adaptive"`` where it does not apply: record mode (the bounds would read the
     protected records), the hybrid modes (their sensitive silos clip in their own kernel), the
@@ -425,7 +437,7 @@ class SteFFLeSettings:
         # clipping otherwise.
         for name in CLIP_NAMES:
             if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
-                object.__setattr__(self, name, PRIVATE_CLIPS[name] if self.epsilon is not None else None)
+                object.__setattr__(self, name, auto_clip(name, self.epsilon, self.protect, self.mode, self.calibration))
         if self.sampling == "auto":
             object.__setattr__(self, "sampling", auto_sampling(self.protect, self.mode))
         if self.calibration == "auto":

@@ -66,6 +66,22 @@ pub fn fairness_bound(probs: &[f64], x_norm: f64, yi: Code, psi: PsiInputs<'_>, 
     x_norm * worst.sqrt()
 }
 
+/// For two classes `‖J_i g(r)‖ = F_0 F_1 |g(r)_1 − g(r)_0|`, so `B_i = ‖x̃_i‖ F_0 F_1 M_b` with
+/// `M_b = max_r 2 p(r | b)^{-1/2} |W_b[r, 1] − W_b[r, 0]|` for the record's block `b`: the factors
+/// `M_b` of every block (one per batch, `blocks` of them), written into `out`. NaN stays NaN.
+pub fn binary_block_factors(psi: PsiInputs<'_>, k: usize, blocks: usize, out: &mut Vec<f64>) {
+    out.clear();
+    for b in 0..blocks {
+        let mut worst: f64 = 0.0;
+        for r in 0..k {
+            let at = (b * k + r) * 2;
+            let v = 2.0 * psi.inv_sqrt_ps[b * k + r] * (psi.w[at + 1] - psi.w[at]).abs();
+            worst = if v.is_nan() || worst.is_nan() { f64::NAN } else { worst.max(v) };
+        }
+        out.push(worst);
+    }
+}
+
 /// The `q`-quantile (nearest rank: the `⌈q n⌉`-th smallest, at least the first) of `bounds`,
 /// reordering them; 0 for an empty batch and for a quantile that is not finite (an overflow:
 /// every `b_i` is then clipped to 0 and its noise is 0, a choice that reads no `s` either).

@@ -1,7 +1,7 @@
 //! The batch-gradient kernel: the gradient parts of one batch of a silo (see the module docs
 //! of [`crate::psi`] for the math).
 
-use super::bound::{fairness_bound, quantile_clip};
+use super::bound::{binary_block_factors, fairness_bound, quantile_clip};
 use super::dot::{dense_dot_and_square, sparse_logit, sparse_logit_pair};
 use super::norm;
 use super::predict::softmax_in_place;
@@ -73,8 +73,10 @@ pub struct Workspace {
     beta_b: Vec<f64>,
     w_rec: Vec<f64>,
     row: Vec<f64>,
-    /// The batch's s-free bounds `B_i` of an adaptive clip norm (`crate::round::round_protect`).
-    pub(crate) bounds: Vec<f64>,
+    /// The batch's s-free bounds `B_i` of an adaptive clip norm, and for two classes the factor
+    /// of each block they are read from ([`super::bound`]).
+    bounds: Vec<f64>,
+    block_factors: Vec<f64>,
 }
 
 /// `v` resized to `len` and filled with zeros (no allocation once it has the size).
@@ -290,8 +292,20 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
             // The adaptive clip: the quantile of the batch's bounds, from pass 1's F and ‖x̃‖.
             let bounds = &mut ws.bounds;
             bounds.clear();
-            for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
-                bounds.push(fairness_bound(probs, x_norm, y[i], psi, k));
+            if lm1 == 1 {
+                // Two classes: B_i = ‖x̃_i‖ F_0 F_1 M_b, one factor M_b per block and batch.
+                let factors = &mut ws.block_factors;
+                binary_block_factors(psi, k, blocks, factors);
+                for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(2)).zip(norms.iter()) {
+                    bounds.push(match psi.fairness.block(y[i] as u32) {
+                        Some(b) => x_norm * (probs[0] * probs[1]) * factors[b],
+                        None => 0.0,
+                    });
+                }
+            } else {
+                for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
+                    bounds.push(fairness_bound(probs, x_norm, y[i], psi, k));
+                }
             }
             let clip = quantile_clip(bounds, quantile);
             protect = Protect::Attribute { clip_theta: clip };
