@@ -119,10 +119,10 @@ RUNS: dict[str, Callable[[], Any]] = {
     "resumed_record": lambda: _resumed("record"),
     "warm_start": _warm,
     "party_loop": _party_loop,
-    # The adaptive clip (attribute mode's private default since it was added), in-process and
-    # through the party loop (as a deployed silo answers).
-    "standard_adaptive": lambda: _fit(epsilon=1.0, clip="auto"),
-    "party_loop_adaptive": lambda: _party_loop(clip="auto"),
+    # The adaptive clip (the default private run's since it was added), in-process and through the
+    # party loop (as a deployed silo answers).
+    "standard_adaptive": lambda: _fit(epsilon=1.0, clip="adaptive"),
+    "party_loop_adaptive": lambda: _party_loop(clip="adaptive"),
 }
 
 

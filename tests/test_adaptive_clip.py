@@ -1,6 +1,7 @@
-"""``clip="adaptive"``: a round's clip norm is a quantile of its batch's s-free bounds B_i ≥ ‖b_i‖.
+"""``clip="adaptive"``: a round's clip norm is a quantile of its batch's s-free scales S_i, the mean
+of ‖b_i‖ over the groups under the released proportions.
 
-What is checked here (the Rust tests check the bound itself, that the clip is the same on
+What is checked here (the Rust tests check the scale itself, that the clip is the same on
 neighbours and that an adaptive round is the fixed round at its clip; ``test_audit.py`` attacks one
 round): the settings accept it where it applies and refuse it, naming the fix, where it does not;
 the noise plan prices it per unit of clip norm with the same z as a fixed clip; the in-process
@@ -40,10 +41,11 @@ BASE = dict(lam=4.0, epochs=3, batch_size=64, seed=1, noise_seed=2, epsilon=1.0,
 
 
 def test_the_settings_take_adaptive_where_it_applies_and_name_the_fix_elsewhere():
-    # "auto" is the adaptive clip for a private attribute-mode fit of the standard mode, the fixed
-    # 0.25 where the adaptive clip does not apply, no clipping without privacy.
+    # "auto" is the adaptive clip for the default private run (attribute mode, the standard mode, the
+    # auto batch, no target), the fixed 0.25 elsewhere, no clipping without privacy.
     assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0)).clip == "adaptive"
-    for other in (dict(protect="record"), dict(mode="hybrid"), dict(calibration="paper", p_s="pooled")):
+    for other in (dict(protect="record"), dict(mode="hybrid"), dict(calibration="paper", p_s="pooled"),
+                  dict(batch_size=256), dict(max_violation=0.05), dict(sampling="full_batch")):
         assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, **other)).clip == PRIVATE_CLIPS["clip"], other
     assert SteFFLeSettings.from_estimator_params(dict(epsilon=None)).clip is None
     st = SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, clip="adaptive"))
@@ -147,8 +149,11 @@ def test_on_features_that_carry_s_it_reaches_a_fairness_a_fixed_clip_does_not():
             warnings.simplefilter("ignore")
             m = pfair.SteFFLe(fairness="equalized_odds", lam=8.0, epsilon=1.0, noise_seed=0, clip=clip).fit(fed, ledgers="new")
         pred = m.predict(data.X_test)
-        out[clip] = pfair.metrics.equalized_odds_difference(data.y_test, pred, sensitive_features=data.s_test)
-    assert out["auto"] < 0.5 * out[0.25], out
+        out[clip] = (float(np.mean(pred != data.y_test)),
+                     pfair.metrics.equalized_odds_difference(data.y_test, pred, sensitive_features=data.s_test))
+    # Equalized odds 0.58 (the λ = 0 model's) with the fixed clip, 0.36 with the adaptive one, at
+    # about the same error (0.10 and 0.09).
+    assert out["auto"][1] < out[0.25][1] - 0.15 and out["auto"][0] < out[0.25][0] + 0.02, out
 
 
 def test_a_deep_model_refuses_it_and_names_its_own_default():

@@ -366,16 +366,17 @@ def test_a_release_projected_on_a_public_subspace_keeps_its_privacy(rounds, audi
 
 
 def test_an_adaptive_clip_keeps_the_privacy_of_the_round(rounds):
-    """``clip="adaptive"``: each round clips the b_i to the quantile C_t of its batch's s-free bounds
-    B_i and adds σ_θ = σ₁ C_t (σ₁ the std of a unit clip). C_t reads x, y, θ, W and p_s only, so it is
+    """``clip="adaptive"``: each round clips the b_i to the quantile C_t of its batch's s-free scales
+    S_i and adds σ_θ = σ₁ C_t (σ₁ the std of a unit clip). C_t reads x, y, θ, W and p_s only, so it is
     the same under both neighbours (asserted batch by batch when the rounds are built), and given the
     batch the round is the Gaussian mechanism with Δ_θ = 2 C_t / m and the same z. Here q = 1/2 of a
-    batch of 2 picks the smaller bound, record 0's (it is confident: small J), so its b flips
+    batch of 2 picks the smaller scale, record 0's (it is confident: small J; its two groups' W rows
+    differ by as much and p_s is even, so its b has that norm under either group), so its b flips
     whole under the change of s: the pair is worst case in every batch, with nothing clipped. The
     attack, with the stds of each batch's own clip, finds the neighbours at most 1/z apart and stays
     below the exact curve; θ-noise half of what C_t calls for is found out."""
     adaptive = Rounds(quantile=0.5, scanned=rounds)
-    # Every batch's clip is record 0's own bound (the smaller of the two), 0.134 here, not CLIP.
+    # Every batch's clip is record 0's own scale (the smaller of the two), not CLIP.
     assert np.all(adaptive.clips == adaptive.clips[0]) and adaptive.clips[0] > 2 * CLIP, adaptive.clips
     s_theta, s_w = _claimed_sigmas(Z, clip=1.0)
     dist = adaptive.distances(s_theta, s_w) * Z

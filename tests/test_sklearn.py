@@ -147,10 +147,10 @@ def test_settings_are_get_params_validated_once():
     fermi = FERMI(lam=0.3)
     assert fermi.settings() == SteFFLeSettings.from_estimator_params(
         {**fermi.get_params(), "epsilon": None, "mode": "standard", "p_s": "pooled"})
-    # "auto" resolves with epsilon: the private clip norms (the adaptive clip in attribute mode), no
-    # clipping otherwise.
-    assert est.settings().clip == "adaptive" and SteFFLe(epsilon=None).settings().clip is None
-    assert SteFFLe(epsilon=2.0, protect="record").settings().clip == PRIVATE_CLIPS["clip"]
+    # "auto" resolves with epsilon: the private clip norms (the adaptive clip for the default private
+    # run, a fixed one for a batch the user sets), no clipping otherwise.
+    assert est.settings().clip == PRIVATE_CLIPS["clip"] and SteFFLe(epsilon=None).settings().clip is None
+    assert SteFFLe(epsilon=2.0).settings().clip == "adaptive"
 
 
 # --------------------------------------------------------------------------------------------

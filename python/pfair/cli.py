@@ -118,8 +118,9 @@ def add_train_parser(sub: Any) -> None:
                         f"projection (default {d.w_radius:g})")
     p.add_argument("--clip", type=lambda t: t if t in ("auto", "adaptive") else _float_or_none(t), default="auto",
                    help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
-                        f"to; auto (default): {PRIVATE_CLIPS['clip']:g} when private, no clipping otherwise; "
-                        "adaptive: each round's median of its batch's s-free bounds (--protect attribute); "
+                        "to; auto (default): adaptive when private with --protect attribute, "
+                        f"{PRIVATE_CLIPS['clip']:g} when private otherwise, no clipping without privacy; "
+                        "adaptive: each round's 0.9-quantile of its batch's s-free scales (--protect attribute); "
                         "'none' = no clipping (only with --epsilon none)")
     p.add_argument("--sampling", default="auto", choices=["auto", "shuffle", "without_replacement", "poisson", "full_batch"],
                    help="how a silo draws its batch each round: shuffle = every record once per epoch "

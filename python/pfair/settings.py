@@ -34,9 +34,12 @@ THETA_STEP_LAMBDA = 1.0
 PRIVATE_CLIPS = {"clip": 0.25, "clip_loss": 1.0, "clip_w": 2.0}
 CLIP_NAMES = tuple(PRIVATE_CLIPS)
 #: ``clip="adaptive"``: each round clips the b_i of a silo's batch to this quantile of the batch's
-#: s-free bounds B_i ≥ ‖b_i‖ (``rust/src/psi/bound.rs``) and scales h_θ's noise with it. Attribute
-#: mode only, where the bounds read nothing protected (docs/privacy.md, "An adaptive clip norm").
-ADAPTIVE_CLIP_QUANTILE = 0.5
+#: s-free scales S_i, the mean of ‖b_i‖ over the groups under the released proportions
+#: (``rust/src/psi/clip_scale.rs``), and scales h_θ's noise with it. Attribute mode only, where the
+#: scales read nothing protected (docs/privacy.md, "An adaptive clip norm"). Chosen at ε = 1 by
+#: ``docs/optimisation/clip_quantile.py`` among 0.5, 0.75 and 0.9 (docs/optimisation.md, "An
+#: adaptive clip norm").
+ADAPTIVE_CLIP_QUANTILE = 0.9
 #: ``batch_size="auto"`` caps: a silo's batch is the cap, or the whole silo if it is smaller. The
 #: caps were chosen on validation splits by :mod:`pfair.experiments.defaults` (docs/optimisation.md),
 #: separately for rounds that carry noise and rounds that do not, because the data say so: with
@@ -181,7 +184,7 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
     if isinstance(out.get("clip"), str) and out["clip"] == "auto" and out.get("epsilon") is not None:
         out["clip"] = DEEP_PRIVATE_CLIP
     if isinstance(out.get("clip"), str) and out["clip"] == "adaptive":
-        raise ValueError("clip='adaptive' is for the linear model (SteFFLe), whose kernel computes the bounds it "
+        raise ValueError("clip='adaptive' is for the linear model (SteFFLe), whose kernel computes the scales it "
                          f"takes its quantile of; a deep model takes a clip norm (clip={DEEP_PRIVATE_CLIP:g}, the "
                          "deep default)")
     if isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto":
@@ -323,27 +326,33 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
-def auto_clip(name: str, epsilon: float | None, protect: str, mode: str, calibration: str) -> float | str | None:
-    """What ``"auto"`` means for the clip norm ``name``: no clipping without privacy; for ``clip`` of a
-    private fit in attribute mode, ``mode="standard"`` and any calibration but the paper's,
-    ``"adaptive"`` (a clip per round from the batch: docs/optimisation.md, "An adaptive clip norm");
-    otherwise the fixed norm of :data:`PRIVATE_CLIPS`."""
-    if epsilon is None:
+def auto_clip(name: str, st: Any) -> float | str | None:
+    """What ``"auto"`` means for the clip norm ``name`` of settings ``st`` (sampling and calibration
+    resolved): no clipping without privacy; for ``clip``, ``"adaptive"`` (a norm per round from the
+    batch: docs/optimisation.md, "An adaptive clip norm") where it was chosen, the default private run
+    of attribute mode (``mode="standard"``, ``batch_size="auto"``, batches drawn from the silos, no
+    fairness target, any calibration but the paper's); otherwise the fixed norm of
+    :data:`PRIVATE_CLIPS`, which a batch the user sets (at batch 256 on Adult the adaptive clip's
+    noise costs more than its bias saves), a fairness target (its batch and step were chosen with
+    0.25), record mode and the hybrid modes keep."""
+    if st.epsilon is None:
         return None
-    if name == "clip" and protect == "attribute" and mode == "standard" and calibration != "paper":
+    if (name == "clip" and st.protect == "attribute" and st.mode == "standard" and st.calibration != "paper"
+            and isinstance(st.batch_size, str) and st.batch_size == "auto" and st.sampling != "full_batch"
+            and st.max_violation is None):
         return "adaptive"
     return PRIVATE_CLIPS[name]
 
 
 def check_adaptive_clip(p: dict) -> None:
-    """Refuse ``clip="adaptive"`` where it does not apply: record mode (the bounds would read the
+    """Refuse ``clip="adaptive"`` where it does not apply: record mode (the scales would read the
     protected records), the hybrid modes (their sensitive silos clip in their own kernel), the
     paper's calibration (its closed form takes one clip norm)."""
     if not (isinstance(p["clip"], str) and p["clip"] == "adaptive"):
         return
     if p["protect"] != "attribute":
         raise ValueError("clip='adaptive' needs protect='attribute': a round's clip is a quantile of its batch's "
-                         "bounds, which read the records' features and labels, and record mode protects those. "
+                         "scales, which read the records' features and labels, and record mode protects those. "
                          "Pass a clip norm (clip=0.25) in record mode")
     if p["mode"] != "standard":
         raise ValueError(f"clip='adaptive' is available in mode='standard' only, not mode={p['mode']!r}: pass a "
@@ -435,13 +444,13 @@ class SteFFLeSettings:
         # The one place "auto" clip norms and sampling are resolved (batch_size="auto" needs the
         # silo sizes: for_sizes). Clip norms: the private defaults when epsilon is set, no
         # clipping otherwise.
-        for name in CLIP_NAMES:
-            if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
-                object.__setattr__(self, name, auto_clip(name, self.epsilon, self.protect, self.mode, self.calibration))
         if self.sampling == "auto":
             object.__setattr__(self, "sampling", auto_sampling(self.protect, self.mode))
         if self.calibration == "auto":
             object.__setattr__(self, "calibration", auto_calibration(self.protect, self.sampling, self.mode))
+        for name in CLIP_NAMES:
+            if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
+                object.__setattr__(self, name, auto_clip(name, self))
         # The notion object every module below the estimators takes (not a field: the settings
         # stay the public names, in asdict, repr and ==).
         object.__setattr__(self, "_notion", resolve_fairness(self.fairness, self.positive_class))
@@ -488,7 +497,7 @@ class SteFFLeSettings:
 
     @property
     def clip_quantile(self) -> float | None:
-        """The quantile of the batch's s-free bounds B_i a round clips to
+        """The quantile of the batch's s-free scales S_i a round clips to
         (:data:`ADAPTIVE_CLIP_QUANTILE` with ``clip="adaptive"``), None for a fixed clip norm."""
         return ADAPTIVE_CLIP_QUANTILE if self.adaptive_clip else None
 

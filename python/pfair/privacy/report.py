@@ -24,12 +24,14 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
     "steps": "rounds the silo answers (T), over which the budget is spread",
     "denominator": "the fixed divisor m of the silo's batch means",
     "sensitivity_loss": "replace-one sensitivity of the loss-gradient part (0: sent without noise)",
-    "sensitivity_theta": "replace-one sensitivity of the s-dependent theta part",
+    "sensitivity_theta": "replace-one sensitivity of the s-dependent theta part (with clip='adaptive': per unit "
+                         "of clip norm, each round's is 2 C_t / m)",
     "sensitivity_w": "replace-one sensitivity of the W (fairness adversary) part",
     "noise_multiplier": "z = noise std / sensitivity of the joint Gaussian mechanism (inf: nothing "
                         "sent depends on the protected data)",
     "sigma_loss": "noise std actually added to the loss-gradient part",
-    "sigma_theta": "noise std actually added to the theta part",
+    "sigma_theta": "noise std actually added to the theta part (with clip='adaptive': per unit of clip norm, "
+                   "each round adds sigma_theta * C_t for its clip C_t)",
     "sigma_w": "noise std actually added to the W part",
     "target_epsilon": "the silo's budget epsilon (what you asked for)",
     "delta": "the silo's delta (default 1/n^2, n = every record the silo holds)",

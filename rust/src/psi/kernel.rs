@@ -1,7 +1,7 @@
 //! The batch-gradient kernel: the gradient parts of one batch of a silo (see the module docs
 //! of [`crate::psi`] for the math).
 
-use super::bound::{binary_block_factors, fairness_bound, quantile_clip};
+use super::clip_scale::{binary_block_factors, fairness_scale, quantile_clip};
 use super::dot::{dense_dot_and_square, sparse_logit, sparse_logit_pair};
 use super::norm;
 use super::predict::softmax_in_place;
@@ -73,9 +73,9 @@ pub struct Workspace {
     beta_b: Vec<f64>,
     w_rec: Vec<f64>,
     row: Vec<f64>,
-    /// The batch's s-free bounds `B_i` of an adaptive clip norm, and for two classes the factor
-    /// of each block they are read from ([`super::bound`]).
-    bounds: Vec<f64>,
+    /// The batch's s-free scales `S_i` of an adaptive clip norm, and for two classes the factor
+    /// of each block they are read from ([`super::clip_scale`]).
+    scales: Vec<f64>,
     block_factors: Vec<f64>,
 }
 
@@ -116,10 +116,10 @@ pub fn batch_gradients_into<R: Rows>(
 }
 
 /// [`batch_gradients_into`] in attribute mode with the adaptive clip norm: the `b_i` are clipped
-/// to `C_t`, the `quantile`-quantile of the batch's s-free bounds `B_i` ([`super::bound`]),
+/// to `C_t`, the `quantile`-quantile of the batch's s-free scales `S_i` ([`super::clip_scale`]),
 /// computed from the class probabilities and `‖x̃_i‖` of the kernel's first pass (no extra pass
 /// over the rows). `C_t` is returned and left in `out.clip_theta`. The whole batch is one chunk
-/// (the quantile needs every record's bound before the second pass).
+/// (the quantile needs every record's scale before the second pass).
 pub fn batch_gradients_adaptive_into<R: Rows>(
     data: Records<'_, R>,
     at: Point<'_>,
@@ -233,7 +233,7 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
     let split = converts || batch.first().is_some_and(|&i| rows.dense_row(i).is_some());
     let acc = zeroed(&mut ws.acc, 3 * part);
     let coef = zeroed(&mut ws.coef, width);
-    // An adaptive clip needs every record's bound before the second pass: one chunk.
+    // An adaptive clip needs every record's scale before the second pass: one chunk.
     let chunk_len = if quantile.is_some() { batch.len().max(1) } else { KERNEL_CHUNK };
     let all_probs = zeroed(&mut ws.probs, batch.len().min(chunk_len) * l);
     let norms = zeroed(&mut ws.norms, batch.len().min(chunk_len));
@@ -289,25 +289,25 @@ fn batch_gradients_body<R: Rows>(call: &KernelCall<'_, R>, ws: &mut Workspace, o
         }
 
         if let Some(quantile) = quantile {
-            // The adaptive clip: the quantile of the batch's bounds, from pass 1's F and ‖x̃‖.
-            let bounds = &mut ws.bounds;
-            bounds.clear();
+            // The adaptive clip: the quantile of the batch's s-free scales, from pass 1's F and ‖x̃‖.
+            let scales = &mut ws.scales;
+            scales.clear();
             if lm1 == 1 {
-                // Two classes: B_i = ‖x̃_i‖ F_0 F_1 M_b, one factor M_b per block and batch.
+                // Two classes: S_i = ‖x̃_i‖ F_0 F_1 M_b, one factor M_b per block and batch.
                 let factors = &mut ws.block_factors;
                 binary_block_factors(psi, k, blocks, factors);
                 for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(2)).zip(norms.iter()) {
-                    bounds.push(match psi.fairness.block(y[i] as u32) {
+                    scales.push(match psi.fairness.block(y[i] as u32) {
                         Some(b) => x_norm * (probs[0] * probs[1]) * factors[b],
                         None => 0.0,
                     });
                 }
             } else {
                 for ((&i, probs), &x_norm) in chunk.iter().zip(all_probs.chunks_exact(l)).zip(norms.iter()) {
-                    bounds.push(fairness_bound(probs, x_norm, y[i], psi, k));
+                    scales.push(fairness_scale(probs, x_norm, y[i], psi, k));
                 }
             }
-            let clip = quantile_clip(bounds, quantile);
+            let clip = quantile_clip(scales, quantile);
             protect = Protect::Attribute { clip_theta: clip };
             binary_attribute = binary_attribute.map(|_| clip);
             out.clip_theta = clip;

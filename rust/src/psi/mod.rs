@@ -35,7 +35,7 @@
 //! [`predict`] (logits, softmax, predicted classes), `dot` (the dot products whose order of
 //! additions every path shares, so that their bits agree) and [`kernel`] (the batch gradients).
 
-pub mod bound;
+pub mod clip_scale;
 mod dot;
 pub mod kernel;
 pub mod predict;

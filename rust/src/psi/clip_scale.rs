@@ -1,14 +1,17 @@
-//! The s-free bound `B_i ≥ ‖b_i‖` of a record's s-dependent θ-part, and the adaptive clip norm
-//! of a batch taken from it.
+//! The s-free scale `S_i` of a record's s-dependent θ-part, and the adaptive clip norm of a batch
+//! taken from it.
 //!
 //! `b_i = x̃_i ⊗ J_i g(s_i)` with `g(r) = 2 p(r | block)^{-1/2} W_block[r, :]` (module docs of
-//! [`crate::psi`]), so `‖b_i‖ = ‖x̃_i‖ ‖J_i g(s_i)‖ ≤ B_i := ‖x̃_i‖ max_r ‖J_i g(r)‖`. `B_i` reads
-//! the record's features and label (which fix its block), θ, W and the released proportions, and
-//! takes the maximum over every group `r`: it never reads `s_i`. A record outside every block
-//! (equal opportunity's negatives) has `b_i = 0` and `B_i = 0`.
+//! [`crate::psi`]), so `‖b_i‖ = ‖x̃_i‖ ‖J_i g(s_i)‖`. The scale is its mean over the groups under
+//! the released proportions, `S_i := ‖x̃_i‖ Σ_r p(r | block) ‖J_i g(r)‖`: what ‖b_i‖ would be on
+//! average if `s_i` were drawn from `p`. It reads the record's features and label (which fix its
+//! block), θ, W and the released proportions, and never `s_i`. A record outside every block (equal
+//! opportunity's negatives) has `b_i = 0` and `S_i = 0`. (The largest norm over the groups, an
+//! upper bound of ‖b_i‖, was measured first: a rare group's `p^{-1/2}` then sets every record's
+//! scale and the noise with it, docs/optimisation.md, "An adaptive clip norm".)
 //!
 //! In attribute mode the neighbouring data sets differ in one `s_i` only, and the batch is drawn
-//! without reading `s`, so a clip norm computed from the batch's `B_i` is the same on both
+//! without reading `s`, so a clip norm computed from the batch's `S_i` is the same on both
 //! neighbours: clipping the `b_i` to it and adding noise proportional to it is the Gaussian
 //! mechanism with the same noise multiplier (`docs/privacy.md`, "An adaptive clip norm").
 
@@ -16,10 +19,10 @@ use super::predict::softmax_in_place;
 use super::types::{Code, Point, PsiInputs};
 use crate::features::Rows;
 
-/// `B_i` of each record of `batch` into `out` (resized), from the rows and labels only: the
+/// `S_i` of each record of `batch` into `out` (resized), from the rows and labels only: the
 /// signature has no groups to read. The reference the kernel's adaptive clip is tested against (the
-/// kernel takes the probabilities of its own first pass: [`fairness_bound`]).
-pub fn fairness_bounds_into<R: Rows>(rows: &R, y: &[Code], at: Point<'_>, batch: &[usize], out: &mut Vec<f64>) {
+/// kernel takes the probabilities of its own first pass: [`fairness_scale`]).
+pub fn fairness_scales_into<R: Rows>(rows: &R, y: &[Code], at: Point<'_>, batch: &[usize], out: &mut Vec<f64>) {
     let d = at.dims.d;
     let (k, l) = (at.dims.k, at.dims.l);
     let lm1 = l - 1;
@@ -37,22 +40,24 @@ pub fn fairness_bounds_into<R: Rows>(rows: &R, y: &[Code], at: Point<'_>, batch:
             }
         });
         softmax_in_place(&mut probs);
-        out.push(fairness_bound(&probs, xsq.sqrt(), y[i], at.psi, k));
+        out.push(fairness_scale(&probs, xsq.sqrt(), y[i], at.psi, k));
     }
 }
 
-/// `B_i = ‖x̃_i‖ max_r ‖J_i g(r)‖` of one record from its class probabilities `F` (`probs`),
-/// `‖x̃_i‖` and label (0 outside every block). NaN (an overflow under a hostile θ or W) stays NaN.
+/// `S_i = ‖x̃_i‖ Σ_r p(r | b) ‖J_i g(r)‖` of one record from its class probabilities `F` (`probs`),
+/// `‖x̃_i‖` and label (0 outside every block), with `p(r | b) = inv_sqrt_ps[b, r]^{-2}`. NaN (an
+/// overflow under a hostile θ or W) stays NaN.
 #[inline]
-pub fn fairness_bound(probs: &[f64], x_norm: f64, yi: Code, psi: PsiInputs<'_>, k: usize) -> f64 {
+pub fn fairness_scale(probs: &[f64], x_norm: f64, yi: Code, psi: PsiInputs<'_>, k: usize) -> f64 {
     let Some(b) = psi.fairness.block(yi as u32) else {
         return 0.0;
     };
     let l = probs.len();
     let wb = &psi.w[b * k * l..(b + 1) * k * l];
-    let mut worst: f64 = 0.0;
+    let mut mean = 0.0;
     for r in 0..k {
-        let cf = 2.0 * psi.inv_sqrt_ps[b * k + r];
+        let inv = psi.inv_sqrt_ps[b * k + r];
+        let cf = 2.0 * inv;
         let g = &wb[r * l..(r + 1) * l];
         let fg: f64 = probs.iter().zip(g).map(|(p, gv)| p * cf * gv).sum();
         let mut n2 = 0.0;
@@ -60,38 +65,37 @@ pub fn fairness_bound(probs: &[f64], x_norm: f64, yi: Code, psi: PsiInputs<'_>, 
             let beta = probs[v] * (cf * g[v] - fg);
             n2 += beta * beta;
         }
-        // NaN counts as the largest (`max` would drop it).
-        worst = if n2.is_nan() || worst.is_nan() { f64::NAN } else { worst.max(n2) };
+        mean += n2.sqrt() / (inv * inv);
     }
-    x_norm * worst.sqrt()
+    x_norm * mean
 }
 
-/// For two classes `‖J_i g(r)‖ = F_0 F_1 |g(r)_1 − g(r)_0|`, so `B_i = ‖x̃_i‖ F_0 F_1 M_b` with
-/// `M_b = max_r 2 p(r | b)^{-1/2} |W_b[r, 1] − W_b[r, 0]|` for the record's block `b`: the factors
-/// `M_b` of every block (one per batch, `blocks` of them), written into `out`. NaN stays NaN.
+/// For two classes `‖J_i g(r)‖ = F_0 F_1 |g(r)_1 − g(r)_0|`, so `S_i = ‖x̃_i‖ F_0 F_1 M_b` with
+/// `M_b = Σ_r p(r | b) · 2 p(r | b)^{-1/2} |W_b[r, 1] − W_b[r, 0]|` for the record's block `b`: the
+/// factors `M_b` of every block (one per batch, `blocks` of them), written into `out`.
 pub fn binary_block_factors(psi: PsiInputs<'_>, k: usize, blocks: usize, out: &mut Vec<f64>) {
     out.clear();
     for b in 0..blocks {
-        let mut worst: f64 = 0.0;
+        let mut mean = 0.0;
         for r in 0..k {
             let at = (b * k + r) * 2;
-            let v = 2.0 * psi.inv_sqrt_ps[b * k + r] * (psi.w[at + 1] - psi.w[at]).abs();
-            worst = if v.is_nan() || worst.is_nan() { f64::NAN } else { worst.max(v) };
+            let inv = psi.inv_sqrt_ps[b * k + r];
+            mean += 2.0 * inv * (psi.w[at + 1] - psi.w[at]).abs() / (inv * inv);
         }
-        out.push(worst);
+        out.push(mean);
     }
 }
 
-/// The `q`-quantile (nearest rank: the `⌈q n⌉`-th smallest, at least the first) of `bounds`,
+/// The `q`-quantile (nearest rank: the `⌈q n⌉`-th smallest, at least the first) of `scales`,
 /// reordering them; 0 for an empty batch and for a quantile that is not finite (an overflow:
 /// every `b_i` is then clipped to 0 and its noise is 0, a choice that reads no `s` either).
-pub fn quantile_clip(bounds: &mut [f64], q: f64) -> f64 {
-    if bounds.is_empty() {
+pub fn quantile_clip(scales: &mut [f64], q: f64) -> f64 {
+    if scales.is_empty() {
         return 0.0;
     }
-    let n = bounds.len();
+    let n = scales.len();
     let rank = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-    let (_, v, _) = bounds.select_nth_unstable_by(rank, |a, b| a.total_cmp(b));
+    let (_, v, _) = scales.select_nth_unstable_by(rank, |a, b| a.total_cmp(b));
     if v.is_finite() && *v >= 0.0 {
         *v
     } else {
@@ -115,9 +119,10 @@ mod tests {
     }
 
     #[test]
-    fn the_bound_covers_the_b_part_of_every_group_and_is_attained() {
-        // Every notion, two and three classes, three groups: ‖b_i‖ for each value r of s_i (the
-        // kernel on the one-record batch, unclipped) is at most B_i, and equal to it for some r.
+    fn the_scale_is_the_mean_norm_of_the_b_part_over_the_groups_under_p() {
+        // Every notion, two and three classes, three groups: S_i is Σ_r p(r) ‖b_i‖ with ‖b_i‖ for
+        // each value r of s_i taken from the kernel on the one-record batch, unclipped; for two
+        // classes the kernel's block factors give the same.
         for (l, fairness) in [(2, Fairness::DemographicParity), (2, Fairness::EqualizedOdds), (3, Fairness::EqualOpportunity { positive: 1 }),
                               (3, Fairness::DemographicParity), (2, Fairness::FalsePositiveRateParity { positive: 1 })] {
             let (d, k, n) = (4, 3, 40);
@@ -132,19 +137,33 @@ mod tests {
             let psi = PsiInputs { fairness, w: &w, inv_sqrt_ps: &inv };
             let at = Point { dims, theta: &theta, psi };
             let batch: Vec<usize> = (0..n).collect();
-            let mut bounds = Vec::new();
-            crate::with_rows!(&features, rows => fairness_bounds_into(rows, &y, at, &batch, &mut bounds));
+            let mut scales = Vec::new();
+            crate::with_rows!(&features, rows => fairness_scales_into(rows, &y, at, &batch, &mut scales));
+            let mut factors = Vec::new();
+            binary_block_factors(psi, k, fairness.n_blocks(l), &mut factors);
             for i in 0..n {
-                let mut largest: f64 = 0.0;
+                let mut mean = 0.0;
                 for r in 0..k {
                     let s = vec![r as Code; n];
                     let g = crate::with_rows!(&features, rows => batch_gradients(
                         Records { rows, y: &y, s: &s }, at, &[i], 1.0, Protect::Attribute { clip_theta: f64::INFINITY }));
-                    let b = crate::psi::norm(&g.psi_theta);
-                    assert!(b <= bounds[i] * (1.0 + 1e-12), "{fairness:?} l={l} record {i} s={r}: |b| {b} > B {}", bounds[i]);
-                    largest = largest.max(b);
+                    let block = fairness.block(y[i] as u32).unwrap_or(0);
+                    mean += crate::psi::norm(&g.psi_theta) / inv[block * k + r].powi(2);
                 }
-                assert!((largest - bounds[i]).abs() <= 1e-12 * bounds[i].max(1e-300), "{fairness:?} record {i}: max |b| {largest} != B {}", bounds[i]);
+                assert!((mean - scales[i]).abs() <= 1e-12 * mean.max(1e-300), "{fairness:?} l={l} record {i}: {mean} != {}", scales[i]);
+                if l == 2 {
+                    let probs = crate::with_rows!(&features, rows => {
+                        let mut z = 0.0;
+                        let mut xsq = 1.0;
+                        rows.for_each(i, |j, xj| { z += xj * theta[j]; xsq += xj * xj; });
+                        let mut p = [0.0, z + theta[d]];
+                        softmax_in_place(&mut p);
+                        (p, xsq.sqrt())
+                    });
+                    let ((p, xn), b) = (probs, fairness.block(y[i] as u32));
+                    let from_factors = b.map_or(0.0, |b| xn * (p[0] * p[1]) * factors[b]);
+                    assert!((from_factors - scales[i]).abs() <= 1e-12 * mean.max(1e-300), "{fairness:?} record {i}: factors");
+                }
             }
         }
     }
