@@ -371,8 +371,14 @@ class PrivacyLedger:
             b = int(run["rounds_per_epoch"])
             e0, last = first_round // b, (first_round + count - 1) // b
             epochs = last - e0 + 1 - (1 if e0 == run["last_epoch"] else 0)
-        event = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
-                                        float(run["noise_multiplier"]), count, epochs)
+        key = (run["sampling"], run["sample_rate"], run["noise_multiplier"], count, epochs)
+        cache = self.__dict__.setdefault("_round_events", {})
+        event = cache.get(key)
+        if event is None:  # one frozen event per distinct charge: epoch after epoch it is the same one
+            if len(cache) > 64:
+                cache.clear()
+            event = cache[key] = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
+                                                         float(run["noise_multiplier"]), count, epochs)
         return event, last
 
     def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
