@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from statistics import NormalDist
 from typing import Any
 
@@ -162,6 +162,14 @@ class CheckpointFigures:
     #: (``Σ_{y≠c*} V[y, y] / n``).
     better_share: float | None = None
 
+    @classmethod
+    def _of(cls, *values: Any) -> "CheckpointFigures":
+        """The figures with every field given, in the order of the fields, without the frozen
+        dataclass's checks of its keyword arguments (made once per checkpoint)."""
+        fig = object.__new__(cls)
+        fig.__dict__.update(zip(_FIGURE_FIELDS, values))
+        return fig
+
     @property
     def difference(self) -> float:
         """``D = error − constant_error``: the mean over the held-out records of
@@ -245,6 +253,10 @@ class CheckpointFigures:
         return row
 
 
+#: The fields of :class:`CheckpointFigures`, in order (:meth:`CheckpointFigures._of`).
+_FIGURE_FIELDS = tuple(f.name for f in fields(CheckpointFigures))
+
+
 def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.0, violation: float | None = None,
                    violation_sd: float = 0.0, lam: float | None = None) -> CheckpointFigures | None:
     """The :class:`CheckpointFigures` of the silos' validation tables (each ``l × l``, noisy or
@@ -294,9 +306,7 @@ def exact_cells(table: Any) -> list[float] | None:
 def pool_exact_cells(cells: list[list[float]], l: int) -> list[list[int]]:  # noqa: E741
     """The cell-wise sum of ``l × l`` tables given by their exact cells (:func:`exact_cells`),
     clamped at 0, as Python integers (``l`` rows)."""
-    m = l * l
-    ints = [int(x) for t in cells for x in t]
-    sums = [max(sum(ints[i::m]), 0) for i in range(m)]  # cell i of every table
+    sums = [max(sum(map(int, col)), 0) for col in zip(*cells)]  # cell i of every table
     return [sums[y * l:(y + 1) * l] for y in range(l)]
 
 
@@ -311,10 +321,9 @@ def _integer_figures(pooled: list[list[int]], n_tables: int, *, epoch: int, nois
     rows_i = [sum(r) for r in pooled]
     trace_i = sum(pooled[v][v] for v in range(l))
     c = rows_i.index(max(rows_i))  # the first largest, as np.argmax
-    return CheckpointFigures(epoch=int(epoch), error=(n - trace_i) / n, constant_error=1.0 - rows_i[c] / n,
-                             n=float(n), noise_sd=float(noise_sd) * math.sqrt(n_tables), violation=violation,
-                             violation_sd=float(violation_sd), lam=lam, cells=l * l,
-                             worse_share=(rows_i[c] - pooled[c][c]) / n, better_share=(trace_i - pooled[c][c]) / n)
+    return CheckpointFigures._of(int(epoch), (n - trace_i) / n, 1.0 - rows_i[c] / n, float(n),
+                                 float(noise_sd) * math.sqrt(n_tables), violation, float(violation_sd), lam, l * l,
+                                 (rows_i[c] - pooled[c][c]) / n, (trace_i - pooled[c][c]) / n)
 
 
 def exact_figures(cells: list[list[float]], l: int, *, epoch: int, noise_sd: float = 0.0,  # noqa: E741

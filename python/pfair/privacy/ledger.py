@@ -560,7 +560,7 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
             except (PrivacyBudgetExceeded, ReplayRefused) as exc:
                 out[i] = exc
         return out
-    ready = []
+    ready, entries = [], []
     for i, (ledger, run_id) in enumerate(charges):
         try:
             pending = ledger._rounds_event(run_id, first_round, count)
@@ -570,9 +570,10 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
         if pending[0] is None:  # a prepaid run: its rounds were charged when it was registered
             ledger._commit_rounds(run_id, first_round, count, pending, ledger._steps)
             continue
-        ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
-    admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)
-                                    for _, ledger, _, _, steps in ready]) if ready else []
+        steps = ledger._with(pending[0])
+        ready.append((i, ledger, run_id, pending, steps))
+        entries.append((PrivacyLedger._items(steps), ledger.delta, ledger.epsilon))
+    admitted = _core.ledgers_admit(entries) if ready else []
     for ok, (i, ledger, run_id, pending, steps) in zip(admitted, ready):
         if ok:
             ledger._commit_rounds(run_id, first_round, count, pending, steps)
