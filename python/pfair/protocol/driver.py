@@ -281,9 +281,12 @@ def vector_norm(x: np.ndarray) -> float:
     dot product of a model's few hundred coordinates); any other array goes through NumPy. A sum
     of squares is finite when every entry is, unless it overflows: a caller testing finiteness
     falls back to ``np.isfinite`` when the norm is not finite."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim == 1:
+    if isinstance(x, np.ndarray) and x.ndim == 1 and (x.dtype is _FLOAT64 or x.dtype == _FLOAT64):
         return math.sqrt(float(x.dot(x)))
     return float(np.linalg.norm(x))
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 #: The θ step is halved at a reversal of the released validation error whose two changes each
