@@ -174,6 +174,7 @@ def test_the_servers_exact_reading_gives_the_general_paths_figures_and_rejection
              ([(j, R(j, 4, rng.integers(0, 30, (2, 2)).astype(float))) for j in range(3)], None),
              ([(0, R(0, 4, t[0] + rng.normal(0, 2.0, (2, 2)))), (1, R(1, 4, t[1]))], noisy),  # noisy: NumPy
              ([(0, R(0, 4, t[0])), (1, R(1, 4, t[1].astype(np.float32)))], limits),  # float32 table
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, np.asmatrix(t[1])))], limits),  # not an ndarray itself
              ([(0, R(0, 4, t[0])), (1, R(1, 4, t[1] + 1.0))], limits),  # counts 64 records, not 60
              ([(0, R(0, 4, t[0])), (1, R(1, 4, np.zeros((3, 2))))], limits),
              ([(0, R(0, 4, t[0])), (1, R(0, 4, t[1])), (2, R(2, 3, t[2]))], limits),
@@ -188,14 +189,14 @@ def test_the_servers_exact_reading_gives_the_general_paths_figures_and_rejection
         return figs, list(server.rejected), [r.getMessage() for r in caplog.records]
 
     exact = [ServerParty._exact_releases(rel, 4, 2, lim) is not None for rel, lim in cases]
-    assert exact == [True, True, True] + [False] * 6 + [False, True, False]
+    assert exact == [True, True, True] + [False] * 7 + [False, True, False]
     with caplog.at_level("WARNING", logger="pfair.server"):
         fast = read_all()
         monkeypatch.setattr(ServerParty, "_exact_releases", staticmethod(lambda *a: None))
         slow = read_all()
     assert fast == slow  # figures (every field, floats exactly), rejections and log lines
     figs, rejected, _ = fast
-    assert [f is None for f in figs] == [False] * 3 + [False, False, False, False, False, False, True, True, True]
+    assert [f is None for f in figs] == [False] * 3 + [False] * 7 + [True, True, True]
     # counts 64 records; a (3, 2) table; two claims of another silo or epoch; no reply and an unknown silo; inf
     assert len(rejected) == 1 + 1 + 2 + 2 + 1
     assert figs[0].n == 120.0 and figs[0].error == (120 - 55) / 120 and figs[0].constant_error == 1 - 77 / 120

@@ -164,8 +164,11 @@ class CheckpointFigures:
 
     @classmethod
     def _of(cls, *values: Any) -> "CheckpointFigures":
-        """The figures with every field given, in the order of the fields, without the frozen
-        dataclass's checks of its keyword arguments (made once per checkpoint)."""
+        """The figures with every field given, in the order of the fields, made without the frozen
+        dataclass's ``__init__`` (its keyword parsing and one ``object.__setattr__`` per field, which
+        cost more than the figures of a checkpoint): the same object, field for field."""
+        if len(values) != len(_FIGURE_FIELDS):
+            raise TypeError(f"CheckpointFigures._of takes {len(_FIGURE_FIELDS)} values, got {len(values)}")
         fig = object.__new__(cls)
         fig.__dict__.update(zip(_FIGURE_FIELDS, values))
         return fig
