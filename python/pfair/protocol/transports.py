@@ -130,8 +130,9 @@ class RustBatched(PartyLoop):
             lam=float(server.lam), lr_theta=lr, lr_w=st.server_lr_w(server.lam), w_radius=float(st.w_radius or math.inf),
             start=plan.epoch_start(epoch), n_rounds=plan.rounds_per_epoch, snapshot_round=plan.pick,
         )
+        loss, psi, clipped = out["loss"], out["psi"], out["clipped"]
+
         def exact() -> dict:  # three reductions, made only when the history keeps them
-            return {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
-                    "clipped": int(np.sum(out["clipped"]))}
+            return {"batch_loss": float(np.mean(loss)), "batch_psi": float(np.mean(psi)), "clipped": int(np.sum(clipped))}
 
         return EpochOutcome(out["theta"], out["w"], len(active), snapshot=out["snapshot"], exact_of=exact)
