@@ -194,6 +194,8 @@ class PrivacyLedger:
         # (equal public-batch mechanisms merge exactly, Bin(a, q) + Bin(b, q) = Bin(a + b, q)),
         # so charging T rounds epoch by epoch costs exactly what a calibration for T rounds computed.
         self._steps: Dict[tuple, int] = {}
+        # The events of the round charges made so far, one per distinct charge (_rounds_event).
+        self._round_events: Dict[tuple, MechanismEvent] = {}
         self._spent: Optional[float] = 0.0
         # Writes of the file so far, and the revision of each file this object last read or
         # wrote there (by resolved path; none: it expects no ledger file there).
@@ -346,7 +348,9 @@ class PrivacyLedger:
     def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
         """The event that rounds ``first_round ..`` of ``run_id`` would record (``None`` for a
         prepaid run: paid when registered), and the epoch a shuffle run would have touched last;
-        refuses replays and rounds past the plan."""
+        refuses replays and rounds past the plan. The event is one frozen object per distinct
+        charge (mechanism, rounds, epochs touched), kept by the ledger and recorded again each
+        time that charge is made: a run charges the same epoch after epoch."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
