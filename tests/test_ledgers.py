@@ -298,6 +298,30 @@ def test_charging_many_ledgers_together_equals_charging_each_alone():
         [MechanismEvent(name="r", sampling="public_batch", sample_rate=0.05, noise_multiplier=8.0, steps=20)]))
 
 
+def test_a_ledger_records_the_events_of_its_round_charges_as_charged():
+    """A ledger reuses one frozen event per distinct round charge (epoch after epoch the same);
+    what it records is the events of the charges, in order: a shuffled epoch charged in two parts
+    (its second part touching no new epoch), whole epochs, a resumed run's shorter charge."""
+    from pfair.privacy.ledger import charge_rounds_together
+
+    q, z = 0.1, 4.0  # 10 rounds an epoch
+    lg = PrivacyLedger(epsilon=10.0, delta=1e-6)
+    lg.begin_run("run", sampling="shuffle", sample_rate=q, noise_multiplier=z, planned_steps=100,
+                 rounds_per_epoch=10)
+    lg.charge_rounds("run", 0, 6)
+    lg.charge_rounds("run", 6, 4)
+    for start in (10, 20, 30):
+        assert charge_rounds_together([(lg, "run")], start, 10) == [None]
+    lg.charge_rounds("run", 45, 10)  # rounds 45..54: epochs 4 and 5
+    want = [(6, 1), (4, 0), (10, 1), (10, 1), (10, 1), (10, 2)]
+    assert [(e.steps, e.epochs) for e in lg.events] == want
+    assert all(e == MechanismEvent(name="steffle_rounds", sampling="shuffle", sample_rate=q, noise_multiplier=z,
+                                   steps=t, epochs=k) for e, (t, k) in zip(lg.events, want))
+    again = PrivacyLedger.from_dict(lg.to_dict())
+    assert again.to_dict()["events"] == lg.to_dict()["events"] and again.epsilon_spent() == lg.epsilon_spent()
+    assert lg.epsilon_spent() == PrivacyLedger(epsilon=10.0, delta=1e-6).epsilon_with(list(lg.events))
+
+
 def test_a_silo_of_rows_is_fingerprinted_from_its_sampled_rows_with_the_same_digest():
     from pfair import federation
     from pfair.privacy.ledger import fingerprint_step, legacy_fingerprint

@@ -148,6 +148,60 @@ def test_exact_tables_pooled_in_integers_give_the_figures_of_the_numpy_path(monk
     assert validation._pooled_integer_table([np.ones((2, 2), dtype=np.float32)]) is None
 
 
+def test_the_servers_exact_reading_gives_the_general_paths_figures_and_rejections(monkeypatch, caplog):
+    """Without a target, a checkpoint whose releases are all valid exact tables is read from their
+    cells (``ServerParty._exact_releases``: no NumPy); any other takes the general path. Both give
+    the same figures field for field, and the general path rejects (and logs) what must be
+    rejected: a table that is not exact, not float64, of another shape, implausible for the
+    silo's held-out records, from another silo or epoch, or no release at all."""
+    from pfair.protocol.messages import CheckpointRelease
+    from pfair.protocol.server import ServerParty
+    from pfair.protocol.simulation import Simulation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        st = SteFFLe(epsilon=2.0, epochs=1, batch_size=50, seed=1, noise_seed=4).settings()
+        sim = Simulation(st, toy_federation(), ledgers="new")
+        sim.run()
+    server = sim.server
+    rng = np.random.default_rng(7)
+    t = [np.array([[30.0, 10.0], [5.0, 15.0]]), np.array([[3.0, 0.0], [50.0, 7.0]]), np.zeros((2, 2))]
+    limits = {0: (60, 0.0, 600, 0.0), 1: (60, 0.0, 600, 0.0), 2: (0, 0.0, 600, 0.0)}
+    noisy = {0: (60, 2.0, 600, 0.0), 1: (60, 2.0, 600, 0.0), 2: (0, 2.0, 600, 0.0)}
+    R = CheckpointRelease
+    cases = [([(0, R(0, 4, t[0])), (1, R(1, 4, t[1])), (2, R(2, 4, t[2]))], limits),
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, t[1]))], None),
+             ([(j, R(j, 4, rng.integers(0, 30, (2, 2)).astype(float))) for j in range(3)], None),
+             ([(0, R(0, 4, t[0] + rng.normal(0, 2.0, (2, 2)))), (1, R(1, 4, t[1]))], noisy),  # noisy: NumPy
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, t[1].astype(np.float32)))], limits),  # float32 table
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, np.asmatrix(t[1])))], limits),  # not an ndarray itself
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, t[1] + 1.0))], limits),  # counts 64 records, not 60
+             ([(0, R(0, 4, t[0])), (1, R(1, 4, np.zeros((3, 2))))], limits),
+             ([(0, R(0, 4, t[0])), (1, R(0, 4, t[1])), (2, R(2, 3, t[2]))], limits),
+             ([(0, R(0, 4, t[0])), (1, None), (5, R(5, 4, t[1]))], limits),
+             ([(0, R(0, 4, np.array([[np.inf, 0.0], [0.0, 1.0]])))], None),
+             ([(0, R(0, 4, np.zeros((2, 2))))], None), ([], None)]
+
+    def read_all():
+        server.rejected.clear()
+        caplog.clear()
+        figs = [server.read_checkpoint(rel, 4, n_classes=2, limits=lim) for rel, lim in cases]
+        return figs, list(server.rejected), [r.getMessage() for r in caplog.records]
+
+    exact = [ServerParty._exact_releases(rel, 4, 2, lim) is not None for rel, lim in cases]
+    assert exact == [True, True, True] + [False] * 7 + [False, True, False]
+    with caplog.at_level("WARNING", logger="pfair.server"):
+        fast = read_all()
+        monkeypatch.setattr(ServerParty, "_exact_releases", staticmethod(lambda *a: None))
+        slow = read_all()
+    assert fast == slow  # figures (every field, floats exactly), rejections and log lines
+    figs, rejected, _ = fast
+    assert [f is None for f in figs] == [False] * 3 + [False] * 7 + [True, True, True]
+    # counts 64 records; a (3, 2) table; two claims of another silo or epoch; no reply and an unknown silo; inf
+    assert len(rejected) == 1 + 1 + 2 + 2 + 1
+    assert figs[0].n == 120.0 and figs[0].error == (120 - 55) / 120 and figs[0].constant_error == 1 - 77 / 120
+
+
 def test_a_model_identical_to_the_constant_is_always_shown_not_better():
     f = pooled_figures([np.array([[70.0, 0.0], [30.0, 0.0]])], epoch=0)
     assert f.difference == 0 and f.difference_sd == 0 and f.verdict == "not better"

@@ -74,7 +74,7 @@ def violation_noise_multiplier(*, epsilon: float, share: float, delta: float, re
 
 
 def implausible(counts: np.ndarray, *, n_records: int, std: float, every_record: bool = True,
-                tail: float = 8.0, cells: list | None = None) -> str | None:
+                tail: float = 8.0, cells: list | None = None, total: float | None = None) -> str | None:
     """Why a silo's violation release cannot come from ``n_records`` records plus noise of std
     ``std`` per cell (None if it can): every cell lies in ``[−std·tail, n + std·tail]`` and the
     total, ``n`` (every record counted once; at most ``n`` when not ``every_record``, a notion
@@ -83,14 +83,21 @@ def implausible(counts: np.ndarray, *, n_records: int, std: float, every_record:
     check. (The cells of a release are few: their range is read from a list, where a NumPy
     reduction costs more than the cells; the total stays NumPy's sum, and a NaN or an infinity
     leaves the range to NumPy, whose min and max propagate a NaN.) ``cells``: the cells of
-    ``counts`` as a flat list of floats, when the caller has read them already."""
-    c = np.asarray(counts, dtype=np.float64)
+    ``counts`` as a flat list of floats, when the caller has read them already; ``total``: with
+    ``cells``, their sum when the caller has it exactly (cells that are integers below 2⁵³, whose
+    sum is the same in any order, NumPy's included); then ``counts`` is not read."""
     n, slack = float(n_records), std * tail
-    flat = c.ravel().tolist() if cells is None else cells
-    lo, hi = (min(flat), max(flat)) if flat and all(map(math.isfinite, flat)) else (c.min(), c.max())
+    if cells is not None and total is not None:
+        size, flat = len(cells), cells
+        lo, hi = min(flat), max(flat)
+    else:
+        c = np.asarray(counts, dtype=np.float64)
+        flat = c.ravel().tolist() if cells is None else cells
+        lo, hi = (min(flat), max(flat)) if flat and all(map(math.isfinite, flat)) else (c.min(), c.max())
+        total, size = float(c.sum()), c.size
     if lo < -slack or hi > n + slack:
         return f"a cell is outside [{-slack:.4g}, {n + slack:.4g}] (the silo has {int(n)} records)"
-    total, spread = float(c.sum()), std * math.sqrt(c.size) * tail
+    spread = std * math.sqrt(size) * tail
     low = n - spread if every_record else -spread
     if not low <= total <= n + spread:
         return f"the counts add up to {total:.6g}, not what {int(n)} records allow"

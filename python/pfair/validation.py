@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from statistics import NormalDist
 from typing import Any
 
@@ -162,6 +162,17 @@ class CheckpointFigures:
     #: (``Σ_{y≠c*} V[y, y] / n``).
     better_share: float | None = None
 
+    @classmethod
+    def _of(cls, *values: Any) -> "CheckpointFigures":
+        """The figures with every field given, in the order of the fields, made without the frozen
+        dataclass's ``__init__`` (its keyword parsing and one ``object.__setattr__`` per field, which
+        cost more than the figures of a checkpoint): the same object, field for field."""
+        if len(values) != len(_FIGURE_FIELDS):
+            raise TypeError(f"CheckpointFigures._of takes {len(_FIGURE_FIELDS)} values, got {len(values)}")
+        fig = object.__new__(cls)
+        fig.__dict__.update(zip(_FIGURE_FIELDS, values))
+        return fig
+
     @property
     def difference(self) -> float:
         """``D = error − constant_error``: the mean over the held-out records of
@@ -245,6 +256,10 @@ class CheckpointFigures:
         return row
 
 
+#: The fields of :class:`CheckpointFigures`, in order (:meth:`CheckpointFigures._of`).
+_FIGURE_FIELDS = tuple(f.name for f in fields(CheckpointFigures))
+
+
 def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.0, violation: float | None = None,
                    violation_sd: float = 0.0, lam: float | None = None) -> CheckpointFigures | None:
     """The :class:`CheckpointFigures` of the silos' validation tables (each ``l × l``, noisy or
@@ -258,17 +273,8 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
         return None
     pooled = _pooled_integer_table(tables)
     if pooled is not None:
-        l = len(pooled)  # noqa: E741
-        n = sum(map(sum, pooled))
-        if n <= 0:
-            return None
-        rows_i = [sum(r) for r in pooled]
-        trace_i = sum(pooled[v][v] for v in range(l))
-        c = rows_i.index(max(rows_i))  # the first largest, as np.argmax
-        return CheckpointFigures(epoch=int(epoch), error=(n - trace_i) / n, constant_error=1.0 - rows_i[c] / n,
-                                 n=float(n), noise_sd=float(noise_sd) * math.sqrt(len(tables)), violation=violation,
-                                 violation_sd=float(violation_sd), lam=lam, cells=l * l,
-                                 worse_share=(rows_i[c] - pooled[c][c]) / n, better_share=(trace_i - pooled[c][c]) / n)
+        return _integer_figures(pooled, len(tables), epoch=epoch, noise_sd=noise_sd, violation=violation,
+                                violation_sd=violation_sd, lam=lam)
     V = np.maximum(np.sum(tables, axis=0), 0.0)
     n = float(V.sum())
     if n <= 0:
@@ -285,6 +291,54 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
                              worse_share=worse, better_share=better)
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
+def exact_cells(table: Any) -> list[float] | None:
+    """The cells of ``table`` as a flat list of floats when it is a float64 array whose every cell
+    is an integer of magnitude below 2⁵³ (exact in float64, as every release without noise is:
+    their sums are exact, and the same, in any order); else None."""
+    if not isinstance(table, np.ndarray) or not (table.dtype is _FLOAT64 or table.dtype == _FLOAT64):
+        return None
+    cells = table.ravel().tolist()
+    if not all(map(float.is_integer, cells)) or (cells and max(map(abs, cells)) >= 2.0 ** 53):
+        return None
+    return cells
+
+
+def pool_exact_cells(cells: list[list[float]], l: int) -> list[list[int]]:  # noqa: E741
+    """The cell-wise sum of ``l × l`` tables given by their exact cells (:func:`exact_cells`),
+    clamped at 0, as Python integers (``l`` rows)."""
+    sums = [max(sum(map(int, col)), 0) for col in zip(*cells)]  # cell i of every table
+    return [sums[y * l:(y + 1) * l] for y in range(l)]
+
+
+def _integer_figures(pooled: list[list[int]], n_tables: int, *, epoch: int, noise_sd: float,
+                     violation: float | None, violation_sd: float, lam: float | None) -> CheckpointFigures | None:
+    """:func:`pooled_figures` of ``n_tables`` exact tables pooled in integers (``pooled``): each
+    figure one correctly rounded division, as the NumPy path computes it."""
+    l = len(pooled)  # noqa: E741
+    n = sum(map(sum, pooled))
+    if n <= 0:
+        return None
+    rows_i = [sum(r) for r in pooled]
+    trace_i = sum(pooled[v][v] for v in range(l))
+    c = rows_i.index(max(rows_i))  # the first largest, as np.argmax
+    return CheckpointFigures._of(int(epoch), (n - trace_i) / n, 1.0 - rows_i[c] / n, float(n),
+                                 float(noise_sd) * math.sqrt(n_tables), violation, float(violation_sd), lam, l * l,
+                                 (rows_i[c] - pooled[c][c]) / n, (trace_i - pooled[c][c]) / n)
+
+
+def exact_figures(cells: list[list[float]], l: int, *, epoch: int, noise_sd: float = 0.0,  # noqa: E741
+                  lam: float | None = None) -> CheckpointFigures | None:
+    """:func:`pooled_figures` of exact ``l × l`` tables given by their cells (:func:`exact_cells`),
+    without a violation: the same figures, bit for bit, without reading the arrays again."""
+    if not cells:
+        return None
+    return _integer_figures(pool_exact_cells(cells, l), len(cells), epoch=epoch, noise_sd=noise_sd,
+                            violation=None, violation_sd=0.0, lam=lam)
+
+
 def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
     """The cell-wise sum of square ``tables`` clamped at 0, as Python integers, when every cell is
     an integer of magnitude below 2⁵³ (exact in float64) and every table is float64 or integer
@@ -297,14 +351,11 @@ def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
         a = np.asarray(t)
         if a.shape != shape or not (a.dtype == np.float64 or a.dtype.kind in "iu"):
             return None
-        a = a.astype(np.float64, copy=False)
-        cells.extend(a.ravel().tolist())
-    if not (all(map(float.is_integer, cells)) and max(map(abs, cells)) < 2.0 ** 53):
-        return None
-    l, m = shape[0], shape[0] * shape[0]  # noqa: E741
-    ints = list(map(int, cells))
-    sums = [max(sum(ints[i::m]), 0) for i in range(m)]  # cell i of every table
-    return [sums[y * l:(y + 1) * l] for y in range(l)]
+        exact = exact_cells(a.astype(np.float64, copy=False))
+        if exact is None:
+            return None
+        cells.append(exact)
+    return pool_exact_cells(cells, shape[0])
 
 
 #: How every warning that the figures could not tell a model from the constant predictor begins

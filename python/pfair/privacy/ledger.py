@@ -194,6 +194,8 @@ class PrivacyLedger:
         # (equal public-batch mechanisms merge exactly, Bin(a, q) + Bin(b, q) = Bin(a + b, q)),
         # so charging T rounds epoch by epoch costs exactly what a calibration for T rounds computed.
         self._steps: Dict[tuple, int] = {}
+        # The events of the round charges made so far, one per distinct charge (_rounds_event).
+        self._round_events: Dict[tuple, MechanismEvent] = {}
         self._spent: Optional[float] = 0.0
         # Writes of the file so far, and the revision of each file this object last read or
         # wrote there (by resolved path; none: it expects no ledger file there).
@@ -346,7 +348,9 @@ class PrivacyLedger:
     def _rounds_event(self, run_id: str, first_round: int, count: int) -> tuple:
         """The event that rounds ``first_round ..`` of ``run_id`` would record (``None`` for a
         prepaid run: paid when registered), and the epoch a shuffle run would have touched last;
-        refuses replays and rounds past the plan."""
+        refuses replays and rounds past the plan. The event is one frozen object per distinct
+        charge (mechanism, rounds, epochs touched), kept by the ledger and recorded again each
+        time that charge is made: a run charges the same epoch after epoch."""
         run = self.runs.get(run_id)
         if run is None:
             raise KeyError(f"{self._who()}: run {run_id!r} is not registered; call begin_run first")
@@ -371,8 +375,14 @@ class PrivacyLedger:
             b = int(run["rounds_per_epoch"])
             e0, last = first_round // b, (first_round + count - 1) // b
             epochs = last - e0 + 1 - (1 if e0 == run["last_epoch"] else 0)
-        event = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
-                                        float(run["noise_multiplier"]), count, epochs)
+        key = (run["sampling"], run["sample_rate"], run["noise_multiplier"], count, epochs)
+        cache = self.__dict__.setdefault("_round_events", {})
+        event = cache.get(key)
+        if event is None:  # one frozen event per distinct charge: epoch after epoch it is the same one
+            if len(cache) > 64:
+                cache.clear()
+            event = cache[key] = MechanismEvent._trusted("steffle_rounds", run["sampling"], float(run["sample_rate"]),
+                                                         float(run["noise_multiplier"]), count, epochs)
         return event, last
 
     def _commit_rounds(self, run_id: str, first_round: int, count: int, pending: tuple,
@@ -554,7 +564,7 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
             except (PrivacyBudgetExceeded, ReplayRefused) as exc:
                 out[i] = exc
         return out
-    ready = []
+    ready, entries = [], []
     for i, (ledger, run_id) in enumerate(charges):
         try:
             pending = ledger._rounds_event(run_id, first_round, count)
@@ -564,9 +574,10 @@ def charge_rounds_together(charges: List[tuple], first_round: int, count: int) -
         if pending[0] is None:  # a prepaid run: its rounds were charged when it was registered
             ledger._commit_rounds(run_id, first_round, count, pending, ledger._steps)
             continue
-        ready.append((i, ledger, run_id, pending, ledger._with(pending[0])))
-    admitted = _core.ledgers_admit([(PrivacyLedger._items(steps), ledger.delta, ledger.epsilon)
-                                    for _, ledger, _, _, steps in ready]) if ready else []
+        steps = ledger._with(pending[0])
+        ready.append((i, ledger, run_id, pending, steps))
+        entries.append((PrivacyLedger._items(steps), ledger.delta, ledger.epsilon))
+    admitted = _core.ledgers_admit(entries) if ready else []
     for ok, (i, ledger, run_id, pending, steps) in zip(admitted, ready):
         if ok:
             ledger._commit_rounds(run_id, first_round, count, pending, steps)

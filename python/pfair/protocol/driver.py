@@ -103,6 +103,13 @@ class EpochOutcome:
     exact: dict = field(default_factory=dict)
     #: (θ, W) after the round ``plan.pick`` if it fell in this epoch.
     snapshot: tuple | None = None
+    #: ``exact`` computed on demand (None: ``exact`` holds them): a transport whose diagnostics
+    #: cost a reduction leaves them uncomputed unless the history keeps them (:meth:`diagnostics`).
+    exact_of: Callable[[], dict] | None = None
+
+    def diagnostics(self) -> dict:
+        """The exact batch diagnostics (:attr:`exact`, computed by :attr:`exact_of` when given)."""
+        return self.exact if self.exact_of is None else self.exact_of()
 
 
 class Transport(Protocol):
@@ -191,7 +198,7 @@ class Driver:
             info.update({"theta_norm": theta_norm, "w_norm": vector_norm(w),
                          "update_norm": vector_norm(theta - before)})
             if self.keep_exact:
-                info.update(out.exact)
+                info.update(out.diagnostics())
             if server.controller is not None:
                 info["lam"] = float(server.lam)  # λ of this epoch (a checkpoint may change it)
             if epoch in self.checkpoints:
@@ -274,9 +281,12 @@ def vector_norm(x: np.ndarray) -> float:
     dot product of a model's few hundred coordinates); any other array goes through NumPy. A sum
     of squares is finite when every entry is, unless it overflows: a caller testing finiteness
     falls back to ``np.isfinite`` when the norm is not finite."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim == 1:
+    if isinstance(x, np.ndarray) and x.ndim == 1 and (x.dtype is _FLOAT64 or x.dtype == _FLOAT64):
         return math.sqrt(float(x.dot(x)))
     return float(np.linalg.norm(x))
+
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 #: The θ step is halved at a reversal of the released validation error whose two changes each

@@ -30,7 +30,7 @@ from pfair.fairness_target import LambdaController, implausible
 from pfair.notions import FairnessNotion
 from pfair.protocol.messages import PARTS, CheckpointRelease, SiloMessage
 from pfair.settings import SteFFLeSettings
-from pfair.validation import CheckpointFigures, pooled_figures
+from pfair.validation import CheckpointFigures, exact_cells, exact_figures, pooled_figures
 
 log = logging.getLogger("pfair.server")
 
@@ -199,6 +199,10 @@ class ServerParty:
         st = self.settings
         l = int(n_classes)  # noqa: E741
         target = self.controller is not None
+        if not target:
+            exact = self._exact_releases(releases, epoch, l, limits)
+            if exact is not None:
+                return exact_figures(exact[0], l, epoch=epoch, noise_sd=max(exact[1]), lam=float(self.lam))
         shape = (st.notion.n_blocks(l), self.block_len // l, l)
         tables, hists, stds = [], [], []
         for silo, rel in releases:
@@ -231,6 +235,41 @@ class ServerParty:
             # constant's by chance at every other checkpoint, and λ was halved back each time).
             self.lam = self.controller.update(v, epochs=epochs_since, inverting=fig.shown_not_better)
         return fig
+
+    @staticmethod
+    def _exact_releases(releases: Sequence[tuple[Any, Any]], epoch: int, l: int,  # noqa: E741
+                        limits: dict | None) -> tuple[list, list] | None:
+        """The common case of a checkpoint without a fairness target, read without NumPy: when
+        every release is valid (the checks of :meth:`_check_checkpoint`) and its validation table
+        is exact (:func:`~pfair.validation.exact_cells`: float64 cells that are integers below
+        2⁵³, as every table released without noise is), ``(the tables' cells, their noise stds)``;
+        else None, and the caller takes the general path, which rejects what must be rejected and
+        logs why. The figures pooled from these cells are those of the general path, bit for bit:
+        both pool the same integers (:func:`~pfair.validation.pooled_figures`), and the total the
+        plausibility check reads is exact, hence NumPy's sum."""
+        if not releases:
+            return None
+        cells, stds = [], []
+        for silo, rel in releases:
+            if type(rel) is not CheckpointRelease or rel.silo != silo or rel.epoch != epoch:
+                return None
+            v = rel.validation
+            if type(v) is not np.ndarray or v.shape != (l, l):
+                return None
+            c = exact_cells(v)
+            if c is None:
+                return None
+            if limits is not None:
+                if silo not in limits:
+                    return None
+                n, std = limits[silo][0], limits[silo][1]
+                if implausible(v, n_records=n, std=std, every_record=True, cells=c, total=float(sum(c))) is not None:
+                    return None
+                stds.append(std)
+            else:
+                stds.append(0.0)
+            cells.append(c)
+        return cells, stds
 
     @staticmethod
     def _check_checkpoint(silo: Any, rel: Any, epoch: int, l: int, shape: tuple,  # noqa: E741

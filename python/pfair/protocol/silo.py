@@ -18,6 +18,7 @@ the exact data stay in :attr:`SiloParty.diagnostics`.
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -359,7 +360,7 @@ class SiloParty:
     def charges(self) -> bool:
         """Whether this silo's rounds cost privacy (private, and something sent depends on s)."""
         return (self.ledger is not None and self.plan is not None
-                and 0 < self.plan.noise_multiplier < float("inf"))
+                and 0 < self.plan.noise_multiplier < math.inf)
 
     def charge(self, first_round: int, count: int = 1) -> None:
         """Charge rounds ``first_round ..`` to the ledger, before they are computed. Raises

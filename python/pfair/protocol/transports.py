@@ -85,20 +85,22 @@ class RustBatched(PartyLoop):
     def checkpoint(self, theta: np.ndarray, epoch: int, active: list[int], refused: set) -> list:
         if self.counter is None:
             return super().checkpoint(theta, epoch, active, refused)
-        requests = {}
+        parties, requests, need = self.parties, {}, []
+        table = violation = False  # which counts some silo needs
         for j in active:
             if j in refused:
                 continue
             try:
-                requests[j] = self.parties[j].begin_checkpoint(theta, epoch)
+                req = requests[j] = parties[j].begin_checkpoint(theta, epoch)
             except PrivacyBudgetExceeded as exc:
                 refuse(refused, j, f"the checkpoint release of epoch {epoch + 1}", exc, stacklevel=6)
-        need = [j for j, req in requests.items() if req.needs_exact]
-        table = any(requests[j].needs_table for j in need)
-        violation = any(requests[j].needs_counts for j in need)
+                continue
+            if req.needs_exact:
+                need.append(j)
+                table, violation = table or req.needs_table, violation or req.needs_counts
         exact = self.counter.counts(theta, need, table=table, violation=violation)
-        return [(j, self.parties[j].finish_checkpoint(req, *exact.get(j, (None, None))))
-                for j, req in requests.items()]
+        none = (None, None)
+        return [(j, parties[j].finish_checkpoint(req, *exact.get(j, none))) for j, req in requests.items()]
 
     def answering(self, epoch: int, refused: set) -> list[int]:
         """Every answering silo charges the epoch's rounds before they are computed."""
@@ -128,6 +130,9 @@ class RustBatched(PartyLoop):
             lam=float(server.lam), lr_theta=lr, lr_w=st.server_lr_w(server.lam), w_radius=float(st.w_radius or math.inf),
             start=plan.epoch_start(epoch), n_rounds=plan.rounds_per_epoch, snapshot_round=plan.pick,
         )
-        exact = {"batch_loss": float(np.mean(out["loss"])), "batch_psi": float(np.mean(out["psi"])),
-                 "clipped": int(np.sum(out["clipped"]))}
-        return EpochOutcome(out["theta"], out["w"], len(active), exact, out["snapshot"])
+        loss, psi, clipped = out["loss"], out["psi"], out["clipped"]
+
+        def exact() -> dict:  # three reductions, made only when the history keeps them
+            return {"batch_loss": float(np.mean(loss)), "batch_psi": float(np.mean(psi)), "clipped": int(np.sum(clipped))}
+
+        return EpochOutcome(out["theta"], out["w"], len(active), snapshot=out["snapshot"], exact_of=exact)

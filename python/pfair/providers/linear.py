@@ -57,9 +57,14 @@ class CheckpointCounter:
         """``{j: (table, histogram)}`` of the silos ``silos`` under θ (None where not asked for)."""
         theta = np.ascontiguousarray(theta, dtype=np.float64)
         silos = [int(j) for j in silos]
-        out: dict = {j: [None, None] for j in silos}
         if not silos or not (table or violation):
-            return {j: tuple(v) for j, v in out.items()}
+            return {j: (None, None) for j in silos}
+        if table and not violation and self.share > 0 and self.held is not None and None not in (
+                index := [self.held_index[j] for j in silos]):
+            # The checkpoint of a fit without a target (the default): one pass over the held-out rows.
+            tabs, _ = self.held.checkpoint_counts(theta, table=True, violation=False, silos=index)
+            return {j: (t, None) for j, t in zip(silos, tabs)}
+        out: dict = {j: [None, None] for j in silos}
         from_train = table and self.share <= 0
         if from_train or violation:
             tabs, hists = self.train.checkpoint_counts(theta, table=from_train, violation=violation, silos=silos)
