@@ -160,6 +160,33 @@ def test_the_private_cap_is_the_run_length_the_validation_splits_chose():
     assert np.allclose(runs["lr_theta"], 0.5 * k) and (runs["epochs"] == np.ceil(20 * k - 1e-9)).all()
 
 
+def test_the_adaptive_clip_quantile_is_the_one_the_acceptance_runs_chose():
+    """ADAPTIVE_CLIP_QUANTILE against docs/optimisation/clip_quantile.py's runs: among the measured
+    quantiles (clip_quantile.csv, and the default's own runs in convergence_runs.csv), the one whose
+    private fits lie below their mixing line in ≥ 5 of 6 fits at the most (table, λ), ties broken by
+    the mean margin (a re-run that changes the choice must change the default); and the default's
+    runs are the adaptive clip's (their settings say so)."""
+    from support import load_script
+
+    from pfair.settings import ADAPTIVE_CLIP_QUANTILE
+
+    script = load_script("docs/optimisation/clip_quantile.py")
+    import pandas as pd
+
+    today = pd.read_csv(ROOT / "docs" / "optimisation" / "convergence_runs.csv")
+    today["epsilon"] = today["epsilon"].astype(str).replace({"1.0": "1"})
+    nonprivate = today[(today["epsilon"] == "none") & today.table.isin(script.TABLES)]
+    scores = {}
+    for label, private in script.rules().items():
+        if not label.startswith("q = ") or "largest" in label:
+            continue
+        q = float(label.split()[2])
+        private = private[private.table.isin(script.TABLES)].assign(epsilon="1")
+        crit = script.cv.criteria(pd.concat([nonprivate, private]), pd.DataFrame(columns=["table", "fairness"]))
+        scores[q] = (int((crit["private"]["private_below"] >= 5).sum()), float(private[private.lam > 0]["below_line"].mean()))
+    assert len(scores) >= 3 and max(scores, key=scores.get) == ADAPTIVE_CLIP_QUANTILE, scores
+
+
 def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
     st = pfair.SteFFLe().settings()  # ε = 1, λ = 1, attribute mode: noisy rounds, no target
     assert st.stretches_run

@@ -434,6 +434,10 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
     d = SteFFLeSettings()
     assert AUTO_BATCH_PRIVATE > AUTO_RUN_BATCH
     assert (linear.lr_theta, linear.batch_size, linear.epochs) == (d.lr_theta, AUTO_RUN_BATCH, d.epochs)
+    # Its clip is the default private run's adaptive one; a deep model's the deep default.
+    from pfair.settings import DEEP_PRIVATE_CLIP
+
+    assert linear.clip == "adaptive" and deep.clip == DEEP_PRIVATE_CLIP
     record = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "protect": "record"}), "model": ""})
     assert (record.batch_size, record.epochs) == (AUTO_BATCH_RECORD, d.epochs)
     # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.

@@ -62,7 +62,7 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     * where ``batch_size="auto"`` stretches the run (a private attribute-mode fit that sends ψ,
       :meth:`pfair.settings.SteFFLeSettings.for_sizes`) to a batch m above
       :data:`~pfair.settings.AUTO_RUN_BATCH`: the stretched run, written out (batch m, its epochs
-      and decay), at ``lr_theta`` ∈ k · :data:`DEFAULT_LR_THETA` with ``k = m / AUTO_RUN_BATCH``,
+      and decay, and its adaptive clip where ``clip="auto"`` gives it one), at ``lr_theta`` ∈ k · :data:`DEFAULT_LR_THETA` with ``k = m / AUTO_RUN_BATCH``,
       and the run of the estimator's own epochs at a batch of ``AUTO_RUN_BATCH`` at ``lr_theta`` ∈
       :data:`DEFAULT_LR_THETA` (a list of two grids);
     * otherwise ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"``
@@ -76,9 +76,12 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     auto = st.for_sizes(train)
     k = st.stretch(int(auto.batch_size))
     if k > 1.0:
+        # The stretched run written out with the clip "auto" gives it (the adaptive clip of the
+        # default private run, which a batch written out would otherwise turn into the fixed one).
+        clip = {"clip": [auto.clip]} if auto.adaptive_clip else {}
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], "batch_size": [int(auto.batch_size)],
-                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)]}]
+                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)], **clip}]
     return {"lr_theta": list(DEFAULT_LR_THETA),
             "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
 
