@@ -46,7 +46,7 @@ def ratio(model) -> float:
         out = max(out, calibration.noise_to_signal(
             noise_multiplier=float(p["noise_multiplier"]), parts=parts, denominator=float(p["denominator"]),
             steps=int(p["steps"]), lam=st.lam, protect=p["protect"], clip_loss=clips["clip_loss"],
-            clip_theta=clips["clip_theta"], dims=model.theta_.size))
+            clip_theta=st.reference_clip, dims=model.theta_.size))
     return out
 
 

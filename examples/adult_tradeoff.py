@@ -50,8 +50,10 @@ def config_line(args: argparse.Namespace) -> str:
              f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, the epochs, η_θ and the decay period "
              f"then times batch / {AUTO_RUN_BATCH} above {AUTO_RUN_BATCH}; else up to {AUTO_BATCH_NONPRIVATE})")
     step = " / max(1, λ)" if st.theta_step == "scaled" else ""
+    clip = (f"clip C_θ adaptive (each round the {st.clip_quantile:g}-quantile of its batch's s-free scales)"
+            if st.adaptive_clip else f"clip C_θ = {st.clip:g}")
     return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g}{step} (×{st.lr_decay:g} every "
-            f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, clip C_θ = {st.clip:g}, "
+            f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, {clip}, "
             f"sampling {st.sampling}, p_s {st.p_s_source}, δ = 1/n_j²")
 
 
