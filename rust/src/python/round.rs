@@ -269,12 +269,10 @@ impl PySiloSet {
         config: &PySiloConfig,
     ) -> PyResult<Bound<'py, PyDict>> {
         let py = theta.py();
-        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
-        let n = data.len();
-        let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
+        let (data, (th, wv, inv), idx) = self.silo_state_and_batch(silo, &theta, &w, &inv_sqrt_ps, &batch)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         refuse_adaptive_clip(cfg, "SiloSet.parts")?;
-        let denom = cfg.sampling.denominator(n);
+        let denom = cfg.sampling.denominator(data.len());
         let g = py.allow_threads(|| {
             round::silo_parts(data, point(dims, fairness, &th, &wv, &inv), &idx, denom, cfg.protect)
         });
@@ -301,9 +299,7 @@ impl PySiloSet {
         round: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let py = theta.py();
-        let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
-        let n = data.len();
-        let idx: Vec<usize> = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
+        let (data, (th, wv, inv), idx) = self.silo_state_and_batch(silo, &theta, &w, &inv_sqrt_ps, &batch)?;
         check_subspace(&config.inner, self.dims, silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
@@ -459,6 +455,21 @@ impl PySiloSet {
         let (th, wv, inv) = state_vecs(theta, w, inv_sqrt_ps)?;
         check_state(self.dims, self.fairness, &th, &wv, &inv)?;
         Ok((data, (th, wv, inv)))
+    }
+
+    /// [`Self::silo_and_state`] and the row indices `batch` of that silo, each checked in range.
+    fn silo_state_and_batch(
+        &self,
+        silo: usize,
+        theta: &PyReadonlyArray1<'_, f64>,
+        w: &PyReadonlyArray1<'_, f64>,
+        inv_sqrt_ps: &PyReadonlyArray1<'_, f64>,
+        batch: &PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<(&Silo, StateVecs, Vec<usize>)> {
+        let (data, state) = self.silo_and_state(silo, theta, w, inv_sqrt_ps)?;
+        let n = data.len();
+        let idx = batch.as_array().iter().map(|&i| index_in(i, n, "batch")).collect::<BindResult<_>>()?;
+        Ok((data, state, idx))
     }
 }
 
