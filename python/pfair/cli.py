@@ -118,8 +118,8 @@ def add_train_parser(sub: Any) -> None:
                         f"projection (default {d.w_radius:g})")
     p.add_argument("--clip", type=lambda t: t if t in ("auto", "adaptive") else _float_or_none(t), default="auto",
                    help="per-record clip norm C of the s-dependent gradient part, which the noise is scaled "
-                        "to; auto (default): adaptive when private with --protect attribute, "
-                        f"{PRIVATE_CLIPS['clip']:g} when private otherwise, no clipping without privacy; "
+                        "to; auto (default): adaptive for a private run with --protect attribute and the auto "
+                        f"batch, {PRIVATE_CLIPS['clip']:g} for other private runs, no clipping without privacy; "
                         "adaptive: each round's 0.9-quantile of its batch's s-free scales (--protect attribute); "
                         "'none' = no clipping (only with --epsilon none)")
     p.add_argument("--sampling", default="auto", choices=["auto", "shuffle", "without_replacement", "poisson", "full_batch"],

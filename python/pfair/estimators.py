@@ -161,12 +161,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     clip : C_θ, per-record clip norm of the s-dependent θ-part b_i. ``"auto"`` (default): when
         ``epsilon`` is set ``"adaptive"`` (below) or 0.25 where that does not apply, no clipping in a
         non-private fit; None: no clipping (refused when
-        private, where the sensitivity needs a clip norm). ``"adaptive"`` (what ``"auto"`` means for a private
-        fit with ``protect="attribute"`` and ``mode="standard"``): each round clips to the 0.9-quantile
+        private, where the sensitivity needs a clip norm). ``"adaptive"`` (what ``"auto"`` means for the default
+        private run: ``protect="attribute"``, ``mode="standard"``, ``batch_size="auto"``, no
+        ``max_violation``): each round clips to the 0.9-quantile
         C_t of its batch's s-free scales S_i (the mean of ‖b_i‖ over the groups under the released
         proportions) and scales the noise with it, ``σ_θ = z √P · 2 C_t / m``: the same z and ε as a
         fixed clip, since C_t reads x, y, θ, W and the released p_s only (docs/privacy.md, "An
-        adaptive clip norm"). Record mode, the hybrid modes and ``calibration="paper"`` take 0.25.
+        adaptive clip norm"). A batch you set, a fairness target, record mode, the hybrid modes and
+        ``calibration="paper"`` take 0.25.
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with
         ``protect="record"``; ``"auto"``: 1.0 and 2.0 when private, no clipping otherwise.
     sampling : {"auto", "shuffle", "without_replacement", "poisson", "full_batch"}; the accountant
