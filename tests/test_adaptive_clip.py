@@ -8,7 +8,7 @@ the noise plan prices it per unit of clip norm with the same z as a fixed clip; 
 epoch (Rust) and the party loop (round by round, as a deployed silo answers) give the same model bit
 for bit; the bindings that take a batch's parts and its noise apart refuse it; the server leaves
 h_θ's norm unchecked (it does not see C_t); and on a table whose features carry s strongly it
-reaches a fairness the fixed default clip cannot at ε = 1.
+reaches a fairness the former fixed clip of 0.25 does not at ε = 1.
 """
 
 from __future__ import annotations
