@@ -109,7 +109,8 @@ class SiloConfig:
         clip_quantile: Optional[float] = None,
     ) -> None:
         """``clip_quantile`` (attribute mode): each round clips the b_i to that quantile of its batch's
-        s-free bounds and multiplies ``sigma_theta`` (then a std per unit of clip norm) by it."""
+        s-free scales (rust/src/psi/clip_scale.rs) and multiplies ``sigma_theta`` (then a std per unit of
+        clip norm) by it."""
     @property
     def subspace(self) -> Optional[npt.NDArray[np.float64]]: ...
     @property
