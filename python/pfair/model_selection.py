@@ -76,12 +76,9 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     auto = st.for_sizes(train)
     k = st.stretch(int(auto.batch_size))
     if k > 1.0:
-        # The stretched run written out with the clip "auto" gives it (the adaptive clip of the
-        # default private run, which a batch written out would otherwise turn into the fixed one).
-        clip = {"clip": [auto.clip]} if auto.adaptive_clip else {}
+        stretched = {name: [value] for name, value in auto.written_out().items() if name != "lr_theta"}
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
-                {"lr_theta": [k * v for v in DEFAULT_LR_THETA], "batch_size": [int(auto.batch_size)],
-                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)], **clip}]
+                {"lr_theta": [k * v for v in DEFAULT_LR_THETA], **stretched}]
     return {"lr_theta": list(DEFAULT_LR_THETA),
             "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
 

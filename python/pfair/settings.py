@@ -570,6 +570,18 @@ class SteFFLeSettings:
             return 1.0
         return batch / AUTO_RUN_BATCH
 
+    def written_out(self) -> dict:
+        """The settings an estimator must state to run these settings (batch resolved by
+        :meth:`for_sizes`) once its ``batch_size`` is a number: the batch, step, epochs and decay
+        period, and the clip where ``"auto"`` chose the adaptive one (with a stated batch ``"auto"``
+        would mean the fixed clip; every other ``"auto"`` resolves as it did). What ``pfair deploy
+        local`` sends and :func:`pfair.model_selection.default_grid` writes for the stretched run."""
+        out = dict(batch_size=int(self.batch_size), lr_theta=float(self.lr_theta), epochs=int(self.epochs),
+                   decay_every=int(self.decay_every))
+        if self.adaptive_clip:
+            out["clip"] = self.clip
+        return out
+
     def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
         ``m = min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per

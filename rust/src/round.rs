@@ -526,7 +526,8 @@ pub(crate) mod tests {
 
     #[test]
     fn an_adaptive_round_is_the_fixed_round_at_its_batch_clip() {
-        use crate::psi::clip_scale::{fairness_scales_into, quantile_clip};
+        use crate::psi::clip_scale::quantile_clip;
+        use crate::psi::clip_scale::tests::fairness_scales_into;
         let dense = toy_silo(100, 5);
         // The same records stored sparse (the kernel's other first pass).
         let (x, y, s) = toy_data(100, 5);

@@ -236,12 +236,9 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         unresolved = st
         # batch_size="auto" resolved from the silos' training records, as pfair train resolves it, so
         # that the server and every silo run the same public batch (and, for a private run stretched
-        # to its batch, the same epochs, step and decay: written out, the silos take them as given;
-        # and the clip "auto" resolved with them: the default private run's adaptive clip, which a
-        # batch written out would otherwise turn into the fixed clip of a batch the user sets).
+        # to its batch, the same epochs, step, decay and clip: written out, the silos take them as given).
         st = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
-        estimator.set_params(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta), epochs=int(st.epochs),
-                             decay_every=int(st.decay_every), clip=st.clip)
+        estimator.set_params(**st.written_out())
     notes = list(dict.fromkeys(str(w.message) for w in caught))
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="pfair-deploy-")) if temporary else Path(args.workdir).resolve()

@@ -15,34 +15,7 @@
 //! neighbours: clipping the `b_i` to it and adding noise proportional to it is the Gaussian
 //! mechanism with the same noise multiplier (`docs/privacy.md`, "An adaptive clip norm").
 
-use super::predict::softmax_in_place;
-use super::types::{Code, Point, PsiInputs};
-use crate::features::Rows;
-
-/// `S_i` of each record of `batch` into `out` (resized), from the rows and labels only: the
-/// signature has no groups to read. The reference the kernel's adaptive clip is tested against (the
-/// kernel takes the probabilities of its own first pass: [`fairness_scale`]).
-pub fn fairness_scales_into<R: Rows>(rows: &R, y: &[Code], at: Point<'_>, batch: &[usize], out: &mut Vec<f64>) {
-    let d = at.dims.d;
-    let (k, l) = (at.dims.k, at.dims.l);
-    let lm1 = l - 1;
-    let mut probs = vec![0.0; l];
-    out.clear();
-    out.reserve(batch.len());
-    for &i in batch {
-        probs[0] = 0.0;
-        probs[1..].copy_from_slice(&at.theta[d * lm1..(d + 1) * lm1]);
-        let mut xsq = 1.0;
-        rows.for_each(i, |j, xj| {
-            xsq += xj * xj;
-            for (p, t) in probs[1..].iter_mut().zip(&at.theta[j * lm1..(j + 1) * lm1]) {
-                *p += xj * t;
-            }
-        });
-        softmax_in_place(&mut probs);
-        out.push(fairness_scale(&probs, xsq.sqrt(), y[i], at.psi, k));
-    }
-}
+use super::types::{Code, PsiInputs};
 
 /// `S_i = ‖x̃_i‖ Σ_r p(r | b) ‖J_i g(r)‖` of one record from its class probabilities `F` (`probs`),
 /// `‖x̃_i‖` and label (0 outside every block), with `p(r | b) = inv_sqrt_ps[b, r]^{-2}`. NaN (an
@@ -104,10 +77,36 @@ pub fn quantile_clip(scales: &mut [f64], q: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::features::Features;
-    use crate::psi::{batch_gradients, Dims, Fairness, Protect, PsiInputs, Records};
+    use crate::features::{Features, Rows};
+    use crate::psi::predict::softmax_in_place;
+    use crate::psi::{batch_gradients, Dims, Fairness, Point, Protect, PsiInputs, Records};
+
+    /// `S_i` of each record of `batch` into `out` (resized), from the rows and labels only: the
+    /// signature has no groups to read. The reference the kernel's adaptive clip is tested against (the
+    /// kernel takes the probabilities of its own first pass: [`fairness_scale`]).
+    pub(crate) fn fairness_scales_into<R: Rows>(rows: &R, y: &[Code], at: Point<'_>, batch: &[usize], out: &mut Vec<f64>) {
+        let d = at.dims.d;
+        let (k, l) = (at.dims.k, at.dims.l);
+        let lm1 = l - 1;
+        let mut probs = vec![0.0; l];
+        out.clear();
+        out.reserve(batch.len());
+        for &i in batch {
+            probs[0] = 0.0;
+            probs[1..].copy_from_slice(&at.theta[d * lm1..(d + 1) * lm1]);
+            let mut xsq = 1.0;
+            rows.for_each(i, |j, xj| {
+                xsq += xj * xj;
+                for (p, t) in probs[1..].iter_mut().zip(&at.theta[j * lm1..(j + 1) * lm1]) {
+                    *p += xj * t;
+                }
+            });
+            softmax_in_place(&mut probs);
+            out.push(fairness_scale(&probs, xsq.sqrt(), y[i], at.psi, k));
+        }
+    }
 
     /// A small pseudo-random generator (tests only).
     fn uniform(seed: u64) -> impl FnMut() -> f64 {
