@@ -79,9 +79,10 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
         # The stretched run written out with the clip "auto" gives it (the adaptive clip of the
         # default private run, which a batch written out would otherwise turn into the fixed one).
         clip = {"clip": [auto.clip]} if auto.adaptive_clip else {}
+        decay = {"lr_decay": [float(auto.lr_decay)]}  # the default private run's, which a batch written out would not take
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], "batch_size": [int(auto.batch_size)],
-                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)], **clip}]
+                 "epochs": [int(auto.epochs)], "decay_every": [int(auto.decay_every)], **decay, **clip}]
     return {"lr_theta": list(DEFAULT_LR_THETA),
             "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
 

@@ -241,7 +241,7 @@ def deploy_local_command(args: argparse.Namespace) -> int:
         # batch written out would otherwise turn into the fixed clip of a batch the user sets).
         st = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
         estimator.set_params(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta), epochs=int(st.epochs),
-                             decay_every=int(st.decay_every), clip=st.clip)
+                             decay_every=int(st.decay_every), lr_decay=float(st.lr_decay), clip=st.clip)
     notes = list(dict.fromkeys(str(w.message) for w in caught))
     temporary = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="pfair-deploy-")) if temporary else Path(args.workdir).resolve()
