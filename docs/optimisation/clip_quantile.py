@@ -39,6 +39,7 @@ LAMS = [0.0, 1.0, 3.0, 8.0, 20.0, 40.0, 100.0]
 
 def run(tables: list[str]) -> None:
     done = pd.read_csv(OUT) if OUT.exists() else pd.DataFrame(columns=["table", "q"])
+    default = pfair.settings.ADAPTIVE_CLIP_QUANTILE
     for q in QUANTILES:
         for name in tables:
             if ((done["table"] == name) & (done["q"].astype(float) == q)).any():
@@ -46,7 +47,7 @@ def run(tables: list[str]) -> None:
             pfair.settings.ADAPTIVE_CLIP_QUANTILE = q
             df = cv.run_table(name, cv.SEEDS, cv.NOTIONS, LAMS, [1.0]).assign(q=q)
             df.to_csv(OUT, mode="a", header=not OUT.exists(), index=False)
-    pfair.settings.ADAPTIVE_CLIP_QUANTILE = 0.5
+    pfair.settings.ADAPTIVE_CLIP_QUANTILE = default
 
 
 def summary() -> str:
