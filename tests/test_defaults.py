@@ -196,7 +196,7 @@ def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
         AUTO_BATCH_PRIVATE, st.lr_theta * k, st.epochs * k, st.decay_every * k)
     # Between the two batches: k = m / 1024, epochs and decay rounded up; at or below 1,024 nothing moves.
     mid = st.for_sizes([3000, 10**6])
-    assert (mid.batch_size, mid.epochs, mid.decay_every) == (3000, 59, 30)
+    assert (mid.batch_size, mid.epochs, mid.decay_every) == (3000, 59, 15)  # every quarter of the epochs
     assert mid.lr_theta == pytest.approx(st.lr_theta * 3000 / 1024)
     small = st.for_sizes([800])
     assert (small.batch_size, small.lr_theta, small.epochs, small.decay_every) == (800, st.lr_theta, st.epochs,
@@ -335,3 +335,22 @@ def test_one_small_silo_that_shrinks_every_silos_auto_batch_is_named_in_a_warnin
             warnings.simplefilter("ignore", NonPrivateFitWarning)
             SteFFLe(epsilon=None, epochs=1, lam=0.0).fit(X, y, sensitive_features=s, silos=rng.integers(0, 3, n))
             SteFFLe(epsilon=None, epochs=1, lam=0.0, batch_size=1).fit(X, y, sensitive_features=s, silos=ids)
+
+
+def test_auto_decay_halves_the_default_private_runs_step_every_quarter_of_its_epochs():
+    from pfair.settings import AUTO_DECAY, PRIVATE_DECAY, SteFFLeSettings
+
+    st = pfair.SteFFLe().settings()  # ε = 1, attribute mode, the auto batch, no target
+    assert (st.lr_decay, st.decay_every) == (PRIVATE_DECAY, 5)
+    big = st.for_sizes([10**6, 10**6])  # stretched: the period is multiplied with the epochs
+    assert (big.lr_decay, big.epochs, big.decay_every) == (PRIVATE_DECAY, 160, 40)
+    assert pfair.SteFFLe(epochs=40).settings().decay_every == 10
+    for other in (dict(epsilon=None), dict(batch_size=256), dict(max_violation=0.05), dict(protect="record"),
+                  dict(mode="hybrid")):
+        s = pfair.SteFFLe(**other).settings()
+        assert (s.lr_decay, s.decay_every) == AUTO_DECAY, other
+    mine = pfair.SteFFLe(lr_decay=0.9, decay_every=3).settings()
+    assert (mine.lr_decay, mine.decay_every) == (0.9, 3)
+    for name, bad in (("lr_decay", "fast"), ("decay_every", "often")):
+        with pytest.raises(ValueError, match=f"{name} must be .* or 'auto'"):
+            SteFFLeSettings.from_estimator_params({name: bad})

@@ -110,7 +110,8 @@ def add_train_parser(sub: Any) -> None:
                         f"{AUTO_BATCH_RECORD} with --protect record")
     p.add_argument("--lr-theta", type=float, default=d.lr_theta,
                    help=f"step size of the model parameters theta (default {d.lr_theta:g}, times {d.lr_decay:g} "
-                        f"every {d.decay_every} epochs)")
+                        f"every {d.decay_every} epochs; a private run at the auto batch halves it every quarter of "
+                        "its epochs)")
     p.add_argument("--lr-w", type=float, default=d.lr_w,
                    help=f"step size of the fairness adversary W, the ascent player (default {d.lr_w:g})")
     p.add_argument("--w-radius", type=_float_or_none, default=d.w_radius,

@@ -54,6 +54,15 @@ AUTO_BATCH_PRIVATE = 8192
 #: the run keeps the rounds of ``epochs`` passes at this batch while each round averages k times
 #: the records with k times the step (docs/optimisation.md, "A private fit's run length").
 AUTO_RUN_BATCH = 1024
+#: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
+#: private run (η_θ times 0.8 every 10 epochs).
+AUTO_DECAY = (0.8, 10)
+#: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, no fairness target):
+#: η_θ halved every ``epochs / PRIVATE_DECAY_PERIODS`` epochs (before the stretch multiplies the period
+#: by k). Its last iterates carry the noise of a step that has fallen to an eighth, so the model a
+#: fit returns jitters less on small held-out sets (docs/optimisation.md, "The end of a private run").
+PRIVATE_DECAY = 0.5
+PRIVATE_DECAY_PERIODS = 4
 #: ``batch_size="auto"`` for rounds without noise: ``epsilon=None``, or a private fit that sends
 #: nothing depending on s (``lam=0`` in attribute mode, whose rounds are the non-private fit's).
 AUTO_BATCH_NONPRIVATE = 256
@@ -326,6 +335,25 @@ def check_validation(p: dict) -> None:
                              "leave nothing of epsilon for training; their sum must be below 1")
 
 
+def default_private_run(st: Any) -> bool:
+    """Whether settings ``st`` (sampling and calibration resolved) are the default private run the
+    ``"auto"`` clip and decay were chosen for: private, attribute mode, ``mode="standard"``,
+    ``batch_size="auto"``, batches drawn from the silos, no fairness target, any calibration but
+    the paper's."""
+    return (st.epsilon is not None and st.protect == "attribute" and st.mode == "standard"
+            and st.calibration != "paper" and isinstance(st.batch_size, str) and st.batch_size == "auto"
+            and st.sampling != "full_batch" and st.max_violation is None)
+
+
+def auto_decay(st: Any) -> tuple[float, int]:
+    """``(lr_decay, decay_every)`` that ``"auto"`` means for settings ``st``: for the default private
+    run (:func:`default_private_run`) :data:`PRIVATE_DECAY` every ``⌈epochs /
+    PRIVATE_DECAY_PERIODS⌉`` epochs, else :data:`AUTO_DECAY`."""
+    if default_private_run(st):
+        return PRIVATE_DECAY, max(1, math.ceil(int(st.epochs) / PRIVATE_DECAY_PERIODS))
+    return AUTO_DECAY
+
+
 def auto_clip(name: str, st: Any) -> float | str | None:
     """What ``"auto"`` means for the clip norm ``name`` of settings ``st`` (sampling and calibration
     resolved): no clipping without privacy; for ``clip``, ``"adaptive"`` (a norm per round from the
@@ -337,9 +365,7 @@ def auto_clip(name: str, st: Any) -> float | str | None:
     0.25), record mode and the hybrid modes keep."""
     if st.epsilon is None:
         return None
-    if (name == "clip" and st.protect == "attribute" and st.mode == "standard" and st.calibration != "paper"
-            and isinstance(st.batch_size, str) and st.batch_size == "auto" and st.sampling != "full_batch"
-            and st.max_violation is None):
+    if name == "clip" and default_private_run(st):
         return "adaptive"
     return PRIVATE_CLIPS[name]
 
@@ -416,8 +442,8 @@ class SteFFLeSettings:
     calibration: str = "auto"
     p_s: Any = None
     p_s_epsilon_share: float = 0.1
-    lr_decay: float = 0.8
-    decay_every: int = 10
+    lr_decay: float | str = "auto"
+    decay_every: int | str = "auto"
     w_step: str = "normalised"
     theta_step: str = "scaled"
     theta_subspace: int | None = None
@@ -451,6 +477,11 @@ class SteFFLeSettings:
         for name in CLIP_NAMES:
             if isinstance(getattr(self, name), str) and getattr(self, name) == "auto":
                 object.__setattr__(self, name, auto_clip(name, self))
+        decay, every = auto_decay(self)
+        if isinstance(self.lr_decay, str) and self.lr_decay == "auto":
+            object.__setattr__(self, "lr_decay", decay)
+        if isinstance(self.decay_every, str) and self.decay_every == "auto":
+            object.__setattr__(self, "decay_every", every)
         # The notion object every module below the estimators takes (not a field: the settings
         # stay the public names, in asdict, repr and ==).
         object.__setattr__(self, "_notion", resolve_fairness(self.fairness, self.positive_class))
@@ -572,12 +603,13 @@ class SteFFLeSettings:
 
     def written_out(self) -> dict:
         """The settings an estimator must state to run these settings (batch resolved by
-        :meth:`for_sizes`) once its ``batch_size`` is a number: the batch, step, epochs and decay
-        period, and the clip where ``"auto"`` chose the adaptive one (with a stated batch ``"auto"``
-        would mean the fixed clip; every other ``"auto"`` resolves as it did). What ``pfair deploy
+        :meth:`for_sizes`) once its ``batch_size`` is a number: the batch, step, epochs, the
+        decay and its period, and the clip where ``"auto"`` chose the adaptive one (with a stated
+        batch, ``"auto"`` would mean the fixed clip and the decay of other runs; every other
+        ``"auto"`` resolves as it did). What ``pfair deploy
         local`` sends and :func:`pfair.model_selection.default_grid` writes for the stretched run."""
         out = dict(batch_size=int(self.batch_size), lr_theta=float(self.lr_theta), epochs=int(self.epochs),
-                   decay_every=int(self.decay_every))
+                   decay_every=int(self.decay_every), lr_decay=float(self.lr_decay))
         if self.adaptive_clip:
             out["clip"] = self.clip
         return out
@@ -723,8 +755,14 @@ class SteFFLeSettings:
         check_choice(p["output"], "output", ("last", "random"))
         check_choice(p["silo_weights"], "silo_weights", ("uniform", "size"))
         check_choice(p["mode"], "mode", MODES)
-        check_positive(p["lr_decay"], "lr_decay")
-        check_int(p["decay_every"], "decay_every")
+        if not (isinstance(p["lr_decay"], str) and p["lr_decay"] == "auto"):
+            if isinstance(p["lr_decay"], str):
+                raise ValueError(f"lr_decay must be a positive number or 'auto', got {p['lr_decay']!r}")
+            check_positive(p["lr_decay"], "lr_decay")
+        if not (isinstance(p["decay_every"], str) and p["decay_every"] == "auto"):
+            if isinstance(p["decay_every"], str):
+                raise ValueError(f"decay_every must be an integer >= 1 or 'auto', got {p['decay_every']!r}")
+            check_int(p["decay_every"], "decay_every")
         check_int(p["seed"], "seed", minimum=0)
         if p["noise_seed"] is not None:
             check_int(p["noise_seed"], "noise_seed", minimum=0)

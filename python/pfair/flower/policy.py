@@ -71,7 +71,8 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     # Resolved with the run's epsilon, protection and sampler, as in a fit: clip norms, and the
     # calibration ("auto": the same default as SteFFLe's, the PLD for hidden batches, which a
     # deployed silo refuses, and otherwise the exact account).
-    defaults = SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES} | {"calibration": "auto"}
+    defaults = (SteFFLeSettings().as_dict() | {name: "auto" for name in CLIP_NAMES}
+                | {"calibration": "auto", "lr_decay": "auto", "decay_every": "auto"})
     deep = run_config.get("model") not in (None, "", "{}")
     if deep:
         defaults |= DEEP_DEFAULTS
