@@ -43,7 +43,7 @@ def estimator(args: argparse.Namespace, lam: float, epsilon: float | None, seed:
 
 def config_line(args: argparse.Namespace) -> str:
     """The settings every private cell runs with, as docs/results.md quotes them."""
-    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_RUN_BATCH
+    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_DECAY, AUTO_RUN_BATCH
 
     st = estimator(args, 1.0, 1.0, 0).settings()
     batch = (f"batch {st.batch_size}" if st.batch_size != "auto" else
@@ -52,8 +52,11 @@ def config_line(args: argparse.Namespace) -> str:
     step = " / max(1, λ)" if st.theta_step == "scaled" else ""
     clip = (f"clip C_θ adaptive (each round the {st.clip_quantile:g}-quantile of its batch's s-free scales)"
             if st.adaptive_clip else f"clip C_θ = {st.clip:g}")
-    return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g}{step} (×{st.lr_decay:g} every "
-            f"{st.decay_every} epochs), η_W = {st.lr_w:g}, W radius {st.w_radius:g}, {clip}, "
+    decay = f"×{st.lr_decay:g} every {st.decay_every} epochs"
+    if (st.lr_decay, st.decay_every) != AUTO_DECAY:  # the default private run's decay ("auto")
+        decay += f" when private at λ > 0, else ×{AUTO_DECAY[0]:g} every {AUTO_DECAY[1]}"
+    return (f"{st.epochs} epochs, {batch}, η_θ = {st.lr_theta:g}{step} ({decay}), η_W = {st.lr_w:g}, "
+            f"W radius {st.w_radius:g}, {clip}, "
             f"sampling {st.sampling}, p_s {st.p_s_source}, δ = 1/n_j²")
 
 

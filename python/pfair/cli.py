@@ -96,8 +96,8 @@ def add_train_parser(sub: Any) -> None:
     # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
     # pfair.experiments.defaults); the help texts read them from there.
     from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
-                                AUTO_RUN_BATCH,
-                                PRIVATE_CLIPS, TARGET_STEP_FACTOR, SteFFLeSettings)
+                                AUTO_DECAY, AUTO_RUN_BATCH, PRIVATE_CLIPS, PRIVATE_DECAY, PRIVATE_DECAY_PERIODS,
+                                TARGET_STEP_FACTOR, SteFFLeSettings)
 
     d = SteFFLeSettings()
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over each silo's records (default {d.epochs})")
@@ -109,9 +109,9 @@ def add_train_parser(sub: Any) -> None:
                         f"min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon none, or --lam 0), "
                         f"{AUTO_BATCH_RECORD} with --protect record")
     p.add_argument("--lr-theta", type=float, default=d.lr_theta,
-                   help=f"step size of the model parameters theta (default {d.lr_theta:g}, times {d.lr_decay:g} "
-                        f"every {d.decay_every} epochs; a private run at the auto batch halves it every quarter of "
-                        "its epochs)")
+                   help=f"step size of the model parameters theta (default {d.lr_theta:g}, times {AUTO_DECAY[0]:g} "
+                        f"every {AUTO_DECAY[1]} epochs; a private run at the auto batch with --lam > 0 and no "
+                        f"--max-violation: times {PRIVATE_DECAY:g} every 1/{PRIVATE_DECAY_PERIODS} of its epochs)")
     p.add_argument("--lr-w", type=float, default=d.lr_w,
                    help=f"step size of the fairness adversary W, the ascent player (default {d.lr_w:g})")
     p.add_argument("--w-radius", type=_float_or_none, default=d.w_radius,

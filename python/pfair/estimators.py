@@ -139,6 +139,14 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``AUTO_BATCH_RECORD`` with ``protect="record"``, where a small hidden batch amplifies
         privacy (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
+    lr_decay, decay_every : float and int, or "auto" (default): η_θ is multiplied by ``lr_decay``
+        every ``decay_every`` epochs. ``"auto"``: for the default private run (``epsilon`` set,
+        ``lam > 0``, attribute mode, ``batch_size="auto"``, no ``max_violation``) η_θ is halved every
+        quarter of the epochs (``pfair.settings.PRIVATE_DECAY``, ``PRIVATE_DECAY_PERIODS``; before
+        the stretch multiplies the period with the epochs), so that the last iterates, which carry
+        the noise of each step, move at an eighth of the step and the returned model jitters less
+        (docs/optimisation.md, "The end of a private run"); every other fit takes 0.8 every 10
+        epochs (``AUTO_DECAY``, the paper's).
     w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem
         has curvature ``2λ E[F_u]``, so past ``λ η_W E[F_u] = 1`` W oscillates onto the radius and
         training collapses to a constant predictor (on Adult at λ ≈ 2.6 with η_W = 0.5).

@@ -57,7 +57,7 @@ AUTO_RUN_BATCH = 1024
 #: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
-#: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, no fairness target):
+#: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, no fairness target, λ > 0):
 #: η_θ halved every ``epochs / PRIVATE_DECAY_PERIODS`` epochs (before the stretch multiplies the period
 #: by k). Its last iterates carry the noise of a step that has fallen to an eighth, so the model a
 #: fit returns jitters less on small held-out sets (docs/optimisation.md, "The end of a private run").
@@ -347,9 +347,10 @@ def default_private_run(st: Any) -> bool:
 
 def auto_decay(st: Any) -> tuple[float, int]:
     """``(lr_decay, decay_every)`` that ``"auto"`` means for settings ``st``: for the default private
-    run (:func:`default_private_run`) :data:`PRIVATE_DECAY` every ``⌈epochs /
-    PRIVATE_DECAY_PERIODS⌉`` epochs, else :data:`AUTO_DECAY`."""
-    if default_private_run(st):
+    run (:func:`default_private_run`) whose rounds carry noise (λ > 0) :data:`PRIVATE_DECAY` every
+    ``⌈epochs / PRIVATE_DECAY_PERIODS⌉`` epochs, else :data:`AUTO_DECAY` (a private fit at λ = 0
+    sends exact s-free sums only: its rounds, batch and decay are the non-private fit's)."""
+    if default_private_run(st) and st.noisy_rounds:
         return PRIVATE_DECAY, max(1, math.ceil(int(st.epochs) / PRIVATE_DECAY_PERIODS))
     return AUTO_DECAY
 

@@ -156,8 +156,10 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
         the same meaning and defaults, except ``lr_theta="auto"``, ``batch_size="auto"``, ``epochs=5``,
         ``lr_w=0.25``, ``theta_step="constant"`` (the scaled θ step is measured on the linear model
-        only) and, when private, ``clip="auto"`` = 0.5 (:data:`pfair.settings.DEEP_DEFAULTS`: SGD
-        on a network needs more, smaller steps than the linear model): the batch is
+        only), when private, ``clip="auto"`` = 0.5, and ``lr_decay``/``decay_every`` ``"auto"`` = 0.8
+        every 10 epochs (:data:`pfair.settings.DEEP_DEFAULTS`: SGD on a network needs more, smaller
+        steps than the linear model; the batch is resolved to a number first, so the linear default
+        private run's faster decay does not apply): the batch is
         ``min(256, max(16, n_min // 32))`` records for a smallest silo of n_min records, the step
         ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``
         and ``theta_subspace`` None (it projects the rows of a linear model's θ).
