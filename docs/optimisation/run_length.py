@@ -9,7 +9,8 @@ constant predictor's plus the validation demographic-parity violation, mean over
 former default), 4096 and 8192, on the protocol's splits of the bundled tables and on the three
 synthetic tables of ``private_defaults.py`` (``make_synthetic(60000, 40, silos=3, dependence=D,
 seed=1)``). Each configuration is the settings ``for_sizes`` resolves for the silos' training
-shares, so the script checks the code's rule, not a copy of it. Printout:
+shares, written out (``SteFFLeSettings.written_out``: with the default private run's adaptive clip
+and decay), so the script checks the code's rule, not a copy of it. Printout:
 ``docs/optimisation/run_length_log.txt``; runs: ``run_length.csv``.
 
     python docs/optimisation/run_length.py            # ~25 min on 2 cores
@@ -38,17 +39,18 @@ CAPS = (1024, 4096, 8192)
 
 
 def resolved(p: dict, cap: int, lam: float) -> dict:
-    """The batch, step, epochs and decay ``batch_size="auto"`` resolves to under ``cap``."""
+    """The batch, step, epochs, decay and clip ``batch_size="auto"`` resolves to under ``cap``."""
     sizes = np.bincount(p["silos"], minlength=N_SILOS)
     before = settings_module.AUTO_BATCH_PRIVATE
     settings_module.AUTO_BATCH_PRIVATE = cap
     try:
-        st = SteFFLeSettings(epsilon=1.0, lam=lam, **BASE1)
+        st = SteFFLeSettings(epsilon=1.0, lam=lam, **{**BASE1, "clip": "auto"})
         st = st.for_sizes(training_sizes(sizes, st.validation_share))
     finally:
         settings_module.AUTO_BATCH_PRIVATE = before
-    return dict(batch_size=int(st.batch_size), lr_theta=float(st.lr_theta), epochs=int(st.epochs),
-                decay_every=int(st.decay_every))
+    # Written out as the default private run resolves them (the adaptive clip and the decay "auto"
+    # chose with them), which a batch stated to evaluate() would otherwise turn into a user's run.
+    return st.written_out()
 
 
 def main() -> None:
@@ -71,7 +73,7 @@ def main() -> None:
                         key = (*cfg.values(), lam, seed)  # a cap above the silos resolves like a smaller one
                         if key not in done:
                             t = time.time()
-                            done[key] = dict(evaluate(p, lam, seed, 1.0, **BASE1, **cfg), seconds=time.time() - t)
+                            done[key] = dict(evaluate(p, lam, seed, 1.0, **{**BASE1, **cfg}), seconds=time.time() - t)
                         rows.append(dict(data=name, cap=cap, lam=lam, seed=seed, **cfg, **done[key]))
             print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
             pd.DataFrame(rows).to_csv(args.out, index=False)
@@ -109,7 +111,8 @@ def table(df: pd.DataFrame) -> None:
     print("|---|" + "---|" * len(lam.columns))
     for cap, r in lam.iterrows():
         print(f"| {cap} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
-    cfg = df.drop_duplicates(["data", "cap"])[["data", "cap", "batch_size", "lr_theta", "epochs", "decay_every"]]
+    cfg = df.drop_duplicates(["data", "cap"])[["data", "cap", "batch_size", "lr_theta", "epochs", "decay_every",
+                                               "lr_decay", "clip"]]
     print("\nwhat the rule resolves to (λ > 0)\n")
     print(cfg.to_string(index=False))
 
