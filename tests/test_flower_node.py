@@ -441,7 +441,8 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
     # And its decay the default private run's (halved every quarter of the epochs); a deep model's 0.8 every 10.
     from pfair.settings import AUTO_DECAY, PRIVATE_DECAY
 
-    assert (linear.lr_decay, linear.decay_every) == (PRIVATE_DECAY, 5) and (deep.lr_decay, deep.decay_every) == AUTO_DECAY
+    assert (linear.lr_decay, linear.decay_every) == (PRIVATE_DECAY, 5)
+    assert (deep.lr_decay, deep.decay_every) == AUTO_DECAY
     record = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "protect": "record"}), "model": ""})
     assert (record.batch_size, record.epochs) == (AUTO_BATCH_RECORD, d.epochs)
     # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.
