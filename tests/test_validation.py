@@ -266,6 +266,11 @@ def test_a_fixed_lambda_that_drives_the_model_onto_the_constant_returns_that_mod
     offer(sel, [early, fig(1, 0.36, n=2000)])  # inverted: 0.06 worse than the constant
     (f, _, _), why = sel.choose()
     assert f.epoch == 0 and "not clearly better" in why
+    # ... and the warning says that an earlier checkpoint may be less fair than λ asks (at λ = 0 it does not).
+    assert "it may be less fair than lam asks, even less than lam=0" in why and "max_violation=" in why
+    sel = Selector(lam=0.0)
+    offer(sel, [early, fig(1, 0.36, n=2000)])
+    assert "less fair" not in sel.choose()[1]
 
 
 def test_cycles_of_the_validation_error_halve_the_theta_step_and_steady_trends_do_not():

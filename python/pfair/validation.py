@@ -427,10 +427,17 @@ class Selector:
             k = max(len(self.figures), 1)
             best = kept.get("accurate_ok")
             if best is not None and best[0].better_at(GUARD_ALPHA / k):
+                # At λ > 0 an earlier checkpoint had less of the fairness term's training: say that it
+                # may be less fair than λ asks (no violation is released without a target to tell).
+                unfair = (f"; trained for fewer epochs under lam={self.lam:g}, it may be less fair than lam asks, "
+                          f"even less than lam=0 (its violation is not released without max_violation=): lower "
+                          f"lam for a last model that trains, or set max_violation= for the most accurate "
+                          f"checkpoint within a violation" if self.lam > 0 else "")
                 return best, (f"the last model is not clearly better than the constant predictor (validation error "
                               f"{_fig(last[0])}: shown no better at the {GUARD_ALPHA:.0%} level); returned the model "
                               f"after epoch {best[0].epoch + 1} instead (validation error {best[0].error:.4f}, better "
-                              f"at level {GUARD_ALPHA / k:.2g} = {GUARD_ALPHA:.0%} / {k}, the best of {k} checkpoints)")
+                              f"at level {GUARD_ALPHA / k:.2g} = {GUARD_ALPHA:.0%} / {k}, the best of {k} "
+                              f"checkpoints){unfair}")
             best = kept["accurate"]
             return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
                           f"error was {_fig(best[0])}, and the last model is shown no better at the "
