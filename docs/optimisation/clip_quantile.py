@@ -53,8 +53,7 @@ def run(tables: list[str]) -> None:
 def summary() -> str:
     """One line per clip rule: the acceptance's private criteria (``convergence.criteria``) over
     these tables, with the non-private fits of ``convergence_runs.csv``."""
-    today = pd.read_csv(HERE / "convergence_runs.csv")
-    today["epsilon"] = today["epsilon"].astype(str).replace({"1.0": "1"})
+    today = cv.load_runs(HERE / "convergence_runs.csv")
     nonprivate = today[today["epsilon"] == "none"]
     lines = []
     for label, private in rules().items():

@@ -67,6 +67,14 @@ def load(name: str) -> Any:
     return pfair.datasets.load(name)
 
 
+def load_runs(path: Path | str) -> pd.DataFrame:
+    """A runs CSV of this script (or of the comparisons beside it), with ``epsilon`` as text:
+    ``"none"`` or ``"1"``."""
+    runs = pd.read_csv(path)
+    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
+    return runs
+
+
 def federation(data: Any, seed: int) -> Any:
     if data.name == "synthetic":
         return pfair.Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
@@ -333,8 +341,7 @@ def main() -> None:
                 eg_front(name, args.notions).to_csv(eg_path, mode="a", header=not eg_path.exists(), index=False)
     if args.eg_only:
         return
-    runs = pd.read_csv(runs_path)
-    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
+    runs = load_runs(runs_path)
     eg = pd.read_csv(eg_path) if eg_path.exists() else pd.DataFrame(columns=["table", "fairness"])
     tables = criteria(runs, eg)
     print(summary(tables))
@@ -344,9 +351,7 @@ def main() -> None:
     if args.write:
         before = None
         if args.before:
-            old = pd.read_csv(args.before)
-            old["epsilon"] = old["epsilon"].astype(str).replace({"1.0": "1"})
-            before = criteria(old, eg)
+            before = criteria(load_runs(args.before), eg)
         write_tables(Path(args.write), tables, before)
 
 

@@ -27,19 +27,13 @@ import convergence as cv  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def load(path: Path) -> pd.DataFrame:
-    runs = pd.read_csv(path)
-    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
-    return runs
-
-
 def main() -> None:
-    today = load(HERE / "convergence_runs.csv")
+    today = cv.load_runs(HERE / "convergence_runs.csv")
     nonprivate = today[today["epsilon"] == "none"]
-    default = pd.concat([nonprivate, load(HERE / "convergence_runs_short.csv")])  # the former defaults
+    default = pd.concat([nonprivate, cv.load_runs(HERE / "convergence_runs_short.csv")])  # the former defaults
     # The stretched run with the clip of its time (0.25): the adaptive clip that followed it has its
     # own comparison (clip_quantile.py), so that this one keeps measuring the run length alone.
-    longer = load(HERE / "convergence_runs_fixedclip.csv")
+    longer = cv.load_runs(HERE / "convergence_runs_fixedclip.csv")
     tables = sorted(set(longer["table"]))
     eg = pd.DataFrame(columns=["table", "fairness"])
     crit = {}

@@ -34,23 +34,17 @@ import convergence as cv  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def load(path: Path) -> pd.DataFrame:
-    runs = pd.read_csv(path)
-    runs["epsilon"] = runs["epsilon"].astype(str).replace({"1.0": "1"})
-    return runs
-
-
 def variants() -> dict[str, pd.DataFrame]:
     """The private runs of each decay, by label."""
-    today = load(HERE / "convergence_runs.csv")
-    return {"×0.8 every 10 epochs (before)": load(HERE / "convergence_runs_decay_former.csv"),
-            "×0.6 every quarter": load(HERE / "convergence_runs_decay06.csv"),
-            "×0.5 every half": load(HERE / "convergence_runs_decay_half.csv"),
+    today = cv.load_runs(HERE / "convergence_runs.csv")
+    return {"×0.8 every 10 epochs (before)": cv.load_runs(HERE / "convergence_runs_decay_former.csv"),
+            "×0.6 every quarter": cv.load_runs(HERE / "convergence_runs_decay06.csv"),
+            "×0.5 every half": cv.load_runs(HERE / "convergence_runs_decay_half.csv"),
             "×0.5 every quarter (default)": today[today["epsilon"] == "1"]}
 
 
 def main() -> None:
-    today = load(HERE / "convergence_runs.csv")
+    today = cv.load_runs(HERE / "convergence_runs.csv")
     nonprivate = today[today["epsilon"] == "none"]
     eg = pd.DataFrame(columns=["table", "fairness"])
     settled = {}
