@@ -438,7 +438,7 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
     from pfair.settings import DEEP_PRIVATE_CLIP
 
     assert linear.clip == "adaptive" and deep.clip == DEEP_PRIVATE_CLIP
-    # And its decay the default private run's (halved every quarter of the epochs); a deep model's 0.8 every 10.
+    # And its decay the default private run's (times 0.4 every quarter of the epochs); a deep model's 0.8 every 10.
     from pfair.settings import AUTO_DECAY, PRIVATE_DECAY
 
     assert (linear.lr_decay, linear.decay_every) == (PRIVATE_DECAY, 5)

@@ -318,10 +318,10 @@ def test_the_default_grid_fits_the_silos():
     est = pfair.SteFFLe()  # private, λ = 1: "auto" stretches the run to its batch (training shares 10,175)
     assert default_grid(est, [11306] * 3) == [
         {"lr_theta": [0.25, 1.0], "batch_size": [1024]},
-        {"lr_theta": [2.0, 8.0], "batch_size": [8192], "epochs": [160], "decay_every": [40], "lr_decay": [0.5],
+        {"lr_theta": [2.0, 8.0], "batch_size": [8192], "epochs": [160], "decay_every": [40], "lr_decay": [0.4],
          "clip": ["adaptive"]}]
     assert default_grid(est, [2000, 5000])[1] == {"lr_theta": [0.25 * 1800 / 1024, 1800 / 1024], "batch_size": [1800],
-                                                  "epochs": [36], "decay_every": [9], "lr_decay": [0.5],
+                                                  "epochs": [36], "decay_every": [9], "lr_decay": [0.4],
                                                   "clip": ["adaptive"]}
     # A clip the user sets is theirs: the grid does not write one.
     assert "clip" not in default_grid(pfair.SteFFLe(clip=0.5), [11306] * 3)[1]

@@ -1,49 +1,81 @@
-"""The end of a private run: the acceptance's ε = 1 criteria under four decays of the θ step.
+"""The end of a private run: the acceptance's ε = 1 criteria under decays of the θ step.
 
 The default private run (a private attribute-mode fit at λ > 0 with ``batch_size="auto"`` and no
-fairness target) takes ``lr_decay="auto"`` and ``decay_every="auto"`` as η_θ halved every quarter
-of its epochs (``pfair.settings.PRIVATE_DECAY``, ``PRIVATE_DECAY_PERIODS``); every other fit keeps
-0.8 every 10 epochs (``AUTO_DECAY``). This script reads the acceptance's 378 private fits (all nine
-tables, both notions, λ ∈ {0, 1, …, 100}, seeds 0–2, the adaptive clip) under each decay and prints
-the private criteria side by side, over all tables and per table:
+fairness target) takes ``lr_decay="auto"`` and ``decay_every="auto"`` as η_θ times
+``pfair.settings.PRIVATE_DECAY`` every ``1/PRIVATE_DECAY_PERIODS`` of its epochs; every other fit
+keeps 0.8 every 10 epochs (``AUTO_DECAY``). This script reads the acceptance's 378 private fits (all
+nine tables, both notions, λ ∈ {0, 1, …, 100}, seeds 0–2, the adaptive clip) under each decay and
+prints the private criteria side by side, over all tables and per table:
 
 * today's default: ``convergence_runs.csv``'s private rows;
 * 0.8 every 10 epochs (the decay before, times k when the run stretches, so every half of the
   run): ``convergence_runs_decay_former.csv`` (main at 386038c);
-* 0.6 every quarter: ``convergence_runs_decay06.csv`` (``convergence.py --private-only --set
-  decay_every=5 lr_decay=0.6``);
-* 0.5 every half: ``convergence_runs_decay_half.csv`` (``--set decay_every=10 lr_decay=0.5``).
+* ``factor`` every ``1/periods`` of the run: ``convergence_runs_decay_<factor>_<periods>.csv``, made
+  by ``--run FACTOR PERIODS`` (the rule's two constants set to them; the λ = 0 fits keep 0.8 every
+  10 epochs, as the rule has it), except 0.6 every quarter and 0.5 every half, which were run with
+  ``convergence.py --private-only --set decay_every=5 lr_decay=0.6`` (and ``decay_every=10
+  lr_decay=0.5``) before the rule existed: their λ = 0 fits decay alike, so their margins are
+  against λ = 0 models of their own.
 
-The last two were measured with the λ = 0 fits decayed alike (``--set`` applies to every fit), so
-their margins are against a λ = 0 model trained with their decay; today's and the former's λ = 0
-fits both take 0.8 every 10 epochs. Printout: ``private_decay_log.txt``.
+Printout: ``private_decay_log.txt``.
 
-    python docs/optimisation/private_decay.py
+    python docs/optimisation/private_decay.py                 # the comparison from the CSVs
+    python docs/optimisation/private_decay.py --run 0.5 5     # one more candidate, ~5 min on 2 cores
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+import pfair.settings
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convergence as cv  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+TABLES = ["adult", "compas", "credit_card", "bank", "german", "law_school", "synthetic1", "synthetic2", "synthetic3"]
+LAMS = [0.0, 1.0, 3.0, 8.0, 20.0, 40.0, 100.0]
+#: (factor, periods) of the candidates beside the default, in the printout's order.
+CANDIDATES = [(0.6, 4), (0.5, 2), (0.5, 4), (0.5, 5), (0.4, 5), (0.3, 4)]
+
+
+def path_of(factor: float, periods: int) -> Path:
+    return HERE / f"convergence_runs_decay_{factor:g}_{periods}.csv"
+
+
+def run(factor: float, periods: int) -> None:
+    """The acceptance's private fits with the rule's constants set to ``factor`` and ``periods``."""
+    before = pfair.settings.PRIVATE_DECAY, pfair.settings.PRIVATE_DECAY_PERIODS
+    pfair.settings.PRIVATE_DECAY, pfair.settings.PRIVATE_DECAY_PERIODS = factor, periods
+    try:
+        runs = pd.concat([cv.run_table(name, cv.SEEDS, cv.NOTIONS, LAMS, [1.0]) for name in TABLES])
+    finally:
+        pfair.settings.PRIVATE_DECAY, pfair.settings.PRIVATE_DECAY_PERIODS = before
+    runs.to_csv(path_of(factor, periods), index=False)
 
 
 def variants() -> dict[str, pd.DataFrame]:
     """The private runs of each decay, by label."""
     today = cv.load_runs(HERE / "convergence_runs.csv")
-    return {"×0.8 every 10 epochs (before)": cv.load_runs(HERE / "convergence_runs_decay_former.csv"),
-            "×0.6 every quarter": cv.load_runs(HERE / "convergence_runs_decay06.csv"),
-            "×0.5 every half": cv.load_runs(HERE / "convergence_runs_decay_half.csv"),
-            "×0.5 every quarter (default)": today[today["epsilon"] == "1"]}
+    out = {"×0.8 every 10 epochs (before)": cv.load_runs(HERE / "convergence_runs_decay_former.csv")}
+    for factor, periods in CANDIDATES:
+        part = {2: "half", 4: "quarter", 5: "fifth"}[periods]
+        out[f"×{factor:g} every {part}"] = cv.load_runs(path_of(factor, periods))
+    label = {2: "half", 4: "quarter", 5: "fifth"}[pfair.settings.PRIVATE_DECAY_PERIODS]
+    out[f"×{pfair.settings.PRIVATE_DECAY:g} every {label} (default)"] = today[today["epsilon"] == "1"]
+    return out
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", nargs=2, metavar=("FACTOR", "PERIODS"), default=None)
+    args = ap.parse_args()
+    if args.run:
+        run(float(args.run[0]), int(args.run[1]))
     today = cv.load_runs(HERE / "convergence_runs.csv")
     nonprivate = today[today["epsilon"] == "none"]
     eg = pd.DataFrame(columns=["table", "fairness"])

@@ -141,10 +141,10 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
     lr_decay, decay_every : float and int, or "auto" (default): η_θ is multiplied by ``lr_decay``
         every ``decay_every`` epochs. ``"auto"``: for the default private run (``epsilon`` set,
-        ``lam > 0``, attribute mode, ``batch_size="auto"``, no ``max_violation``) η_θ is halved every
-        quarter of the epochs (``pfair.settings.PRIVATE_DECAY``, ``PRIVATE_DECAY_PERIODS``; before
-        the stretch multiplies the period with the epochs), so that the last iterates, which carry
-        the noise of each step, move at an eighth of the step and the returned model jitters less
+        ``lam > 0``, attribute mode, ``batch_size="auto"``, no ``max_violation``) η_θ is multiplied by
+        0.4 every quarter of the epochs (``pfair.settings.PRIVATE_DECAY``, ``PRIVATE_DECAY_PERIODS``;
+        before the stretch multiplies the period with the epochs), so that the last iterates, which
+        carry the noise of each step, move at about a sixteenth of the step and the returned model jitters less
         (docs/optimisation.md, "The end of a private run"); every other fit takes 0.8 every 10
         epochs (``AUTO_DECAY``, the paper's).
     w_step : "normalised" (default) or "paper". The paper's ascent step is ``λ η_W``; the W-problem

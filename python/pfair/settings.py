@@ -58,10 +58,11 @@ AUTO_RUN_BATCH = 1024
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
 #: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, no fairness target, λ > 0):
-#: η_θ halved every ``epochs / PRIVATE_DECAY_PERIODS`` epochs (before the stretch multiplies the period
-#: by k). Its last iterates carry the noise of a step that has fallen to an eighth, so the model a
-#: fit returns jitters less on small held-out sets (docs/optimisation.md, "The end of a private run").
-PRIVATE_DECAY = 0.5
+#: η_θ times 0.4 every ``epochs / PRIVATE_DECAY_PERIODS`` epochs (before the stretch multiplies the
+#: period by k). Its last quarter takes about a sixteenth of the first step, and carries that much
+#: less of each round's noise, so the model a fit returns jitters less on small held-out sets
+#: (docs/optimisation.md, "The end of a private run").
+PRIVATE_DECAY = 0.4
 PRIVATE_DECAY_PERIODS = 4
 #: ``batch_size="auto"`` for rounds without noise: ``epsilon=None``, or a private fit that sends
 #: nothing depending on s (``lam=0`` in attribute mode, whose rounds are the non-private fit's).
