@@ -87,16 +87,12 @@ def main() -> None:
         c = cv.criteria(pd.concat([nonprivate, private]), eg)
         per = c["per_setting"][c["per_setting"]["epsilon"] == "1"]
         pr = c["private"]
-        # A fit whose guard handed back an earlier epoch (its last model shown no better than the
-        # constant) sits about on its line whatever its margin's sign: counted as not below it.
-        fallback = (private["selected"] != private["epochs"]) & private["warned"].fillna("").str.contains("NotBetter")
-        strict = cv.criteria(pd.concat([nonprivate, private.assign(
-            below_line=private["below_line"].where(~fallback, -1.0))]), eg)["private"]
         print(f"{label}: settled {(private['spread5'] <= 0.02).mean():.1%} of {len(private)} fits; mean violation "
               f"rising by more than 0.02 with λ in {int((per['max_rise'] > 0.02).sum())} of {len(per)} settings; "
               f"per-seed spread above 0.05 in {int((per['max_seed_spread'] > 0.05).sum())} of {len(per)}; below the "
               f"line in ≥ 5 of 6 fits at {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ), "
-              f"{int((strict['private_below'] >= 5).sum())} without the {int(fallback.sum())} fits the guard handed "
+              f"{int((pr['private_below_strict'] >= 5).sum())} without the {int(cv.handed_back(private).sum())} fits "
+              f"the guard handed "
               f"an earlier epoch; mean margin {private[private.lam > 0]['below_line'].mean():+.4f}\n")
         settled[label] = private.groupby("table")["spread5"].apply(lambda v: float((v <= 0.02).mean()))
     labels = list(settled)
