@@ -187,6 +187,35 @@ def test_the_adaptive_clip_quantile_is_the_one_the_acceptance_runs_chose():
     assert len(scores) >= 3 and max(scores, key=scores.get) == ADAPTIVE_CLIP_QUANTILE, scores
 
 
+def test_the_private_decay_is_the_one_the_acceptance_runs_chose():
+    """PRIVATE_DECAY and PRIVATE_DECAY_PERIODS against docs/optimisation/private_decay.py's runs:
+    among the decays whose private fits settle in ≥ 95 % of the acceptance's fits (its criterion),
+    the one below the mixing line in ≥ 5 of 6 fits at the most (table, λ) on the strict count (no
+    fit whose guard handed back an early epoch), ties broken by the mean margin (a re-run that
+    changes the choice must change the default)."""
+    from support import load_script
+
+    import pandas as pd
+
+    from pfair.settings import PRIVATE_DECAY, PRIVATE_DECAY_PERIODS
+
+    script = load_script("docs/optimisation/private_decay.py")
+    today = script.cv.load_runs(ROOT / "docs" / "optimisation" / "convergence_runs.csv")
+    nonprivate = today[today["epsilon"] == "none"]
+    scores = {}
+    for factor, periods in [*script.CANDIDATES, (PRIVATE_DECAY, PRIVATE_DECAY_PERIODS)]:
+        if (factor, periods) in ((0.6, 4), (0.5, 2)):
+            continue  # run before the rule, with their decay on the λ = 0 fits too: another line
+        private = (today[today["epsilon"] == "1"] if (factor, periods) == (PRIVATE_DECAY, PRIVATE_DECAY_PERIODS)
+                   else script.cv.load_runs(script.path_of(factor, periods)))
+        if (private["spread5"] <= 0.02).mean() < 0.95:
+            continue
+        crit = script.cv.criteria(pd.concat([nonprivate, private]), pd.DataFrame(columns=["table", "fairness"]))
+        scores[(factor, periods)] = (int((crit["private"]["private_below_strict"] >= 5).sum()),
+                                     float(private[private.lam > 0]["below_line"].mean()))
+    assert len(scores) >= 3 and max(scores, key=scores.get) == (PRIVATE_DECAY, PRIVATE_DECAY_PERIODS), scores
+
+
 def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
     st = pfair.SteFFLe().settings()  # ε = 1, λ = 1, attribute mode: noisy rounds, no target
     assert st.stretches_run
