@@ -44,6 +44,8 @@ TABLES = ["adult", "compas", "credit_card", "bank", "german", "law_school", "syn
 LAMS = [0.0, 1.0, 3.0, 8.0, 20.0, 40.0, 100.0]
 #: (factor, periods) of the candidates beside the default, in the printout's order.
 CANDIDATES = [(0.6, 4), (0.5, 2), (0.5, 4), (0.5, 5), (0.4, 5), (0.3, 4)]
+#: How the printout names a decay period of ``1/periods`` of the run.
+PART = {2: "half", 4: "quarter", 5: "fifth"}
 
 
 def path_of(factor: float, periods: int) -> Path:
@@ -66,10 +68,9 @@ def variants() -> dict[str, pd.DataFrame]:
     today = cv.load_runs(HERE / "convergence_runs.csv")
     out = {"×0.8 every 10 epochs (before)": cv.load_runs(HERE / "convergence_runs_decay_former.csv")}
     for factor, periods in CANDIDATES:
-        part = {2: "half", 4: "quarter", 5: "fifth"}[periods]
-        out[f"×{factor:g} every {part}"] = cv.load_runs(path_of(factor, periods))
-    label = {2: "half", 4: "quarter", 5: "fifth"}[pfair.settings.PRIVATE_DECAY_PERIODS]
-    out[f"×{pfair.settings.PRIVATE_DECAY:g} every {label} (default)"] = today[today["epsilon"] == "1"]
+        out[f"×{factor:g} every {PART[periods]}"] = cv.load_runs(path_of(factor, periods))
+    default = f"×{pfair.settings.PRIVATE_DECAY:g} every {PART[pfair.settings.PRIVATE_DECAY_PERIODS]} (default)"
+    out[default] = today[today["epsilon"] == "1"]
     return out
 
 

@@ -757,14 +757,13 @@ class SteFFLeSettings:
         check_choice(p["output"], "output", ("last", "random"))
         check_choice(p["silo_weights"], "silo_weights", ("uniform", "size"))
         check_choice(p["mode"], "mode", MODES)
-        if not (isinstance(p["lr_decay"], str) and p["lr_decay"] == "auto"):
-            if isinstance(p["lr_decay"], str):
-                raise ValueError(f"lr_decay must be a positive number or 'auto', got {p['lr_decay']!r}")
-            check_positive(p["lr_decay"], "lr_decay")
-        if not (isinstance(p["decay_every"], str) and p["decay_every"] == "auto"):
-            if isinstance(p["decay_every"], str):
-                raise ValueError(f"decay_every must be an integer >= 1 or 'auto', got {p['decay_every']!r}")
-            check_int(p["decay_every"], "decay_every")
+        for name, check, what in (("lr_decay", check_positive, "a positive number"),
+                                  ("decay_every", check_int, "an integer >= 1")):
+            if isinstance(p[name], str):
+                if p[name] != "auto":
+                    raise ValueError(f"{name} must be {what} or 'auto', got {p[name]!r}")
+            else:
+                check(p[name], name)
         check_int(p["seed"], "seed", minimum=0)
         if p["noise_seed"] is not None:
             check_int(p["noise_seed"], "noise_seed", minimum=0)
