@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as hst
 
 import pfair
-from pfair import SteFFLe
+from pfair import SteFFLe, _core
 from pfair.baselines import PFLD, FedAvg
 from pfair.exceptions import ConvergenceWarning, PrivacyWarning
 from pfair.validation import (
     VALIDATION_SENSITIVITY,
+    WITHIN_NOISE,
     CheckpointFigures,
     Selector,
     held_out_count,
@@ -273,6 +274,54 @@ def test_a_fixed_lambda_that_drives_the_model_onto_the_constant_returns_that_mod
     assert "less fair" not in sel.choose()[1]
 
 
+def test_at_a_fixed_lambda_a_model_that_can_be_the_constant_predictor_returns_it_instead_of_an_early_epoch():
+    """At λ > 0 with a linear model (``constant=True``) a last model shown no better than the constant
+    gives way to the constant predictor itself, not to an earlier checkpoint whose fairness no
+    release of a fixed-λ fit measures; at λ = 0, with a target or within noise, nothing changes."""
+    early = pooled_figures([np.array([[65.0, 5.0], [5.0, 25.0]])], epoch=0)  # error 0.10
+    inverted = pooled_figures([np.array([[500.0, 900.0], [100.0, 500.0]])], epoch=1)  # 0.50 against 0.30
+    sel = Selector(lam=8.0, constant=True)
+    offer(sel, [early, inverted])
+    (f, theta, w), why = sel.choose()
+    assert theta is None and w[0] == 0.0  # the caller builds θ; W stays the last model's
+    assert f.epoch == -1 and f.constant_class == 0
+    assert f.error == f.constant_error == pytest.approx(0.30) and f.difference == 0.0
+    assert "returned the constant predictor (class 0" in why and "lam=8" in why and "max_violation=" in why
+    # the same figures at λ = 0: the best checkpoint, as before
+    sel = Selector(lam=0.0, constant=True)
+    offer(sel, [early, inverted])
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 0 and theta[0] == 0.0 and "constant predictor (class" not in why
+    # within noise of the constant: the last model stays
+    sel = Selector(lam=8.0, constant=True)
+    offer(sel, [early, fig(1, 0.305, n=200)])
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 1 and theta is not None and why.startswith(WITHIN_NOISE)
+    # the largest class is the constant's (class 1 here)
+    other = pooled_figures([np.array([[50.0, 350.0], [200.0, 400.0]])], epoch=1)  # constant: class 1
+    assert other.constant_class == 1 and other.shown_not_better
+    sel = Selector(lam=1.0, constant=True)
+    offer(sel, [other])
+    (f, theta, _), why = sel.choose()
+    assert theta is None and f.constant_class == 1 and f.error == pytest.approx(0.40)
+
+
+def test_the_constant_predictors_theta_predicts_its_class_with_the_released_shares():
+    from pfair.providers.linear import constant_theta
+
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    for l, cls, share in ((2, 0, 0.7), (2, 1, 0.8), (3, 2, 0.5), (4, 1, 0.4), (2, 0, 0.5), (3, 0, 1 / 3), (2, 1, 1.0)):
+        theta = constant_theta(4, l, cls, share)
+        proba = _core.predict_proba(X, theta, l)
+        assert np.all(np.argmax(proba, axis=1) == cls), (l, cls, share)
+        expected = np.full(l, (1 - share) / (l - 1))
+        expected[cls] = share
+        np.testing.assert_allclose(proba[0], np.clip(expected, 1e-9, None), atol=1e-8)
+        assert np.all(theta.reshape(5, l - 1)[:4] == 0.0)
+    with pytest.raises(ValueError, match="class 2 is not one of the 2 classes"):
+        constant_theta(4, 2, 2, 0.6)
+
+
 def test_cycles_of_the_validation_error_halve_the_theta_step_and_steady_trends_do_not():
     from pfair.protocol.driver import damp_cycles
 
@@ -458,3 +507,38 @@ def test_the_drivers_vector_norm_has_the_bits_of_numpys():
     assert math.isnan(vector_norm(x))
     x32 = rng.normal(size=9).astype(np.float32)
     assert vector_norm(x32) == float(np.linalg.norm(x32))
+
+
+def test_a_private_fit_whose_last_model_fails_at_a_fixed_lambda_returns_the_constant_predictor_end_to_end(tmp_path):
+    """German at λ = 10 with the paper's W step (which oscillates past its stability limit, tests/
+    test_convergence.py) ends at or past the constant predictor: the fit returns the constant
+    predictor itself (selected_epoch_ 0, zero weights, the held-out shares as probabilities), which
+    saves and loads as any model and which the tuner and the CLI summary read as the constant's figures."""
+    from pfair.cli_common import checkpoint_summary
+    from pfair.model_file import load_model, save_model
+    from pfair.model_selection import returned_figures
+
+    d = pfair.datasets.load("german")
+    model = SteFFLe(lam=10.0, w_step="paper", epsilon=1.0, noise_seed=0, seed=0, epochs=5, batch_size=64)
+    with pytest.warns(pfair.exceptions.NotBetterThanConstantWarning, match="returned the constant predictor"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            model.fit(d.X_train, d.y_train, sensitive_features=d.s_train)
+    last = model.checkpoint_figures_[-1]
+    assert model.selected_epoch_ == 0 and last.shown_not_better
+    assert np.all(model.coef_ == 0.0)
+    pred = model.predict(d.X_test)
+    assert np.all(pred == model.classes_[last.constant_class])
+    np.testing.assert_allclose(model.predict_proba(d.X_test[:1])[0, last.constant_class], 1 - last.constant_error)
+    fig = returned_figures(model)
+    assert fig.epoch == -1 and fig.error == last.constant_error and not fig.clearly_better
+    summary = checkpoint_summary(model.checkpoints_, model.selected_epoch_, model.epochs_done_)
+    assert summary["validation_error"] == summary["constant_validation_error"] == last.constant_error
+    saved = load_model(save_model(model, tmp_path / "constant.pfair")).estimator
+    assert saved.selected_epoch_ == 0 and np.array_equal(saved.predict(d.X_test), pred)
+    # The same fit at λ = 0 keeps a trained model.
+    zero = SteFFLe(lam=0.0, epsilon=1.0, noise_seed=0, seed=0, epochs=5, batch_size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zero.fit(d.X_train, d.y_train, sensitive_features=d.s_train)
+    assert zero.selected_epoch_ != 0

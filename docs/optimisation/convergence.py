@@ -130,7 +130,8 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         last_error=float(last["test_error"]), last_violation=last_violation,
         constant_error=float(metrics.trivial_error(data.y_test)),
         spread5=float(np.ptp(val[-5:])) if val.size else math.nan,
-        selected=int(model.selected_epoch_ or len(h)) if getattr(model, "selected_epoch_", None) else len(h),
+        # 0: the constant predictor, returned instead of every checkpoint (pfair.validation.Selector)
+        selected=len(h) if getattr(model, "selected_epoch_", None) is None else int(model.selected_epoch_),
         epochs=len(h), warned=";".join(kinds), seconds=seconds,
         pred=pred,
     )
@@ -194,10 +195,11 @@ def hull_error_at(points: pd.DataFrame, v: float, constant: float) -> float:
 
 
 def handed_back(runs: pd.DataFrame) -> pd.Series:
-    """The fits whose guard handed back an earlier epoch because their last model was shown no
-    better than the constant (``NotBetterThanConstantWarning``): the model returned is an early
-    one, next to the λ = 0 model and on its mixing line up to a few records, whichever side its
-    margin falls."""
+    """The fits whose guard handed back another model because their last model was shown no
+    better than the constant (``NotBetterThanConstantWarning``): an early epoch, next to the λ = 0
+    model and on its mixing line up to a few records, whichever side its margin falls; or, at a
+    fixed λ > 0 since the constant predictor is returned itself (``selected`` 0), that end of the
+    line."""
     return (runs["selected"] != runs["epochs"]) & runs["warned"].fillna("").astype(str).str.contains("NotBetter")
 
 

@@ -159,6 +159,11 @@ def checkpoint_summary(checkpoints: Any, selected_epoch: int | None, epochs: int
                                     for c in checkpoints]).set_index("epoch") if checkpoints else pd.DataFrame()
     out: dict[str, Any] = {"selected_epoch": selected_epoch, "epochs": epochs, "validation_error": None,
                            "constant_validation_error": None, "violation_released": None}
+    if selected_epoch == 0 and checkpoints is not None and len(getattr(checkpoints, "index", [])):
+        # The constant predictor, returned instead of every checkpoint (pfair.validation.Selector).
+        c = float(checkpoints.iloc[-1]["constant_error"])
+        out.update(validation_error=c, constant_validation_error=c, violation_released=None)
+        return out
     if selected_epoch is None or checkpoints is None or selected_epoch not in getattr(checkpoints, "index", []):
         return out
     row = checkpoints.loc[selected_epoch]
@@ -217,7 +222,9 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         print(f"warning: {line}", file=sys.stderr)
     if result.get("validation_error") is not None:
         e, c = result["validation_error"], result["constant_validation_error"]
-        print(f"model         after epoch {result['selected_epoch']} of {result['epochs']}: validation error {e:.4f} "
+        which = ("the constant predictor (no model of the run was better)" if result["selected_epoch"] == 0
+                 else f"after epoch {result['selected_epoch']} of {result['epochs']}")
+        print(f"model         {which}: validation error {e:.4f} "
               f"against the constant predictor's {c:.4f} on the silos' held-out records"
               + ("" if result.get("epsilon") is None or getattr(args, "protect", "attribute") == "attribute"
                  else " (noisy releases)"))

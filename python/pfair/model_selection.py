@@ -379,11 +379,14 @@ def spends(est: Any) -> bool:
 
 def returned_figures(est: Any) -> CheckpointFigures | None:
     """The released figures of the model a fitted estimator returned (its checkpoint at
-    ``selected_epoch_``), or None without checkpoints."""
+    ``selected_epoch_``; at 0, the constant predictor's on the last checkpoint's records), or None
+    without checkpoints."""
     figs = getattr(est, "checkpoint_figures_", None) or []
     epoch = getattr(est, "selected_epoch_", None)
     if epoch is None:
         return None
+    if epoch == 0 and figs:
+        return figs[-1].as_constant()
     return next((f for f in figs if f.epoch + 1 == epoch), None)
 
 

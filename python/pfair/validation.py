@@ -38,9 +38,15 @@ releases. The model a fit returns is chosen from these figures alone (:class:`Se
   ``NotBetterThanConstantWarning``. A model truly better than the constant is therefore warned as
   not better with probability at most α, and a model truly no better is returned without a word
   with probability at most α (both over the draw of the held-out records; docs/optimisation.md,
-  section 6, measures them). At a fixed λ > 0 a last model *at* the constant (D within the margin or
-  :data:`AT_CONSTANT`) is returned, warned: the penalty drove it to the fairest model there is, and
-  an earlier checkpoint would be more accurate only by being less fair than λ asks;
+  section 6, measures them). At a fixed λ > 0 a last model shown not better gives way to the
+  **constant predictor itself** (``selected_epoch_ = 0``; the linear model, whose zero weights and
+  intercepts ``log p_c / p_0`` from the pooled table's class shares make it one: post-processing),
+  warned: it is the fairest model there is (violation 0 under every notion) and at least as
+  accurate as the last model, while an earlier checkpoint would be more accurate only by being less
+  fair than λ asks, by an amount no release of a fixed-λ fit measures. A model that cannot be the
+  constant (a deep one) returns its last model when that is *at* the constant (D within the margin
+  or :data:`AT_CONSTANT`), else the checkpoints as at λ = 0, with a warning that says they may be
+  less fair than λ asks;
 * with ``max_violation=t`` the most accurate checkpoint not shown worse than the constant whose
   released violation is at most t with one standard deviation of its noise to spare
   (:meth:`CheckpointFigures.meets`), said when it is only within noise of the constant; when none
@@ -161,6 +167,8 @@ class CheckpointFigures:
     #: ``p₋``: share the model gets right where the constant predictor is wrong
     #: (``Σ_{y≠c*} V[y, y] / n``).
     better_share: float | None = None
+    #: ``c*``: the class the constant predictor predicts (the pooled table's first largest row).
+    constant_class: int = 0
 
     @classmethod
     def _of(cls, *values: Any) -> "CheckpointFigures":
@@ -248,6 +256,14 @@ class CheckpointFigures:
         the one whose noise was most negative, so the plain ``v̂ ≤ t`` would favour models over t."""
         return self.violation is not None and self.violation + self.violation_sd <= target
 
+    def as_constant(self) -> "CheckpointFigures":
+        """The figures of the constant predictor itself on the same held-out records (epoch −1:
+        no checkpoint): its error, D = 0, violation 0 (it predicts one class for everyone)."""
+        return CheckpointFigures(epoch=-1, error=self.constant_error, constant_error=self.constant_error, n=self.n,
+                                 noise_sd=self.noise_sd, violation=None if self.violation is None else 0.0,
+                                 violation_sd=self.violation_sd, lam=self.lam, cells=self.cells, worse_share=0.0,
+                                 better_share=0.0, constant_class=self.constant_class)
+
     def as_row(self) -> dict[str, float]:
         """The history columns of these figures."""
         row = {"validation_error": self.error, "constant_error": self.constant_error}
@@ -288,7 +304,7 @@ def pooled_figures(tables: list[np.ndarray], *, epoch: int, noise_sd: float = 0.
     sd = float(noise_sd) * math.sqrt(len(tables))
     return CheckpointFigures(epoch=int(epoch), error=error, constant_error=constant, n=n, noise_sd=sd,
                              violation=violation, violation_sd=float(violation_sd), lam=lam, cells=int(V.size),
-                             worse_share=worse, better_share=better)
+                             worse_share=worse, better_share=better, constant_class=c)
 
 
 _FLOAT64 = np.dtype(np.float64)
@@ -326,7 +342,7 @@ def _integer_figures(pooled: list[list[int]], n_tables: int, *, epoch: int, nois
     c = rows_i.index(max(rows_i))  # the first largest, as np.argmax
     return CheckpointFigures._of(int(epoch), (n - trace_i) / n, 1.0 - rows_i[c] / n, float(n),
                                  float(noise_sd) * math.sqrt(n_tables), violation, float(violation_sd), lam, l * l,
-                                 (rows_i[c] - pooled[c][c]) / n, (trace_i - pooled[c][c]) / n)
+                                 (rows_i[c] - pooled[c][c]) / n, (trace_i - pooled[c][c]) / n, c)
 
 
 def exact_figures(cells: list[list[float]], l: int, *, epoch: int, noise_sd: float = 0.0,  # noqa: E741
@@ -375,6 +391,10 @@ class Selector:
     target: float | None = None
     #: The fixed fairness weight of the fit (0: none, or adapted to a target).
     lam: float = 0.0
+    #: Whether the fit can return the constant predictor itself (the linear model: zero weights and
+    #: intercepts only). At a fixed λ > 0 a last model shown no better than the constant is then
+    #: replaced by it (:meth:`choose` returns ``(figures, None, W)``: the caller builds its θ).
+    constant: bool = False
     figures: list = field(default_factory=list)
     _kept: dict = field(default_factory=dict, repr=False)
 
@@ -401,7 +421,9 @@ class Selector:
     def choose(self) -> tuple[tuple | None, str | None]:
         """``((figures, θ, W), warning)``: the model to return and why it is not simply the last
         one's, or what could not be checked (None when it is the last and clearly better than the
-        constant). ``(None, None)`` without checkpoints."""
+        constant). ``(None, None)`` without checkpoints. θ is None for the constant predictor
+        (:attr:`constant`; ``figures.epoch`` is −1): the caller builds it from
+        ``figures.constant_class`` and ``figures.constant_error``."""
         kept = self._kept
         if "last" not in kept:
             return None, None
@@ -411,6 +433,22 @@ class Selector:
                 return last, None
             if not last[0].shown_not_better:
                 return last, f"{WITHIN_NOISE}: validation error {_fig(last[0])}; returned the last model"
+            if self.lam > 0 and self.constant:
+                # λ asks for fairness, and the constant predictor is the fairest model there is (violation
+                # 0 under every notion) and at least as accurate as the fit's last model (shown): an
+                # earlier checkpoint would be more accurate only by being less fair than λ asks, by an
+                # amount no release of a fixed-λ fit measures.
+                const = last[0].as_constant()
+                return (const, None, last[2]), (
+                    f"the last model is no better than the constant predictor (validation error {_fig(last[0])}; "
+                    f"shown no better at the {GUARD_ALPHA:.0%} level, so wrongly warned at most {GUARD_ALPHA:.0%} of "
+                    f"the time): returned the constant predictor (class {const.constant_class} of the encoded "
+                    f"classes for everyone: violation 0, validation error {const.error:.4f}) instead, the fairest "
+                    f"model there is and at least as accurate; no earlier checkpoint, whose fairness a fit at a "
+                    f"fixed lam does not release. At lam={self.lam:g} the fairness term (in a private fit also its noise, "
+                    f"whose pull grows with lam) drove the model onto or past the constant predictor, or the run was "
+                    f"too short to move it from its start (then lam=0 does the same): lower lam, or set "
+                    f"max_violation= for the most accurate checkpoint within a violation, or train more epochs")
             if self.lam > 0 and last[0].difference <= max(last[0].margin, AT_CONSTANT):
                 # The fairness weight pushed the model onto the constant predictor, which is perfectly
                 # fair: an earlier checkpoint would be more accurate only by being less fair than λ asks.
@@ -560,7 +598,7 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
         warnings.warn(f"{message}. Nothing shows it worse than the constant; {fix} would tell them apart (the "
                       "figures of every checkpoint are in checkpoints_)", ConvergenceWarning, stacklevel=stacklevel)
         return
-    if "drives the model to predicting one class" in message:
+    if "drives the model to predicting one class" in message or "returned the constant predictor" in message:
         warnings.warn(message, NotBetterThanConstantWarning, stacklevel=stacklevel)
         return
     fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "

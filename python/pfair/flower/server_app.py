@@ -49,6 +49,7 @@ waiting, so that the live silos' replies of that round still count.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -71,6 +72,7 @@ from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty
 from pfair.protocol.setup import build_server, released_proportions
 from pfair.protocol.assembly import EveryoneRefused, RemoteSilos, start_run
+from pfair.providers.linear import constant_theta
 from pfair.settings import SteFFLeSettings
 from pfair.validation import held_out_count
 
@@ -504,7 +506,9 @@ class SteFFLeStrategy(Strategy):
                             theta0=lambda: self._theta0(d), groups=np.arange(self.n_groups),
                             classes=np.arange(self.n_classes), proportions=lambda: self._proportions(plan, answers),
                             held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)],
-                            keep_exact=False, on_state=adopt)
+                            keep_exact=False, on_state=adopt,
+                            constant=None if self.model is not None else functools.partial(constant_theta, d,
+                                                                                           self.n_classes))
         except EveryoneRefused:
             return self._refused_result(grid, t0)
         self.server, proportions, monitor = run.server, run.state.proportions, run.driver.monitor

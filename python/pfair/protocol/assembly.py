@@ -205,7 +205,8 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
               proportions: Callable[[], np.ndarray] | None = None,
               monitor: Mapping[str, Any] | None = None, held_out: Sequence[int] | Mapping[int, int] | None = None,
               keep_exact: bool | None = None,
-              on_state: Callable[[RunState], None] | None = None) -> AssembledRun:
+              on_state: Callable[[RunState], None] | None = None,
+              constant: Callable[[int, float], np.ndarray] | None = None) -> AssembledRun:
     """Assemble a run (see the module docstring).
 
     ``server(noise_plans, proportions, theta_len)`` builds the server party from the answering
@@ -219,7 +220,10 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     :func:`monitor_for` (what the collapse check may read, locally); ``held_out``: each silo's
     held-out records (None: no checkpoint releases); ``keep_exact``: keep the exact batch
     diagnostics in the history (default: asked for, or nothing private). ``on_state`` sees the
-    run state as soon as it exists (an interrupted run can then be resumed from it)."""
+    run state as soon as it exists (an interrupted run can then be resumed from it). ``constant(c, p)``:
+    θ of the constant predictor of class c with share p, for a model that can be one (the linear
+    model: :func:`~pfair.providers.linear.constant_theta`; None: a deep model), which the driver then
+    returns at a fixed λ > 0 when the last model is shown no better than it."""
     st = plan.settings
     if resume is None:
         silos.preflight(plan.total_rounds)
@@ -249,5 +253,5 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     watch = monitor_for(st, plan.n_classes, **dict(monitor or {}))
     driver = Driver(plan, moves, server=party, monitor=watch,
                     keep_exact=(st.exact_diagnostics or not st.private) if keep_exact is None else keep_exact,
-                    plans=answering, held_out=held_out)
+                    plans=answering, held_out=held_out, constant=constant)
     return AssembledRun(plan, silos, state, party, moves, driver, start_epoch)

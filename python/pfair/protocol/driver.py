@@ -16,7 +16,8 @@ A run's life (``docs/architecture.md`` draws it):
    keeps the candidates; then it writes the history row;
 4. at the end, the model the fit returns is chosen from the released figures alone: the last one,
    unless it is not clearly better than the constant predictor or a fairness target asks for
-   another (warned).
+   another (warned); at a fixed λ > 0 a last model shown no better than the constant predictor is
+   replaced by the constant predictor itself where the model can be one (the linear model).
 
 A transport moves the messages of the rounds and nothing else:
 
@@ -65,7 +66,7 @@ class RunState:
     #: The released figures of every checkpoint so far (:class:`~pfair.validation.CheckpointFigures`).
     checkpoints: list = field(default_factory=list)
     #: The checkpoint epoch (0-based) of the model the run returns, when it was chosen from the
-    #: checkpoints (None: the last model, or the random iterate).
+    #: checkpoints (None: the last model, or the random iterate; −1: the constant predictor).
     selected: int | None = None
     #: Why the returned model is not simply the last one (None when it is and nothing is wrong).
     selection_warning: str | None = None
@@ -145,7 +146,8 @@ class Driver:
     topology each non-sensitive silo's; None: the checkpoints are not asked for)."""
 
     def __init__(self, plan: RunPlan, transport: Transport, *, server: Any, monitor: Any, keep_exact: bool,
-                 plans: Sequence[Any] | dict = (), held_out: Sequence[int] | dict | None = None) -> None:
+                 plans: Sequence[Any] | dict = (), held_out: Sequence[int] | dict | None = None,
+                 constant: Callable[[int, float], np.ndarray] | None = None) -> None:
         self.plan, self.transport, self.server, self.monitor = plan, transport, server, monitor
         self.keep_exact = bool(keep_exact)
         self.noise_plans = dict(plans) if isinstance(plans, dict) else dict(enumerate(plans))
@@ -158,7 +160,10 @@ class Driver:
         self._sorted_checkpoints = sorted(self.checkpoints)
         #: Each silo's checkpoint limits for the server's checks (made at the first checkpoint).
         self._limits: dict | None = None
-        self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam))
+        #: θ of the constant predictor from its class and share (the linear model; None: not representable).
+        self.constant = constant
+        self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam),
+                                 constant=constant is not None and st.output == "last")
 
     def run(self, state: RunState, *, start_epoch: int = 0, on_epoch: Callable[..., dict | None] | None = None,
             progress: bool = False) -> RunState:
@@ -228,6 +233,8 @@ class Driver:
         if chosen is None:
             return
         fig, theta, w = chosen
+        if theta is None:  # the constant predictor (Selector.constant), built from the released figures
+            theta = self.constant(fig.constant_class, 1.0 - fig.constant_error)
         if st.output == "last":
             last = self.selector.figures[-1]
             state.selected = fig.epoch

@@ -26,6 +26,7 @@ silos that answered, metrics on the user's ``eval_set``) unless ``exact_diagnost
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -41,7 +42,7 @@ from pfair.protocol.setup import build_server, released_proportions, resolve_led
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.protocol.topologies import HybridParties
 from pfair.protocol.transports import PartyLoop, RustBatched
-from pfair.providers.linear import CheckpointCounter, LinearProvider
+from pfair.providers.linear import CheckpointCounter, LinearProvider, constant_theta
 from pfair.settings import SteFFLeSettings
 
 __all__ = ["RunState", "Simulation", "SiloParties", "monitor_for", "resolve_ledgers"]
@@ -130,6 +131,10 @@ class Simulation:
         self.held_out_of_plans: list[int] | None = None
         self.silo_set: Any = None
         self.parties: list[SiloParty] = []
+        #: θ of the constant predictor (the linear model; None for another provider): what a fit at a
+        #: fixed λ > 0 returns when its last model is shown no better (:class:`~pfair.validation.Selector`).
+        self.constant: Callable[[int, float], np.ndarray] | None = (
+            functools.partial(constant_theta, fed.n_features, fed.n_classes) if provider_factory is None else None)
         if settings.mode != "standard":
             if provider_factory is not None:
                 raise ValueError(f"mode={settings.mode!r} runs the linear model only")
@@ -272,7 +277,8 @@ class Simulation:
                         theta_len=self.theta_len, groups=fed.groups_, classes=fed.classes_,
                         pooled=self._pooled, init=init,
                         resume=resume, monitor=self._monitor,
-                        held_out=self.held_out if self.checkpoints else None, on_state=keep)
+                        held_out=self.held_out if self.checkpoints else None, on_state=keep,
+                        constant=self.constant)
         self.server = run.server
         return run
 
