@@ -610,6 +610,47 @@ def test_a_fit_no_better_than_the_constant_predictor_warns():
                     track_history=False).fit(X, y, sensitive_features=s)
 
 
+def test_at_a_fixed_lambda_a_deep_model_no_better_than_the_constant_becomes_the_constant_predictor():
+    """λ > 0: the module's last linear layer gets weight 0 and the bias of the held-out class
+    shares, so the returned module predicts the constant's class for everyone; a module whose
+    output does not come from a last linear layer cannot be the constant and keeps the checkpoints."""
+    data = pfair.datasets.load_adult()
+    X, y, s = data.X_train[:1500], data.y_train[:1500], data.s_train[:1500]
+    kw = dict(lr_theta=0.0, epochs=1, lam=4.0, init_seed=1, device="cpu", track_history=False)
+    with pytest.warns(pfair.exceptions.NotBetterThanConstantWarning, match="returned the constant predictor"):
+        m = DeepSteFFLe(mlp(data.n_features, 2), **kw).fit(X, y, sensitive_features=s)
+    last = m.checkpoint_figures_[-1]
+    assert m.selected_epoch_ == 0 and last.shown_not_better
+    pred = m.predict(data.X_test[:500])
+    assert np.all(pred == m.classes_[last.constant_class])
+    np.testing.assert_allclose(m.predict_proba(data.X_test[:3])[:, last.constant_class], 1 - last.constant_error,
+                               rtol=1e-5)
+    # A last layer after the linear one (a fixed scaling by the input's first feature): not the constant.
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp(data.n_features, 2)
+
+        def forward(self, x):
+            return self.net(x) * (1.0 + x[:, :1] ** 2)
+
+    with pytest.warns(pfair.exceptions.NotBetterThanConstantWarning, match="no model of this fit is clearly better"):
+        m = DeepSteFFLe(Scaled(), **kw).fit(X, y, sensitive_features=s)
+    assert m.selected_epoch_ == 1
+    # The function a deployment's server calls, on an image model: the module given is not changed.
+    from pfair.providers.torch import constant_module_theta
+
+    torch.manual_seed(0)
+    cnn = SmallCNN(n_classes=3)
+    theta = module_theta(cnn)
+    const = constant_module_theta(cnn, theta, 3, (1, 8, 8), 2, 0.5)
+    assert np.array_equal(module_theta(cnn), theta) and const is not None
+    with torch.no_grad():
+        out = torch.softmax(set_module_theta(cnn, const)(torch.randn(5, 1, 8, 8)), dim=1).numpy()
+    np.testing.assert_allclose(out, np.tile([0.25, 0.25, 0.5], (5, 1)), atol=1e-6)
+    assert constant_module_theta(nn.Sequential(nn.Linear(4, 2), nn.Tanh()), np.zeros(10), 2, (4,), 0, 0.7) is None
+
+
 # --------------------------------------------------------------------------------------------
 # (d) a CNN on the 8×8 digits
 

@@ -10,8 +10,8 @@ predictor's; the rise of the mean violation with λ). The default quantile's fit
 acceptance's own (``convergence_runs.csv``), the former fixed clip's ``convergence_runs_fixedclip.csv``,
 and the first form of the scale (the largest norm over the groups instead of their mean under the
 released proportions, main at 476da42) ``convergence_runs_adaptive_max.csv``; this script runs the
-other quantiles into ``clip_quantile.csv`` (resumable) and prints the comparison. Printout:
-``clip_quantile_log.txt``.
+other quantiles into ``clip_quantile.csv`` (resumable) and prints the comparison, every CSV read
+with the model today's guard returns (``convergence.load_runs``). Printout: ``clip_quantile_log.txt``.
 
     python docs/optimisation/clip_quantile.py            # ~25 min on 2 cores
     python docs/optimisation/clip_quantile.py --print    # the comparison from the CSVs only
@@ -72,12 +72,11 @@ def summary() -> str:
 
 def rules() -> dict:
     """The private runs of each clip rule, by label."""
-    today = pd.read_csv(HERE / "convergence_runs.csv")
-    today["epsilon"] = today["epsilon"].astype(str)
-    runs = {f"q = {q:g}": g.drop(columns=["q"]) for q, g in pd.read_csv(OUT).groupby("q")} if OUT.exists() else {}
+    today = cv.load_runs(HERE / "convergence_runs.csv")
+    runs = {f"q = {q:g}": g.drop(columns=["q"]) for q, g in cv.load_runs(OUT).groupby("q")} if OUT.exists() else {}
     runs[f"q = {pfair.settings.ADAPTIVE_CLIP_QUANTILE:g} (default)"] = today[today["epsilon"] != "none"]
-    runs["fixed 0.25 (before)"] = pd.read_csv(HERE / "convergence_runs_fixedclip.csv")
-    runs["q = 0.5 of the largest norm over the groups"] = pd.read_csv(HERE / "convergence_runs_adaptive_max.csv")
+    runs["fixed 0.25 (before)"] = cv.load_runs(HERE / "convergence_runs_fixedclip.csv")
+    runs["q = 0.5 of the largest norm over the groups"] = cv.load_runs(HERE / "convergence_runs_adaptive_max.csv")
     return runs
 
 
@@ -86,8 +85,7 @@ def comparison() -> str:
     are below it where the non-private fit is ≥ 0.02 below (the acceptance's private criterion, per
     notion), the mean test error over the constant predictor's, and the largest rise of the mean
     violation as λ grows (the acceptance's *monotone* criterion)."""
-    today = pd.read_csv(HERE / "convergence_runs.csv")
-    today["epsilon"] = today["epsilon"].astype(str)
+    today = cv.load_runs(HERE / "convergence_runs.csv")
     nonprivate = today[today["epsilon"] == "none"]
     np_margin = nonprivate[nonprivate.lam > 0].groupby(["table", "fairness", "lam"])["below_line"].mean()
     runs = rules()

@@ -91,10 +91,9 @@ def main() -> None:
         print(f"{label}: settled {(private['spread5'] <= 0.02).mean():.1%} of {len(private)} fits; mean violation "
               f"rising by more than 0.02 with λ in {int((per['max_rise'] > 0.02).sum())} of {len(per)} settings; "
               f"per-seed spread above 0.05 in {int((per['max_seed_spread'] > 0.05).sum())} of {len(per)}; below the "
-              f"line in ≥ 5 of 6 fits at {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ), "
-              f"{int((pr['private_below_strict'] >= 5).sum())} without the {int(cv.handed_back(private).sum())} fits "
-              f"the guard handed "
-              f"an earlier epoch; mean margin {private[private.lam > 0]['below_line'].mean():+.4f}\n")
+              f"line in ≥ 5 of 6 fits at {int((pr['private_below'] >= 5).sum())} of {len(pr)} (table, λ) "
+              f"({int(cv.returned_constant(private).sum())} fits returned the constant predictor); mean margin "
+              f"{private[private.lam > 0]['below_line'].mean():+.4f}\n")
         settled[label] = private.groupby("table")["spread5"].apply(lambda v: float((v <= 0.02).mean()))
     labels = list(settled)
     print("Settled share (last five validation errors within 0.02) by table\n")

@@ -303,8 +303,8 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         lower the error must be to count as clearly better), ``clearly_better``, and with a target
         ``violation_released`` and ``lam``; ``history_`` holds the same figures per epoch.
     selected_epoch_ : the epoch (1-based) of the checkpoint model the fit returned; 0 for the
-        constant predictor (zero weights, the largest class's intercept), which a fit at a fixed
-        ``lam > 0`` returns when its last model is shown no better than it (warned).
+        constant predictor (zero weights, the intercepts of the held-out class shares), which a fit
+        at a fixed ``lam > 0`` returns when its last model is shown no better than it (warned).
     ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger` (persistent; save them with
         ``ledger.save(path)`` and pass them back with ``fit(..., ledgers=[...])``).
     """

@@ -39,14 +39,14 @@ releases. The model a fit returns is chosen from these figures alone (:class:`Se
   not better with probability at most α, and a model truly no better is returned without a word
   with probability at most α (both over the draw of the held-out records; docs/optimisation.md,
   section 6, measures them). At a fixed λ > 0 a last model shown not better gives way to the
-  **constant predictor itself** (``selected_epoch_ = 0``; the linear model, whose zero weights and
-  intercepts ``log p_c / p_0`` from the pooled table's class shares make it one: post-processing),
-  warned: it is the fairest model there is (violation 0 under every notion) and at least as
-  accurate as the last model, while an earlier checkpoint would be more accurate only by being less
-  fair than λ asks, by an amount no release of a fixed-λ fit measures. A model that cannot be the
-  constant (a deep one) returns its last model when that is *at* the constant (D within the margin
-  or :data:`AT_CONSTANT`), else the checkpoints as at λ = 0, with a warning that says they may be
-  less fair than λ asks;
+  **constant predictor itself** (``selected_epoch_ = 0``: the linear model with zero weights and
+  the intercepts ``log p_c / p_0`` of the pooled table's class shares, a deep module with its last
+  linear layer so set: post-processing), warned: it is the fairest model there is (violation 0
+  under every notion) and at least as accurate as the last model, while an earlier checkpoint would
+  be more accurate only by being less fair than λ asks, by an amount no release of a fixed-λ fit
+  measures. A module that cannot be the constant (no last linear layer) returns its last model when
+  that is *at* the constant (D within the margin or :data:`AT_CONSTANT`), else the checkpoints as
+  at λ = 0, with a warning that says they may be less fair than λ asks;
 * with ``max_violation=t`` the most accurate checkpoint not shown worse than the constant whose
   released violation is at most t with one standard deviation of its noise to spare
   (:meth:`CheckpointFigures.meets`), said when it is only within noise of the constant; when none

@@ -72,7 +72,7 @@ from pfair.protocol.plan import RunPlan
 from pfair.protocol.server import ServerParty
 from pfair.protocol.setup import build_server, released_proportions
 from pfair.protocol.assembly import EveryoneRefused, RemoteSilos, start_run
-from pfair.providers.linear import constant_theta
+from pfair.providers.linear import linear_constant
 from pfair.settings import SteFFLeSettings
 from pfair.validation import held_out_count
 
@@ -471,6 +471,18 @@ class SteFFLeStrategy(Strategy):
 
         return module_theta(build_module(self.model, allowed=self.model["factory"]))
 
+    def _constant(self, d: int) -> Any:
+        """``constant(c, p, θ)``: θ of the constant predictor (the linear model's, or the model
+        factory's module with its last linear layer so set; None where it has none), which a run at a
+        fixed λ > 0 returns when its last model is shown no better (:class:`pfair.validation.Selector`)."""
+        if self.model is None:
+            return functools.partial(linear_constant, d, self.n_classes)
+        from pfair.providers.torch import constant_module_theta  # lazy: torch is an optional extra
+
+        module = build_module(self.model, allowed=self.model["factory"])
+        shape = tuple(self.model["input_shape"] or (d,))
+        return lambda c, p, theta: constant_module_theta(module, theta, self.n_classes, shape, c, p)
+
     # ------------------------------------------------------------------ the run
     def run(self, grid: Grid) -> dict[str, Any]:
         """Run the whole protocol on ``grid``; returns the result that :func:`main` writes (a dict)."""
@@ -507,8 +519,7 @@ class SteFFLeStrategy(Strategy):
                             classes=np.arange(self.n_classes), proportions=lambda: self._proportions(plan, answers),
                             held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)],
                             keep_exact=False, on_state=adopt,
-                            constant=None if self.model is not None else functools.partial(constant_theta, d,
-                                                                                           self.n_classes))
+                            constant=self._constant(d))
         except EveryoneRefused:
             return self._refused_result(grid, t0)
         self.server, proportions, monitor = run.server, run.state.proportions, run.driver.monitor

@@ -206,7 +206,7 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
               monitor: Mapping[str, Any] | None = None, held_out: Sequence[int] | Mapping[int, int] | None = None,
               keep_exact: bool | None = None,
               on_state: Callable[[RunState], None] | None = None,
-              constant: Callable[[int, float], np.ndarray] | None = None) -> AssembledRun:
+              constant: Callable[[int, float, np.ndarray], np.ndarray | None] | None = None) -> AssembledRun:
     """Assemble a run (see the module docstring).
 
     ``server(noise_plans, proportions, theta_len)`` builds the server party from the answering
@@ -220,10 +220,11 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     :func:`monitor_for` (what the collapse check may read, locally); ``held_out``: each silo's
     held-out records (None: no checkpoint releases); ``keep_exact``: keep the exact batch
     diagnostics in the history (default: asked for, or nothing private). ``on_state`` sees the
-    run state as soon as it exists (an interrupted run can then be resumed from it). ``constant(c, p)``:
-    θ of the constant predictor of class c with share p, for a model that can be one (the linear
-    model: :func:`~pfair.providers.linear.constant_theta`; None: a deep model), which the driver then
-    returns at a fixed λ > 0 when the last model is shown no better than it."""
+    run state as soon as it exists (an interrupted run can then be resumed from it). ``constant(c, p, θ)``:
+    θ of the constant predictor of class c with share p made from the last model θ, or None where
+    the model cannot be one (the linear model: :func:`~pfair.providers.linear.constant_theta`; a deep
+    one: :meth:`~pfair.providers.torch.TorchProvider.constant_theta`), which the driver returns at a
+    fixed λ > 0 when the last model is shown no better than it (None: never)."""
     st = plan.settings
     if resume is None:
         silos.preflight(plan.total_rounds)

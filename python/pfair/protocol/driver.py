@@ -147,7 +147,7 @@ class Driver:
 
     def __init__(self, plan: RunPlan, transport: Transport, *, server: Any, monitor: Any, keep_exact: bool,
                  plans: Sequence[Any] | dict = (), held_out: Sequence[int] | dict | None = None,
-                 constant: Callable[[int, float], np.ndarray] | None = None) -> None:
+                 constant: Callable[[int, float, np.ndarray], np.ndarray | None] | None = None) -> None:
         self.plan, self.transport, self.server, self.monitor = plan, transport, server, monitor
         self.keep_exact = bool(keep_exact)
         self.noise_plans = dict(plans) if isinstance(plans, dict) else dict(enumerate(plans))
@@ -160,7 +160,8 @@ class Driver:
         self._sorted_checkpoints = sorted(self.checkpoints)
         #: Each silo's checkpoint limits for the server's checks (made at the first checkpoint).
         self._limits: dict | None = None
-        #: θ of the constant predictor from its class and share (the linear model; None: not representable).
+        #: θ of the constant predictor from its class, its share and the last θ (None, or a call that
+        #: returns None: the model cannot be the constant predictor).
         self.constant = constant
         self.selector = Selector(target=st.max_violation, lam=0.0 if st.max_violation is not None else float(st.lam),
                                  constant=constant is not None and st.output == "last")
@@ -234,7 +235,10 @@ class Driver:
             return
         fig, theta, w = chosen
         if theta is None:  # the constant predictor (Selector.constant), built from the released figures
-            theta = self.constant(fig.constant_class, 1.0 - fig.constant_error)
+            theta = self.constant(fig.constant_class, 1.0 - fig.constant_error, state.theta)
+            if theta is None:  # this model cannot be it (a deep module without a last linear layer)
+                self.selector.constant = False
+                (fig, theta, w), why = self.selector.choose()
         if st.output == "last":
             last = self.selector.figures[-1]
             state.selected = fig.epoch

@@ -42,7 +42,7 @@ from pfair.protocol.setup import build_server, released_proportions, resolve_led
 from pfair.protocol.silo import SiloParty, silo_config
 from pfair.protocol.topologies import HybridParties
 from pfair.protocol.transports import PartyLoop, RustBatched
-from pfair.providers.linear import CheckpointCounter, LinearProvider, constant_theta
+from pfair.providers.linear import CheckpointCounter, LinearProvider, linear_constant
 from pfair.settings import SteFFLeSettings
 
 __all__ = ["RunState", "Simulation", "SiloParties", "monitor_for", "resolve_ledgers"]
@@ -131,10 +131,12 @@ class Simulation:
         self.held_out_of_plans: list[int] | None = None
         self.silo_set: Any = None
         self.parties: list[SiloParty] = []
-        #: θ of the constant predictor (the linear model; None for another provider): what a fit at a
-        #: fixed λ > 0 returns when its last model is shown no better (:class:`~pfair.validation.Selector`).
-        self.constant: Callable[[int, float], np.ndarray] | None = (
-            functools.partial(constant_theta, fed.n_features, fed.n_classes) if provider_factory is None else None)
+        #: θ of the constant predictor from its class, share and the last θ (the linear model's, or the
+        #: provider's ``constant_theta``; None: the model cannot be it): what a fit at a fixed λ > 0
+        #: returns when its last model is shown no better (:class:`~pfair.validation.Selector`).
+        self.constant: Callable[[int, float, np.ndarray], np.ndarray | None] | None = None
+        if provider_factory is None:
+            self.constant = functools.partial(linear_constant, fed.n_features, fed.n_classes)
         if settings.mode != "standard":
             if provider_factory is not None:
                 raise ValueError(f"mode={settings.mode!r} runs the linear model only")
@@ -211,6 +213,8 @@ class Simulation:
         n_params = getattr(self.parties[0].provider, "n_params", None) if self.parties else None
         if n_params is not None:
             self.theta_len = int(n_params)
+        if provider_factory is not None and self.parties:
+            self.constant = getattr(self.parties[0].provider, "constant_theta", None)
         self.silos = SiloParties(self.parties, self.whole, st)
         self._server = lambda plans, proportions, theta_len: build_server(plan, plans, proportions,
                                                                           theta_len=theta_len)

@@ -33,6 +33,11 @@ def constant_theta(n_features: int, n_classes: int, cls: int, share: float) -> n
     return theta.reshape(-1)
 
 
+def linear_constant(n_features: int, n_classes: int, cls: int, share: float, theta: Any = None) -> np.ndarray:
+    """:func:`constant_theta` in the form the assembler takes (``constant(c, p, θ)``; θ unused)."""
+    return constant_theta(n_features, n_classes, cls, share)
+
+
 class LinearProvider:
     """Parts of silo ``index`` of a Rust ``SiloSet`` (which holds the silos' data once), with the
     sampling denominator, protection mode and clip norms of ``config`` (a ``_core.SiloConfig``)."""

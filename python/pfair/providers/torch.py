@@ -41,6 +41,7 @@ adds the noise (on CPU, float64, from the silo's secret ChaCha20 key) after the 
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Sequence
 
@@ -248,6 +249,44 @@ def set_module_theta(module: nn.Module, theta: np.ndarray) -> nn.Module:
     return module
 
 
+def constant_module_theta(module: nn.Module, theta: np.ndarray, n_classes: int, input_shape: Sequence[int],
+                          cls: int, share: float) -> np.ndarray | None:
+    """θ of the constant predictor of class ``cls`` (its share of the held-out records ``share``,
+    the other classes sharing the rest evenly) made from the model ``theta`` of ``module``: the
+    module's last ``nn.Linear`` with l outputs and a trainable bias gets weight 0 and bias
+    ``log p``, every other parameter keeps its value. None when the module has no such layer, or
+    when its output is then not that constant on public probe inputs (zeros and normal draws of a
+    fixed seed: no record is read), e.g. under a layer after it. Post-processing of the released
+    validation tables (where ``cls`` and ``share`` come from) and of the public θ; a copy of the
+    module is changed, never ``module``."""
+    l, c = int(n_classes), int(cls)  # noqa: E741
+    work = copy.deepcopy(module)
+    set_module_theta(work, theta)
+    trainable = {name for name, _ in trainable_parameters(work)}
+    layer = None
+    for prefix, m in work.named_modules():
+        if isinstance(m, nn.Linear) and m.out_features == l and m.bias is not None:
+            layer = (prefix, m)
+    if layer is None or not {f"{layer[0]}.weight".lstrip("."), f"{layer[0]}.bias".lstrip(".")} <= trainable:
+        return None
+    p = min(max(float(share), 1.0 / l), 1.0 - 1e-9)
+    probs = np.full(l, (1.0 - p) / (l - 1))
+    probs[c] = p
+    bias = np.log(probs)
+    bias[c] = max(bias[c], np.nextafter(float(np.max(np.delete(bias, c))), np.inf))  # c wins argmax
+    linear = layer[1]
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.copy_(torch.from_numpy(bias).to(linear.bias.device, linear.bias.dtype))
+        probe = torch.randn((8, *input_shape), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        probe = torch.cat([torch.zeros((1, *input_shape), dtype=torch.float64), probe])
+        got = torch.softmax(work(probe.to(linear.weight.device, linear.weight.dtype)).to(torch.float64), dim=1)
+    got = got.cpu().numpy()
+    if not (np.all(np.argmax(got, axis=1) == c) and np.allclose(got, probs, rtol=1e-3, atol=1e-6)):
+        return None
+    return module_theta(work)
+
+
 def check_per_record(module: nn.Module) -> None:
     """Refuse layers whose output for one record depends on the other records of the batch, or
     that are random: they break the per-record sensitivity (or the exact split of ∇ψ into parts).
@@ -447,6 +486,10 @@ class TorchProvider:
     def theta(self) -> np.ndarray:
         """The module's current parameters as the wire's θ."""
         return module_theta(self.module)
+
+    def constant_theta(self, cls: int, share: float, theta: np.ndarray) -> np.ndarray | None:
+        """:func:`constant_module_theta` of this silo's module (the assembler's ``constant(c, p, θ)``)."""
+        return constant_module_theta(self.module, theta, self.l, self.input_shape, cls, share)
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
         """Predicted class index ``ŷ_i = argmax_c z_c(x_i; θ)`` of each of the silo's records, from

@@ -168,6 +168,9 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
     ----------
     theta_ : flat float64 θ (the trainable parameters, ``parameters_to_vector`` order)
     module_ : the trained module (a copy of ``module`` holding ``theta_``)
+    selected_epoch_ : as in SteFFLe; 0 for the constant predictor (the module's last linear layer
+        with weight 0 and the bias of the held-out class shares), which a fit at a fixed ``lam > 0``
+        returns when its last model is shown no better than it (warned), if the module has one
     W_, classes_, groups_, n_features_in_, input_shape_, n_params_, device_
     history_, privacy_report_, ledgers_, epochs_done_, n_rounds_, group_proportions_ : as in SteFFLe.
     """
