@@ -66,6 +66,17 @@ def test_train_text_output_and_nonprivate(capsys):
     assert "test error" in out and "privacy       none" in out
 
 
+def test_train_says_when_it_returns_the_constant_predictor(capsys):
+    # lr_theta 0 keeps θ at zero, which predicts German's minority class: at lam > 0 the fit
+    # returns the constant predictor itself, and the summary says so.
+    code, out, err = run(capsys, "train", "--dataset", "german", "--epsilon", "none", "--lam", "4", "--epochs", "1",
+                         "--lr-theta", "0")
+    assert code == 0
+    assert "model         the constant predictor (no model of the run was better)" in out
+    assert "test error    0.3000   (trivial constant predictor: 0.3000)" in out
+    assert "returned the constant predictor" in err
+
+
 def test_privacy_command_both_directions(capsys):
     code, out, _ = run(capsys, "privacy", "--epsilon", "1", "--delta", "1e-5", "--batch", "256", "--silo-size",
                        "12000", "--epochs", "40", "--json")
