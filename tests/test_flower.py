@@ -1011,3 +1011,27 @@ def test_pfair_deploy_local_runs_and_tunes_the_stretched_run_pfair_train_runs(tm
     assert k == pytest.approx(trained["batch_size"] / 1024)
     assert [r["param_lr_theta"] for r in deployed["tune"]["results"]] == pytest.approx([0.25 * k, 1.0 * k])
     assert deployed["lr_theta"] in [r["param_lr_theta"] for r in deployed["tune"]["results"]]
+
+
+def test_the_servers_constant_predictor_is_the_simulations():
+    """What a deployed run returns at a fixed λ > 0 when its last model is shown no better than the
+    constant predictor: the strategy builds the same θ as the simulation (the linear model's, and a
+    deep factory's module with its last linear layer set), from the released class and share only."""
+    torch = pytest.importorskip("torch")
+    from pfair.flower.models import build_module
+    from pfair.flower.server_app import SteFFLeStrategy
+    from pfair.providers.linear import constant_theta
+    from pfair.providers.torch import module_theta, set_module_theta
+
+    st = settings(epochs=1, batch_size=150)
+    linear = SteFFLeStrategy(st, n_silos=3, n_groups=2, n_classes=3)._constant(4)
+    np.testing.assert_array_equal(linear(2, 0.6, None), constant_theta(4, 3, 2, 0.6))
+    spec = {"factory": "pfair.torch.models:mlp", "kwargs": {"n_features": 3, "n_classes": 2, "hidden": [8]},
+            "init_seed": 3, "input_shape": None}
+    deep = SteFFLeStrategy(st, n_silos=3, n_groups=2, n_classes=2, model=spec)._constant(3)
+    module = build_module(spec)
+    theta = module_theta(module) + 0.5
+    const = deep(1, 0.7, theta)
+    with torch.no_grad():
+        out = torch.softmax(set_module_theta(module, const)(torch.randn(6, 3, dtype=torch.float64).float()), dim=1)
+    np.testing.assert_allclose(out.numpy(), np.tile([0.3, 0.7], (6, 1)), atol=1e-6)
