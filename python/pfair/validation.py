@@ -392,8 +392,9 @@ class Selector:
     #: The fixed fairness weight of the fit (0: none, or adapted to a target).
     lam: float = 0.0
     #: Whether the fit can return the constant predictor itself (the linear model: zero weights and
-    #: intercepts only). At a fixed λ > 0 a last model shown no better than the constant is then
-    #: replaced by it (:meth:`choose` returns ``(figures, None, W)``: the caller builds its θ).
+    #: intercepts only; a deep module: its last linear layer so set). At a fixed λ > 0 a last model
+    #: shown no better than the constant is then replaced by it (:meth:`choose` returns
+    #: ``(figures, None, W)``: the caller builds its θ).
     constant: bool = False
     figures: list = field(default_factory=list)
     _kept: dict = field(default_factory=dict, repr=False)

@@ -17,7 +17,8 @@ A run's life (``docs/architecture.md`` draws it):
 4. at the end, the model the fit returns is chosen from the released figures alone: the last one,
    unless it is not clearly better than the constant predictor or a fairness target asks for
    another (warned); at a fixed λ > 0 a last model shown no better than the constant predictor is
-   replaced by the constant predictor itself where the model can be one (the linear model).
+   replaced by the constant predictor itself where the model can be one (the linear model; a deep
+   module with a last linear layer).
 
 A transport moves the messages of the rounds and nothing else:
 
