@@ -186,6 +186,30 @@ def test_the_adaptive_clip_quantile_is_the_one_the_acceptance_runs_chose():
     assert len(scores) >= 3 and max(scores, key=scores.get) == ADAPTIVE_CLIP_QUANTILE, scores
 
 
+def test_the_acceptance_reads_older_runs_with_the_model_todays_guard_returns():
+    """convergence.todays_guard: a fit at a fixed λ > 0 warned that its last model is no better than
+    the constant (the guard then handed back an early epoch) now returns the constant predictor;
+    fits at λ = 0, unwarned ones and those already read that way stay as they are."""
+    from support import load_script
+
+    import pandas as pd
+
+    cv = load_script("docs/optimisation/convergence.py")
+    runs = pd.DataFrame({"lam": [0.0, 8.0, 8.0, 8.0, 8.0],
+                         "warned": ["NotBetterThanConstantWarning", "NotBetterThanConstantWarning", None,
+                                    "ConvergenceWarning", "NotBetterThanConstantWarning"],
+                         "selected": [3, 1, 20, 20, 0], "epochs": [20] * 5,
+                         "error": [0.10, 0.11, 0.20, 0.30, 0.25], "constant_error": [0.25] * 5,
+                         "violation": [0.5, 0.6, 0.1, 0.2, 0.0], "below_line": [0.0, 0.001, 0.05, -0.04, 0.0]})
+    got = cv.todays_guard(runs)
+    assert got["selected"].tolist() == [3, 0, 20, 20, 0]
+    assert got["error"].tolist() == [0.10, 0.25, 0.20, 0.30, 0.25]
+    assert got["violation"].tolist() == [0.5, 0.0, 0.1, 0.2, 0.0]
+    assert got["below_line"].tolist() == [0.0, 0.0, 0.05, -0.04, 0.0]
+    assert cv.returned_constant(got).tolist() == [False, True, False, False, True]
+    assert runs["selected"].tolist() == [3, 1, 20, 20, 0]  # a copy
+
+
 def test_the_private_decay_is_the_one_the_acceptance_runs_chose():
     """PRIVATE_DECAY and PRIVATE_DECAY_PERIODS against docs/optimisation/private_decay.py's runs:
     among the decays whose private fits settle in ≥ 95 % of the acceptance's fits (its criterion),
