@@ -12,8 +12,10 @@ afterwards), so each fit is judged by both rules from the same released figures
 (``checkpoint_figures_``): **before**, the rule of commit fb47668 (clearly better when the error is
 below the constant's by one sd of the unpaired √(c(1 − c)/n) plus the noise, at least 0.005;
 "too noisy" when that margin is half the constant's error; else warned), re-implemented below;
-**after**, :class:`pfair.validation.Selector` itself. The test error of each checkpoint's model comes
-from ``history_`` (``eval_set``: the test split, which no fit sees).
+**after**, :class:`pfair.validation.Selector` itself, checked to choose what the fit returned
+(at a fixed λ > 0 a last model shown no better gives way to the constant predictor; the summary's
+last line says what the selector returned there before, a checkpoint). The test error of each
+checkpoint's model comes from ``history_`` (``eval_set``: the test split, which no fit sees).
 
 Counted on the last model, the one the guard judges (its test error against the constant
 predictor's on the test split):
@@ -75,9 +77,11 @@ def before_rule(figs: list) -> tuple[str, int]:
     return "alarm", min(figs, key=lambda f: f.error).epoch
 
 
-def after_rule(figs: list) -> tuple[str, int]:
-    """The same from :class:`pfair.validation.Selector` (the code a fit runs)."""
-    sel = Selector()
+def after_rule(figs: list, lam: float, constant: bool = True) -> tuple[str, int]:
+    """The same from :class:`pfair.validation.Selector` (the code a fit runs; the linear model can
+    be the constant predictor, chosen epoch −1, which a fit at λ > 0 returns when its last model is
+    shown no better; ``constant=False``: the selector before that, which returned a checkpoint)."""
+    sel = Selector(lam=lam, constant=constant)
     for f in figs:
         sel.offer(f, np.zeros(1), np.zeros(1))
     (chosen, _, _), why = sel.choose()
@@ -114,15 +118,19 @@ def run(seeds: int) -> pd.DataFrame:
                     figs = list(m.checkpoint_figures_)
                     test = m.history_["test_error"].to_numpy()  # one row per epoch
                     returned = float(np.mean(m.predict(d.X_test) != d.y_test))
-                    assert abs(returned - test[m.selected_epoch_ - 1]) < 1e-12, "history_ is not per epoch"
+                    if m.selected_epoch_ > 0:
+                        assert abs(returned - test[m.selected_epoch_ - 1]) < 1e-12, "history_ is not per epoch"
                     row = dict(table=name, rows=n_rows, regime=regime, lam=lam, seed=seed, held_out=figs[-1].n,
                                checkpoints=len(figs), constant_test_error=constant_test,
                                last_test_error=float(test[figs[-1].epoch]),
                                validation_difference=figs[-1].difference, difference_sd=figs[-1].difference_sd)
-                    for rule, fn in (("before", before_rule), ("after", after_rule)):
-                        said, epoch = fn(figs)
-                        row[f"{rule}_statement"] = said
-                        row[f"{rule}_returned_test_error"] = float(test[epoch])
+                    said, epoch = before_rule(figs)
+                    row.update(before_statement=said, before_returned_test_error=float(test[epoch]))
+                    said, epoch = after_rule(figs, lam)
+                    assert epoch + 1 == m.selected_epoch_, "the rule here is not the fit's"
+                    row.update(after_statement=said, after_returned_test_error=returned,
+                               after_constant=epoch == -1,
+                               checkpoint_returned_test_error=float(test[after_rule(figs, lam, constant=False)[1]]))
                     rows.append(row)
     return pd.DataFrame(rows)
 
@@ -152,6 +160,14 @@ def summary(df: pd.DataFrame) -> str:
     worse = {rule: int((df[f"{rule}_returned_test_error"] >= df["constant_test_error"] - TOL).sum()) for rule in ("before", "after")}
     lines += ["", f"returned models at or above the constant's test error: before {worse['before']}, "
                   f"after {worse['after']}"]
+    if "after_constant" in df:
+        const = df[df["after_constant"].astype(bool)]
+        # What the selector returned for them before it could return the constant: a checkpoint.
+        gained = int((const["checkpoint_returned_test_error"] <= const["constant_test_error"] - 0.01 + TOL).sum())
+        lines += [f"returned the constant predictor (at λ > 0, the last model shown no better): {len(const)} fits, "
+                  f"all at λ > 0: {bool((const['lam'] > 0).all())}; the checkpoint the selector returned there "
+                  f"before (the most accurate better at level α/K, else the most accurate) was ≥ 0.01 below the "
+                  f"constant's test error in {gained}"]
     return "\n".join(lines)
 
 
