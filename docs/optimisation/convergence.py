@@ -4,7 +4,9 @@ For every table, fairness notion (demographic parity, equalized odds), regime (n
 ε = 1) and λ ∈ {0, 1, 3, 8, 20, 40, 100}, three seeds, a default SteFFLe fit (3 silos, the
 package's defaults: nothing here is tuned per table). Each run records the test error and
 violation of the returned model and of the last epoch's, the spread of the last five epochs'
-validation errors, which checkpoint the fit returned and its warnings. Beside them, fairlearn's
+validation errors, which checkpoint the fit returned and its warnings, and the guard's reading of
+the last checkpoint (its paired difference D from the constant predictor and the 5 % margin; runs
+made before this column have none). Beside them, fairlearn's
 ExponentiatedGradient over logistic regression (non-private, pooled, a grid of bounds) gives the
 reference front, and each seed's λ = 0 model its mixing line (``pfair.references.mixing_line``).
 
@@ -148,6 +150,10 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         last_error=float(last["test_error"]), last_violation=last_violation,
         constant_error=float(metrics.trivial_error(data.y_test)),
         spread5=float(np.ptp(val[-5:])) if val.size else math.nan,
+        # The guard's reading of the last checkpoint (D = its validation error − the constant's, and
+        # the margin at 5 %), so that another guard can be applied to these runs later.
+        last_difference=model.checkpoint_figures_[-1].difference if model.checkpoint_figures_ else math.nan,
+        last_margin=model.checkpoint_figures_[-1].margin if model.checkpoint_figures_ else math.nan,
         # 0: the constant predictor, returned instead of every checkpoint (pfair.validation.Selector)
         selected=len(h) if getattr(model, "selected_epoch_", None) is None else int(model.selected_epoch_),
         epochs=len(h), warned=";".join(kinds), seconds=seconds,
