@@ -375,7 +375,7 @@ pub(super) fn run_shared(
     let mut fastest = GRACE_MAX; // the calling thread's fastest task of the call
     let gate = Arc::new(Gate { open: AtomicBool::new(true), inside: AtomicBool::new(false), failed: AtomicBool::new(false) });
     let helper = {
-        let (gate, ptr) = (Arc::clone(&gate), BoardPtr(&board as *const Board<'_> as *const Board<'static>));
+        let (gate, ptr) = (Arc::clone(&gate), BoardPtr((&board as *const Board<'_>).cast()));
         std::thread::spawn(move || helper_loop(&gate, &ptr)).thread().clone()
     };
     // Closes the gate however the calling thread leaves (also by a panic), and waits while the
