@@ -286,8 +286,13 @@ struct Gate {
 
 /// The board's address, for the helper thread (see [`Gate`] for why it stays valid while used).
 struct BoardPtr(*const Board<'static>);
-// SAFETY: the board is Sync (atomics and locks); the pointer is read only inside the gate.
+// SAFETY: the board is Sync (atomics, locks and shared references; checked below), and the
+// pointer is read only inside the gate.
 unsafe impl Send for BoardPtr {}
+const _: () = {
+    fn board_is_sync<T: Sync>() {}
+    let _ = board_is_sync::<Board<'static>>;
+};
 
 /// The helper thread's loop: a step inside the gate, then, with nothing to do, a spin, a yield of
 /// the core or a short nap outside it, until the gate is closed.
