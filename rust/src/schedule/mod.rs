@@ -105,9 +105,8 @@ pub enum Schedule {
     Parallel,
     /// The silo steps of each round shared between the calling thread and one helper thread,
     /// which draws the batches and noise of the coming rounds when it has no step to run
-    /// (`schedule/shared.rs`). Neither thread hands work to the other: each takes what is left, and
-    /// the calling thread computes again what a descheduled helper has left unfinished, so it never
-    /// waits for the helper.
+    /// (`schedule/shared.rs`). Neither thread hands work to the other: each takes what is left, so a
+    /// descheduled helper slows a round down to the sequential schedule, no more.
     Shared,
 }
 
@@ -135,9 +134,9 @@ pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
 /// The schedule [`Schedule::Auto`] stands for, given the answering silos `active`.
 fn auto_schedule(req: &RoundsRequest<'_>, active: &[usize]) -> Schedule {
     let work: f64 = active.iter().map(|&j| step_work(&req.silos[j], &req.silo_cfgs[j])).sum();
-    // One thread when the machine is oversubscribed (crate::threads): a fork-join would wait for
-    // descheduled workers, and a helper thread gains the process no CPU time when the scheduler
-    // shares the cores between sessions (measured: docs/dev/performance-notebook.md).
+    // One thread when the machine is oversubscribed (crate::threads): a fork-join or a helper
+    // thread would wait for descheduled threads, and a second thread gains the process no CPU
+    // time when the scheduler shares the cores between sessions (docs/dev/performance-notebook.md).
     let threads = crate::threads::threads_now();
     if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
         Schedule::Parallel
@@ -150,19 +149,6 @@ fn auto_schedule(req: &RoundsRequest<'_>, active: &[usize]) -> Schedule {
 
 /// [`run_rounds`] with the schedule forced. The results do not depend on the schedule.
 pub fn run_rounds_scheduled(req: &RoundsRequest<'_>, theta: &mut [f64], w: &mut [f64], schedule: Schedule) -> RoundsOutcome {
-    run_rounds_stalling(req, theta, w, schedule, std::time::Duration::ZERO).0
-}
-
-/// [`run_rounds_scheduled`], with the helper of [`Schedule::Shared`] sleeping `stall` in the
-/// middle of each of its tasks and draws (tests), and how often the calling thread took its work
-/// over.
-fn run_rounds_stalling(
-    req: &RoundsRequest<'_>,
-    theta: &mut [f64],
-    w: &mut [f64],
-    schedule: Schedule,
-    stall: std::time::Duration,
-) -> (RoundsOutcome, shared::SharedStats) {
     let mut out = RoundsOutcome::default();
     let active = req.active();
     let active_weights: Vec<f64> = active.iter().map(|&j| req.weights[j]).collect();
@@ -181,8 +167,8 @@ fn run_rounds_stalling(
         }
     };
     if schedule == Schedule::Shared {
-        let stats = shared::run_shared(req, &active, theta, w, &mut finish, stall);
-        return (out, stats);
+        shared::run_shared(req, &active, theta, w, &mut finish);
+        return out;
     }
     let mut scratch: Vec<StepScratch> = active.iter().map(|_| StepScratch::default()).collect();
     for round in req.start..req.start + req.n_rounds {
@@ -199,7 +185,7 @@ fn run_rounds_stalling(
         }
         finish(round, theta, w, &scratch.iter().map(|sc| &sc.msg).collect::<Vec<_>>());
     }
-    (out, shared::SharedStats::default())
+    out
 }
 
 #[cfg(test)]
@@ -274,40 +260,6 @@ mod tests {
         }
         let none = [0.0; 4];
         assert_eq!(run(&silos, &none, 5, Schedule::Sequential), run(&silos, &none, 5, Schedule::Shared));
-    }
-
-    #[test]
-    fn shared_schedule_takes_over_from_a_stalled_helper_with_the_same_bits() {
-        // The helper sleeps in the middle of each of its tasks and draws, as one the operating
-        // system descheduled: the calling thread computes those tasks again and draws those
-        // units into its spare, and the bits are still the sequential ones (also past the ring).
-        let silos = vec![toy_silo(300, 13), toy_silo(200, 14), toy_silo(150, 15)];
-        let mut cfgs = vec![cfg(0.3); 3];
-        cfgs[1].sampling = Sampling::Shuffle { m: 40 };
-        let server = ServerConfig { lam: 0.5, lr_theta: 0.3, lr_w: 0.3, w_radius: 5.0 };
-        let inv = vec![(1.0f64 / 0.6).sqrt(), (1.0f64 / 0.4).sqrt()];
-        let keys: Vec<SiloKeys> = (0..3).map(|j| SiloKeys::seeded(40 + j)).collect();
-        let weights = [0.3, 0.3, 0.4];
-        let run = |schedule, stall| {
-            let (mut theta, mut w) = (vec![0.0; 3], vec![0.0; 4]);
-            let req = RoundsRequest::new(&silos, DIMS, (Fairness::DemographicParity, &inv), &cfgs, &keys, &weights, server)
-                .rounds(3, SHARED_AHEAD + 86);
-            let (o, stats) = run_rounds_stalling(&req, &mut theta, &mut w, schedule, stall);
-            ((theta, w, o), stats)
-        };
-        let (seq, none) = run(Schedule::Sequential, std::time::Duration::ZERO);
-        assert_eq!(none, shared::SharedStats::default());
-        let mut total = shared::SharedStats::default();
-        for _ in 0..20 {
-            let (shared, stats) = run(Schedule::Shared, std::time::Duration::from_micros(50));
-            assert_eq!(seq, shared);
-            total.retaken_tasks += stats.retaken_tasks;
-            total.spare_draws += stats.spare_draws;
-            if total.retaken_tasks > 0 && total.spare_draws > 0 {
-                break;
-            }
-        }
-        assert!(total.retaken_tasks > 0 && total.spare_draws > 0, "the stalled helper's work was not taken over: {total:?}");
     }
 
     #[test]
