@@ -12,11 +12,19 @@ median epoch; meanwhile the bench samples the machine's runnable threads (``proc
 * ``pool``: ``PFAIR_ADAPTIVE_THREADS=0``, the pool whatever the load (pfair before);
 * ``one thread``: ``RAYON_NUM_THREADS=1``.
 
+Each competitor and the worker run in a session of their own by default, as separate programs
+of separate users or terminals do: Linux's scheduler (autogroups, and CPU cgroups likewise) then
+shares the cores fairly between sessions, not between threads, so a process's second thread
+gains it no CPU time while the machine is oversubscribed. With ``--same-session`` they all run
+in the bench's session (each still in a process group of its own, for the clean-up), as jobs
+started from one shell do, and the cores are shared between threads.
+
 The slow-down of a policy is its median epoch over its own median with no competing process, in
 the same run; the machine's own load (other users) is printed with it. Policies and loads are
 interleaved, ``--repeats`` times, and the median of the repeats is reported.
 
-    python benches/python/load_bench.py [--epochs 150] [--competitors 0,2,4] [--repeats 2] [--out docs/performance.md]
+    python benches/python/load_bench.py [--epochs 150] [--competitors 0,2,4] [--repeats 2] [--same-session]
+        [--out docs/dev/performance-notebook.md [--section load]]
 """
 
 from __future__ import annotations
@@ -65,19 +73,21 @@ def runnable() -> int:
     return 0
 
 
-def measure(policy: str, competitors: int, epochs: int, limit: float) -> tuple[float, float, float]:
+def measure(policy: str, competitors: int, epochs: int, limit: float, same_session: bool = False) -> tuple[float, float, float]:
     """(median epoch ms, min epoch ms, mean runnable threads during the run)."""
+    # A process group of its own either way (killed as one); a session of its own unless same_session.
+    group = {"process_group": 0} if same_session else {"start_new_session": True}
     env = dict(os.environ)
     env.pop("RAYON_NUM_THREADS", None)
     env.pop("PFAIR_ADAPTIVE_THREADS", None)
     env.update(POLICIES[policy])
     worker = subprocess.Popen([sys.executable, "-c", WORKER, str(epochs)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                              stdout=subprocess.PIPE, text=True, env=env, **group)
     burners = []
     try:
         if worker.stdout.readline().strip() != "READY":
             raise RuntimeError("the worker did not start")
-        burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(seconds=limit)], start_new_session=True)
+        burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(seconds=limit)], **group)
                    for _ in range(competitors)]
         time.sleep(0.3)  # the competitors are running
         samples: list[int] = []
@@ -114,6 +124,7 @@ def main() -> None:
     ap.add_argument("--competitors", default="0,2,4")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a competitor or worker may live")
+    ap.add_argument("--same-session", action="store_true", help="run the competitors and the worker in the bench's session")
     ap.add_argument("--out", default=None, help="also write the table into this Markdown page, between its markers")
     ap.add_argument("--section", default="load", help="name of the marked block of --out")
     args = ap.parse_args()
@@ -123,12 +134,13 @@ def main() -> None:
     for _ in range(args.repeats):
         for c in loads:
             for policy in POLICIES:
-                res.setdefault((policy, c), []).append(measure(policy, c, args.epochs, args.limit))
+                res.setdefault((policy, c), []).append(measure(policy, c, args.epochs, args.limit, args.same_session))
     load_after = os.getloadavg()
     med = {k: statistics.median(r[0] for r in v) for k, v in res.items()}
     run = {c: statistics.mean(r[2] for p in POLICIES for r in res[(p, c)]) for c in loads}
     lines = [f"Adult epoch (3 silos, batch 256, ε = 1, λ = 1, validation defaults), {args.epochs} epochs a "
-             f"measurement, median of {args.repeats} repeats; {os.cpu_count()} cores; load average (1, 5, 15 min) "
+             f"measurement, median of {args.repeats} repeats; competitors in "
+             f"{'the same session' if args.same_session else 'sessions of their own'}; {os.cpu_count()} cores; load average (1, 5, 15 min) "
              f"{load_before[0]:.1f} {load_before[1]:.1f} {load_before[2]:.1f} before, {load_after[0]:.1f} "
              f"{load_after[1]:.1f} {load_after[2]:.1f} after (other users of the machine included).", "",
              "| competing processes | runnable threads (mean) | " + " | ".join(

@@ -12,6 +12,12 @@
 //! thread alone when they exceed the pool's threads. The reading is cached for
 //! [`RECHECK`]. Every schedule gives the same bits, so this changes speed only.
 //!
+//! A schedule that never waits for a descheduled thread would not change that choice: Linux
+//! shares the cores between sessions (autogroups, CPU cgroups), not threads, so while other
+//! sessions keep the machine busy a second thread gains the process no CPU time, and what it
+//! spends idling or on work done twice is taken from the calling thread (measured in
+//! `docs/dev/performance-notebook.md`, "Threads under load").
+//!
 //! `PFAIR_ADAPTIVE_THREADS=0` turns the check off (the pool is always used, as before).
 
 use std::sync::atomic::{AtomicU64, Ordering};

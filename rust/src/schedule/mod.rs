@@ -135,7 +135,8 @@ pub fn step_work(silo: &Silo, cfg: &SiloConfig) -> f64 {
 fn auto_schedule(req: &RoundsRequest<'_>, active: &[usize]) -> Schedule {
     let work: f64 = active.iter().map(|&j| step_work(&req.silos[j], &req.silo_cfgs[j])).sum();
     // One thread when the machine is oversubscribed (crate::threads): a fork-join or a helper
-    // thread would wait for descheduled threads.
+    // thread would wait for descheduled threads, and a second thread gains the process no CPU
+    // time when the scheduler shares the cores between sessions (docs/dev/performance-notebook.md).
     let threads = crate::threads::threads_now();
     if active.len() > 1 && work >= PARALLEL_MIN_WORK && threads > 1 {
         Schedule::Parallel
