@@ -8,6 +8,20 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 
+def constant_probabilities(n_classes: int, cls: int, share: float) -> np.ndarray:
+    """The class probabilities of the constant predictor of class ``cls`` whose share of the
+    held-out records is ``share`` (clamped to ``[1/l, 1 − 10⁻⁹]``: the largest class has at least
+    1/l): ``share`` for ``cls``, the rest spread evenly over the other classes. Each model's
+    ``constant_theta`` turns them into its parameters (post-processing of released tables)."""
+    l = int(n_classes)  # noqa: E741
+    if not 0 <= int(cls) < l:
+        raise ValueError(f"constant predictor: class {cls} is not one of the {l} classes")
+    p = min(max(float(share), 1.0 / l), 1.0 - 1e-9)
+    probs = np.full(l, (1.0 - p) / (l - 1))
+    probs[int(cls)] = p
+    return probs
+
+
 @dataclass
 class BatchParts:
     """Exact parts of one batch, each a mean with the silo's fixed denominator m:

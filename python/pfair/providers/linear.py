@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from pfair.providers.base import BatchParts
+from pfair.providers.base import BatchParts, constant_probabilities
 
 
 def constant_theta(n_features: int, n_classes: int, cls: int, share: float) -> np.ndarray:
@@ -17,11 +17,7 @@ def constant_theta(n_features: int, n_classes: int, cls: int, share: float) -> n
     class, so ``predict`` gives ``cls`` to everyone and ``predict_proba`` those shares. Post-processing
     of the released validation tables (where ``cls`` and ``share`` come from)."""
     d, l = int(n_features), int(n_classes)  # noqa: E741
-    if not 0 <= int(cls) < l:
-        raise ValueError(f"constant_theta: class {cls} is not one of the {l} classes")
-    p = min(max(float(share), 1.0 / l), 1.0 - 1e-9)
-    probs = np.full(l, (1.0 - p) / (l - 1))
-    probs[int(cls)] = p
+    probs = constant_probabilities(l, cls, share)
     theta = np.zeros((d + 1, l - 1))
     # Every other class has the same probability q (as class 0 when cls ≠ 0, whose logits are then
     # 0): ``cls`` must win argmax also where p = q up to rounding (all shares equal, when the table's
@@ -29,7 +25,7 @@ def constant_theta(n_features: int, n_classes: int, cls: int, share: float) -> n
     if int(cls) == 0:
         theta[d] = np.minimum(np.log(probs[1:] / probs[0]), 0.0)
     else:
-        theta[d, int(cls) - 1] = max(math.log(p / probs[0]), 1e-12)
+        theta[d, int(cls) - 1] = max(math.log(probs[int(cls)] / probs[0]), 1e-12)
     return theta.reshape(-1)
 
 

@@ -54,7 +54,7 @@ from pfair._validation import resolve_fairness
 from pfair.notions import FAIRNESS_NOTIONS as FAIRNESS  # noqa: F401  (re-exported)
 from pfair.notions import FairnessNotion
 from pfair.privacy.calibration import sample_rate_and_denominator
-from pfair.providers.base import BatchParts
+from pfair.providers.base import BatchParts, constant_probabilities
 
 #: Memory the per-record gradients of one chunk may take when ``chunk_size=None`` (bytes), on the
 #: CPU; on a GPU the larger of this and a quarter of the device's free memory (:func:`chunk_budget`).
@@ -269,9 +269,7 @@ def constant_module_theta(module: nn.Module, theta: np.ndarray, n_classes: int, 
             layer = (prefix, m)
     if layer is None or not {f"{layer[0]}.weight".lstrip("."), f"{layer[0]}.bias".lstrip(".")} <= trainable:
         return None
-    p = min(max(float(share), 1.0 / l), 1.0 - 1e-9)
-    probs = np.full(l, (1.0 - p) / (l - 1))
-    probs[c] = p
+    probs = constant_probabilities(l, c, share)
     bias = np.log(probs)
     bias[c] = max(bias[c], np.nextafter(float(np.max(np.delete(bias, c))), np.inf))  # c wins argmax
     linear = layer[1]
