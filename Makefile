@@ -15,6 +15,10 @@ DIST   ?= dist
 # The one wheel: abi3 (CPython >= 3.9) and manylinux2014 (glibc >= 2.17, checked by maturin's own
 # auditwheel pass, which fails the build on a symbol newer than the policy).
 WHEEL_GLOB := $(DIST)/pfair-*-cp39-abi3-manylinux*.whl
+# pip keeps no copy of what it downloads: make test installs PyPI's torch twice (the newest in
+# $(VENV), 2.3 in make test-lowest's environment), and a cache would hold about 5 GB more of
+# wheels that each environment, made once, never reads again. A CI machine ran out of disk with it.
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: demo test test-fast install install-test rust-test bench clean wheel test-wheel test-wheel-extra-pythons test-as-user test-lowest
 
