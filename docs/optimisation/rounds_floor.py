@@ -1,0 +1,147 @@
+"""A floor on the rounds of a noise-free run, measured and not adopted (docs/optimisation.md,
+"A run's rounds on small tables").
+
+The non-private defaults (20 epochs at a batch of 256, the step ×0.8 every 10 epochs) were chosen
+on tables whose silos make 30 to 50 rounds an epoch; on a table of a few thousand records a silo
+makes 1 to 6, so 20 epochs are 20 to 120 steps. The candidate: a run whose rounds carry no noise
+(non-private, or private at λ = 0 in attribute mode) takes at least F rounds, its ``epochs`` and
+``decay_every`` multiplied by the smallest integer k that makes ``k · epochs · R`` at least F
+(R = ⌈mean silo training size / batch⌉, ``pfair.protocol.plan.rounds_per_epoch``), step and batch
+unchanged. This script scores it the way the protocol scores a default
+(``pfair.experiments.defaults``: validation error over the constant predictor's plus the validation
+demographic-parity violation, mean over seeds 0–2 and λ ∈ {0, 1, 2, 8, 40}, then over tables;
+non-private) for F = 0 (none: today's rule), 300, 1,000 and 3,000, on the protocol's splits of the
+bundled tables and on three small synthetic tables, ``make_synthetic(3000, 20, silos=3,
+dependence=D, seed=1)`` for D = 1, 2, 3 (a few thousand records, as many tables a user brings are).
+Printout: ``docs/optimisation/rounds_floor_log.txt``; runs: ``rounds_floor.csv``.
+
+    python docs/optimisation/rounds_floor.py            # ~6 min on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import pfair
+from pfair.experiments.defaults import N_SILOS, SEEDS, evaluate, split
+from pfair.protocol.plan import rounds_per_epoch
+from pfair.settings import SteFFLeSettings
+from pfair.validation import training_sizes
+
+HERE = Path(__file__).resolve().parent
+TABLES = ["adult", "bank", "census_kdd", "compas", "credit_card", "german", "law_school", "small1", "small2", "small3"]
+FLOORS = (0, 300, 1000, 3000)
+LAMS = (0.0, 1.0, 2.0, 8.0, 40.0)
+
+
+def part(name: str) -> dict:
+    """The protocol's split of a bundled table, or a small synthetic table's 80/20 split."""
+    if not name.startswith("small"):
+        return split(name)
+    data = pfair.datasets.make_synthetic(3000, 20, silos=N_SILOS, dependence=float(name[len("small"):]), seed=1)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(data.X_train.shape[0])
+    cut = int(0.8 * idx.size)
+    tr, va = idx[:cut], idx[cut:]
+    X, y, s = np.asarray(data.X_train), np.asarray(data.y_train), np.asarray(data.s_train)
+    return dict(name=name, X=X[tr], y=y[tr], s=s[tr], silos=rng.integers(0, N_SILOS, size=tr.size),
+                Xv=X[va], yv=y[va], sv=s[va])
+
+
+def resolved(p: dict, floor: int, lam: float) -> dict:
+    """The batch, epochs and decay of the default non-private run on ``p``'s silos under ``floor``
+    (0: none): the settings ``batch_size="auto"`` resolves to, then epochs and decay period times
+    ``k = ⌈floor / (epochs · R)⌉`` where that is above 1."""
+    sizes = np.bincount(p["silos"], minlength=N_SILOS)
+    st = SteFFLeSettings(epsilon=None, lam=lam)
+    st = st.for_sizes(training_sizes(sizes, st.validation_share))
+    out = st.written_out()
+    k = max(1, math.ceil(floor / (st.epochs * rounds_per_epoch(st.sampling, training_sizes(sizes, st.validation_share),
+                                                                int(st.batch_size)))))
+    out["epochs"], out["decay_every"] = out["epochs"] * k, out["decay_every"] * k
+    return {key: out[key] for key in ("batch_size", "lr_theta", "epochs", "decay_every", "lr_decay")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tables", nargs="+", default=TABLES)
+    ap.add_argument("--floors", nargs="+", type=int, default=list(FLOORS))
+    ap.add_argument("--out", default=str(HERE / "rounds_floor.csv"))
+    ap.add_argument("--table-only", action="store_true", help="read --out and print the table")
+    args = ap.parse_args()
+    if not args.table_only:
+        t0 = time.time()
+        rows = []
+        for name in args.tables:
+            p = part(name)
+            done: dict = {}
+            for floor in args.floors:
+                for lam in LAMS:
+                    cfg = resolved(p, floor, lam)
+                    for seed in SEEDS:
+                        key = (*cfg.values(), lam, seed)  # a floor the run already meets resolves as none
+                        if key not in done:
+                            t = time.time()
+                            done[key] = dict(evaluate(p, lam, seed, None, **cfg), seconds=time.time() - t)
+                        rows.append(dict(data=name, floor=floor, lam=lam, seed=seed, **cfg, **done[key]))
+            print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
+            pd.DataFrame(rows).to_csv(args.out, index=False)
+        print(f"{len(rows)} rows, {time.time() - t0:.0f} s")
+    df = pd.read_csv(args.out)
+    df["score"] = df["val_error"] / df["trivial"] + df["val_dp"]
+    table(df)
+
+
+def table(df: pd.DataFrame) -> None:
+    """Per floor: its score on each table (mean over λ and seeds), the mean over tables, its
+    difference from no floor with the standard error of that mean difference over the tables
+    (paired), how many tables it improves, and the mean seconds a fit; then the score per λ, the
+    λ = 0 validation error per table, and the epochs each floor resolves to."""
+    per = df.groupby(["floor", "data"])["score"].mean().unstack("data")
+    diff = per.sub(per.loc[0], axis=1)
+    out = per.copy()
+    out["mean"] = per.mean(axis=1)
+    out["vs none"] = diff.mean(axis=1)
+    out["s.e."] = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+    out["better"] = (diff < -1e-12).sum(axis=1)
+    out["worse"] = (diff > 1e-12).sum(axis=1)
+    out["seconds"] = df.groupby("floor")["seconds"].mean()
+    print("non-private; score = validation error / constant's + validation DP (lower is better); mean over "
+          "seeds and λ ∈ {" + ", ".join(f"{v:g}" for v in sorted(df["lam"].unique())) + "}; floor 0: none\n")
+    print("| floor | " + " | ".join(out.columns) + " |")
+    print("|---|" + "---|" * len(out.columns))
+    for floor, r in out.iterrows():
+        cells = []
+        for c, v in r.items():
+            cells.append(f"{v:+.3f}" if c == "vs none" else f"{int(v)}" if c in ("better", "worse") else
+                         f"{v:.2f}" if c == "seconds" else f"{v:.3f}")
+        print(f"| {floor} | " + " | ".join(cells) + " |")
+    lam = df.groupby(["floor", "lam"])["score"].mean().unstack("lam")
+    print("\nmean over tables and seeds, per λ\n")
+    print("| floor | " + " | ".join(f"λ = {v:g}" for v in lam.columns) + " |")
+    print("|---|" + "---|" * len(lam.columns))
+    for floor, r in lam.iterrows():
+        print(f"| {floor} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
+    zero = df[df["lam"] == 0].groupby(["floor", "data"])["val_error"].mean().unstack("data")
+    print("\nλ = 0: validation error (mean over seeds)\n")
+    print("| floor | " + " | ".join(zero.columns) + " |")
+    print("|---|" + "---|" * len(zero.columns))
+    for floor, r in zero.iterrows():
+        print(f"| {floor} | " + " | ".join(f"{v:.4f}" for v in r) + " |")
+    epochs = df.drop_duplicates(["data", "floor"]).pivot(index="floor", columns="data", values="epochs")
+    print("\nepochs each floor resolves to (batch: " + ", ".join(
+        f"{d} {int(b)}" for d, b in df.drop_duplicates("data")[["data", "batch_size"]].itertuples(index=False)) + ")\n")
+    print("| floor | " + " | ".join(epochs.columns) + " |")
+    print("|---|" + "---|" * len(epochs.columns))
+    for floor, r in epochs.iterrows():
+        print(f"| {floor} | " + " | ".join(str(int(v)) for v in r) + " |")
+
+
+if __name__ == "__main__":
+    main()
