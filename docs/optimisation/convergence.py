@@ -110,6 +110,10 @@ EXTRA: dict[str, Any] = {}
 #: ``--w-power a``: private fits take ``lr_w = 0.5 / max(1, λ)^a`` (W's step falling with λ in noisy
 #: rounds, measured and not adopted: docs/optimisation.md, "W's step under noise"). None: the default.
 W_POWER: float | None = None
+#: ``--warm-from-zero``: each private fit at λ > 0 first trains the private λ = 0 fit (noise-free
+#: rounds in attribute mode: it releases nothing about s) and starts from its model
+#: (``warm_start=True``; measured and not adopted: docs/optimisation.md, "What the dynamics do not fix").
+WARM_FROM_ZERO = False
 
 
 def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: int) -> dict:
@@ -129,6 +133,12 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         share = params.get("validation_share", pfair.SteFFLe().validation_share)
         params["batch_size"] = min(params["batch_size"], min(training_sizes(fed.sizes, share)))
     model = pfair.SteFFLe(**params)
+    if WARM_FROM_ZERO and epsilon is not None and lam > 0:
+        model.set_params(lam=0.0, warm_start=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(fed)
+        model.set_params(lam=lam)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -346,6 +356,8 @@ def main() -> None:
     ap.add_argument("--eg-only", action="store_true", help="fairlearn's front only (no SteFFLe fit)")
     ap.add_argument("--theta-step", default=None, help="theta_step of every fit (default: the package's)")
     ap.add_argument("--w-power", type=float, default=None, help="private fits' lr_w = 0.5 / max(1, λ)^a")
+    ap.add_argument("--warm-from-zero", action="store_true",
+                    help="private fits at λ > 0 start from the private λ = 0 fit's model (WARM_FROM_ZERO)")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                     help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
@@ -362,6 +374,9 @@ def main() -> None:
     if args.w_power is not None:
         global W_POWER
         W_POWER = args.w_power
+    if args.warm_from_zero:
+        global WARM_FROM_ZERO
+        WARM_FROM_ZERO = True
     if not args.tables_only:
         for name in args.tables:
             done = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["table"])
