@@ -12,8 +12,10 @@ the cost). Against it, in the same run and alternated with it:
 * the Python part: the epoch minus its rounds (the ledger charge, the collapse check, the
   checkpoint with its Rust counts, the bookkeeping), from the same epochs.
 
-Batch 256 (45 rounds, the issue's setting) and ``batch_size="auto"`` (the estimators' default,
-10 rounds an Adult epoch when private at λ > 0). Prints min and median (µs) and the ratios of the
+Batch 256 (45 rounds, the issue's setting) and ``batch_size="auto"`` (the estimators' default: a
+private fit at λ > 0 takes a batch of 8,192, 2 rounds an Adult epoch, and stretches its run to
+eight times ``--epochs`` epochs, each of them timed). Prints min
+and median (µs) and the ratios of the
 minima and of the medians to the sparse pass, with the load average before and after.
 
     python benches/python/floor_ratio.py [--epochs 200] [--runs 3] [--out docs/dev/performance-notebook.md --section floor]
