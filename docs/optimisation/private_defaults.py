@@ -38,13 +38,14 @@ STEPS = (0.5, 1.0, 2.0, 4.0, 8.0)
 LAMS = (1.0, 2.0, 8.0, 40.0)
 
 
-def part(name: str) -> dict:
-    """The protocol's split of a bundled table, or a synthetic table's 80/20 split of its training part."""
+def part(name: str, n: int = 60000, d: int = 40) -> dict:
+    """The protocol's split of a bundled table, or a synthetic table's 80/20 split of its training
+    part (``make_synthetic(n, d, silos=3, dependence=D, seed=1)`` for ``synthetic<D>``)."""
     if not name.startswith("synthetic"):
         return split(name)
     import pfair
 
-    data = pfair.datasets.make_synthetic(60000, 40, silos=N_SILOS, dependence=float(name[len("synthetic"):]), seed=1)
+    data = pfair.datasets.make_synthetic(n, d, silos=N_SILOS, dependence=float(name[len("synthetic"):]), seed=1)
     rng = np.random.default_rng(0)
     idx = rng.permutation(data.X_train.shape[0])
     va, tr = idx[: idx.size // 5], idx[idx.size // 5:]

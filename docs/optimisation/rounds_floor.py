@@ -22,36 +22,33 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-import pfair
-from pfair.experiments.defaults import N_SILOS, SEEDS, evaluate, split
+from pfair.experiments.defaults import N_SILOS
 from pfair.protocol.plan import rounds_per_epoch
 from pfair.settings import SteFFLeSettings
 from pfair.validation import training_sizes
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from private_defaults import part as synthetic_part  # noqa: E402
+from run_length import scan  # noqa: E402
+
 TABLES = ["adult", "bank", "census_kdd", "compas", "credit_card", "german", "law_school", "small1", "small2", "small3"]
 FLOORS = (0, 300, 1000, 3000)
 LAMS = (0.0, 1.0, 2.0, 8.0, 40.0)
 
 
 def part(name: str) -> dict:
-    """The protocol's split of a bundled table, or a small synthetic table's 80/20 split."""
-    if not name.startswith("small"):
-        return split(name)
-    data = pfair.datasets.make_synthetic(3000, 20, silos=N_SILOS, dependence=float(name[len("small"):]), seed=1)
-    rng = np.random.default_rng(0)
-    idx = rng.permutation(data.X_train.shape[0])
-    cut = int(0.8 * idx.size)
-    tr, va = idx[:cut], idx[cut:]
-    X, y, s = np.asarray(data.X_train), np.asarray(data.y_train), np.asarray(data.s_train)
-    return dict(name=name, X=X[tr], y=y[tr], s=s[tr], silos=rng.integers(0, N_SILOS, size=tr.size),
-                Xv=X[va], yv=y[va], sv=s[va])
+    """The protocol's split of a bundled table, or ``small<D>``: ``make_synthetic(3000, 20, silos=3,
+    dependence=D, seed=1)``'s, split as the protocol splits the other synthetic tables."""
+    if name.startswith("small"):
+        return synthetic_part("synthetic" + name[len("small"):], n=3000, d=20)
+    return synthetic_part(name)
 
 
 def resolved(p: dict, floor: int, lam: float) -> dict:
@@ -76,23 +73,7 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true", help="read --out and print the table")
     args = ap.parse_args()
     if not args.table_only:
-        t0 = time.time()
-        rows = []
-        for name in args.tables:
-            p = part(name)
-            done: dict = {}
-            for floor in args.floors:
-                for lam in LAMS:
-                    cfg = resolved(p, floor, lam)
-                    for seed in SEEDS:
-                        key = (*cfg.values(), lam, seed)  # a floor the run already meets resolves as none
-                        if key not in done:
-                            t = time.time()
-                            done[key] = dict(evaluate(p, lam, seed, None, **cfg), seconds=time.time() - t)
-                        rows.append(dict(data=name, floor=floor, lam=lam, seed=seed, **cfg, **done[key]))
-            print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
-            pd.DataFrame(rows).to_csv(args.out, index=False)
-        print(f"{len(rows)} rows, {time.time() - t0:.0f} s")
+        scan(args.tables, part, "floor", args.floors, LAMS, resolved, None, {}, args.out)
     df = pd.read_csv(args.out)
     df["score"] = df["val_error"] / df["trivial"] + df["val_dp"]
     table(df)

@@ -22,6 +22,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,31 @@ def resolved(p: dict, cap: int, lam: float) -> dict:
     return st.written_out()
 
 
+def scan(names: list[str], part_of: Callable[[str], dict], column: str, values: list, lams: Iterable[float],
+         resolve: Callable[[dict, Any, float], dict], epsilon: float | None, base: dict, out: str) -> None:
+    """Every table of ``names`` (split by ``part_of``) under each of ``values`` of a rule's constant
+    (``column`` in the runs), λ of ``lams`` and the protocol's seeds: the settings ``resolve(part,
+    value, λ)`` gives, on top of ``base``, scored by the protocol's ``evaluate`` at ``epsilon``. A
+    configuration two values resolve alike is fitted once. Writes the runs to ``out`` table by table."""
+    t0 = time.time()
+    rows = []
+    for name in names:
+        p = part_of(name)
+        done: dict = {}
+        for value in values:
+            for lam in lams:
+                cfg = resolve(p, value, lam)
+                for seed in SEEDS:
+                    key = (*cfg.values(), lam, seed)  # e.g. a cap above the silos resolves like a smaller one
+                    if key not in done:
+                        t = time.time()
+                        done[key] = dict(evaluate(p, lam, seed, epsilon, **{**base, **cfg}), seconds=time.time() - t)
+                    rows.append(dict(data=name, **{column: value}, lam=lam, seed=seed, **cfg, **done[key]))
+        print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
+        pd.DataFrame(rows).to_csv(out, index=False)
+    print(f"{len(rows)} rows, {time.time() - t0:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=DATASETS)
@@ -61,23 +87,7 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true", help="read --out and print the table")
     args = ap.parse_args()
     if not args.table_only:
-        t0 = time.time()
-        rows = []
-        for name in args.datasets:
-            p = part(name)
-            done: dict = {}
-            for cap in args.caps:
-                for lam in LAMS:
-                    cfg = resolved(p, cap, lam)
-                    for seed in SEEDS:
-                        key = (*cfg.values(), lam, seed)  # a cap above the silos resolves like a smaller one
-                        if key not in done:
-                            t = time.time()
-                            done[key] = dict(evaluate(p, lam, seed, 1.0, **{**BASE1, **cfg}), seconds=time.time() - t)
-                        rows.append(dict(data=name, cap=cap, lam=lam, seed=seed, **cfg, **done[key]))
-            print(f"  {name}: {len(done)} fits ({time.time() - t0:.0f} s)", flush=True)
-            pd.DataFrame(rows).to_csv(args.out, index=False)
-        print(f"{len(rows)} rows, {time.time() - t0:.0f} s")
+        scan(args.datasets, part, "cap", args.caps, LAMS, resolved, 1.0, BASE1, args.out)
     df = pd.read_csv(args.out)
     df["score"] = df["val_error"] / df["trivial"] + df["val_dp"]
     table(df)
