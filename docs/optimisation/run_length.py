@@ -14,6 +14,8 @@ and decay), so the script checks the code's rule, not a copy of it. Printout:
 ``docs/optimisation/run_length_log.txt``; runs: ``run_length.csv``.
 
     python docs/optimisation/run_length.py            # ~25 min on 2 cores
+    python docs/optimisation/run_length.py --caps 16384 --out run_length_16384.csv   # one more cap, ~3 min
+    python docs/optimisation/run_length.py --table-only --extra docs/optimisation/run_length_16384.csv
 """
 
 from __future__ import annotations
@@ -85,10 +87,11 @@ def main() -> None:
     ap.add_argument("--caps", nargs="+", type=int, default=list(CAPS))
     ap.add_argument("--out", default=str(HERE / "run_length.csv"))
     ap.add_argument("--table-only", action="store_true", help="read --out and print the table")
+    ap.add_argument("--extra", nargs="+", default=[], help="runs of more caps (CSVs of --out) printed with --out's")
     args = ap.parse_args()
     if not args.table_only:
         scan(args.datasets, part, "cap", args.caps, LAMS, resolved, 1.0, BASE1, args.out)
-    df = pd.read_csv(args.out)
+    df = pd.concat([pd.read_csv(path) for path in [args.out, *args.extra]], ignore_index=True)
     df["score"] = df["val_error"] / df["trivial"] + df["val_dp"]
     table(df)
 
