@@ -114,6 +114,9 @@ W_POWER: float | None = None
 #: rounds in attribute mode: it releases nothing about s) and starts from its model
 #: (``warm_start=True``; measured and not adopted: docs/optimisation.md, "What the dynamics do not fix").
 WARM_FROM_ZERO = False
+#: ``--warm-shrink a``: with ``--warm-from-zero``, the λ = 0 model's θ times ``a`` before the fit at λ
+#: (a model that starts less confident; 1: as trained).
+WARM_SHRINK = 1.0
 
 
 def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: int) -> dict:
@@ -138,6 +141,7 @@ def fit_one(data: Any, fairness: str, lam: float, epsilon: float | None, seed: i
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.fit(fed)
+        model.theta_ = model.theta_ * WARM_SHRINK  # linear in θ, so the same factor in standardised units
         model.set_params(lam=lam)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -358,6 +362,8 @@ def main() -> None:
     ap.add_argument("--w-power", type=float, default=None, help="private fits' lr_w = 0.5 / max(1, λ)^a")
     ap.add_argument("--warm-from-zero", action="store_true",
                     help="private fits at λ > 0 start from the private λ = 0 fit's model (WARM_FROM_ZERO)")
+    ap.add_argument("--warm-shrink", type=float, default=1.0,
+                    help="with --warm-from-zero: the λ = 0 model's θ times this before the fit (WARM_SHRINK)")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                     help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
@@ -375,8 +381,8 @@ def main() -> None:
         global W_POWER
         W_POWER = args.w_power
     if args.warm_from_zero:
-        global WARM_FROM_ZERO
-        WARM_FROM_ZERO = True
+        global WARM_FROM_ZERO, WARM_SHRINK
+        WARM_FROM_ZERO, WARM_SHRINK = True, args.warm_shrink
     if not args.tables_only:
         for name in args.tables:
             done = pd.read_csv(runs_path) if runs_path.exists() else pd.DataFrame(columns=["table"])
