@@ -36,7 +36,7 @@ from pfair.validation import training_sizes
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from private_defaults import part as synthetic_part  # noqa: E402
-from run_length import scan  # noqa: E402
+from run_length import scan, score_tables  # noqa: E402
 
 TABLES = ["adult", "bank", "census_kdd", "compas", "credit_card", "german", "law_school", "small1", "small2", "small3"]
 FLOORS = (0, 300, 1000, 3000)
@@ -80,35 +80,11 @@ def main() -> None:
 
 
 def table(df: pd.DataFrame) -> None:
-    """Per floor: its score on each table (mean over λ and seeds), the mean over tables, its
-    difference from no floor with the standard error of that mean difference over the tables
-    (paired), how many tables it improves, and the mean seconds a fit; then the score per λ, the
-    λ = 0 validation error per table, and the epochs each floor resolves to."""
-    per = df.groupby(["floor", "data"])["score"].mean().unstack("data")
-    diff = per.sub(per.loc[0], axis=1)
-    out = per.copy()
-    out["mean"] = per.mean(axis=1)
-    out["vs none"] = diff.mean(axis=1)
-    out["s.e."] = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
-    out["better"] = (diff < -1e-12).sum(axis=1)
-    out["worse"] = (diff > 1e-12).sum(axis=1)
-    out["seconds"] = df.groupby("floor")["seconds"].mean()
-    print("non-private; score = validation error / constant's + validation DP (lower is better); mean over "
-          "seeds and λ ∈ {" + ", ".join(f"{v:g}" for v in sorted(df["lam"].unique())) + "}; floor 0: none\n")
-    print("| floor | " + " | ".join(out.columns) + " |")
-    print("|---|" + "---|" * len(out.columns))
-    for floor, r in out.iterrows():
-        cells = []
-        for c, v in r.items():
-            cells.append(f"{v:+.3f}" if c == "vs none" else f"{int(v)}" if c in ("better", "worse") else
-                         f"{v:.2f}" if c == "seconds" else f"{v:.3f}")
-        print(f"| {floor} | " + " | ".join(cells) + " |")
-    lam = df.groupby(["floor", "lam"])["score"].mean().unstack("lam")
-    print("\nmean over tables and seeds, per λ\n")
-    print("| floor | " + " | ".join(f"λ = {v:g}" for v in lam.columns) + " |")
-    print("|---|" + "---|" * len(lam.columns))
-    for floor, r in lam.iterrows():
-        print(f"| {floor} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
+    """:func:`run_length.score_tables` per floor against none (floor 0), then the λ = 0 validation
+    error per table and the epochs each floor resolves to."""
+    score_tables(df, "floor", 0, "non-private; score = validation error / constant's + validation DP (lower is "
+                 "better); mean over seeds and λ ∈ {" + ", ".join(f"{v:g}" for v in sorted(df["lam"].unique()))
+                 + "}; floor 0: none", base_name="none")
     zero = df[df["lam"] == 0].groupby(["floor", "data"])["val_error"].mean().unstack("data")
     print("\nλ = 0: validation error (mean over seeds)\n")
     print("| floor | " + " | ".join(zero.columns) + " |")

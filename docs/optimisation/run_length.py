@@ -96,39 +96,46 @@ def main() -> None:
     table(df)
 
 
-def table(df: pd.DataFrame) -> None:
-    """Per cap: its score on each data set (mean over λ and seeds), the mean over data sets, its
-    difference from the cap of 1024 (the former default) with the standard error of that mean
-    difference over the data sets (paired), how many data sets it improves, and the mean seconds a
-    fit; then the score per λ."""
-    per = df.groupby(["cap", "data"])["score"].mean().unstack("data")
-    diff = per.sub(per.loc[1024], axis=1)
+def score_tables(df: pd.DataFrame, column: str, base: Any, header: str, base_name: str | None = None) -> None:
+    """Per value of a rule's constant (``column``): its score on each data set (mean over λ and
+    seeds), the mean over data sets, its difference from ``base``'s with the standard error of that
+    mean difference over the data sets (paired), how many data sets it improves and worsens, and the
+    mean seconds a fit; then the score per λ. ``header`` opens the printout; ``base_name`` names
+    ``base`` in the difference's column (default: its value)."""
+    per = df.groupby([column, "data"])["score"].mean().unstack("data")
+    diff = per.sub(per.loc[base], axis=1)
     out = per.copy()
     out["mean"] = per.mean(axis=1)
-    out["vs 1024"] = diff.mean(axis=1)
+    vs = f"vs {base if base_name is None else base_name}"
+    out[vs] = diff.mean(axis=1)
     out["s.e."] = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
-    out["better"] = (diff < 0).sum(axis=1)
-    out["seconds"] = df.groupby("cap")["seconds"].mean()
-    print("ε = 1; score = validation error / constant's + validation DP (lower is better); mean over seeds and λ\n")
-    print("| cap | " + " | ".join(out.columns) + " |")
+    out["better"] = (diff < -1e-12).sum(axis=1)
+    out["worse"] = (diff > 1e-12).sum(axis=1)
+    out["seconds"] = df.groupby(column)["seconds"].mean()
+    print(header + "\n")
+    print(f"| {column} | " + " | ".join(out.columns) + " |")
     print("|---|" + "---|" * len(out.columns))
-    for cap, r in out.iterrows():
-        cells = []
-        for c, v in r.items():
-            cells.append(f"{v:+.3f}" if c == "vs 1024" else f"{int(v)}" if c == "better" else
-                         f"{v:.1f}" if c == "seconds" else f"{v:.3f}")
-        print(f"| {cap} | " + " | ".join(cells) + " |")
-    lam = df.groupby(["cap", "lam"])["score"].mean().unstack("lam")
+    for value, r in out.iterrows():
+        cells = [f"{v:+.3f}" if c == vs else f"{int(v)}" if c in ("better", "worse") else
+                 f"{v:.2f}" if c == "seconds" else f"{v:.3f}" for c, v in r.items()]
+        print(f"| {value} | " + " | ".join(cells) + " |")
+    lam = df.groupby([column, "lam"])["score"].mean().unstack("lam")
     print("\nmean over data sets and seeds, per λ\n")
-    print("| cap | " + " | ".join(f"λ = {v:g}" for v in lam.columns) + " |")
+    print(f"| {column} | " + " | ".join(f"λ = {v:g}" for v in lam.columns) + " |")
     print("|---|" + "---|" * len(lam.columns))
-    for cap, r in lam.iterrows():
-        print(f"| {cap} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
+    for value, r in lam.iterrows():
+        print(f"| {value} | " + " | ".join(f"{v:.3f}" for v in r) + " |")
+
+
+def table(df: pd.DataFrame) -> None:
+    """:func:`score_tables` per cap against the cap of 1024 (the former default), then what the
+    rule resolves to."""
+    score_tables(df, "cap", 1024, "ε = 1; score = validation error / constant's + validation DP (lower is better); "
+                 "mean over seeds and λ")
     cfg = df.drop_duplicates(["data", "cap"])[["data", "cap", "batch_size", "lr_theta", "epochs", "decay_every",
                                                "lr_decay", "clip"]]
     print("\nwhat the rule resolves to (λ > 0)\n")
     print(cfg.to_string(index=False))
-
 
 if __name__ == "__main__":
     main()
