@@ -14,9 +14,8 @@ the cost). Against it, in the same run and alternated with it:
 
 Batch 256 (45 rounds, the issue's setting) and ``batch_size="auto"`` (the estimators' default: a
 private fit at λ > 0 takes a batch of 8,192, 2 rounds an Adult epoch, and stretches its run to
-eight times ``--epochs`` epochs, each of them timed). Prints min
-and median (µs) and the ratios of the
-minima and of the medians to the sparse pass, with the load average before and after.
+eight times ``--epochs`` epochs, each of them timed). Prints min and median (µs) and the ratios of
+the minima and of the medians to the sparse pass, with the load average before and after.
 
     python benches/python/floor_ratio.py [--epochs 200] [--runs 3] [--out docs/dev/performance-notebook.md --section floor]
 """
