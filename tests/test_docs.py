@@ -114,6 +114,45 @@ def test_a_generated_table_is_what_its_script_prints(script, page):
     assert table in text, f"{page} does not show the table `python {script}` prints (regenerate it); rows: {missing}"
 
 
+#: A generated block pasted from a script's printout: ``<!-- generated:NAME -->``, then
+#: ``<!-- from PATH -->``, the table, ``<!-- /generated:NAME -->``.
+FROM_LOG = re.compile(r"<!-- generated:([\w-]+) -->\n<!-- from (\S+) -->\n(.*?)<!-- /generated:\1 -->", re.S)
+#: A signed figure of a table's cell: 0.035, +0.198, -0.048, 1,024.
+SIGNED = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
+
+
+def _is_subsequence(short: list[str], long: list[str]) -> bool:
+    it = iter(long)
+    return all(x in it for x in short)
+
+
+def _blocks_from_logs() -> list[tuple[str, str, str, str]]:
+    return [(page.relative_to(ROOT).as_posix(), *m.groups()) for page in _pages()
+            for m in FROM_LOG.finditer(page.read_text())]
+
+
+@pytest.mark.parametrize("page, name, source, body", _blocks_from_logs(),
+                         ids=[f"{p}:{n}" for p, n, _, _ in _blocks_from_logs()])
+def test_a_table_pasted_from_a_printout_quotes_only_that_printout(page, name, source, body):
+    """A block that says it comes from a script's printout (``<!-- from docs/…_log.txt -->``)
+    quotes it: each line of it (a table's header aside) is a line of the printout, or its figures
+    are, in order, figures of one printout line (a block may pick rows and columns, or add a label
+    column)."""
+    log = (ROOT / source).read_text().splitlines()
+    lines = [line for line in body.splitlines() if line.strip()]
+    separator = [bool(re.fullmatch(r"\|(?:\s*:?-+:?\s*\|)+", line)) for line in lines]
+    rows = [line for i, line in enumerate(lines)
+            if not separator[i] and not (i + 1 < len(lines) and separator[i + 1])]
+    assert rows, f"{page}, block {name}: nothing quoted"
+    log_numbers = [SIGNED.findall(line) for line in log]
+    for row in rows:
+        if row in log:
+            continue
+        figures = SIGNED.findall(row)
+        assert figures and any(_is_subsequence(figures, line) for line in log_numbers), \
+            f"{page}, block {name}: a line that is not in {source} (regenerate it): {row}"
+
+
 #: The figures docs/start_here.md quotes from its trade-off run, in the order of the page's
 #: "about X": (epsilon, lam, column) of docs/figures/start_here_tradeoff.csv.
 START_HERE_QUOTES = [("1.0", 0.0, "demographic_parity_difference"), ("1.0", 2.0, "demographic_parity_difference"),

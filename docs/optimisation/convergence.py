@@ -23,7 +23,9 @@ The criteria (docs/optimisation.md, "Acceptance"):
    same violation;
 6. *private*: at ε = 1, where the non-private SteFFLe point of a λ lies ≥ 0.02 below its mixing
    line, the private fits at that λ lie below their own λ = 0 mixing line in ≥ 5 of 6 (3 seeds ×
-   2 notions).
+   2 notions). The tables also count it with each fit held to its own notion's non-private point
+   (``own_below`` of ``own_fits``: the fits whose notion's point is ≥ 0.02 below its line; at least
+   five sixths of them below).
 
     python docs/optimisation/convergence.py                         # every table, ~20 min on 2 cores
     python docs/optimisation/convergence.py --tables compas german --seeds 0   # a quick look
@@ -282,11 +284,16 @@ def criteria(runs: pd.DataFrame, eg: pd.DataFrame) -> dict[str, pd.DataFrame]:
         p_sub = sub[sub.epsilon != "none"]
         if np_sub.empty or p_sub.empty:
             continue
-        np_below = float(np_sub.groupby("fairness")["below_line"].mean().max())
+        per_notion = np_sub.groupby("fairness")["below_line"].mean()
+        np_below = float(per_notion.max())
         if np_below < 0.02:
             continue
+        # Each fit held to its own notion's non-private point (the criterion as scripted holds both
+        # notions' fits to the better one's).
+        own = p_sub[p_sub["fairness"].map(per_notion).fillna(-math.inf) >= 0.02]
         priv_rows.append(dict(table=table, lam=lam, np_below=np_below, private_below=int((p_sub["below_line"] > 0).sum()),
-                              private_constant=int(returned_constant(p_sub).sum()), private_fits=len(p_sub)))
+                              private_constant=int(returned_constant(p_sub).sum()), private_fits=len(p_sub),
+                              own_below=int((own["below_line"] > 0).sum()), own_fits=len(own)))
     out["private"] = pd.DataFrame(priv_rows)
     out["means"] = means
     return out
@@ -322,6 +329,11 @@ def summary(tables: dict[str, pd.DataFrame]) -> str:
         lines.append(f"ε = 1 below the mixing line in ≥ 5 of 6 fits: {int((pr['private_below'] >= 5).sum())} of {len(pr)} "
                      "(table, λ) where the non-private point is ≥ 0.02 below its line (a fit that returned the "
                      f"constant predictor, {int(pr['private_constant'].sum())} of them there, is on its line, not below).")
+        if "own_fits" in pr:
+            ok = int((pr["own_below"] >= pr["own_fits"] * 5 / 6).sum())
+            lines.append(f"Each private fit held to its own notion's non-private point instead (counted where that "
+                         f"point is ≥ 0.02 below its line): at least five sixths of those fits below their line at "
+                         f"{ok} of the {len(pr)} (table, λ).")
     return "\n\n".join(lines)
 
 
