@@ -337,6 +337,38 @@ def summary(tables: dict[str, pd.DataFrame]) -> str:
     return "\n\n".join(lines)
 
 
+def compare_variants(variants: tuple, pick: list[str]) -> None:
+    """Print the acceptance's summary and its private (table, λ) counts for each variant of the
+    private fits (``(name, CSV beside this script)``; ``None``: today's ``convergence_runs.csv``),
+    each with today's non-private fits, then the private fits' mean test error and violation per λ
+    on the tables of ``pick``."""
+    today = load_runs(HERE / "convergence_runs.csv")
+    runs = {name: today if path is None else
+            pd.concat([today[today["epsilon"] == "none"], load_runs(HERE / path)]) for name, path in variants}
+    eg = pd.read_csv(EG)
+    crit = {name: criteria(r, eg) for name, r in runs.items()}
+    for name, tables in crit.items():
+        print(f"## {name}\n\n{summary(tables)}\n")
+    keys = ["table", "lam"]
+    first = next(iter(crit.values()))
+    below = first["private"][keys].copy()
+    for name, tables in crit.items():
+        pr = tables["private"].set_index(keys)
+        below[f"below, {name}"] = below.set_index(keys).index.map(pr["private_below"])
+        below[f"constant, {name}"] = below.set_index(keys).index.map(pr["private_constant"])
+    print("private fits below their λ = 0 mixing line, of 6, where the non-private point is ≥ 0.02 below its line\n")
+    print(markdown(below, floats="{:g}"))
+    both = None
+    for name, r in runs.items():
+        m = r[r["epsilon"] == "1"].groupby(["table", "fairness", "lam"])[["error", "violation"]].mean()
+        m = m.rename(columns=lambda c: f"{c}, {name}").reset_index()
+        both = m if both is None else both.merge(m, on=["table", "fairness", "lam"])
+    chosen = both[both["table"].isin(pick)].copy()
+    chosen["lam"] = chosen["lam"].map("{:g}".format)
+    print("\nε = 1, mean test error and violation over seeds 0–2\n")
+    print(markdown(chosen))
+
+
 def write_tables(doc: Path, tables: dict[str, pd.DataFrame], before: dict[str, pd.DataFrame] | None = None) -> None:
     """Replace the generated blocks of ``doc`` (``<!-- generated:convergence-NAME -->``); with
     ``before`` (the same criteria on the runs of ``--theta-step constant``) its summary too."""
@@ -376,6 +408,8 @@ def main() -> None:
                     help="private fits at λ > 0 start from the private λ = 0 fit's model (WARM_FROM_ZERO)")
     ap.add_argument("--warm-shrink", type=float, default=1.0,
                     help="with --warm-from-zero: the λ = 0 model's θ times this before the fit (WARM_SHRINK)")
+    ap.add_argument("--cap", type=int, default=None,
+                    help="batch_size='auto''s cap for noisy rounds (pfair.settings.AUTO_BATCH_PRIVATE) in these fits")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                     help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
@@ -392,6 +426,12 @@ def main() -> None:
     if args.w_power is not None:
         global W_POWER
         W_POWER = args.w_power
+    if args.cap is not None:
+        # A probe of the cap (docs/optimisation.md, "A larger cap"): every fit of this process resolves
+        # batch_size="auto" of its noisy rounds against it (SteFFLeSettings.auto_batch reads it).
+        import pfair.settings
+
+        pfair.settings.AUTO_BATCH_PRIVATE = args.cap
     if args.warm_from_zero:
         global WARM_FROM_ZERO, WARM_SHRINK
         WARM_FROM_ZERO, WARM_SHRINK = True, args.warm_shrink

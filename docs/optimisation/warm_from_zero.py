@@ -25,8 +25,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import convergence as cv  # noqa: E402
@@ -36,30 +34,7 @@ VARIANTS = (("today", None), ("warm", "convergence_runs_warm.csv"), ("warm ×0.1
 
 
 def main() -> None:
-    today = cv.load_runs(HERE / "convergence_runs.csv")
-    runs = {name: today if path is None else
-            pd.concat([today[today["epsilon"] == "none"], cv.load_runs(HERE / path)]) for name, path in VARIANTS}
-    eg = pd.read_csv(cv.EG)
-    crit = {name: cv.criteria(r, eg) for name, r in runs.items()}
-    for name, tables in crit.items():
-        print(f"## {name}\n\n{cv.summary(tables)}\n")
-    keys = ["table", "lam"]
-    below = crit["today"]["private"][keys].copy()
-    for name, tables in crit.items():
-        pr = tables["private"].set_index(keys)
-        below[f"below, {name}"] = below.set_index(keys).index.map(pr["private_below"])
-        below[f"constant, {name}"] = below.set_index(keys).index.map(pr["private_constant"])
-    print("private fits below their λ = 0 mixing line, of 6, where the non-private point is ≥ 0.02 below its line\n")
-    print(cv.markdown(below, floats="{:g}"))
-    both = None
-    for name, r in runs.items():
-        m = r[r["epsilon"] == "1"].groupby(["table", "fairness", "lam"])[["error", "violation"]].mean()
-        m = m.rename(columns=lambda c: f"{c}, {name}").reset_index()
-        both = m if both is None else both.merge(m, on=["table", "fairness", "lam"])
-    pick = both[both["table"].isin(["adult", "bank", "compas", "synthetic2"])].copy()
-    pick["lam"] = pick["lam"].map("{:g}".format)
-    print("\nε = 1, mean test error and violation over seeds 0–2\n")
-    print(cv.markdown(pick))
+    cv.compare_variants(VARIANTS, ["adult", "bank", "compas", "synthetic2"])
 
 
 if __name__ == "__main__":
