@@ -60,21 +60,27 @@ def last_point(data, fed, lam: float, seed: int) -> tuple[float, float]:
     return float(last["test_error"]), float(last["test_demographic_parity_difference"])
 
 
+def zero_lines(data, fairness: str) -> dict:
+    """Each seed's mixing line of its private λ = 0 fit (noise as calibrated: its rounds carry none)."""
+    calibration._core = _core
+    lines = {}
+    for seed in cv.SEEDS:
+        zero = pfair.SteFFLe(fairness=fairness, lam=0.0, epsilon=1.0, seed=seed, noise_seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zero.fit(cv.federation(data, seed), ledgers="new")
+        lines[seed] = mixing_line(data.y_test, zero.predict(data.X_test), sensitive_features=data.s_test,
+                                  fairness=fairness)
+    return lines
+
+
 def main() -> None:
     print("| table | λ | noise | last test error | last DP | margin below the line (mean of 3 seeds) | seeds below |")
     print("|---|---|---|---|---|---|---|")
     try:
         for name in TABLES:
             data = cv.load(name)
-            lines = {}
-            for seed in cv.SEEDS:
-                calibration._core = _core
-                zero = pfair.SteFFLe(fairness=FAIRNESS, lam=0.0, epsilon=1.0, seed=seed, noise_seed=seed)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    zero.fit(cv.federation(data, seed), ledgers="new")
-                lines[seed] = mixing_line(data.y_test, zero.predict(data.X_test), sensitive_features=data.s_test,
-                                          fairness=FAIRNESS)
+            lines = zero_lines(data, FAIRNESS)
             for lam in LAMS:
                 for label, theta, w in VARIANTS:
                     calibration._core = _Scaled(theta, w)

@@ -30,7 +30,6 @@ import numpy as np
 
 import pfair
 import pfair.privacy.calibration as calibration
-from pfair.references import mixing_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convergence as cv  # noqa: E402
@@ -68,15 +67,7 @@ def main() -> None:
     print("| λ | run | last test error | last EO | margin below the line (mean of 3 seeds) | seeds below |")
     print("|---|---|---|---|---|---|")
     try:
-        lines = {}
-        for seed in cv.SEEDS:
-            calibration._core = ns._core
-            zero = pfair.SteFFLe(fairness=FAIRNESS, lam=0.0, epsilon=1.0, seed=seed, noise_seed=seed)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                zero.fit(cv.federation(data, seed), ledgers="new")
-            lines[seed] = mixing_line(data.y_test, zero.predict(data.X_test), sensitive_features=data.s_test,
-                                      fairness=FAIRNESS)
+        lines = ns.zero_lines(data, FAIRNESS)
         for lam in LAMS:
             runs = [("non-private (default)", None, dict(lam=lam, epsilon=None, p_s="pooled"))]
             runs += [(label, factor, dict(lam=lam, epsilon=1.0, clip=clip)) for label, factor, clip in VARIANTS]
