@@ -4,8 +4,9 @@ record-mode, a target, a hybrid, a resumed and a warm-started run, and of the pa
 The values in ``tests/data/engine_pins.json`` were written by this file's :func:`main` with the
 code of the commit named in the file (``"made_with"``), before the run assembly moved into
 ``pfair.protocol.assembly``: ``test_engine_pins.py`` runs the same fits with the code under test
-and asks for the same bits. Regenerate only for a change that is meant to move a release, and say
-why in its commit::
+and asks for the same values: the same bits but for the last digits of floats, which move with the
+CPU (``test_engine_pins.REL``); ``tools/same_bits.py`` compares two commits to the bit on one
+machine. Regenerate only for a change that is meant to move a release, and say why in its commit::
 
     PYTHONPATH=python:tests python tests/engine_pins.py --write
 
@@ -43,7 +44,7 @@ def _fed(n: int = 900) -> Any:
 
 #: ``clip=0.25``: the pins were made when it was the private default of every mode; since the
 #: adaptive clip became attribute mode's default, the runs below keep the fixed clip (so its path is
-#: still pinned bit for bit) and ``*_adaptive`` pin the adaptive one.
+#: still pinned) and ``*_adaptive`` pin the adaptive one.
 BASE = dict(lam=1.0, epochs=4, batch_size=64, lr_theta=0.5, seed=3, noise_seed=5, clip=0.25)
 
 

@@ -1,8 +1,9 @@
-"""The run engine returns the bits it returned before the run assembly moved
-(``tests/engine_pins.py`` says how ``tests/data/engine_pins.json`` was made, and from which commit):
-θ, W, the privacy report, the history and the checkpoints of a standard, non-private, record-mode,
-target, hybrid (three topologies, one with DP proportions), resumed (both protections),
-warm-started and party-loop run."""
+"""The run engine returns what it returned before the run assembly moved, but for the last digits
+of its floats, which move with the CPU (``REL`` below; ``tests/engine_pins.py`` says how
+``tests/data/engine_pins.json`` was made, and from which commit): θ, W, the privacy report, the
+history and the checkpoints of a standard, non-private, record-mode, target, hybrid (three
+topologies, one with DP proportions), resumed (both protections), warm-started and party-loop
+run."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_every_run_is_pinned():
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_a_run_gives_the_pinned_bits(name):
+def test_a_run_gives_the_pinned_values(name):
     got, pinned = run(name), PINNED[name]
     # Attributes a fit gained since (e.g. n_rounds_ of a hybrid fit) are new, not changed.
     assert set(pinned) <= set(got), sorted(set(pinned) - set(got))
