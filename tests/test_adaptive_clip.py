@@ -42,10 +42,11 @@ BASE = dict(lam=4.0, epochs=3, batch_size=64, seed=1, noise_seed=2, epsilon=1.0,
 
 def test_the_settings_take_adaptive_where_it_applies_and_name_the_fix_elsewhere():
     # "auto" is the adaptive clip for the default private run (attribute mode, the standard mode, the
-    # auto batch, no target), the fixed 0.25 elsewhere, no clipping without privacy.
+    # auto batch, a fixed λ or a fairness target), the fixed 0.25 elsewhere, no clipping without privacy.
     assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0)).clip == "adaptive"
+    assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, max_violation=0.05)).clip == "adaptive"
     for other in (dict(protect="record"), dict(mode="hybrid"), dict(calibration="paper", p_s="pooled"),
-                  dict(batch_size=256), dict(max_violation=0.05), dict(sampling="full_batch")):
+                  dict(batch_size=256), dict(max_violation=0.05, batch_size=256), dict(sampling="full_batch")):
         assert SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, **other)).clip == PRIVATE_CLIPS["clip"], other
     assert SteFFLeSettings.from_estimator_params(dict(epsilon=None)).clip is None
     st = SteFFLeSettings.from_estimator_params(dict(epsilon=1.0, clip="adaptive"))

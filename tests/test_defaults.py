@@ -16,9 +16,8 @@ import pytest
 import pfair
 from pfair import SteFFLe, metrics
 from pfair.exceptions import ConvergenceWarning, NonPrivateFitWarning
-from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
-                            AUTO_RUN_BATCH, MAX_EPOCHS, TARGET_STEP_FACTOR,
-                            SteFFLeSettings)
+from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_RUN_BATCH,
+                            MAX_EPOCHS, PRIVATE_DECAY, SteFFLeSettings)
 
 from support import toy_data
 
@@ -75,13 +74,17 @@ def test_auto_batch_is_capped_by_the_smallest_silo_and_depends_on_whether_the_ro
         st = pfair.SteFFLe(**params).settings()
         assert not st.noisy_rounds, params
         assert st.for_sizes([10**6]).batch_size == free, params
-    # A fairness target raises λ from 0, so its rounds carry noise, at a larger λ than the protocol
-    # scored, and the scaled θ step divides its step by 1 + λ: its own cap and step
+    # A fairness target raises λ from 0, so its rounds carry noise: it runs the private run a fixed
+    # λ > 0 runs, stretched to its batch, with the adaptive clip and the private decay
     # (docs/optimisation/target_defaults.py).
     target = pfair.SteFFLe(max_violation=0.05, lam=1.0).settings()
-    assert target.for_sizes([10**6]).batch_size == AUTO_BATCH_TARGET
-    assert target.for_sizes([10**6]).lr_theta == pytest.approx(target.lr_theta * TARGET_STEP_FACTOR)
-    assert target.for_sizes([800]).batch_size == 800 and target.for_sizes([800]).lr_theta == target.lr_theta * 4
+    fixed = pfair.SteFFLe(lam=8.0).settings()
+    for sizes in ([10**6], [10176], [800]):
+        t, f = target.for_sizes(sizes), fixed.for_sizes(sizes)
+        assert (t.batch_size, t.lr_theta, t.epochs, t.decay_every) == (f.batch_size, f.lr_theta, f.epochs, f.decay_every)
+    assert target.for_sizes([10**6]).batch_size == private and target.clip == "adaptive"
+    assert (target.lr_decay, target.decay_every) == (PRIVATE_DECAY, 5)
+    assert target.for_sizes([800]).batch_size == 800 and target.for_sizes([800]).lr_theta == target.lr_theta
     # A batch the user chose keeps the step as given; a non-private target takes the plain defaults.
     assert pfair.SteFFLe(max_violation=0.05, batch_size=512).settings().for_sizes([10**6]).lr_theta == target.lr_theta
     free_target = pfair.SteFFLe(max_violation=0.05, epsilon=None).settings().for_sizes([10**6])
@@ -267,8 +270,8 @@ def test_the_private_decay_is_the_one_the_acceptance_runs_chose():
 
 
 def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
-    st = pfair.SteFFLe().settings()  # ε = 1, λ = 1, attribute mode: noisy rounds, no target
-    assert st.stretches_run
+    st = pfair.SteFFLe().settings()  # ε = 1, λ = 1, attribute mode: noisy rounds
+    assert st.stretches_run and pfair.SteFFLe(max_violation=0.05).settings().stretches_run  # a target too
     big = st.for_sizes([10**6, 10**6])
     k = AUTO_BATCH_PRIVATE / AUTO_RUN_BATCH
     assert (big.batch_size, big.lr_theta, big.epochs, big.decay_every) == (
@@ -283,9 +286,9 @@ def test_auto_batch_stretches_a_private_attribute_mode_run_to_its_batch():
     # The epochs a user gives are stated for a batch of AUTO_RUN_BATCH, like the step.
     user = pfair.SteFFLe(epochs=5, lr_theta=0.25, decay_every=3).settings().for_sizes([10**6])
     assert (user.epochs, user.lr_theta, user.decay_every) == (5 * k, 0.25 * k, 3 * k)
-    # Not stretched: a batch the user chose, no noise, record mode, a fairness target, the full batch.
+    # Not stretched: a batch the user chose, no noise, record mode, the full batch.
     for params in (dict(batch_size=4096), dict(epsilon=None), dict(lam=0.0), dict(protect="record"),
-                   dict(max_violation=0.05), dict(sampling="full_batch")):
+                   dict(sampling="full_batch"), dict(max_violation=0.05, batch_size=4096)):
         other = pfair.SteFFLe(**params).settings()
         resolved = other.for_sizes([10**6])
         assert (resolved.epochs, resolved.decay_every) == (other.epochs, other.decay_every), params
@@ -419,13 +422,15 @@ def test_one_small_silo_that_shrinks_every_silos_auto_batch_is_named_in_a_warnin
 def test_auto_decay_halves_the_default_private_runs_step_every_quarter_of_its_epochs():
     from pfair.settings import AUTO_DECAY, PRIVATE_DECAY, SteFFLeSettings
 
-    st = pfair.SteFFLe().settings()  # ε = 1, attribute mode, the auto batch, no target
+    st = pfair.SteFFLe().settings()  # ε = 1, attribute mode, the auto batch
     assert (st.lr_decay, st.decay_every) == (PRIVATE_DECAY, 5)
+    target = pfair.SteFFLe(max_violation=0.05).settings()  # a fairness target's run too
+    assert (target.lr_decay, target.decay_every) == (PRIVATE_DECAY, 5)
     big = st.for_sizes([10**6, 10**6])  # stretched: the period is multiplied with the epochs
     assert (big.lr_decay, big.epochs, big.decay_every) == (PRIVATE_DECAY, 160, 40)
     assert pfair.SteFFLe(epochs=40).settings().decay_every == 10
     # Elsewhere 0.8 every 10 epochs; at λ = 0 too, whose private rounds are the non-private fit's.
-    for other in (dict(epsilon=None), dict(lam=0.0), dict(batch_size=256), dict(max_violation=0.05),
+    for other in (dict(epsilon=None), dict(lam=0.0), dict(batch_size=256), dict(max_violation=0.05, batch_size=256),
                   dict(protect="record"), dict(mode="hybrid")):
         s = pfair.SteFFLe(**other).settings()
         assert (s.lr_decay, s.decay_every) == AUTO_DECAY, other

@@ -95,22 +95,21 @@ def add_train_parser(sub: Any) -> None:
                    help="with --max-violation: the dual step size of lambda (default: SteFFLe's lam_lr)")
     # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
     # pfair.experiments.defaults); the help texts read them from there.
-    from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_BATCH_TARGET,
-                                AUTO_DECAY, AUTO_RUN_BATCH, PRIVATE_CLIPS, PRIVATE_DECAY, PRIVATE_DECAY_PERIODS,
-                                TARGET_STEP_FACTOR, SteFFLeSettings)
+    from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_DECAY,
+                                AUTO_RUN_BATCH, PRIVATE_CLIPS, PRIVATE_DECAY, PRIVATE_DECAY_PERIODS, SteFFLeSettings)
 
     d = SteFFLeSettings()
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over each silo's records (default {d.epochs})")
     p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
                    help=f"records per silo per round; auto (default): min({AUTO_BATCH_PRIVATE}, smallest silo) when "
-                        f"the rounds carry noise (--epsilon set and --lam > 0; above {AUTO_RUN_BATCH} the epochs, "
-                        f"--lr-theta and the decay period are then multiplied by batch / {AUTO_RUN_BATCH}), min({AUTO_BATCH_TARGET}, smallest silo) "
-                        f"with --max-violation (and --lr-theta times {TARGET_STEP_FACTOR:g}), "
-                        f"min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon none, or --lam 0), "
+                        f"the rounds carry noise (--epsilon set and --lam > 0 or --max-violation; above "
+                        f"{AUTO_RUN_BATCH} the epochs, --lr-theta and the decay period are then multiplied by batch / "
+                        f"{AUTO_RUN_BATCH}), min({AUTO_BATCH_NONPRIVATE}, smallest silo) when they do not (--epsilon "
+                        f"none, or --lam 0), "
                         f"{AUTO_BATCH_RECORD} with --protect record")
     p.add_argument("--lr-theta", type=float, default=d.lr_theta,
                    help=f"step size of the model parameters theta (default {d.lr_theta:g}, times {AUTO_DECAY[0]:g} "
-                        f"every {AUTO_DECAY[1]} epochs; a private run at the auto batch with --lam > 0 and no "
+                        f"every {AUTO_DECAY[1]} epochs; a private run at the auto batch with --lam > 0 or "
                         f"--max-violation: times {PRIVATE_DECAY:g} every 1/{PRIVATE_DECAY_PERIODS} of its epochs)")
     p.add_argument("--lr-w", type=float, default=d.lr_w,
                    help=f"step size of the fairness adversary W, the ascent player (default {d.lr_w:g})")

@@ -126,22 +126,23 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
-        ``pfair.settings.AUTO_BATCH_PRIVATE`` (8,192) when they do (``epsilon`` set and ``lam > 0``):
+        ``pfair.settings.AUTO_BATCH_PRIVATE`` (8,192) when they do (``epsilon`` set and ``lam > 0``
+        or ``max_violation``):
         with public batches (attribute mode) ε depends on the epochs, not on m, while the noise on a
         batch mean falls as 1/m, so large batches are cheap in privacy; above 1,024 the run is then
         stretched to the batch (``lr_theta``, ``epochs`` and ``decay_every`` times k = m / 1024: the
         rounds of ``epochs`` passes at 1,024, each averaging k times the records), which at the same
         ε lowers the noise on θ's path relative to its drift by √k (docs/optimisation.md, "A private
-        fit's run length"); a fixed ``batch_size`` runs exactly the epochs and step given; ``AUTO_BATCH_TARGET`` with
-        ``max_violation`` (which ends at a larger λ), ``lr_theta`` then times ``TARGET_STEP_FACTOR``;
-        ``AUTO_BATCH_NONPRIVATE`` when they do not (``epsilon=None``, or ``lam=0`` in attribute
-        mode, which sends nothing that depends on s), where a large batch only means fewer steps;
+        fit's run length"; with a fairness target too: "A fairness target's run"); a fixed
+        ``batch_size`` runs exactly the epochs and step given; ``AUTO_BATCH_NONPRIVATE`` when they
+        do not (``epsilon=None``, or ``lam=0`` in attribute mode, which sends nothing that depends
+        on s), where a large batch only means fewer steps;
         ``AUTO_BATCH_RECORD`` with ``protect="record"``, where a small hidden batch amplifies
         privacy (docs/optimisation.md).
     lr_theta, lr_w : step sizes η_θ (decayed by ``lr_decay`` every ``decay_every`` epochs), η_W.
     lr_decay, decay_every : float and int, or "auto" (default): η_θ is multiplied by ``lr_decay``
         every ``decay_every`` epochs. ``"auto"``: for the default private run (``epsilon`` set,
-        ``lam > 0``, attribute mode, ``batch_size="auto"``, no ``max_violation``) η_θ is multiplied by
+        ``lam > 0`` or ``max_violation``, attribute mode, ``batch_size="auto"``) η_θ is multiplied by
         0.4 every quarter of the epochs (``pfair.settings.PRIVATE_DECAY``, ``PRIVATE_DECAY_PERIODS``;
         before the stretch multiplies the period with the epochs), so that the last iterates, which
         carry the noise of each step, move at about a sixteenth of the step and the returned model jitters less
@@ -170,12 +171,12 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         ``epsilon`` is set ``"adaptive"`` (below) or 0.25 where that does not apply, no clipping in a
         non-private fit; None: no clipping (refused when
         private, where the sensitivity needs a clip norm). ``"adaptive"`` (what ``"auto"`` means for the default
-        private run: ``protect="attribute"``, ``mode="standard"``, ``batch_size="auto"``, no
-        ``max_violation``): each round clips to the 0.9-quantile
+        private run: ``protect="attribute"``, ``mode="standard"``, ``batch_size="auto"``, a fixed
+        ``lam`` or a ``max_violation``): each round clips to the 0.9-quantile
         C_t of its batch's s-free scales S_i (the mean of ‖b_i‖ over the groups under the released
         proportions) and scales the noise with it, ``σ_θ = z √P · 2 C_t / m``: the same z and ε as a
         fixed clip, since C_t reads x, y, θ, W and the released p_s only (docs/privacy.md, "An
-        adaptive clip norm"). A batch you set, a fairness target, record mode, the hybrid modes and
+        adaptive clip norm"). A batch you set, record mode, the hybrid modes and
         ``calibration="paper"`` take 0.25.
     clip_loss, clip_w : per-record clip norms of the loss gradient and of ∇_W ψ_i, used only with
         ``protect="record"``; ``"auto"``: 1.0 and 2.0 when private, no clipping otherwise.

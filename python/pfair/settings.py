@@ -57,7 +57,7 @@ AUTO_RUN_BATCH = 1024
 #: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
-#: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, no fairness target, λ > 0):
+#: ``"auto"`` for the default private run (attribute mode, ``batch_size="auto"``, λ > 0 or a fairness target):
 #: η_θ times 0.4 every ``epochs / PRIVATE_DECAY_PERIODS`` epochs (before the stretch multiplies the
 #: period by k). Its last quarter takes about a sixteenth of the first step, and carries that much
 #: less of each round's noise, so the model a fit returns jitters less on small held-out sets
@@ -70,15 +70,6 @@ AUTO_BATCH_NONPRIVATE = 256
 #: ``batch_size="auto"`` with ``protect="record"`` (private), where a hidden batch amplifies privacy
 #: and a small one amplifies more (best of 256/1024/4096 on the Adult and Credit Card validation splits).
 AUTO_BATCH_RECORD = 256
-#: ``batch_size="auto"`` of a private fit with a fairness target (attribute mode), with the step
-#: multiplied by :data:`TARGET_STEP_FACTOR`: a target ends at a larger λ than the defaults protocol
-#: scores, and the scaled θ step divides η_θ by max(1, λ). Chosen on validation splits by
-#: ``docs/optimisation/target_defaults.py`` with ``theta_step="scaled"`` (batch 1024 and step 2.0:
-#: mean score 0.871, against 0.892 for the former 2048 and 1.0 and 0.884 for 1024 and 0.5).
-AUTO_BATCH_TARGET = 1024
-#: ``lr_theta`` of a private fit with a fairness target and ``batch_size="auto"`` is ``lr_theta``
-#: times this (the default 0.5 becomes 2.0; see :data:`AUTO_BATCH_TARGET`).
-TARGET_STEP_FACTOR = 4.0
 #: DeepSteFFLe's defaults where they differ from SteFFLe's (docs/deep.md, "Defaults"; chosen on
 #: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
 #: :func:`deep_batch_size` and :func:`deep_lr_theta`.
@@ -339,11 +330,11 @@ def check_validation(p: dict) -> None:
 def default_private_run(st: Any) -> bool:
     """Whether settings ``st`` (sampling and calibration resolved) are the default private run the
     ``"auto"`` clip and decay were chosen for: private, attribute mode, ``mode="standard"``,
-    ``batch_size="auto"``, batches drawn from the silos, no fairness target, any calibration but
-    the paper's."""
+    ``batch_size="auto"``, batches drawn from the silos, any calibration but the paper's; with a
+    fixed λ or a fairness target (docs/optimisation.md, "A fairness target's run")."""
     return (st.epsilon is not None and st.protect == "attribute" and st.mode == "standard"
             and st.calibration != "paper" and isinstance(st.batch_size, str) and st.batch_size == "auto"
-            and st.sampling != "full_batch" and st.max_violation is None)
+            and st.sampling != "full_batch")
 
 
 def auto_decay(st: Any) -> tuple[float, int]:
@@ -360,11 +351,10 @@ def auto_clip(name: str, st: Any) -> float | str | None:
     """What ``"auto"`` means for the clip norm ``name`` of settings ``st`` (sampling and calibration
     resolved): no clipping without privacy; for ``clip``, ``"adaptive"`` (a norm per round from the
     batch: docs/optimisation.md, "An adaptive clip norm") where it was chosen, the default private run
-    of attribute mode (``mode="standard"``, ``batch_size="auto"``, batches drawn from the silos, no
-    fairness target, any calibration but the paper's); otherwise the fixed norm of
+    of attribute mode (``mode="standard"``, ``batch_size="auto"``, batches drawn from the silos, a
+    fixed λ or a fairness target, any calibration but the paper's); otherwise the fixed norm of
     :data:`PRIVATE_CLIPS`, which a batch the user sets (at batch 256 on Adult the adaptive clip's
-    noise costs more than its bias saves), a fairness target (its batch and step were chosen with
-    0.25), record mode and the hybrid modes keep."""
+    noise costs more than its bias saves), record mode and the hybrid modes keep."""
     if st.epsilon is None:
         return None
     if name == "clip" and default_private_run(st):
@@ -570,29 +560,21 @@ class SteFFLeSettings:
     @property
     def auto_batch(self) -> int:
         """The cap ``batch_size="auto"`` takes: ``AUTO_BATCH_PRIVATE`` when the rounds carry noise
-        (``AUTO_BATCH_RECORD`` with ``protect="record"``, ``AUTO_BATCH_TARGET`` with a fairness
-        target), ``AUTO_BATCH_NONPRIVATE`` when they do not. Every input (ε, λ, the fairness target,
-        the mode) is a public setting."""
+        (``AUTO_BATCH_RECORD`` with ``protect="record"``), ``AUTO_BATCH_NONPRIVATE`` when they do
+        not. Every input (ε, λ, the fairness target, the mode) is a public setting."""
         if not self.noisy_rounds:
             return AUTO_BATCH_NONPRIVATE
         if self.protect == "record":
             return AUTO_BATCH_RECORD
-        return AUTO_BATCH_TARGET if self.noisy_target else AUTO_BATCH_PRIVATE
-
-    @property
-    def noisy_target(self) -> bool:
-        """A private fit with a fairness target whose rounds carry noise (attribute mode): the one
-        whose ``batch_size="auto"`` also multiplies ``lr_theta`` by :data:`TARGET_STEP_FACTOR`."""
-        return self.noisy_rounds and self.protect != "record" and self.max_violation is not None
+        return AUTO_BATCH_PRIVATE
 
     @property
     def stretches_run(self) -> bool:
         """Whether ``batch_size="auto"`` also stretches the run to the batch it picks
-        (:meth:`for_sizes`): noisy rounds in attribute mode (a private fit with λ > 0), batches drawn
-        from the silos (not ``sampling="full_batch"``), no fairness target (its batch and step have
-        their own rule, :data:`AUTO_BATCH_TARGET`). Every input is a public setting."""
-        return (self.noisy_rounds and self.protect == "attribute" and self.sampling != "full_batch"
-                and self.max_violation is None)
+        (:meth:`for_sizes`): noisy rounds in attribute mode (a private fit with λ > 0 or a fairness
+        target), batches drawn from the silos (not ``sampling="full_batch"``). Every input is a
+        public setting."""
+        return self.noisy_rounds and self.protect == "attribute" and self.sampling != "full_batch"
 
     def stretch(self, batch: int) -> float:
         """``k``, the factor ``batch_size="auto"`` multiplies ``lr_theta``, ``epochs`` and
@@ -619,17 +601,14 @@ class SteFFLeSettings:
     def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
         ``m = min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per
-        epoch), so the batch size stays a public setting. Two rules change other settings with it:
-
-        * a private fairness target's multiplies ``lr_theta`` by :data:`TARGET_STEP_FACTOR` (the
-          step the protocol chose it with);
-        * a private attribute-mode fit that sends ψ (:attr:`stretches_run`) multiplies
-          ``lr_theta``, ``epochs`` and ``decay_every`` by ``k = max(1, m / AUTO_RUN_BATCH)``
-          (epochs and decay rounded up): the run has the rounds of ``epochs`` passes at a batch of
-          :data:`AUTO_RUN_BATCH`, each averaging k times the records with k times the step. Shuffled
-          epochs are accounted as √E/z-GDP, so z grows as √E while the noise on a batch mean falls
-          as 1/m: over the run the noise on θ's path relative to its drift falls as 1/√k at the
-          same ε (docs/optimisation.md, "A private fit's run length").
+        epoch), so the batch size stays a public setting. One rule changes other settings with it:
+        a private attribute-mode fit that sends ψ (:attr:`stretches_run`: a fixed λ > 0 or a
+        fairness target) multiplies ``lr_theta``, ``epochs`` and ``decay_every`` by
+        ``k = max(1, m / AUTO_RUN_BATCH)`` (epochs and decay rounded up): the run has the rounds of
+        ``epochs`` passes at a batch of :data:`AUTO_RUN_BATCH`, each averaging k times the records
+        with k times the step. Shuffled epochs are accounted as √E/z-GDP, so z grows as √E while the
+        noise on a batch mean falls as 1/m: over the run the noise on θ's path relative to its drift
+        falls as 1/√k at the same ε (docs/optimisation.md, "A private fit's run length").
 
         Other settings are returned as they are."""
         if self.batch_size != "auto":
@@ -637,8 +616,6 @@ class SteFFLeSettings:
         cap = self.auto_batch
         smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
         batch = max(1, min(cap, smallest))
-        if self.noisy_target:
-            return replace(self, batch_size=batch, lr_theta=self.lr_theta * TARGET_STEP_FACTOR)
         k = self.stretch(batch)
         if k == 1.0:
             return replace(self, batch_size=batch)
