@@ -443,6 +443,11 @@ def test_a_run_config_naming_a_deep_model_takes_the_deep_defaults():
 
     assert (linear.lr_decay, linear.decay_every) == (PRIVATE_DECAY, 5)
     assert (deep.lr_decay, deep.decay_every) == AUTO_DECAY
+    # A deployed fairness target resolves as a fixed λ does: the same batch, step, clip and decay.
+    target = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "max_violation": 0.05}), "model": ""})
+    assert target.max_violation == 0.05
+    assert ((target.batch_size, target.lr_theta, target.epochs, target.clip, target.lr_decay, target.decay_every)
+            == (linear.batch_size, linear.lr_theta, linear.epochs, linear.clip, linear.lr_decay, linear.decay_every))
     record = settings_from_run_config({"settings": json.dumps({"epsilon": 2.0, "protect": "record"}), "model": ""})
     assert (record.batch_size, record.epochs) == (AUTO_BATCH_RECORD, d.epochs)
     # A stated batch keeps the step rule (in proportion to the batch); stated settings are kept.
