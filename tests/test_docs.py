@@ -131,8 +131,11 @@ def _blocks_from_logs() -> list[tuple[str, str, str, str]]:
             for m in FROM_LOG.finditer(page.read_text())]
 
 
-@pytest.mark.parametrize("page, name, source, body", _blocks_from_logs(),
-                         ids=[f"{p}:{n}" for p, n, _, _ in _blocks_from_logs()])
+BLOCKS_FROM_LOGS = _blocks_from_logs()
+
+
+@pytest.mark.parametrize("page, name, source, body", BLOCKS_FROM_LOGS,
+                         ids=[f"{p}:{n}" for p, n, _, _ in BLOCKS_FROM_LOGS])
 def test_a_table_pasted_from_a_printout_quotes_only_that_printout(page, name, source, body):
     """A block that says it comes from a script's printout (``<!-- from docs/…_log.txt -->``)
     quotes it: each line of it (a table's header aside) is a line of the printout, or its figures
