@@ -156,6 +156,16 @@ def test_a_table_pasted_from_a_printout_quotes_only_that_printout(page, name, so
             f"{page}, block {name}: a line that is not in {source} (regenerate it): {row}"
 
 
+@pytest.mark.parametrize("script", ["docs/optimisation/target_acceptance.py", "docs/optimisation/target_dual_step.py"])
+def test_a_target_printout_is_what_its_runs_give(script):
+    """The fairness target's acceptance and its dual-step comparison print, from the runs' CSVs
+    beside them (``--tables-only``), exactly the printout the page quotes."""
+    from support import script_output
+
+    log = (ROOT / script.replace(".py", "_log.txt")).read_text()
+    assert script_output(script, "--tables-only") == log
+
+
 #: The figures docs/start_here.md quotes from its trade-off run, in the order of the page's
 #: "about X": (epsilon, lam, column) of docs/figures/start_here_tradeoff.csv.
 START_HERE_QUOTES = [("1.0", 0.0, "demographic_parity_difference"), ("1.0", 2.0, "demographic_parity_difference"),

@@ -365,6 +365,31 @@ def test_a_target_returns_the_most_accurate_model_that_meets_it_with_its_noise_t
     assert f.epoch == 1 and "max_violation=0.01 was not met" in why and "fairest such model" in why
 
 
+def test_a_missed_target_says_how_lambda_and_the_violation_moved_and_what_to_try():
+    """The warning of a missed target reads the λ path: from the checkpoint half-way to the last,
+    λ and the released violation (a λ still rising wants a longer run or a larger lam_lr; a
+    violation that levelled off while λ rose, a target the ψ-term does not reach), and its fixes
+    are the target's, not the guard's ("a smaller lam" means nothing with max_violation)."""
+    from pfair.settings import SteFFLeSettings
+    from pfair.validation import warn_selection
+
+    sel = Selector(target=0.02)
+    offer(sel, [fig(e, 0.20 + 0.01 * e, violation=0.30 - 0.02 * e, lam=3.0 * e) for e in range(6)])
+    _, why = sel.choose()
+    assert "was not met" in why and "λ reached at most 15" in why
+    assert "after epoch 3 to the last (epoch 6) λ went from 6 to 15" in why
+    assert "released violation from 0.2600 to 0.2000" in why
+    st = SteFFLeSettings(max_violation=0.02, lam=1.0, epsilon=None)
+    with pytest.warns(ConvergenceWarning) as caught:
+        warn_selection(why, st)
+    text = str(caught[0].message)
+    assert "larger lam_lr if λ was still rising" in text and "PrivateThresholdOptimizer" in text
+    assert "a smaller lam" not in text and "larger epsilon" not in text
+    with pytest.warns(ConvergenceWarning) as caught:
+        warn_selection(why, SteFFLeSettings(max_violation=0.02, epsilon=1.0))
+    assert "a larger epsilon or batch_size" in str(caught[0].message)
+
+
 def test_selector_keeps_a_few_models_not_one_per_checkpoint():
     sel = Selector(target=0.05)
     offer(sel, [fig(e, 0.2 + 0.001 * e, violation=0.1) for e in range(200)])

@@ -419,6 +419,17 @@ class Selector:
         if kept is None or key(model[0]) < key(kept[0]):
             self._kept[name] = model
 
+    def _target_path(self) -> str:
+        """How λ and the released violation moved over the second half of a target's checkpoints
+        (for the warning of a missed target: a λ still rising at the end wants more epochs, a
+        violation that levelled off while λ rose a target beyond the fairness term's reach)."""
+        figs = [f for f in self.figures if f.lam is not None and f.violation is not None]
+        if len(figs) < 2:
+            return ""
+        a, b = figs[(len(figs) - 1) // 2], figs[-1]
+        return (f"; from the checkpoint after epoch {a.epoch + 1} to the last (epoch {b.epoch + 1}) λ went from "
+                f"{a.lam:.3g} to {b.lam:.3g} and the released violation from {a.violation:.4f} to {b.violation:.4f}")
+
     def choose(self) -> tuple[tuple | None, str | None]:
         """``((figures, θ, W), warning)``: the model to return and why it is not simply the last
         one's, or what could not be checked (None when it is the last and clearly better than the
@@ -483,6 +494,7 @@ class Selector:
                           f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")
         lams = [f.lam for f in self.figures if f.lam is not None]
         reached = f"; λ reached at most {max(lams):.3g}" if lams else ""
+        path = self._target_path()
         # Clearly better first (meeting the target, else the fairest), then within noise of the constant.
         if "meets_ok" in kept:
             return kept["meets_ok"], None
@@ -498,7 +510,7 @@ class Selector:
             return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "
                           f"the constant predictor{reached}; returned the fairest such model (after epoch "
                           f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
-                          f"{_fig(best[0])}){noisy}")
+                          f"{_fig(best[0])}){noisy}{path}")
         best = kept["accurate"]
         return best, (f"no model of this fit is clearly better than the constant predictor: the best validation error "
                       f"was {_fig(best[0])}, and every checkpoint is shown no better at the {GUARD_ALPHA:.0%} level; "
@@ -602,8 +614,16 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
     if "drives the model to predicting one class" in message or "returned the constant predictor" in message:
         warnings.warn(message, NotBetterThanConstantWarning, stacklevel=stacklevel)
         return
-    fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation further "
-             "from 0) if fairness pushed it to the constant"]
+    if message.startswith("max_violation="):
+        # A missed target (the most accurate of the fairest models returned): what the λ path says.
+        fixes = ["more epochs or a larger lam_lr if λ was still rising at the end", "if the violation levelled "
+                 "off while λ rose, a target the fairness term does not reach on these data: it makes the "
+                 "predicted probabilities independent of s, not the decisions taken at the larger probability "
+                 "(docs/optimisation.md, \"A fairness target's acceptance\"); where s may be used when deciding, "
+                 "pfair.PrivateThresholdOptimizer post-processes a model's scores to such targets"]
+    else:
+        fixes = ["more epochs or a larger lr_theta if the model barely moved", "a smaller lam (or max_violation "
+                 "further from 0) if fairness pushed it to the constant"]
     if st.private:
         fixes.append("a larger epsilon or batch_size if the noise swamps the updates")
     warnings.warn(f"{message}. Try {'; '.join(fixes)} (the figures of every checkpoint are in checkpoints_)",
