@@ -615,7 +615,7 @@ def warn_selection(message: str, settings: Any, stacklevel: int = 4) -> None:
         warnings.warn(message, NotBetterThanConstantWarning, stacklevel=stacklevel)
         return
     if message.startswith("max_violation="):
-        # A missed target (the most accurate of the fairest models returned): what the λ path says.
+        # A missed target (the fairest checkpoint not shown worse was returned): what its λ path says.
         fixes = ["more epochs or a larger lam_lr if λ was still rising at the end", "if the violation levelled "
                  "off while λ rose, a target the fairness term does not reach on these data: it makes the "
                  "predicted probabilities independent of s, not the decisions taken at the larger probability "
