@@ -187,6 +187,32 @@ def test_collapse_check_gives_the_same_counts_with_and_without_the_gathered_samp
     assert 0 < got[0] < got.sum()
 
 
+def test_a_targets_collapse_and_divergence_name_the_lambda_its_controller_set():
+    """With ``max_violation`` the fit's ``lam`` (1 by default) is not what trained: the warnings
+    name the λ of the epoch the collapse began (and the largest λ of the fit), and the fixes that
+    lower it (a larger target, a smaller dual step), not "a smaller lam"."""
+    from pfair.protocol import convergence
+
+    silos = [np.random.default_rng(0).normal(size=(400, 4))]
+    mon = convergence.ConvergenceMonitor(n_classes=2, lam=1.0, lr_w_text="lr_theta = 0.5", silo_features=silos,
+                                         target=0.05)
+    varied, constant = np.array([1.0, 0, 0, 0, 0]), np.array([0.0, 0, 0, 0, 40])  # intercept last
+    for epoch, (theta, lam) in enumerate([(varied, 0.0), (varied, 19.0), (varied, 38.0), (constant, 28.5),
+                                          (constant, 14.25)], 1):
+        mon.after_epoch(epoch, theta, np.zeros(4), 0.5, lam=lam)
+    with pytest.warns(ConvergenceWarning) as caught:
+        mon.finish(None)
+    text = str(caught[0].message)
+    assert "from epoch 4 on" in text and "λ = 28.5 (set by max_violation=0.05's controller, at most 38" in text
+    assert "a larger max_violation or a smaller lam_lr" in text and "lam = 1" not in text
+    fixed = convergence.ConvergenceMonitor(n_classes=2, lam=8.0, lr_w_text="", silo_features=silos)
+    fixed.after_epoch(1, constant, np.zeros(4), 0.5)
+    with pytest.warns(ConvergenceWarning, match=r"lam = 8 may be past .* try a smaller lam or lr_theta"):
+        fixed.finish(None)
+    with pytest.warns(ConvergenceWarning, match=r"λ = 60 \(set by max_violation=0.05's controller.*smaller lam_lr\)"):
+        mon.after_epoch(6, np.full(5, 1e4), np.zeros(4), 0.5, lam=60.0)
+
+
 def test_the_simulation_counts_its_collapse_sample_in_rust_as_python_would():
     """``SiloSet.predict_counts`` (what the simulation's collapse check calls) reads the same
     rows as ``Silo.strided_X`` and predicts the same classes: silos of row lists and of

@@ -123,7 +123,7 @@ class RemoteSilos:
 def monitor_for(settings: SteFFLeSettings, n_classes: int, **kw: Any) -> ConvergenceMonitor:
     """The run's divergence and collapse monitor (:mod:`pfair.protocol.convergence`)."""
     st = settings
-    return ConvergenceMonitor(n_classes=n_classes, lam=float(st.lam),
+    return ConvergenceMonitor(n_classes=n_classes, lam=float(st.lam), target=st.max_violation,
                               lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
                               **kw)
 

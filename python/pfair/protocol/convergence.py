@@ -94,6 +94,9 @@ class ConvergenceMonitor:
     n_classes: int
     lam: float
     lr_w_text: str
+    #: ``max_violation`` when λ is a fairness target's (then the warnings name the λ the controller
+    #: had set, and its fixes), else None.
+    target: float | None = None
     silo_features: Sequence[Any] | None = None
     counts: Callable[[np.ndarray, int], np.ndarray] | None = field(default=None, repr=False)
     diverged: bool = False
@@ -101,23 +104,41 @@ class ConvergenceMonitor:
     collapse_info: dict = field(default_factory=dict)
     last_norm: float = 0.0
     ever_varied: bool = False
+    #: The largest λ of the epochs checked so far (a target's controller moves it).
+    lam_seen: float = 0.0
+    #: λ of the epoch the current collapse began (None: no collapse).
+    collapse_lam: float | None = None
     #: All silos' sampled rows, gathered on the first check (False: too large to keep).
     _sample: Any = field(default=None, repr=False)
     #: Records in the whole sample (known after the first check).
     _sample_total: int | None = field(default=None, repr=False)
 
+    def _lam_text(self, lam: float) -> str:
+        """The λ of a warning: the fixed ``lam``, or the one a fairness target's controller set."""
+        if self.target is None:
+            return f"lam = {lam:g}"
+        return (f"λ = {lam:.3g} (set by max_violation={self.target:g}'s controller, at most {self.lam_seen:.3g} "
+                "in this fit)")
+
+    def _lam_fix(self) -> str:
+        """What lowers λ: ``lam`` itself, or a fairness target's settings."""
+        return "λ (a larger max_violation or a smaller lam_lr)" if self.target is not None else "lam"
+
     def after_epoch(self, epoch: int, theta: np.ndarray, w: np.ndarray, lr_theta: float,
-                    norm: float | None = None) -> None:
-        """Check θ after epoch ``epoch`` (1-based) and warn on divergence (``norm``: ‖θ‖ when the
-        caller has it, else computed here)."""
+                    norm: float | None = None, lam: float | None = None) -> None:
+        """Check θ after epoch ``epoch`` (1-based), trained at ``lam`` (default: the fit's ``lam``),
+        and warn on divergence (``norm``: ‖θ‖ when the caller has it, else computed here)."""
+        lam = self.lam if lam is None else float(lam)
+        self.lam_seen = max(self.lam_seen, lam)
         norm = float(np.linalg.norm(theta)) if norm is None else float(norm)
         if not self.diverged and (norm >= DIVERGED_NORM or (self.last_norm > 0 and norm > GROWTH * max(self.last_norm, 10.0))):
             self.diverged = True
             warnings.warn(
                 f"training diverged at epoch {epoch}: ‖θ‖ = {norm:.4g} (was {self.last_norm:.4g} the epoch before), "
-                f"‖W‖ = {float(np.linalg.norm(w)):.4g}, lr_theta = {lr_theta:g}, lam = {self.lam:g}. The θ step "
+                f"‖W‖ = {float(np.linalg.norm(w)):.4g}, lr_theta = {lr_theta:g}, {self._lam_text(lam)}. The θ step "
                 "scales with lr_theta·(1 + lam·‖∇ψ‖) and with the features' scale: standardise the features (mean 0, "
-                "std 1: make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta or lam",
+                f"std 1: make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta or "
+                f"{self._lam_fix()}",
                 ConvergenceWarning, stacklevel=4,
             )
         self.last_norm = norm
@@ -129,7 +150,7 @@ class ConvergenceMonitor:
         share = max(counts) / total if total else 0.0
         if share >= COLLAPSE_SHARE:
             if self.collapse_since is None:
-                self.collapse_since = epoch
+                self.collapse_since, self.collapse_lam = epoch, lam
             self.collapse_info = dict(epoch=epoch, share=share, cls=counts.index(max(counts)), theta_norm=norm,
                                       w_norm=float(np.linalg.norm(w)), records=total)
         else:
@@ -177,8 +198,9 @@ class ConvergenceMonitor:
             + (f" (at the radius w_radius = {w_radius:g})" if at_radius else "")
             + (". It never predicted more than one class in this fit: it may be under-trained (more epochs or a "
                "larger lr_theta)" if not self.ever_varied else "")
-            + f". lam = {self.lam:g} may be past what the data allow, or the steps are too large "
-            f"({self.lr_w_text}); try a smaller lam or lr_theta"
+            + f". {self._lam_text(self.collapse_lam if self.collapse_lam is not None else self.lam)} may be past "
+            f"what the data allow, or the steps are too large ({self.lr_w_text}); try a smaller {self._lam_fix()} "
+            "or lr_theta"
             + (" or w_step='normalised' (the paper's W step λ·lr_w oscillates once λ·lr_w·E[F] > 1)"
                if "'paper'" in self.lr_w_text else ""),
             ConvergenceWarning, stacklevel=4,
