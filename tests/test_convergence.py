@@ -213,6 +213,27 @@ def test_a_targets_collapse_and_divergence_name_the_lambda_its_controller_set():
         mon.after_epoch(6, np.full(5, 1e4), np.zeros(4), 0.5, lam=60.0)
 
 
+def test_the_collapse_warning_reads_w_radius_per_block():
+    """``w_radius`` bounds each block of W (one per label under equalized odds): W of two blocks
+    of norm 1.9 (‖W‖ 2.69) is not at a radius of 2, W with one block of norm 2 is."""
+    from pfair.protocol import convergence
+
+    silos = [np.random.default_rng(0).normal(size=(400, 4))]
+    constant = np.array([0.0, 0, 0, 0, 40])
+
+    def message(w):
+        mon = convergence.ConvergenceMonitor(n_classes=2, lam=1.0, lr_w_text="", silo_features=silos, w_blocks=2)
+        mon.after_epoch(1, constant, w, 0.5)
+        with pytest.warns(ConvergenceWarning) as caught:
+            mon.finish(2.0)
+        return str(caught[0].message)
+
+    inside = message(np.array([1.9, 0.0, 0.0, 1.9]))
+    assert "‖W‖ = 2.687" in inside and "radius" not in inside
+    assert "a block of W at the radius w_radius = 2, which bounds each of its 2 blocks" in message(
+        np.array([1.2, 1.6, 0.3, 0.0]))
+
+
 def test_the_simulation_counts_its_collapse_sample_in_rust_as_python_would():
     """``SiloSet.predict_counts`` (what the simulation's collapse check calls) reads the same
     rows as ``Silo.strided_X`` and predicts the same classes: silos of row lists and of

@@ -124,6 +124,7 @@ def monitor_for(settings: SteFFLeSettings, n_classes: int, **kw: Any) -> Converg
     """The run's divergence and collapse monitor (:mod:`pfair.protocol.convergence`)."""
     st = settings
     return ConvergenceMonitor(n_classes=n_classes, lam=float(st.lam), target=st.max_violation,
+                              w_blocks=st.notion.n_blocks(n_classes),
                               lr_w_text=f"lr_theta = {st.lr_theta:g}, lr_w = {st.lr_w:g}, w_step = {st.w_step!r}",
                               **kw)
 

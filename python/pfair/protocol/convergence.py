@@ -94,6 +94,8 @@ class ConvergenceMonitor:
     n_classes: int
     lam: float
     lr_w_text: str
+    #: W's blocks (the fairness notion's; ``w_radius`` bounds each block's norm, not W's).
+    w_blocks: int = 1
     #: ``max_violation`` when λ is a fairness target's (then the warnings name the λ the controller
     #: had set, and its fixes), else None.
     target: float | None = None
@@ -152,10 +154,18 @@ class ConvergenceMonitor:
             if self.collapse_since is None:
                 self.collapse_since, self.collapse_lam = epoch, lam
             self.collapse_info = dict(epoch=epoch, share=share, cls=counts.index(max(counts)), theta_norm=norm,
-                                      w_norm=float(np.linalg.norm(w)), records=total)
+                                      w_norm=float(np.linalg.norm(w)), w_block_norm=self._largest_block_norm(w),
+                                      records=total)
         else:
             self.collapse_since, self.collapse_info = None, {}
             self.ever_varied = True
+
+    def _largest_block_norm(self, w: np.ndarray) -> float:
+        """The largest norm of W's blocks (W's norm when it does not split into ``w_blocks``)."""
+        flat = np.asarray(w, dtype=np.float64).ravel()
+        if self.w_blocks > 1 and flat.size % self.w_blocks == 0:
+            return float(np.linalg.norm(flat.reshape(self.w_blocks, -1), axis=1).max())
+        return float(np.linalg.norm(flat))
 
     def _collapse_counts(self, theta: np.ndarray, per_silo: int) -> list[int] | None:
         """The whole sample's counts per class (Python integers: a few of them, where NumPy's
@@ -190,12 +200,14 @@ class ConvergenceMonitor:
         if self.collapse_since is None:
             return
         c = self.collapse_info
-        at_radius = w_radius is not None and c["w_norm"] >= 0.999 * w_radius
+        at_radius = w_radius is not None and c["w_block_norm"] >= 0.999 * w_radius
         warnings.warn(
             f"training collapsed to a constant predictor from epoch {self.collapse_since} on: the model predicts "
             f"class index {c['cls']} for {100 * c['share']:.2f}% of {c['records']} of the silos' records (a silo-local "
             f"check; nothing of it was sent), ‖θ‖ = {c['theta_norm']:.4g}, ‖W‖ = {c['w_norm']:.4g}"
-            + (f" (at the radius w_radius = {w_radius:g})" if at_radius else "")
+            + ((f" (at the radius w_radius = {w_radius:g})" if self.w_blocks == 1 else
+                f" (a block of W at the radius w_radius = {w_radius:g}, which bounds each of its {self.w_blocks} "
+                "blocks)") if at_radius else "")
             + (". It never predicted more than one class in this fit: it may be under-trained (more epochs or a "
                "larger lr_theta)" if not self.ever_varied else "")
             + f". {self._lam_text(self.collapse_lam if self.collapse_lam is not None else self.lam)} may be past "
