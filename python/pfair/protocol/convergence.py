@@ -122,7 +122,7 @@ class ConvergenceMonitor:
         return (f"λ = {lam:.3g} (set by max_violation={self.target:g}'s controller, at most {self.lam_seen:.3g} "
                 "in this fit)")
 
-    def _lam_fix(self) -> str:
+    def lam_fix(self) -> str:
         """What lowers λ: ``lam`` itself, or a fairness target's settings."""
         return "λ (a larger max_violation or a smaller lam_lr)" if self.target is not None else "lam"
 
@@ -140,7 +140,7 @@ class ConvergenceMonitor:
                 f"‖W‖ = {float(np.linalg.norm(w)):.4g}, lr_theta = {lr_theta:g}, {self._lam_text(lam)}. The θ step "
                 "scales with lr_theta·(1 + lam·‖∇ψ‖) and with the features' scale: standardise the features (mean 0, "
                 f"std 1: make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta or "
-                f"{self._lam_fix()}",
+                f"{self.lam_fix()}",
                 ConvergenceWarning, stacklevel=4,
             )
         self.last_norm = norm
@@ -211,7 +211,7 @@ class ConvergenceMonitor:
             + (". It never predicted more than one class in this fit: it may be under-trained (more epochs or a "
                "larger lr_theta)" if not self.ever_varied else "")
             + f". {self._lam_text(self.collapse_lam if self.collapse_lam is not None else self.lam)} may be past "
-            f"what the data allow, or the steps are too large ({self.lr_w_text}); try a smaller {self._lam_fix()} "
+            f"what the data allow, or the steps are too large ({self.lr_w_text}); try a smaller {self.lam_fix()} "
             "or lr_theta"
             + (" or w_step='normalised' (the paper's W step λ·lr_w oscillates once λ·lr_w·E[F] > 1)"
                if "'paper'" in self.lr_w_text else ""),

@@ -197,7 +197,7 @@ class Driver:
                 raise FloatingPointError(
                     f"training diverged at epoch {epoch + 1}: standardise the features (mean 0, std 1: "
                     f"make_pipeline(StandardScaler(), SteFFLe(...))) if they are not, else lower lr_theta (now "
-                    f"{lr:g}) or lam, or clip harder")
+                    f"{lr:g}) or {self.monitor.lam_fix()}, or clip harder")
             self.monitor.after_epoch(epoch + 1, theta, w, lr, norm=theta_norm, lam=float(server.lam))
             info = {"epoch": epoch + 1, "lr_theta": lr}
             if out.answered is not None:
