@@ -200,8 +200,18 @@ def test_private_post_processing_over_a_loopback_deployment(tmp_path):
         done = dep.run_app(app, rc, timeout=240)
         assert out.exists(), f"exit {done.returncode}: " + dep.log("flwr-run")[-4000:]
     res = json.loads(out.read_text())
-    assert res["status"] == "completed" and not res["events"]
+    # The only event: these small silos' table resolves their groups' rates more coarsely than 0.05 (said)
+    assert res["status"] == "completed" and [e["event"] for e in res["events"]] == ["target_beyond_resolution"]
+    assert res["events"][0]["resolution"] == res["resolution_released"] > 0.05
     assert all(row["answered"] for row in res["silos"])
     assert all(0.99 <= row["ledger"]["epsilon_spent"] <= 1.0 for row in res["silos"])
     assert res["violation_released"] <= 0.05 + 1e-9 and res["error_released"] < res["constant_error_released"]
     assert np.asarray(res["q"]).shape == (2, EDGES.size + 1)
+    # The pooled table's resolution, as PrivateThresholdOptimizer.resolution_ reads it from the same counts and noise
+    from pfair.postprocessing import rate_resolution
+    from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY
+
+    sigma = np.sqrt(sum((row["noise_multiplier"] * SCORE_HISTOGRAM_SENSITIVITY) ** 2 for row in res["silos"]))
+    assert res["resolution_released"] == pytest.approx(rate_resolution(np.asarray(res["pooled"]), "demographic_parity",
+                                                                       sigma)[0], rel=1e-12)
+    assert res["events"][0]["max_violation"] == 0.05

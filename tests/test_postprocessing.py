@@ -14,7 +14,7 @@ from scipy.stats import norm
 
 import pfair
 from pfair import metrics
-from pfair.exceptions import NotBetterThanConstantWarning, PrivacyBudgetExceeded, PrivacyWarning
+from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning, PrivacyBudgetExceeded, PrivacyWarning
 from pfair.postprocessing import PrivateThresholdOptimizer, choose_thresholds, estimated_violation
 from pfair.privacy.ledger import PrivacyLedger
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, score_bins, score_counts
@@ -283,6 +283,35 @@ def test_a_rule_no_better_than_the_constant_predictor_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error", NotBetterThanConstantWarning)
         assert PrivateThresholdOptimizer(epsilon=1.0).fit(Xg, yg, sensitive_features=sg).beats_constant_
+
+
+def test_a_table_too_coarse_for_the_target_is_warned_with_its_resolution():
+    """A group of about 90 records at ε = 1: its rate on the released table moves by about
+    σ·√bins / 90, far more than max_violation = 0.05, so the rule's target holds on the noisy table
+    only: warned, with resolution_ (the figure the warning names). Groups of about 10,000 records
+    resolve 0.05 and are not warned; without noise resolution_ is 0."""
+    from pfair.postprocessing import rate_resolution
+
+    X, y, s, _ = toy_data(n=3000, seed=2, minority=0.03)
+    with pytest.warns(ConvergenceWarning, match=r"resolve the smallest group's rate only to about ±"):
+        m = PrivateThresholdOptimizer(epsilon=1.0, max_violation=0.05, noise_seed=0).fit(X, y, sensitive_features=s)
+    sigma = float(np.sqrt(np.sum(np.square(m.privacy_report_["sigma_counts"]))))
+    res, smallest = rate_resolution(m.released_counts_, "demographic_parity", sigma)
+    assert m.resolution_ == res > 0.1 and 60 < smallest < 250  # ~90 records, plus the clamped noise
+    assert res == pytest.approx(sigma * np.sqrt(m.released_counts_.shape[0]) / m.released_counts_[:, :, :].sum(axis=(0, 2)).min())
+    X, y, s, _ = toy_data(n=20000, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        big = PrivateThresholdOptimizer(epsilon=1.0, max_violation=0.05, noise_seed=0).fit(X, y, sensitive_features=s)
+    assert 0 < big.resolution_ < 0.02
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pfair.exceptions.NonPrivateFitWarning)
+        warnings.simplefilter("error", ConvergenceWarning)
+        exact = PrivateThresholdOptimizer(epsilon=None).fit(X, y, sensitive_features=s)
+    assert exact.resolution_ == 0.0
+    # equal opportunity reads the positives only: its smallest block is smaller, its resolution coarser
+    assert rate_resolution(big.released_counts_, "equal_opportunity", sigma) > rate_resolution(
+        big.released_counts_, "demographic_parity", sigma)
 
 
 @pytest.mark.slow

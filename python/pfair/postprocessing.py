@@ -57,7 +57,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from pfair._fit import warn_non_private
 from pfair._validation import _codes_among, as_features, as_vector, check_choice
-from pfair.exceptions import NotBetterThanConstantWarning, NotFittedError, PrivacyWarning
+from pfair.exceptions import ConvergenceWarning, NotBetterThanConstantWarning, NotFittedError, PrivacyWarning
 from pfair.federation import Federation
 from pfair.privacy.accountant import epsilon_for
 from pfair.privacy.ledger import PrivacyLedger
@@ -191,6 +191,30 @@ def tradeoff(counts: np.ndarray, *, constraints: str = "demographic_parity",
                          "constant_error": [r.constant_error for r in rules]})
 
 
+#: The smallest violation a released table is asked to tell apart: below it :func:`rate_resolution`
+#: is held to this instead of ``max_violation`` (0, the default, cannot be verified on any noisy table).
+RESOLUTION_FLOOR = 0.02
+
+
+def rate_resolution(counts: np.ndarray, constraints: str, sigma: float) -> tuple[float, int]:
+    """``(σ·√B / T, T)``: how far the released table's noise can move the constrained rate of its
+    smallest group. ``T`` is the smallest group's count (clamped at 0) in a block a constraint
+    reads (every record for demographic parity; the positives for equal opportunity; positives
+    and negatives for equalized odds), ``B`` the bins and ``σ`` the noise std of a pooled cell. A
+    rate is ``Σ_b q_b N_b / T`` over the group's B cells of the block, whose derivative in ``N_b`` is
+    ``(q_b − rate)/T``, at most 1/T in size: the noise moves it with a std of at most ``σ√B/T``
+    (to first order), and a rule chosen on the same noise can align with it. Post-processing of
+    the released table: public. ``(0, T)`` without noise."""
+    N = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    parts = {"demographic_parity": [N.sum(axis=2)], "equal_opportunity": [N[:, :, 1]]}.get(
+        constraints, [N[:, :, 1], N[:, :, 0]])
+    totals = [t for part in parts for t in part.sum(axis=0) if t > 0]
+    if not totals:
+        return 0.0, 0
+    smallest = float(min(totals))
+    return float(sigma) * math.sqrt(N.shape[0]) / smallest, int(round(smallest))
+
+
 def error_noise(sigmas: Sequence[float], n_cells: int, n: float) -> float:
     """Std bound of a rule's error estimated from the pooled noisy table: each of the ``n_cells``
     cells enters with a weight in [−1, 1] over ``n`` records, and the silos' noises add, so the
@@ -240,6 +264,9 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
     bin_edges_ : interior edges of the score bins
     released_counts_ : the pooled noisy (bins × groups × 2) table, clamped at 0 (what the server saw)
     rule_ : :class:`ThresholdRule` (``q`` per group and bin, estimated error and violation)
+    resolution_ : how far the released table's noise can move the smallest group's constrained
+        rate (:func:`rate_resolution`, 0 when non-private); warned when coarser than
+        ``max_violation`` (or 0.02): the target then holds on the noisy table only
     classes_, groups_ : label and group values
     ledgers_ : the silos' :class:`~pfair.privacy.PrivacyLedger`
     privacy_report_ : one row per silo: n_records, delta, noise_multiplier, sigma_counts (the noise
@@ -313,6 +340,7 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
 
         self.privacy_report_ = PrivacyReport(pd.DataFrame(rows).set_index("silo"))
         self._check_constant(pooled, [r["sigma_counts"] for r in rows])
+        self._check_resolution(pooled, [r["sigma_counts"] for r in rows])
         return self
 
     def _check_params(self) -> None:
@@ -409,6 +437,25 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                 "epsilon_spent": ledger.epsilon_spent(), "protect": self.protect,
                 "noise": f"reproducible (noise_seed={self.noise_seed})" if seeded else "secret",
                 "guarantee": "not covered: noise_seed is known" if seeded else "covered"}
+
+    def _check_resolution(self, pooled: np.ndarray, sigmas: list[float]) -> None:
+        """Set ``resolution_`` (:func:`rate_resolution`) and warn when it is coarser than the target
+        (``max_violation``, or :data:`RESOLUTION_FLOOR` below it): the rule meets the target on the
+        noisy table, and on the records it can miss it by about that much or more."""
+        sigma = math.sqrt(float(np.sum(np.square(sigmas))))
+        self.resolution_, smallest = rate_resolution(pooled, self.constraints, sigma)
+        bound = max(float(self.max_violation), RESOLUTION_FLOOR)
+        if self.resolution_ <= bound:
+            return
+        warnings.warn(
+            f"{type(self).__name__}: max_violation={float(self.max_violation):g} is enforced on released counts that "
+            f"resolve the smallest group's rate only to about ±{self.resolution_:.3f} (about {smallest} of its records "
+            f"in a block the {self.constraints} constraint reads, {pooled.shape[0]} bins, noise std "
+            f"{sigma:.3g} a pooled cell: σ·√bins / records, above {bound:g}). The rule meets the target on the noisy "
+            f"table (rule_.violation = {self.rule_.violation:.3f}); on the records its violation can exceed it by "
+            "about that much, and more where the rule was chosen on the same noise. Fix: merge small groups, fewer "
+            "bins, or a larger epsilon (resolution_ holds the figure; docs/postprocessing.md, \"What is supported\")",
+            ConvergenceWarning, stacklevel=3)
 
     def _check_constant(self, pooled: np.ndarray, sigmas: list[float]) -> None:
         """Warn when the chosen rule is not clearly more accurate than the constant predictor on the

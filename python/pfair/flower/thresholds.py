@@ -29,7 +29,7 @@ from pfair.fairness_target import implausible
 from pfair.flower import codec
 from pfair.flower.node import settings_from_run_config
 from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
-from pfair.postprocessing import choose_thresholds
+from pfair.postprocessing import RESOLUTION_FLOOR, choose_thresholds, rate_resolution
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -113,12 +113,19 @@ class ThresholdStrategy(SteFFLeStrategy):
             tables[silo], released[silo] = hist, meta
         rule, pooled = thresholds_from_histograms([tables[j] for j in sorted(tables)], constraints=self.constraints,
                                                   max_violation=self.max_violation)
+        # How far the pooled noise can move the smallest group's constrained rate (as
+        # PrivateThresholdOptimizer.resolution_; coarser than the target: it holds on the noisy table only).
+        sigma = math.sqrt(sum((float(released[j]["noise_multiplier"]) * SCORE_HISTOGRAM_SENSITIVITY) ** 2
+                              for j in tables))
+        resolution, _ = rate_resolution(pooled, self.constraints, sigma)
+        if resolution > max(self.max_violation, RESOLUTION_FLOOR):
+            self._note("target_beyond_resolution", resolution=resolution, max_violation=self.max_violation)
         reports = link.ledger_reports()
         return {
             "status": "completed", "theta": self.base_theta.tolist(), "edges": self.edges.tolist(),
             "q": rule.q.tolist(), "constraints": self.constraints, "max_violation": self.max_violation,
             "error_released": rule.error, "violation_released": rule.violation,
-            "constant_error_released": rule.constant_error, "pooled": pooled.tolist(),
+            "constant_error_released": rule.constant_error, "resolution_released": resolution, "pooled": pooled.tolist(),
             "silos": [{"silo": j, "n_records": self.sizes.get(j), "answered": j in tables,
                        "noise_multiplier": released.get(j, {}).get("noise_multiplier"), "ledger": reports.get(j)}
                       for j in range(self.n_silos)],
