@@ -89,18 +89,23 @@ class ThresholdRule:
     max_violation: float
 
 
+def _constrained_blocks(P: np.ndarray, constraints: str) -> list[np.ndarray]:
+    """The ``B × k`` block of a ``B × k × 2`` table that each constrained rate reads: every record
+    for demographic parity, the positives for equal opportunity, the positives then the negatives
+    (true- and false-positive rates) for equalized odds."""
+    if constraints == "demographic_parity":
+        return [P.sum(axis=2)]
+    if constraints == "equal_opportunity":
+        return [P[:, :, 1]]
+    return [P[:, :, 1], P[:, :, 0]]
+
+
 def _rate_rows(P: np.ndarray, constraints: str) -> list[np.ndarray]:
     """Per constrained rate (one for demographic parity and equal opportunity, two for equalized
     odds), the ``k × B`` coefficients with ``rate_r = Σ_b coef[r, b] q[r, b]``; rows of groups
     without records of the rate's condition are NaN (their rate is undefined and unconstrained)."""
-    if constraints == "demographic_parity":
-        parts = [P.sum(axis=2)]
-    elif constraints == "equal_opportunity":
-        parts = [P[:, :, 1]]
-    else:
-        parts = [P[:, :, 1], P[:, :, 0]]  # true-, then false-positive rate
     out = []
-    for part in parts:
+    for part in _constrained_blocks(P, constraints):
         mass = part.T  # k × B
         total = mass.sum(axis=1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -206,13 +211,18 @@ def rate_resolution(counts: np.ndarray, constraints: str, sigma: float) -> tuple
     (to first order), and a rule chosen on the same noise can align with it. Post-processing of
     the released table: public. ``(0, T)`` without noise."""
     N = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
-    parts = {"demographic_parity": [N.sum(axis=2)], "equal_opportunity": [N[:, :, 1]]}.get(
-        constraints, [N[:, :, 1], N[:, :, 0]])
-    totals = [t for part in parts for t in part.sum(axis=0) if t > 0]
+    totals = [t for part in _constrained_blocks(N, constraints) for t in part.sum(axis=0) if t > 0]
     if not totals:
         return 0.0, 0
     smallest = float(min(totals))
     return float(sigma) * math.sqrt(N.shape[0]) / smallest, int(round(smallest))
+
+
+def beyond_resolution(resolution: float, max_violation: float) -> bool:
+    """Whether a table of this :func:`rate_resolution` is too coarse to verify ``max_violation``
+    (held to :data:`RESOLUTION_FLOOR` below it): the rule then meets the target on the noisy table
+    only. The rule of :class:`PrivateThresholdOptimizer`'s warning and the deployment's event."""
+    return resolution > max(float(max_violation), RESOLUTION_FLOOR)
 
 
 def error_noise(sigmas: Sequence[float], n_cells: int, n: float) -> float:
@@ -444,9 +454,9 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         noisy table, and on the records it can miss it by about that much or more."""
         sigma = math.sqrt(float(np.sum(np.square(sigmas))))
         self.resolution_, smallest = rate_resolution(pooled, self.constraints, sigma)
-        bound = max(float(self.max_violation), RESOLUTION_FLOOR)
-        if self.resolution_ <= bound:
+        if not beyond_resolution(self.resolution_, self.max_violation):
             return
+        bound = max(float(self.max_violation), RESOLUTION_FLOOR)
         warnings.warn(
             f"{type(self).__name__}: max_violation={float(self.max_violation):g} is enforced on released counts that "
             f"resolve the smallest group's rate only to about ±{self.resolution_:.3f} (about {smallest} of its records "

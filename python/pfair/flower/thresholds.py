@@ -29,7 +29,7 @@ from pfair.fairness_target import implausible
 from pfair.flower import codec
 from pfair.flower.node import settings_from_run_config
 from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
-from pfair.postprocessing import RESOLUTION_FLOOR, choose_thresholds, rate_resolution
+from pfair.postprocessing import beyond_resolution, choose_thresholds, rate_resolution
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -118,7 +118,7 @@ class ThresholdStrategy(SteFFLeStrategy):
         sigma = math.sqrt(sum((float(released[j]["noise_multiplier"]) * SCORE_HISTOGRAM_SENSITIVITY) ** 2
                               for j in tables))
         resolution, _ = rate_resolution(pooled, self.constraints, sigma)
-        if resolution > max(self.max_violation, RESOLUTION_FLOOR):
+        if beyond_resolution(resolution, self.max_violation):
             self._note("target_beyond_resolution", resolution=resolution, max_violation=self.max_violation)
         reports = link.ledger_reports()
         return {
