@@ -43,12 +43,15 @@ def estimator(args: argparse.Namespace, lam: float, epsilon: float | None, seed:
 
 def config_line(args: argparse.Namespace) -> str:
     """The settings every private cell runs with, as docs/results.md quotes them."""
-    from pfair.settings import AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_DECAY, AUTO_RUN_BATCH
+    from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_DECAY, AUTO_RUN_BATCH,
+                                LAMBDA_STRETCH_CAP, THETA_STEP_LAMBDA)
 
     st = estimator(args, 1.0, 1.0, 0).settings()
     batch = (f"batch {st.batch_size}" if st.batch_size != "auto" else
              f"batch auto (up to {AUTO_BATCH_PRIVATE} when private at λ > 0, the epochs, η_θ and the decay period "
-             f"then times batch / {AUTO_RUN_BATCH} above {AUTO_RUN_BATCH}; else up to {AUTO_BATCH_NONPRIVATE})")
+             f"then times batch / {AUTO_RUN_BATCH} above {AUTO_RUN_BATCH}; else up to {AUTO_BATCH_NONPRIVATE}, "
+             f"the epochs and the decay period then times min(λ, {LAMBDA_STRETCH_CAP:g}) above λ = "
+             f"{THETA_STEP_LAMBDA:g})")
     step = " / max(1, λ)" if st.theta_step == "scaled" else ""
     clip = (f"clip C_θ adaptive (each round the {st.clip_quantile:g}-quantile of its batch's s-free scales)"
             if st.adaptive_clip else f"clip C_θ = {st.clip:g}")

@@ -156,10 +156,11 @@ def test_a_table_pasted_from_a_printout_quotes_only_that_printout(page, name, so
             f"{page}, block {name}: a line that is not in {source} (regenerate it): {row}"
 
 
-@pytest.mark.parametrize("script", ["docs/optimisation/target_acceptance.py", "docs/optimisation/target_dual_step.py"])
-def test_a_target_printout_is_what_its_runs_give(script):
-    """The fairness target's acceptance and its dual-step comparison print, from the runs' CSVs
-    beside them (``--tables-only``), exactly the printout the page quotes."""
+@pytest.mark.parametrize("script", ["docs/optimisation/target_acceptance.py", "docs/optimisation/target_dual_step.py",
+                                    "docs/optimisation/lambda_stretch.py"])
+def test_a_printout_is_what_its_runs_give(script):
+    """The fairness target's acceptance, its dual-step comparison and the noise-free λ stretch's caps
+    print, from the runs' CSVs beside them (``--tables-only``), exactly the printout the page quotes."""
     from support import script_output
 
     log = (ROOT / script.replace(".py", "_log.txt")).read_text()

@@ -233,7 +233,7 @@ def test_grid_search_scores_accuracy_and_a_routed_fairness_gap_and_refits_by_a_r
     import pfair.metrics
 
     X, y, s, ids = data()
-    lams = [0.0, 1.0, 8.0]
+    lams = [0.0, 1.0, 4.0]
     with sklearn.config_context(enable_metadata_routing=True):
         dp = make_scorer(pfair.metrics.demographic_parity_difference, greater_is_better=False)
         scoring = {"accuracy": "accuracy", "dp": dp.set_score_request(sensitive_features=True)}

@@ -52,9 +52,8 @@ def run(tables: list[str]) -> None:
 
 def summary() -> str:
     """One line per clip rule: the acceptance's private criteria (``convergence.criteria``) over
-    these tables, with the non-private fits of ``convergence_runs.csv``."""
-    today = cv.load_runs(HERE / "convergence_runs.csv")
-    nonprivate = today[today["epsilon"] == "none"]
+    these tables, with the non-private fits it was chosen against (``convergence.reference_nonprivate``)."""
+    nonprivate = cv.reference_nonprivate()
     lines = []
     for label, private in rules().items():
         private = private[private.table.isin(TABLES)].assign(epsilon="1")
@@ -85,8 +84,7 @@ def comparison() -> str:
     are below it where the non-private fit is ≥ 0.02 below (the acceptance's private criterion, per
     notion), the mean test error over the constant predictor's, and the largest rise of the mean
     violation as λ grows (the acceptance's *monotone* criterion)."""
-    today = cv.load_runs(HERE / "convergence_runs.csv")
-    nonprivate = today[today["epsilon"] == "none"]
+    nonprivate = cv.reference_nonprivate()
     np_margin = nonprivate[nonprivate.lam > 0].groupby(["table", "fairness", "lam"])["below_line"].mean()
     runs = rules()
     rows = []

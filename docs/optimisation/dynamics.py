@@ -21,7 +21,10 @@ The θ-step rules (``--rules``):
         --rules constant scaled --out docs/optimisation/dynamics.csv
 
 ``synthetic<D>`` is ``make_synthetic(60000, 40, silos=3, dependence=D, seed=0)``. ``--epsilon 1``
-makes the fits private (ε = 1, attribute mode, the default budget split).
+makes the fits private (ε = 1, attribute mode, the default budget split). Non-private fits state
+their batch (256, what ``"auto"`` resolves to on these silos), so every rule runs the same epochs
+(``"auto"`` would stretch a noise-free run at a large λ: docs/optimisation.md, "A noise-free run at a
+large λ").
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 
 import pfair
 from pfair import metrics
-from pfair.settings import SteFFLeSettings
+from pfair.settings import AUTO_BATCH_NONPRIVATE, SteFFLeSettings
 
 COLUMNS = ["data", "epsilon", "lam", "rule", "seed", "epoch", "lr_theta", "validation_error", "constant_error",
            "train_dp", "test_error", "test_dp", "test_eo", "theta_norm", "w_gap", "selected"]
@@ -86,6 +89,11 @@ def trace(data: Any, lam: float, rule: str, *, seed: int = 0, epsilon: float | N
     params = dict(fairness=fairness, lam=lam, epsilon=epsilon, seed=seed, p_s=None if epsilon else "pooled")
     if epsilon is not None:
         params["noise_seed"] = seed
+    else:
+        # The rules are compared over the same epochs: a non-private batch written out (what "auto"
+        # resolves to on these silos) keeps the noise-free run at a large λ from being stretched
+        # (SteFFLeSettings.lambda_stretch, docs/optimisation.md "A noise-free run at a large λ").
+        params["batch_size"] = AUTO_BATCH_NONPRIVATE
     params.update(rule_params(rule, lam))
     params.update(extra)
     model = pfair.SteFFLe(**params)

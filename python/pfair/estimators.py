@@ -122,7 +122,13 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     epochs : int. One epoch is ``ceil(mean silo size / batch_size)`` rounds. With
         ``batch_size="auto"`` in a private attribute-mode fit at ``lam > 0`` (below), the epochs, like
         ``lr_theta`` and ``decay_every``, are stated for a batch of ``pfair.settings.AUTO_RUN_BATCH``
-        (1,024) and multiplied by ``k = m / 1024`` at the batch m the rule picks (rounded up).
+        (1,024) and multiplied by ``k = m / 1024`` at the batch m the rule picks (rounded up). With
+        ``batch_size="auto"`` in a non-private fit at a fixed ``lam`` above λ_c = 1 (``theta_step=
+        "scaled"``), the epochs and ``decay_every`` are stated for λ ≤ λ_c and multiplied by
+        ``k_λ = min(lam, pfair.settings.LAMBDA_STRETCH_CAP)`` (10): its θ step is ``lr_theta / lam``,
+        so the loss needs ``lam`` times the rounds (``SteFFLeSettings.lambda_stretch``;
+        docs/optimisation.md, "A noise-free run at a large λ"). A stated ``batch_size`` runs the
+        epochs given.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
