@@ -330,6 +330,12 @@ def test_the_default_grid_fits_the_silos():
     # A fairness target runs the stretched private run too (docs/optimisation.md, "A fairness target's run").
     assert default_grid(pfair.SteFFLe(max_violation=0.05), [11306] * 3) == default_grid(est, [11306] * 3)
     assert default_grid(pfair.SteFFLe(lam=0), [11306] * 3)["batch_size"] == [256, 4096]
+    # A noise-free run stretched by λ keeps its stretched epochs and decay at both batches (written
+    # out, a batch would otherwise run the 20 epochs of λ ≤ 1).
+    noise_free = pfair.SteFFLe(epsilon=None, lam=8.0)
+    assert default_grid(noise_free, [11306] * 3) == {"lr_theta": [0.25, 1.0], "batch_size": [256, 4096],
+                                                      "epochs": [160], "decay_every": [80]}
+    assert "epochs" not in default_grid(pfair.SteFFLe(epsilon=None, lam=1.0), [11306] * 3)
 
 
 def test_the_accounts_table_of_the_docs_is_the_scripts_output():

@@ -4,7 +4,7 @@ A diagnostic like ``noise_sources.py``, whose scaled runs do NOT deliver their �
 ``make_synthetic(60000, 40, dependence=3)`` (y almost equal to s) the equalized-odds blocks are the
 two labels, and inside each the other group is rare (printed first: 1.4 % of the y = 0 records,
 0.4 % of the y = 1 records). The non-private fit at λ = 3 takes the violation from 0.87 to about
-0.27; the default private fit leaves it near 0.8. The rare group's records carry the fairness
+0.26; the default private fit leaves it near 0.8. The rare group's records carry the fairness
 term's pull, and their s-dependent θ-part b_i is the largest: its scale grows as p(r | block)^{-1/2}
 times W's row of that group, and the adaptive clip's scale S_i (the mean over the groups under the
 released proportions, docs/privacy.md, "An adaptive clip norm") is set by the common group.

@@ -30,7 +30,7 @@ import pandas as pd
 
 from pfair.experiments.defaults import N_SILOS
 from pfair.protocol.plan import rounds_per_epoch
-from pfair.settings import SteFFLeSettings
+from pfair.settings import THETA_STEP_LAMBDA, SteFFLeSettings
 from pfair.validation import training_sizes
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +56,10 @@ def resolved(p: dict, floor: int, lam: float) -> dict:
     (0: none): the settings ``batch_size="auto"`` resolves to, then epochs and decay period times
     ``k = ⌈floor / (epochs · R)⌉`` where that is above 1."""
     sizes = np.bincount(p["silos"], minlength=N_SILOS)
-    st = SteFFLeSettings(epsilon=None, lam=lam)
+    # The run of 20 epochs these floors were measured on: resolved at λ ≤ λ_c, so that "auto" does
+    # not also stretch it by λ (SteFFLeSettings.lambda_stretch, which came after; the batch and the
+    # written-out run do not depend on λ otherwise).
+    st = SteFFLeSettings(epsilon=None, lam=min(lam, THETA_STEP_LAMBDA))
     st = st.for_sizes(training_sizes(sizes, st.validation_share))
     out = st.written_out()
     k = max(1, math.ceil(floor / (st.epochs * rounds_per_epoch(st.sampling, training_sizes(sizes, st.validation_share),

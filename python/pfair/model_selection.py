@@ -67,7 +67,9 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
       :data:`DEFAULT_LR_THETA` (a list of two grids);
     * otherwise ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"``
       resolves to, min(:data:`DEFAULT_BATCH`, smallest training share)} (one value when they
-      coincide).
+      coincide); a noise-free run that ``"auto"`` stretches by λ
+      (:attr:`~pfair.settings.SteFFLeSettings.lambda_stretch`) keeps its stretched ``epochs`` and
+      ``decay_every`` at both batches, which a written-out batch would otherwise drop.
 
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
     ``max_violation``."""
@@ -79,8 +81,11 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
         stretched = {name: [value] for name, value in auto.written_out().items() if name != "lr_theta"}
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], **stretched}]
-    return {"lr_theta": list(DEFAULT_LR_THETA),
-            "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
+    grid: dict = {"lr_theta": list(DEFAULT_LR_THETA),
+                  "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
+    if st.lambda_stretch > 1.0:
+        grid.update(epochs=[int(auto.epochs)], decay_every=[int(auto.decay_every)])
+    return grid
 
 #: The budget shares of a fit's own releases, priced alone against its ε (``pfair.protocol.plan.BudgetSplit``).
 SHARE_PARAMS = ("p_s_epsilon_share", "max_violation_epsilon_share", "validation_epsilon_share")

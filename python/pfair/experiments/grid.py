@@ -142,16 +142,17 @@ PARTS: dict[str, list[dict[str, Any]]] = {
 
 #: Seconds per fit on 80% of the training split (the rest is the validation split), one Rust
 #: thread, on the project's 2-core machine. The FERMI family at today's defaults: the median
-#: ``seconds`` of its grid runs of 2026-11-28 (jobs 2, the machine shared). The others at 40 epochs
+#: ``seconds`` of its grid runs of 2026-11-28 (jobs 2, the machine shared); FERMI and non-private
+#: SteFFLe those of 2026-12-07 (their runs at λ > 1 stretched by min(λ, 10)). The others at 40 epochs
 #: and batch 256: wall time of single fits on the full training split scaled by 0.8 (SGD methods,
 #: EG), and CPU time of single fits on the 80% split (single-shot, 200 outer steps; Credit Card
 #: measured, Adult and COMPAS scaled from their 50-step times).
 FIT_SECONDS: dict[str, dict[str, float]] = {
-    "credit_card": {"central_erm": 0.18, "fedavg": 0.17, "fermi": 0.1, "nonprivate_steffle": 0.1, "steffle": 0.12,
+    "credit_card": {"central_erm": 0.18, "fedavg": 0.17, "fermi": 0.13, "nonprivate_steffle": 0.15, "steffle": 0.12,
                     "dp_fermi": 0.05, "pfld": 0.8, "eg": 6.0, "single_shot": 2.9},
-    "adult": {"central_erm": 0.43, "fedavg": 0.33, "fermi": 0.21, "nonprivate_steffle": 0.13, "steffle": 0.15,
+    "adult": {"central_erm": 0.43, "fedavg": 0.33, "fermi": 0.2, "nonprivate_steffle": 0.18, "steffle": 0.15,
               "dp_fermi": 0.09, "pfld": 0.9, "eg": 8.0, "single_shot": 4.5},
-    "compas": {"central_erm": 0.02, "fedavg": 0.03, "fermi": 0.02, "nonprivate_steffle": 0.02, "steffle": 0.03,
+    "compas": {"central_erm": 0.02, "fedavg": 0.03, "fermi": 0.03, "nonprivate_steffle": 0.045, "steffle": 0.03,
                "dp_fermi": 0.01, "pfld": 0.06, "eg": 0.3, "single_shot": 1.3},
 }
 
