@@ -21,8 +21,8 @@ from pfair.exceptions import PrivacyWarning
 from pfair.flower import client_app, codec
 from pfair.flower.node import SiloNode
 from pfair.flower.thresholds import read_score_histogram, score_histogram_message, thresholds_from_histograms
-from pfair.postprocessing import PrivateThresholdOptimizer
-from pfair.privacy.score_histogram import score_bins, score_counts
+from pfair.postprocessing import PrivateThresholdOptimizer, rate_resolution
+from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, score_bins, score_counts
 
 from support import toy_data
 
@@ -138,11 +138,15 @@ def test_the_server_pools_the_replies_into_the_in_process_rule(tmp_path, identit
     chooses in process from the same silos, base model, edges and noise keys."""
     fed, configs = _silos(tmp_path, **{"noise-seed": 5})
     theta = _theta(fed)
-    tables = []
+    tables, sigmas = [], []
     for j, cfg in enumerate(configs):
-        hist, _ = read_score_histogram(_ask(cfg, theta, node_id=10 + j).content, n_bins=EDGES.size + 1, n_groups=2)
+        hist, meta = read_score_histogram(_ask(cfg, theta, node_id=10 + j).content, n_bins=EDGES.size + 1, n_groups=2)
         tables.append(hist)
-    rule, pooled = thresholds_from_histograms(tables, constraints="equalized_odds", max_violation=0.02)
+        sigmas.append(meta["noise_multiplier"] * SCORE_HISTOGRAM_SENSITIVITY)
+    # The margin "auto" holds the rule to: the pooled table's resolution, from the public noise stds.
+    pooled = np.maximum(np.sum(tables, axis=0), 0.0)
+    margin, _ = rate_resolution(pooled, "equalized_odds", float(np.sqrt(np.sum(np.square(sigmas)))))
+    rule, pooled = thresholds_from_histograms(tables, constraints="equalized_odds", max_violation=0.02, margin=margin)
 
     class Linear:  # the deployed model as a scikit-learn base
         classes_ = np.array([0, 1])
@@ -155,8 +159,9 @@ def test_the_server_pools_the_replies_into_the_in_process_rule(tmp_path, identit
         m = PrivateThresholdOptimizer(estimator=Linear(), prefit=True, constraints="equalized_odds",
                                       max_violation=0.02, bins=EDGES, delta=1e-5, noise_seed=5).fit(fed)
     np.testing.assert_allclose(m.released_counts_, pooled, rtol=0, atol=1e-9)
+    assert m.resolution_ == pytest.approx(margin, rel=1e-12) and m.rule_.margin == pytest.approx(margin, rel=1e-12)
     np.testing.assert_allclose(m.rule_.q, rule.q, atol=1e-9)
-    assert rule.violation <= 0.02 + 1e-9
+    assert rule.violation <= max(0.0, 0.02 - margin) + 1e-9
 
 
 def test_the_server_refuses_a_malformed_or_implausible_table():
@@ -205,12 +210,12 @@ def test_private_post_processing_over_a_loopback_deployment(tmp_path):
     assert res["events"][0]["resolution"] == res["resolution_released"] > 0.05
     assert all(row["answered"] for row in res["silos"])
     assert all(0.99 <= row["ledger"]["epsilon_spent"] <= 1.0 for row in res["silos"])
-    assert res["violation_released"] <= 0.05 + 1e-9 and res["error_released"] < res["constant_error_released"]
+    # The rule is held the table's resolution below the target ("auto"): past it, to equal rates on the noisy table.
+    assert res["margin"] == res["resolution_released"]
+    assert res["violation_released"] <= max(0.0, 0.05 - res["margin"]) + 1e-9
+    assert res["error_released"] < res["constant_error_released"]
     assert np.asarray(res["q"]).shape == (2, EDGES.size + 1)
     # The pooled table's resolution, as PrivateThresholdOptimizer.resolution_ reads it from the same counts and noise
-    from pfair.postprocessing import rate_resolution
-    from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY
-
     sigma = np.sqrt(sum((row["noise_multiplier"] * SCORE_HISTOGRAM_SENSITIVITY) ** 2 for row in res["silos"]))
     assert res["resolution_released"] == pytest.approx(rate_resolution(np.asarray(res["pooled"]), "demographic_parity",
                                                                        sigma)[0], rel=1e-12)

@@ -314,6 +314,41 @@ def test_a_table_too_coarse_for_the_target_is_warned_with_its_resolution():
         big.released_counts_, "demographic_parity", sigma)
 
 
+def test_the_rule_is_held_the_tables_resolution_below_the_target_so_that_it_holds_on_the_records():
+    """margin="auto" (default): the programme's band is max(0, t − resolution_), and on a table whose
+    smaller group (15 %) resolves its rate to about ±0.03 the rule meets t = 0.05 on the records in
+    every one of eight noise draws (within 0.01), where the band of t itself misses by 0.03 or more
+    in some and on average; margin=0 is that band, a number sets the margin, anything else is refused."""
+    from pfair.postprocessing import choose_thresholds, estimated_violation
+
+    X, y, s, _ = toy_data(n=6000, seed=4, minority=0.15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pfair.exceptions.NonPrivateFitWarning)
+        exact = PrivateThresholdOptimizer(epsilon=None).fit(X, y, sensitive_features=s).released_counts_
+    on_records = {}
+    for margin in ("auto", 0.0):
+        v = []
+        for seed in range(8):
+            m = PrivateThresholdOptimizer(epsilon=1.0, max_violation=0.05, margin=margin, noise_seed=seed).fit(
+                X, y, sensitive_features=s)
+            want = m.resolution_ if margin == "auto" else 0.0
+            assert m.rule_.margin == want and m.rule_.violation <= max(0.0, 0.05 - want) + 1e-9
+            v.append(estimated_violation(m.rule_.q, exact, "demographic_parity"))
+        on_records[margin] = v
+    assert 0.02 < m.resolution_ < 0.05
+    assert max(on_records["auto"]) <= 0.06 and max(on_records[0.0]) > 0.08, on_records
+    assert np.mean(on_records["auto"]) < 0.05 < np.mean(on_records[0.0]), on_records
+    # The programme itself: a margin at or past the target asks for equal rates on the table.
+    table = m.released_counts_
+    assert choose_thresholds(table, max_violation=0.05, margin=0.05).violation <= 1e-9
+    assert choose_thresholds(table, max_violation=0.05, margin=0.02).violation <= 0.03 + 1e-9
+    with pytest.raises(ValueError, match="margin must be a number >= 0"):
+        choose_thresholds(table, max_violation=0.05, margin=-0.1)
+    for bad in ("resolution", -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="margin"):
+            PrivateThresholdOptimizer(margin=bad).fit(X, y, sensitive_features=s)
+
+
 @pytest.mark.slow
 def test_adult_at_epsilon_one_as_the_issue_measured():
     """Adult, one histogram release at ε = 1 (σ ≈ 7.8 counts), logistic regression on x and y:
@@ -342,3 +377,14 @@ def test_pfair_postprocess_reports_the_rule_against_the_mixing_line(capsys):
     assert out["beats_mixing_line"] and out["mixing_line_error"] > out["test_error"]
     assert 0.99 <= out["epsilon_spent"] <= 1.0 and len(out["sigma_counts"]) == 3
     assert any("noise_seed" in w for w in out["warnings"])
+    # --margin: auto holds the rule the table's resolution below the target; a number, that number.
+    for margin in ("auto", "0"):
+        assert main(["postprocess", "--dataset", "compas", "--epsilon", "1", "--max-violation", "0.05",
+                     "--margin", margin, "--noise-seed", "0", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        want = out["resolution"] if margin == "auto" else 0.0
+        assert out["margin"] == want and out["violation_released"] <= 0.05 - want + 1e-9
+    assert 0.01 < out["resolution"] < 0.05
+    with pytest.raises(SystemExit):
+        main(["postprocess", "--dataset", "compas", "--margin", "-1"])
+    assert "--margin takes 'auto' or a number >= 0" in capsys.readouterr().err

@@ -13,7 +13,9 @@ at 0 (post-processing, free) and chooses, per group r, the probability ``q[r, b]
 the positive class for a record in bin b, non-decreasing in b: a threshold on the score per group,
 randomised where needed (Hardt et al. randomise between two thresholds to reach a point of a
 group's ROC hull; a non-decreasing q is such a mixture). The q minimise the error estimated from
-the pooled table subject to the fairness constraint on the estimated rates (a linear programme):
+the pooled table subject to the fairness constraint on the estimated rates (a linear programme),
+held a margin below the target (by default the table's resolution, :func:`rate_resolution`: how
+far its noise can move the smallest group's rate), so that the target holds on the records:
 
 * ``"demographic_parity"``: the selection rates ``P[ŷ = 1 | s = r]`` within ``max_violation``;
 * ``"equalized_odds"``: the true- and false-positive rates within ``max_violation`` (Hardt et al.);
@@ -79,7 +81,8 @@ class ThresholdRule:
     """Per-group randomised thresholds: ``q[r, b]`` is the probability of predicting the positive
     class for a record of group r whose score falls in bin b (non-decreasing in b).
     ``error`` and ``violation`` are the rule's values estimated from the released table;
-    ``constant_error`` is the constant predictor's error on it."""
+    ``constant_error`` is the constant predictor's error on it; ``margin`` how far below
+    ``max_violation`` the programme held the estimated violation (its band ``max(0, t − margin)``)."""
 
     q: np.ndarray
     error: float
@@ -87,6 +90,7 @@ class ThresholdRule:
     constant_error: float
     constraints: str
     max_violation: float
+    margin: float = 0.0
 
 
 def _constrained_blocks(P: np.ndarray, constraints: str) -> list[np.ndarray]:
@@ -126,18 +130,24 @@ def estimated_violation(q: np.ndarray, counts: np.ndarray, constraints: str) -> 
 
 
 def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_parity",
-                      max_violation: float = 0.0) -> ThresholdRule:
+                      max_violation: float = 0.0, margin: float = 0.0) -> ThresholdRule:
     """The rule of least estimated error on the pooled (noisy) ``B × k × 2`` table whose estimated
-    violation is at most ``max_violation`` (a linear programme, HiGHS).
+    violation is at most ``max(0, max_violation − margin)`` (a linear programme, HiGHS). ``margin``:
+    how much of the target the table's noise may take (:func:`rate_resolution`; 0: the target on the
+    noisy table as it is).
 
     With ``N`` the table clamped at 0 and ``n = Σ N``: minimise
     ``(1/n) Σ_{r,b} [q[r,b] N[b,r,0] + (1 − q[r,b]) N[b,r,1]]`` over ``0 ≤ q[r,b] ≤ q[r,b+1] ≤ 1``,
-    subject to ``lo ≤ rate_r(q) ≤ hi`` for every group with a defined rate and ``hi − lo ≤ t``,
-    per constrained rate."""
+    subject to ``lo ≤ rate_r(q) ≤ hi`` for every group with a defined rate and
+    ``hi − lo ≤ max(0, t − margin)``, per constrained rate."""
     check_choice(constraints, "constraints", CONSTRAINTS)
     t = float(max_violation)
     if not (math.isfinite(t) and 0 <= t <= 1):
         raise ValueError(f"max_violation must be in [0, 1]; got {max_violation!r}")
+    margin = float(margin)
+    if not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a number >= 0; got {margin!r}")
+    band_width = max(0.0, t - margin)
     N = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
     if N.ndim != 3 or N.shape[2] != 2:
         raise ValueError(f"a score table is bins × groups × 2 labels; got shape {N.shape}")
@@ -172,7 +182,7 @@ def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_par
         band = np.zeros(nv)
         band[hi], band[lo] = 1.0, -1.0
         rows.append(band)
-        rhs.append(t)
+        rhs.append(band_width)
     res = linprog(c, A_ub=np.array(rows) if rows else None, b_ub=np.array(rhs) if rows else None,
                   bounds=[(0.0, 1.0)] * nv, method="highs")
     if res.status != 0:  # pragma: no cover - the constant rule is always feasible
@@ -182,15 +192,17 @@ def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_par
     error = float(c[:nq] @ q.ravel() + positives)
     return ThresholdRule(q=q, error=error, violation=estimated_violation(q, N, constraints),
                          constant_error=float(min(positives, 1.0 - positives)), constraints=constraints,
-                         max_violation=t)
+                         max_violation=t, margin=margin)
 
 
 def tradeoff(counts: np.ndarray, *, constraints: str = "demographic_parity",
-             max_violations: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 1.0)) -> pd.DataFrame:
+             max_violations: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 1.0),
+             margin: float = 0.0) -> pd.DataFrame:
     """The error/violation trade-off of the rules :func:`choose_thresholds` picks for each
-    tolerance, estimated on the released table (post-processing: free). Columns
-    ``max_violation``, ``error``, ``violation``, ``constant_error``."""
-    rules = [choose_thresholds(counts, constraints=constraints, max_violation=t) for t in max_violations]
+    tolerance (each held ``margin`` below it), estimated on the released table (post-processing:
+    free). Columns ``max_violation``, ``error``, ``violation``, ``constant_error``."""
+    rules = [choose_thresholds(counts, constraints=constraints, max_violation=t, margin=margin)
+             for t in max_violations]
     return pd.DataFrame({"max_violation": [float(t) for t in max_violations], "error": [r.error for r in rules],
                          "violation": [r.violation for r in rules],
                          "constant_error": [r.constant_error for r in rules]})
@@ -246,8 +258,15 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         (never on s) unless ``prefit``.
     constraints : {"demographic_parity", "equalized_odds", "equal_opportunity"}
     max_violation : float in [0, 1], default 0
-        Tolerance of the constraint on the rates estimated from the released table (0: equal
-        rates, as Hardt et al.). :meth:`tradeoff` traces the error/violation trade-off for free.
+        Tolerance of the constraint on the per-group rates (0: equal rates, as Hardt et al.).
+        :meth:`tradeoff` traces the error/violation trade-off for free.
+    margin : "auto" (default) or float >= 0
+        How far below ``max_violation`` the rule holds the violation estimated from the released
+        table, so that the target holds on the records despite the noise: ``"auto"``, the table's
+        ``resolution_`` (how far its noise can move the smallest group's rate); 0, the target on
+        the noisy table as it is. The programme's band is ``max(0, max_violation − margin)``.
+        Post-processing of the released table: no budget. Measured in docs/postprocessing.md
+        ("A small group").
     epsilon, delta : each silo's ledger after the release is at most (epsilon, delta)-DP
         (delta=None: 1/n_j²; a new ledger is made with this budget). ``epsilon=None``: non-private
         (exact counts; warned).
@@ -273,10 +292,12 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
     estimator_ : the fitted base model
     bin_edges_ : interior edges of the score bins
     released_counts_ : the pooled noisy (bins × groups × 2) table, clamped at 0 (what the server saw)
-    rule_ : :class:`ThresholdRule` (``q`` per group and bin, estimated error and violation)
+    rule_ : :class:`ThresholdRule` (``q`` per group and bin, estimated error and violation, the
+        margin it was held to)
     resolution_ : how far the released table's noise can move the smallest group's constrained
-        rate (:func:`rate_resolution`, 0 when non-private); warned when coarser than
-        ``max_violation`` (or 0.02): the target then holds on the noisy table only
+        rate (:func:`rate_resolution`, 0 when non-private); the default ``margin``; warned when
+        coarser than ``max_violation`` (or 0.02): no margin then leaves room, and the target
+        holds on the noisy table only
     classes_, groups_ : label and group values
     ledgers_ : the silos' :class:`~pfair.privacy.PrivacyLedger`
     privacy_report_ : one row per silo: n_records, delta, noise_multiplier, sigma_counts (the noise
@@ -285,11 +306,13 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, *, estimator: Any = None, constraints: str = "demographic_parity", max_violation: float = 0.0,
-                 epsilon: float | None = 1.0, delta: float | None = None, bins: Any = 20, protect: str = "attribute",
-                 prefit: bool = False, noise_seed: int | None = None) -> None:
+                 margin: float | str = "auto", epsilon: float | None = 1.0, delta: float | None = None,
+                 bins: Any = 20, protect: str = "attribute", prefit: bool = False,
+                 noise_seed: int | None = None) -> None:
         self.estimator = estimator
         self.constraints = constraints
         self.max_violation = max_violation
+        self.margin = margin
         self.epsilon = epsilon
         self.delta = delta
         self.bins = bins
@@ -346,18 +369,32 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
             tables.append(noisy)
         pooled = np.maximum(np.sum(tables, axis=0), 0.0)
         self.released_counts_ = pooled
-        self.rule_ = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation)
+        sigmas = [r["sigma_counts"] for r in rows]
+        sigma = math.sqrt(float(np.sum(np.square(sigmas))))
+        self.resolution_, smallest = rate_resolution(pooled, self.constraints, sigma)
+        self.rule_ = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation,
+                                       margin=self._margin())
 
         self.privacy_report_ = PrivacyReport(pd.DataFrame(rows).set_index("silo"))
-        self._check_constant(pooled, [r["sigma_counts"] for r in rows])
-        self._check_resolution(pooled, [r["sigma_counts"] for r in rows])
+        self._check_constant(pooled, sigmas)
+        self._check_resolution(pooled, sigma, smallest)
         return self
+
+    def _margin(self) -> float:
+        """The margin the rule is held to: ``resolution_`` for ``"auto"``, else ``margin``."""
+        return float(self.resolution_) if isinstance(self.margin, str) else float(self.margin)
 
     def _check_params(self) -> None:
         check_choice(self.constraints, "constraints", CONSTRAINTS)
         check_choice(self.protect, "protect", ("attribute", "record"))
         if self.epsilon is not None and not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
             raise ValueError(f"epsilon must be a number > 0 or None; got {self.epsilon!r}")
+        if isinstance(self.margin, str):
+            check_choice(self.margin, "margin", ("auto",))
+        elif isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not (
+                math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"margin must be 'auto' (the released table's resolution) or a number >= 0 (0: the "
+                             f"target on the noisy table as it is); got {self.margin!r}")
         if self.protect == "record" and self.epsilon is not None and not self.prefit:
             raise ValueError(
                 "protect='record' protects x and y too, so the base model may not be trained on the silos' pooled "
@@ -448,12 +485,11 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                 "noise": f"reproducible (noise_seed={self.noise_seed})" if seeded else "secret",
                 "guarantee": "not covered: noise_seed is known" if seeded else "covered"}
 
-    def _check_resolution(self, pooled: np.ndarray, sigmas: list[float]) -> None:
-        """Set ``resolution_`` (:func:`rate_resolution`) and warn when it is coarser than the target
-        (``max_violation``, or :data:`RESOLUTION_FLOOR` below it): the rule meets the target on the
-        noisy table, and on the records it can miss it by about that much or more."""
-        sigma = math.sqrt(float(np.sum(np.square(sigmas))))
-        self.resolution_, smallest = rate_resolution(pooled, self.constraints, sigma)
+    def _check_resolution(self, pooled: np.ndarray, sigma: float, smallest: int) -> None:
+        """Warn when ``resolution_`` is coarser than the target (``max_violation``, or
+        :data:`RESOLUTION_FLOOR` below it): no margin leaves room then (the rule's band is 0 with
+        ``margin="auto"``), the rule meets the target on the noisy table, and on the records it can
+        miss it by about that much or more."""
         if not beyond_resolution(self.resolution_, self.max_violation):
             return
         bound = max(float(self.max_violation), RESOLUTION_FLOOR)
@@ -462,8 +498,10 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
             f"resolve the smallest group's rate only to about ±{self.resolution_:.3f} (about {smallest} of its records "
             f"in a block the {self.constraints} constraint reads, {pooled.shape[0]} bins, noise std "
             f"{sigma:.3g} a pooled cell: σ·√bins / records, above {bound:g}). The rule meets the target on the noisy "
-            f"table (rule_.violation = {self.rule_.violation:.3f}); on the records its violation can exceed it by "
-            "about that much, and more where the rule was chosen on the same noise. Fix: merge small groups, fewer "
+            f"table (rule_.violation = {self.rule_.violation:.3f}, within its band max(0, max_violation − margin) = "
+            f"{max(0.0, float(self.max_violation) - self.rule_.margin):.3f}); no margin leaves room for that much "
+            "noise, and on the records its violation can exceed the target by "
+            "about the resolution, more where the rule was chosen on the same noise. Fix: merge small groups, fewer "
             "bins, or a larger epsilon (resolution_ holds the figure; docs/postprocessing.md, \"What is supported\")",
             ConvergenceWarning, stacklevel=3)
 
@@ -513,9 +551,11 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
 
     def tradeoff(self, max_violations: Sequence[float] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 1.0)) -> pd.DataFrame:
         """The estimated error/violation trade-off over tolerances, from the released table only
-        (post-processing: no further budget). See :func:`tradeoff`."""
+        (post-processing: no further budget), each rule held to this fit's margin. See
+        :func:`tradeoff`."""
         self._check_fitted()
-        return tradeoff(self.released_counts_, constraints=self.constraints, max_violations=max_violations)
+        return tradeoff(self.released_counts_, constraints=self.constraints, max_violations=max_violations,
+                        margin=self._margin())
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -20,6 +20,19 @@ METRIC = {"demographic_parity": "demographic_parity_difference", "equalized_odds
           "equal_opportunity": "equal_opportunity_difference"}
 
 
+def _margin(text: str) -> float | str:
+    """``--margin``: ``auto`` or a number >= 0."""
+    if text == "auto":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a number >= 0, not {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a number >= 0, not {text!r}")
+    return value
+
+
 def add_postprocess_parser(sub: Any) -> None:
     p = sub.add_parser(
         "postprocess", help="per-group thresholds from the silos' DP score histograms (uses s at prediction)",
@@ -36,7 +49,11 @@ def add_postprocess_parser(sub: Any) -> None:
     p.add_argument("--constraints", default="demographic_parity", choices=list(METRIC),
                    help="the fairness constraint on the per-group rates (default demographic_parity)")
     p.add_argument("--max-violation", type=float, default=0.0, metavar="T",
-                   help="tolerance on the rates estimated from the released histograms (default 0)")
+                   help="tolerance on the per-group rates (default 0)")
+    p.add_argument("--margin", type=_margin, default="auto", metavar="M",
+                   help="how far below T the rule holds the violation estimated from the released histograms: "
+                        "auto (default: the table's resolution, how far its noise can move the smallest group's "
+                        "rate, so that T holds on the records) or a number >= 0 (0: T on the noisy table)")
     p.add_argument("--bins", type=int, default=20, help="score bins (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seeds the partition and the randomised predictions")
     p.add_argument("--noise-seed", type=int, default=None,
@@ -57,6 +74,7 @@ def postprocess_command(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         ds, fed = load_federation(args)
         model = PrivateThresholdOptimizer(constraints=args.constraints, max_violation=args.max_violation,
+                                          margin=args.margin,
                                           epsilon=args.epsilon, delta=args.delta, bins=args.bins,
                                           noise_seed=args.noise_seed).fit(fed)
     pred = model.predict(ds.X_test, sensitive_features=ds.s_test, random_state=args.seed)
@@ -72,6 +90,8 @@ def postprocess_command(args: argparse.Namespace) -> int:
               "base_error": line.error_model, "base_violation": line.violation_model,
               "epsilon_spent": None if args.epsilon is None else float(report["epsilon_spent"].max()),
               "sigma_counts": [float(v) for v in report["sigma_counts"]],
+              "max_violation": args.max_violation, "margin": model.rule_.margin, "resolution": model.resolution_,
+              "violation_released": model.rule_.violation,
               "warnings": [str(w.message) for w in caught], "seconds": time.perf_counter() - t0}
     if args.json:
         print(json.dumps(result))
@@ -82,6 +102,8 @@ def postprocess_command(args: argparse.Namespace) -> int:
     print(f"test error    {err:.4f}   (trivial constant predictor: {line.error_constant:.4f}; the base model "
           f"{line.error_model:.4f} at {line.violation_model:.4f})")
     print(f"{METRIC[args.constraints]}  {vio:.4f}")
+    print(f"target        {args.max_violation:g} on the rates; {model.rule_.violation:.4f} on the released table, held "
+          f"{model.rule_.margin:.4f} below it (--margin {args.margin}; the table's resolution {model.resolution_:.4f})")
     print(f"mixing line   {line.error_at(vio):.4f} at that violation: "
           f"{'beaten' if result['beats_mixing_line'] else 'NOT beaten'} (no s, no budget)")
     if args.epsilon is None:

@@ -67,14 +67,14 @@ def read_score_histogram(content: RecordDict, *, n_bins: int, n_groups: int) -> 
 
 
 def thresholds_from_histograms(histograms: Sequence[np.ndarray], *, constraints: str = "demographic_parity",
-                               max_violation: float = 0.0) -> Any:
+                               max_violation: float = 0.0, margin: float = 0.0) -> Any:
     """Pool the silos' released tables (sum, clamp at 0: post-processing) and choose the rule
-    (:func:`pfair.postprocessing.choose_thresholds`); returns the
+    (:func:`pfair.postprocessing.choose_thresholds`, held ``margin`` below the target); returns the
     :class:`~pfair.postprocessing.ThresholdRule` and the pooled table."""
     if not histograms:
         raise ValueError("no silo released a score histogram; no thresholds can be chosen")
     pooled = np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
-    return choose_thresholds(pooled, constraints=constraints, max_violation=max_violation), pooled
+    return choose_thresholds(pooled, constraints=constraints, max_violation=max_violation, margin=margin), pooled
 
 
 class ThresholdStrategy(SteFFLeStrategy):
@@ -83,13 +83,18 @@ class ThresholdStrategy(SteFFLeStrategy):
     thresholds, and collect the silos' ledger reports."""
 
     def __init__(self, settings: Any, *, theta: np.ndarray, edges: np.ndarray, epsilon: float,
-                 constraints: str = "demographic_parity", max_violation: float = 0.0, **kw: Any) -> None:
+                 constraints: str = "demographic_parity", max_violation: float = 0.0, margin: float | str = "auto",
+                 **kw: Any) -> None:
         super().__init__(settings, **kw)
         if self.n_classes != 2:
             raise ValueError(f"post-processing thresholds a score: binary labels only, not {self.n_classes} classes")
+        if not (margin == "auto" or (isinstance(margin, (int, float)) and not isinstance(margin, bool)
+                                     and math.isfinite(margin) and margin >= 0)):
+            raise ValueError(f"margin must be 'auto' (the pooled table's resolution) or a number >= 0; got {margin!r}")
         self.base_theta = np.asarray(theta, dtype=np.float64).ravel()
         self.edges = check_edges(edges, "edges")
         self.epsilon, self.constraints, self.max_violation = float(epsilon), constraints, float(max_violation)
+        self.margin = margin
 
     def run(self, grid: Grid) -> dict[str, Any]:
         self.link = link = SiloLink(grid, n_silos=self.n_silos, common=self.common(), round_timeout=self.round_timeout,
@@ -111,19 +116,24 @@ class ThresholdStrategy(SteFFLeStrategy):
                 self._note("malformed_reply", silo=silo, reason=str(exc))
                 continue
             tables[silo], released[silo] = hist, meta
-        rule, pooled = thresholds_from_histograms([tables[j] for j in sorted(tables)], constraints=self.constraints,
-                                                  max_violation=self.max_violation)
+        if not tables:
+            raise ValueError("no silo released a score histogram; no thresholds can be chosen")
+        pooled = np.maximum(np.sum([np.asarray(tables[j], dtype=np.float64) for j in sorted(tables)], axis=0), 0.0)
         # How far the pooled noise can move the smallest group's constrained rate (as
-        # PrivateThresholdOptimizer.resolution_; coarser than the target: it holds on the noisy table only).
+        # PrivateThresholdOptimizer.resolution_): the rule's margin below the target with "auto";
+        # coarser than the target, it holds on the noisy table only.
         sigma = math.sqrt(sum((float(released[j]["noise_multiplier"]) * SCORE_HISTOGRAM_SENSITIVITY) ** 2
                               for j in tables))
         resolution, _ = rate_resolution(pooled, self.constraints, sigma)
+        margin = resolution if self.margin == "auto" else float(self.margin)
+        rule = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation, margin=margin)
         if beyond_resolution(resolution, self.max_violation):
             self._note("target_beyond_resolution", resolution=resolution, max_violation=self.max_violation)
         reports = link.ledger_reports()
         return {
             "status": "completed", "theta": self.base_theta.tolist(), "edges": self.edges.tolist(),
             "q": rule.q.tolist(), "constraints": self.constraints, "max_violation": self.max_violation,
+            "margin": margin,
             "error_released": rule.error, "violation_released": rule.violation,
             "constant_error_released": rule.constant_error, "resolution_released": resolution, "pooled": pooled.tolist(),
             "silos": [{"silo": j, "n_records": self.sizes.get(j), "answered": j in tables,
@@ -139,12 +149,16 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point: the run config of :func:`pfair.flower.deploy.run_config_for` plus ``theta``,
-    ``edges`` (JSON lists), ``histogram-epsilon``, ``constraints`` and ``max-violation``."""
+    ``edges`` (JSON lists), ``histogram-epsilon``, ``constraints``, ``max-violation`` and ``margin``
+    (``"auto"``, the default, or a number)."""
     rc = context.run_config
+    margin_value = rc.get("margin", "auto")
+    margin: float | str = "auto" if str(margin_value) == "auto" else float(margin_value)
     strategy = ThresholdStrategy(settings_from_run_config(rc), theta=json.loads(str(rc["theta"])),
                                  edges=json.loads(str(rc["edges"])), epsilon=float(rc["histogram-epsilon"]),
                                  constraints=str(rc.get("constraints", "demographic_parity")),
-                                 max_violation=float(rc.get("max-violation", 0.0)), n_silos=int(rc["n-silos"]),
+                                 max_violation=float(rc.get("max-violation", 0.0)), margin=margin,
+                                 n_silos=int(rc["n-silos"]),
                                  n_groups=int(rc["n-groups"]), n_classes=int(rc["n-classes"]),
                                  wait_timeout=float(rc["wait-timeout"]), round_timeout=float(rc["round-timeout"]),
                                  evaluate=False)
