@@ -10,7 +10,8 @@ prediction time with each record's s: ``q[s, bin(score(x))]``.
 
 * :func:`score_histogram_message` builds the message a silo answers;
 * :func:`read_score_histogram` checks a reply (shape, finite, plausible for the silo's size);
-* :func:`thresholds_from_histograms` pools the released tables and chooses the rule;
+* :func:`pool_histograms` pools the released tables, :func:`thresholds_from_histograms` also
+  chooses the rule;
 * :class:`ThresholdStrategy` runs all of it over a Flower grid (greeting, one exchange, reports),
   and :data:`app` is its ServerApp.
 """
@@ -71,10 +72,15 @@ def thresholds_from_histograms(histograms: Sequence[np.ndarray], *, constraints:
     """Pool the silos' released tables (sum, clamp at 0: post-processing) and choose the rule
     (:func:`pfair.postprocessing.choose_thresholds`, held ``margin`` below the target); returns the
     :class:`~pfair.postprocessing.ThresholdRule` and the pooled table."""
+    pooled = pool_histograms(histograms)
+    return choose_thresholds(pooled, constraints=constraints, max_violation=max_violation, margin=margin), pooled
+
+
+def pool_histograms(histograms: Sequence[np.ndarray]) -> np.ndarray:
+    """The silos' released tables summed and clamped at 0 (post-processing)."""
     if not histograms:
         raise ValueError("no silo released a score histogram; no thresholds can be chosen")
-    pooled = np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
-    return choose_thresholds(pooled, constraints=constraints, max_violation=max_violation, margin=margin), pooled
+    return np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
 
 
 class ThresholdStrategy(SteFFLeStrategy):
@@ -116,9 +122,7 @@ class ThresholdStrategy(SteFFLeStrategy):
                 self._note("malformed_reply", silo=silo, reason=str(exc))
                 continue
             tables[silo], released[silo] = hist, meta
-        if not tables:
-            raise ValueError("no silo released a score histogram; no thresholds can be chosen")
-        pooled = np.maximum(np.sum([np.asarray(tables[j], dtype=np.float64) for j in sorted(tables)], axis=0), 0.0)
+        pooled = pool_histograms([tables[j] for j in sorted(tables)])
         # How far the pooled noise can move the smallest group's constrained rate (as
         # PrivateThresholdOptimizer.resolution_): the rule's margin below the target with "auto";
         # coarser than the target, it holds on the noisy table only.
