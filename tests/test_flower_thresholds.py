@@ -164,6 +164,22 @@ def test_the_server_pools_the_replies_into_the_in_process_rule(tmp_path, identit
     assert rule.violation <= max(0.0, 0.02 - margin) + 1e-9
 
 
+def test_the_strategy_takes_the_margin_as_the_estimator_does():
+    """The ServerApp's run config carries margin as the template's string ("auto") or a number, or a
+    string of one (a --run-config override); anything else is refused naming margin."""
+    from pfair.flower.thresholds import ThresholdStrategy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        st = pfair.SteFFLe(lam=0.0, epsilon=2.0, p_s=[0.5, 0.5]).settings()
+    kw = dict(theta=np.zeros(4), edges=EDGES, epsilon=1.0, n_silos=3, n_groups=2, n_classes=2)
+    for given, want in (("auto", "auto"), ("0", 0.0), (0.02, 0.02), ("0.05", 0.05)):
+        assert ThresholdStrategy(st, margin=given, **kw).margin == want
+    for bad in ("resolution", "-1", True, float("nan")):
+        with pytest.raises(ValueError, match="margin \\(the run config's margin\\) must be 'auto'"):
+            ThresholdStrategy(st, margin=bad, **kw)
+
+
 def test_the_server_refuses_a_malformed_or_implausible_table():
     from flwr.app import ConfigRecord
 

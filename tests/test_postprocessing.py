@@ -344,9 +344,16 @@ def test_the_rule_is_held_the_tables_resolution_below_the_target_so_that_it_hold
     assert choose_thresholds(table, max_violation=0.05, margin=0.02).violation <= 0.03 + 1e-9
     with pytest.raises(ValueError, match="margin must be a number >= 0"):
         choose_thresholds(table, max_violation=0.05, margin=-0.1)
-    for bad in ("resolution", -1.0, float("nan"), True):
-        with pytest.raises(ValueError, match="margin"):
+    for bad in ("resolution", -1.0, float("nan"), float("inf"), True, None):
+        with pytest.raises(ValueError, match="margin must be 'auto'"):
             PrivateThresholdOptimizer(margin=bad).fit(X, y, sensitive_features=s)
+    # A numpy number is a number; tradeoff() uses the margin of the fit, and says the band it held.
+    m = PrivateThresholdOptimizer(epsilon=1.0, max_violation=0.05, margin=np.float32(0.02), noise_seed=0).fit(
+        X, y, sensitive_features=s)
+    assert m.rule_.margin == pytest.approx(0.02)
+    m.set_params(margin=0.0)
+    tr = m.tradeoff([0.0, 0.05, 0.1])
+    assert tr["band"].tolist() == pytest.approx([0.0, 0.03, 0.08]) and (tr["violation"] <= tr["band"] + 1e-9).all()
 
 
 @pytest.mark.slow
@@ -387,4 +394,7 @@ def test_pfair_postprocess_reports_the_rule_against_the_mixing_line(capsys):
     assert 0.01 < out["resolution"] < 0.05
     with pytest.raises(SystemExit):
         main(["postprocess", "--dataset", "compas", "--margin", "-1"])
-    assert "--margin takes 'auto' or a number >= 0" in capsys.readouterr().err
+    assert "--margin takes 'auto' or a finite number >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["postprocess", "--dataset", "compas", "--margin", "inf"])
+    assert "not 'inf'" in capsys.readouterr().err

@@ -14,8 +14,10 @@ the positive class for a record in bin b, non-decreasing in b: a threshold on th
 randomised where needed (Hardt et al. randomise between two thresholds to reach a point of a
 group's ROC hull; a non-decreasing q is such a mixture). The q minimise the error estimated from
 the pooled table subject to the fairness constraint on the estimated rates (a linear programme),
-held a margin below the target (by default the table's resolution, :func:`rate_resolution`: how
-far its noise can move the smallest group's rate), so that the target holds on the records:
+held a margin below the target (by default the table's resolution, :func:`rate_resolution`: about
+one standard deviation of how far its noise can move the smallest group's rate), so that the target
+holds on the records within about that (measured: no rule more than 0.02 over its target where the
+table resolves it, docs/postprocessing.md):
 
 * ``"demographic_parity"``: the selection rates ``P[ŷ = 1 | s = r]`` within ``max_violation``;
 * ``"equalized_odds"``: the true- and false-positive rates within ``max_violation`` (Hardt et al.);
@@ -48,6 +50,7 @@ multiplier for which everything the ledger holds plus this release composes to a
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -200,10 +203,13 @@ def tradeoff(counts: np.ndarray, *, constraints: str = "demographic_parity",
              margin: float = 0.0) -> pd.DataFrame:
     """The error/violation trade-off of the rules :func:`choose_thresholds` picks for each
     tolerance (each held ``margin`` below it), estimated on the released table (post-processing:
-    free). Columns ``max_violation``, ``error``, ``violation``, ``constant_error``."""
+    free). Columns ``max_violation``, ``band`` (``max(0, max_violation − margin)``, what the
+    programme held the estimated violation to), ``error``, ``violation``, ``constant_error``."""
     rules = [choose_thresholds(counts, constraints=constraints, max_violation=t, margin=margin)
              for t in max_violations]
-    return pd.DataFrame({"max_violation": [float(t) for t in max_violations], "error": [r.error for r in rules],
+    return pd.DataFrame({"max_violation": [float(t) for t in max_violations],
+                         "band": [max(0.0, float(t) - r.margin) for t, r in zip(max_violations, rules)],
+                         "error": [r.error for r in rules],
                          "violation": [r.violation for r in rules],
                          "constant_error": [r.constant_error for r in rules]})
 
@@ -228,6 +234,33 @@ def rate_resolution(counts: np.ndarray, constraints: str, sigma: float) -> tuple
         return 0.0, 0
     smallest = float(min(totals))
     return float(sigma) * math.sqrt(N.shape[0]) / smallest, int(round(smallest))
+
+
+def check_margin(margin: Any, where: str = "margin") -> float | str:
+    """``margin`` as :class:`PrivateThresholdOptimizer` and the Flower strategy take it: ``"auto"``
+    or a finite real number >= 0 (a string of one, as a run config may carry it, is read as the
+    number); anything else is refused, naming ``where``."""
+    if isinstance(margin, str) and margin != "auto":
+        try:
+            margin = float(margin)
+        except ValueError:
+            pass
+    if isinstance(margin, str) and margin == "auto":
+        return margin
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not (
+            math.isfinite(float(margin)) and float(margin) >= 0):
+        raise ValueError(f"{where} must be 'auto' (the released table's resolution) or a finite number >= 0 (0: the "
+                         f"target on the noisy table as it is); got {margin!r}")
+    return float(margin)
+
+
+def held_margin(margin: float | str, pooled: np.ndarray, constraints: str, sigma: float) -> tuple[float, float, int]:
+    """``(margin, resolution, smallest)`` for a pooled released table whose cells carry noise of std
+    ``sigma``: the resolution (:func:`rate_resolution`) and the margin a rule is held to below its
+    target (the resolution for ``"auto"``). Post-processing of the released table and public
+    noise stds; the estimator and the Flower strategy both read it here."""
+    resolution, smallest = rate_resolution(pooled, constraints, sigma)
+    return (resolution if margin == "auto" else float(margin)), resolution, smallest
 
 
 def beyond_resolution(resolution: float, max_violation: float) -> bool:
@@ -262,9 +295,9 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         :meth:`tradeoff` traces the error/violation trade-off for free.
     margin : "auto" (default) or float >= 0
         How far below ``max_violation`` the rule holds the violation estimated from the released
-        table, so that the target holds on the records despite the noise: ``"auto"``, the table's
-        ``resolution_`` (how far its noise can move the smallest group's rate); 0, the target on
-        the noisy table as it is. The programme's band is ``max(0, max_violation − margin)``.
+        table, so that the target holds on the records within about the noise: ``"auto"``, the
+        table's ``resolution_`` (about one standard deviation of how far its noise can move the
+        smallest group's rate); 0, the target on the noisy table as it is. The programme's band is ``max(0, max_violation − margin)``.
         Post-processing of the released table: no budget. Measured in docs/postprocessing.md
         ("A small group").
     epsilon, delta : each silo's ledger after the release is at most (epsilon, delta)-DP
@@ -371,30 +404,21 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         self.released_counts_ = pooled
         sigmas = [r["sigma_counts"] for r in rows]
         sigma = math.sqrt(float(np.sum(np.square(sigmas))))
-        self.resolution_, smallest = rate_resolution(pooled, self.constraints, sigma)
+        margin, self.resolution_, smallest = held_margin(check_margin(self.margin), pooled, self.constraints, sigma)
         self.rule_ = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation,
-                                       margin=self._margin())
+                                       margin=margin)
 
         self.privacy_report_ = PrivacyReport(pd.DataFrame(rows).set_index("silo"))
         self._check_constant(pooled, sigmas)
         self._check_resolution(pooled, sigma, smallest)
         return self
 
-    def _margin(self) -> float:
-        """The margin the rule is held to: ``resolution_`` for ``"auto"``, else ``margin``."""
-        return float(self.resolution_) if isinstance(self.margin, str) else float(self.margin)
-
     def _check_params(self) -> None:
         check_choice(self.constraints, "constraints", CONSTRAINTS)
         check_choice(self.protect, "protect", ("attribute", "record"))
         if self.epsilon is not None and not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0):
             raise ValueError(f"epsilon must be a number > 0 or None; got {self.epsilon!r}")
-        if isinstance(self.margin, str):
-            check_choice(self.margin, "margin", ("auto",))
-        elif isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not (
-                math.isfinite(self.margin) and self.margin >= 0):
-            raise ValueError(f"margin must be 'auto' (the released table's resolution) or a number >= 0 (0: the "
-                             f"target on the noisy table as it is); got {self.margin!r}")
+        check_margin(self.margin)
         if self.protect == "record" and self.epsilon is not None and not self.prefit:
             raise ValueError(
                 "protect='record' protects x and y too, so the base model may not be trained on the silos' pooled "
@@ -555,7 +579,7 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         :func:`tradeoff`."""
         self._check_fitted()
         return tradeoff(self.released_counts_, constraints=self.constraints, max_violations=max_violations,
-                        margin=self._margin())
+                        margin=self.rule_.margin)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

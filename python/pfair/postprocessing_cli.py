@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import warnings
@@ -27,9 +28,9 @@ def _margin(text: str) -> float | str:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a number >= 0, not {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a number >= 0, not {text!r}")
+        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a finite number >= 0, not {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a finite number >= 0, not {text!r}")
     return value
 
 
@@ -52,8 +53,9 @@ def add_postprocess_parser(sub: Any) -> None:
                    help="tolerance on the per-group rates (default 0)")
     p.add_argument("--margin", type=_margin, default="auto", metavar="M",
                    help="how far below T the rule holds the violation estimated from the released histograms: "
-                        "auto (default: the table's resolution, how far its noise can move the smallest group's "
-                        "rate, so that T holds on the records) or a number >= 0 (0: T on the noisy table)")
+                        "auto (default: the table's resolution, about one standard deviation of how far its noise "
+                        "can move the smallest group's rate, so that T holds on the records within about that) or a "
+                        "number >= 0 (0: T on the noisy table)")
     p.add_argument("--bins", type=int, default=20, help="score bins (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seeds the partition and the randomised predictions")
     p.add_argument("--noise-seed", type=int, default=None,

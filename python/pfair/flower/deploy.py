@@ -60,6 +60,7 @@ edges = "[]"
 histogram-epsilon = 1.0
 constraints = "demographic_parity"
 max-violation = 0.0
+margin = "auto"
 """
 
 

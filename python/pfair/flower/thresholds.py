@@ -30,7 +30,7 @@ from pfair.fairness_target import implausible
 from pfair.flower import codec
 from pfair.flower.node import settings_from_run_config
 from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
-from pfair.postprocessing import beyond_resolution, choose_thresholds, rate_resolution
+from pfair.postprocessing import beyond_resolution, check_margin, choose_thresholds, held_margin
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -94,9 +94,7 @@ class ThresholdStrategy(SteFFLeStrategy):
         super().__init__(settings, **kw)
         if self.n_classes != 2:
             raise ValueError(f"post-processing thresholds a score: binary labels only, not {self.n_classes} classes")
-        if not (margin == "auto" or (isinstance(margin, (int, float)) and not isinstance(margin, bool)
-                                     and math.isfinite(margin) and margin >= 0)):
-            raise ValueError(f"margin must be 'auto' (the pooled table's resolution) or a number >= 0; got {margin!r}")
+        margin = check_margin(margin, "margin (the run config's margin)")
         self.base_theta = np.asarray(theta, dtype=np.float64).ravel()
         self.edges = check_edges(edges, "edges")
         self.epsilon, self.constraints, self.max_violation = float(epsilon), constraints, float(max_violation)
@@ -128,8 +126,7 @@ class ThresholdStrategy(SteFFLeStrategy):
         # coarser than the target, it holds on the noisy table only.
         sigma = math.sqrt(sum((float(released[j]["noise_multiplier"]) * SCORE_HISTOGRAM_SENSITIVITY) ** 2
                               for j in tables))
-        resolution, _ = rate_resolution(pooled, self.constraints, sigma)
-        margin = resolution if self.margin == "auto" else float(self.margin)
+        margin, resolution, _ = held_margin(self.margin, pooled, self.constraints, sigma)
         rule = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation, margin=margin)
         if beyond_resolution(resolution, self.max_violation):
             self._note("target_beyond_resolution", resolution=resolution, max_violation=self.max_violation)
@@ -156,12 +153,10 @@ def main(grid: Grid, context: Context) -> None:
     ``edges`` (JSON lists), ``histogram-epsilon``, ``constraints``, ``max-violation`` and ``margin``
     (``"auto"``, the default, or a number)."""
     rc = context.run_config
-    margin_value = rc.get("margin", "auto")
-    margin: float | str = "auto" if str(margin_value) == "auto" else float(margin_value)
     strategy = ThresholdStrategy(settings_from_run_config(rc), theta=json.loads(str(rc["theta"])),
                                  edges=json.loads(str(rc["edges"])), epsilon=float(rc["histogram-epsilon"]),
                                  constraints=str(rc.get("constraints", "demographic_parity")),
-                                 max_violation=float(rc.get("max-violation", 0.0)), margin=margin,
+                                 max_violation=float(rc.get("max-violation", 0.0)), margin=rc.get("margin", "auto"),
                                  n_silos=int(rc["n-silos"]),
                                  n_groups=int(rc["n-groups"]), n_classes=int(rc["n-classes"]),
                                  wait_timeout=float(rc["wait-timeout"]), round_timeout=float(rc["round-timeout"]),
