@@ -236,6 +236,14 @@ def rate_resolution(counts: np.ndarray, constraints: str, sigma: float) -> tuple
     return float(sigma) * math.sqrt(N.shape[0]) / smallest, int(round(smallest))
 
 
+def pool_histograms(histograms: Sequence[np.ndarray]) -> np.ndarray:
+    """The silos' released tables summed and clamped at 0 (post-processing): the table the server
+    chooses from, in process and in a deployment."""
+    if not len(histograms):
+        raise ValueError("no silo released a score histogram; no thresholds can be chosen")
+    return np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
+
+
 def check_margin(margin: Any, where: str = "margin") -> float | str:
     """``margin`` as :class:`PrivateThresholdOptimizer` and the Flower strategy take it: ``"auto"``
     or a finite real number >= 0 (a string of one, as a run config may carry it, is read as the
@@ -297,8 +305,8 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
         How far below ``max_violation`` the rule holds the violation estimated from the released
         table, so that the target holds on the records within about the noise: ``"auto"``, the
         table's ``resolution_`` (about one standard deviation of how far its noise can move the
-        smallest group's rate); 0, the target on the noisy table as it is. The programme's band is ``max(0, max_violation − margin)``.
-        Post-processing of the released table: no budget. Measured in docs/postprocessing.md
+        smallest group's rate); 0, the target on the noisy table as it is. The programme's band is
+        ``max(0, max_violation − margin)``. Post-processing of the released table: no budget. Measured in docs/postprocessing.md
         ("A small group").
     epsilon, delta : each silo's ledger after the release is at most (epsilon, delta)-DP
         (delta=None: 1/n_j²; a new ledger is made with this budget). ``epsilon=None``: non-private
@@ -400,11 +408,12 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
                 noisy, z = exact(), 0.0
                 rows.append(self._report_row(j, len(silo), None, z))
             tables.append(noisy)
-        pooled = np.maximum(np.sum(tables, axis=0), 0.0)
+        pooled = pool_histograms(tables)
         self.released_counts_ = pooled
         sigmas = [r["sigma_counts"] for r in rows]
         sigma = math.sqrt(float(np.sum(np.square(sigmas))))
-        margin, self.resolution_, smallest = held_margin(check_margin(self.margin), pooled, self.constraints, sigma)
+        # self.margin was checked before the release (_check_params)
+        margin, self.resolution_, smallest = held_margin(self.margin, pooled, self.constraints, sigma)
         self.rule_ = choose_thresholds(pooled, constraints=self.constraints, max_violation=self.max_violation,
                                        margin=margin)
 

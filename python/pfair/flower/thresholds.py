@@ -10,8 +10,8 @@ prediction time with each record's s: ``q[s, bin(score(x))]``.
 
 * :func:`score_histogram_message` builds the message a silo answers;
 * :func:`read_score_histogram` checks a reply (shape, finite, plausible for the silo's size);
-* :func:`pool_histograms` pools the released tables, :func:`thresholds_from_histograms` also
-  chooses the rule;
+* :func:`thresholds_from_histograms` pools the released tables
+  (:func:`pfair.postprocessing.pool_histograms`, as the estimator does) and chooses a rule;
 * :class:`ThresholdStrategy` runs all of it over a Flower grid (greeting, one exchange, reports),
   and :data:`app` is its ServerApp.
 """
@@ -30,7 +30,7 @@ from pfair.fairness_target import implausible
 from pfair.flower import codec
 from pfair.flower.node import settings_from_run_config
 from pfair.flower.server_app import SiloLink, SteFFLeStrategy, reason_of, write_result
-from pfair.postprocessing import beyond_resolution, check_margin, choose_thresholds, held_margin
+from pfair.postprocessing import beyond_resolution, check_margin, choose_thresholds, held_margin, pool_histograms
 from pfair.privacy.score_histogram import SCORE_HISTOGRAM_SENSITIVITY, check_edges
 
 MESSAGE_TYPE = "query.score_histogram"
@@ -74,13 +74,6 @@ def thresholds_from_histograms(histograms: Sequence[np.ndarray], *, constraints:
     :class:`~pfair.postprocessing.ThresholdRule` and the pooled table."""
     pooled = pool_histograms(histograms)
     return choose_thresholds(pooled, constraints=constraints, max_violation=max_violation, margin=margin), pooled
-
-
-def pool_histograms(histograms: Sequence[np.ndarray]) -> np.ndarray:
-    """The silos' released tables summed and clamped at 0 (post-processing)."""
-    if not histograms:
-        raise ValueError("no silo released a score histogram; no thresholds can be chosen")
-    return np.maximum(np.sum([np.asarray(h, dtype=np.float64) for h in histograms], axis=0), 0.0)
 
 
 class ThresholdStrategy(SteFFLeStrategy):
