@@ -217,22 +217,24 @@ def test_private_post_processing_over_a_loopback_deployment(tmp_path):
         rc = run_config_for(st, n_silos=3, n_groups=2, n_classes=2, out=out, round_timeout=60, wait_timeout=60,
                             evaluate=False)
         rc.update({"theta": json.dumps(theta.tolist()), "edges": json.dumps(EDGES.tolist()),
-                   "histogram-epsilon": 1.0, "constraints": "demographic_parity", "max-violation": 0.05})
+                   "histogram-epsilon": 1.0, "constraints": "demographic_parity", "max-violation": 0.03})
         done = dep.run_app(app, rc, timeout=240)
         assert out.exists(), f"exit {done.returncode}: " + dep.log("flwr-run")[-4000:]
     res = json.loads(out.read_text())
-    # The only event: these small silos' table resolves their groups' rates more coarsely than 0.05 (said)
+    # The only event: these small silos' table resolves their groups' rates more coarsely than 0.03 (said). Its
+    # resolution is 0.061 ± 0.004 over the secret noise (300 draws in process: 0.052 at least), seven sd above 0.03
+    # (at a target of 0.05 about one run in a hundred fell below it and was not warned, rightly).
     assert res["status"] == "completed" and [e["event"] for e in res["events"]] == ["target_beyond_resolution"]
-    assert res["events"][0]["resolution"] == res["resolution_released"] > 0.05
+    assert res["events"][0]["resolution"] == res["resolution_released"] > 0.03
     assert all(row["answered"] for row in res["silos"])
     assert all(0.99 <= row["ledger"]["epsilon_spent"] <= 1.0 for row in res["silos"])
     # The rule is held the table's resolution below the target ("auto"): past it, to equal rates on the noisy table.
     assert res["margin"] == res["resolution_released"]
-    assert res["violation_released"] <= max(0.0, 0.05 - res["margin"]) + 1e-9
+    assert res["violation_released"] <= max(0.0, 0.03 - res["margin"]) + 1e-9
     assert res["error_released"] < res["constant_error_released"]
     assert np.asarray(res["q"]).shape == (2, EDGES.size + 1)
     # The pooled table's resolution, as PrivateThresholdOptimizer.resolution_ reads it from the same counts and noise
     sigma = np.sqrt(sum((row["noise_multiplier"] * SCORE_HISTOGRAM_SENSITIVITY) ** 2 for row in res["silos"]))
     assert res["resolution_released"] == pytest.approx(rate_resolution(np.asarray(res["pooled"]), "demographic_parity",
                                                                        sigma)[0], rel=1e-12)
-    assert res["events"][0]["max_violation"] == 0.05
+    assert res["events"][0]["max_violation"] == 0.03
