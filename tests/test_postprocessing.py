@@ -276,8 +276,11 @@ def test_a_rule_no_better_than_the_constant_predictor_is_warned():
     n = 400
     X, s = rng.normal(size=(n, 3)), rng.integers(0, 2, n)
     y = (rng.random(n) < 0.3).astype(int)  # nothing in x predicts y
-    with pytest.warns(NotBetterThanConstantWarning, match="constant predictor"):
-        m = PrivateThresholdOptimizer(epsilon=0.5, bins=10).fit(X, y, sensitive_features=s)
+    # Seeded: the guard asks for one noise sd, and on a score that predicts nothing a rule looks
+    # better by more than that in about 1 secret draw in 140.
+    with warnings.catch_warnings(), pytest.warns(NotBetterThanConstantWarning, match="constant predictor"):
+        warnings.simplefilter("ignore", PrivacyWarning)
+        m = PrivateThresholdOptimizer(epsilon=0.5, bins=10, noise_seed=0).fit(X, y, sensitive_features=s)
     assert not m.beats_constant_
     Xg, yg, sg, _ = toy_data(n=3000, seed=1)
     with warnings.catch_warnings():

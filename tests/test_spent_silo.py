@@ -53,10 +53,12 @@ def test_a_spent_adult_federation_trains_twice_and_then_refuses_before_anything_
     """On main the third ε = 1 fit on one Adult federation trained at z = 5,547 (test error 0.33 against
     the constant's 0.248); it is refused now, uncharged, with what is left, what the fit would need
     and how to start anew. The first two fits (z = 23 and 395) still train and beat the constant.
-    (Those were the defaults of the time: 20 epochs at a batch of 1,024 and a clip of 0.25.)"""
+    (Those were the defaults of the time: 20 epochs at a batch of 1,024 and a clip of 0.25.) The noise
+    is seeded: with secret noise the second fit's error is 0.187 ± 0.011 with a tail past the bound
+    (about 1 run in 110), and what the test checks, the refusal, draws no noise."""
     fed = pfair.Federation.partition(adult, 3, seed=0)
     constant = 1 - np.bincount(adult.y_test).max() / adult.y_test.size
-    kw = dict(epsilon=1.0, lam=1.0, seed=0, batch_size=1024, clip=0.25)
+    kw = dict(epsilon=1.0, lam=1.0, seed=0, batch_size=1024, clip=0.25, noise_seed=0)
     for _ in range(2):
         m = quiet_fit(pfair.SteFFLe(**kw), fed)
         assert np.mean(m.predict(adult.X_test) != adult.y_test) < constant - 0.02
