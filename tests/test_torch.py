@@ -33,7 +33,7 @@ from pfair.providers.torch import TorchProvider, module_theta, set_module_theta 
 from pfair.torch import DeepSteFFLe, load_digits_fair, load_image_folder  # noqa: E402
 from pfair.torch.models import SmallCNN, mlp, resnet18_groupnorm  # noqa: E402
 
-from support import fit_interrupted, toy_federation  # noqa: E402
+from support import fit_interrupted, toy_data, toy_federation  # noqa: E402
 
 # One thread: the runs are deterministic and do not fight other processes for the two cores.
 torch.set_num_threads(1)
@@ -416,8 +416,10 @@ def test_mlp_on_adult_race_trains_privately_and_the_penalty_lowers_the_violation
     # Measured for noise seeds 3-10: DP difference 0.184 → 0.084-0.126, soft ERMI 0.0060 →
     # 0.0029-0.0037, accuracy 0.845 → 0.820-0.838 (non-private λ = 6: 0.122, 0.0029, 0.837).
     # Every record trains (validation_share=0): the figures above were measured so, and two noisy
-    # epochs on 10 % fewer records leave the penalty's effect to the noise seed.
+    # epochs on 10 % fewer records leave the penalty's effect to the noise seed. The constant θ step,
+    # as measured: the default scaled step takes η_θ/6 at λ = 6, too little to move θ in two epochs.
     common = dict(epsilon=8.0, epochs=2, batch_size=256, lr_theta=0.5, lr_w=0.1, clip=0.5, noise_seed=3,
+                  theta_step="constant",
                   init_seed=3, p_s=[0.01, 0.03, 0.09, 0.01, 0.86], track_history=False, device="cpu",
                   validation_share=0.0)
     out = {}
@@ -1012,7 +1014,10 @@ def test_mlp_with_max_violation_meets_the_target_roughly():
     X[:, 0] += 0.6 * s
     y = (X[:, 0] + X[:, 1] + 0.5 * rng.normal(size=n) > 0.3).astype(int)
     silos = rng.integers(0, 3, size=n)
-    common = dict(epochs=80, batch_size=100, init_seed=0, device="cpu", epsilon=None)
+    # The constant θ step: on this small table (5 rounds an epoch) the default scaled step takes λ to 44
+    # while θ's step falls as 1/λ, and its released violation is 0.076 after 80 epochs, 0.055 after 320
+    # (docs/deep.md, "The θ step"); the controller is what this test checks.
+    common = dict(epochs=80, batch_size=100, init_seed=0, device="cpu", epsilon=None, theta_step="constant")
     free = DeepSteFFLe(mlp(3, 2, (8,)), lam=0.0, **common).fit(X, y, sensitive_features=s, silos=silos)
     v_free = pfair.metrics.demographic_parity_difference(y, free.predict(X), sensitive_features=s)
     assert v_free > 0.12  # the target is active
@@ -1045,6 +1050,35 @@ def test_block_sums_of_neighbouring_chunks_differ_by_at_most_twice_the_clip():
     assert diff <= 2 * C
     # Each record's clipped vector alone is in the ball after rounding, too.
     assert torch.linalg.vector_norm((f[:1] @ G[:1]).double()).item() <= C
+
+
+def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scaled_step():
+    """DeepSteFFLe takes SteFFLe's scaled θ step, and, as SteFFLe, a non-private fit at a fixed λ
+    above λ_c with the "auto" batch multiplies epochs and decay period by k_λ = min(λ/λ_c, 10)
+    (step and batch unchanged): settings, the fit's history and the resolved run agree. Not stretched:
+    private fits (their rounds cost budget), a fairness target, the constant step, a stated batch."""
+    from pfair.settings import AUTO_DECAY, LAMBDA_STRETCH_CAP, THETA_STEP_LAMBDA, noise_free_stretch
+
+    assert DeepSteFFLe(mlp(3, 2)).theta_step == SteFFLe().theta_step == "scaled"
+    base = DeepSteFFLe(mlp(3, 2), epsilon=None, lam=0.0).settings([30000])
+    for lam, k in ((1.0, 1), (2.5, 2.5), (8.0, 8), (40.0, LAMBDA_STRETCH_CAP)):
+        assert noise_free_stretch(lam, "scaled") == k == max(1.0, min(lam / THETA_STEP_LAMBDA, LAMBDA_STRETCH_CAP))
+        st = DeepSteFFLe(mlp(3, 2), epsilon=None, lam=lam).settings([30000])
+        assert (st.batch_size, st.lr_theta) == (base.batch_size, base.lr_theta)
+        assert (st.epochs, st.decay_every) == (math.ceil(5 * k), math.ceil(AUTO_DECAY[1] * k)), lam
+    for kw in (dict(epsilon=1.0, lam=8.0), dict(epsilon=None, max_violation=0.05),
+               dict(epsilon=None, lam=8.0, theta_step="constant"), dict(epsilon=None, lam=8.0, batch_size=64)):
+        st = DeepSteFFLe(mlp(3, 2), **kw).settings([30000])
+        assert (st.epochs, st.decay_every) == (5, AUTO_DECAY[1]), kw
+    with pytest.raises(ValueError, match=r"epochs=20000 with batch_size='auto' is a run of 200,000 epochs.*lam=40"):
+        DeepSteFFLe(mlp(3, 2), epsilon=None, lam=40.0, epochs=20000).settings()
+    # The fit runs what settings() says: 2 epochs at λ = 3 are 6, in its history and its report.
+    X, y, s, silos = toy_data(n=600, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = DeepSteFFLe(mlp(3, 2, (4,)), epsilon=None, lam=3.0, epochs=2, init_seed=0, device="cpu").fit(
+            X, y, sensitive_features=s, silos=silos)
+    assert len(m.history_) == m.epochs_done_ == 6
 
 
 def test_deep_parameters_are_steffles_with_the_deep_defaults():

@@ -1,7 +1,7 @@
 """Do DeepSteFFLe's min-max iterates cycle as SteFFLe's did, and does the scaled θ step settle them?
 
-``DeepSteFFLe`` keeps ``theta_step="constant"`` (docs/deep.md): its defaults and the deep tables
-were chosen with it. This script measures its per-epoch validation error, non-private and at
+``DeepSteFFLe``'s θ step was constant in λ until this script and ``deep_theta_step.py`` measured
+the scaled one (docs/deep.md, "The θ step"). This script measures its per-epoch validation error, non-private and at
 ε = 1, for an MLP (``mlp(d, 2)``, d-64-2, tanh) at its defaults otherwise, with the constant and
 the scaled θ step, on Adult (s = sex) and on the acceptance's synthetic table whose features carry s
 (``make_synthetic(60000, 40, silos=3, dependence=2, seed=0)``), at λ ∈ {1, 8, 40}, seed 0, 10
@@ -26,7 +26,9 @@ import torch
 
 import pfair
 from pfair.torch import DeepSteFFLe
+from pfair.settings import deep_batch_size
 from pfair.torch.models import mlp
+from pfair.validation import training_sizes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -46,8 +48,12 @@ def one(data, lam: float, step: str, epsilon: float | None, seed: int = 0) -> di
     y = np.concatenate([fed.classes_[s.y] for s in fed.silos])
     s_ = np.concatenate([fed.groups_[s.s] for s in fed.silos])
     kw = dict(epsilon=None) if epsilon is None else dict(epsilon=epsilon, noise_seed=seed)
-    model = DeepSteFFLe(mlp(data.n_features, 2), lam=lam, theta_step=step, epochs=EPOCHS, init_seed=seed,
-                        seed=seed, device="cpu", **kw)
+    # The batch stated (the "auto" batch for these silos): a run of EPOCHS epochs with either step. With
+    # "auto", a non-private fit under the scaled step would run min(λ, 10) times the epochs
+    # (resolve_deep_defaults; deep_theta_step.py measures that run).
+    batch = deep_batch_size(training_sizes(fed.sizes, 0.1))
+    model = DeepSteFFLe(mlp(data.n_features, 2), lam=lam, theta_step=step, epochs=EPOCHS, batch_size=batch,
+                        init_seed=seed, seed=seed, device="cpu", **kw)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

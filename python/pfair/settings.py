@@ -10,6 +10,7 @@ Rust kernel.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
@@ -80,10 +81,10 @@ AUTO_BATCH_RECORD = 256
 #: DeepSteFFLe's defaults where they differ from SteFFLe's (docs/deep.md, "Defaults"; chosen on
 #: validation splits by docs/optimisation/deep_defaults.py). ``"auto"`` batch and step follow
 #: :func:`deep_batch_size` and :func:`deep_lr_theta`.
-DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25, "theta_step": "constant"}
-#: (``theta_step="constant"``: the deep defaults and docs/deep.md's measurements were made with the θ
-#: step constant in λ, and the scaled step of the linear model, whose λ_c comes from logistic
-#: regression's curvature, has not been measured on networks: docs/optimisation.md, section 7.)
+DEEP_DEFAULTS = {"lr_theta": "auto", "batch_size": "auto", "epochs": 5, "lr_w": 0.25}
+#: (The θ step is SteFFLe's, ``theta_step="scaled"``, with the noise-free run's λ stretch
+#: (:func:`resolve_deep_defaults`): measured on an MLP against the constant step by
+#: docs/optimisation/deep_theta_step.py, docs/deep.md, "The θ step".)
 #: Most epochs a run may have. Far beyond any useful fit (the tuned defaults use 5 to 40); a run's
 #: epoch numbers name its checkpoint releases (:class:`pfair.protocol.keys.ReleaseId`), and a
 #: deployed silo plans only runs whose length its settings imply, so a server cannot ask a silo to
@@ -184,11 +185,46 @@ def deep_lr_theta(batch_size: int) -> float:
     return DEEP_LR_AT_AUTO_BATCH * int(batch_size) / DEEP_AUTO_BATCH
 
 
+def noise_free_stretch(lam: Any, theta_step: str) -> float:
+    """``k_λ = min(λ / λ_c, LAMBDA_STRETCH_CAP)`` above λ_c = :data:`THETA_STEP_LAMBDA` under
+    ``theta_step="scaled"``, else 1: the factor a run whose rounds carry no noise at a fixed λ
+    multiplies its epochs and decay period by when its batch is ``"auto"``
+    (:attr:`SteFFLeSettings.lambda_stretch` for the linear model, :func:`resolve_deep_defaults` for
+    a network; docs/optimisation.md, "A noise-free run at a large λ")."""
+    if theta_step != "scaled" or isinstance(lam, bool) or not isinstance(lam, numbers.Real):
+        return 1.0
+    return max(1.0, min(float(lam) / THETA_STEP_LAMBDA, LAMBDA_STRETCH_CAP))
+
+
 def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
     """``params`` (estimator hyper-parameters or run-config settings) with a deep model's ``"auto"``
     ``batch_size`` and ``lr_theta`` resolved for silos of ``sizes`` (None: a deployment), and a
-    private fit's ``clip="auto"`` as :data:`DEEP_PRIVATE_CLIP`."""
+    private fit's ``clip="auto"`` as :data:`DEEP_PRIVATE_CLIP`.
+
+    A non-private fit (``epsilon=None``: its rounds carry no noise) at a fixed λ above λ_c under the
+    scaled θ step whose batch is ``"auto"`` also has its ``epochs`` and ``decay_every`` (``"auto"``:
+    :data:`AUTO_DECAY`'s period) multiplied by :func:`noise_free_stretch` (rounded up), as the linear
+    model's (:attr:`SteFFLeSettings.lambda_stretch`); once the batch is a number (resolved
+    settings, or a batch the user states) nothing is stretched. ``params`` without ``epochs`` (a
+    partial mapping) are not stretched."""
     out = dict(params)
+    auto_batch = isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto"
+    if (auto_batch and "epochs" in out and out.get("epsilon") is None and out.get("max_violation") is None
+            and "theta_step" in out):
+        k = noise_free_stretch(out.get("lam"), out["theta_step"])
+        if k > 1.0:
+            every = out.get("decay_every", "auto")
+            every = AUTO_DECAY[1] if isinstance(every, str) and every == "auto" else every
+            if not isinstance(out["epochs"], bool) and isinstance(out["epochs"], numbers.Integral):
+                out["epochs"] = math.ceil(int(out["epochs"]) * k)
+                if out["epochs"] > MAX_EPOCHS:
+                    raise ValueError(f"epochs={params['epochs']} with batch_size='auto' is a run of {out['epochs']:,} "
+                                     f"epochs (the epochs are stated for λ ≤ {THETA_STEP_LAMBDA:g}, and "
+                                     f"lam={out['lam']:g} takes {k:.2f} times the epochs of its smaller θ step), above "
+                                     f"the most a run may have ({MAX_EPOCHS:,}). Use fewer epochs, or set batch_size "
+                                     "yourself")
+            if not isinstance(every, bool) and isinstance(every, numbers.Integral):
+                out["decay_every"] = math.ceil(int(every) * k)
     if isinstance(out.get("clip"), str) and out["clip"] == "auto" and out.get("epsilon") is not None:
         out["clip"] = DEEP_PRIVATE_CLIP
     if isinstance(out.get("clip"), str) and out["clip"] == "adaptive":
@@ -609,10 +645,10 @@ class SteFFLeSettings:
         rounds of λ ≤ λ_c. Without noise, more rounds cost compute only; a private run's rounds
         cost budget, so its length stays the user's (or the batch stretch's, :meth:`stretch`).
         Every input is a public setting."""
-        if (self.noisy_rounds or self.theta_step != "scaled" or self.max_violation is not None
+        if (self.noisy_rounds or self.max_violation is not None
                 or not (isinstance(self.batch_size, str) and self.batch_size == "auto")):
             return 1.0
-        return max(1.0, min(float(self.lam) / THETA_STEP_LAMBDA, LAMBDA_STRETCH_CAP))
+        return noise_free_stretch(self.lam, self.theta_step)
 
     def written_out(self) -> dict:
         """The settings an estimator must state to run these settings (batch resolved by

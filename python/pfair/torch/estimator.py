@@ -155,14 +155,17 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         ``epochs``, ``batch_size``, ``lr_theta``, ``lr_w``, ``w_radius``, ``clip``, ``clip_loss``,
         ``clip_w``, ``sampling``, ``protect``, ``calibration``, ``p_s``, ``noise_seed``, ...), with
         the same meaning and defaults, except ``lr_theta="auto"``, ``batch_size="auto"``, ``epochs=5``,
-        ``lr_w=0.25``, ``theta_step="constant"`` (the scaled θ step is measured on the linear model
-        only), when private, ``clip="auto"`` = 0.5, and ``lr_decay``/``decay_every`` ``"auto"`` = 0.8
+        ``lr_w=0.25``, when private, ``clip="auto"`` = 0.5, and ``lr_decay``/``decay_every`` ``"auto"`` = 0.8
         every 10 epochs (:data:`pfair.settings.DEEP_DEFAULTS`: SGD on a network needs more, smaller
         steps than the linear model; the batch is resolved to a number first, so the linear default
         private run's faster decay does not apply): the batch is
         ``min(256, max(16, n_min // 32))`` records for a smallest silo of n_min records, the step
         ``batch / 256`` (1.0 at a batch of 256; the linear scaling rule); ``mode`` must be ``"standard"``
-        and ``theta_subspace`` None (it projects the rows of a linear model's θ).
+        and ``theta_subspace`` None (it projects the rows of a linear model's θ). The θ step is
+        SteFFLe's (``theta_step="scaled"``: ``η_θ / max(1, λ)``), and as for SteFFLe a non-private fit
+        at a fixed ``lam`` above 1 with the ``"auto"`` batch runs ``min(lam, 10)`` times the
+        ``epochs`` and decay period (:func:`pfair.settings.resolve_deep_defaults`; docs/deep.md,
+        "The θ step").
 
     Attributes
     ----------
@@ -187,7 +190,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
                  clip_w: float | str | None = "auto", sampling: str = "auto", protect: str = "attribute",
                  calibration: str = "auto", p_s: Any = None, p_s_epsilon_share: float = 0.1,
                  lr_decay: float | str = "auto", decay_every: int | str = "auto", w_step: str = "normalised",
-                 theta_step: str = "constant",
+                 theta_step: str = "scaled",
                  theta_subspace: int | None = None, output: str = "last",
                  silo_weights: str = "uniform", positive_class: int = 1, mode: str = "standard",
                  amplification: bool = True, dummy_noise: bool = False, seed: int = 0, noise_seed: int | None = None,
