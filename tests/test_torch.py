@@ -1057,12 +1057,12 @@ def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scale
     above λ_c with the "auto" batch multiplies epochs and decay period by k_λ = min(λ/λ_c, 10)
     (step and batch unchanged): settings, the fit's history and the resolved run agree. Not stretched:
     private fits (their rounds cost budget), a fairness target, the constant step, a stated batch."""
-    from pfair.settings import AUTO_DECAY, LAMBDA_STRETCH_CAP, THETA_STEP_LAMBDA, noise_free_stretch
+    from pfair.settings import AUTO_DECAY, LAMBDA_STRETCH_CAP, noise_free_stretch
 
     assert DeepSteFFLe(mlp(3, 2)).theta_step == SteFFLe().theta_step == "scaled"
     base = DeepSteFFLe(mlp(3, 2), epsilon=None, lam=0.0).settings([30000])
     for lam, k in ((1.0, 1), (2.5, 2.5), (8.0, 8), (40.0, LAMBDA_STRETCH_CAP)):
-        assert noise_free_stretch(lam, "scaled") == k == max(1.0, min(lam / THETA_STEP_LAMBDA, LAMBDA_STRETCH_CAP))
+        assert noise_free_stretch(lam, "scaled") == k and noise_free_stretch(lam, "constant") == 1.0
         st = DeepSteFFLe(mlp(3, 2), epsilon=None, lam=lam).settings([30000])
         assert (st.batch_size, st.lr_theta) == (base.batch_size, base.lr_theta)
         assert (st.epochs, st.decay_every) == (math.ceil(5 * k), math.ceil(AUTO_DECAY[1] * k)), lam
@@ -1072,6 +1072,14 @@ def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scale
         assert (st.epochs, st.decay_every) == (5, AUTO_DECAY[1]), kw
     with pytest.raises(ValueError, match=r"epochs=20000 with batch_size='auto' is a run of 200,000 epochs.*lam=40"):
         DeepSteFFLe(mlp(3, 2), epsilon=None, lam=40.0, epochs=20000).settings()
+    with pytest.raises(ValueError, match=r"epochs must be >= 1, got -5"):  # as given, not stretched
+        DeepSteFFLe(mlp(3, 2), epsilon=None, lam=8.0, epochs=-5).settings()
+    # pfair train --tune's grid writes the batch out, so it keeps the stretched run at both batches.
+    from pfair.model_selection import default_grid
+
+    grid = default_grid(DeepSteFFLe(mlp(3, 2), epsilon=None, lam=5.0), [30000] * 3)
+    assert grid["epochs"] == [25] and grid["decay_every"] == [5 * AUTO_DECAY[1]]
+    assert "epochs" not in default_grid(DeepSteFFLe(mlp(3, 2), epsilon=1.0, lam=5.0), [30000] * 3)
     # The fit runs what settings() says: 2 epochs at λ = 3 are 6, in its history and its report.
     X, y, s, silos = toy_data(n=600, seed=1)
     with warnings.catch_warnings():

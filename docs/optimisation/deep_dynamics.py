@@ -28,7 +28,6 @@ import pfair
 from pfair.torch import DeepSteFFLe
 from pfair.settings import deep_batch_size
 from pfair.torch.models import mlp
-from pfair.validation import training_sizes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -51,7 +50,7 @@ def one(data, lam: float, step: str, epsilon: float | None, seed: int = 0) -> di
     # The batch stated (the "auto" batch for these silos): a run of EPOCHS epochs with either step. With
     # "auto", a non-private fit under the scaled step would run min(λ, 10) times the epochs
     # (resolve_deep_defaults; deep_theta_step.py measures that run).
-    batch = deep_batch_size(training_sizes(fed.sizes, 0.1))
+    batch = deep_batch_size(fed.sizes)
     model = DeepSteFFLe(mlp(data.n_features, 2), lam=lam, theta_step=step, epochs=EPOCHS, batch_size=batch,
                         init_seed=seed, seed=seed, device="cpu", **kw)
     t0 = time.perf_counter()

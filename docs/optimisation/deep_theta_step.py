@@ -24,6 +24,11 @@ on synthetic 2 and Adult, non-private and at ε = 1.
     python docs/optimisation/deep_theta_step.py                     # runs + summary, ~40 min on 2 cores
     python docs/optimisation/deep_theta_step.py --tables adult --epsilons none   # one block (rows replaced)
     python docs/optimisation/deep_theta_step.py --summary           # the summary of the stored runs
+    python docs/optimisation/deep_theta_step.py --held-out          # the tables the choice did not see
+
+``--held-out`` runs the first part on tables the choice was not made on (Bank, Credit Card, German,
+Law School; ``HELD_OUT``), into ``deep_theta_step_heldout.csv`` and ``deep_theta_step_heldout_log.txt``
+(``--tables``/``--epsilons`` select among them as above).
 
 Runs: ``deep_theta_step.csv`` and ``deep_theta_step_targets.csv`` (a block's rows replace that
 block's stored rows, so blocks may run in separate processes); summary:
@@ -49,7 +54,6 @@ from pfair.references import mixing_line
 from pfair.settings import deep_batch_size
 from pfair.torch import DeepSteFFLe
 from pfair.torch.models import mlp
-from pfair.validation import training_sizes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -57,6 +61,8 @@ import convergence as cv  # noqa: E402  (the acceptance's tables and federations
 
 TABLES = ("adult", "compas", "synthetic1", "synthetic2")
 TARGET_TABLES = ("synthetic2", "adult")
+HELD_OUT = ("bank", "credit_card", "german", "law_school")
+HELD_OUT_RUNS = HERE / "deep_theta_step_heldout.csv"
 LAMS = (0.0, 1.0, 3.0, 8.0, 20.0, 40.0)
 TARGETS = (0.05, 0.1)
 SEEDS = (0, 1, 2)
@@ -108,9 +114,10 @@ def run_block(name: str, epsilon: float | None) -> pd.DataFrame:
         line = None
         for lam in LAMS:
             for step, k in variants(lam, epsilon):
-                # k == 1 with the scaled step, noise-free: the default batch stated, so the run is not
-                # stretched; k > 1: the default "auto" batch, which the library stretches itself.
-                batch = (deep_batch_size(training_sizes(fed.sizes, 0.1))
+                # k == 1 with the scaled step, noise-free: the batch "auto" resolves to (on the silos'
+                # sizes, as DeepSteFFLe.fit does) stated, so the run is not stretched; k > 1: the default
+                # "auto" batch, which the library stretches itself.
+                batch = (deep_batch_size(fed.sizes)
                          if step == "scaled" and k == 1 and epsilon is None and lam > 1 else "auto")
                 model, caught, seconds = fit(data, fed, seed, epsilon, lam=lam, theta_step=step, batch_size=batch)
                 assert len(model.history_) == math.ceil(5 * k), (len(model.history_), k)
@@ -225,22 +232,27 @@ def main() -> None:
     ap.add_argument("--targets", default=None, help="tables of the target part (default: %s; 'none': skip)"
                     % ",".join(TARGET_TABLES))
     ap.add_argument("--summary", action="store_true", help="only print the summary of the stored runs")
+    ap.add_argument("--held-out", action="store_true", help="the first part on HELD_OUT, into %s" % HELD_OUT_RUNS.name)
     args = ap.parse_args()
     torch.set_num_threads(1)
     epsilons = [None if e == "none" else float(e) for e in args.epsilons.split(",")]
+    runs_path = HELD_OUT_RUNS if args.held_out else RUNS
+    tables = args.tables.split(",")
+    if args.held_out and args.tables == ",".join(TABLES):
+        tables = list(HELD_OUT)
     if not args.summary:
-        for name in args.tables.split(","):
+        for name in tables:
             if name in ("", "none"):
                 continue
             for eps in epsilons:
-                store(RUNS, run_block(name, eps))
-        for name in (args.targets or ",".join(TARGET_TABLES)).split(","):
+                store(runs_path, run_block(name, eps))
+        for name in ("none" if args.held_out else (args.targets or ",".join(TARGET_TABLES))).split(","):
             if name in ("", "none"):
                 continue
             for eps in epsilons:
                 store(TARGET_RUNS, run_targets(name, eps))
-    runs = pd.read_csv(RUNS)
-    targets = pd.read_csv(TARGET_RUNS) if TARGET_RUNS.exists() else None
+    runs = pd.read_csv(runs_path)
+    targets = None if args.held_out or not TARGET_RUNS.exists() else pd.read_csv(TARGET_RUNS)
     print(summary(runs, targets))
 
 

@@ -68,7 +68,8 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     * otherwise ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"``
       resolves to, min(:data:`DEFAULT_BATCH`, smallest training share)} (one value when they
       coincide); a noise-free run that ``"auto"`` stretches by λ
-      (:attr:`~pfair.settings.SteFFLeSettings.lambda_stretch`) keeps its stretched ``epochs`` and
+      (:attr:`~pfair.settings.SteFFLeSettings.lambda_stretch`; a network's,
+      :func:`~pfair.settings.resolve_deep_defaults`) keeps its stretched ``epochs`` and
       ``decay_every`` at both batches, which a written-out batch would otherwise drop.
 
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
@@ -83,7 +84,9 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], **stretched}]
     grid: dict = {"lr_theta": list(DEFAULT_LR_THETA),
                   "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
-    if st.lambda_stretch > 1.0:
+    if int(auto.epochs) != int(estimator.get_params()["epochs"]):
+        # The λ stretch of a noise-free run (the linear model's lambda_stretch, or a network's, which
+        # its settings() applies while resolving its batch): kept at both batches.
         grid.update(epochs=[int(auto.epochs)], decay_every=[int(auto.decay_every)])
     return grid
 

@@ -215,7 +215,8 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
         if k > 1.0:
             every = out.get("decay_every", "auto")
             every = AUTO_DECAY[1] if isinstance(every, str) and every == "auto" else every
-            if not isinstance(out["epochs"], bool) and isinstance(out["epochs"], numbers.Integral):
+            # Only valid values are stretched: an invalid one reaches validation as the user gave it.
+            if not isinstance(out["epochs"], bool) and isinstance(out["epochs"], numbers.Integral) and out["epochs"] >= 1:
                 out["epochs"] = math.ceil(int(out["epochs"]) * k)
                 if out["epochs"] > MAX_EPOCHS:
                     raise ValueError(f"epochs={params['epochs']} with batch_size='auto' is a run of {out['epochs']:,} "
@@ -223,7 +224,7 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
                                      f"lam={out['lam']:g} takes {k:.2f} times the epochs of its smaller θ step), above "
                                      f"the most a run may have ({MAX_EPOCHS:,}). Use fewer epochs, or set batch_size "
                                      "yourself")
-            if not isinstance(every, bool) and isinstance(every, numbers.Integral):
+            if not isinstance(every, bool) and isinstance(every, numbers.Integral) and every >= 1:
                 out["decay_every"] = math.ceil(int(every) * k)
     if isinstance(out.get("clip"), str) and out["clip"] == "auto" and out.get("epsilon") is not None:
         out["clip"] = DEEP_PRIVATE_CLIP
