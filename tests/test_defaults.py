@@ -394,6 +394,34 @@ def test_the_noise_free_stretch_cap_is_the_one_its_runs_chose():
     assert rising[LAMBDA_STRETCH_CAP] < rising[1.0], rising
 
 
+def test_the_deep_theta_step_is_the_one_its_runs_chose():
+    """DeepSteFFLe's θ step (SteFFLe's "scaled": DEEP_DEFAULTS does not override it) against
+    docs/optimisation/deep_theta_step.py's runs at λ ≥ 3: the default run (non-private: stretched by
+    λ; at ε = 1: as it is) lies further below its λ = 0 model's mixing line on average than the
+    constant step, non-private and at ε = 1, settles (last five validation errors within 0.02) in at
+    least 95 % of its non-private fits, and meets a fairness target at least as often. A re-run that
+    turns any of these must change the default."""
+    import pandas as pd
+
+    from pfair.settings import DEEP_DEFAULTS
+
+    assert "theta_step" not in DEEP_DEFAULTS and pfair.SteFFLe().theta_step == "scaled"
+    runs = pd.read_csv(ROOT / "docs/optimisation/deep_theta_step.csv")
+    runs = runs[runs["lam"] >= 3]
+    private = runs["epsilon"].astype(str) != "none"
+    default = runs[(runs["step"] == "scaled") & ((runs["k"] > 1) | private)]
+    constant = runs[runs["step"] == "constant"]
+    for name, want in (("non-private", ~private), ("ε = 1", private)):
+        d, c = default[want.loc[default.index]], constant[want.loc[constant.index]]
+        assert len(d) == len(c) == 48, name
+        assert d["below_line"].mean() > c["below_line"].mean(), name
+    settled = default.loc[~private.loc[default.index], "spread5"] <= 0.02
+    assert settled.mean() >= 0.95, settled.mean()
+    targets = pd.read_csv(ROOT / "docs/optimisation/deep_theta_step_targets.csv")
+    met = (targets["violation"] <= targets["target"] + 0.02).groupby(targets["step"]).sum()
+    assert met["scaled"] >= met["constant"], met
+
+
 def test_a_noise_free_fit_at_a_large_lambda_trains_to_a_better_model_than_the_short_run():
     """The stretch is what the rule is for: Credit Card, demographic parity, λ = 20, non-private.
     The default run (200 epochs) ends more accurate than the same fit with its batch written out
