@@ -1080,7 +1080,7 @@ def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scale
     grid = default_grid(DeepSteFFLe(mlp(3, 2), epsilon=None, lam=5.0), [30000] * 3)
     assert grid["epochs"] == [25] and grid["decay_every"] == [5 * AUTO_DECAY[1]]
     assert "epochs" not in default_grid(DeepSteFFLe(mlp(3, 2), epsilon=1.0, lam=5.0), [30000] * 3)
-    # The fit runs what settings() says: 2 epochs at λ = 3 are 6, in its history and its report.
+    # The fit runs what settings() says: 2 epochs at λ = 3 are 6 (its history and epochs_done_).
     X, y, s, silos = toy_data(n=600, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
