@@ -95,6 +95,11 @@ class ThresholdRule:
     max_violation: float
     margin: float = 0.0
 
+    @property
+    def band(self) -> float:
+        """``max(0, max_violation − margin)``: what the programme held the estimated violation to."""
+        return max(0.0, self.max_violation - self.margin)
+
 
 def _constrained_blocks(P: np.ndarray, constraints: str) -> list[np.ndarray]:
     """The ``B × k`` block of a ``B × k × 2`` table that each constrained rate reads: every record
@@ -150,7 +155,6 @@ def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_par
     margin = float(margin)
     if not (math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be a number >= 0; got {margin!r}")
-    band_width = max(0.0, t - margin)
     N = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
     if N.ndim != 3 or N.shape[2] != 2:
         raise ValueError(f"a score table is bins × groups × 2 labels; got shape {N.shape}")
@@ -185,7 +189,7 @@ def choose_thresholds(counts: np.ndarray, *, constraints: str = "demographic_par
         band = np.zeros(nv)
         band[hi], band[lo] = 1.0, -1.0
         rows.append(band)
-        rhs.append(band_width)
+        rhs.append(max(0.0, t - margin))  # ThresholdRule.band
     res = linprog(c, A_ub=np.array(rows) if rows else None, b_ub=np.array(rhs) if rows else None,
                   bounds=[(0.0, 1.0)] * nv, method="highs")
     if res.status != 0:  # pragma: no cover - the constant rule is always feasible
@@ -208,7 +212,7 @@ def tradeoff(counts: np.ndarray, *, constraints: str = "demographic_parity",
     rules = [choose_thresholds(counts, constraints=constraints, max_violation=t, margin=margin)
              for t in max_violations]
     return pd.DataFrame({"max_violation": [float(t) for t in max_violations],
-                         "band": [max(0.0, float(t) - r.margin) for t, r in zip(max_violations, rules)],
+                         "band": [r.band for r in rules],
                          "error": [r.error for r in rules],
                          "violation": [r.violation for r in rules],
                          "constant_error": [r.constant_error for r in rules]})
@@ -532,7 +536,7 @@ class PrivateThresholdOptimizer(ClassifierMixin, BaseEstimator):
             f"in a block the {self.constraints} constraint reads, {pooled.shape[0]} bins, noise std "
             f"{sigma:.3g} a pooled cell: σ·√bins / records, above {bound:g}). The rule meets the target on the noisy "
             f"table (rule_.violation = {self.rule_.violation:.3f}, within its band max(0, max_violation − margin) = "
-            f"{max(0.0, float(self.max_violation) - self.rule_.margin):.3f}); no margin leaves room for that much "
+            f"{self.rule_.band:.3f}); no margin leaves room for that much "
             "noise, and on the records its violation can exceed the target by "
             "about the resolution, more where the rule was chosen on the same noise. Fix: merge small groups, fewer "
             "bins, or a larger epsilon (resolution_ holds the figure; docs/postprocessing.md, \"What is supported\")",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 import warnings
@@ -22,16 +21,13 @@ METRIC = {"demographic_parity": "demographic_parity_difference", "equalized_odds
 
 
 def _margin(text: str) -> float | str:
-    """``--margin``: ``auto`` or a number >= 0."""
-    if text == "auto":
-        return text
+    """``--margin``: ``auto`` or a number >= 0 (:func:`pfair.postprocessing.check_margin`)."""
+    from pfair.postprocessing import check_margin
+
     try:
-        value = float(text)
+        return check_margin(text, "--margin")
     except ValueError:
         raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a finite number >= 0, not {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"--margin takes 'auto' or a finite number >= 0, not {text!r}")
-    return value
 
 
 def add_postprocess_parser(sub: Any) -> None:
