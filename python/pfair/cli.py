@@ -96,7 +96,7 @@ def add_train_parser(sub: Any) -> None:
     # One source of truth: every default below is SteFFLe's (pfair.settings, chosen by
     # pfair.experiments.defaults); the help texts read them from there.
     from pfair.settings import (AUTO_BATCH_NONPRIVATE, AUTO_BATCH_PRIVATE, AUTO_BATCH_RECORD, AUTO_DECAY,
-                                AUTO_RUN_BATCH, LAMBDA_STRETCH_CAP, PRIVATE_CLIPS, PRIVATE_DECAY, PRIVATE_DECAY_PERIODS,
+                                AUTO_RUN_BATCH, LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS, PRIVATE_CLIPS, PRIVATE_DECAY, PRIVATE_DECAY_PERIODS,
                                 SteFFLeSettings, THETA_STEP_LAMBDA)
 
     d = SteFFLeSettings()
@@ -104,7 +104,8 @@ def add_train_parser(sub: Any) -> None:
                    help=f"passes over each silo's records (default {d.epochs}); with the auto batch, a non-private run "
                         f"(--epsilon none) at a fixed --lam above {THETA_STEP_LAMBDA:g} takes "
                         f"min(lam / {THETA_STEP_LAMBDA:g}, {LAMBDA_STRETCH_CAP:g}) times the epochs and decay period "
-                        "(its theta step is smaller by that factor)")
+                        f"(its theta step is smaller by that factor; a run of fewer rounds may take more, up to "
+                        f"lam / {THETA_STEP_LAMBDA:g} within {LAMBDA_STRETCH_ROUNDS:,} rounds)")
     p.add_argument("--batch-size", type=_batch_size, default=d.batch_size,
                    help=f"records per silo per round; auto (default): min({AUTO_BATCH_PRIVATE}, smallest silo) when "
                         f"the rounds carry noise (--epsilon set and --lam > 0 or --max-violation; above "

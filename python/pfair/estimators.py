@@ -125,10 +125,11 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         (1,024) and multiplied by ``k = m / 1024`` at the batch m the rule picks (rounded up). With
         ``batch_size="auto"`` in a non-private fit at a fixed ``lam`` above λ_c = 1 (``theta_step=
         "scaled"``), the epochs and ``decay_every`` are stated for λ ≤ λ_c and multiplied by
-        ``k_λ = min(lam / λ_c, pfair.settings.LAMBDA_STRETCH_CAP)`` (10): its θ step is
-        ``lr_theta / (lam / λ_c)``, so the loss needs that many times the rounds
-        (``SteFFLeSettings.lambda_stretch``; docs/optimisation.md, "A noise-free run at a large
-        λ"). A stated ``batch_size`` runs the epochs given.
+        ``k_λ = min(lam / λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / (E·R)))`` (10, and
+        4,000 rounds; E·R the run's rounds before the stretch, so a small table's short run may take
+        up to the whole ``lam / λ_c``): its θ step is ``lr_theta / (lam / λ_c)``, so the loss needs
+        that many times the rounds (``SteFFLeSettings.lambda_stretch_for``; docs/optimisation.md, "A
+        noise-free run at a large λ"). A stated ``batch_size`` runs the epochs given.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):

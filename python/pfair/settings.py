@@ -57,11 +57,20 @@ AUTO_BATCH_PRIVATE = 8192
 AUTO_RUN_BATCH = 1024
 #: ``batch_size="auto"`` for a run whose rounds carry no noise (a non-private fit) at a fixed λ above λ_c
 #: under the scaled θ step: its epochs and decay period are multiplied by
-#: ``k_λ = min(λ / λ_c, LAMBDA_STRETCH_CAP)`` (:meth:`SteFFLeSettings.lambda_stretch`). The scaled step
+#: ``k_λ = min(λ / λ_c, LAMBDA_STRETCH_CAP)`` (:meth:`SteFFLeSettings.lambda_stretch_for`). The scaled step
 #: ``η_θ / (λ/λ_c)`` slows the loss's progress λ/λ_c-fold, and gradient descent on ``L + λ ψ̄`` needs
 #: iterations in proportion to its condition number, which grows as λ; the stretch gives the run the
-#: rounds its step needs, up to this factor (docs/optimisation.md, "A noise-free run at a large λ").
+#: rounds its step needs, up to this factor (docs/optimisation.md, "A noise-free run at a large λ"),
+#: or up to the factor that makes the run :data:`LAMBDA_STRETCH_ROUNDS` rounds where that is larger.
 LAMBDA_STRETCH_CAP = 10.0
+#: The rounds a noise-free run at a large λ may be stretched to beyond :data:`LAMBDA_STRETCH_CAP`:
+#: ``k_λ = min(λ / λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / (E·R)))`` for a run of E
+#: epochs of R rounds. The cap bounds the compute of a large table's run (Adult's silos: 40 rounds
+#: an epoch, 8,000 rounds at 10 × 20 epochs); a small table's rounds are few and cheap (German's
+#: silos: one round an epoch, 20 rounds a run), and with the cap its run at λ = 40 ended before its
+#: model left the constant predictor. Used only where the silos' sizes are known (a deployment whose
+#: parties do not know them keeps the cap).
+LAMBDA_STRETCH_ROUNDS = 4000
 #: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
@@ -185,15 +194,29 @@ def deep_lr_theta(batch_size: int) -> float:
     return DEEP_LR_AT_AUTO_BATCH * int(batch_size) / DEEP_AUTO_BATCH
 
 
-def noise_free_stretch(lam: Any, theta_step: str) -> float:
-    """``k_λ = min(λ / λ_c, LAMBDA_STRETCH_CAP)`` above λ_c = :data:`THETA_STEP_LAMBDA` under
-    ``theta_step="scaled"``, else 1: the factor a run whose rounds carry no noise at a fixed λ
-    multiplies its epochs and decay period by when its batch is ``"auto"``
-    (:attr:`SteFFLeSettings.lambda_stretch` for the linear model, :func:`resolve_deep_defaults` for
-    a network; docs/optimisation.md, "A noise-free run at a large λ")."""
+def rounds_per_epoch(sampling: str, sizes: Any, batch_size: int) -> int:
+    """R = ⌈mean silo size / m⌉ rounds an epoch (at least 1); one with the full batch."""
+    if sampling == "full_batch":
+        return 1
+    return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
+
+
+def noise_free_stretch(lam: Any, theta_step: str, run_rounds: int | None = None) -> float:
+    """``k_λ``, the factor a run whose rounds carry no noise at a fixed λ multiplies its epochs and
+    decay period by when its batch is ``"auto"`` (:attr:`SteFFLeSettings.lambda_stretch` for the
+    linear model, :func:`resolve_deep_defaults` for a network; docs/optimisation.md, "A noise-free
+    run at a large λ"): under ``theta_step="scaled"`` above λ_c = :data:`THETA_STEP_LAMBDA`,
+
+        k_λ = min(λ / λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / run_rounds)),
+
+    where ``run_rounds`` = E·R is the run before the stretch (None, where the silos' sizes are not
+    known: the cap alone); else 1."""
     if theta_step != "scaled" or isinstance(lam, bool) or not isinstance(lam, numbers.Real):
         return 1.0
-    return max(1.0, min(float(lam) / THETA_STEP_LAMBDA, LAMBDA_STRETCH_CAP))
+    cap = LAMBDA_STRETCH_CAP
+    if run_rounds is not None and run_rounds >= 1:
+        cap = max(cap, LAMBDA_STRETCH_ROUNDS / float(run_rounds))
+    return max(1.0, min(float(lam) / THETA_STEP_LAMBDA, cap))
 
 
 def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
@@ -203,14 +226,18 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
 
     A non-private fit (``epsilon=None``: its rounds carry no noise) at a fixed λ above λ_c under the
     scaled θ step whose batch is ``"auto"`` also has its ``epochs`` and ``decay_every`` (``"auto"``:
-    :data:`AUTO_DECAY`'s period) multiplied by :func:`noise_free_stretch` (rounded up), as the linear
-    model's (:attr:`SteFFLeSettings.lambda_stretch`); once the batch is a number (resolved
+    :data:`AUTO_DECAY`'s period) multiplied by :func:`noise_free_stretch` (rounded up; the cap
+    alone, not the linear model's budget of rounds, :meth:`SteFFLeSettings.lambda_stretch_for`); once
+    the batch is a number (resolved
     settings, or a batch the user states) nothing is stretched. ``params`` without ``epochs`` (a
     partial mapping) are not stretched."""
     out = dict(params)
     auto_batch = isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto"
     if (auto_batch and "epochs" in out and out.get("epsilon") is None and out.get("max_violation") is None
             and "theta_step" in out):
+        # The cap alone: a network's "auto" batch gives every table at least DEEP_ROUNDS_PER_EPOCH
+        # rounds an epoch, each far dearer than a linear round, so a budget of rounds would stretch
+        # the runs of large tables as much as those of small ones (docs/deep.md, "The θ step").
         k = noise_free_stretch(out.get("lam"), out["theta_step"])
         if k > 1.0:
             every = out.get("decay_every", "auto")
@@ -631,11 +658,17 @@ class SteFFLeSettings:
 
     @property
     def lambda_stretch(self) -> float:
+        """:meth:`lambda_stretch_for` a run whose silos' sizes are not known (the cap alone)."""
+        return self.lambda_stretch_for(None)
+
+    def lambda_stretch_for(self, run_rounds: int | None) -> float:
         """``k_λ``, the factor ``batch_size="auto"`` multiplies ``epochs`` and ``decay_every`` by in a
         run whose rounds carry no noise (not :attr:`noisy_rounds`; at λ > 0 a non-private fit) at a
         fixed λ (no ``max_violation``) under ``theta_step="scaled"``:
-        ``min(λ / λ_c, LAMBDA_STRETCH_CAP)`` above λ_c = :data:`THETA_STEP_LAMBDA`, else 1 (and 1 once
-        the batch is a number: a batch the user states runs the epochs given, and resolved settings
+        ``min(λ / λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / run_rounds))`` above
+        λ_c = :data:`THETA_STEP_LAMBDA` (:func:`noise_free_stretch`; ``run_rounds`` = E·R, the run
+        before the stretch, None where the silos' sizes are not known), else 1 (and 1 once the
+        batch is a number: a batch the user states runs the epochs given, and resolved settings
         are not stretched twice).
 
         Why: the scaled step ``η_θ / (λ/λ_c)`` keeps θ slow against W's tracking (:meth:`lr_at`),
@@ -643,13 +676,15 @@ class SteFFLeSettings:
         before ``L + λ ψ̄`` is minimised (Adult, demographic parity, λ = 100: test error 0.230 after
         20 epochs, 0.189 after 200, with less violation). Gradient descent needs iterations in
         proportion to the condition number, here ``∝ (ℓ_L + λ ℓ_ψ) / ℓ_L``: ``k_λ`` times the
-        rounds of λ ≤ λ_c. Without noise, more rounds cost compute only; a private run's rounds
-        cost budget, so its length stays the user's (or the batch stretch's, :meth:`stretch`).
-        Every input is a public setting."""
+        rounds of λ ≤ λ_c. Without noise, more rounds cost compute only, which the cap bounds on a
+        large table; a small table's run of few rounds may take the whole ``λ / λ_c`` up to
+        :data:`LAMBDA_STRETCH_ROUNDS` rounds. A private run's rounds cost budget, so its length
+        stays the user's (or the batch stretch's, :meth:`stretch`). Every input is a public setting
+        (the silos' sizes are public)."""
         if (self.noisy_rounds or self.max_violation is not None
                 or not (isinstance(self.batch_size, str) and self.batch_size == "auto")):
             return 1.0
-        return noise_free_stretch(self.lam, self.theta_step)
+        return noise_free_stretch(self.lam, self.theta_step, run_rounds)
 
     def written_out(self) -> dict:
         """The settings an estimator must state to run these settings (batch resolved by
@@ -664,7 +699,7 @@ class SteFFLeSettings:
             out["clip"] = self.clip
         return out
 
-    def for_sizes(self, sizes: Any) -> "SteFFLeSettings":
+    def for_sizes(self, sizes: Any, *, sizes_known: bool = True) -> "SteFFLeSettings":
         """These settings with ``batch_size="auto"`` resolved for silos of ``sizes`` records:
         ``m = min(auto_batch, smallest silo)``. Silo sizes are public (they set δ and the rounds per
         epoch), so the batch size stays a public setting. One rule changes other settings with it:
@@ -676,9 +711,11 @@ class SteFFLeSettings:
         noise on a batch mean falls as 1/m: over the run the noise on θ's path relative to its drift
         falls as 1/√k at the same ε (docs/optimisation.md, "A private fit's run length").
 
-        A run whose rounds carry no noise at a fixed λ above λ_c (:attr:`lambda_stretch`) multiplies
+        A run whose rounds carry no noise at a fixed λ above λ_c (:meth:`lambda_stretch_for`) multiplies
         ``epochs`` and ``decay_every`` by ``k_λ`` (rounded up), its step unchanged: the scaled θ step
         needs that many more rounds (docs/optimisation.md, "A noise-free run at a large λ").
+        ``sizes_known=False`` (a deployed party's stand-in sizes): ``k_λ`` takes the cap alone, not
+        the rounds of a run on ``sizes``.
 
         Other settings are returned as they are."""
         if self.batch_size != "auto":
@@ -686,7 +723,9 @@ class SteFFLeSettings:
         cap = self.auto_batch
         smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
         batch = max(1, min(cap, smallest))
-        k, k_lam = self.stretch(batch), self.lambda_stretch
+        k = self.stretch(batch)
+        run_rounds = int(self.epochs) * rounds_per_epoch(self.sampling, sizes, batch) if sizes_known and len(sizes) else None
+        k_lam = self.lambda_stretch_for(run_rounds)
         if k == 1.0 and k_lam == 1.0:
             return replace(self, batch_size=batch)
         epochs = math.ceil(int(self.epochs) * k * k_lam)

@@ -87,8 +87,9 @@ def settings_from_run_config(run_config: Mapping[str, Any]) -> SteFFLeSettings:
     # No party of a deployment knows every silo's size when it calibrates: "auto" is the cap itself,
     # except that a private attribute-mode run is not stretched to a batch the silos may not hold
     # (it takes AUTO_RUN_BATCH, the batch its epochs and step are stated for; `pfair deploy local`
-    # knows the sizes and sends the stretched run written out, as pfair train resolves it).
-    return st.for_sizes([AUTO_RUN_BATCH] if st.stretches_run else [st.auto_batch])
+    # knows the sizes and sends the stretched run written out, as pfair train resolves it). A
+    # noise-free run at a large λ is stretched by the cap alone, not by the rounds of a stand-in silo.
+    return st.for_sizes([AUTO_RUN_BATCH] if st.stretches_run else [st.auto_batch], sizes_known=False)
 
 
 def _jsonable(value: Any) -> Any:

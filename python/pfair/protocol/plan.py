@@ -27,14 +27,7 @@ import numpy as np
 
 from pfair.fairness_target import violation_noise_multiplier
 from pfair.privacy.proportions import histogram_noise_multiplier, inv_sqrt_proportions  # noqa: F401  (re-exported)
-from pfair.settings import SteFFLeSettings
-
-
-def rounds_per_epoch(sampling: str, sizes: Sequence[int], batch_size: int) -> int:
-    """R = ⌈mean silo size / m⌉ rounds an epoch (at least 1); one with the full batch."""
-    if sampling == "full_batch":
-        return 1
-    return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
+from pfair.settings import SteFFLeSettings, rounds_per_epoch  # noqa: F401  (re-exported)
 
 
 def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int], *, holder: str | None = None) -> None:
