@@ -417,13 +417,17 @@ def test_a_small_table_stretches_its_noise_free_run_up_to_the_rounds_budget():
     """k_λ = min(λ/λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / (E·R))): a table whose run is
     few rounds (German's silos: one round an epoch, 20 rounds) takes the whole λ/λ_c until the run
     reaches the budget; a large one keeps the cap; a deployed party that does not know the silos'
-    sizes keeps the cap too, as does a network (its batch gives every table 32 rounds an epoch)."""
+    sizes keeps the cap too (a network's budget is in records: tests/test_torch.py)."""
     from pfair.settings import noise_free_stretch, rounds_per_epoch
 
-    assert noise_free_stretch(100.0, "scaled", 20) == 100.0 and noise_free_stretch(1000.0, "scaled", 20) == 200.0
-    assert noise_free_stretch(100.0, "scaled", 80) == LAMBDA_STRETCH_ROUNDS / 80
-    assert noise_free_stretch(100.0, "scaled", 800) == LAMBDA_STRETCH_CAP == noise_free_stretch(100.0, "scaled")
-    assert noise_free_stretch(100.0, "constant", 20) == 1.0 and noise_free_stretch(0.5, "scaled", 20) == 1.0
+    # room: how many times the run before the stretch fits in the budget (here LAMBDA_STRETCH_ROUNDS / E·R).
+    assert noise_free_stretch(100.0, "scaled", 200.0) == 100.0 and noise_free_stretch(1000.0, "scaled", 200.0) == 200.0
+    assert noise_free_stretch(100.0, "scaled", 50.0) == 50.0
+    assert noise_free_stretch(100.0, "scaled", 5.0) == LAMBDA_STRETCH_CAP == noise_free_stretch(100.0, "scaled")
+    assert noise_free_stretch(100.0, "constant", 200.0) == 1.0 and noise_free_stretch(0.5, "scaled", 200.0) == 1.0
+    st = pfair.SteFFLe(epsilon=None, lam=100.0).settings()
+    assert st.lambda_stretch_for(20) == 100.0 and st.lambda_stretch_for(80) == LAMBDA_STRETCH_ROUNDS / 80
+    assert st.lambda_stretch_for(800) == LAMBDA_STRETCH_CAP == st.lambda_stretch_for(None) == st.lambda_stretch
     german = [225, 225, 225]  # training records a silo: batch 225, one round an epoch
     for lam, epochs in ((8.0, 160), (40.0, 800), (100.0, 2000), (150.0, 3000)):
         st = pfair.SteFFLe(epsilon=None, lam=lam).settings()

@@ -1054,8 +1054,9 @@ def test_block_sums_of_neighbouring_chunks_differ_by_at_most_twice_the_clip():
 
 def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scaled_step():
     """DeepSteFFLe takes SteFFLe's scaled θ step, and, as SteFFLe, a non-private fit at a fixed λ
-    above λ_c with the "auto" batch multiplies epochs and decay period by k_λ = min(λ/λ_c, 10)
-    (step and batch unchanged): settings, the fit's history and the resolved run agree. Not stretched:
+    above λ_c with the "auto" batch multiplies epochs and decay period by k_λ = min(λ/λ_c, 10), or up
+    to λ/λ_c on a small table whose run is few records (step and batch unchanged): settings, the
+    fit's history and the resolved run agree. Not stretched:
     private fits (their rounds cost budget), a fairness target, the constant step, a stated batch."""
     from pfair.settings import AUTO_DECAY, LAMBDA_STRETCH_CAP, noise_free_stretch
 
@@ -1087,6 +1088,21 @@ def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scale
         m = DeepSteFFLe(mlp(3, 2, (4,)), epsilon=None, lam=3.0, epochs=2, init_seed=0, device="cpu").fit(
             X, y, sensitive_features=s, silos=silos)
     assert len(m.history_) == m.epochs_done_ == 6
+    # A small table's run takes more than the cap, up to the whole λ within DEEP_STRETCH_RECORDS
+    # records a silo (E·n̄ before the stretch); silos of unknown size (a deployment) keep the cap.
+    from pfair.settings import DEEP_STRETCH_RECORDS
+
+    def epochs(lam: float, sizes) -> int:  # noqa: ANN001
+        return DeepSteFFLe(mlp(3, 2), epsilon=None, lam=lam).settings(sizes).epochs
+
+    assert epochs(40.0, [250] * 3) == 200 and epochs(40.0, [30000] * 3) == 50 and epochs(40.0, None) == 50
+    assert epochs(40.0, [7500] * 3) == math.ceil(5 * DEEP_STRETCH_RECORDS / (5 * 7500)) == 67
+    assert default_grid(DeepSteFFLe(mlp(3, 2), epsilon=None, lam=40.0), [250] * 3)["epochs"] == [200]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = DeepSteFFLe(mlp(3, 2, (4,)), epsilon=None, lam=12.0, epochs=1, init_seed=0, device="cpu").fit(
+            X, y, sensitive_features=s, silos=silos)
+    assert len(m.history_) == 12  # 200 records a silo: the whole λ, where the cap alone gives 10
 
 
 def test_deep_parameters_are_steffles_with_the_deep_defaults():

@@ -23,6 +23,7 @@ the returned model alone, while the server saw every candidate's rounds.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
@@ -74,7 +75,8 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
 
     λ stays the user's (an accuracy-only choice would always take the smallest), or is steered by
     ``max_violation``."""
-    st = clone(estimator).set_params(batch_size="auto").settings()
+    est = clone(estimator).set_params(batch_size="auto")
+    st = est.settings()
     train = training_sizes(sizes, st.validation_share)
     auto = st.for_sizes(train)
     k = st.stretch(int(auto.batch_size))
@@ -84,10 +86,15 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], **stretched}]
     grid: dict = {"lr_theta": list(DEFAULT_LR_THETA),
                   "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
-    if int(auto.epochs) != int(estimator.get_params()["epochs"]):
-        # The λ stretch of a noise-free run (the linear model's lambda_stretch, or a network's, which
-        # its settings() applies while resolving its batch): kept at both batches.
-        grid.update(epochs=[int(auto.epochs)], decay_every=[int(auto.decay_every)])
+    run = auto
+    if "sizes" in inspect.signature(est.settings).parameters:
+        # A network's settings() applies its λ stretch while resolving its batch; with the silos'
+        # sizes, within its records (pfair.settings.resolve_deep_defaults), as its fit does.
+        run = est.settings(list(sizes))
+    if int(run.epochs) != int(estimator.get_params()["epochs"]):
+        # The λ stretch of a noise-free run (the linear model's lambda_stretch_for, or a network's):
+        # kept at both batches.
+        grid.update(epochs=[int(run.epochs)], decay_every=[int(run.decay_every)])
     return grid
 
 #: The budget shares of a fit's own releases, priced alone against its ε (``pfair.protocol.plan.BudgetSplit``).

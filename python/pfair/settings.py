@@ -71,6 +71,13 @@ LAMBDA_STRETCH_CAP = 10.0
 #: model left the constant predictor. Used only where the silos' sizes are known (a deployment whose
 #: parties do not know them keeps the cap).
 LAMBDA_STRETCH_ROUNDS = 4000
+#: A network's :data:`LAMBDA_STRETCH_ROUNDS`, in records a silo (:func:`resolve_deep_defaults`):
+#: ``k_λ = min(λ / λ_c, max(LAMBDA_STRETCH_CAP, DEEP_STRETCH_RECORDS / (E·n̄)))`` for a run of E
+#: epochs over silos of n̄ records on average. A network's cost is its per-record gradients, and its
+#: ``"auto"`` batch gives every table at least 32 rounds an epoch, so its budget counts records:
+#: 500,000 is about what the cap gives Adult's silos (11,306 records, 5 epochs, × 10), so no table's
+#: run costs more than a large table's at the cap (docs/deep.md, "The θ step").
+DEEP_STRETCH_RECORDS = 500_000
 #: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
@@ -201,21 +208,20 @@ def rounds_per_epoch(sampling: str, sizes: Any, batch_size: int) -> int:
     return max(1, math.ceil(float(np.mean(np.asarray(sizes, dtype=np.float64))) / batch_size))
 
 
-def noise_free_stretch(lam: Any, theta_step: str, run_rounds: int | None = None) -> float:
+def noise_free_stretch(lam: Any, theta_step: str, room: float | None = None) -> float:
     """``k_λ``, the factor a run whose rounds carry no noise at a fixed λ multiplies its epochs and
-    decay period by when its batch is ``"auto"`` (:attr:`SteFFLeSettings.lambda_stretch` for the
+    decay period by when its batch is ``"auto"`` (:meth:`SteFFLeSettings.lambda_stretch_for` for the
     linear model, :func:`resolve_deep_defaults` for a network; docs/optimisation.md, "A noise-free
     run at a large λ"): under ``theta_step="scaled"`` above λ_c = :data:`THETA_STEP_LAMBDA`,
 
-        k_λ = min(λ / λ_c, max(LAMBDA_STRETCH_CAP, LAMBDA_STRETCH_ROUNDS / run_rounds)),
+        k_λ = min(λ / λ_c, max(LAMBDA_STRETCH_CAP, room)),
 
-    where ``run_rounds`` = E·R is the run before the stretch (None, where the silos' sizes are not
-    known: the cap alone); else 1."""
+    where ``room`` is how many times the run before the stretch fits in its model's budget
+    (:data:`LAMBDA_STRETCH_ROUNDS` / E·R for the linear model, :data:`DEEP_STRETCH_RECORDS` / E·n̄
+    for a network; None, where the silos' sizes are not known: the cap alone); else 1."""
     if theta_step != "scaled" or isinstance(lam, bool) or not isinstance(lam, numbers.Real):
         return 1.0
-    cap = LAMBDA_STRETCH_CAP
-    if run_rounds is not None and run_rounds >= 1:
-        cap = max(cap, LAMBDA_STRETCH_ROUNDS / float(run_rounds))
+    cap = LAMBDA_STRETCH_CAP if room is None else max(LAMBDA_STRETCH_CAP, float(room))
     return max(1.0, min(float(lam) / THETA_STEP_LAMBDA, cap))
 
 
@@ -226,19 +232,23 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
 
     A non-private fit (``epsilon=None``: its rounds carry no noise) at a fixed λ above λ_c under the
     scaled θ step whose batch is ``"auto"`` also has its ``epochs`` and ``decay_every`` (``"auto"``:
-    :data:`AUTO_DECAY`'s period) multiplied by :func:`noise_free_stretch` (rounded up; the cap
-    alone, not the linear model's budget of rounds, :meth:`SteFFLeSettings.lambda_stretch_for`); once
-    the batch is a number (resolved
+    :data:`AUTO_DECAY`'s period) multiplied by :func:`noise_free_stretch` (rounded up; with
+    ``sizes``, up to the whole λ/λ_c within :data:`DEEP_STRETCH_RECORDS` records a silo, as the
+    linear model's within :data:`LAMBDA_STRETCH_ROUNDS` rounds); once the batch is a number (resolved
     settings, or a batch the user states) nothing is stretched. ``params`` without ``epochs`` (a
     partial mapping) are not stretched."""
     out = dict(params)
     auto_batch = isinstance(out.get("batch_size"), str) and out["batch_size"] == "auto"
     if (auto_batch and "epochs" in out and out.get("epsilon") is None and out.get("max_violation") is None
             and "theta_step" in out):
-        # The cap alone: a network's "auto" batch gives every table at least DEEP_ROUNDS_PER_EPOCH
-        # rounds an epoch, each far dearer than a linear round, so a budget of rounds would stretch
-        # the runs of large tables as much as those of small ones (docs/deep.md, "The θ step").
-        k = noise_free_stretch(out.get("lam"), out["theta_step"])
+        # A network's budget is in records (each costs a per-record gradient; its "auto" batch gives
+        # every table at least DEEP_ROUNDS_PER_EPOCH rounds an epoch, so rounds would not tell a
+        # small table from a large one): E·n̄ records a silo before the stretch.
+        room = None
+        if (sizes is not None and len(sizes) and not isinstance(out["epochs"], bool)
+                and isinstance(out["epochs"], numbers.Integral) and out["epochs"] >= 1):
+            room = DEEP_STRETCH_RECORDS / (int(out["epochs"]) * float(np.mean(np.asarray(sizes, dtype=np.float64))))
+        k = noise_free_stretch(out.get("lam"), out["theta_step"], room)
         if k > 1.0:
             every = out.get("decay_every", "auto")
             every = AUTO_DECAY[1] if isinstance(every, str) and every == "auto" else every
@@ -684,7 +694,8 @@ class SteFFLeSettings:
         if (self.noisy_rounds or self.max_violation is not None
                 or not (isinstance(self.batch_size, str) and self.batch_size == "auto")):
             return 1.0
-        return noise_free_stretch(self.lam, self.theta_step, run_rounds)
+        return noise_free_stretch(self.lam, self.theta_step,
+                                  None if run_rounds is None else LAMBDA_STRETCH_ROUNDS / max(1, int(run_rounds)))
 
     def written_out(self) -> dict:
         """The settings an estimator must state to run these settings (batch resolved by

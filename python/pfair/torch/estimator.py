@@ -237,12 +237,13 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
 
     def _for_sizes(self, st: SteFFLeSettings, sizes: Any) -> SteFFLeSettings:
         """``st`` (validated by :meth:`settings` for silos of unknown size) with the deep rule's
-        ``"auto"`` batch and step for silos of ``sizes`` records (what :meth:`settings` gives with
-        ``sizes``), without validating every setting again; ``st`` itself when neither is ``"auto"``."""
-        auto = resolve_deep_defaults({"batch_size": self.batch_size, "lr_theta": self.lr_theta}, sizes)
-        if (auto["batch_size"], auto["lr_theta"]) == (st.batch_size, st.lr_theta):
-            return st
-        return dataclasses.replace(st, batch_size=auto["batch_size"], lr_theta=auto["lr_theta"])
+        ``"auto"`` batch and step for silos of ``sizes`` records, and a noise-free run's λ stretch
+        within its records (what :meth:`settings` gives with ``sizes``), without validating every
+        setting again; ``st`` itself when nothing changes."""
+        auto = resolve_deep_defaults({**self._fixed_settings, **self.get_params(deep=False)}, sizes)
+        changed = {name: auto[name] for name in ("batch_size", "lr_theta", "epochs", "decay_every")
+                   if not isinstance(auto[name], str) and auto[name] != getattr(st, name)}
+        return dataclasses.replace(st, **changed) if changed else st
 
     def _check_settings(self, st: SteFFLeSettings) -> None:
         if st.mode != "standard":
