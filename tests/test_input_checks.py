@@ -59,16 +59,25 @@ def test_continuous_y_is_refused_at_fit(make):
 
 
 def test_huge_lam_warns_naming_lam_and_the_fix():
+    """Under the default scaled θ step a huge λ does not diverge: the loss's step falls as 1/λ, so
+    the warning says the loss barely trains (the model ends near the constant predictor); under the
+    constant step it says θ's fairness step diverges. Each names lam and the fix."""
     X, y, s, ids = data()
+    with pytest.warns(UserWarning, match=r"lam=1e\+09: with theta_step='scaled'.*loss barely trains.*"
+                                         r"constant predictor.*lower lam \(at most 200\).*max_violation"):
+        SteFFLe(lam=1e9, **QUICK).fit(X, y, sensitive_features=s)
+    with pytest.warns(UserWarning, match=r"lam=400: with theta_step='scaled'.* = 0.00125 of the loss's gradient"):
+        SteFFLe(lam=400, lr_theta=0.5).settings()
     lr = SteFFLe().lr_theta
     with pytest.warns(UserWarning, match=rf"lam=1e\+09 with lr_theta={lr:g}.*diverge.*lower lam"):
-        SteFFLe(lam=1e9, **QUICK).fit(X, y, sensitive_features=s)
+        SteFFLe(lam=1e9, theta_step="constant", **QUICK).fit(X, y, sensitive_features=s)
     with pytest.warns(UserWarning, match="lam=400 with lr_theta=0.5"):
-        SteFFLe(lam=400, lr_theta=0.5).settings()
+        SteFFLe(lam=400, lr_theta=0.5, theta_step="constant").settings()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SteFFLe(lam=10.0).settings()
-        SteFFLe(lam=400, lr_theta=0.1).settings()  # 40: a small step makes a large lam workable
+        SteFFLe(lam=200.0).settings()
+        SteFFLe(lam=400, lr_theta=0.1, theta_step="constant").settings()  # 40: a small step makes a large lam workable
 
 
 def test_one_record_silo_with_default_delta_is_refused_before_training():
