@@ -69,7 +69,7 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
     * otherwise ``lr_theta`` ∈ :data:`DEFAULT_LR_THETA` × ``batch_size`` ∈ {what ``"auto"``
       resolves to, min(:data:`DEFAULT_BATCH`, smallest training share)} (one value when they
       coincide); a noise-free run that ``"auto"`` stretches by λ
-      (:attr:`~pfair.settings.SteFFLeSettings.lambda_stretch`; a network's,
+      (:meth:`~pfair.settings.SteFFLeSettings.lambda_stretch_for`; a network's,
       :func:`~pfair.settings.resolve_deep_defaults`) keeps its stretched ``epochs`` and
       ``decay_every`` at both batches, which a written-out batch would otherwise drop.
 
