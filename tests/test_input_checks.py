@@ -68,6 +68,10 @@ def test_huge_lam_warns_naming_lam_and_the_fix():
         SteFFLe(lam=1e9, **QUICK).fit(X, y, sensitive_features=s)
     with pytest.warns(UserWarning, match=r"lam=400: with theta_step='scaled'.* = 0.00125 of the loss's gradient"):
         SteFFLe(lam=400, lr_theta=0.5).settings()
+    # At λ ≤ λ_c the scaled step is the constant one: a huge lr_theta still diverges.
+    with pytest.warns(UserWarning, match=r"lam=1 with lr_theta=1000: each θ step moves by lr_theta·min\(lam, 1\) = 1000"
+                                         r".*diverge.*Lower lr_theta"):
+        SteFFLe(lam=1.0, lr_theta=1000).settings()
     lr = SteFFLe().lr_theta
     with pytest.warns(UserWarning, match=rf"lam=1e\+09 with lr_theta={lr:g}.*diverge.*lower lam"):
         SteFFLe(lam=1e9, theta_step="constant", **QUICK).fit(X, y, sensitive_features=s)

@@ -1097,7 +1097,16 @@ def test_a_noise_free_network_fit_at_a_large_lambda_runs_the_rounds_of_its_scale
 
     assert epochs(40.0, [250] * 3) == 200 and epochs(40.0, [30000] * 3) == 50 and epochs(40.0, None) == 50
     assert epochs(40.0, [7500] * 3) == math.ceil(5 * DEEP_STRETCH_RECORDS / (5 * 7500)) == 67
-    assert default_grid(DeepSteFFLe(mlp(3, 2), epsilon=None, lam=40.0), [250] * 3)["epochs"] == [200]
+    grid = default_grid(DeepSteFFLe(mlp(3, 2), epsilon=None, lam=40.0), [250] * 3)
+    # The grid's batches are ones these silos can run: the network's "auto" batch for their sizes
+    # (16) and min(DEFAULT_BATCH, the smallest training share); the run stretched as the fit's.
+    assert (grid["batch_size"], grid["epochs"], grid["decay_every"]) == ([16, 225], [200], [400])
+    # Silos of a few records: the budget never asks for more than MAX_EPOCHS.
+    from pfair.settings import MAX_EPOCHS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lam = 5e4 is warned about (the loss barely trains)
+        assert epochs(5e4, [4, 4, 4]) == MAX_EPOCHS
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = DeepSteFFLe(mlp(3, 2, (4,)), epsilon=None, lam=12.0, epochs=1, init_seed=0, device="cpu").fit(

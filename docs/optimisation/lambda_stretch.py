@@ -112,17 +112,15 @@ def run(label: str) -> None:
 
 
 def run_heldout() -> None:
-    """Caps 1 and 10 on the held-out settings (non-private), appended to :data:`HELDOUT_RUNS`."""
-    import pfair.settings
+    """Caps 1 and 10 alone (no budget of rounds: the rules these runs compared) on the held-out
+    settings (non-private), appended to :data:`HELDOUT_RUNS`."""
     from target_dual_step import HELDOUT
 
-    before = pfair.settings.LAMBDA_STRETCH_CAP
-    try:
-        for name in HELDOUT_SETTINGS:
-            data = HELDOUT[name]()
-            for cap in (1.0, 10.0):
-                pfair.settings.LAMBDA_STRETCH_CAP = cap
-                rows = []
+    for name in HELDOUT_SETTINGS:
+        data = HELDOUT[name]()
+        for cap in (1.0, 10.0):
+            rows = []
+            with stretch_rule(cap, 0):
                 for fairness in cv.NOTIONS:
                     for seed in cv.SEEDS:
                         line = None
@@ -134,9 +132,7 @@ def run_heldout() -> None:
                                                       fairness=fairness)
                             r["below_line"] = line.margin(r["error"], r["violation"])
                             rows.append(dict(setting=name, cap=cap, fairness=fairness, seed=seed, lam=lam, **r))
-                pd.DataFrame(rows).to_csv(HELDOUT_RUNS, mode="a", header=not HELDOUT_RUNS.exists(), index=False)
-    finally:
-        pfair.settings.LAMBDA_STRETCH_CAP = before
+            pd.DataFrame(rows).to_csv(HELDOUT_RUNS, mode="a", header=not HELDOUT_RUNS.exists(), index=False)
 
 
 #: Small tables the rounds of the stretch (``LAMBDA_STRETCH_ROUNDS``) were not chosen on: runs of 20

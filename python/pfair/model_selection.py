@@ -84,13 +84,13 @@ def default_grid(estimator: Any, sizes: Sequence[int]) -> dict | list[dict]:
         stretched = {name: [value] for name, value in auto.written_out().items() if name != "lr_theta"}
         return [{"lr_theta": list(DEFAULT_LR_THETA), "batch_size": [min(AUTO_RUN_BATCH, int(min(train)))]},
                 {"lr_theta": [k * v for v in DEFAULT_LR_THETA], **stretched}]
-    grid: dict = {"lr_theta": list(DEFAULT_LR_THETA),
-                  "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(auto.batch_size)})}
     run = auto
     if "sizes" in inspect.signature(est.settings).parameters:
-        # A network's settings() applies its λ stretch while resolving its batch; with the silos'
-        # sizes, within its records (pfair.settings.resolve_deep_defaults), as its fit does.
+        # A network's settings() resolves its "auto" batch, and its λ stretch within its records
+        # (pfair.settings.resolve_deep_defaults), for the silos' sizes, as its fit does.
         run = est.settings(list(sizes))
+    grid: dict = {"lr_theta": list(DEFAULT_LR_THETA),
+                  "batch_size": sorted({min(DEFAULT_BATCH, int(min(train))), int(run.batch_size)})}
     if int(run.epochs) != int(estimator.get_params()["epochs"]):
         # The λ stretch of a noise-free run (the linear model's lambda_stretch_for, or a network's):
         # kept at both batches.

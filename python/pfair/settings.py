@@ -254,6 +254,9 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
         if (sizes is not None and len(sizes) and not isinstance(out["epochs"], bool)
                 and isinstance(out["epochs"], numbers.Integral) and out["epochs"] >= 1):
             room = DEEP_STRETCH_RECORDS / (int(out["epochs"]) * float(np.mean(np.asarray(sizes, dtype=np.float64))))
+            # The budget bounds compute; it never makes a run longer than a run may be (silos of a
+            # few records would otherwise ask for more than MAX_EPOCHS).
+            room = min(room, MAX_EPOCHS / int(out["epochs"]))
         k = noise_free_stretch(out.get("lam"), out["theta_step"], room)
         if k > 1.0:
             every = out.get("decay_every", "auto")
@@ -741,7 +744,10 @@ class SteFFLeSettings:
         smallest = int(min(int(n) for n in sizes)) if len(sizes) else cap
         batch = max(1, min(cap, smallest))
         k = self.stretch(batch)
-        run_rounds = int(self.epochs) * rounds_per_epoch(self.sampling, sizes, batch) if sizes_known and len(sizes) else None
+        # The budget counts rounds of a batch; a full-batch round reads a whole silo, so a full-batch
+        # run keeps the cap (its rounds are as dear as its epochs).
+        run_rounds = (int(self.epochs) * rounds_per_epoch(self.sampling, sizes, batch)
+                      if sizes_known and len(sizes) and self.sampling != "full_batch" else None)
         k_lam = self.lambda_stretch_for(run_rounds)
         if k == 1.0 and k_lam == 1.0:
             return replace(self, batch_size=batch)
@@ -923,12 +929,22 @@ class SteFFLeSettings:
 
         ``theta_step="constant"``: the fairness term's θ step ``η_θ λ (a_θ + h_θ)`` swamps the loss
         step; with ``λ η_θ > LAM_STEP_LIMIT`` θ moves by hundreds per unit of ψ-gradient and training
-        diverges (θ grows without bound). ``theta_step="scaled"`` (default): the fairness step stays
-        ``η_θ λ_c`` and nothing diverges, but the loss's step is ``η_θ / (λ/λ_c)``; with
-        ``λ/λ_c > LAM_SCALED_LIMIT`` the loss barely trains and the model ends at or near the
-        constant predictor."""
+        diverges (θ grows without bound). ``theta_step="scaled"`` (default): the fairness step is
+        ``η_θ min(λ, λ_c)``, which diverges only when that exceeds ``LAM_STEP_LIMIT`` (a huge
+        ``lr_theta``), but the loss's step is ``η_θ / (λ/λ_c)``; with ``λ/λ_c > LAM_SCALED_LIMIT`` the
+        loss barely trains and the model ends at or near the constant predictor."""
         if self.theta_step == "scaled":
             ratio = self.lam / THETA_STEP_LAMBDA
+            step = self.lr_theta * min(float(self.lam), THETA_STEP_LAMBDA)  # the fairness term's step
+            if step > LAM_STEP_LIMIT:
+                warnings.warn(
+                    f"lam={self.lam:g} with lr_theta={self.lr_theta:g}: each θ step moves by lr_theta·min(lam, "
+                    f"{THETA_STEP_LAMBDA:g}) = {step:g} times the fairness gradient, so training is likely to diverge "
+                    "(θ growing without bound, one class predicted for everyone). Lower lr_theta so that "
+                    f"lr_theta·min(lam, {THETA_STEP_LAMBDA:g}) <= {LAM_STEP_LIMIT:g}",
+                    UserWarning,
+                    stacklevel=5,
+                )
             if ratio > LAM_SCALED_LIMIT:
                 warnings.warn(
                     f"lam={self.lam:g}: with theta_step='scaled' each θ step takes lr_theta / (lam / "
