@@ -372,17 +372,6 @@ def test_auto_batch_stretches_a_noise_free_run_at_a_large_lambda_by_lambda_over_
         pfair.SteFFLe(epsilon=None, lam=40.0, epochs=20000).settings().for_sizes([10**6])
 
 
-def rising_settings(runs, key: str) -> dict:
-    """Per value of ``key``: the (setting, notion) pairs whose mean violation over the seeds rises by
-    more than 0.02 from a smaller λ to a larger one."""
-    rising = {}
-    for value, g in runs.groupby(key):
-        means = g.groupby(["setting", "fairness", "lam"])["violation"].mean()
-        rising[value] = sum(max((v[j] - v[i] for i in range(len(v)) for j in range(i + 1, len(v))), default=0.0) > 0.02
-                            for v in (s.sort_index().to_numpy() for _, s in means.groupby(level=[0, 1])))
-    return rising
-
-
 def test_the_noise_free_stretch_cap_is_the_one_its_runs_chose():
     """LAMBDA_STRETCH_CAP and LAMBDA_STRETCH_ROUNDS against docs/optimisation/lambda_stretch.py's runs.
     Among the measured variants (cap 1: the run before the rule; caps 10 and 100; cap 10 with 4,000 or
@@ -407,14 +396,14 @@ def test_the_noise_free_stretch_cap_is_the_one_its_runs_chose():
     small = pd.read_csv(script.SMALL_HELDOUT_RUNS)
     small_constant = small.groupby("rule")["selected"].apply(lambda v: int((v == 0).sum()))
     assert small_constant[default] < small_constant[cap_alone], small_constant
-    small_rising = rising_settings(small, "rule")
+    small_rising = {rule: script.rising_count(g)[0] for rule, g in small.groupby("rule")}
     assert small_rising[default] <= small_rising[cap_alone], small_rising
     # The budget: the other one measured does no better on the small tables (fewer fits below their
     # line or more that return the constant predictor would be worse; either better would pick it).
     below = small[small["lam"] > 0].groupby("rule")["below_line"].apply(lambda v: int((v > 0).sum()))
     other = next(label for label in script.VARIANTS if label.startswith("10, ") and label != default)
     assert below[default] >= below[other] and small_constant[default] <= small_constant[other], (below, small_constant)
-    rising = rising_settings(pd.read_csv(script.HELDOUT_RUNS), "cap")
+    rising = {cap: script.rising_count(g)[0] for cap, g in pd.read_csv(script.HELDOUT_RUNS).groupby("cap")}
     assert rising[LAMBDA_STRETCH_CAP] < rising[1.0], rising
 
 

@@ -53,7 +53,7 @@ import torch
 
 import pfair
 from pfair.references import mixing_line
-from pfair.settings import DEEP_STRETCH_RECORDS, deep_batch_size, noise_free_stretch
+from pfair.settings import deep_batch_size, deep_stretch_room, noise_free_stretch
 from pfair.torch import DeepSteFFLe
 from pfair.torch.models import mlp
 
@@ -100,13 +100,12 @@ def warned(caught: list) -> str:
 
 def variants(lam: float, epsilon: float | None, sizes) -> list[tuple[str, float]]:  # noqa: ANN001
     """(step, k) of each variant; the default noise-free run's k is the library's k_λ for silos of
-    ``sizes`` records (``noise_free_stretch`` within ``DEEP_STRETCH_RECORDS`` over 5 epochs)."""
+    ``sizes`` records (``noise_free_stretch`` with ``deep_stretch_room`` of 5 epochs)."""
     if lam == 0:
         return [("constant", 1.0)]
     out = [("constant", 1.0), ("scaled", 1.0)]
     if epsilon is None and lam > 1:
-        room = DEEP_STRETCH_RECORDS / (5 * float(np.mean(sizes)))
-        out.append(("scaled", noise_free_stretch(lam, "scaled", room)))
+        out.append(("scaled", noise_free_stretch(lam, "scaled", deep_stretch_room(5, sizes))))
     return out
 
 

@@ -111,6 +111,32 @@ def run(label: str) -> None:
         df.to_csv(path, mode="a", header=not path.exists(), index=False)
 
 
+def setting_fits(data, lams: list[float], **keys) -> list[dict]:  # noqa: ANN001
+    """The non-private fits of ``data`` under the rule in force: both notions, seeds 0–2, λ ∈
+    ``lams`` (starting at 0), each read against its seed's λ = 0 mixing line; ``keys`` label every row."""
+    rows = []
+    for fairness in cv.NOTIONS:
+        for seed in cv.SEEDS:
+            line = None
+            for lam in lams:
+                r = cv.fit_one(data, fairness, lam, None, seed)
+                pred = r.pop("pred")
+                if lam == 0:
+                    line = cv.mixing_line(data.y_test, pred, sensitive_features=data.s_test, fairness=fairness)
+                r["below_line"] = line.margin(r["error"], r["violation"])
+                rows.append(dict(**keys, fairness=fairness, seed=seed, lam=lam, **r))
+    return rows
+
+
+def rising_count(runs: pd.DataFrame) -> tuple[int, int]:
+    """(settings whose mean violation over the seeds rises by more than 0.02 from a smaller λ to a
+    larger one, settings): a setting is a (``setting``, notion) pair of ``runs``."""
+    means = runs.groupby(["setting", "fairness", "lam"])["violation"].mean()
+    groups = [s.sort_index().to_numpy() for _, s in means.groupby(level=[0, 1])]
+    rising = sum(max(v[j] - v[i] for i in range(len(v)) for j in range(i + 1, len(v))) > 0.02 for v in groups)
+    return int(rising), len(groups)
+
+
 def run_heldout() -> None:
     """Caps 1 and 10 alone (no budget of rounds: the rules these runs compared) on the held-out
     settings (non-private), appended to :data:`HELDOUT_RUNS`."""
@@ -119,19 +145,8 @@ def run_heldout() -> None:
     for name in HELDOUT_SETTINGS:
         data = HELDOUT[name]()
         for cap in (1.0, 10.0):
-            rows = []
             with stretch_rule(cap, 0):
-                for fairness in cv.NOTIONS:
-                    for seed in cv.SEEDS:
-                        line = None
-                        for lam in HELDOUT_LAMS:
-                            r = cv.fit_one(data, fairness, lam, None, seed)
-                            pred = r.pop("pred")
-                            if lam == 0:
-                                line = cv.mixing_line(data.y_test, pred, sensitive_features=data.s_test,
-                                                      fairness=fairness)
-                            r["below_line"] = line.margin(r["error"], r["violation"])
-                            rows.append(dict(setting=name, cap=cap, fairness=fairness, seed=seed, lam=lam, **r))
+                rows = setting_fits(data, HELDOUT_LAMS, setting=name, cap=cap)
             pd.DataFrame(rows).to_csv(HELDOUT_RUNS, mode="a", header=not HELDOUT_RUNS.exists(), index=False)
 
 
@@ -159,19 +174,8 @@ def run_small_heldout(labels: list[str]) -> None:
             if ((done["setting"] == name) & (done["rule"] == label)).any():
                 continue
             cap, rounds, _ = VARIANTS[label]
-            rows = []
             with stretch_rule(cap, rounds):
-                for fairness in cv.NOTIONS:
-                    for seed in cv.SEEDS:
-                        line = None
-                        for lam in SMALL_HELDOUT_LAMS:
-                            r = cv.fit_one(data, fairness, lam, None, seed)
-                            pred = r.pop("pred")
-                            if lam == 0:
-                                line = cv.mixing_line(data.y_test, pred, sensitive_features=data.s_test,
-                                                      fairness=fairness)
-                            r["below_line"] = line.margin(r["error"], r["violation"])
-                            rows.append(dict(setting=name, rule=label, fairness=fairness, seed=seed, lam=lam, **r))
+                rows = setting_fits(data, SMALL_HELDOUT_LAMS, setting=name, rule=label)
             pd.DataFrame(rows).to_csv(SMALL_HELDOUT_RUNS, mode="a", header=not SMALL_HELDOUT_RUNS.exists(),
                                       index=False)
 
@@ -186,14 +190,9 @@ def heldout_tables() -> None:
     print("| cap | rising > 0.02 | below the line (λ > 0) | mean margin (λ > 0) | returned the constant | seconds |")
     print("|---|---|---|---|---|---|")
     for cap, g in runs.groupby("cap"):
-        means = g.groupby(["setting", "fairness", "lam"])["violation"].mean()
-        rising = 0
-        groups = list(means.groupby(level=[0, 1]))
-        for _, v in groups:
-            v = v.sort_index().to_numpy()
-            rising += max(v[j] - v[i] for i in range(len(v)) for j in range(i + 1, len(v))) > 0.02
+        rising, settings = rising_count(g)
         pos = g[g["lam"] > 0]
-        print(f"| {cap:g} | {rising} of {len(groups)} | {int((pos['below_line'] > 0).sum())} of {len(pos)} | "
+        print(f"| {cap:g} | {rising} of {settings} | {int((pos['below_line'] > 0).sum())} of {len(pos)} | "
               f"{pos['below_line'].mean():+.3f} | {int((g['selected'] == 0).sum())} | {g['seconds'].sum():.0f} |")
     print("\n| setting | fairness | λ | cap 1 | cap 10 |")
     print("|---|---|---|---|---|")
@@ -222,12 +221,9 @@ def small_heldout_tables() -> None:
     print("|---|---|---|---|---|---|")
     for label in labels:
         g = runs[runs["rule"] == label]
-        means = g.groupby(["setting", "fairness", "lam"])["violation"].mean()
-        groups = list(means.groupby(level=[0, 1]))
-        rising = sum(max(v[j] - v[i] for i in range(len(v)) for j in range(i + 1, len(v))) > 0.02
-                     for v in (s.sort_index().to_numpy() for _, s in groups))
+        rising, settings = rising_count(g)
         pos = g[g["lam"] > 0]
-        print(f"| {label} | {rising} of {len(groups)} | {int((pos['below_line'] > 0).sum())} of {len(pos)} | "
+        print(f"| {label} | {rising} of {settings} | {int((pos['below_line'] > 0).sum())} of {len(pos)} | "
               f"{pos['below_line'].mean():+.4f} | {int((g['selected'] == 0).sum())} | {g['seconds'].sum():.0f} |")
     print("\nper setting (λ > 0): below the line / mean margin / returned the constant\n")
     print("| setting | " + " | ".join(labels) + " |")

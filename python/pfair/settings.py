@@ -231,6 +231,15 @@ def noise_free_stretch(lam: Any, theta_step: str, room: float | None = None) -> 
     return max(1.0, min(float(lam) / THETA_STEP_LAMBDA, cap))
 
 
+def deep_stretch_room(epochs: int, sizes: Any) -> float:
+    """How many times a network's run of ``epochs`` epochs over silos of ``sizes`` records fits in
+    :data:`DEEP_STRETCH_RECORDS` records a silo (E·n̄ before the stretch), at most ``MAX_EPOCHS /
+    epochs``: the budget bounds compute and never makes a run longer than a run may be (silos of a
+    few records would otherwise ask for more than :data:`MAX_EPOCHS`)."""
+    mean = float(np.mean(np.asarray(sizes, dtype=np.float64)))
+    return min(DEEP_STRETCH_RECORDS / (int(epochs) * mean), MAX_EPOCHS / int(epochs))
+
+
 def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
     """``params`` (estimator hyper-parameters or run-config settings) with a deep model's ``"auto"``
     ``batch_size`` and ``lr_theta`` resolved for silos of ``sizes`` (None: a deployment), and a
@@ -253,10 +262,7 @@ def resolve_deep_defaults(params: Mapping[str, Any], sizes: Any = None) -> dict:
         room = None
         if (sizes is not None and len(sizes) and not isinstance(out["epochs"], bool)
                 and isinstance(out["epochs"], numbers.Integral) and out["epochs"] >= 1):
-            room = DEEP_STRETCH_RECORDS / (int(out["epochs"]) * float(np.mean(np.asarray(sizes, dtype=np.float64))))
-            # The budget bounds compute; it never makes a run longer than a run may be (silos of a
-            # few records would otherwise ask for more than MAX_EPOCHS).
-            room = min(room, MAX_EPOCHS / int(out["epochs"]))
+            room = deep_stretch_room(int(out["epochs"]), sizes)
         k = noise_free_stretch(out.get("lam"), out["theta_step"], room)
         if k > 1.0:
             every = out.get("decay_every", "auto")
