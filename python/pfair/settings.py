@@ -175,7 +175,8 @@ LAM_STEP_LIMIT = 100.0
 #: Largest ``lam / λ_c`` accepted without a warning under ``theta_step="scaled"``: the loss's step is
 #: ``lr_theta / (lam/λ_c)``, and beyond this a fit's run (at most :data:`LAMBDA_STRETCH_CAP` times
 #: longer on a large table) leaves the loss nearly untrained (Adult, non-private: test error 0.189 at
-#: λ = 100, 0.218 at 400, 0.240 at 1,000, the constant predictor's 0.248 at 10⁹).
+#: λ = 100, 0.218 at 400, 0.240 at 1,000, the constant predictor's 0.248 at 10⁹:
+#: docs/optimisation/huge_lambda.py).
 LAM_SCALED_LIMIT = 200.0
 
 
