@@ -156,12 +156,21 @@ def _frame(frame: Any) -> Any:
             "columns": {str(c): [plain(v) for v in frame[c]] for c in frame.columns}}
 
 
+#: Columns of ``checkpoints_`` added after the pins were made, read off the pinned ones
+#: (``violation_sd`` of the release, ``meets_target`` = v̂ + sd ≤ t): not pinned, so that the pins
+#: stay those of the engine's releases (``tests/test_target.py`` checks them).
+DERIVED_CHECKPOINT_COLUMNS = ("violation_sd", "meets_target")
+
+
 def record(model: Any) -> dict:
     """What is pinned of a fitted estimator (or a run read off the engine)."""
+    checkpoints = model.checkpoints_
+    if checkpoints is not None:
+        checkpoints = checkpoints.drop(columns=[c for c in DERIVED_CHECKPOINT_COLUMNS if c in checkpoints.columns])
     out = {"theta_": np.asarray(model.theta_, dtype=np.float64).ravel().tolist(),
            "W_": np.asarray(model.W_, dtype=np.float64).ravel().tolist(),
            "history_": _frame(model.history_), "privacy_report_": _frame(model.privacy_report_),
-           "checkpoints_": _frame(model.checkpoints_)}
+           "checkpoints_": _frame(checkpoints)}
     for name in ("selected_epoch_", "lam_", "epochs_done_", "n_rounds_", "epsilon"):
         value = getattr(model, name, None)
         if value is not None:

@@ -4,6 +4,7 @@ where it does not (record protection, a Federation)."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -76,3 +77,70 @@ def test_record_protection_and_a_federation_refuse_unscaled_features_with_the_fi
                                  silos=ids)
     with pytest.raises(ValueError, match="'age'.*standardise before building it"):
         SteFFLe(**QUICK).fit(fed)
+
+
+def rates_data(n: int = 1500, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Three columns of rates in [0, 1] (Beta(2, 8): mean 0.2, std about 0.12), y from the first two."""
+    rng = np.random.default_rng(seed)
+    X = rng.beta(2, 8, size=(n, 3))
+    logit = 8 * (X[:, 0] - 0.2) + 6 * (X[:, 1] - 0.2) - 0.3
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    return X, y, rng.integers(0, 3, n), rng.integers(0, 3, n)
+
+
+def test_columns_off_scale_are_standardised_and_train_as_logistic_regression():
+    """Before: rates of std 0.12 (nothing that diverges) ended every default fit at the constant
+    predictor (accuracy 0.571; scikit-learn's logistic regression 0.717), with a warning that blamed
+    lam and the steps."""
+    from sklearn.linear_model import LogisticRegression
+
+    X, y, s, ids = rates_data()
+    reference = LogisticRegression().fit(X, y).score(X, y)
+    constant = max(np.mean(y), 1 - np.mean(y))
+    assert reference > constant + 0.1
+    for kw in (dict(epsilon=None), dict(epsilon=1.0, noise_seed=0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NonPrivateFitWarning)
+            with pytest.warns(UserWarning, match=r"standardised the features .*column 0 \(mean 0\.\d+, std 0\.1\d+\).*off the "
+                                                 r"scale.*std outside \[0.5, 5\]"):
+                m = SteFFLe(lam=0.0, **kw).fit(X, y, sensitive_features=s, silos=ids)
+        assert m.score(X, y) > reference - 0.01, kw
+        np.testing.assert_allclose(m.feature_scaling_[0], X.mean(0))
+        np.testing.assert_allclose(m.feature_scaling_[1], X.std(0))
+
+
+def test_indicator_columns_stay_as_they_are_and_scaled_features_are_left_alone():
+    X, y, s, ids = data()
+    onehot = (np.random.default_rng(1).random((len(y), 2)) < [0.05, 0.5]).astype(float)  # std 0.22 and 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # neither column makes fit standardise anything
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        m = SteFFLe(**QUICK, epsilon=None).fit(np.hstack([X, onehot]), y, sensitive_features=s, silos=ids)
+    assert not hasattr(m, "feature_scaling_")
+    # With an off-scale column beside them, the indicators keep mean 0 and std 1 in the scaling.
+    Z = np.hstack([X, onehot, 0.05 * X[:, :1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=r"column 5 \(mean .*std 0.0"):
+            m = SteFFLe(**QUICK, epsilon=None).fit(Z, y, sensitive_features=s, silos=ids)
+    mean, std = m.feature_scaling_
+    np.testing.assert_array_equal(mean[3:5], [0.0, 0.0])
+    np.testing.assert_array_equal(std[3:5], [1.0, 1.0])
+    np.testing.assert_allclose(std[[0, 1, 2, 5]], Z[:, [0, 1, 2, 5]].std(0))
+
+
+def test_a_federation_and_record_protection_warn_about_off_scale_columns():
+    import pandas as pd
+
+    X, y, s, ids = rates_data(600)
+    fed = Federation.from_arrays(pd.DataFrame(X, columns=["a", "b", "c"]), y, sensitive_features=s, silos=ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=r"'a' \(mean 0\.\d+, std 0\.1\d+\).*off the scale.*a Federation holds the silos' data as "
+                                             r"given"):
+            SteFFLe(**QUICK, epsilon=None).fit(fed)
+    with pytest.warns(UserWarning, match=r"column 0 \(std outside \[0.5, 5\] or \|mean\| above 2\).*protect='record' "
+                                         r"does not use the records' statistics") as caught:
+        m = SteFFLe(**QUICK, epsilon=1.0, protect="record").fit(X, y, sensitive_features=s, silos=ids)
+    assert not hasattr(m, "feature_scaling_")
+    assert not any(re.search(r"\(mean 0\.\d", str(w.message)) for w in caught)  # a record-mode fit shows no statistics

@@ -11,7 +11,7 @@ import pytest
 
 from pfair import Federation, SteFFLe
 from pfair.baselines import PFLD, CentralERM
-from pfair.exceptions import PrivacyWarning
+from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 
 from support import toy_data
 
@@ -22,6 +22,45 @@ QUICK = dict(sampling="full_batch", epochs=5)
 def data(n=200, seed=0):
     """s shifts every feature."""
     return toy_data(n, seed, shift=(0.5, 0.5, 0.5), noise=0.3, cuts=(0.3,))
+
+
+def test_silos_of_a_few_records_with_default_delta_are_refused_naming_the_delta():
+    """Before: silos of 2 to 9 records trained at the default delta = 1/n² (0.11 for 3 records),
+    with a PrivacyWarning only."""
+    X, y, s, _ = data()
+    ids = np.where(np.arange(len(y)) < 8, "small", "big")
+    with pytest.raises(ValueError, match=r"silo 'small' has 8 records.*which is 0.0156 for it: a guarantee that "
+                                         r"allows publishing one of its records outright.*delta="):
+        SteFFLe(epsilon=1.0, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
+    ids = np.where(np.arange(len(y)) < 10, "small", "big")  # 10 records: delta 0.01, allowed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SteFFLe(epsilon=1.0, **QUICK).fit(X, y, sensitive_features=s, silos=ids)
+
+
+def test_a_validation_share_that_holds_out_nothing_checks_the_training_records_and_says_so():
+    """Before: 200 silos of 8 records at validation_share=0.1 held out none, so no checkpoint
+    had records and the check against the constant predictor silently did not run."""
+    rng = np.random.default_rng(0)
+    n = 1600
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    s, ids = rng.integers(0, 2, n), np.arange(n) % 200
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=r"validation_share=0.1 holds out no record of any silo \(the largest has "
+                                             r"8 records.*count the silos' training records instead"):
+            m = SteFFLe(epsilon=None, lam=1.0, epochs=4).fit(X, y, sensitive_features=s, silos=ids)
+    assert len(m.checkpoints_) == 4 and m.selected_epoch_ == 4
+    total = m.checkpoints_["validation_error"].iloc[-1]
+    assert total == pytest.approx(1 - m.score(X, y))  # the table counted every training record
+    # One silo large enough to hold out records keeps the held-out check (on its 2 records).
+    ids[:20] = 999
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(epsilon=None, lam=1.0, epochs=4).fit(X, y, sensitive_features=s, silos=ids)
+    assert not any("holds out no record" in str(w.message) for w in caught)
+    assert len(m.checkpoints_) == 4
 
 
 def test_float_sensitive_attribute_is_refused_with_binning_advice():
@@ -134,3 +173,29 @@ def test_private_fit_without_sensitive_features_is_refused_unless_lam_is_zero():
         warnings.simplefilter("ignore", PrivacyWarning)
         m = SteFFLe(lam=0.0, epsilon=1.0, protect="record", noise_seed=0, **QUICK).fit(X, y, silos=ids)
     assert np.isfinite(m.epsilon_spent_) and m.epsilon_spent_ <= 1.0 + 1e-9
+
+
+def test_inputs_a_pipeline_user_meets_are_refused_naming_the_column_and_the_fix():
+    """Before: a text column gave "convert categorical columns first (could not convert string to
+    float: 'b')" without its name, a nullable column with pd.NA the same diagnosis, a sparse one-hot
+    encoding "use X.toarray()" (impossible inside a Pipeline), and groups mixing 1 and 'a' a bare
+    "'<' not supported"."""
+    import pandas as pd
+    import scipy.sparse as sp
+
+    X, y, s, ids = data()
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    with pytest.raises(TypeError, match=r"column\(s\) 'city' are not numbers: encode them first.*OneHotEncoder"):
+        SteFFLe(**QUICK).fit(frame.assign(city="x"), y, sensitive_features=s, silos=ids)
+    holes = frame.assign(c=pd.array([None] + list(X[1:, 2]), dtype="Float64"))
+    with pytest.raises(ValueError, match=r"X contains NaN or inf in 1 rows; impute or drop those rows first"):
+        SteFFLe(**QUICK).fit(holes, y, sensitive_features=s, silos=ids)
+    with pytest.raises(TypeError, match=r"OneHotEncoder\(sparse_output=False\).*sparse_threshold=0"):
+        SteFFLe(**QUICK).fit(sp.csr_matrix(X), y, sensitive_features=s, silos=ids)
+    mixed = np.array(["one" if v == 1 else 0 for v in s], dtype=object)
+    with pytest.raises(TypeError, match=r"sensitive_features mixes values of the types int, str.*astype\(str\)"):
+        SteFFLe(**QUICK).fit(X, y, sensitive_features=mixed, silos=ids)
+    # Python numbers in an object column are numbers.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SteFFLe(**QUICK).fit(frame.astype(object), y, sensitive_features=s, silos=ids)

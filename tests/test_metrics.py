@@ -182,6 +182,22 @@ def test_hand_example_spd():
     assert got == _exact(Fraction(2, 8) - Fraction(3, 9))
 
 
+def test_report_on_string_labels_leaves_out_only_the_positive_label_metric_nobody_named():
+    """Before: any string labels raised "pos_label=1 is not among the labels" from the bundle."""
+    y, p, s = _from_table(HAND)
+    names = np.array(["no", "yes", "maybe", "never"])[: max(y.max(), p.max()) + 1]  # "yes" is label 1
+    words = fairness_report(names[y], names[p], sensitive_features=s)
+    codes = fairness_report(y, p, sensitive_features=s)
+    assert np.isnan(words["equal_opportunity_difference"]) and np.isnan(words["eopp_violation"])
+    for key in ("test_error", "trivial_error", "demographic_parity_difference", "equalized_odds_difference",
+                "accuracy_parity_violation"):
+        assert words[key] == codes[key], key
+    named = fairness_report(names[y], names[p], sensitive_features=s, pos_label="yes")
+    assert named["equal_opportunity_difference"] == codes["equal_opportunity_difference"]
+    with pytest.raises(ValueError, match=r"pos_label=1 is not among the labels found in y_true/y_pred"):
+        fairness_report(names[y], names[p], sensitive_features=s, pos_label=1)  # named, and wrong: said
+
+
 def test_hand_example_report():
     y, p, s = _from_table(HAND)
     report = fairness_report(y, p, sensitive_features=s)

@@ -331,6 +331,9 @@ def test_private_target_is_met_approximately_and_every_release_is_accounted(adul
     assert v < TARGET + 0.03, v
     assert float(np.mean(m.predict(X) != y)) < metrics.trivial_error(y) - 0.04
     h = m.history_
+    c = m.checkpoints_
+    assert (c["violation_sd"] > 0).all()  # noisy releases, each with its sd
+    np.testing.assert_array_equal(c["meets_target"], c["violation_released"] + c["violation_sd"] <= TARGET)
     assert not any(c.startswith("train_") for c in h.columns)  # released values only
     assert h["lam"].iloc[0] == 0.0 and h["lam"].max() > 1.0
     K = len(m.settings().checkpoint_epochs())

@@ -33,12 +33,16 @@ def test_a_delta_near_one_over_n_is_warned_and_the_default_only_for_tiny_silos()
     fed = toy_federation(n=300, n_silos=100, round_robin=True)
     with pytest.warns(PrivacyWarning, match=r"delta=0\.111111 is more than 0\.1/n for its n = 3 records"):
         check_delta(pfair.settings.default_delta(3), 3, party="silo 0")
+    # The default δ of such silos is refused (pfair._validation.MIN_DEFAULT_DELTA_RECORDS); a δ the
+    # user chose is warned about, once for all the silos.
+    with pytest.raises(ValueError, match=r"silo 0 has 3 records.*which is 0.111 for it"):
+        SteFFLe(epsilon=1.0, epochs=1, batch_size=3, p_s=[0.5, 0.5], validation_share=0.0).fit(fed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        SteFFLe(epsilon=1.0, epochs=1, batch_size=3, p_s=[0.5, 0.5], validation_share=0.0).fit(fed)
+        SteFFLe(epsilon=1.0, delta=0.05, epochs=1, batch_size=3, p_s=[0.5, 0.5], validation_share=0.0).fit(fed)
     said = [str(w.message) for w in caught if "delta >" in str(w.message)]
     assert len(said) == 1 and said[0].startswith("100 silo(s) have delta > 0.1/n for their n records: 0 "
-                                                 "(delta=0.111111, n=3)"), said
+                                                 "(delta=0.05, n=3)"), said
     # The default 1/n² warns below 10 records only; a δ of 1e-6 never for n ≤ 10⁵.
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyWarning)

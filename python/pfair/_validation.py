@@ -24,14 +24,34 @@ from pfair.notions import FAIRNESS_NOTIONS, NOTIONS, FairnessNotion
 MAX_GROUPS = 20
 
 
+def _numbers(column: Any) -> bool:
+    """Whether a DataFrame column of another dtype (object: Python numbers, say) holds numbers only."""
+    try:
+        np.asarray(column, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def as_features(X: Any, name: str = "X", *, keep_float32: bool = False) -> np.ndarray:
     """A finite C-contiguous float64 matrix ``(n, d)``; with ``keep_float32``, a float32 input
     stays float32 (no copy when it is C-contiguous: half the memory of float64)."""
+    if hasattr(X, "columns") and hasattr(X, "dtypes"):  # a DataFrame: name the columns that are not numbers
+        text = [str(c) for c, t in X.dtypes.items()
+                if not (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t) or _numbers(X[c]))]
+        if text:
+            more = f" and {len(text) - 5} more" if len(text) > 5 else ""
+            raise TypeError(f"{name} must be numeric; its column(s) {', '.join(map(repr, text[:5]))}{more} are not "
+                            "numbers: encode them first (e.g. OneHotEncoder in a ColumnTransformer, or load the table "
+                            "with pfair.datasets.load_frame, which one-hot encodes categorical columns)")
+        if any(isinstance(t, pd.api.extensions.ExtensionDtype) for t in X.dtypes):
+            X = X.to_numpy(dtype=np.float64, na_value=np.nan)  # nullable columns: pd.NA is a missing number
     if hasattr(X, "to_numpy"):
         X = X.to_numpy()
     if hasattr(X, "toarray") or hasattr(X, "tocsr"):
-        raise TypeError(f"Sparse data was passed for {name}, but dense data is required: use {name}.toarray() "
-                        "(the Rust kernels take dense float64 rows)")
+        raise TypeError(f"Sparse data was passed for {name}, but dense data is required: use {name}.toarray(), or "
+                        "in a Pipeline make the encoder's output dense (OneHotEncoder(sparse_output=False), "
+                        "ColumnTransformer(..., sparse_threshold=0)) (the Rust kernels take dense rows)")
     try:
         raw = np.asarray(X)
     except (TypeError, ValueError) as exc:
@@ -55,7 +75,8 @@ def as_features(X: Any, name: str = "X", *, keep_float32: bool = False) -> np.nd
 
     bad = int(_core.nonfinite_rows(arr))  # in parallel, no temporary the size of X
     if bad:
-        raise ValueError(f"{name} contains NaN or inf in {bad} rows; impute or drop them before fitting")
+        raise ValueError(f"{name} contains NaN or inf in {bad} rows; impute or drop those rows first (e.g. "
+                         "SimpleImputer in a Pipeline)")
     return arr
 
 
@@ -133,7 +154,13 @@ def encode(values: np.ndarray, name: str, categories: Sequence[Any] | None = Non
     """Integer codes ``0..c-1`` of ``values`` (:func:`index_dtype`) and the sorted categories
     (global encoding)."""
     if categories is None:
-        cats, codes = unique_inverse(values)
+        try:
+            cats, codes = unique_inverse(values)
+        except TypeError:  # np.unique sorts: 1 < "a" fails
+            kinds = sorted({type(v).__name__ for v in np.asarray(values, dtype=object).tolist()})
+            raise TypeError(f"{name} mixes values of the types {', '.join(kinds)}, which cannot be sorted into "
+                            f"categories (e.g. 1 and 'a'); make them one type (all strings: {name}.astype(str))"
+                            ) from None
     else:
         cats = np.asarray(categories)
         codes = _codes_among(values, cats, name)
@@ -319,18 +346,44 @@ def silo_ids(silos: Any, n: int) -> np.ndarray:
         raise
 
 
+#: The fewest records a silo may have for a private fit with ``delta=None``, whose δ is ``1/n²``:
+#: at 10 records that is 0.01, and a δ above it is no guarantee worth the name (a mechanism that
+#: publishes one of the silo's records outright with probability δ meets it).
+MIN_DEFAULT_DELTA_RECORDS = 10
+
+
 def check_default_delta(sizes: Sequence[int], names: Sequence[Any] | None = None) -> None:
-    """A private fit with ``delta=None`` uses ``1/n_j²`` for silo j, undefined for a silo of one
-    record: refuse before anything runs, naming the silo and the fix."""
+    """A private fit with ``delta=None`` uses ``1/n_j²`` for silo j: 1 (no privacy) for a silo of
+    one record, above 0.01 for fewer than :data:`MIN_DEFAULT_DELTA_RECORDS`. Refuse before anything
+    runs, naming the silo and the fix."""
     for j, n_j in enumerate(sizes):
-        if n_j < 2:
+        if n_j < MIN_DEFAULT_DELTA_RECORDS:
             label = names[j] if names is not None else j
             label = label.item() if hasattr(label, "item") else label
+            delta = 1.0 / max(int(n_j), 1) ** 2
             raise ValueError(
-                f"silo {label!r} has {n_j} record; a private fit with delta=None uses delta = 1/n² per silo, "
-                f"which is 1 for it (no privacy). Merge silo {label!r} with another silo, or pass delta= "
-                "explicitly (e.g. delta=1e-6, below 1/total records)"
+                f"silo {label!r} has {n_j} record{'s' if n_j != 1 else ''}; a private fit with delta=None uses "
+                f"delta = 1/n² per silo, which is {delta:.3g} for it"
+                + (" (no privacy)" if n_j < 2 else f": a guarantee that allows publishing one of its records outright "
+                   f"with probability {delta:.3g}")
+                + f". Merge silo {label!r} with another silo, or pass delta= explicitly (e.g. delta=1e-6, below "
+                "1/total records)"
             )
+
+
+def positive_class_index(value: Any, classes: np.ndarray) -> int:
+    """The class index ``positive_class`` names: an integer is an index into ``classes`` (the sorted
+    labels, ``classes_``); any other value is a label, looked up among them. Raises naming the
+    argument and the labels."""
+    labels = np.asarray(classes).tolist()
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        if not 0 <= int(value) < len(labels):
+            hint = (f"; positive_class is an index into classes_, and label {value!r} is index {labels.index(value)}"
+                    if value in labels else "")
+            raise ValueError(f"positive_class={value!r} is not a class index in 0..{len(labels) - 1} (classes_ = "
+                             f"{labels}){hint}")
+        return int(value)
+    return code_of(np.asarray(classes), value, "positive_class", "labels of y (classes_)")
 
 
 def check_positive(value: Any, name: str, *, allow_none: bool = False, allow_zero: bool = False) -> None:

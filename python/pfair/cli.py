@@ -82,7 +82,8 @@ def add_train_parser(sub: Any) -> None:
                         "the most accurate checkpoint model whose --fairness metric ("
                         + ", ".join(c.metric_name for c in NOTIONS.values()) + ", in that order) on the silos' "
                         "records is at most T; in a private fit it is measured from noisy per-silo releases that use "
-                        "--max-violation-epsilon-share of each silo's epsilon (leave --lam at its default)")
+                        "--max-violation-epsilon-share of each silo's epsilon, and a checkpoint meets T with one "
+                        "standard deviation of that noise to spare (leave --lam at its default)")
     p.add_argument("--max-violation-epsilon-share", type=float, default=SteFFLeSettings.max_violation_epsilon_share,
                    metavar="SHARE",
                    help="with --max-violation and --epsilon: fraction of each silo's epsilon spent on the releases "

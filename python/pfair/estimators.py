@@ -211,7 +211,10 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         the training noise is calibrated to the composition of both.
     output : "last" or "random" (the paper's uniformly random iterate).
     silo_weights : "uniform" (the paper's 1/N) or "size" (n_j / n).
-    positive_class : class index of the positive label (equal opportunity, false-positive-rate parity).
+    positive_class : the positive label of equal opportunity and false-positive-rate parity: an int is a
+        class index into ``classes_`` (the sorted labels; default 1), any other value the label
+        itself (``positive_class="approved"``). With labels that are not 0 and 1, an index is warned
+        about, naming the label it picks.
     mode : "standard", "divisions", "central_sensitive" or "hybrid": the topology, i.e. who holds s
         (see :mod:`pfair.protocol.topologies`; the hybrid topologies need ``protect="attribute"``;
         they hold out ``validation_share``, release checkpoints and take ``max_violation`` as the
@@ -238,7 +241,8 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         silos' ledgers: it spends on top of what earlier fits spent, like any fit).
     max_violation : float in (0, 1) or None. A fairness target t instead of a raw λ (then leave
         ``lam`` at its default): the fit returns the most accurate checkpoint model whose released
-        violation is at most t (the metric v of ``fairness``:
+        violation is at most t with one standard deviation of its noise to spare (v̂ + sd ≤ t; sd = 0
+        where the release is exact; ``checkpoints_``) (the metric v of ``fairness``:
         :func:`pfair.metrics.demographic_parity_difference` for ``"demographic_parity"``,
         :func:`~pfair.metrics.equalized_odds_difference` for ``"equalized_odds"``,
         :func:`~pfair.metrics.equal_opportunity_difference` of the positive class for
@@ -277,12 +281,15 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         Gaussian noise adds in quadrature, they cost the training far less).
 
     Features: the step sizes and clip norms assume standardised features. A column with |mean| or
-    std above 10 (``pfair._fit.FEATURE_SCALE_LIMIT``) is standardised by ``fit`` on arrays with
-    the training data's mean and std when ``protect="attribute"`` or ``epsilon=None`` (warned; the
+    std above 10 (``pfair._fit.FEATURE_SCALE_LIMIT``: training diverges), or one that is not a 0/1
+    indicator with std outside [0.5, 5] or |mean| above 2 (``FEATURE_STD_RANGE``,
+    ``FEATURE_MEAN_LIMIT``: training is slow, and a default run may end at the constant
+    predictor), makes ``fit`` on arrays standardise the features with the training data's mean and
+    std (indicators as they are) when ``protect="attribute"`` or ``epsilon=None`` (warned; the
     fitted ``coef_``/``intercept_`` are in the original units, ``feature_scaling_`` holds the
-    statistics), and refused with the fix (``make_pipeline(StandardScaler(), SteFFLe(...))``) in a
-    private ``protect="record"`` fit, where those statistics would be an unprotected release
-    about the records, and for a ``Federation``.
+    statistics). In a private ``protect="record"`` fit, where those statistics would be an
+    unprotected release about the records, and for a ``Federation``, a column above 10 is refused
+    with the fix (``make_pipeline(StandardScaler(), SteFFLe(...))``) and the others are warned about.
 
     A scikit-learn classifier: it works in ``Pipeline``, ``cross_val_score`` and ``GridSearchCV``
     with metadata routing of ``sensitive_features`` and ``silos`` (``docs/sklearn.md``, which also
@@ -309,7 +316,10 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
     checkpoints_ : DataFrame, one row per checkpoint (index: epoch, 1-based): the released
         ``validation_error``, ``constant_error`` (the constant predictor's), ``margin`` (how much
         lower the error must be to count as clearly better), ``clearly_better``, and with a target
-        ``violation_released`` and ``lam``; ``history_`` holds the same figures per epoch.
+        ``violation_released``, ``violation_sd`` (the standard deviation of its noise; 0 where it is
+        exact), ``meets_target`` (``violation_released + violation_sd <= max_violation``: a checkpoint
+        meets the target with one sd to spare, so that the one picked for its low noisy figure is not
+        one above it) and ``lam``; ``history_`` holds the figures per epoch.
     selected_epoch_ : the epoch (1-based) of the checkpoint model the fit returned; 0 for the
         constant predictor (zero weights, the intercepts of the held-out class shares), which a fit
         at a fixed ``lam > 0`` returns when its last model is shown no better than it (warned).
@@ -470,6 +480,7 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         refuse_fit_arguments(type(self).__name__, unsupported)
         st = self.settings()
         fed = self._federation(X, y, sensitive_features, silos, st)
+        st = self._settings_for_data(st, fed)
         if st.mode == "hybrid" and sensitive_silos is None:
             raise ValueError("mode='hybrid' needs sensitive_silos= (the sensitive silo of each record)")
         self._check_privacy(st, fed, X)

@@ -684,7 +684,7 @@ def trivial_error(y_true: Any) -> float:
 
 
 def fairness_report(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable = 1
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable | None = None
 ) -> dict[str, float]:
     """Bundle of the headline metrics for one model on one evaluation set.
 
@@ -695,8 +695,10 @@ def fairness_report(
     ``eopp_violation`` repeat the three fairness numbers under their former names, kept for
     compatibility. Raises like the individual metrics, except that ``equal_opportunity_difference``
     is NaN where it is undefined (fewer than two groups with records of ``pos_label``, as in a
-    small test split): a bundle must not fail on a metric the caller may not have asked for
-    (:func:`equal_opportunity_difference` alone raises, naming the groups).
+    small test split) and where ``pos_label`` was left out (None: the label 1) and no label is 1
+    (string labels): a bundle must not fail on a metric the caller may not have asked for
+    (:func:`equal_opportunity_difference` alone raises, naming the groups; a ``pos_label`` given
+    and not among the labels raises here too).
     """
     e = _prepare(y_true, y_pred, sensitive_features)
     assert e.y_true is not None
@@ -704,9 +706,11 @@ def fairness_report(
     dp = _dp_gap(e, w, None, "between_groups")
     eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")
     try:
-        eopp = _eopp_gap(e, w, pos_label, "between_groups")
+        eopp = _eopp_gap(e, w, 1 if pos_label is None else pos_label, "between_groups")
     except ValueError as exc:
-        if "is undefined" not in str(exc):  # a pos_label not among the labels is the caller's error
+        # A pos_label given and not among the labels is the caller's error; the default 1 on labels
+        # without a 1 ("no"/"yes") is a metric nobody asked for.
+        if "is undefined" not in str(exc) and not (pos_label is None and "is not among" in str(exc)):
             raise
         eopp = float("nan")
     return {

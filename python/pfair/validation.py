@@ -507,10 +507,14 @@ class Selector:
                               f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
             noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the released ', 'its ')} at the "
                                                        f"{GUARD_ALPHA:.0%} level")
+            which = ("the fairest checkpoint clearly better than the constant predictor" if key == "fairest_ok" else
+                     "the fairest checkpoint within noise of the constant predictor (none is clearly better)")
             return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "
-                          f"the constant predictor{reached}; returned the fairest such model (after epoch "
-                          f"{best[0].epoch + 1}: released violation {best[0].violation:.4f}, validation error "
-                          f"{_fig(best[0])}){noisy}{path}")
+                          f"the constant predictor (met: the released violation plus one standard deviation of its "
+                          f"noise at most {self.target:g}, so that a checkpoint picked for a low noisy figure is not "
+                          f"one above the target){reached}; returned {which} (after epoch {best[0].epoch + 1}: "
+                          f"released violation {best[0].violation:.4f}, sd {best[0].violation_sd:.4f}, validation "
+                          f"error {_fig(best[0])}){noisy}{path}")
         best = kept["accurate"]
         return best, (f"no model of this fit is clearly better than the constant predictor: the best validation error "
                       f"was {_fig(best[0])}, and every checkpoint is shown no better at the {GUARD_ALPHA:.0%} level; "

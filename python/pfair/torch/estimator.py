@@ -30,11 +30,13 @@ from sklearn.base import ClassifierMixin
 
 from pfair._fit import (
     SteFFLeFit,
-    _listed,
     feature_scale_refusal,
     missing_sensitive_message,
     refuse_fit_arguments,
+    scaling_reason,
+    standardisation,
     unscaled_columns,
+    warn_off_scale,
 )
 from pfair._validation import as_vector
 from pfair.exceptions import ConvergenceWarning, NotFittedError
@@ -313,7 +315,7 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         # A warm start or a resumed fit continues a module trained on inputs scaled as before.
         self._keep_scaling = (getattr(self, "feature_scaling_", None),) if warm else None
         fed = self._federation(X, y, sensitive_features, silos, st)
-        st = self._for_sizes(st, fed.sizes)
+        st = self._for_sizes(self._settings_for_data(st, fed), fed.sizes)
         if self._scaling is not None:
             self.feature_scaling_ = self._scaling
         elif hasattr(self, "feature_scaling_"):
@@ -372,19 +374,23 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
             (kept,) = self._keep_scaling
             self._scaling = kept
             return Xa if kept is None else ((Xa - kept[0]) / kept[1]).astype(Xa.dtype, copy=False)
-        bad, mean, std = unscaled_columns([Xa])
-        if bad.size == 0:
+        far, off, mean, std = unscaled_columns([Xa])
+        if far.size == 0 and off.size == 0:
             return Xa
         if st.private and st.protect == "record":
-            raise feature_scale_refusal(bad, mean, std, names, st, name, federation=False)
+            if far.size:
+                raise feature_scale_refusal(far, mean, std, names, st, name, federation=False)
+            warn_off_scale(off, mean, std, names, st, name, federation=False)
+            return Xa
         warnings.warn(
-            f"{name}.fit standardised the inputs (mean 0, std 1 per feature, with the training data's mean and std) "
-            f"because {_listed(bad, mean, std, names)} would make training diverge; predict and predict_proba apply "
-            f"the same scaling (feature_scaling_), and module_ takes standardised inputs. To choose the scaling "
-            f"yourself, standardise X before the fit. (With protect='attribute' or epsilon=None the features are not "
-            f"what the fit protects, so their statistics may be used.)", UserWarning, stacklevel=4)
-        self._scaling = (mean, np.where(std > 0, std, 1.0))
-        return ((Xa - mean) / self._scaling[1]).astype(Xa.dtype, copy=False)
+            f"{name}.fit standardised the inputs (mean 0, std 1 per feature, with the training data's mean and std; "
+            f"0/1 indicator columns as they are) because {scaling_reason(far, off, mean, std, names)}; predict and "
+            f"predict_proba apply the same scaling (feature_scaling_), and module_ takes standardised inputs. To "
+            f"choose the scaling yourself, standardise X before the fit. (With protect='attribute' or epsilon=None "
+            f"the features are not what the fit protects, so their statistics may be used.)", UserWarning,
+            stacklevel=4)
+        self._scaling = standardisation(mean, std)
+        return ((Xa - self._scaling[0]) / self._scaling[1]).astype(Xa.dtype, copy=False)
 
     def _fold_scaling(self, theta: np.ndarray, inverse: bool = False) -> np.ndarray:
         """θ as it is: the input scaling is ``feature_scaling_``, not folded into the network."""
