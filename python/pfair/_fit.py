@@ -31,8 +31,8 @@ from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
 from pfair.federation import Federation
 from pfair.privacy.report import PrivacyReport
 from pfair.protocol.simulation import Simulation
-from pfair.validation import held_out_count
 from pfair.settings import SteFFLeSettings
+from pfair.validation import held_out_count
 
 #: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
 OnEpoch = Callable[[int, np.ndarray, np.ndarray, dict], "dict | None"]
