@@ -50,7 +50,7 @@ def test_a_batch_larger_than_a_silo_stops_before_any_process_or_budget(tmp_path,
     csv = loans(tmp_path / "loans.csv")
     code = main(["deploy", "local", *data_args(csv), "--batch-size", "2048", "--workdir", str(tmp_path / "wd")])
     err = capsys.readouterr().err
-    assert code == 2 and "batch_size=2048 is larger than silo 0, which has 203 records" in err
+    assert code == 2 and "batch_size=2048 is larger than silo 0, which trains on 203 records (the rest of its records are held out" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "wd" / "flower").exists() and spent(tmp_path / "wd") == []
 

@@ -144,3 +144,21 @@ def test_a_federation_and_record_protection_warn_about_off_scale_columns():
         m = SteFFLe(**QUICK, epsilon=1.0, protect="record").fit(X, y, sensitive_features=s, silos=ids)
     assert not hasattr(m, "feature_scaling_")
     assert not any(re.search(r"\(mean 0\.\d", str(w.message)) for w in caught)  # a record-mode fit shows no statistics
+
+
+def test_a_lambda_zero_fit_worse_than_the_constant_at_every_checkpoint_returns_the_constant():
+    """Rates centred at 3 with std 0.1 in a Federation (warned, not rescaled): the default λ = 0 run
+    predicts the smaller class for everyone at every checkpoint. Before, the fit returned that model
+    (accuracy 0.429 against the constant predictor's 0.571); now it returns the constant predictor."""
+    X, y, s, ids = rates_data()
+    X = (X - X.mean(0)) / X.std(0) * 0.1 + 3.0
+    fed = Federation.from_arrays(X, y, sensitive_features=s, silos=ids)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(lam=0.0, epsilon=1.0, noise_seed=0).fit(fed)
+    said = [str(w.message) for w in caught]
+    assert any("off the scale" in msg for msg in said)
+    assert m.selected_epoch_ == 0
+    assert any("even the most accurate checkpoint" in msg and "returned the constant predictor" in msg for msg in said)
+    assert np.all(m.predict(X) == np.bincount(y).argmax())
+    assert m.score(X, y) == pytest.approx(max(np.mean(y), 1 - np.mean(y)))

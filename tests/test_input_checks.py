@@ -199,3 +199,13 @@ def test_inputs_a_pipeline_user_meets_are_refused_naming_the_column_and_the_fix(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         SteFFLe(**QUICK).fit(frame.astype(object), y, sensitive_features=s, silos=ids)
+
+
+def test_a_batch_larger_than_a_silo_names_the_silo_as_the_other_messages_do():
+    """Before: "silo 2, which has 14 records" for a silo the user named 'small' that has 15 (one
+    held out for validation)."""
+    X, y, s, _ = data()
+    ids = np.where(np.arange(len(y)) < 15, "small", "big")
+    with pytest.raises(ValueError, match=r"batch_size=64 is larger than silo 'small', which trains on 14 records "
+                                         r"\(the rest of its records are held out for validation"):
+        SteFFLe(epsilon=None, batch_size=64, epochs=1).fit(X, y, sensitive_features=s, silos=ids)

@@ -306,6 +306,26 @@ def test_at_a_fixed_lambda_a_model_that_can_be_the_constant_predictor_returns_it
     assert theta is None and f.constant_class == 1 and f.error == pytest.approx(0.40)
 
 
+def test_at_lambda_zero_the_constant_predictor_is_returned_only_when_every_checkpoint_is_shown_worse():
+    """Before: a λ = 0 fit whose every checkpoint was shown worse than the constant predictor (a
+    model predicting the smaller class for everyone, 0.43 accuracy against 0.57) returned its most
+    accurate checkpoint, warned; the constant predictor is more accurate than all of them."""
+    inverted = pooled_figures([np.array([[500.0, 900.0], [100.0, 500.0]])], epoch=0)  # 0.50 against 0.30
+    worse = pooled_figures([np.array([[600.0, 800.0], [100.0, 500.0]])], epoch=1)  # 0.45: still shown worse
+    assert inverted.shown_not_better and worse.shown_not_better
+    sel = Selector(lam=0.0, constant=True)
+    offer(sel, [inverted, worse])
+    (f, theta, w), why = sel.choose()
+    assert theta is None and f.epoch == -1 and f.constant_class == 0 and f.error == pytest.approx(0.30)
+    assert w[0] == 0.0  # W stays the most accurate checkpoint's
+    assert "even the most accurate checkpoint (after epoch 2" in why and "returned the constant predictor" in why
+    # A model that cannot be the constant predictor (constant=False) keeps the most accurate checkpoint.
+    sel = Selector(lam=0.0, constant=False)
+    offer(sel, [inverted, worse])
+    (f, theta, _), why = sel.choose()
+    assert f.epoch == 1 and theta is not None and "returned that model (after epoch 2)" in why
+
+
 def test_the_constant_predictors_theta_predicts_its_class_with_the_released_shares():
     from pfair.providers.linear import constant_theta
 

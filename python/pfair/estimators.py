@@ -322,7 +322,8 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         one above it) and ``lam``; ``history_`` holds the figures per epoch.
     selected_epoch_ : the epoch (1-based) of the checkpoint model the fit returned; 0 for the
         constant predictor (zero weights, the intercepts of the held-out class shares), which a fit
-        at a fixed ``lam > 0`` returns when its last model is shown no better than it (warned).
+        at a fixed ``lam > 0`` returns when its last model is shown no better than it, and any fit
+        without a target when even its most accurate checkpoint is shown worse than it (warned).
     ledgers_ : list of per-silo :class:`pfair.privacy.PrivacyLedger` (persistent; save them with
         ``ledger.save(path)`` and pass them back with ``fit(..., ledgers=[...])``).
     """

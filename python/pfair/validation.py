@@ -489,6 +489,16 @@ class Selector:
                               f"at level {GUARD_ALPHA / k:.2g} = {GUARD_ALPHA:.0%} / {k}, the best of {k} "
                               f"checkpoints){unfair}")
             best = kept["accurate"]
+            if self.constant and best[0].shown_not_better:
+                # Even the most accurate checkpoint is shown worse than the constant predictor (at λ = 0:
+                # λ > 0 returned it above): the constant is more accurate than every model trained.
+                const = best[0].as_constant()
+                return (const, None, best[2]), (
+                    f"no model of this fit is clearly better than the constant predictor, and even the most "
+                    f"accurate checkpoint (after epoch {best[0].epoch + 1}, validation error {_fig(best[0])}) is "
+                    f"shown worse at the {GUARD_ALPHA:.0%} level: returned the constant predictor (class "
+                    f"{const.constant_class} of the encoded classes for everyone, validation error "
+                    f"{const.error:.4f}) instead, more accurate than any model the fit trained")
             return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
                           f"error was {_fig(best[0])}, and the last model is shown no better at the "
                           f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")

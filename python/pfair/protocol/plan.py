@@ -30,17 +30,24 @@ from pfair.privacy.proportions import histogram_noise_multiplier, inv_sqrt_propo
 from pfair.settings import SteFFLeSettings, rounds_per_epoch  # noqa: F401  (re-exported)
 
 
-def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int], *, holder: str | None = None) -> None:
+def check_batch_fits(sampling: str, batch_size: int, sizes: Sequence[int], *, holder: str | None = None,
+                     names: Sequence[Any] | None = None, held_out: bool = False) -> None:
     """Refuse a batch larger than a silo (every batch scheme but the full batch draws m records).
-    ``holder`` names the one holder of a central method's pooled data (e.g. ``"the data"``)."""
+    ``holder`` names the one holder of a central method's pooled data (e.g. ``"the data"``);
+    ``names``: the silos' names (as the other messages call them); ``held_out``: ``sizes`` are what
+    the silos train on once their validation share is held out (said in the message)."""
     if sampling == "full_batch":
         return
     for j, n_j in enumerate(sizes):
         if batch_size > n_j:
             if holder is not None:
                 raise ValueError(f"batch_size={batch_size} is larger than {holder} ({int(n_j)} records)")
-            raise ValueError(f"batch_size={batch_size} is larger than silo {j}, which has {int(n_j)} records; "
-                             "use a smaller batch_size or fewer silos")
+            label = names[j] if names is not None and j < len(names) else j
+            label = label.item() if hasattr(label, "item") else label
+            trains = " trains on" if held_out else " has"
+            why = " (the rest of its records are held out for validation: validation_share)" if held_out else ""
+            raise ValueError(f"batch_size={batch_size} is larger than silo {label!r}, which{trains} {int(n_j)} "
+                             f"records{why}; use a smaller batch_size or fewer silos")
 
 
 #: ``batch_size="auto"`` warns when the smallest silo makes every silo's batch at least this many
@@ -154,7 +161,7 @@ class RunPlan:
         st = settings.for_sizes(list(sizes))
         k, l = int(n_groups), int(n_classes)
         st.notion.check_classes(l)
-        check_batch_fits(st.sampling, st.batch_size, sizes)
+        check_batch_fits(st.sampling, st.batch_size, sizes, names=names, held_out=st.validation_share > 0)
         R = rounds_per_epoch(st.sampling, sizes, st.batch_size)
         T = st.epochs * R
         n = np.asarray(sizes, dtype=np.float64)
