@@ -172,6 +172,35 @@ def test_public_proportions_are_validated():
         SteFFLe(p_s=[0.0, 1.0]).settings()
 
 
+def test_a_mapping_may_name_the_groups_and_classes_of_a_federation_that_holds_codes():
+    """Before: a Federation from pfair.datasets.load_csv holds groups and classes as codes 0..k−1
+    (names in group_names, label_names), and p_s={"female": ..., "male": ...} was refused as naming
+    groups not in the data, though the docstring says "a mapping group → proportion"."""
+    groups, classes = np.arange(2), np.arange(2)
+    named = dict(groups=groups, classes=classes, group_names=["female", "male"], label_names=["no", "yes"])
+    dp, eo = resolve_fairness("demographic_parity"), resolve_fairness("equalized_odds")
+    np.testing.assert_array_equal(public_proportions({"male": 0.75, "female": 0.25}, notion=dp, **named),
+                                  public_proportions({0: 0.25, 1: 0.75}, notion=dp, **named))
+    np.testing.assert_allclose(public_proportions({"no": {"female": 0.5, "male": 0.5}, "yes": [0.2, 0.8]},
+                                                  notion=eo, **named), [[0.5, 0.5], [0.2, 0.8]])
+    with pytest.raises(ValueError, match=r"names groups \['Female'\] that are not in the data's groups \[0, 1\] "
+                                         r"\(named \['female', 'male'\]\)"):
+        public_proportions({"Female": 0.25, "male": 0.75}, notion=dp, **named)
+    # End to end: a Federation of a Dataset keeps the names through the held-out split.
+    import pfair
+
+    data = pfair.datasets.make_synthetic(600, 3, silos=3, seed=0)
+    fed = Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
+    by_code = {int(g): p for g, p in zip(fed.groups_, (0.4, 0.6))}
+    by_name = {name: by_code[int(g)] for g, name in zip(fed.groups_, fed.group_names)}
+    kw = dict(epsilon=1.0, lam=1.0, epochs=1, noise_seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = SteFFLe(p_s=by_name, **kw).fit(fed, ledgers="new")
+        b = SteFFLe(p_s=by_code, **kw).fit(fed, ledgers="new")
+    np.testing.assert_array_equal(a.theta_, b.theta_)
+
+
 def test_p_s_errors_and_warnings():
     X, y, s, silos = data(600)
     with pytest.raises(ValueError, match="p_s='dp' needs epsilon"):

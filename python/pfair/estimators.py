@@ -203,7 +203,9 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         applies, else ``"rdp"``. ``"paper"``: the paper's closed form (its rounds past the
         budget are refused, so training may stop early — warned).
     p_s : group proportions of the ψ-term. Public proportions (an array of k, or classes × k for
-        equalized odds, or a mapping group → proportion); ``"dp"`` (each silo releases a DP
+        equalized odds, or a mapping group → proportion, keyed by the groups' values or, for a
+        Federation that holds codes (``pfair.datasets.load_csv``), by their names in
+        ``group_names``); ``"dp"`` (each silo releases a DP
         histogram of s, charged to its ledger; the default when ``epsilon`` is set); ``"pooled"``
         (exact proportions of the pooled data: the paper's assumption, NOT covered by the
         guarantee, warned; the default of a non-private fit).

@@ -129,8 +129,9 @@ def split_federation(fed: Any, share: float, *, seed: int) -> tuple[Any, list]:
         held.append(silo.subset(va) if va.size else None)
     out = Federation(train, classes=fed.classes_, groups=fed.groups_, feature_names=fed.feature_names,
                      sensitive_name=fed.sensitive_name)
-    if hasattr(fed, "silo_names_"):
-        out.silo_names_ = fed.silo_names_
+    for name in ("silo_names_", "label_names", "group_names"):
+        if hasattr(fed, name):
+            setattr(out, name, getattr(fed, name))
     return out, held
 
 

@@ -26,7 +26,7 @@ set (one record's s changed) could change a noise scale or raise a different err
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -63,18 +63,34 @@ def combine_histograms(noisy_counts: list[np.ndarray]) -> np.ndarray:
     return clamped / clamped.sum(axis=1, keepdims=True)
 
 
-def public_proportions(p_s: Any, *, notion: FairnessNotion, groups: np.ndarray, classes: np.ndarray) -> np.ndarray:
+def _by_name(codes: np.ndarray, names: Sequence[Any] | None) -> dict:
+    """``name -> code`` of codes that have names (one name per code, in order), else empty."""
+    if names is None or len(names) != len(codes):
+        return {}
+    return dict(zip(list(names), codes.tolist()))
+
+
+def public_proportions(p_s: Any, *, notion: FairnessNotion, groups: np.ndarray, classes: np.ndarray,
+                       group_names: Sequence[Any] | None = None, label_names: Sequence[Any] | None = None
+                       ) -> np.ndarray:
     """User-supplied proportions as a ``blocks × k`` array, each block normalised to 1.
 
     Accepts an array (``k`` or ``blocks × k``) or a mapping ``group -> proportion`` (equalized
-    odds: ``class -> {group -> proportion}`` or ``class -> array``)."""
+    odds: ``class -> {group -> proportion}`` or ``class -> array``). A federation whose groups and
+    classes are codes (``pfair.datasets.load_csv``: ``0..k−1``) has their names in
+    ``group_names`` and ``label_names``: a mapping may name them instead of the codes."""
     k, blocks = len(groups), notion.n_blocks(len(classes))
+    groups_by_name = _by_name(groups, group_names)
+    classes_by_name = _by_name(classes, label_names)
 
     def row(v: Any, where: str) -> np.ndarray:
         if isinstance(v, Mapping):
+            v = {groups_by_name.get(g, g) if g not in set(groups.tolist()) else g: p for g, p in v.items()}
             unknown = [g for g in v if g not in set(groups.tolist())]
             if unknown:
-                raise ValueError(f"p_s{where} names groups {unknown} that are not in the data's groups {groups.tolist()}")
+                names = f" (named {list(group_names)})" if group_names is not None else ""
+                raise ValueError(f"p_s{where} names groups {unknown} that are not in the data's groups "
+                                 f"{groups.tolist()}{names}")
             missing = [g for g in groups.tolist() if g not in v]
             if missing:
                 raise ValueError(f"p_s{where} has no proportion for groups {missing}; every group needs one")
@@ -88,6 +104,8 @@ def public_proportions(p_s: Any, *, notion: FairnessNotion, groups: np.ndarray, 
         return a / a.sum()
 
     per_class = blocks == len(classes) and blocks > 1  # one block per class (equalized odds)
+    if isinstance(p_s, Mapping) and per_class and not all(c in p_s for c in classes.tolist()):
+        p_s = {classes_by_name.get(c, c): v for c, v in p_s.items()}
     if isinstance(p_s, Mapping) and per_class and all(c in p_s for c in classes.tolist()):
         out = np.vstack([row(p_s[c], f"[{c!r}]") for c in classes.tolist()])
     elif isinstance(p_s, Mapping):

@@ -110,13 +110,16 @@ def check_budget_fits(settings: SteFFLeSettings, ledger: PrivacyLedger, silo: An
     if settings.epsilon > ledger.epsilon * (1 + 1e-12):
         raise LedgerMismatch(
             f"silo {silo}: epsilon={settings.epsilon:g} is more than its ledger's budget {ledger.epsilon:g}; a silo's "
-            "budget is fixed when its ledger is made"
+            f"budget is fixed when its ledger is made. Fit with epsilon <= {ledger.epsilon:g} (what is left of it is "
+            "what the fit gets), or, only if these records may carry a new budget, start new ledgers: "
+            "fit(..., ledgers='new') or a new Federation in a simulation"
         )
 
 
 def released_proportions(plan: RunPlan, *, groups: np.ndarray, classes: np.ndarray,
                          histograms: Callable[[], list] | None = None,
-                         pooled: Callable[[], np.ndarray] | None = None) -> np.ndarray:
+                         pooled: Callable[[], np.ndarray] | None = None,
+                         group_names: Any = None, label_names: Any = None) -> np.ndarray:
     """Released ``p(s | block)`` (``blocks × k``): uniform and never used when nothing sent depends
     on s (λ = 0); the proportions the user gave (``"given"``: public knowledge); the silos' DP
     histograms (``histograms()`` releases and returns them, each charged to its silo's ledger)
@@ -126,7 +129,8 @@ def released_proportions(plan: RunPlan, *, groups: np.ndarray, classes: np.ndarr
     if not st.sends_psi:
         return plan.uniform_proportions()
     if st.p_s_source == "given":
-        return public_proportions(st.p_s, notion=st.notion, groups=groups, classes=classes)
+        return public_proportions(st.p_s, notion=st.notion, groups=groups, classes=classes, group_names=group_names,
+                                  label_names=label_names)
     if st.p_s_source == "dp":
         if histograms is None:
             raise ValueError("p_s='dp' needs the silos' DP histograms")

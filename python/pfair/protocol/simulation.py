@@ -267,7 +267,9 @@ class Simulation:
         """The p_s round alone, as :func:`~pfair.protocol.assembly.start_run` runs it: released
         ``p(s | block)``, given, from the silos' DP histograms, or pooled (exact)."""
         return released_proportions(self.plan, groups=self.fed.groups_, classes=self.fed.classes_,
-                                    histograms=self.silos.group_counts, pooled=self._pooled)
+                                    histograms=self.silos.group_counts, pooled=self._pooled,
+                                    group_names=getattr(self.fed, "group_names", None),
+                                    label_names=getattr(self.fed, "label_names", None))
 
     def start(self, *, resume: RunState | None = None, init: tuple[np.ndarray, np.ndarray] | None = None
               ) -> AssembledRun:
@@ -279,7 +281,7 @@ class Simulation:
 
         run = start_run(self.plan, self.silos, server=self._server, transport=self._transport,
                         theta_len=self.theta_len, groups=fed.groups_, classes=fed.classes_,
-                        pooled=self._pooled, init=init,
+                        pooled=self._pooled, proportions=self.group_proportions, init=init,
                         resume=resume, monitor=self._monitor,
                         held_out=self.held_out if self.checkpoints else None, on_state=keep,
                         constant=self.constant)
