@@ -388,6 +388,16 @@ def test_a_target_returns_the_most_accurate_model_that_meets_it_with_its_noise_t
     assert "the released violation plus one standard deviation of its noise at most 0.01" in why
     assert "returned the fairest checkpoint clearly better than the constant predictor" in why
     assert "released violation 0.0300, sd 0.0100" in why
+    # Releases far noisier than the target (a histogram of many small cells): said, with the fixes.
+    sel = Selector(target=0.05)
+    offer(sel, [fig(0, 0.15, violation=0.45, sd=0.2), fig(1, 0.16, violation=0.30, sd=0.2)])
+    _, why = sel.choose()
+    assert "median sd 0.2" in why and "max_violation_epsilon_share" in why and "merge small groups" in why
+    # Noise well below the target: nothing about it.
+    sel = Selector(target=0.05)
+    offer(sel, [fig(0, 0.15, violation=0.20, sd=0.01), fig(1, 0.16, violation=0.10, sd=0.01)])
+    _, why = sel.choose()
+    assert "max_violation=0.05 was not met" in why and "median sd" not in why
 
 
 def test_a_missed_target_says_how_lambda_and_the_violation_moved_and_what_to_try():

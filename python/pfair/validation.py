@@ -420,6 +420,22 @@ class Selector:
         if kept is None or key(model[0]) < key(kept[0]):
             self._kept[name] = model
 
+    def _target_resolution(self) -> str:
+        """For a missed target: where the released violations' noise (their median sd) is as large
+        as the target itself, the releases cannot show a model that meets it, and the violation of a
+        noisy histogram of many cells is biased upwards (the largest of many noisy gaps), so λ
+        chases a gap larger than the model's: say so, with the fixes."""
+        sds = sorted(f.violation_sd for f in self.figures if f.violation is not None)
+        if not sds or self.target is None:
+            return ""
+        sd = sds[len(sds) // 2]
+        if sd < self.target:
+            return ""
+        return (f". The released violations' noise (median sd {sd:.3g}) is as large as the target: those releases "
+                f"cannot show a model within max_violation={self.target:g}, and a noisy histogram's largest gap reads "
+                "above the model's (more so the more groups and classes it compares), so λ rose after noise; raise "
+                "max_violation_epsilon_share or epsilon, merge small groups, or set a larger max_violation")
+
     def _target_path(self) -> str:
         """How λ and the released violation moved over the second half of a target's checkpoints
         (for the warning of a missed target: a λ still rising at the end wants more epochs, a
@@ -505,7 +521,7 @@ class Selector:
                           f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")
         lams = [f.lam for f in self.figures if f.lam is not None]
         reached = f"; λ reached at most {max(lams):.3g}" if lams else ""
-        path = self._target_path()
+        path = self._target_path() + self._target_resolution()
         # Clearly better first (meeting the target, else the fairest), then within noise of the constant.
         if "meets_ok" in kept:
             return kept["meets_ok"], None
