@@ -162,3 +162,37 @@ def test_a_lambda_zero_fit_worse_than_the_constant_at_every_checkpoint_returns_t
     assert any("even the most accurate checkpoint" in msg and "returned the constant predictor" in msg for msg in said)
     assert np.all(m.predict(X) == np.bincount(y).argmax())
     assert m.score(X, y) == pytest.approx(max(np.mean(y), 1 - np.mean(y)))
+
+
+def test_a_constant_column_is_never_off_scale_and_the_statistics_are_exact_in_chunks(monkeypatch):
+    """Before the review: a column of 0.7 everywhere has a two-pass std of about 1e-15, not 0; it
+    counted as off scale and was divided by that std (coef_ of -2e13; any record with 0.7 + 1e-6
+    there was predicted one class)."""
+    import pfair._fit as fit_module
+
+    X, y, s, ids = data()
+    Z = np.hstack([X, np.full((len(y), 1), 0.7)])
+    mean, std = fit_module._column_stats([Z])
+    assert 0 < std[3] < 1e-12  # rounding error, not 0
+    assert 3 not in fit_module.off_scale_columns(mean, std)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        m = SteFFLe(**QUICK, epsilon=None).fit(Z, y, sensitive_features=s, silos=ids)
+    shifted = Z.copy()
+    shifted[:, 3] += 1e-6
+    np.testing.assert_array_equal(m.predict(shifted), m.predict(Z))
+    assert np.all(np.abs(m.coef_) < 100)
+    # Beside an off-scale column, a constant one is only centred (std 1), never divided by ~0.
+    W = np.hstack([Z, 0.05 * X[:, :1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = SteFFLe(**QUICK, epsilon=None).fit(W, y, sensitive_features=s, silos=ids)
+    assert m.feature_scaling_[1][3] == 1.0
+    np.testing.assert_array_equal(m.predict(W + np.r_[0, 0, 0, 1e-6, 0]), m.predict(W))
+    # The exact statistics, summed in chunks of rows, are NumPy's.
+    monkeypatch.setattr(fit_module, "STATS_CHUNK_BYTES", 7 * 8 * 4)  # 7 rows of 4 columns a chunk
+    R = np.random.default_rng(0).normal(3, 0.2, size=(50, 4)).astype(np.float32)
+    mean, std = fit_module._column_stats([R[:20], R[20:]])
+    np.testing.assert_allclose(mean, R.astype(np.float64).mean(0), rtol=1e-12)
+    np.testing.assert_allclose(std, R.astype(np.float64).std(0), rtol=1e-10)

@@ -209,3 +209,26 @@ def test_a_batch_larger_than_a_silo_names_the_silo_as_the_other_messages_do():
     with pytest.raises(ValueError, match=r"batch_size=64 is larger than silo 'small', which trains on 14 records "
                                          r"\(the rest of its records are held out for validation"):
         SteFFLe(epsilon=None, batch_size=64, epochs=1).fit(X, y, sensitive_features=s, silos=ids)
+
+
+def test_the_hybrid_topologies_refuse_a_tiny_sensitive_silos_default_delta_and_say_their_checkpoints_are_gone():
+    """The review's finds: a sensitive silo of 3 records trained at delta = 1/9 (the default δ check
+    read the non-sensitive silos only), and a hybrid topology's validation_share that holds out
+    nothing was said to fall back to the training records, which hybrid checkpoints do not do."""
+    rng = np.random.default_rng(0)
+    n = 600
+    X = rng.normal(size=(n, 3))
+    y, s = (X[:, 0] > 0).astype(int), rng.integers(0, 2, n)
+    silos, sens = np.repeat(np.arange(3), n // 3), np.zeros(n, int)
+    sens[:3] = 1  # sensitive silo 1 holds s of 3 records only
+    with pytest.raises(ValueError, match=r"silo 'sensitive 1' has 3 records.*which is 0.111 for it"):
+        SteFFLe(epochs=2, lam=1.0, epsilon=1.0, mode="hybrid").fit(X, y, sensitive_features=s, silos=silos,
+                                                                  sensitive_silos=sens)
+    tiny = np.repeat(np.arange(4), 9)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = SteFFLe(epochs=3, lam=1.0, epsilon=None, mode="divisions").fit(X[:36], y[:36], sensitive_features=s[:36],
+                                                                           silos=tiny)
+    said = [str(w.message) for w in caught if "holds out no record" in str(w.message)]
+    assert len(said) == 1 and "mode='divisions' then releases no checkpoint" in said[0]
+    assert len(m.checkpoints_) == 0

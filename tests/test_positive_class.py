@@ -65,3 +65,30 @@ def test_an_unknown_label_or_an_index_out_of_range_names_the_labels():
     with pytest.raises(ValueError, match=r"positive_class=2 is not a class index in 0..1 \(classes_ = \[1, 2\]\); "
                                          r"positive_class is an index into classes_, and label 2 is index 1"):
         fit(X, y12, s, ids, positive_class=2)
+
+
+def test_a_label_is_looked_up_by_name_in_a_federation_that_holds_codes():
+    """The review's find: load_csv and the bundled tables hold labels as codes 0..l−1 with their
+    names in label_names; positive_class="approved" was refused there and positive_class=1 picked
+    'denied' without a word."""
+    import pfair
+    from pfair import Federation
+
+    data = pfair.datasets.make_synthetic(600, 3, silos=3, seed=0)  # label_names class_0, class_1
+    fed = Federation.from_dataset(data, data.attrs_train["silo"].to_numpy())
+    kw = dict(FIT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        named = SteFFLe(**kw, positive_class="class_0").fit(fed)
+        _warn.forget()
+        with pytest.warns(UserWarning, match=r"positive_class=0 is a class index.*is label 'class_0'"):
+            indexed = SteFFLe(**kw, positive_class=0).fit(fed)
+    np.testing.assert_array_equal(named.theta_, indexed.theta_)
+
+
+def test_settings_with_a_label_used_without_a_fit_say_to_pass_the_index():
+    from pfair.protocol.plan import RunPlan
+
+    st = SteFFLe(fairness="equal_opportunity", positive_class="approved").settings()
+    with pytest.raises(ValueError, match=r"positive_class='approved' is a label: .*pass the class index"):
+        RunPlan.build(st, [100, 100], n_groups=2, n_classes=2)

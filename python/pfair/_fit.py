@@ -53,13 +53,30 @@ FEATURE_STD_RANGE = (0.5, 5.0)
 FEATURE_MEAN_LIMIT = 2.0
 
 
+#: Bytes of the float64 temporary of a chunk of rows in :func:`_column_stats`' second pass (not a
+#: copy of the whole matrix).
+STATS_CHUNK_BYTES = 1 << 24
+
+
 def _column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of every column over the rows of ``blocks`` (2-D arrays)."""
+    """Mean and standard deviation of every column over the rows of ``blocks`` (2-D arrays), the
+    squared deviations summed chunk by chunk (no float64 copy of a block)."""
     n = sum(b.shape[0] for b in blocks)
     total = sum(np.sum(b, axis=0, dtype=np.float64) for b in blocks)
     mean = total / max(n, 1)
-    sq = sum(np.sum((np.asarray(b, dtype=np.float64) - mean) ** 2, axis=0) for b in blocks)
+    sq = np.zeros_like(mean)
+    rows = max(1, STATS_CHUNK_BYTES // (8 * max(mean.size, 1)))
+    for b in blocks:
+        for a in range(0, b.shape[0], rows):
+            dev = np.asarray(b[a:a + rows], dtype=np.float64) - mean
+            sq += np.einsum("ij,ij->j", dev, dev)
     return mean, np.sqrt(sq / max(n, 1))
+
+
+def constant_columns(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Which columns are constant: a std of 0, or of rounding error only (a column of 0.7 everywhere
+    has a two-pass std of about 1e-16 · n, not 0)."""
+    return std <= 1e-9 * np.maximum(1.0, np.abs(mean))
 
 
 def _rough_column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +102,8 @@ def off_scale_columns(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     (:func:`indicator_columns`) is as one-hot encoding leaves it, and a constant column (std 0) is
     a second intercept: neither is off scale."""
     low, high = FEATURE_STD_RANGE
-    off = (~indicator_columns(mean, std) & (std > 0)) & ((std < low) | (std > high) | (np.abs(mean) > FEATURE_MEAN_LIMIT))
+    off = (~indicator_columns(mean, std) & ~constant_columns(mean, std)) & (
+        (std < low) | (std > high) | (np.abs(mean) > FEATURE_MEAN_LIMIT))
     return np.flatnonzero(off)
 
 
@@ -181,8 +199,9 @@ def standardisation(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.n
     """The (mean, std) ``fit`` standardises with: each column's own, except that a 0/1 indicator
     column stays as it is (mean 0, std 1: one-hot encoding's scale) and a constant one is only
     centred."""
-    indicator = indicator_columns(mean, std) & (std > 0)
-    return (np.where(indicator, 0.0, mean), np.where(indicator | (std <= 0), 1.0, std))
+    constant = constant_columns(mean, std)
+    indicator = indicator_columns(mean, std) & ~constant
+    return (np.where(indicator, 0.0, mean), np.where(indicator | constant, 1.0, std))
 
 
 class _ParamsMixin(BaseEstimator):
@@ -323,12 +342,17 @@ class SteFFLeFit(_ParamsMixin):
         st = self._positive_class_settings(st, fed)
         if st.validation_share > 0 and fed.n_silos and max(fed.sizes) > 0:
             if all(held_out_count(n, st.validation_share) == 0 for n in fed.sizes):
-                warnings.warn(
-                    f"{type(self).__name__}: validation_share={st.validation_share:g} holds out no record of any silo "
-                    f"(the largest has {max(fed.sizes)} records, and ⌊{st.validation_share:g}·n⌋ = 0), so the "
-                    "checkpoints count the silos' training records instead, as with validation_share=0. For a "
-                    "held-out check, merge small silos or raise validation_share", UserWarning, stacklevel=4)
-                st = replace(st, validation_share=0.0)
+                nothing = (f"{type(self).__name__}: validation_share={st.validation_share:g} holds out no record of "
+                           f"any silo (the largest has {max(fed.sizes)} records, and ⌊{st.validation_share:g}·n⌋ = 0)")
+                if st.mode == "standard":
+                    warnings.warn(f"{nothing}, so the checkpoints count the silos' training records instead, as with "
+                                  "validation_share=0. For a held-out check, merge small silos or raise "
+                                  "validation_share", UserWarning, stacklevel=4)
+                    st = replace(st, validation_share=0.0)
+                else:  # a hybrid topology's checkpoints need held-out records (or a target)
+                    warnings.warn(f"{nothing}: mode={st.mode!r} then releases no checkpoint, and the check against "
+                                  "the constant predictor does not run. Merge small silos or raise validation_share",
+                                  UserWarning, stacklevel=4)
         return st
 
     def _positive_class_settings(self, st: SteFFLeSettings, fed: Federation) -> SteFFLeSettings:
@@ -337,9 +361,13 @@ class SteFFLeFit(_ParamsMixin):
         Where the notion reads the positive class and an index names a label other than itself
         (string labels, or labels 1 and 2), warn which label it is: an index taken for a label
         silently made ``"denied"`` the positive class of labels ``["approved", "denied"]``."""
-        index = positive_class_index(st.positive_class, fed.classes_)
-        labels = np.asarray(fed.classes_).tolist()
+        # A Federation of a Dataset (load_csv, the bundled tables) holds the labels as codes 0..l−1 and
+        # their names in label_names: a label is looked up, and an index warned about, by those names.
+        names = getattr(fed, "label_names", None)
+        labels = (list(names) if names is not None and len(names) == len(fed.classes_)
+                  else np.asarray(fed.classes_).tolist())
         given_index = isinstance(st.positive_class, Integral) and not isinstance(st.positive_class, bool)
+        index = positive_class_index(st.positive_class, fed.classes_ if given_index else np.asarray(labels, dtype=object))
         if st.notion.uses_positive and given_index and labels[index] != index:
             warn_once(f"{type(self).__name__}: positive_class={index} is a class index: the positive class of "
                       f"fairness={st.fairness!r} is label {labels[index]!r} (classes_ = {labels}). Pass the label "

@@ -83,11 +83,22 @@ class FairnessNotion:
 
     def check_classes(self, n_classes: int) -> None:
         """Raise if the positive class is not a class index (for notions that read it)."""
+        self._check_index()
         if self.uses_positive and not 0 <= self.positive < int(n_classes):
             raise ValueError(f"positive_class={self.positive} is not a class index in 0..{int(n_classes) - 1}")
 
+    def _check_index(self) -> None:
+        """A label given as ``positive_class`` is turned into its class index by ``fit``, which sees
+        the labels; settings used without a fit (a deployment's run config, a server) need the
+        index itself."""
+        if not isinstance(self.positive, (int, np.integer)) or isinstance(self.positive, (bool, np.bool_)):
+            raise ValueError(f"positive_class={self.positive!r} is a label: fit resolves a label against the labels "
+                             "it sees, but these settings are used without a fit (a deployment, a run config); pass "
+                             "the class index instead (the label's position among the sorted labels, classes_)")
+
     def core_args(self) -> dict:
         """The notion as the Rust bindings take it (``fairness=``, ``positive=``)."""
+        self._check_index()
         return {"fairness": self.name, "positive": int(self.positive)}
 
     @property

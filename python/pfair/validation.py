@@ -513,9 +513,9 @@ class Selector:
                 return (const, None, best[2]), (
                     f"no model of this fit is clearly better than the constant predictor, and even the most "
                     f"accurate checkpoint (after epoch {best[0].epoch + 1}, validation error {_fig(best[0])}) is "
-                    f"shown worse at the {GUARD_ALPHA:.0%} level: returned the constant predictor (class "
-                    f"{const.constant_class} of the encoded classes for everyone, validation error "
-                    f"{const.error:.4f}) instead, more accurate than any model the fit trained")
+                    f"shown no better at the {GUARD_ALPHA:.0%} level (worse, or predicting as it does): returned "
+                    f"the constant predictor (class {const.constant_class} of the encoded classes for everyone, "
+                    f"validation error {const.error:.4f}) instead, at least as accurate as any model the fit trained")
             return best, (f"no model of this fit is clearly better than the constant predictor: the best validation "
                           f"error was {_fig(best[0])}, and the last model is shown no better at the "
                           f"{GUARD_ALPHA:.0%} level; returned that model (after epoch {best[0].epoch + 1})")

@@ -76,6 +76,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pfair import _core
+from pfair._validation import check_default_delta
 from pfair.exceptions import PrivacyBudgetExceeded
 from pfair.fairness_target import VIOLATION_EVENT, VIOLATION_SENSITIVITY, LambdaController
 from pfair.federation import silo_fingerprints
@@ -486,6 +487,8 @@ class HybridParties:
             c = int(np.flatnonzero(self.train_c == 0)[0])
             raise ValueError(f"sensitive silo {c} holds s of held-out records only (validation_share="
                              f"{st.validation_share:g}); lower validation_share or give it more records")
+        if st.private and st.delta is None:  # the default δ = 1/n² of each sensitive silo, as a silo's
+            check_default_delta([int(v) for v in self.sizes_c], [f"sensitive {c}" for c in range(layout.n_sensitive)])
         self.deltas = [st.delta_for(max(int(self.sizes_c[c]), 2)) for c in range(layout.n_sensitive)]
         # The pooled records, kept for the checkpoint counts only when the run has checkpoints.
         self._pooled = (X, y, s) if st.checkpoint_epochs() else None
