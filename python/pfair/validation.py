@@ -380,6 +380,13 @@ def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
 WITHIN_NOISE = "the released validation figures are too noisy to tell the model from the constant predictor"
 
 
+def _constant_instead(model: tuple) -> tuple[tuple, "CheckpointFigures"]:
+    """``((figures, None, W), figures)`` of the constant predictor read off a kept model's table (θ
+    None: the caller builds it; W stays the model's)."""
+    const = model[0].as_constant()
+    return (const, None, model[2]), const
+
+
 @dataclass
 class Selector:
     """Follows the checkpoints of a run and chooses the model the fit returns (module docstring).
@@ -467,8 +474,8 @@ class Selector:
                 # 0 under every notion) and at least as accurate as the fit's last model (shown): an
                 # earlier checkpoint would be more accurate only by being less fair than λ asks, by an
                 # amount no release of a fixed-λ fit measures.
-                const = last[0].as_constant()
-                return (const, None, last[2]), (
+                chosen, const = _constant_instead(last)
+                return chosen, (
                     f"the last model is no better than the constant predictor (validation error {_fig(last[0])}; "
                     f"shown no better at the {GUARD_ALPHA:.0%} level, so wrongly warned at most {GUARD_ALPHA:.0%} of "
                     f"the time): returned the constant predictor (class {const.constant_class} of the encoded "
@@ -509,8 +516,8 @@ class Selector:
             if self.constant and best[0].shown_not_better:
                 # Even the most accurate checkpoint is shown worse than the constant predictor (at λ = 0:
                 # λ > 0 returned it above): the constant is more accurate than every model trained.
-                const = best[0].as_constant()
-                return (const, None, best[2]), (
+                chosen, const = _constant_instead(best)
+                return chosen, (
                     f"no model of this fit is clearly better than the constant predictor, and even the most "
                     f"accurate checkpoint (after epoch {best[0].epoch + 1}, validation error {_fig(best[0])}) is "
                     f"shown no better at the {GUARD_ALPHA:.0%} level (worse, or predicting as it does): returned "
