@@ -545,6 +545,22 @@ def test_unscaled_features_are_standardised_and_predict_takes_them_as_given():
         DeepSteFFLe(mlp(3, 3, (4,)), **kw).fit(fed)
 
 
+def test_a_network_takes_pixels_in_0_1_as_they_are_unlike_the_linear_model():
+    """Columns of a small scale (pixels in [0, 1]: std 0.1–0.4) make the linear model standardise
+    (pfair._fit.off_scale_columns); a network takes them as prepared, and a Federation of them is
+    not warned about."""
+    data = load_digits_fair()
+    X, y, s = data.X_train[:300], data.y_train[:300], data.s_train[:300]
+    kw = dict(epsilon=None, lam=0.0, epochs=1, init_seed=0, device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = DeepSteFFLe(mlp(64, 10, (8,)), **kw).fit(X, y, sensitive_features=s, silos=np.arange(300) % 3)
+        DeepSteFFLe(mlp(64, 10, (8,)), **kw).fit(Federation.from_arrays(X, y, sensitive_features=s,
+                                                                        silos=np.arange(300) % 3))
+    assert not hasattr(model, "feature_scaling_")
+    assert not any("standardised" in str(w.message) or "off the scale" in str(w.message) for w in caught)
+
+
 def test_an_interrupted_fit_on_unscaled_features_predicts_in_the_original_units():
     X, y, s = _unscaled(seed=3)
     kw = dict(epsilon=2.0, lam=1.0, epochs=3, batch_size=60, lr_theta=0.3, p_s=[0.3, 0.3, 0.4], noise_seed=5,

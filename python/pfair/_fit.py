@@ -107,24 +107,26 @@ def off_scale_columns(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     return np.flatnonzero(off)
 
 
-def unscaled_columns(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def unscaled_columns(blocks: list[np.ndarray], *, off_scale: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(far, off, mean, std)``: the columns of ``blocks`` (2-D arrays, one per silo) far from
     standardised (:data:`FEATURE_SCALE_LIMIT`: training diverges), those off the scale the steps
     assume (:func:`off_scale_columns`: training is slow), and every column's mean and standard
     deviation. One cheap pass settles features that are clearly scaled (every fit runs this
     check); the exact two-pass statistics decide, and are returned, when a column comes within half
-    the limit or off scale."""
+    the limit or off scale (``off_scale=False``: far columns only are looked for, and ``off`` is
+    empty)."""
     blocks = [b.reshape(b.shape[0], -1) for b in blocks if b.shape[0] > 0]
     none = np.array([], dtype=int)
     if not blocks:
         return none, none, np.zeros(0), np.zeros(0)
     mean, std = _rough_column_stats(blocks)
     if (np.all((np.abs(mean) <= FEATURE_SCALE_LIMIT / 2) & (std <= FEATURE_SCALE_LIMIT / 2))
-            and off_scale_columns(mean, std).size == 0):
+            and (not off_scale or off_scale_columns(mean, std).size == 0)):
         return none, none, mean, std
     mean, std = _column_stats(blocks)
     far = np.flatnonzero((np.abs(mean) > FEATURE_SCALE_LIMIT) | (std > FEATURE_SCALE_LIMIT))
-    return far, np.setdiff1d(off_scale_columns(mean, std), far), mean, std
+    return far, np.setdiff1d(off_scale_columns(mean, std), far) if off_scale else none, mean, std
 
 
 def _listed(bad: np.ndarray, mean: np.ndarray, std: np.ndarray, names: list[str] | None,
@@ -223,6 +225,10 @@ class SteFFLeFit(_ParamsMixin):
     #: Whether ``fit`` refuses features far from standardised (:func:`check_feature_scale`): the
     #: linear model's settings assume standardised features; a deep model may normalise its inputs.
     _checks_feature_scale: ClassVar[bool] = False
+    #: Whether columns off the scale the default steps assume (:func:`off_scale_columns`) are
+    #: standardised too (the linear model, whose coefficients move at the step's pace), or only far
+    #: ones (a network, whose inputs are taken as prepared: pixels in [0, 1] are its convention).
+    _standardises_off_scale: ClassVar[bool] = True
 
     theta_: np.ndarray
     classes_: np.ndarray
@@ -254,7 +260,8 @@ class SteFFLeFit(_ParamsMixin):
                 # Silos that are together every row of one matrix: read it in place, not gathered.
                 shared = X.shared_matrix()
                 whole = shared is not None and shared.shape[0] == sum(X.sizes)
-                far, off, mean, std = unscaled_columns([shared] if whole else [silo.X for silo in X.silos])
+                far, off, mean, std = unscaled_columns([shared] if whole else [silo.X for silo in X.silos],
+                                                       off_scale=self._standardises_off_scale)
                 names = getattr(X, "feature_names", None)
                 if far.size:
                     raise feature_scale_refusal(far, mean, std, names, st, type(self).__name__, federation=True)

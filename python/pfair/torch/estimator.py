@@ -36,7 +36,6 @@ from pfair._fit import (
     scaling_reason,
     standardisation,
     unscaled_columns,
-    warn_off_scale,
 )
 from pfair._validation import as_vector
 from pfair.exceptions import ConvergenceWarning, NotFittedError
@@ -361,10 +360,11 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
         return self
 
     _checks_feature_scale = True
+    _standardises_off_scale = False
 
     def _standardise_if_unscaled(self, Xa: np.ndarray, names: list[str] | None, st: SteFFLeSettings) -> np.ndarray:
-        """``Xa`` standardised per column when a column is far from it, as
-        :meth:`pfair._fit.SteFFLeFit._standardise_if_unscaled` decides (allowed with
+        """``Xa`` standardised per column when a column is far from it (|mean| or std above 10), as
+        :meth:`pfair._fit.SteFFLeFit._standardise_if_unscaled` decides for those (allowed with
         ``protect="attribute"`` or ``epsilon=None``, refused in a private ``protect="record"`` fit),
         with the difference that the scaling is kept as the model's input transform
         (``feature_scaling_``) instead of being folded into θ. A warm start or resume reuses the
@@ -374,17 +374,17 @@ class DeepSteFFLe(ClassifierMixin, SteFFLeFit):
             (kept,) = self._keep_scaling
             self._scaling = kept
             return Xa if kept is None else ((Xa - kept[0]) / kept[1]).astype(Xa.dtype, copy=False)
-        far, off, mean, std = unscaled_columns([Xa])
-        if far.size == 0 and off.size == 0:
+        # Only far columns: a network takes its inputs as prepared (pixels in [0, 1] are its
+        # convention, and a per-pixel rescaling is not what a convolution expects), unlike the
+        # linear model, whose off-scale columns train slowly (pfair._fit.off_scale_columns).
+        far, _, mean, std = unscaled_columns([Xa], off_scale=False)
+        if far.size == 0:
             return Xa
         if st.private and st.protect == "record":
-            if far.size:
-                raise feature_scale_refusal(far, mean, std, names, st, name, federation=False)
-            warn_off_scale(off, mean, std, names, st, name, federation=False)
-            return Xa
+            raise feature_scale_refusal(far, mean, std, names, st, name, federation=False)
         warnings.warn(
             f"{name}.fit standardised the inputs (mean 0, std 1 per feature, with the training data's mean and std; "
-            f"0/1 indicator columns as they are) because {scaling_reason(far, off, mean, std, names)}; predict and "
+            f"0/1 indicator columns as they are) because {scaling_reason(far, far[:0], mean, std, names)}; predict and "
             f"predict_proba apply the same scaling (feature_scaling_), and module_ takes standardised inputs. To "
             f"choose the scaling yourself, standardise X before the fit. (With protect='attribute' or epsilon=None "
             f"the features are not what the fit protects, so their statistics may be used.)", UserWarning,
