@@ -515,8 +515,7 @@ class SteFFLeStrategy(Strategy):
         try:
             run = start_run(plan, silos, server=lambda plans, props, n: build_server(plan, plans, props, theta_len=n),
                             transport=lambda server, state: FlowerTransport(self, grid, plan), theta_len=0,
-                            theta0=lambda: self._theta0(d), groups=np.arange(self.n_groups),
-                            classes=np.arange(self.n_classes), proportions=lambda: self._proportions(plan, answers),
+                            theta0=lambda: self._theta0(d), proportions=lambda: self._proportions(plan, answers),
                             held_out=[h if st.validation_share > 0 else self.sizes[j] for j, h in enumerate(held)],
                             keep_exact=False, on_state=adopt,
                             constant=self._constant(d))

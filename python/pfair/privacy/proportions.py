@@ -83,10 +83,12 @@ def public_proportions(p_s: Any, *, notion: FairnessNotion, groups: np.ndarray, 
     groups_by_name = _by_name(groups, group_names)
     classes_by_name = _by_name(classes, label_names)
 
+    known = set(groups.tolist())
+
     def row(v: Any, where: str) -> np.ndarray:
         if isinstance(v, Mapping):
-            v = {groups_by_name.get(g, g) if g not in set(groups.tolist()) else g: p for g, p in v.items()}
-            unknown = [g for g in v if g not in set(groups.tolist())]
+            v = {g if g in known else groups_by_name.get(g, g): p for g, p in v.items()}
+            unknown = [g for g in v if g not in known]
             if unknown:
                 names = f" (named {list(group_names)})" if group_names is not None else ""
                 raise ValueError(f"p_s{where} names groups {unknown} that are not in the data's groups "

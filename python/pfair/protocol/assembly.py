@@ -6,8 +6,9 @@ hands them to :func:`start_run`, which does the rest in this order:
 
 1. **preflight**: each silo warns about budget spent by earlier fits and refuses the run before
    anything of it is released when what its ledger has left cannot pay for it;
-2. **the p_s round** (:func:`~pfair.protocol.setup.released_proportions`): given proportions, the
-   silos' DP histograms (each charged to its silo's ledger) or the pooled exact ones;
+2. **the p_s round** (the caller's ``proportions()``, through
+   :func:`~pfair.protocol.setup.released_proportions`): given proportions, the silos' DP
+   histograms (each charged to its silo's ledger) or the pooled exact ones;
 3. **noise plans**: each silo calibrates its noise against what its own ledger has left and
    registers the run there (:meth:`SiloSide.plan_rounds`);
 4. **θ₀, W₀** (:func:`~pfair.protocol.setup.initial_model`: zeros, a model's own initial
@@ -36,7 +37,7 @@ from pfair.privacy.calibration import warn_if_over_budget
 from pfair.protocol.convergence import ConvergenceMonitor
 from pfair.protocol.driver import Driver, RunState, Transport
 from pfair.protocol.plan import RunPlan
-from pfair.protocol.setup import initial_model, released_proportions
+from pfair.protocol.setup import initial_model
 from pfair.settings import SteFFLeSettings
 
 
@@ -199,11 +200,9 @@ class AssembledRun:
 def start_run(plan: RunPlan, silos: SiloSide, *,
               server: Callable[[Mapping[int, Any], np.ndarray, int], Any],
               transport: Callable[[Any, RunState], Transport],
-              theta_len: int, groups: np.ndarray, classes: np.ndarray,
-              pooled: Callable[[], np.ndarray] | None = None,
+              theta_len: int, proportions: Callable[[], np.ndarray],
               theta0: np.ndarray | Callable[[], np.ndarray] | None = None,
               init: tuple | None = None, resume: RunState | None = None,
-              proportions: Callable[[], np.ndarray] | None = None,
               monitor: Mapping[str, Any] | None = None, held_out: Sequence[int] | Mapping[int, int] | None = None,
               keep_exact: bool | None = None,
               on_state: Callable[[RunState], None] | None = None,
@@ -214,10 +213,10 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     silos' noise plans; ``transport(server, state)`` the transport. ``theta_len``: θ's length
     (ignored when ``theta0`` gives θ₀: a deep model's initial parameters, or a function returning
     them, called after the noise plans); ``init = (θ, W)``: a warm start; ``resume``: the state of
-    an interrupted run of these silos. ``groups``, ``classes``, ``pooled``: for the p_s round
-    (:func:`~pfair.protocol.setup.released_proportions`), unless ``proportions()`` runs the
-    p_s round the transport's way (a deployment's server reads the DP histograms the silos sent
-    with their hello, through the same function). ``monitor``: keyword arguments of
+    an interrupted run of these silos. ``proportions()`` runs the p_s round (not called on a
+    resume): the simulation's :meth:`~pfair.protocol.simulation.Simulation.group_proportions`, or
+    a deployment's server reading the DP histograms the silos sent with their hello, both through
+    :func:`~pfair.protocol.setup.released_proportions`. ``monitor``: keyword arguments of
     :func:`monitor_for` (what the collapse check may read, locally); ``held_out``: each silo's
     held-out records (None: no checkpoint releases); ``keep_exact``: keep the exact batch
     diagnostics in the history (default: asked for, or nothing private). ``on_state`` sees the
@@ -229,9 +228,7 @@ def start_run(plan: RunPlan, silos: SiloSide, *,
     st = plan.settings
     if resume is None:
         silos.preflight(plan.total_rounds)
-        released = (proportions() if proportions is not None else
-                    released_proportions(plan, groups=groups, classes=classes, histograms=silos.group_counts,
-                                         pooled=pooled))
+        released = proportions()
         noise_plans = silos.plan_rounds(released, plan.total_rounds)
         if theta0 is not None and callable(theta0):
             theta0 = theta0()

@@ -274,14 +274,12 @@ class Simulation:
     def start(self, *, resume: RunState | None = None, init: tuple[np.ndarray, np.ndarray] | None = None
               ) -> AssembledRun:
         """The run put together (:func:`~pfair.protocol.assembly.start_run`), its epochs not yet run."""
-        fed = self.fed
 
         def keep(state: RunState) -> None:  # an interrupted run can be resumed from its state
             self.state, self.plans = state, state.plans
 
         run = start_run(self.plan, self.silos, server=self._server, transport=self._transport,
-                        theta_len=self.theta_len, groups=fed.groups_, classes=fed.classes_,
-                        pooled=self._pooled, proportions=self.group_proportions, init=init,
+                        theta_len=self.theta_len, proportions=self.group_proportions, init=init,
                         resume=resume, monitor=self._monitor,
                         held_out=self.held_out if self.checkpoints else None, on_state=keep,
                         constant=self.constant)
