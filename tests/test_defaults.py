@@ -164,28 +164,46 @@ def test_the_private_cap_is_the_run_length_the_validation_splits_chose():
     assert np.allclose(runs["lr_theta"], 0.5 * k) and (runs["epochs"] == np.ceil(20 * k - 1e-9)).all()
 
 
-def test_noise_free_runs_keep_their_epochs_as_the_rounds_floor_runs_showed():
-    """No floor on a noise-free run's rounds: docs/optimisation/rounds_floor.py's runs
-    (rounds_floor.csv) show none better than today's rule (floor 0) by more than its standard error
-    over the tables (a re-run that shows one must make it the default); floor 0 is today's default
-    run, the floors resolve as the script states (epochs and decay period times k), and the page
-    quotes the script's printout."""
+def test_the_rounds_floor_of_an_epoch_is_the_one_its_runs_chose():
+    """ROUNDS_PER_EPOCH_FLOOR against docs/optimisation/small_silos.py's printout: the smallest floor
+    measured whose German and Bank λ = 0 runs both end within 0.01 of logistic regression's training
+    loss (the runs before it, 20 and 80 rounds, ended 0.06 and 0.02 above). And docs/optimisation/rounds_floor.py's runs
+    (rounds_floor.csv), floors on a whole run scored on the protocol's validation splits, show none
+    better or worse than no floor by more than its standard error over the tables: the score does
+    not speak against a longer noise-free run. The page quotes both printouts."""
     import pandas as pd
 
+    from pfair.settings import ROUNDS_PER_EPOCH_FLOOR
+
+    log = (ROOT / "docs" / "optimisation" / "small_silos_log.txt").read_text().splitlines()
+    gaps: dict[int, float] = {}  # the larger of the two tables' gaps to logistic regression, per floor
+    for table, before in (("german", 0.05), ("bank", 0.015)):
+        rows = [line.split("|")[1:-1] for line in log if line.startswith(f"| {table} |")]
+        reference = float(next(row[-2] for row in rows if "logistic regression" in row[3]))
+        for row in rows:
+            rule = row[3].strip()
+            floor = 1 if rule.startswith("none") else int(rule.split()[2]) if rule.startswith("F = ") else None
+            if floor is not None:
+                gap = float(row[-2]) - reference
+                assert floor != 1 or gap > before, table
+                gaps[floor] = max(gaps.get(floor, 0.0), gap)
+    assert min(f for f, gap in gaps.items() if gap < 0.01) == ROUNDS_PER_EPOCH_FLOOR
+    assert f"F = {ROUNDS_PER_EPOCH_FLOOR} (today)" in "\n".join(log)
     runs = pd.read_csv(ROOT / "docs" / "optimisation" / "rounds_floor.csv")
     runs["score"] = runs["val_error"] / runs["trivial"] + runs["val_dp"]
     per = runs.groupby(["floor", "data"])["score"].mean().unstack("data")
     diff = per.sub(per.loc[0], axis=1)
     se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
-    assert (diff.mean(axis=1) >= -se).all() and len(per) == 4 and per.shape[1] >= 10
+    assert (diff.mean(axis=1).abs() <= se + 1e-12).all() and len(per) == 4 and per.shape[1] >= 10
     d = SteFFLeSettings(epsilon=None)
     k = runs["epochs"] // d.epochs
     assert (runs["epochs"] == k * d.epochs).all() and (runs["decay_every"] == k * d.decay_every).all()
     assert (runs.loc[runs["floor"] == 0, "epochs"] == d.epochs).all() and (runs["lr_theta"] == d.lr_theta).all()
     assert (k > 1).any()
-    log = (ROOT / "docs" / "optimisation" / "rounds_floor_log.txt").read_text().splitlines()
     page = (ROOT / "docs" / "optimisation.md").read_text()
-    for name in ("rounds-floor", "rounds-floor-lam"):
+    for name, source in (("rounds-floor", "rounds_floor"), ("rounds-floor-lam", "rounds_floor"),
+                         ("small-silos", "small_silos")):
+        log = (ROOT / "docs" / "optimisation" / f"{source}_log.txt").read_text().splitlines()
         body = page.split(f"<!-- generated:{name} -->\n", 1)[1].split(f"<!-- /generated:{name} -->", 1)[0]
         rows = [line for line in body.splitlines() if line.startswith("|")]
         assert rows and all(line in log for line in rows), name
@@ -195,7 +213,9 @@ def test_the_targets_dual_step_is_the_one_the_held_out_settings_kept():
     """``lam_lr`` against docs/optimisation/target_dual_step.py's runs: a larger dual step meets
     more non-private targets on the acceptance's tables, but at ε = 1 it meets fewer and on the six
     settings the acceptance does not use it lies below the mixing line less often, so the default
-    stays 10, the step of the acceptance's own target runs (target_runs.csv, made at the default);
+    stays 10, the step of the acceptance's own target runs (target_runs_before_floor.csv, made at the
+    default when the candidates' runs were: before a noise-free run on small silos took the rounds of
+    16 an epoch);
     the page quotes the printout. A re-run where a larger step also wins on the held-out settings
     and at ε = 1 must change the default."""
     import pandas as pd
@@ -209,7 +229,7 @@ def test_the_targets_dual_step_is_the_one_the_held_out_settings_kept():
     def met(runs: pd.DataFrame) -> int:
         return int((runs["violation"] <= runs["target"] + np.maximum(0.02, 2 * runs["test_sd"])).sum())
 
-    base = pd.read_csv(opt / "target_runs.csv")
+    base = pd.read_csv(opt / "target_runs_before_floor.csv")
     base["epsilon"] = base["epsilon"].astype(str)
     assert len(base) == 324 and default == 10.0
     private_30 = pd.read_csv(opt / "target_runs_private_lam_lr_30.csv")
@@ -423,13 +443,13 @@ def test_a_small_table_stretches_its_noise_free_run_up_to_the_rounds_budget():
     assert st.lambda_stretch_for(20) == 100.0 and st.lambda_stretch_for(80) == LAMBDA_STRETCH_ROUNDS / 80
     assert st.lambda_stretch_for(800) == LAMBDA_STRETCH_CAP == st.lambda_stretch_for(None) == st.lambda_stretch
     german = [225, 225, 225]  # training records a silo: batch 225, one round an epoch
-    for lam, epochs in ((8.0, 160), (40.0, 800), (100.0, 2000), (150.0, 3000)):
+    # λ = 8: the small silos' floor (16 rounds an epoch: 320 epochs) is larger than the λ stretch's 160.
+    for lam, epochs in ((8.0, 320), (40.0, 800), (100.0, 2000), (150.0, 3000)):
         st = pfair.SteFFLe(epsilon=None, lam=lam).settings()
         got = st.for_sizes(german)
         assert got.batch_size == 225 and got.epochs == epochs, (lam, got.epochs)
         assert got.decay_every == math.ceil(10 * epochs / 20), lam
-        assert got.epochs * rounds_per_epoch(got.sampling, german, got.batch_size) <= max(
-            LAMBDA_STRETCH_ROUNDS, LAMBDA_STRETCH_CAP * 20), lam
+        assert got.epochs * rounds_per_epoch(got.sampling, german, got.batch_size) <= LAMBDA_STRETCH_ROUNDS, lam
         # Stand-in sizes (a deployed party): the cap alone.
         assert st.for_sizes([256], sizes_known=False).epochs == 20 * min(lam, LAMBDA_STRETCH_CAP), lam
     big = pfair.SteFFLe(epsilon=None, lam=100.0).settings().for_sizes([10_175] * 3)  # Adult's: 40 rounds an epoch
@@ -445,6 +465,54 @@ def test_a_small_table_stretches_its_noise_free_run_up_to_the_rounds_budget():
 
     node = settings_from_run_config({"settings": {"epsilon": None, "lam": 100.0}})
     assert node.epochs == 20 * LAMBDA_STRETCH_CAP
+
+
+def test_small_silos_give_a_noise_free_run_the_rounds_of_sixteen_an_epoch():
+    """A run whose rounds carry no noise, with batch "auto", on silos of R < ROUNDS_PER_EPOCH_FLOOR
+    rounds an epoch takes ROUNDS_PER_EPOCH_FLOOR / R times the epochs and decay period (the larger of
+    that and the λ stretch); noisy rounds, a fairness target, a stated batch, a full batch and a
+    deployed party's stand-in sizes keep the epochs given."""
+    from pfair.settings import ROUNDS_PER_EPOCH_FLOOR, rounds_per_epoch
+
+    assert ROUNDS_PER_EPOCH_FLOOR == 16
+    german, compas, adult = [225] * 3, [1384, 1383, 1383], [10_175] * 3
+    for lam in (0.0, 1.0):
+        st = SteFFLe(epsilon=None, lam=lam).settings()
+        got = st.for_sizes(german)
+        assert (got.batch_size, got.epochs, got.decay_every) == (225, 320, 160)
+        got = st.for_sizes(compas)  # 6 rounds an epoch: 16/6 times the epochs, rounded up
+        assert rounds_per_epoch(got.sampling, compas, 256) == 6 and got.epochs == math.ceil(20 * 16 / 6)
+        assert st.for_sizes(adult).epochs == 20  # 40 rounds an epoch
+        assert st.for_sizes(german, sizes_known=False).epochs == 20
+        # The epochs the user states are multiplied alike: they are stated for 16 rounds an epoch.
+        assert SteFFLe(epsilon=None, lam=lam, epochs=4).settings().for_sizes(german).epochs == 64
+    # A private λ = 0 fit in attribute mode sends nothing about s: its rounds are noise-free too.
+    assert SteFFLe(epsilon=1.0, lam=0.0).settings().for_sizes(german).epochs == 320
+    for kept in (dict(epsilon=1.0, lam=1.0), dict(epsilon=None, lam=1.0, max_violation=0.05),
+                 dict(epsilon=None, lam=1.0, batch_size=64), dict(epsilon=None, lam=1.0, sampling="full_batch")):
+        st = SteFFLe(**kept).settings()
+        assert st.for_sizes(german).epochs == 20, kept
+
+
+def test_a_noise_free_fit_on_small_silos_trains_to_logistic_regression():
+    """German (1,000 records, 57 features, three silos of 225 training records: one full-batch round an
+    epoch): the λ = 0 fit of 20 rounds ended with a training loss 0.06 above logistic regression's
+    (0.494 against 0.434); the run of 16 rounds an epoch is within 0.015 of it."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+
+    data = pfair.datasets.load("german")
+    fed = pfair.Federation.for_dataset(data, 3, heterogeneity=0.0, seed=0)
+    reference = log_loss(data.y_train, LogisticRegression(C=1e4, max_iter=20_000).fit(
+        data.X_train, data.y_train).predict_proba(data.X_train))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        floor = SteFFLe(epsilon=None, lam=0.0, p_s="pooled", seed=0).fit(fed)
+        former = SteFFLe(epsilon=None, lam=0.0, p_s="pooled", seed=0, batch_size=225).fit(fed)
+    assert len(floor.history_) == 320 and len(former.history_) == 20
+    gap = log_loss(data.y_train, floor.predict_proba(data.X_train)) - reference
+    assert 0 <= gap < 0.015, gap
+    assert log_loss(data.y_train, former.predict_proba(data.X_train)) - reference > 0.04
 
 
 def test_the_deep_theta_step_is_the_one_its_runs_chose():

@@ -1,5 +1,6 @@
-"""A floor on the rounds of a noise-free run, measured and not adopted (docs/optimisation.md,
-"A run's rounds on small tables").
+"""A floor on the rounds of a whole noise-free run, scored on the protocol's validation splits
+(docs/optimisation.md, "A run's rounds on small tables": what was adopted is a floor on the rounds
+of an epoch, ``pfair.settings.ROUNDS_PER_EPOCH_FLOOR``, chosen by ``small_silos.py``).
 
 The non-private defaults (20 epochs at a batch of 256, the step ×0.8 every 10 epochs) were chosen
 on tables whose silos make 30 to 50 rounds an epoch; on a table of a few thousand records a silo
@@ -10,7 +11,7 @@ makes 1 to 6, so 20 epochs are 20 to 120 steps. The candidate: a run whose round
 unchanged. This script scores it the way the protocol scores a default
 (``pfair.experiments.defaults``: validation error over the constant predictor's plus the validation
 demographic-parity violation, mean over seeds 0–2 and λ ∈ {0, 1, 2, 8, 40}, then over tables;
-non-private) for F = 0 (none: today's rule), 300, 1,000 and 3,000, on the protocol's splits of the
+non-private) for F = 0 (none: the rule before the floor of an epoch's rounds), 300, 1,000 and 3,000, on the protocol's splits of the
 bundled tables and on three small synthetic tables, ``make_synthetic(3000, 20, silos=3,
 dependence=D, seed=1)`` for D = 1, 2, 3 (a few thousand records, as many tables a user brings are).
 Printout: ``docs/optimisation/rounds_floor_log.txt``; runs: ``rounds_floor.csv``.
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import pfair.settings
 from pfair.experiments.defaults import N_SILOS
 from pfair.protocol.plan import rounds_per_epoch
 from pfair.settings import THETA_STEP_LAMBDA, SteFFLeSettings
@@ -49,6 +51,11 @@ def part(name: str) -> dict:
     if name.startswith("small"):
         return synthetic_part("synthetic" + name[len("small"):], n=3000, d=20)
     return synthetic_part(name)
+
+
+#: These floors were measured on top of the rule before :data:`pfair.settings.ROUNDS_PER_EPOCH_FLOOR`
+#: (no floor: "floor 0" below), which the script keeps so that its runs reproduce.
+pfair.settings.ROUNDS_PER_EPOCH_FLOOR = 1
 
 
 def resolved(p: dict, floor: int, lam: float) -> dict:

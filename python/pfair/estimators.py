@@ -129,7 +129,12 @@ class SteFFLe(LinearSoftmaxMixin, SteFFLeFit):
         4,000 rounds; E·R the run's rounds before the stretch, so a small table's short run may take
         up to the whole ``lam / λ_c``): its θ step is ``lr_theta / (lam / λ_c)``, so the loss needs
         that many times the rounds (``SteFFLeSettings.lambda_stretch_for``; docs/optimisation.md, "A
-        noise-free run at a large λ"). A stated ``batch_size`` runs the epochs given.
+        noise-free run at a large λ"). Such a noise-free run (any fixed ``lam``, no ``max_violation``) on
+        silos of R < 16 rounds an epoch states its epochs for 16 (``pfair.settings.ROUNDS_PER_EPOCH_FLOOR``)
+        and multiplies them and ``decay_every`` by 16 / R where that is larger than the λ stretch:
+        gradient descent needs steps, not passes (German's three silos of 225 training records run
+        320 epochs of one round instead of 20; docs/optimisation.md, "A run's rounds on small
+        tables"). A stated ``batch_size`` runs the epochs given.
     batch_size : int or "auto", m, the fixed batch size (``sampling="poisson"``: the expected size).
         ``"auto"`` (default): ``min(cap, smallest silo)`` (the silo sizes are public), the cap
         depending on whether the rounds carry noise (``SteFFLeSettings.auto_batch``):
