@@ -233,3 +233,60 @@ def test_the_hybrid_topologies_refuse_a_tiny_sensitive_silos_default_delta_and_s
     said = [str(w.message) for w in caught if "holds out no record" in str(w.message)]
     assert len(said) == 1 and "mode='divisions' then releases no checkpoint" in said[0]
     assert len(m.checkpoints_) == 0
+
+
+def test_a_fit_that_sends_the_fairness_term_warns_about_a_group_of_few_records():
+    """A group of 4 records among 2,000 (a rate read from 4 records is noise; in a private fit the
+    two rarest shares set the noise of every row of W): the warning names the group and its
+    counts per block of the notion, and in a private fit the factor (1/ρ₁ + 1/ρ₂)^½; a λ = 0 fit,
+    which sends no fairness term, and groups of 30 records or more are not warned about."""
+    from pfair._fit import SMALL_GROUP_RECORDS
+    from pfair._warn import forget
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] > 0).astype(int)
+    s = np.zeros(n, dtype=int)
+    s[:4] = 1
+    forget()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonPrivateFitWarning)
+        with pytest.warns(UserWarning, match=r"group 1: 4 of 2,000 in the data\)") as caught:
+            SteFFLe(epsilon=None, lam=1.0, epochs=2).fit(X, y, sensitive_features=s)
+        assert not any("ρ₁" in str(w.message) for w in caught)
+        in_label = [int(np.sum((s == 1) & (y == c))) for c in (0, 1)]
+        with pytest.warns(UserWarning, match=rf"group 1: {in_label[0]} of {int(np.sum(y == 0)):,} among records with "
+                                             rf"label 0; group 1: {in_label[1]} of {int(np.sum(y == 1)):,}"):
+            SteFFLe(epsilon=None, lam=1.0, epochs=2, fairness="equalized_odds").fit(X, y, sensitive_features=s)
+    rho = np.array([4, n - 4]) / n
+    factor = np.sqrt(np.sum(1 / rho))
+    with pytest.warns(UserWarning, match=rf"\(1/ρ₁ \+ 1/ρ₂\)\^½: {factor:.0f} here against 2"):
+        SteFFLe(epsilon=1.0, lam=1.0, epochs=2).fit(X, y, sensitive_features=s)
+    enough = s.copy()
+    enough[:SMALL_GROUP_RECORDS] = 1
+    for lam, groups in ((0.0, s), (1.0, enough)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            SteFFLe(epsilon=1.0, lam=lam, epochs=2).fit(X, y, sensitive_features=groups)
+        assert not any("records of a sensitive group" in str(w.message) for w in caught), lam
+
+
+def test_a_group_absent_from_a_label_is_refused_private_or_not():
+    """Equalized odds compares each group's rates within each label: a group with no record of
+    label 1 has no such rate. The non-private fit refused it; the private fit ran on the noisy
+    proportions' stand-in and released a violation of 1. Both refuse now, naming the group and the
+    label; a λ = 0 fit, which sends no fairness term, runs."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] > 0).astype(int)
+    s = np.zeros(n, dtype=int)
+    s[:40], y[:40] = 1, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for epsilon in (None, 1.0):
+            with pytest.raises(ValueError, match="sensitive group 1 has no records among records with label 1"):
+                SteFFLe(epsilon=epsilon, lam=1.0, fairness="equalized_odds", epochs=2).fit(X, y, sensitive_features=s)
+        m = SteFFLe(epsilon=1.0, lam=0.0, fairness="equalized_odds", epochs=2).fit(X, y, sensitive_features=s)
+    assert m.score(X, y) > 0.9  # the λ = 0 fit trained: y reads the first feature

@@ -28,7 +28,7 @@ from pfair._validation import (as_features, as_labels, as_vector, check_default_
                                 positive_class_index)
 from pfair._warn import warn_once
 from pfair.exceptions import NonPrivateFitWarning, PrivacyWarning
-from pfair.federation import Federation
+from pfair.federation import Federation, check_group_counts
 from pfair.privacy.report import PrivacyReport
 from pfair.protocol.simulation import Simulation
 from pfair.settings import SteFFLeSettings
@@ -56,6 +56,54 @@ FEATURE_MEAN_LIMIT = 2.0
 #: Bytes of the float64 temporary of a chunk of rows in :func:`_column_stats`' second pass (not a
 #: copy of the whole matrix).
 STATS_CHUNK_BYTES = 1 << 24
+
+#: A sensitive group with fewer training records than this in a block of the fairness notion (the
+#: whole data for demographic parity, a label's records for equalized odds) is warned about by a fit
+#: that sends the fairness term (:func:`check_group_sizes`): a rate read from 30 records is
+#: uncertain by about ±0.09, the CLI's threshold for test records (``pfair.cli_common.SMALL_GROUP``).
+SMALL_GROUP_RECORDS = 30
+
+
+def check_group_sizes(name: str, fed: Federation, st: SteFFLeSettings, stacklevel: int = 4) -> None:
+    """Refuse a fit that sends the fairness term (``lam > 0`` or ``max_violation``) where a sensitive
+    group has no record in a block of its notion (:func:`pfair.federation.check_group_counts`: its
+    ``p_s^{-1/2}`` is undefined; a private fit's noisy proportions would otherwise hide it and release a
+    violation of 1), and warn (once per process for the same groups) when it trains on a group with fewer than
+    :data:`SMALL_GROUP_RECORDS` records in a block of its notion, naming each with its counts. The
+    penalty weighs a group's rate by the records behind it, so such a group's rate is mostly
+    sampling noise; in a private fit it also sets the noise of every group: one record's s moves
+    ``2 p_r^{-1/2} F_i`` between two rows of W's gradient, so its sensitivity is
+    ``Δ_W = (2/m)(1/ρ₁ + 1/ρ₂)^{1/2}`` for the two rarest shares ρ₁, ρ₂ (docs/privacy.md), noise that
+    every row of W, the common groups' included, carries. The counts are the silos' own, read in the
+    process that holds them (the simulation); nothing is released."""
+    if not st.sends_psi or fed.n_silos == 0:
+        return
+    notion = st.notion
+    counts = np.asarray(fed.group_counts(notion), dtype=np.int64)  # blocks × k
+    check_group_counts(counts, notion, fed.groups_, fed.classes_)
+    small = [(b, r, int(counts[b, r])) for b in range(counts.shape[0]) for r in range(counts.shape[1])
+             if 0 < counts[b, r] < SMALL_GROUP_RECORDS]
+    if not small:
+        return
+    names = getattr(fed, "group_names", None)
+    groups = (list(names) if names is not None and len(names) == fed.n_groups
+              else np.asarray(fed.groups_).tolist())
+    label_names = getattr(fed, "label_names", None)
+    classes = (np.asarray(label_names, dtype=object) if label_names is not None
+               and len(label_names) == fed.n_classes else np.asarray(fed.classes_))
+    listed = "; ".join(f"group {groups[r]!r}: {c} of {int(counts[b].sum()):,} {notion.describe_block(b, classes)}"
+                       for b, r, c in small)
+    message = (f"{name}: fewer than {SMALL_GROUP_RECORDS} records of a sensitive group where fairness={st.fairness!r} "
+               f"compares its rate ({listed}). The fairness term reads such a rate from those records, so it is "
+               "mostly sampling noise (a rate of 30 records is uncertain by about ±0.09)")
+    if st.private:
+        shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+        worst = max(float(np.sqrt(np.sum(np.sort(row)[:2] ** -1.0))) for row in shares)
+        message += (f"; and in a private fit the noise on W's step, which every group's row carries, grows with the "
+                    f"two rarest groups' shares as (1/ρ₁ + 1/ρ₂)^½: {worst:.0f} here against 2 for two groups of "
+                    f"equal size")
+    warn_once(message + ". Merge each with a related group, or leave its records out of the fairness term's groups",
+              UserWarning, kind=("small groups", name, st.fairness, tuple(small)), stacklevel=stacklevel)
 
 
 def _column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -347,6 +395,7 @@ class SteFFLeFit(_ParamsMixin):
         check against the constant predictor would silently not run): warned, the checkpoints then
         count the training records, as with ``validation_share=0``."""
         st = self._positive_class_settings(st, fed)
+        check_group_sizes(type(self).__name__, fed, st, stacklevel=5)
         if st.validation_share > 0 and fed.n_silos and max(fed.sizes) > 0:
             if all(held_out_count(n, st.validation_share) == 0 for n in fed.sizes):
                 nothing = (f"{type(self).__name__}: validation_share={st.validation_share:g} holds out no record of "
