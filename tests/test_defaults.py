@@ -486,12 +486,25 @@ def test_small_silos_give_a_noise_free_run_the_rounds_of_sixteen_an_epoch():
         assert st.for_sizes(german, sizes_known=False).epochs == 20
         # The epochs the user states are multiplied alike: they are stated for 16 rounds an epoch.
         assert SteFFLe(epsilon=None, lam=lam, epochs=4).settings().for_sizes(german).epochs == 64
+        got = SteFFLe(epsilon=None, lam=lam, theta_step="constant").settings().for_sizes(compas)  # either θ step
+        assert (got.epochs, got.decay_every) == (math.ceil(20 * 16 / 6), math.ceil(10 * 16 / 6))
     # A private λ = 0 fit in attribute mode sends nothing about s: its rounds are noise-free too.
     assert SteFFLe(epsilon=1.0, lam=0.0).settings().for_sizes(german).epochs == 320
-    for kept in (dict(epsilon=1.0, lam=1.0), dict(epsilon=None, lam=1.0, max_violation=0.05),
+    # Noisy rounds keep their epochs: record mode (even at λ = 0), a private λ > 0, a fairness target;
+    # so do a stated batch and the full batch.
+    for kept in (dict(epsilon=1.0, lam=0.0, protect="record"), dict(epsilon=1.0, lam=1.0),
+                 dict(epsilon=None, lam=1.0, max_violation=0.05), dict(epsilon=1.0, lam=1.0, max_violation=0.05),
                  dict(epsilon=None, lam=1.0, batch_size=64), dict(epsilon=None, lam=1.0, sampling="full_batch")):
         st = SteFFLe(**kept).settings()
         assert st.for_sizes(german).epochs == 20, kept
+    # Model selection's default grid carries the run's epochs at both of its batches.
+    from pfair.model_selection import default_grid
+
+    grid = default_grid(SteFFLe(epsilon=None, lam=0.0), [1384, 1383, 1383])  # training shares of 1,245
+    assert grid["epochs"] == [math.ceil(20 * 16 / 5)] and grid["decay_every"] == [math.ceil(10 * 16 / 5)]
+    # A run the floor pushes past MAX_EPOCHS is refused with the floor as the reason.
+    with pytest.raises(ValueError, match="stated for silos of at least 16 rounds an epoch, and these make 1"):
+        SteFFLe(epsilon=None, lam=0.0, epochs=MAX_EPOCHS // 16 + 1).settings().for_sizes([2, 2, 2])
 
 
 def test_a_noise_free_fit_on_small_silos_trains_to_logistic_regression():
@@ -511,7 +524,7 @@ def test_a_noise_free_fit_on_small_silos_trains_to_logistic_regression():
         former = SteFFLe(epsilon=None, lam=0.0, p_s="pooled", seed=0, batch_size=225).fit(fed)
     assert len(floor.history_) == 320 and len(former.history_) == 20
     gap = log_loss(data.y_train, floor.predict_proba(data.X_train)) - reference
-    assert 0 <= gap < 0.015, gap
+    assert 0 <= gap < 0.01, gap
     assert log_loss(data.y_train, former.predict_proba(data.X_train)) - reference > 0.04
 
 

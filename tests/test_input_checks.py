@@ -253,22 +253,29 @@ def test_a_fit_that_sends_the_fairness_term_warns_about_a_group_of_few_records()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NonPrivateFitWarning)
         with pytest.warns(UserWarning, match=r"group 1: 4 of 2,000 in the data\)") as caught:
-            SteFFLe(epsilon=None, lam=1.0, epochs=2).fit(X, y, sensitive_features=s)
+            SteFFLe(epsilon=None, lam=1.0, epochs=2, validation_share=0.0).fit(X, y, sensitive_features=s)
         assert not any("ρ₁" in str(w.message) for w in caught)
         in_label = [int(np.sum((s == 1) & (y == c))) for c in (0, 1)]
         with pytest.warns(UserWarning, match=rf"group 1: {in_label[0]} of {int(np.sum(y == 0)):,} among records with "
                                              rf"label 0; group 1: {in_label[1]} of {int(np.sum(y == 1)):,}"):
-            SteFFLe(epsilon=None, lam=1.0, epochs=2, fairness="equalized_odds").fit(X, y, sensitive_features=s)
-    rho = np.array([4, n - 4]) / n
+            SteFFLe(epsilon=None, lam=1.0, epochs=2, fairness="equalized_odds", validation_share=0.0).fit(
+                X, y, sensitive_features=s)
+    # With records held out for validation, the counts are the training records' (what the rounds read).
+    from pfair.validation import holdout
+
+    train, _ = holdout(n, 0.1, seed=0, silo=0)
+    small = int(np.sum(s[train] == 1))
+    rho = np.array([small, train.size - small]) / train.size
     factor = np.sqrt(np.sum(1 / rho))
-    with pytest.warns(UserWarning, match=rf"\(1/ρ₁ \+ 1/ρ₂\)\^½: {factor:.0f} here against 2"):
+    with pytest.warns(UserWarning, match=rf"group 1: {small} of {train.size:,} in the data\).*\(1/ρ₁ \+ 1/ρ₂\)\^½: "
+                                         rf"{factor:.0f} here against 2"):
         SteFFLe(epsilon=1.0, lam=1.0, epochs=2).fit(X, y, sensitive_features=s)
     enough = s.copy()
     enough[:SMALL_GROUP_RECORDS] = 1
     for lam, groups in ((0.0, s), (1.0, enough)):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            SteFFLe(epsilon=1.0, lam=lam, epochs=2).fit(X, y, sensitive_features=groups)
+            SteFFLe(epsilon=1.0, lam=lam, epochs=2, validation_share=0.0).fit(X, y, sensitive_features=groups)
         assert not any("records of a sensitive group" in str(w.message) for w in caught), lam
 
 

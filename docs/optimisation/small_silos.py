@@ -3,7 +3,7 @@
 
 For tables whose silos make few rounds an epoch (German: three silos of 225 training records, one
 full-batch round an epoch; Bank, UCI's sample of 4,521 records: four; COMPAS: six;
-``make_synthetic(3000, 20, silos=3, dependence=D, seed=1)`` for D = 1, 2, 3: four), the default λ = 0 fit without privacy (3 silos, seeds 0–2) under
+``make_synthetic(3000, 20, silos=3, dependence=D, seed=1)`` for D = 1, 2, 3: three), the default λ = 0 fit without privacy (3 silos, seeds 0–2) under
 ``ROUNDS_PER_EPOCH_FLOOR`` = F for F = 1 (no floor: the rule before it), 8, 16 (today's) and 32:
 the rounds its run makes, its log loss on the training split and its test error, against
 scikit-learn's logistic regression on the pooled training split (``C=1e4``: the unpenalised

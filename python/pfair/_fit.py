@@ -32,7 +32,7 @@ from pfair.federation import Federation, check_group_counts
 from pfair.privacy.report import PrivacyReport
 from pfair.protocol.simulation import Simulation
 from pfair.settings import SteFFLeSettings
-from pfair.validation import held_out_count
+from pfair.validation import held_out_count, holdout
 
 #: A history callback of the run engine: ``on_epoch(epoch, θ, W, info)`` returns the epoch's row.
 OnEpoch = Callable[[int, np.ndarray, np.ndarray, dict], "dict | None"]
@@ -79,21 +79,26 @@ def check_group_sizes(name: str, fed: Federation, st: SteFFLeSettings, stackleve
     if not st.sends_psi or fed.n_silos == 0:
         return
     notion = st.notion
-    counts = np.asarray(fed.group_counts(notion), dtype=np.int64)  # blocks × k
-    check_group_counts(counts, notion, fed.groups_, fed.classes_)
+    k, l = fed.n_groups, fed.n_classes
+    counts = np.zeros((notion.n_blocks(l), k), dtype=np.int64)  # blocks × k, the training records only
+    for j, silo in enumerate(fed.silos):
+        train, _ = holdout(len(silo), st.validation_share, seed=st.seed, silo=j)
+        counts += np.asarray(notion.group_counts(silo.y[train], silo.s[train], n_groups=k, n_classes=l),
+                             dtype=np.int64)
+    names = getattr(fed, "group_names", None)
+    groups = np.asarray(list(names) if names is not None and len(names) == k else fed.groups_, dtype=object)
+    label_names = getattr(fed, "label_names", None)
+    classes = (np.asarray(label_names, dtype=object) if label_names is not None
+               and len(label_names) == l else np.asarray(fed.classes_))
+    check_group_counts(counts, notion, groups, classes)
     small = [(b, r, int(counts[b, r])) for b in range(counts.shape[0]) for r in range(counts.shape[1])
              if 0 < counts[b, r] < SMALL_GROUP_RECORDS]
     if not small:
         return
-    names = getattr(fed, "group_names", None)
-    groups = (list(names) if names is not None and len(names) == fed.n_groups
-              else np.asarray(fed.groups_).tolist())
-    label_names = getattr(fed, "label_names", None)
-    classes = (np.asarray(label_names, dtype=object) if label_names is not None
-               and len(label_names) == fed.n_classes else np.asarray(fed.classes_))
+    groups = groups.tolist()
     listed = "; ".join(f"group {groups[r]!r}: {c} of {int(counts[b].sum()):,} {notion.describe_block(b, classes)}"
                        for b, r, c in small)
-    message = (f"{name}: fewer than {SMALL_GROUP_RECORDS} records of a sensitive group where fairness={st.fairness!r} "
+    message = (f"{name}: fewer than {SMALL_GROUP_RECORDS} training records of a sensitive group where fairness={st.fairness!r} "
                f"compares its rate ({listed}). The fairness term reads such a rate from those records, so it is "
                "mostly sampling noise (a rate of 30 records is uncertain by about ±0.09)")
     if st.private:
@@ -103,7 +108,7 @@ def check_group_sizes(name: str, fed: Federation, st: SteFFLeSettings, stackleve
                     f"two rarest groups' shares as (1/ρ₁ + 1/ρ₂)^½: {worst:.0f} here against 2 for two groups of "
                     f"equal size")
     warn_once(message + ". Merge each with a related group, or leave its records out of the fairness term's groups",
-              UserWarning, kind=("small groups", name, st.fairness, tuple(small)), stacklevel=stacklevel)
+              UserWarning, kind=("small groups", name, st.fairness, st.private, tuple(small)), stacklevel=stacklevel)
 
 
 def _column_stats(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

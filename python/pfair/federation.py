@@ -18,7 +18,7 @@ from pfair import _core, partition
 from pfair._validation import (as_features, as_labels, as_vector, encode, encode_sensitive, resolve_fairness, silo_ids,
                                unique_inverse)
 
-from pfair.notions import FAIRNESS_NOTIONS, FairnessNotion  # noqa: F401  (the vocabulary lives in pfair.notions)
+from pfair.notions import FAIRNESS_NOTIONS, FairnessNotion, _plain  # noqa: F401  (the vocabulary lives in pfair.notions)
 from pfair.partition import describe_partition
 from pfair.privacy.fingerprint import FINGERPRINT_PREFIX, FINGERPRINT_ROWS, data_fingerprint, legacy_fingerprint
 
@@ -524,6 +524,6 @@ def check_group_counts(counts: np.ndarray, notion: FairnessNotion, groups: np.nd
         empty = np.flatnonzero(row <= 0)
         if empty.size:
             raise ValueError(
-                f"sensitive group {groups[empty[0]].item()!r} has no records {notion.describe_block(b, classes)}; "
+                f"sensitive group {_plain(groups[empty[0]])!r} has no records {notion.describe_block(b, classes)}; "
                 "every group must be present (drop the group from sensitive_features or merge it with another)"
             )

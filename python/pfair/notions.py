@@ -33,6 +33,13 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+
+def _plain(value: object) -> object:
+    """A label or group as a plain Python value for a message: a NumPy scalar's ``.item()``, other
+    values (a label name of a Dataset's Federation, a string) as they are."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 #: The notions by public name, in the order they were added (filled by subclassing).
 NOTIONS: dict[str, type["FairnessNotion"]] = {}
 #: Prefix of the ledger key of a silo's released histogram of s (:attr:`FairnessNotion.histogram_name`).
@@ -208,7 +215,7 @@ class EqualizedOdds(FairnessNotion):
         return np.asarray(y, dtype=np.int64)
 
     def describe_block(self, b: int, classes: np.ndarray) -> str:
-        return f"among records with label {classes[b].item()!r}"
+        return f"among records with label {_plain(classes[b])!r}"
 
 
 @dataclass(frozen=True)
@@ -228,7 +235,7 @@ class EqualOpportunity(FairnessNotion):
         return [self.positive]
 
     def describe_block(self, b: int, classes: np.ndarray) -> str:
-        return f"among records with label {classes[self.positive].item()!r}"
+        return f"among records with label {_plain(classes[self.positive])!r}"
 
 
 @dataclass(frozen=True)
@@ -250,7 +257,7 @@ class FalsePositiveRateParity(FairnessNotion):
         return [self.positive]
 
     def describe_block(self, b: int, classes: np.ndarray) -> str:
-        return f"among records whose label is not {classes[self.positive].item()!r}"
+        return f"among records whose label is not {_plain(classes[self.positive])!r}"
 
 
 #: The public names, in order (the vocabulary of ``fairness=`` and ``--fairness``).

@@ -63,10 +63,12 @@ def warn_if_one_silo_shrinks_the_batch(settings: SteFFLeSettings, sizes: Sequenc
     and the fixes."""
     if settings.batch_size != "auto" or settings.sampling == "full_batch" or len(sizes) < 2:
         return
-    resolved = settings.for_sizes(list(sizes)).batch_size
+    # The batches alone: the run each would stretch to is not this warning's business (and a run on
+    # the others alone may be one the settings could not plan).
+    resolved = settings.auto_batch_size(list(sizes))
     order = np.argsort(np.asarray(sizes), kind="stable")
     small, nxt = int(order[0]), int(order[1])
-    without = settings.for_sizes([n for j, n in enumerate(sizes) if j != small]).batch_size
+    without = settings.auto_batch_size([n for j, n in enumerate(sizes) if j != small])
     if without < SHRINK_WARN_FACTOR * resolved:
         return
     label = (lambda j: f"'{names[j]}'") if names is not None and len(names) == len(sizes) else (lambda j: str(j))
