@@ -716,7 +716,11 @@ class SteFFLeSettings:
         large table; a small table's run of few rounds may take the whole ``λ / λ_c`` up to
         :data:`LAMBDA_STRETCH_ROUNDS` rounds. A private run's rounds cost budget, so its length
         stays the user's (or the batch stretch's, :meth:`stretch`). Every input is a public setting
-        (the silos' sizes are public)."""
+        (the silos' sizes are public).
+
+        Where the silos' sizes are known, the factor is at least ``ROUNDS_PER_EPOCH_FLOOR · E / run_rounds``
+        (:data:`ROUNDS_PER_EPOCH_FLOOR`): a run on silos of R < 16 rounds an epoch, at any fixed λ, has
+        the rounds of epochs of 16 (docs/optimisation.md, "A run's rounds on small tables")."""
         if (self.noisy_rounds or self.max_violation is not None
                 or not (isinstance(self.batch_size, str) and self.batch_size == "auto")):
             return 1.0
@@ -761,7 +765,9 @@ class SteFFLeSettings:
 
         A run whose rounds carry no noise at a fixed λ above λ_c (:meth:`lambda_stretch_for`) multiplies
         ``epochs`` and ``decay_every`` by ``k_λ`` (rounded up), its step unchanged: the scaled θ step
-        needs that many more rounds (docs/optimisation.md, "A noise-free run at a large λ").
+        needs that many more rounds (docs/optimisation.md, "A noise-free run at a large λ"); on silos
+        of fewer than :data:`ROUNDS_PER_EPOCH_FLOOR` rounds an epoch, at any fixed λ, by at least
+        ``ROUNDS_PER_EPOCH_FLOOR / R`` ("A run's rounds on small tables").
         ``sizes_known=False`` (a deployed party's stand-in sizes): ``k_λ`` takes the cap alone, not
         the rounds of a run on ``sizes``.
 
