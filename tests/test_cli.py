@@ -543,3 +543,24 @@ def test_ctrl_c_in_train_is_one_line(capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err == ("pfair train: interrupted; nothing was written (--out and --save-model are written at the end) and "
                    "nothing was spent outside this process (a fit's ledgers live in it)")
+
+
+def test_train_says_why_the_run_has_more_epochs_than_stated(capsys):
+    """batch_size auto stretches a run; the summary says by how much and why: German's silos of one
+    round an epoch (the floor of 16), a noise-free λ = 40 (the λ stretch, the larger there), Adult's
+    private run at the batch of 8,192; a run that is not stretched prints its epochs alone. The JSON
+    carries the stated epochs and the reason."""
+    cases = [(["--dataset", "german", "--epsilon", "none", "--lam", "1"],
+              "training      320 epochs (20 stated for 16 rounds an epoch; times 16 on silos of 1), batch 225"),
+             (["--dataset", "german", "--epsilon", "none", "--lam", "40"],
+              "training      800 epochs (20 stated for λ ≤ 1; times 40 for the θ step of lam=40), batch 225"),
+             (["--dataset", "adult", "--lam", "1", "--epochs", "1"],
+              "training      8 epochs (1 stated for a batch of 1,024; times 8 at the batch of 8,192), batch 8192"),
+             (["--dataset", "german", "--epsilon", "none", "--lam", "1", "--batch-size", "64"],
+              "training      20 epochs, batch 64")]
+    for argv, line in cases:
+        code, out, _ = run(capsys, "train", *argv)
+        assert code == 0 and line in out, (argv, [r for r in out.splitlines() if r.startswith("training")])
+    code, out, _ = run(capsys, "train", "--dataset", "german", "--epsilon", "none", "--lam", "1", "--json")
+    result = json.loads(out)
+    assert (result["epochs"], result["epochs_stated"]) == (320, 20) and "rounds an epoch" in result["epochs_why"]

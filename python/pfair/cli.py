@@ -53,6 +53,7 @@ from pfair.cli_common import (  # noqa: F401
     privacy_notes,
     save_run_model,
     small_group_notes,
+    stretch_reason,
 )
 
 
@@ -366,6 +367,7 @@ def train_command(args: argparse.Namespace) -> int:
         resolved = st.for_sizes(training_sizes(fed.sizes, st.validation_share))
         # ... and the run's length and step: a private run stretched to its batch trains more epochs.
         batch, lr_theta, epochs = int(resolved.batch_size), float(resolved.lr_theta), int(resolved.epochs)
+        stretched = stretch_reason(st, batch, training_sizes(fed.sizes, st.validation_share), epochs)
     caught = list(load_caught) + list(caught)
     pred = model.predict(ds.X_test)
     report = metrics.fairness_report(ds.y_test, pred, sensitive_features=ds.s_test)
@@ -388,6 +390,8 @@ def train_command(args: argparse.Namespace) -> int:
         "lam": args.lam if args.max_violation is None else None,
         "epsilon": args.epsilon,
         "epochs": epochs,
+        "epochs_stated": int(st.epochs),
+        "epochs_why": stretched,
         "batch_size": batch,
         "lr_theta": lr_theta,
         "test_error": report["test_error"],

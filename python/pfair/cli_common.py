@@ -196,6 +196,27 @@ PRIVACY_COLUMNS = ["n_records", "accounting", "sample_rate", "steps", "noise_mul
                    "epsilon_spent", "delta"]
 
 
+def stretch_reason(st: Any, batch: int, sizes: Any, epochs: int) -> str | None:
+    """Why ``batch_size="auto"`` ran ``epochs`` where ``st.epochs`` were stated, for the summary (None
+    when it did not stretch): a private run stretched to its batch (:meth:`SteFFLeSettings.stretch`),
+    or a noise-free run's λ stretch or small silos' floor, whichever is larger
+    (:meth:`SteFFLeSettings.lambda_stretch_for`)."""
+    from pfair.settings import (AUTO_RUN_BATCH, LAMBDA_STRETCH_ROUNDS, ROUNDS_PER_EPOCH_FLOOR, THETA_STEP_LAMBDA,
+                                noise_free_stretch, rounds_per_epoch)
+
+    if int(epochs) == int(st.epochs):
+        return None
+    k = st.stretch(batch)
+    if k > 1.0:
+        return f"stated for a batch of {AUTO_RUN_BATCH:,}; times {k:.3g} at the batch of {batch:,}"
+    rounds = rounds_per_epoch(st.sampling, sizes, batch)
+    k_lam = noise_free_stretch(st.lam, st.theta_step, LAMBDA_STRETCH_ROUNDS / max(1, int(st.epochs) * rounds))
+    if k_lam >= ROUNDS_PER_EPOCH_FLOOR / rounds:
+        return f"stated for λ ≤ {THETA_STEP_LAMBDA:g}; times {k_lam:.3g} for the θ step of lam={st.lam:g}"
+    return (f"stated for {ROUNDS_PER_EPOCH_FLOOR} rounds an epoch; times {ROUNDS_PER_EPOCH_FLOOR / rounds:.3g} on "
+            f"silos of {rounds}")
+
+
 def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, report_df: Any, *, where: str) -> None:
     """The text summary of a run (``pfair train``, ``pfair deploy``): warnings, data, test error
     against the constant predictor, fairness gaps, the fairness target, and each silo's privacy."""
@@ -209,7 +230,8 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
     if result.get("batch_size") is not None:
         auto = " (batch_size auto)" if getattr(args, "batch_size", None) == "auto" else ""
         lr = result.get("lr_theta", getattr(args, "lr_theta", None))
-        print(f"training      {result['epochs']} epochs, batch {result['batch_size']} per silo and round{auto}"
+        why = f" ({result['epochs_stated']} {result['epochs_why']})" if result.get("epochs_why") else ""
+        print(f"training      {result['epochs']} epochs{why}, batch {result['batch_size']} per silo and round{auto}"
               + (f", lr_theta {lr:g}" if lr is not None else ""))
     print(f"test error    {result['test_error']:.4f}   (trivial constant predictor: {result['trivial_error']:.4f})")
     print(f"demographic_parity_difference  {result['demographic_parity_difference']:.4f}")
