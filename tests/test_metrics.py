@@ -672,3 +672,24 @@ def test_fairness_report_of_a_tiny_test_split_leaves_equal_opportunity_undefined
         metrics.equal_opportunity_difference(y, p, sensitive_features=s)
     with pytest.raises(ValueError, match="pos_label=2 is not among"):
         metrics.fairness_report(y, p, sensitive_features=s, pos_label=2)
+
+
+def test_fairness_report_warns_about_groups_of_few_records():
+    """A group of 10 records: its rates, and the gaps that compare them, are mostly sampling noise;
+    the report says so once, with the group's counts per label; balanced groups are not warned."""
+    import warnings
+
+    import pfair.metrics as pfair_metrics
+    from pfair._warn import forget
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    s = np.r_[np.zeros(190, dtype=int), np.ones(10, dtype=int)]
+    forget()
+    with pytest.warns(UserWarning, match=r"fairness_report: 1 of 2 sensitive groups have fewer than 30 records.*'1' 10 "
+                                         rf"\({int(np.sum(y[s == 1] == 0))} with label 0, "
+                                         rf"{int(np.sum(y[s == 1] == 1))} with label 1\)"):
+        pfair_metrics.fairness_report(y, y, sensitive_features=s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pfair_metrics.fairness_report(y, y, sensitive_features=np.r_[np.zeros(100, dtype=int), np.ones(100, dtype=int)])

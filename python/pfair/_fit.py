@@ -60,7 +60,7 @@ STATS_CHUNK_BYTES = 1 << 24
 #: A sensitive group with fewer training records than this in a block of the fairness notion (the
 #: whole data for demographic parity, a label's records for equalized odds) is warned about by a fit
 #: that sends the fairness term (:func:`check_group_sizes`): a rate read from 30 records is
-#: uncertain by about ±0.09, the CLI's threshold for test records (``pfair.cli_common.SMALL_GROUP``).
+#: uncertain by about ±0.09, the threshold of ``pfair.metrics.small_group_notes`` for the records a metric reads.
 SMALL_GROUP_RECORDS = 30
 
 

@@ -38,7 +38,6 @@ from pfair import __version__
 # them from pfair.cli.
 from pfair.cli_common import (  # noqa: F401
     PRIVACY_COLUMNS,
-    SMALL_GROUP,
     _batch_size,
     _csv_given,
     _csv_spec,

@@ -277,35 +277,12 @@ def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, rep
         print(f"note: {line}")
 
 
-#: Fewer test records than this in a group (or a group and label, for the equalized-odds rates)
-#: make its rate, and so the gap it enters, mostly noise: a rate from 30 records has a standard
-#: error up to 0.09.
-SMALL_GROUP = 30
+def small_group_notes(y: Any, s: Any, group_names: Any = None, label_names: Any = None) -> list[str]:
+    """:func:`pfair.metrics.small_group_notes` on the test records (imported when called, so that the
+    command line starts without NumPy)."""
+    from pfair.metrics import small_group_notes as notes
 
-
-def small_group_notes(y: Any, s: Any, group_names: Any = None, label_names: Any = None,
-                      minimum: int = SMALL_GROUP) -> list[str]:
-    """A warning per sensitive group with fewer than ``minimum`` test records, or with fewer in a
-    label (the rates demographic_parity_difference and equalized_odds_difference compare), with
-    its counts (what fairlearn's ``MetricFrame(...).by_group`` would show next to each rate)."""
-    import numpy as np
-
-    y, s = np.asarray(y), np.asarray(s)
-    small = []
-    for g in np.unique(s):
-        in_g = s == g
-        name = group_names[int(g)] if group_names is not None and 0 <= int(g) < len(group_names) else g
-        per_label = {(label_names[int(c)] if label_names is not None and 0 <= int(c) < len(label_names) else c):
-                     int(np.sum(in_g & (y == c))) for c in np.unique(y)}
-        if int(in_g.sum()) < minimum or min(per_label.values()) < minimum // 2:
-            counts = ", ".join(f"{int(k)} with label {c}" for c, k in per_label.items())
-            small.append(f"{str(name)!r} {int(in_g.sum())} ({counts})")
-    if not small:
-        return []
-    return [f"{len(small)} of {len(np.unique(s))} sensitive groups have fewer than {minimum} test records, or fewer "
-            f"than {minimum // 2} in one label: " + "; ".join(small) + ". Their rates, and the fairness gaps above that compare them, "
-            f"mean little (a rate of {minimum} records is uncertain by about +-0.09): merge small groups or test on "
-            "more records"]
+    return notes(y, s, group_names, label_names)
 
 
 def privacy_notes(report_df: Any, sizes: Any) -> list[str]:

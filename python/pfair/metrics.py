@@ -62,6 +62,7 @@ from pfair._validation import (
     encode_metric_groups,
     sorted_codes,
 )
+from pfair._warn import warn_once
 from pfair.privacy.report import FullTable
 
 __all__ = [
@@ -683,6 +684,37 @@ def trivial_error(y_true: Any) -> float:
     return _trivial_error(codes)
 
 
+#: Fewer records than this in a group (or half as many in a group and label, for the equalized-odds rates)
+#: make its rate, and so the gap it enters, mostly noise: a rate from 30 records has a standard
+#: error up to 0.09.
+SMALL_GROUP = 30
+
+
+def small_group_notes(y: Any, s: Any, group_names: Any = None, label_names: Any = None,
+                      minimum: int = SMALL_GROUP, what: str = "test records") -> list[str]:
+    """A note on the sensitive groups with fewer than ``minimum`` records (``what``: the CLI's
+    summary reads test records), or with fewer than ``minimum // 2`` in a label (the rates
+    demographic_parity_difference and equalized_odds_difference compare), with their counts (what
+    fairlearn's ``MetricFrame(...).by_group`` would show next to each rate); [] when there are none.
+    :func:`fairness_report` warns with it (once per process for the same note)."""
+    y, s = np.asarray(y), np.asarray(s)
+    small = []
+    for g in np.unique(s):
+        in_g = s == g
+        name = group_names[int(g)] if group_names is not None and 0 <= int(g) < len(group_names) else g
+        per_label = {(label_names[int(c)] if label_names is not None and 0 <= int(c) < len(label_names) else c):
+                     int(np.sum(in_g & (y == c))) for c in np.unique(y)}
+        if int(in_g.sum()) < minimum or min(per_label.values()) < minimum // 2:
+            counts = ", ".join(f"{int(k)} with label {c}" for c, k in per_label.items())
+            small.append(f"{str(name)!r} {int(in_g.sum())} ({counts})")
+    if not small:
+        return []
+    return [f"{len(small)} of {len(np.unique(s))} sensitive groups have fewer than {minimum} {what}, or fewer "
+            f"than {minimum // 2} in one label: " + "; ".join(small) + ". Their rates, and the fairness gaps that compare them, "
+            f"mean little (a rate of {minimum} records is uncertain by about +-0.09): merge small groups or test on "
+            "more records"]
+
+
 def fairness_report(
     y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable | None = None
 ) -> dict[str, float]:
@@ -702,6 +734,8 @@ def fairness_report(
     """
     e = _prepare(y_true, y_pred, sensitive_features)
     assert e.y_true is not None
+    for note in small_group_notes(np.asarray(y_true), np.asarray(sensitive_features), what="records"):
+        warn_once(f"fairness_report: {note}", UserWarning, stacklevel=2)
     w = np.ones(e.y_pred.shape[0])
     dp = _dp_gap(e, w, None, "between_groups")
     eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")
