@@ -22,7 +22,7 @@ from typing import Any
 # Each command imports what it runs inside its function (numpy, pandas, the run engine, Flower): these
 # parsers are built at every `pfair` start (see pfair.cli).
 from pfair.cli_common import (_batch_size, add_data_arguments, add_save_model_argument, checkpoint_summary,
-                              load_federation, print_summary, print_tune, save_run_model)
+                              load_federation, print_summary, print_tune, save_run_model, stretch_reason)
 from pfair.flower import require_flwr
 
 
@@ -344,7 +344,8 @@ def deploy_local_command(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
             for c in configs:  # the anchors of ledgers that are gone with the workdir
                 Path(c["ledger-anchor"]).unlink(missing_ok=True)
-    return _deploy_report(args, res, search, ds, fed, st, estimator, notes, notes_printed, work, keep, t0)
+    return _deploy_report(args, res, search, ds, fed, st, estimator, notes, notes_printed, work, keep, t0,
+                          stated=unresolved)
 
 
 def _refusal_lines(res: dict) -> list[str]:
@@ -363,11 +364,14 @@ def _refusal_lines(res: dict) -> list[str]:
 
 
 def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fed: Any, st: Any, estimator: Any,
-                   notes: list, notes_printed: int, work: Any, keep: bool, t0: float) -> int:
+                   notes: list, notes_printed: int, work: Any, keep: bool, t0: float, *, stated: Any) -> int:
+    """The deployment's summary and JSON (``stated``: the settings before ``batch_size="auto"`` was
+    resolved, whose epochs the summary says it stretched)."""
     import numpy as np
     import pandas as pd
 
     from pfair import _core, metrics
+    from pfair.validation import training_sizes
 
     if res.get("status") == "refused":
         # Every silo refused every round: nothing was trained. Say which silos and why; exit 3.
@@ -420,6 +424,10 @@ def _deploy_report(args: argparse.Namespace, res: dict, search: Any, ds: Any, fe
         "equalized_odds_difference": report["equalized_odds_difference"],
         "max_violation": None, "final_lam": float(args.lam),
         **checkpoint_summary(res.get("checkpoints", []), res.get("selected_epoch"), st.epochs),
+        # what batch_size="auto" made of the stated epochs (as pfair train says it)
+        "epochs_stated": int(stated.epochs),
+        "epochs_why": stretch_reason(stated, int(st.batch_size), training_sizes(fed.sizes, st.validation_share),
+                                     int(st.epochs)),
         "batch_size": res["settings"]["batch_size"],  # as the server's plan resolved it for the silos
         "lr_theta": res["settings"]["lr_theta"],
         "epsilon_spent": max(spent_now_) if spent_now_ else None,
