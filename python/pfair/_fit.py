@@ -80,11 +80,14 @@ def check_group_sizes(name: str, fed: Federation, st: SteFFLeSettings, stackleve
         return
     notion = st.notion
     k, l = fed.n_groups, fed.n_classes
-    counts = np.zeros((notion.n_blocks(l), k), dtype=np.int64)  # blocks × k, the training records only
+    # blocks × k over the training records only: every record's counts less the held-out ones' (a
+    # tenth by default: the rows indexed are the few held out, not the training nine tenths).
+    counts = np.asarray(fed.group_counts(notion), dtype=np.int64)
     for j, silo in enumerate(fed.silos):
-        train, _ = holdout(len(silo), st.validation_share, seed=st.seed, silo=j)
-        counts += np.asarray(notion.group_counts(silo.y[train], silo.s[train], n_groups=k, n_classes=l),
-                             dtype=np.int64)
+        _, held = holdout(len(silo), st.validation_share, seed=st.seed, silo=j)
+        if held.size:
+            counts -= np.asarray(notion.group_counts(silo.y[held], silo.s[held], n_groups=k, n_classes=l),
+                                 dtype=np.int64)
     names = getattr(fed, "group_names", None)
     groups = np.asarray(list(names) if names is not None and len(names) == k else fed.groups_, dtype=object)
     label_names = getattr(fed, "label_names", None)

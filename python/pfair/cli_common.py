@@ -199,10 +199,9 @@ PRIVACY_COLUMNS = ["n_records", "accounting", "sample_rate", "steps", "noise_mul
 def stretch_reason(st: Any, batch: int, sizes: Any, epochs: int) -> str | None:
     """Why ``batch_size="auto"`` ran ``epochs`` where ``st.epochs`` were stated, for the summary (None
     when it did not stretch): a private run stretched to its batch (:meth:`SteFFLeSettings.stretch`),
-    or a noise-free run's λ stretch or small silos' floor, whichever is larger
-    (:meth:`SteFFLeSettings.lambda_stretch_for`)."""
-    from pfair.settings import (AUTO_RUN_BATCH, LAMBDA_STRETCH_ROUNDS, ROUNDS_PER_EPOCH_FLOOR, THETA_STEP_LAMBDA,
-                                noise_free_stretch, rounds_per_epoch)
+    or a noise-free run's λ stretch or small silos' floor, whichever set its length
+    (:meth:`SteFFLeSettings.noise_free_factors`)."""
+    from pfair.settings import AUTO_RUN_BATCH, ROUNDS_PER_EPOCH_FLOOR, THETA_STEP_LAMBDA, rounds_per_epoch
 
     if int(epochs) == int(st.epochs):
         return None
@@ -210,11 +209,10 @@ def stretch_reason(st: Any, batch: int, sizes: Any, epochs: int) -> str | None:
     if k > 1.0:
         return f"stated for a batch of {AUTO_RUN_BATCH:,}; times {k:.3g} at the batch of {batch:,}"
     rounds = rounds_per_epoch(st.sampling, sizes, batch)
-    k_lam = noise_free_stretch(st.lam, st.theta_step, LAMBDA_STRETCH_ROUNDS / max(1, int(st.epochs) * rounds))
-    if k_lam >= ROUNDS_PER_EPOCH_FLOOR / rounds:
+    k_lam, k_floor = st.noise_free_factors(int(st.epochs) * rounds)
+    if k_lam >= k_floor:
         return f"stated for λ ≤ {THETA_STEP_LAMBDA:g}; times {k_lam:.3g} for the θ step of lam={st.lam:g}"
-    return (f"stated for {ROUNDS_PER_EPOCH_FLOOR} rounds an epoch; times {ROUNDS_PER_EPOCH_FLOOR / rounds:.3g} on "
-            f"silos of {rounds}")
+    return f"stated for {ROUNDS_PER_EPOCH_FLOOR} rounds an epoch; times {k_floor:.3g} on silos of {rounds}"
 
 
 def print_summary(result: dict, args: argparse.Namespace, ds: Any, fed: Any, report_df: Any, *, where: str) -> None:

@@ -716,7 +716,8 @@ def small_group_notes(y: Any, s: Any, group_names: Any = None, label_names: Any 
 
 
 def fairness_report(
-    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable | None = None
+    y_true: Any, y_pred: Any, *, sensitive_features: Any, pos_label: Hashable | None = None,
+    warn_small_groups: bool = True,
 ) -> dict[str, float]:
     """Bundle of the headline metrics for one model on one evaluation set.
 
@@ -731,11 +732,17 @@ def fairness_report(
     (string labels): a bundle must not fail on a metric the caller may not have asked for
     (:func:`equal_opportunity_difference` alone raises, naming the groups; a ``pos_label`` given
     and not among the labels raises here too).
+
+    ``warn_small_groups``: warn (once for the same groups) when a group has fewer than
+    :data:`SMALL_GROUP` records or fewer than half as many with one label (:func:`small_group_notes`);
+    False for a caller that says it itself (``pfair train``'s summary names the groups) or records its
+    own warnings (a sweep's rows).
     """
     e = _prepare(y_true, y_pred, sensitive_features)
     assert e.y_true is not None
-    for note in small_group_notes(np.asarray(y_true), np.asarray(sensitive_features), what="records"):
-        warn_once(f"fairness_report: {note}", UserWarning, stacklevel=2)
+    if warn_small_groups:
+        for note in small_group_notes(np.asarray(y_true), np.asarray(sensitive_features), what="records"):
+            warn_once(f"fairness_report: {note}", UserWarning, stacklevel=2)
     w = np.ones(e.y_pred.shape[0])
     dp = _dp_gap(e, w, None, "between_groups")
     eo = _eo_gap(e, w, None, "per_class", "between_groups", "worst_case")

@@ -721,15 +721,23 @@ class SteFFLeSettings:
         Where the silos' sizes are known, the factor is at least ``ROUNDS_PER_EPOCH_FLOOR · E / run_rounds``
         (:data:`ROUNDS_PER_EPOCH_FLOOR`): a run on silos of R < 16 rounds an epoch, at any fixed λ, has
         the rounds of epochs of 16 (docs/optimisation.md, "A run's rounds on small tables")."""
+        return max(self.noise_free_factors(run_rounds))
+
+    def noise_free_factors(self, run_rounds: int | None) -> tuple[float, float]:
+        """``(k_λ, k_floor)``, the two factors :meth:`lambda_stretch_for` takes the larger of: the λ
+        stretch (:func:`noise_free_stretch`) and the small silos' floor ``ROUNDS_PER_EPOCH_FLOOR · E /
+        run_rounds`` (1 where the silos' sizes are not known); ``(1, 1)`` for a run that is not
+        stretched (noisy rounds, a fairness target, a stated batch). Kept apart so that a refusal
+        and a run's summary can say which one set the run's length."""
         if (self.noisy_rounds or self.max_violation is not None
                 or not (isinstance(self.batch_size, str) and self.batch_size == "auto")):
-            return 1.0
+            return 1.0, 1.0
         k_lam = noise_free_stretch(self.lam, self.theta_step,
                                    None if run_rounds is None else LAMBDA_STRETCH_ROUNDS / max(1, int(run_rounds)))
         if run_rounds is None:
-            return k_lam
+            return k_lam, 1.0
         # A silo of few rounds an epoch: its run has the rounds of epochs of ROUNDS_PER_EPOCH_FLOOR.
-        return max(k_lam, ROUNDS_PER_EPOCH_FLOOR * int(self.epochs) / max(1, int(run_rounds)))
+        return k_lam, max(1.0, ROUNDS_PER_EPOCH_FLOOR * int(self.epochs) / max(1, int(run_rounds)))
 
     def written_out(self) -> dict:
         """The settings an estimator must state to run these settings (batch resolved by
@@ -780,16 +788,16 @@ class SteFFLeSettings:
         # run keeps the cap (its rounds are as dear as its epochs).
         run_rounds = (int(self.epochs) * rounds_per_epoch(self.sampling, sizes, batch)
                       if sizes_known and len(sizes) and self.sampling != "full_batch" else None)
-        k_lam = self.lambda_stretch_for(run_rounds)
+        k_by_lam, k_floor = self.noise_free_factors(run_rounds)
+        k_lam = max(k_by_lam, k_floor)  # lambda_stretch_for
         if k == 1.0 and k_lam == 1.0:
             return replace(self, batch_size=batch)
         epochs = math.ceil(int(self.epochs) * k * k_lam)
         if epochs > MAX_EPOCHS:
-            floor = ROUNDS_PER_EPOCH_FLOOR * int(self.epochs) / max(1, int(run_rounds or 0)) if run_rounds else 1.0
             why = (f"the epochs are stated for a batch of {AUTO_RUN_BATCH}, and a batch {k:.2f} times larger takes "
                    f"{k:.2f} times the epochs" if k > 1 else
                    f"the epochs are stated for silos of at least {ROUNDS_PER_EPOCH_FLOOR} rounds an epoch, and these "
-                   f"make {int(run_rounds) // int(self.epochs)}: {k_lam:.2f} times the epochs" if floor >= k_lam else
+                   f"make {int(run_rounds) // int(self.epochs)}: {k_lam:.2f} times the epochs" if k_floor > k_by_lam else
                    f"the epochs are stated for λ ≤ {THETA_STEP_LAMBDA:g}, and lam={self.lam:g} takes "
                    f"{k_lam:.2f} times the epochs of its smaller θ step")
             raise ValueError(f"epochs={self.epochs} with batch_size='auto' is a run of {epochs:,} epochs at the automatic "
