@@ -160,6 +160,10 @@ def _frame(frame: Any) -> Any:
 #: (``violation_sd`` of the release, ``meets_target`` = v̂ + sd ≤ t): not pinned, so that the pins
 #: stay those of the engine's releases (``tests/test_target.py`` checks them).
 DERIVED_CHECKPOINT_COLUMNS = ("violation_sd", "meets_target")
+#: Columns of ``privacy_report_`` added after the pins were made that describe the release rather
+#: than add to it (``w_rows``: whether h_W's noise is scaled row by row; a run it changes shows in
+#: its θ, W and history): not pinned.
+DERIVED_REPORT_COLUMNS = ("w_rows",)
 
 
 def record(model: Any) -> dict:
@@ -167,9 +171,12 @@ def record(model: Any) -> dict:
     checkpoints = model.checkpoints_
     if checkpoints is not None:
         checkpoints = checkpoints.drop(columns=[c for c in DERIVED_CHECKPOINT_COLUMNS if c in checkpoints.columns])
+    report = model.privacy_report_
+    if report is not None:
+        report = report.drop(columns=[c for c in DERIVED_REPORT_COLUMNS if c in report.columns])
     out = {"theta_": np.asarray(model.theta_, dtype=np.float64).ravel().tolist(),
            "W_": np.asarray(model.W_, dtype=np.float64).ravel().tolist(),
-           "history_": _frame(model.history_), "privacy_report_": _frame(model.privacy_report_),
+           "history_": _frame(model.history_), "privacy_report_": _frame(report),
            "checkpoints_": _frame(checkpoints)}
     for name in ("selected_epoch_", "lam_", "epochs_done_", "n_rounds_", "epsilon"):
         value = getattr(model, name, None)

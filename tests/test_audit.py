@@ -65,6 +65,7 @@ import pytest
 from scipy import optimize, stats
 
 import pfair
+import pfair.settings
 from pfair import _core
 from pfair.privacy import epsilon_for
 
@@ -80,6 +81,9 @@ THRESHOLDS = np.arange(1.5, 4.01, 0.25)
 CONFIDENCE = 0.999
 
 INV_SQRT_PS = np.array([0.5, 0.5]) ** -0.5  # p_s public, the same for both neighbours
+#: Groups of 10 % and 90 % (h_W's noise row by row): the isotropic release sizes every row's noise by
+#: (1/ρ₁ + 1/ρ₂)^{1/2} = 3.33; row by row, the rare row takes σ · 3.16 and the common one σ · 1.05.
+UNEQUAL = np.array([0.1, 0.9]) ** -0.5
 THETA = np.array([1.0, 0.0, 0.0])  # confident on record 0: ‖F‖ ≈ 1, so the W-part change is near Δ_W
 W = 0.7 * np.array([1.0, -1.0, -1.0, 1.0])  # opposite rows: the clipped θ-parts flip direction
 
@@ -127,16 +131,18 @@ def _silo(s0: int) -> tuple:
 
 
 def _config(sigma_theta: float = 0.0, sigma_w: float = 0.0, subspace: np.ndarray | None = None,
-            quantile: float | None = None):
+            quantile: float | None = None, w_row_scale: np.ndarray | None = None):
     """The audited round's config; with ``quantile`` the adaptive clip (``clip_theta`` 1: σ_θ is a
-    std per unit of clip norm, which the round multiplies by its clip)."""
+    std per unit of clip norm, which the round multiplies by its clip); with ``w_row_scale`` h_W's
+    noise row by row (σ_W per unit of p^{-1/2})."""
     return _core.SiloConfig(sampling="without_replacement", batch_size=BATCH, sample_rate=Q,
                             clip_theta=CLIP if quantile is None else 1.0, sigma_theta=sigma_theta, sigma_w=sigma_w,
-                            subspace=subspace, clip_quantile=quantile)
+                            subspace=subspace, clip_quantile=quantile, w_row_scale=w_row_scale)
 
 
-def _claimed_sigmas(z: float, clip: float = CLIP) -> tuple[float, float]:
-    _, d_theta, d_w = _core.sensitivities(INV_SQRT_PS, n_groups=2, denom=float(BATCH), clip_theta=clip)
+def _claimed_sigmas(z: float, clip: float = CLIP, inv_sqrt_ps: np.ndarray = INV_SQRT_PS,
+                    w_rows: bool = False) -> tuple[float, float]:
+    _, d_theta, d_w = _core.sensitivities(inv_sqrt_ps, n_groups=2, denom=float(BATCH), clip_theta=clip, w_rows=w_rows)
     s_theta, s_w = _core.noise_stds([d_theta, d_w], z)
     return s_theta, s_w
 
@@ -148,11 +154,14 @@ def _vec(msg: dict) -> np.ndarray:
 class Rounds:
     """The rounds of the public batch stream that draw record 0, and the adversary's means."""
 
-    def __init__(self, quantile: float | None = None, scanned: "Rounds | None" = None) -> None:
+    def __init__(self, quantile: float | None = None, scanned: "Rounds | None" = None,
+                 inv_sqrt_ps: np.ndarray = INV_SQRT_PS, w_rows: bool = False) -> None:
         """``quantile``: the rounds of the adaptive clip at that quantile (None: the fixed clip
         ``CLIP``); ``scanned``: rounds whose scan of the batch stream to reuse (the batches do not
-        depend on the clip)."""
+        depend on the clip); ``inv_sqrt_ps``: the public p(s)^{-1/2}; ``w_rows``: h_W's noise row
+        by row (σ_W per unit of p^{-1/2})."""
         self.quantile = quantile
+        self.inv, self.w_rows = np.asarray(inv_sqrt_ps, dtype=np.float64), w_rows
         self.sets = [_core.SiloSet([_silo(s0)], n_groups=2, n_classes=2) for s0 in (0, 1)]  # D, D'
         self.batch_key = _core.NoiseKey.seeded(BATCH_KEY)
         clean = _config(quantile=quantile)
@@ -183,13 +192,14 @@ class Rounds:
         np.testing.assert_array_equal(self.clips, [m["clip_theta"] for m in self.clean[1]])
 
     def step(self, silos, config, noise_key, r: int) -> dict:
-        return silos.step(0, THETA, W, INV_SQRT_PS, config, batch_key=self.batch_key, noise_key=noise_key, round=r)
+        return silos.step(0, THETA, W, self.inv, config, batch_key=self.batch_key, noise_key=noise_key, round=r)
 
     def stds(self, sigma_theta: float, sigma_w: float) -> np.ndarray:
         """The noise stds of each batch's round (batches × 7): with the adaptive clip σ_θ is per unit
         of clip norm and scales with the batch's clip."""
         scale = self.clips if self.quantile is not None else np.ones(self.n_batches)
-        return np.column_stack([np.outer(scale * sigma_theta, np.ones(3)), np.full((self.n_batches, 4), sigma_w)])
+        w = sigma_w * (np.repeat(self.inv, 2) if self.w_rows else np.ones(4))  # rows (r = 0, 1) of l = 2
+        return np.column_stack([np.outer(scale * sigma_theta, np.ones(3)), np.tile(w, (self.n_batches, 1))])
 
     def distances(self, sigma_theta: float, sigma_w: float) -> np.ndarray:
         """Distance between the two neighbours' means, in the given noise stds, per batch."""
@@ -213,7 +223,7 @@ class Rounds:
         dist = np.sqrt(np.sum(diff**2 / sig**2, axis=1))
         weight = diff / sig**2 / dist[:, None]  # per batch: standardised NP direction
         mean0 = projected(self.mean[0])
-        noisy = _config(sigma_theta, sigma_w, subspace, self.quantile)
+        noisy = _config(sigma_theta, sigma_w, subspace, self.quantile, self.inv if self.w_rows else None)
         out = []
         for silos in self.sets:
             key = _core.NoiseKey.secret()
@@ -317,22 +327,28 @@ def test_a_gaussian_audit_catches_sigma_too_small_by_a_tenth(rounds, audit_at_z)
     assert high >= 0.95 / (0.9 * Z), (low, high)  # and it is the 10 % it should be, not more
 
 
-def test_audit_of_the_sigmas_fit_uses(rounds):
+@pytest.mark.parametrize("w_rows", [False, True], ids=["isotropic", "rows"])
+def test_audit_of_the_sigmas_fit_uses(rounds, w_rows, monkeypatch):
     # A real private fit on the audit's silo: one epoch of 10 rounds at ε = 8 gives a per-round
-    # z below 1, so one round is attackable.
+    # z below 1, so one round is attackable. With h_W's noise row by row (pfair.settings.W_NOISE_ROWS),
+    # at public proportions of 10 % and 90 %, where the rows' noise differs from the isotropic one.
+    monkeypatch.setattr(pfair.settings, "W_NOISE_ROWS", w_rows)
+    inv = UNEQUAL if w_rows else INV_SQRT_PS
+    rounds = Rounds(scanned=rounds, inv_sqrt_ps=inv, w_rows=w_rows)
     X, y, s = _silo(0)
     # (validation_share=0: the audit's silo trains on all its records, as the audit's rounds do.)
     model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP, validation_share=0.0,
-                          p_s=[0.5, 0.5], sampling="without_replacement").fit(X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64),
-                                              ledgers="new")
+                          p_s=list(inv ** -2.0), sampling="without_replacement").fit(
+        X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64), ledgers="new")
     report = model.privacy_report_.loc[0]
-    assert report["accounting"] == "public_batch" and report["noise"] == "secret"
+    assert report["accounting"] == "public_batch" and report["noise"] == "secret" and report["w_rows"] == w_rows
     assert report["sample_rate"] == Q and report["denominator"] == BATCH and report["steps"] == 10
     sig_theta, sig_w, z = float(report["sigma_theta"]), float(report["sigma_w"]), float(report["noise_multiplier"])
     d_theta, d_w = float(report["sensitivity_theta"]), float(report["sensitivity_w"])
     # The reported sensitivities are the audit's, and the reported z is the effective multiplier
     # of the reported σ's.
-    assert (d_theta, d_w) == _core.sensitivities(INV_SQRT_PS, n_groups=2, denom=float(BATCH), clip_theta=CLIP)[1:]
+    assert (d_theta, d_w) == pytest.approx(_core.sensitivities(inv, n_groups=2, denom=float(BATCH), clip_theta=CLIP,
+                                                               w_rows=w_rows)[1:], rel=1e-12)
     assert ((d_theta / sig_theta) ** 2 + (d_w / sig_w) ** 2) ** -0.5 == pytest.approx(z, rel=1e-9)
     assert 0.5 < z < 1.0, z
     # The pair is worst case for these σ's as well, and one round with them stays below the exact curve.
@@ -391,3 +407,49 @@ def test_an_adaptive_clip_keeps_the_privacy_of_the_round(rounds):
     t_d, t_n = adaptive.attack(s_theta / 2, s_w, s_theta, s_w)
     low, _ = gaussian_mu_bounds(t_d, t_n)
     assert low > 1.0 / Z, low
+
+
+# ------------------------------------------------------------- h_W's noise row by row, unequal groups
+
+
+@pytest.fixture(scope="module")
+def row_rounds(rounds) -> Rounds:
+    return Rounds(scanned=rounds, inv_sqrt_ps=UNEQUAL, w_rows=True)
+
+
+def test_row_scaled_w_noise_keeps_the_privacy_of_the_round(row_rounds):
+    """Row (r) of h_W is 2 p(r)^{-1/2} U_r (U the unscaled per-group sums) and takes noise of std
+    σ_W p(r)^{-1/2}: moving record 0 between the rare and the common group moves the mean by
+    √2 ‖F‖/m in U's noise units whatever the groups, so the pair stays within 1/z and near it
+    (docs/privacy.md, "Noise on h_W row by row"). The attack at the claimed σ's puts
+    μ̂ there and below the exact curve; the same σ_W on every row, each at the common group's scale
+    (the row scale forgotten where it is largest), is found out."""
+    s_theta, s_w = _claimed_sigmas(Z, inv_sqrt_ps=UNEQUAL, w_rows=True)
+    dist = row_rounds.distances(s_theta, s_w) * Z
+    assert 0.95 <= dist.min() and dist.max() <= 1.0 + 1e-9, dist
+    t_d, t_n = row_rounds.attack(s_theta, s_w, s_theta, s_w)
+    low, high = gaussian_mu_bounds(t_d, t_n)
+    assert low <= 1.0 / Z and high >= 0.95 / Z, (low, high)
+    assert epsilon_lower_bound(t_d, t_n, DELTA_IN) <= gaussian_epsilon(DELTA_IN, 1.0 / Z)
+    # The common group's scale on both rows: the rare row's noise 3 times too small.
+    flat = Rounds(scanned=row_rounds, inv_sqrt_ps=UNEQUAL)
+    t_d, t_n = flat.attack(s_theta, s_w * UNEQUAL.min(), s_theta, s_w * UNEQUAL.min())
+    low, _ = gaussian_mu_bounds(t_d, t_n)
+    assert low > 1.0 / Z, low
+
+
+def test_row_scaled_w_noise_is_less_on_the_common_row_and_more_on_the_rare_one():
+    """The price of the rows: the two releases at one z. The isotropic std (every row) against the
+    row-scaled one: the common row's noise falls, the rare row's rises by at most √2, and the
+    p-weighted variance θ's step reads, Σ_r p_r σ_r², is 2k / (1/ρ₁ + 1/ρ₂) of the isotropic one's."""
+    props = np.array([0.1, 0.9])
+    _, iso = _claimed_sigmas(Z, inv_sqrt_ps=UNEQUAL)
+    _, unit = _claimed_sigmas(Z, inv_sqrt_ps=UNEQUAL, w_rows=True)
+    rows = unit * UNEQUAL
+    assert rows[1] < iso < rows[0] <= math.sqrt(2) * iso
+    ratio = float(np.sum(props * rows ** 2) / np.sum(props * iso ** 2))
+    assert ratio == pytest.approx(2 * 2 / (1 / 0.1 + 1 / 0.9), rel=1e-12)
+    # Two groups of one half: the same noise on every row.
+    _, iso_half = _claimed_sigmas(Z)
+    _, unit_half = _claimed_sigmas(Z, w_rows=True)
+    assert unit_half * INV_SQRT_PS[0] == pytest.approx(iso_half, rel=1e-12)

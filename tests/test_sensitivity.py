@@ -81,6 +81,12 @@ def test_attribute_protection_change_never_exceeds_sensitivity(problem, new_grou
     )
     assert np.linalg.norm(a["psi_theta"] - b["psi_theta"]) <= d_theta * SLACK
     assert np.linalg.norm(a["psi_w"] - b["psi_w"]) <= d_w * SLACK
+    # h_W's noise row by row (std σ_W p(r|b)^{-1/2} on row (b, r)): the change in units of each
+    # row's scale stays within that release's Δ_W (per unit of p^{-1/2}).
+    _, _, d_rows = _core.sensitivities(inv, n_groups=k, denom=denom, fairness=fairness, positive=1,
+                                       protect="attribute", clip_theta=clip_theta, w_rows=True)
+    per_unit = (a["psi_w"] - b["psi_w"]).reshape(-1, l) / inv[:, None]
+    assert np.linalg.norm(per_unit) <= d_rows * SLACK
     # What is sent without noise must not move at all.
     for key in ("loss_grad", "psi_theta_sfree", "psi_w_sfree"):
         np.testing.assert_array_equal(a[key], b[key])
@@ -110,8 +116,9 @@ def test_record_protection_change_never_exceeds_sensitivity(problem, kind):
     assert np.linalg.norm(a["psi_w"] - b["psi_w"]) <= d_w * SLACK
 
 
-def _best_ratios(fairness: str, trials: int = 300) -> tuple[float, float]:
-    """Largest realised change / Δ found by a random search over confident models and large W."""
+def _best_ratios(fairness: str, trials: int = 300, w_rows: bool = False) -> tuple[float, float]:
+    """Largest realised change / Δ found by a random search over confident models and large W
+    (``w_rows``: h_W's change in units of each row's p^{-1/2}, against the row-by-row Δ_W)."""
     rng = np.random.default_rng(2024)
     best_theta = best_w = 0.0
     for _ in range(trials):
@@ -134,15 +141,18 @@ def _best_ratios(fairness: str, trials: int = 300) -> tuple[float, float]:
         kw = dict(k=k, l=l, fairness=fairness, clip_theta=1.0)
         a = grads(X, y, s, theta, W, inv, batch, **kw)
         c = grads(X, y, s2, theta, W, inv, batch, **kw)
-        _, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=float(m), fairness=fairness, positive=1)
+        _, d_theta, d_w = _core.sensitivities(inv, n_groups=k, denom=float(m), fairness=fairness, positive=1,
+                                              w_rows=w_rows)
+        change_w = (a["psi_w"] - c["psi_w"]).reshape(-1, l) / (inv[:, None] if w_rows else 1.0)
         best_theta = max(best_theta, np.linalg.norm(a["psi_theta"] - c["psi_theta"]) / d_theta)
-        best_w = max(best_w, np.linalg.norm(a["psi_w"] - c["psi_w"]) / d_w)
+        best_w = max(best_w, np.linalg.norm(change_w) / d_w)
     return best_theta, best_w
 
 
-def test_sensitivity_bounds_are_attained():
+@pytest.mark.parametrize("w_rows", [False, True], ids=["isotropic", "rows"])
+def test_sensitivity_bounds_are_attained(w_rows):
     for fairness in NOTIONS:
-        best_theta, best_w = _best_ratios(fairness)
+        best_theta, best_w = _best_ratios(fairness, w_rows=w_rows)
         assert 0.95 <= best_theta <= SLACK, (fairness, best_theta)
         assert 0.95 <= best_w <= SLACK, (fairness, best_w)
 

@@ -48,6 +48,7 @@ fn bench_kernels(c: &mut Criterion) {
         send_psi: true,
         subspace: None,
         clip_quantile: None,
+        w_row_scale: None,
     };
     let cfgs = vec![cfg; 3];
     let server = ServerConfig { lam: 1.0, lr_theta: 0.25, lr_w: 0.5, w_radius: 2.0 };

@@ -155,6 +155,7 @@ fn main() {
         send_psi: true,
         subspace: None,
         clip_quantile: None,
+        w_row_scale: None,
     };
     let cfgs = vec![cfg; n_silos];
     let keys: Vec<SiloKeys> =

@@ -424,6 +424,8 @@ def main() -> None:
                     help="with --warm-from-zero: the λ = 0 model's θ times this before the fit (WARM_SHRINK)")
     ap.add_argument("--cap", type=int, default=None,
                     help="batch_size='auto''s cap for noisy rounds (pfair.settings.AUTO_BATCH_PRIVATE) in these fits")
+    ap.add_argument("--w-noise", choices=["rows", "isotropic"], default=None,
+                    help="h_W's noise in the private fits (default: the package's, pfair.settings.W_NOISE_ROWS)")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
                     help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
@@ -446,6 +448,11 @@ def main() -> None:
         import pfair.settings
 
         pfair.settings.AUTO_BATCH_PRIVATE = args.cap
+    if args.w_noise is not None:
+        # h_W's noise row by row or the same on every row (docs/optimisation.md, "W's noise row by row").
+        import pfair.settings
+
+        pfair.settings.W_NOISE_ROWS = args.w_noise == "rows"
     if args.warm_from_zero:
         global WARM_FROM_ZERO, WARM_SHRINK
         WARM_FROM_ZERO, WARM_SHRINK = True, args.warm_shrink

@@ -50,6 +50,7 @@ def sensitivities(
     clip_theta: float = 1.0,
     clip_w: float = ...,
     relation: str = "replace_one",
+    w_rows: bool = False,
 ) -> Tuple[float, float, float]:
     """(loss, theta, w) sensitivities; relation "replace_one" or "add_remove"."""
 
@@ -107,10 +108,15 @@ class SiloConfig:
         send_psi: bool = True,
         subspace: Optional[npt.NDArray[np.float64]] = None,
         clip_quantile: Optional[float] = None,
+        w_row_scale: Optional[npt.NDArray[np.float64]] = None,
     ) -> None:
         """``clip_quantile`` (attribute mode): each round clips the b_i to that quantile of its batch's
         s-free scales (rust/src/psi/clip_scale.rs) and multiplies ``sigma_theta`` (then a std per unit of
-        clip norm) by it."""
+        clip norm) by it. ``w_row_scale`` (attribute mode): the released ``p(r|b)^(-1/2)`` (``blocks × k``,
+        flat); row (b, r) of h_W then takes noise of std ``sigma_w * w_row_scale[b*k + r]``, and a round
+        refuses a config whose scales are not the round's ``inv_sqrt_ps``."""
+    @property
+    def w_row_scale(self) -> Optional[npt.NDArray[np.float64]]: ...
     @property
     def subspace(self) -> Optional[npt.NDArray[np.float64]]: ...
     @property

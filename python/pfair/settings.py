@@ -88,6 +88,16 @@ DEEP_STRETCH_RECORDS = 500_000
 #: test error 0.03 above logistic regression's (docs/optimisation.md, "A run's rounds on small
 #: tables"). The silos' sizes are public, so the run's length stays a public setting.
 ROUNDS_PER_EPOCH_FLOOR = 16
+#: A private fit's noise on ``h_W`` in attribute mode (:attr:`SteFFLeSettings.w_noise_rows`): False
+#: (the default), the same noise on every row, sized by the two rarest groups of a block (Gupta et al.
+#: 2024's release); True, each row ``(b, r)`` takes noise in proportion to its own ``p(r | b)^{-1/2}``
+#: (the release of the unscaled per-group sums, sensitivity ``√2 / m`` whatever the groups, scaled
+#: after by the released proportions: docs/privacy.md, "Noise on h_W row by row"). The two are equal
+#: for two groups of one half; with unequal groups the rows put less noise on the common groups' rows
+#: and up to √2 times more on the rarest one's. Measured at ε = 1 and not adopted: the rarest groups'
+#: rates, which set a largest-gap violation, get noisier (docs/optimisation.md, "W's noise row by
+#: row"). A switch for studies, read when a fit plans its noise.
+W_NOISE_ROWS = False
 #: ``lr_decay`` and ``decay_every`` of ``"auto"``: the step's decay of a fit other than the default
 #: private run (η_θ times 0.8 every 10 epochs).
 AUTO_DECAY = (0.8, 10)
@@ -604,6 +614,14 @@ class SteFFLeSettings:
         """Whether the ψ parts are sent (λ > 0, or a fairness target that may raise λ); otherwise
         nothing sent depends on s."""
         return self.lam > 0 or self.max_violation is not None
+
+    @property
+    def w_noise_rows(self) -> bool:
+        """Whether a private fit's ``h_W`` noise is scaled row by row (:data:`W_NOISE_ROWS`):
+        attribute mode in the standard topology, any calibration but the paper's (whose closed form
+        prices the isotropic release); record mode clips the W part as a whole and keeps one std."""
+        return (W_NOISE_ROWS and self.protect == "attribute" and self.mode == "standard"
+                and self.calibration != "paper")
 
     @property
     def p_s_source(self) -> str:

@@ -38,6 +38,8 @@ pub enum ConfigError {
     Subspace(String),
     /// An adaptive clip quantile outside (0, 1], or asked for in record mode.
     ClipQuantile(String),
+    /// Row scales of `h_W`'s noise that are not finite and > 0, or asked for in record mode.
+    WRows(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -76,6 +78,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::Subspace(why) => write!(f, "theta_subspace: {why}"),
             ConfigError::ClipQuantile(why) => f.write_str(why),
+            ConfigError::WRows(why) => f.write_str(why),
         }
     }
 }

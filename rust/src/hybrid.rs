@@ -364,7 +364,7 @@ mod tests {
         let (x, y, s) = data(200);
         let silo = Silo { x: Features::auto(x, 2), y, s };
         let keys = SiloKeys::seeded(5);
-        let cfg = SiloConfig { sampling: Sampling::WithoutReplacement { m: 32 }, protect: Protect::Attribute { clip_theta: f64::INFINITY }, sigma_loss: 0.0, sigma_theta: 0.0, sigma_w: 0.0, send_psi: true, subspace: None, clip_quantile: None };
+        let cfg = SiloConfig { sampling: Sampling::WithoutReplacement { m: 32 }, protect: Protect::Attribute { clip_theta: f64::INFINITY }, sigma_loss: 0.0, sigma_theta: 0.0, sigma_w: 0.0, send_psi: true, subspace: None, clip_quantile: None, w_row_scale: None };
         let server = ServerConfig { lam: 1.0, lr_theta: 0.3, lr_w: 0.3, w_radius: 3.0 };
         let inv = [1.2, 1.6];
         let (mut t1, mut w1) = (vec![0.0; 3], vec![0.1; 4]);

@@ -50,6 +50,12 @@ pub struct SiloConfig {
     /// ([`crate::psi::clip_scale`]) and scales `sigma_theta`, then a std per unit of clip norm, by
     /// `C_t`. Same noise multiplier, same accounting (`docs/privacy.md`, "An adaptive clip norm").
     pub clip_quantile: Option<f64>,
+    /// Row scales of `h_W`'s noise (attribute mode only; None: the same `sigma_w` on every
+    /// coordinate): row `(b, r)` of `h_W` (its `l` coordinates) takes noise of std
+    /// `sigma_w · w_row_scale[b·k + r]`, with `w_row_scale` the released `p(r | b)^{-1/2}` and
+    /// `sigma_w` a std per unit of it ([`crate::sensitivity`], `docs/privacy.md`, "Noise on h_W row
+    /// by row").
+    pub w_row_scale: Option<Vec<f64>>,
 }
 
 impl SiloConfig {
@@ -63,9 +69,18 @@ impl SiloConfig {
         sigma_w: f64,
         send_psi: bool,
     ) -> Result<Self, ConfigError> {
-        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi, subspace: None, clip_quantile: None };
+        let cfg = SiloConfig { sampling, protect, sigma_loss, sigma_theta, sigma_w, send_psi, subspace: None, clip_quantile: None, w_row_scale: None };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// This configuration with `h_W`'s noise scaled row by row by `scale` (`blocks × k` values,
+    /// each finite and > 0: the released `p(r | b)^{-1/2}`); refused in record mode, where the
+    /// `W` part is clipped as a whole and its sensitivity does not split by rows.
+    pub fn with_w_row_scale(mut self, scale: Vec<f64>) -> Result<Self, ConfigError> {
+        self.w_row_scale = Some(scale);
+        self.validate()?;
+        Ok(self)
     }
 
     /// This configuration with `h_θ` projected on `subspace` after its noise; refused in record
@@ -100,6 +115,20 @@ impl SiloConfig {
                  would release them"
                     .into(),
             ));
+        }
+        if let Some(scale) = &self.w_row_scale {
+            if scale.is_empty() || scale.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(ConfigError::WRows(format!(
+                    "w_row_scale must be a non-empty list of finite values > 0 (the released p(r|b)^(-1/2)), got {scale:?}"
+                )));
+            }
+            if !matches!(self.protect, Protect::Attribute { .. }) {
+                return Err(ConfigError::WRows(
+                    "row-scaled noise on h_W is only for attribute mode: in record mode the W part is clipped as a \
+                     whole, so its sensitivity does not split by rows"
+                        .into(),
+                ));
+            }
         }
         if let Some(q) = self.clip_quantile {
             if !(q > 0.0 && q <= 1.0) {
@@ -202,7 +231,17 @@ fn apply_noise_scaled(msg: &mut BatchGradients, cfg: &SiloConfig, z: &[f64], the
     add(&mut msg.loss_grad, z_loss, cfg.sigma_loss);
     if cfg.send_psi {
         add(&mut msg.psi_theta, z_theta, cfg.sigma_theta * theta_scale);
-        add(&mut msg.psi_w, z_w, cfg.sigma_w);
+        match &cfg.w_row_scale {
+            // Row (b, r): its l coordinates at std sigma_w · p(r|b)^{-1/2}. The bindings check
+            // that the rows divide h_W (w_len = rows · l) before a round.
+            Some(scale) if !z_w.is_empty() => {
+                let l = msg.psi_w.len() / scale.len();
+                for ((row, z), c) in msg.psi_w.chunks_mut(l).zip(z_w.chunks(l)).zip(scale) {
+                    add(row, z, cfg.sigma_w * c);
+                }
+            }
+            _ => add(&mut msg.psi_w, z_w, cfg.sigma_w),
+        }
         if let Some(sub) = &cfg.subspace {
             // Post-processing of the noised release by a map that does not read s.
             sub.project(&mut msg.psi_theta);
@@ -393,6 +432,7 @@ pub(crate) mod tests {
             send_psi: true,
             subspace: None,
             clip_quantile: None,
+            w_row_scale: None,
         }
     }
 
@@ -522,6 +562,35 @@ pub(crate) mod tests {
         let mut pieces = silo_parts(&silo, at, &batch, c.sampling.denominator(silo.len()), c.protect);
         noise_message(&mut pieces, &c, &k, 2, 9);
         assert_eq!(whole, pieces);
+    }
+
+    #[test]
+    fn row_scaled_w_noise_is_the_same_draws_times_each_rows_scale() {
+        // Two blocks (equalized odds) of two groups, l = 2: four rows of two coordinates.
+        let silo = toy_silo(60, 8);
+        let theta = vec![0.2, -0.1, 0.3];
+        let w = vec![0.1; 8];
+        let inv = vec![1.1, 3.0, 1.6, 1.3];
+        let psi = PsiInputs { fairness: Fairness::EqualizedOdds, w: &w, inv_sqrt_ps: &inv };
+        let at = Point { dims: DIMS, theta: &theta, psi };
+        let keys = SiloKeys::seeded(11);
+        let flat = silo_step(&silo, at, &cfg(0.4), &keys, 1, 5);
+        let rows = cfg(0.4).with_w_row_scale(inv.clone()).unwrap();
+        let scaled = silo_step(&silo, at, &rows, &keys, 1, 5);
+        let exact = silo_step(&silo, at, &SiloConfig { sigma_w: 0.0, ..cfg(0.4) }, &keys, 1, 5);
+        // Only h_W differs; its noise on row (b, r) is the flat noise times p(r|b)^{-1/2}.
+        assert_eq!(flat.psi_theta, scaled.psi_theta);
+        assert_eq!(flat.loss_grad, scaled.loss_grad);
+        for t in 0..8 {
+            let (n_flat, n_rows) = (flat.psi_w[t] - exact.psi_w[t], scaled.psi_w[t] - exact.psi_w[t]);
+            assert!(n_flat.abs() > 0.0);
+            assert!((n_rows - n_flat * inv[t / 2]).abs() < 1e-12, "coordinate {t}");
+        }
+        // Refused in record mode and for scales that are not finite and > 0.
+        let record = SiloConfig { protect: Protect::Record { clip_loss: 1.0, clip_theta: 1.0, clip_w: 1.0 }, ..cfg(0.1) };
+        assert!(matches!(record.with_w_row_scale(vec![1.0, 1.0]), Err(ConfigError::WRows(_))));
+        assert!(matches!(cfg(0.1).with_w_row_scale(vec![1.0, f64::NAN]), Err(ConfigError::WRows(_))));
+        assert!(matches!(cfg(0.1).with_w_row_scale(vec![]), Err(ConfigError::WRows(_))));
     }
 
     #[test]

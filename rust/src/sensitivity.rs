@@ -8,6 +8,13 @@
 //!     different rows, so the change has norm `2 ‖F_i‖ (1/p(r) + 1/p(r'))^{1/2}`. With
 //!     `‖F_i‖₂ ≤ 1` and `p(r), p(r')` at least the two smallest group proportions `ρ₁ ≤ ρ₂` of
 //!     the record's block: `Δ_W = (2/m) max_blocks (1/ρ₁ + 1/ρ₂)^{1/2} ≤ 2√2 / (m √ρ)`.
+//!   - Row-scaled (`w_rows`): `h_W`'s row `(b, r)` is `2 p(r|b)^{-1/2}` times the unscaled sum
+//!     `U_{b,r} = Σ_{i: b_i = b, s_i = r} F_i / m`. Moving one record from row `r` to `r'` moves
+//!     `U` by `√2 ‖F_i‖ / m ≤ √2 / m` whatever the groups. Noise of std `σ p(r|b)^{-1/2}` on row
+//!     `(b, r)` of `h_W` is noise of std `σ/2` on `U` (post-processing by the released
+//!     proportions), so the part's ratio `Δ/σ` is that of sensitivity `Δ_W = 2√2 / m` in units
+//!     of `p^{-1/2}`: the noise of each row follows its own group's scale instead of the two
+//!     rarest groups'.
 //!   - `g`, `a_θ`, `a_W` do not depend on `s` and are sent exactly.
 //! * `Record` mode, neighbour = one whole record replaced: every per-record part is clipped to its
 //!   norm `C_p`, so `Δ_p = 2 C_p / m`.
@@ -39,15 +46,21 @@ impl Sensitivities {
 }
 
 /// Replace-one sensitivities for batch denominator `denom`, `k` groups and the table
-/// `inv_sqrt_ps` (`blocks × k`, `p(s=r|block)^{-1/2}`).
+/// `inv_sqrt_ps` (`blocks × k`, `p(s=r|block)^{-1/2}`). With `w_rows` (attribute mode), `w` is
+/// the sensitivity per unit of `p^{-1/2}` of the row-scaled noise (`2√2 / m`).
 pub fn sensitivities(
     protect: Protect,
     fairness: Fairness,
     k: usize,
     inv_sqrt_ps: &[f64],
     denom: f64,
+    w_rows: bool,
 ) -> Sensitivities {
     match protect {
+        Protect::Attribute { clip_theta } if w_rows => {
+            let _ = (fairness, k, inv_sqrt_ps);
+            Sensitivities { loss: 0.0, theta: 2.0 * clip_theta / denom, w: 2.0 * 2f64.sqrt() / denom }
+        }
         Protect::Attribute { clip_theta } => {
             let blocks = inv_sqrt_ps.len() / k;
             let mut worst: f64 = 0.0;
@@ -76,9 +89,15 @@ pub fn sensitivities(
 /// * `Attribute`: `‖b̃_i‖ ≤ C_θ`, and `‖c_i‖ = 2 ‖F_i‖ p(s_i)^{-1/2} ≤ 2 max_{b,r} p(r|b)^{-1/2}`.
 /// * `Record`: each clipped part has norm at most its clip.
 ///
+/// With `w_rows` (attribute mode), `‖c_i‖` in units of its row's `p^{-1/2}`: `2 ‖F_i‖ ≤ 2`.
+///
 /// All divided by the batch denominator.
-pub fn contribution_bounds(protect: Protect, inv_sqrt_ps: &[f64], denom: f64) -> Sensitivities {
+pub fn contribution_bounds(protect: Protect, inv_sqrt_ps: &[f64], denom: f64, w_rows: bool) -> Sensitivities {
     match protect {
+        Protect::Attribute { clip_theta } if w_rows => {
+            let _ = inv_sqrt_ps;
+            Sensitivities { loss: 0.0, theta: clip_theta / denom, w: 2.0 / denom }
+        }
         Protect::Attribute { clip_theta } => {
             let worst = inv_sqrt_ps.iter().cloned().fold(0.0, f64::max);
             Sensitivities { loss: 0.0, theta: clip_theta / denom, w: 2.0 * worst / denom }
@@ -122,7 +141,7 @@ mod tests {
     fn attribute_sensitivities_use_two_smallest_proportions() {
         // p = (0.2, 0.3, 0.5): Δ_W = 2/m · sqrt(1/0.2 + 1/0.3).
         let inv: Vec<f64> = [0.2f64, 0.3, 0.5].iter().map(|p| p.powf(-0.5)).collect();
-        let s = sensitivities(Protect::Attribute { clip_theta: 1.5 }, Fairness::DemographicParity, 3, &inv, 10.0);
+        let s = sensitivities(Protect::Attribute { clip_theta: 1.5 }, Fairness::DemographicParity, 3, &inv, 10.0, false);
         assert!((s.w - 0.2 * (5.0f64 + 1.0 / 0.3).sqrt()).abs() < 1e-12);
         assert!((s.theta - 0.3).abs() < 1e-12);
         assert_eq!(s.loss, 0.0);
@@ -133,27 +152,48 @@ mod tests {
     #[test]
     fn attribute_sensitivity_takes_the_worst_block() {
         let inv: Vec<f64> = [0.5f64, 0.5, 0.1, 0.9].iter().map(|p| p.powf(-0.5)).collect();
-        let s = sensitivities(Protect::Attribute { clip_theta: 1.0 }, Fairness::EqualizedOdds, 2, &inv, 1.0);
+        let s = sensitivities(Protect::Attribute { clip_theta: 1.0 }, Fairness::EqualizedOdds, 2, &inv, 1.0, false);
         assert!((s.w - 2.0 * (10.0f64 + 1.0 / 0.9).sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn row_scaled_w_sensitivity_is_two_root_two_over_m_whatever_the_groups() {
+        // Moving one record between rows r and r' of the unscaled sums U moves U by √2 ‖F‖/m;
+        // noise σ p^{-1/2} on h_W's rows is σ/2 on U, so Δ/σ is that of 2√2/m per unit p^{-1/2}.
+        for ps in [[0.5f64, 0.5], [0.04, 0.96]] {
+            let inv: Vec<f64> = ps.iter().map(|p| p.powf(-0.5)).collect();
+            let s = sensitivities(Protect::Attribute { clip_theta: 1.0 }, Fairness::DemographicParity, 2, &inv, 8.0, true);
+            assert!((s.w - 2.0 * 2f64.sqrt() / 8.0).abs() < 1e-15);
+            let a = contribution_bounds(Protect::Attribute { clip_theta: 1.0 }, &inv, 8.0, true);
+            assert!((a.w - 2.0 / 8.0).abs() < 1e-15);
+        }
+        // Two balanced groups: the same noise on every row as the isotropic release.
+        let inv = [2f64.sqrt(), 2f64.sqrt()];
+        let iso = sensitivities(Protect::Attribute { clip_theta: 1.0 }, Fairness::DemographicParity, 2, &inv, 1.0, false);
+        let rows = sensitivities(Protect::Attribute { clip_theta: 1.0 }, Fairness::DemographicParity, 2, &inv, 1.0, true);
+        assert!((iso.w - rows.w * inv[0]).abs() < 1e-12);
+        // Record mode ignores the flag.
+        let p = Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 };
+        assert_eq!(sensitivities(p, Fairness::DemographicParity, 2, &inv, 4.0, true), sensitivities(p, Fairness::DemographicParity, 2, &inv, 4.0, false));
     }
 
     #[test]
     fn record_sensitivities_are_twice_the_clip_over_m() {
         let p = Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 };
-        let s = sensitivities(p, Fairness::DemographicParity, 2, &[1.0, 1.0], 4.0);
+        let s = sensitivities(p, Fairness::DemographicParity, 2, &[1.0, 1.0], 4.0, false);
         assert_eq!(s.parts(p), vec![0.5, 1.0, 1.5]);
     }
 
     #[test]
     fn contribution_bounds_are_one_record_worth() {
         let inv: Vec<f64> = [0.25f64, 0.75].iter().map(|p| p.powf(-0.5)).collect();
-        let a = contribution_bounds(Protect::Attribute { clip_theta: 1.0 }, &inv, 4.0);
+        let a = contribution_bounds(Protect::Attribute { clip_theta: 1.0 }, &inv, 4.0, false);
         assert_eq!(a.theta, 0.25);
         assert!((a.w - 2.0 * 2.0 / 4.0).abs() < 1e-12);
         let p = Protect::Record { clip_loss: 1.0, clip_theta: 2.0, clip_w: 3.0 };
-        let r = contribution_bounds(p, &inv, 2.0);
+        let r = contribution_bounds(p, &inv, 2.0, false);
         // In record mode the replace-one sensitivity is exactly twice the contribution bound.
-        let s = sensitivities(p, Fairness::DemographicParity, 2, &inv, 2.0);
+        let s = sensitivities(p, Fairness::DemographicParity, 2, &inv, 2.0, false);
         assert_eq!((2.0 * r.loss, 2.0 * r.theta, 2.0 * r.w), (s.loss, s.theta, s.w));
     }
 

@@ -69,6 +69,16 @@ class NoisePlan:
     protect: str
     sends_psi: bool
     accounting: str
+    #: ``sigma_w`` is a std per unit of ``p(r | b)^{-1/2}``: row ``(b, r)`` of ``h_W`` takes
+    #: ``sigma_w · p(r | b)^{-1/2}`` (:attr:`~pfair.settings.SteFFLeSettings.w_noise_rows`); False:
+    #: ``sigma_w`` on every coordinate.
+    w_rows: bool = False
+
+    def w_noise_stds(self, inv_sqrt_ps: np.ndarray) -> np.ndarray:
+        """The std of ``h_W``'s noise on each row ``(b, r)`` (``blocks × k``, flat) under the released
+        ``inv_sqrt_ps``."""
+        inv = np.asarray(inv_sqrt_ps, dtype=np.float64).ravel()
+        return self.sigma_w * inv if self.w_rows else np.full(inv.shape, self.sigma_w)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -261,23 +271,28 @@ def _z_first(epsilon: float, delta: float, q: float, steps: int, sampling: str, 
 
 def mechanism_terms(*, n_records: int, batch_size: int, sampling: str, proportions: np.ndarray,
                     notion: FairnessNotion, protect: str, clip_loss: float, clip_theta: float, clip_w: float,
-                    sends_psi: bool, sample_rate: float | None = None, denominator: float | None = None) -> dict:
+                    sends_psi: bool, sample_rate: float | None = None, denominator: float | None = None,
+                    w_rows: bool = False) -> dict:
     """The fields of a :class:`NoisePlan` that follow from a silo's size, settings and the
     released ``proportions`` alone: batch scheme, rate and divisor, protection, parts sent, and
     the replace-one sensitivity Δ of each noised part (0 for a part not noised). A plan is valid
     for settings only if these fields are what they give (:meth:`SiloParty.adopt` checks them).
     ``sample_rate`` and ``denominator`` replace :func:`sample_rate_and_denominator`'s (a sensitive
-    silo of a hybrid topology sends sums, divisor 1, over batches drawn at its own rate)."""
+    silo of a hybrid topology sends sums, divisor 1, over batches drawn at its own rate).
+    ``w_rows``: ``h_W``'s noise scaled row by row (attribute mode; its Δ_W is then per unit of
+    ``p^{-1/2}``, ``2√2 / m``: docs/privacy.md, "Noise on h_W row by row")."""
+    w_rows = bool(w_rows) and protect == "attribute"
     q, denom = sample_rate_and_denominator(sampling, n_records, batch_size)
     q = q if sample_rate is None else float(sample_rate)
     denom = denom if denominator is None else float(denominator)
     props = np.asarray(proportions, dtype=np.float64)
     d_loss, d_theta, d_w = _core.sensitivities(
         inv_sqrt_proportions(props), n_groups=props.shape[1], denom=denom, **notion.core_args(), protect=protect,
-        clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+        clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w, w_rows=w_rows)
     return dict(sampling=sampling, sample_rate=q, denominator=denom, protect=protect, sends_psi=sends_psi,
                 sensitivity_loss=d_loss if protect == "record" else 0.0,
-                sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0)
+                sensitivity_theta=d_theta if sends_psi else 0.0, sensitivity_w=d_w if sends_psi else 0.0,
+                w_rows=w_rows and sends_psi)
 
 
 @dataclass(frozen=True)
@@ -319,6 +334,8 @@ class NoiseRequest:
     #: adaptive clip ``clip_theta`` is the unit 1 and this the fixed default
     #: (:attr:`~pfair.settings.SteFFLeSettings.reference_clip`).
     refusal_clip_theta: float | None = None
+    #: ``h_W``'s noise scaled row by row (:attr:`~pfair.settings.SteFFLeSettings.w_noise_rows`).
+    w_rows: bool = False
 
     @classmethod
     def of_settings(cls, settings: Any, *, silo: int, n_records: int, steps: int, delta: float | None,
@@ -330,7 +347,7 @@ class NoiseRequest:
         fields = dict(silo=silo, n_records=n_records, batch_size=st.batch_size, sampling=st.sampling, steps=steps,
                       epsilon=st.epsilon, delta=delta, notion=st.notion, protect=st.protect,
                       calibration=st.calibration, sends_psi=st.sends_psi, **st.clips(),
-                      refusal_clip_theta=st.reference_clip)
+                      refusal_clip_theta=st.reference_clip, w_rows=st.w_noise_rows)
         fields.update(overrides)
         return cls(**fields)
 
@@ -340,7 +357,7 @@ class NoiseRequest:
                                proportions=proportions, notion=self.notion, protect=self.protect,
                                clip_loss=self.clip_loss, clip_theta=self.clip_theta,
                                clip_w=self.clip_w, sends_psi=self.sends_psi, sample_rate=self.sample_rate,
-                               denominator=self.denominator)
+                               denominator=self.denominator, w_rows=self.w_rows)
 
 
 def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
@@ -369,7 +386,7 @@ def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
         scheme = "full_batch"
     inv_sqrt_ps = inv_sqrt_proportions(proportions)
     kw = dict(n_groups=proportions.shape[1], denom=denom, **notion.core_args(), protect=protect,
-              clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w)
+              clip_loss=clip_loss, clip_theta=clip_theta, clip_w=clip_w, w_rows=terms["w_rows"])
     # What the accountant's noise multiplier is measured against (docs/accounting.md, units table).
     relation = "add_remove" if scheme == "poisson_replace_one" else "replace_one"
     a_loss, a_theta, a_w = _core.sensitivities(inv_sqrt_ps, relation=relation, **kw)
@@ -414,6 +431,9 @@ def plan_silo_noise(request: NoiseRequest, proportions: np.ndarray, *,
             z = _z_first(float(target), float(delta), float(q), int(steps), scheme, acct)
         stds = _core.noise_stds(parts, z)
     else:  # "paper": Gupta et al. 2024, Thm 3.3 closed form, then measured
+        if terms["w_rows"]:
+            raise ValueError("calibration='paper' prices the isotropic release of h_W (one std on every row); "
+                             "its noise cannot be scaled row by row: plan it with w_rows=False")
         rho = float(proportions.min())
         sigma_theta, sigma_w = paper_noise_stds(
             epsilon=epsilon, delta=delta, n=n_records, steps=steps, rho=rho, clip=clip_theta

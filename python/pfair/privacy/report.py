@@ -26,13 +26,17 @@ REPORT_COLUMN_MEANINGS: dict[str, str] = {
     "sensitivity_loss": "replace-one sensitivity of the loss-gradient part (0: sent without noise)",
     "sensitivity_theta": "replace-one sensitivity of the s-dependent theta part (with clip='adaptive': per unit "
                          "of clip norm, each round's is 2 C_t / m)",
-    "sensitivity_w": "replace-one sensitivity of the W (fairness adversary) part",
+    "sensitivity_w": "replace-one sensitivity of the W (fairness adversary) part (with w_rows: per unit of "
+                     "p(r|b)^(-1/2), 2 sqrt(2) / m)",
     "noise_multiplier": "z = noise std / sensitivity of the joint Gaussian mechanism (inf: nothing "
                         "sent depends on the protected data)",
     "sigma_loss": "noise std actually added to the loss-gradient part",
     "sigma_theta": "noise std actually added to the theta part (with clip='adaptive': per unit of clip norm, "
                    "each round adds sigma_theta * C_t for its clip C_t)",
-    "sigma_w": "noise std actually added to the W part",
+    "sigma_w": "noise std actually added to the W part (with w_rows: per unit of p(r|b)^(-1/2); row (b, r) "
+               "of the W part gets sigma_w * p(r|b)^(-1/2))",
+    "w_rows": "whether the W part's noise is scaled row by row, each group's row by its own p(r|b)^(-1/2) "
+              "(attribute mode), instead of one std on every row",
     "target_epsilon": "the silo's budget epsilon (what you asked for)",
     "delta": "the silo's delta (default 1/n^2, n = every record the silo holds)",
     "epsilon": "epsilon of the silo's earlier spending plus every planned round of this fit",

@@ -74,15 +74,23 @@ def checkpoint_event(noise_multiplier: float, name: str, steps: int = 1) -> Any:
 
 
 def silo_config(settings: SteFFLeSettings, n_records: int, plan: NoisePlan | None,
-                subspace: np.ndarray | None = None) -> Any:
+                subspace: np.ndarray | None = None, inv_sqrt_ps: np.ndarray | None = None) -> Any:
     """The Rust ``SiloConfig`` of a silo's rounds under ``plan`` (no noise without a plan), with
-    ``h_θ`` projected on the columns of ``subspace`` after its noise (:mod:`pfair.privacy.subspace`)."""
+    ``h_θ`` projected on the columns of ``subspace`` after its noise (:mod:`pfair.privacy.subspace`)
+    and, for a plan whose ``h_W`` noise is scaled row by row (``plan.w_rows``), the rows' scales: the
+    released ``inv_sqrt_ps`` the kernel reads (Rust refuses a round under other ones)."""
+    rows = None
+    if plan is not None and plan.w_rows:
+        if inv_sqrt_ps is None:
+            raise ValueError("a noise plan whose h_W noise is scaled row by row needs the released proportions' "
+                             "inv_sqrt_ps")
+        rows = np.ascontiguousarray(np.asarray(inv_sqrt_ps, dtype=np.float64).ravel())
     sig = (plan.sigma_loss, plan.sigma_theta, plan.sigma_w) if plan is not None else (0.0, 0.0, 0.0)
     rate, _ = sample_rate_and_denominator(settings.sampling, n_records, settings.batch_size)
     return _core.SiloConfig(
         sampling=settings.sampling, batch_size=settings.batch_size, sample_rate=rate, protect=settings.protect,
         sigma_loss=sig[0], sigma_theta=sig[1], sigma_w=sig[2], send_psi=settings.sends_psi, **settings.clips(),
-        subspace=subspace, clip_quantile=settings.clip_quantile,
+        subspace=subspace, clip_quantile=settings.clip_quantile, w_row_scale=rows,
     )
 
 
@@ -311,9 +319,9 @@ class SiloParty:
         proportions = self._proportions(proportions)
         self._check_plan(plan, proportions)
         self.plan = plan
-        self.config = silo_config(self.settings, self.n_records, plan, self.theta_basis())
-        self._checkpoint_noise()
         self.inv_sqrt_ps = inv_sqrt_proportions(proportions)
+        self.config = silo_config(self.settings, self.n_records, plan, self.theta_basis(), self.inv_sqrt_ps)
+        self._checkpoint_noise()
         self.run_id = run_id or uuid.uuid4().hex
         begin_run(self.ledger, plan, self.run_id)
         return plan
@@ -345,7 +353,8 @@ class SiloParty:
         want = {"silo": self.silo_id, "n_records": self.n_records, "target_epsilon": st.epsilon if st.private else None,
                 **mechanism_terms(n_records=self.n_records, batch_size=st.batch_size, sampling=st.sampling,
                                   proportions=proportions, notion=st.notion,
-                                  protect=st.protect, sends_psi=st.sends_psi, **st.clips())}
+                                  protect=st.protect, sends_psi=st.sends_psi, **st.clips(),
+                                  w_rows=st.w_noise_rows)}
         have = plan.as_dict()
         differ = [k for k, v in want.items()
                   if not (v == have[k] or (isinstance(v, float) and isinstance(have[k], float)

@@ -138,11 +138,12 @@ pub(super) fn batch_gradients<'py>(
 }
 
 /// Sensitivities `(loss, theta, w)` of the noised message parts: `relation="replace_one"` gives
-/// the replace-one sensitivities, `"add_remove"` the largest contribution of one record.
+/// the replace-one sensitivities, `"add_remove"` the largest contribution of one record;
+/// `w_rows=True` (attribute mode): `w` per unit of `p^{-1/2}` for noise scaled row by row.
 #[pyfunction]
 #[pyo3(signature = (inv_sqrt_ps, *, n_groups, denom, fairness="demographic_parity", positive=1,
                     protect="attribute", clip_loss=f64::INFINITY, clip_theta=1.0, clip_w=f64::INFINITY,
-                    relation="replace_one"))]
+                    relation="replace_one", w_rows=false))]
 // One parameter per argument of the Python signature above: positional arguments, or the
 // settings of a constructor or kernel entry point, which stay in the signature Python shows
 // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
@@ -158,6 +159,7 @@ pub(super) fn sensitivities(
     clip_theta: f64,
     clip_w: f64,
     relation: &str,
+    w_rows: bool,
 ) -> PyResult<(f64, f64, f64)> {
     let fairness = Fairness::parse(fairness, positive)?;
     let protect = Protect::parse(protect, clip_loss, clip_theta, clip_w)?;
@@ -168,8 +170,8 @@ pub(super) fn sensitivities(
     check_inv_sqrt_ps(inv)?;
     check_denom(denom)?;
     let s = match relation {
-        "replace_one" => sensitivity::sensitivities(protect, fairness, n_groups, inv, denom),
-        "add_remove" => sensitivity::contribution_bounds(protect, inv, denom),
+        "replace_one" => sensitivity::sensitivities(protect, fairness, n_groups, inv, denom, w_rows),
+        "add_remove" => sensitivity::contribution_bounds(protect, inv, denom, w_rows),
         other => return Err(value_error(format!("relation={other:?} is unknown; use 'replace_one' or 'add_remove'"))),
     };
     Ok((s.loss, s.theta, s.w))

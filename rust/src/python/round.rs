@@ -34,7 +34,7 @@ impl PySiloConfig {
     #[pyo3(signature = (*, sampling="without_replacement", batch_size=256, sample_rate=1.0,
                         protect="attribute", clip_loss=f64::INFINITY, clip_theta=f64::INFINITY,
                         clip_w=f64::INFINITY, sigma_loss=0.0, sigma_theta=0.0, sigma_w=0.0,
-                        send_psi=true, subspace=None, clip_quantile=None))]
+                        send_psi=true, subspace=None, clip_quantile=None, w_row_scale=None))]
     // One parameter per argument of the Python signature above: positional arguments, or the
     // settings of a constructor or kernel entry point, which stay in the signature Python shows
     // (help, inspect). The per-round bindings read their keywords into structs (kwargs.rs).
@@ -53,6 +53,7 @@ impl PySiloConfig {
         send_psi: bool,
         subspace: Option<PyReadonlyArray2<'_, f64>>,
         clip_quantile: Option<f64>,
+        w_row_scale: Option<PyReadonlyArray1<'_, f64>>,
     ) -> PyResult<Self> {
         // The noise stds are checked before the names are parsed, so their error comes first.
         SiloConfig::check_noise_stds(sigma_loss, sigma_theta, sigma_w)?;
@@ -70,6 +71,10 @@ impl PySiloConfig {
             None => cfg,
             Some(q) => cfg.with_clip_quantile(q)?,
         };
+        let cfg = match w_row_scale {
+            None => cfg,
+            Some(v) => cfg.with_w_row_scale(v.as_array().iter().copied().collect())?,
+        };
         Ok(PySiloConfig { inner: cfg })
     }
 
@@ -77,6 +82,12 @@ impl PySiloConfig {
     #[getter]
     fn clip_quantile(&self) -> Option<f64> {
         self.inner.clip_quantile
+    }
+
+    /// The row scales of `h_W`'s noise (`blocks × k`, flat), or None (the same std everywhere).
+    #[getter]
+    fn w_row_scale<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f64>>> {
+        self.inner.w_row_scale.clone().map(|v| v.into_pyarray(py))
     }
 
     /// The basis `U` ((d+1) × r) of the config's θ subspace, or None.
@@ -102,6 +113,26 @@ fn check_subspace(cfg: &SiloConfig, dims: Dims, silo: usize) -> BindResult<()> {
              intercept)",
             sub.rows(),
             dims.d + 1
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// A config's row scales of `h_W`'s noise must be the round's `inv_sqrt_ps`, one value per row
+/// `(block, group)` of `W`: the noise of a row follows the scale the kernel gives that row, or
+/// the sensitivity per unit of `p^{-1/2}` does not hold.
+fn check_w_rows(cfg: &SiloConfig, dims: Dims, fairness: Fairness, inv_sqrt_ps: &[f64], silo: usize) -> BindResult<()> {
+    match &cfg.w_row_scale {
+        Some(scale) if scale.len() != fairness.n_blocks(dims.l) * dims.k => Err(format!(
+            "silo {silo}: w_row_scale has {} values, but W has {} rows (one per block and group)",
+            scale.len(),
+            fairness.n_blocks(dims.l) * dims.k
+        )
+        .into()),
+        Some(scale) if scale.iter().zip(inv_sqrt_ps).any(|(a, b)| (a - b).abs() > 1e-12 * b.abs().max(1.0)) => Err(format!(
+            "silo {silo}: w_row_scale must be the round's inv_sqrt_ps (the released p(r|b)^(-1/2)); the config was \
+             built for other proportions"
         )
         .into()),
         _ => Ok(()),
@@ -248,6 +279,7 @@ impl PySiloSet {
         let (data, (th, wv, inv)) = self.silo_and_state(silo, &theta, &w, &inv_sqrt_ps)?;
         check_batch(&config.inner, data.len(), silo)?;
         check_subspace(&config.inner, self.dims, silo)?;
+        check_w_rows(&config.inner, self.dims, self.fairness, &inv, silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         let keys = SiloKeys { batch: batch_key.inner.clone(), noise: noise_key.inner.clone() };
         let msg = py.allow_threads(|| {
@@ -301,6 +333,7 @@ impl PySiloSet {
         let py = theta.py();
         let (data, (th, wv, inv), idx) = self.silo_state_and_batch(silo, &theta, &w, &inv_sqrt_ps, &batch)?;
         check_subspace(&config.inner, self.dims, silo)?;
+        check_w_rows(&config.inner, self.dims, self.fairness, &inv, silo)?;
         let (dims, fairness, cfg) = (self.dims, self.fairness, &config.inner);
         let keys = SiloKeys { batch: key.inner.clone(), noise: key.inner.clone() };
         let msg = py.allow_threads(|| {
@@ -405,6 +438,7 @@ impl PySiloSet {
         for (j, c) in configs.iter().enumerate() {
             check_batch(&c.inner, self.silos[j].len(), j)?;
             check_subspace(&c.inner, self.dims, j)?;
+            check_w_rows(&c.inner, self.dims, self.fairness, &inv, j)?;
         }
         let server = step.config()?;
         let cfgs: Vec<SiloConfig> = configs.iter().map(|c| c.inner.clone()).collect();
@@ -608,6 +642,15 @@ pub(super) fn noise_message<'py>(
             return Err(value_error(format!(
                 "theta_subspace has a basis of {} rows, which does not divide the θ parts' length {t}",
                 sub.rows()
+            )));
+        }
+    }
+    if let Some(scale) = &config.inner.w_row_scale {
+        if config.inner.send_psi && msg.psi_w.len() % scale.len() != 0 {
+            return Err(value_error(format!(
+                "w_row_scale has {} rows, which does not divide the W parts' length {}",
+                scale.len(),
+                msg.psi_w.len()
             )));
         }
     }
