@@ -102,7 +102,8 @@ def test_a_private_fit_no_better_than_the_constant_predictor_is_said_out_loud(ge
     figures cannot tell it from the constant, with the held-out size and the fix. (The clip of 0.25,
     the former default, keeps the scenario: with the adaptive clip the last model is shown worse,
     which the guard says in its other words.)"""
-    with pytest.warns(ConvergenceWarning, match=r"too noisy to tell the model from the constant predictor: validation "
+    with pytest.warns(ConvergenceWarning, match=r"validation figures cannot tell the model from the constant predictor: "
+                                                r"validation "
                                                 r"error 0\.\d+ against the constant's 0\.\d+, difference \+0\.\d+, "
                                                 r"margin 0\.\d+ .* on 75 held-out records.*a larger validation_share"):
         with warnings.catch_warnings():

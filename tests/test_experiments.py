@@ -690,14 +690,18 @@ def test_a_run_worse_than_constant_is_silent_only_without_a_warning_that_says_so
     could not be made (the figures too noisy, a constant predictor almost always right)."""
     from pfair.experiments.sweep import add_constant_columns
 
+    from pfair.validation import WITHIN_NOISE
+
     messages = ["", "SteFFLe: the last model is not clearly better than the constant predictor (validation error",
+                f"SteFFLe: {WITHIN_NOISE}: validation error 0.41 (x)",
+                # what runs of versions before 2026-12-08 recorded
                 "the released validation figures are too noisy to tell the model from the constant predictor (x)",
                 "PFLD: the constant predictor's error on the silos' training records is 0.0040, too small to tell "
                 "a model from it; returned the last model", "an unrelated warning"]
-    df = pd.DataFrame({"test_error": [0.5] * 5, "trivial_error": [0.4] * 5, "warning_messages": messages})
+    df = pd.DataFrame({"test_error": [0.5] * 6, "trivial_error": [0.4] * 6, "warning_messages": messages})
     out = add_constant_columns(df)
     assert out["worse_than_constant"].all()
-    assert list(out["silent_failure"]) == [True, False, False, False, True]
+    assert list(out["silent_failure"]) == [True, False, False, False, False, True]
 
 
 # ---------------------------------------------------------------------- a sweep script without the __main__ guard

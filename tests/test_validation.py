@@ -508,7 +508,7 @@ def test_the_validation_table_release_holds_its_exact_curve_and_the_audit_catche
     assert epsilon_lower_bound(t_a, t_b, delta) > exact
 
 
-def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
+def test_figures_that_cannot_tell_say_so_and_keep_the_last_model():
     """Record mode on a small table: noise of 60 counts per pooled cell on 300 held-out records
     gives a margin above half the constant's error; no figure can show a model clearly better, so
     the guard says it could not check (not that the model is bad) and returns the last model."""
@@ -519,7 +519,7 @@ def test_figures_too_noisy_to_tell_say_so_and_keep_the_last_model():
     for f in noisy:
         sel.offer(f, np.full(2, float(f.epoch)), np.zeros(1))
     (f, theta, _), why = sel.choose()
-    assert f.epoch == 1 and theta[0] == 1.0 and why.startswith("the released validation figures are too noisy")
+    assert f.epoch == 1 and theta[0] == 1.0 and why.startswith("the validation figures cannot tell the model from the constant predictor")
     assert "on 300 held-out records" in why and f"margin {noisy[1].margin:.4f}" in why
 
 

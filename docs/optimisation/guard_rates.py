@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from pfair import SteFFLe, datasets, metrics
-from pfair.validation import Selector
+from pfair.validation import WITHIN_NOISE, Selector
 
 HERE = Path(__file__).resolve().parent
 TABLES = ["adult", "compas", "credit_card", "bank", "german", "law_school"]
@@ -87,7 +87,7 @@ def after_rule(figs: list, lam: float, constant: bool = True) -> tuple[str, int]
     (chosen, _, _), why = sel.choose()
     if why is None:
         return "silent", chosen.epoch
-    return ("noisy" if why.startswith("the released validation figures are too noisy") else "alarm"), chosen.epoch
+    return ("noisy" if why.startswith(WITHIN_NOISE) else "alarm"), chosen.epoch
 
 
 def tables(seed: int) -> list:

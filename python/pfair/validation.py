@@ -377,7 +377,11 @@ def _pooled_integer_table(tables: list[np.ndarray]) -> list[list[int]] | None:
 
 #: How every warning that the figures could not tell a model from the constant predictor begins
 #: (a ``ConvergenceWarning``, milder than :class:`~pfair.exceptions.NotBetterThanConstantWarning`).
-WITHIN_NOISE = "the released validation figures are too noisy to tell the model from the constant predictor"
+#: The figures need not be noisy for it: exact figures of a few held-out records cannot tell a model
+#: 0.01 better than the constant from it either (the warning's margin counts both uncertainties).
+#: Runs of versions before 2026-12-08 said "the released validation figures are too noisy to tell
+#: the model from the constant predictor" (``pfair.experiments.sweep.CONSTANT_WARNINGS`` reads both).
+WITHIN_NOISE = "the validation figures cannot tell the model from the constant predictor"
 
 
 def _constant_instead(model: tuple) -> tuple[tuple, "CheckpointFigures"]:
@@ -539,8 +543,8 @@ class Selector:
             if key == "meets_noisy":
                 return best, (f"{WITHIN_NOISE}: the most accurate checkpoint meeting max_violation={self.target:g} "
                               f"(after epoch {best[0].epoch + 1}) has validation error {_fig(best[0])}; returned it")
-            noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the released ', 'its ')} at the "
-                                                       f"{GUARD_ALPHA:.0%} level")
+            noisy = "" if best[0].clearly_better else (f"; {WITHIN_NOISE.replace('the validation ', 'its ')} at "
+                                                       f"the {GUARD_ALPHA:.0%} level")
             which = ("the fairest checkpoint clearly better than the constant predictor" if key == "fairest_ok" else
                      "the fairest checkpoint within noise of the constant predictor (none is clearly better)")
             return best, (f"max_violation={self.target:g} was not met by any checkpoint that is not shown worse than "

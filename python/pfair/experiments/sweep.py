@@ -675,9 +675,9 @@ def load_runs(path: str | os.PathLike, *, drop_failed: bool = False) -> pd.DataF
 #: Text of every warning pfair gives about a model no better than the constant predictor (the
 #: checkpoint guard and the baselines' check, pfair.validation; the collapse check,
 #: pfair.protocol.convergence), and of those that say the comparison could not be made (figures
-#: too noisy to tell the model from the constant at the guard's level, a baseline's training records
-#: that cannot tell them apart; in runs of older versions, a constant predictor almost always right): the user
-#: was told either way.
+#: that cannot tell the model from the constant at the guard's level, "too noisy to tell" in runs
+#: before 2026-12-08; a baseline's training records that cannot tell them apart; in runs of older
+#: versions, a constant predictor almost always right): the user was told either way.
 CONSTANT_WARNINGS = ("clearly better than the constant predictor", "collapsed to a constant predictor",
                      "no better than the constant predictor", "not clearly below the constant predictor's",
                      "too noisy to tell the model from the constant predictor", "too small to tell a model from it",
