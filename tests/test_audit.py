@@ -337,8 +337,8 @@ def test_audit_of_the_sigmas_fit_uses(rounds, w_rows, monkeypatch):
     rounds = Rounds(scanned=rounds, inv_sqrt_ps=inv, w_rows=w_rows)
     X, y, s = _silo(0)
     # (validation_share=0: the audit's silo trains on all its records, as the audit's rounds do.)
-    model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP, validation_share=0.0,
-                          p_s=list(inv ** -2.0), sampling="without_replacement").fit(
+    model = pfair.SteFFLe(epsilon=8.0, delta=DELTA, lam=1.0, epochs=1, batch_size=BATCH, clip=CLIP,
+                          validation_share=0.0, p_s=list(inv ** -2.0), sampling="without_replacement").fit(
         X, y, sensitive_features=s, silos=np.zeros(N_RECORDS, np.int64), ledgers="new")
     report = model.privacy_report_.loc[0]
     assert report["accounting"] == "public_batch" and report["noise"] == "secret" and report["w_rows"] == w_rows

@@ -131,7 +131,7 @@ def test_a_plan_with_rows_holds_for_other_proportions_and_the_config_follows_the
     under other released proportions (the isotropic plan does not: tests/test_flower_node.py), and
     the silo's config scales its rows by the proportions it adopts the plan under."""
     from pfair.privacy.ledger import PrivacyLedger
-    from pfair.protocol.silo import SiloParty
+    from pfair.protocol.silo import SiloParty, silo_config
     from pfair.providers.linear import LinearProvider
 
     X, y, s, _ = toy_data(n=300, seed=2)
@@ -139,7 +139,8 @@ def test_a_plan_with_rows_holds_for_other_proportions_and_the_config_follows_the
 
     def party():
         silo_set = _core.SiloSet([(X, y, s)], n_groups=2, n_classes=2)
-        return SiloParty(silo_id=0, y=y, s=s, settings=st, provider=LinearProvider(silo_set, 0, None),
+        provider = LinearProvider(silo_set, 0, silo_config(st, 300, None))
+        return SiloParty(silo_id=0, y=y, s=s, settings=st, provider=provider,
                          ledger=PrivacyLedger(epsilon=2.0, delta=st.delta_for(300), silo=0), n_groups=2, n_classes=2)
 
     planned = party()
@@ -151,6 +152,12 @@ def test_a_plan_with_rows_holds_for_other_proportions_and_the_config_follows_the
         warnings.simplefilter("ignore")
         other.adopt(plan, PROPS)
     np.testing.assert_allclose(other.config.w_row_scale, PROPS.ravel() ** -0.5, rtol=1e-15)
+    other.step(np.zeros(4), np.zeros(4), 0)  # a round under the adopted proportions is answered
+    # Parts computed for other proportions than the noise's rows (the party's path through
+    # noise_message, which cannot see them) are refused before anything is sent.
+    other.inv_sqrt_ps = np.array([2 ** 0.5] * 2)
+    with pytest.raises(RuntimeError, match="scales h_W's rows for other proportions"):
+        other.step(np.zeros(4), np.zeros(4), 1)
 
 
 def test_a_deep_fit_takes_the_rows_too(rows):

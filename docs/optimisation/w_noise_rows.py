@@ -92,7 +92,8 @@ def attribute_table(runs: pd.DataFrame) -> str:
                            spread)
         i, r = cell["isotropic"], cell["rows"]
         rows.append(f"| {attr} | {g['rarest'].iloc[0]:.4f} | {fairness} | {i[0]:.3f} → {r[0]:.3f} | "
-                    f"{i[1]:.3f} → {r[1]:.3f} | {i[2]:+.4f} → {r[2]:+.4f} | {i[3]} → {r[3]} | {i[4]:.3f} → {r[4]:.3f} |")
+                    f"{i[1]:.3f} → {r[1]:.3f} | {i[2]:+.4f} → {r[2]:+.4f} | {i[3]} → {r[3]} | "
+                    f"{i[4]:.3f} → {r[4]:.3f} |")
     return "\n".join(rows)
 
 
@@ -114,7 +115,8 @@ def acceptance(path: Path) -> str:
     eg = pd.read_csv(cv.EG)
     lines = []
     for label, runs in (("Today's (one std on every row)", today), ("Row by row", with_rows)):
-        private = [line for line in cv.summary(cv.criteria(runs, eg)).splitlines() if line.startswith(("ε = 1", "Each"))]
+        text = cv.summary(cv.criteria(runs, eg)).splitlines()
+        private = [line for line in text if line.startswith(("ε = 1", "Each"))]
         lines += [f"{label}:", ""] + [f"    {line}" for line in private if line] + [""]
     return "\n".join(lines).rstrip()
 

@@ -94,6 +94,9 @@ pub fn sensitivities(
 /// All divided by the batch denominator.
 pub fn contribution_bounds(protect: Protect, inv_sqrt_ps: &[f64], denom: f64, w_rows: bool) -> Sensitivities {
     match protect {
+        // Attribute-mode rounds are accounted replace-one today (public batches, shuffled epochs,
+        // the full batch), so this bound is not read by a fit; it is the one a Poisson account of
+        // the row-by-row release would measure against.
         Protect::Attribute { clip_theta } if w_rows => {
             let _ = inv_sqrt_ps;
             Sensitivities { loss: 0.0, theta: clip_theta / denom, w: 2.0 / denom }

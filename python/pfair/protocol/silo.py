@@ -403,6 +403,12 @@ class SiloParty:
             noised = (parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w)
         else:
             parts = self.provider.parts(theta, w, self.inv_sqrt_ps, batch)
+            rows = self.config.w_row_scale
+            if rows is not None and not np.array_equal(rows, self.inv_sqrt_ps):
+                # noise_message cannot see the proportions the parts were computed with (the Rust
+                # rounds check them): h_W's rows must be noised by the scales the provider gave them.
+                raise RuntimeError(f"silo {self.silo_id}: its noise config scales h_W's rows for other proportions "
+                                   "than its parts were computed with; nothing was sent")
             noised = _core.noise_message(
                 parts.loss_grad, parts.psi_theta_sfree, parts.psi_theta, parts.psi_w_sfree, parts.psi_w, self.config,
                 key=self.keys.noise, silo=self.silo_id, round=int(round),
