@@ -31,6 +31,13 @@ The criteria (docs/optimisation.md, "Acceptance"):
     python docs/optimisation/convergence.py --tables compas german --seeds 0   # a quick look
     python docs/optimisation/convergence.py --tables-only --write docs/optimisation.md
 
+census-KDD (224,463 training rows) is run apart, so that the studies that read the runs above keep
+comparing like with like (~20 min on 2 cores):
+
+    cd docs/optimisation
+    python convergence.py --tables census_kdd --runs convergence_runs_census_kdd.csv --eg eg_fronts_census_kdd.csv
+    python convergence.py --tables-only --runs convergence_runs_census_kdd.csv --eg eg_fronts_census_kdd.csv --write ../optimisation.md --block census-kdd
+
 Runs go to ``convergence_runs.csv`` (appended table by table, so an interrupted run resumes),
 fairlearn's front to ``eg_fronts.csv`` (it does not depend on pfair's code: computed once),
 both beside this script.
@@ -382,9 +389,11 @@ def compare_variants(variants: tuple, pick: list[str]) -> None:
     print(markdown(chosen))
 
 
-def write_tables(doc: Path, tables: dict[str, pd.DataFrame], before: dict[str, pd.DataFrame] | None = None) -> None:
-    """Replace the generated blocks of ``doc`` (``<!-- generated:convergence-NAME -->``); with
-    ``before`` (the same criteria on the runs of ``--theta-step constant``) its summary too."""
+def write_tables(doc: Path, tables: dict[str, pd.DataFrame], before: dict[str, pd.DataFrame] | None = None,
+                 block: str = "convergence") -> None:
+    """Replace the generated blocks of ``doc`` (``<!-- generated:BLOCK-NAME -->``, ``block``
+    "convergence" by default); with ``before`` (the same criteria on the runs of ``--theta-step
+    constant``) its summary too."""
     text = doc.read_text()
     blocks = {
         "summary": summary(tables),
@@ -397,7 +406,7 @@ def write_tables(doc: Path, tables: dict[str, pd.DataFrame], before: dict[str, p
         "private": markdown(tables["private"]) if not tables["private"].empty else "(no setting qualifies)",
     }
     for name, body in blocks.items():
-        start, end = f"<!-- generated:convergence-{name} -->", f"<!-- /generated:convergence-{name} -->"
+        start, end = f"<!-- generated:{block}-{name} -->", f"<!-- /generated:{block}-{name} -->"
         if start not in text:
             continue
         a, b = text.index(start) + len(start), text.index(end)
@@ -430,6 +439,8 @@ def main() -> None:
                     help="settings every fit takes beyond the defaults (e.g. batch_size=8192 epochs=150)")
     ap.add_argument("--before", default=None, help="with --write: the runs' CSV of --theta-step constant")
     ap.add_argument("--write", default=None, help="a page whose generated blocks to replace")
+    ap.add_argument("--block", default="convergence",
+                    help="with --write: the blocks' prefix (census-kdd: the table run apart, its own --runs and --eg)")
     ap.add_argument("--runs", default=str(RUNS), help="the runs' CSV (default beside this script)")
     ap.add_argument("--eg", default=str(EG), help="fairlearn's fronts' CSV (default beside this script)")
     args = ap.parse_args()
@@ -479,7 +490,7 @@ def main() -> None:
         before = None
         if args.before:
             before = criteria(load_runs(args.before), eg)
-        write_tables(Path(args.write), tables, before)
+        write_tables(Path(args.write), tables, before, block=args.block)
 
 
 if __name__ == "__main__":
