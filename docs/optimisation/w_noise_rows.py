@@ -48,7 +48,7 @@ NOISES = ("isotropic", "rows")
 
 def fit(data, fed, fairness: str, lam: float, seed: int, noise: str) -> np.ndarray:
     """The test predictions of the default private fit with h_W's noise ``noise``."""
-    pfair.settings.W_NOISE_ROWS = noise == "rows"
+    before, pfair.settings.W_NOISE_ROWS = pfair.settings.W_NOISE_ROWS, noise == "rows"
     try:
         model = pfair.SteFFLe(fairness=fairness, lam=lam, epsilon=1.0, seed=seed, noise_seed=seed)
         with warnings.catch_warnings():
@@ -56,7 +56,7 @@ def fit(data, fed, fairness: str, lam: float, seed: int, noise: str) -> np.ndarr
             model.fit(fed, ledgers="new")
         return model.predict(data.X_test)
     finally:
-        pfair.settings.W_NOISE_ROWS = False
+        pfair.settings.W_NOISE_ROWS = before
 
 
 def run_attribute(name: str, sensitive: str) -> pd.DataFrame:

@@ -72,8 +72,8 @@ def reply_limits(*, theta_len: int, w_len: int, settings: SteFFLeSettings, plan:
         # (Σ σ_r² l)^{1/2} + max σ_r · 8 with the same probability (Gaussian concentration of a
         # max σ_r-Lipschitz function), which is σ(√D + 8) when every σ_r is σ.
         stds = plan.w_noise_stds(inv_sqrt_ps)
-        l_per_row = w_len / max(1, stds.size)
-        norms["psi_w"] = w_bound + float(math.sqrt(float(np.sum(stds ** 2)) * l_per_row) + float(np.max(stds)) * TAIL)
+        per_row = w_len / max(1, stds.size)
+        norms["psi_w"] = w_bound + math.sqrt(float(np.sum(stds ** 2)) * per_row) + float(np.max(stds)) * TAIL
         if settings.protect == "record":
             norms["loss_grad"] = c["clip_loss"] * scale + plan.sigma_loss * (math.sqrt(theta_len) + TAIL)
     return ReplyLimits(lengths, norms)
